@@ -1,0 +1,1 @@
+"""rllab_agg plugin."""

@@ -1,0 +1,1 @@
+"""rllab_ppo plugin."""

@@ -1,0 +1,238 @@
+"""Hook specifications: how plugins add components to rllab and listen to a run.
+
+There are two families of hooks.
+
+**Registration hooks** (``register_*``) are called once per :class:`rllab.Lab`, while it
+loads plugins. Each receives a ``register`` callable; the plugin calls it once per component it
+provides and returns nothing::
+
+    @rllab.hookimpl
+    def register_policy_losses(register):
+        register("my_loss", my_loss, config=MyLossConfig)
+
+``register(name, fn, *, config=None, summary=None, aliases=(), requires=())`` records a
+:class:`rllab.ComponentSpec`. ``fn`` is called with keyword arguments only (see each hook for
+the signature it must accept) plus ``config=`` — an instance of the frozen ``config`` class
+holding the component's knobs. ``summary`` defaults to the first line of ``fn.__doc__``;
+``aliases`` are extra names; ``requires`` lists optional inputs the component needs from the
+trainer (``"values"`` for a critic, ``"logits"`` for full-vocabulary KL).
+
+**Event hooks** (``on_*``) are called by the trainer as a run progresses. Their return values
+are ignored; an exception in one aborts the run (a logger that cannot write must not silently
+lose a run's metrics).
+
+All hooks are called with keyword arguments, so a spec can grow a parameter without breaking
+plugins that do not ask for it. Shapes use the glossary in :mod:`rllab.types`.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+PROJECT = "rllab"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# --------------------------------------------------------------------------- registration
+
+
+@hookspec
+def register_advantage_estimators(register):
+    """Register advantage estimators.
+
+    An estimator turns per-token rewards into per-token advantages and returns. It is called
+    once per training step, after rewards (and values, if it ``requires=("values",)``) are known::
+
+        fn(*, token_rewards, mask, index, values=None, config) -> (advantages, returns)
+
+    :param register: call ``register(name, fn, config=...)`` once per estimator.
+
+    ``token_rewards`` (B, T) float: the reward of each response token (the sequence score sits
+    on the last valid token; a KL-in-reward penalty may be spread over every token).
+    ``mask`` (B, T) bool: True where a response token counts.
+    ``index`` (B,) int64: a group id per row; rows sharing an id were sampled from one prompt.
+    ``values`` (B, T) float or None: critic values, for estimators that require them.
+    Returns two (B, T) float tensors.
+    """
+
+
+@hookspec
+def register_policy_losses(register):
+    """Register policy-gradient losses.
+
+    Called for every minibatch of every epoch::
+
+        fn(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None)
+            -> (loss, metrics)
+
+    :param register: call ``register(name, fn, config=...)`` once per loss.
+
+    ``log_prob``, ``old_log_prob``, ``advantages``: (B, T) float; ``mask`` (B, T) bool.
+    ``aggregate(loss_mat, mask) -> scalar`` reduces a (B, T) per-token loss with the run's
+    aggregation mode (already bound to the global token / sequence counts).
+    ``weights`` (B, T) float or None: detached per-token importance weights from an importance
+    correction; multiply them into the per-token loss before aggregating.
+    Returns a scalar loss and a dict of scalar metric tensors with namespaced keys
+    (``actor/clipfrac``, ``actor/approx_kl``, ...).
+    """
+
+
+@hookspec
+def register_kl_penalties(register):
+    """Register KL penalty estimators.
+
+    Called wherever a KL term is needed (in the reward, or as a loss)::
+
+        fn(*, log_prob, ref_log_prob, config) -> kl
+
+    :param register: call ``register(name, fn, config=...)`` once per estimator.
+
+    ``log_prob``, ``ref_log_prob``: (B, T) float. Returns the per-token estimate, (B, T).
+    A penalty that ``requires=("logits",)`` also receives ``logits`` and ``ref_logits``
+    (B, T, V) float.
+    """
+
+
+@hookspec
+def register_loss_aggregations(register):
+    """Register loss-aggregation modes.
+
+    ::
+
+        fn(*, loss_mat, mask, config, global_tokens=None, global_seqs=None) -> scalar
+
+    :param register: call ``register(name, fn, config=...)`` once per mode.
+
+    ``loss_mat`` (B, T) float, ``mask`` (B, T) bool. ``global_tokens`` / ``global_seqs``, when
+    given, replace the local count of valid tokens / non-empty rows as the normaliser, so that
+    a loss summed over micro-batches equals the loss of the whole batch.
+    Masked positions must not influence the result even if they hold NaN.
+    """
+
+
+@hookspec
+def register_rollout_backends(register):
+    """Register rollout backends (where completions come from).
+
+    ``fn(*, config) -> backend`` is a factory; the backend follows
+    :class:`rllab.types.RolloutBackend`: ``generate(prompts, params)``,
+    ``update_weights(model)`` and ``close()``.
+
+    :param register: call ``register(name, factory, config=...)`` once per backend.
+    """
+
+
+@hookspec
+def register_importance_corrections(register):
+    """Register importance corrections for rollout/training mismatch (TIS, MIS, ...).
+
+    ::
+
+        fn(*, old_log_prob, rollout_log_prob, mask, config) -> (weights, metrics)
+
+    :param register: call ``register(name, fn, config=...)`` once per correction.
+
+    ``old_log_prob`` (training engine) and ``rollout_log_prob`` (inference engine): (B, T).
+    Returns detached (B, T) weights (0 on masked positions) and scalar metrics (``tis/…``).
+    """
+
+
+@hookspec
+def register_preference_losses(register):
+    """Register preference losses (the DPO family).
+
+    ::
+
+        fn(*, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps,
+           chosen_lengths, rejected_lengths, config) -> (losses, metrics)
+
+    :param register: call ``register(name, fn, config=...)`` once per loss.
+
+    Every argument is (P,) over P pairs: sequence log-prob *sums* under the policy and the
+    reference, and the number of response tokens. Returns per-pair losses (P,) and scalar
+    metrics (``dpo/…``).
+    """
+
+
+@hookspec
+def register_tasks(register):
+    """Register tasks: prompt sources with verifiable rewards.
+
+    ``fn(*, config) -> task`` is a factory; the task follows :class:`rllab.types.Task`.
+
+    :param register: call ``register(name, factory, config=...)`` once per task.
+    """
+
+
+@hookspec
+def register_loggers(register):
+    """Register metric loggers (JSONL, TensorBoard, ...).
+
+    ``fn(*, config, run_dir) -> logger`` with ``log(step, metrics)`` and ``close()``.
+
+    :param register: call ``register(name, factory, config=...)`` once per logger.
+    """
+
+
+@hookspec
+def register_kl_controllers(register):
+    """Register KL-coefficient controllers (fixed, adaptive, ...).
+
+    ``fn(*, config) -> controller`` with a float attribute ``value`` (the current β) and
+    ``update(current_kl, n_steps)`` called once per training step.
+
+    :param register: call ``register(name, factory, config=...)`` once per controller.
+    """
+
+
+@hookspec
+def register_value_losses(register):
+    """Register critic losses.
+
+    ::
+
+        fn(*, values, old_values, returns, mask, aggregate, config) -> (loss, metrics)
+
+    :param register: call ``register(name, fn, config=...)`` once per loss.
+
+    ``values`` (current critic), ``old_values`` (critic at rollout time), ``returns``: (B, T).
+    """
+
+
+# --------------------------------------------------------------------------- events
+
+
+@hookspec
+def on_run_start(run_dir, config):
+    """Called once before the first step of a run (also when resuming).
+
+    :param run_dir: the run directory (:class:`pathlib.Path`).
+    :param config: the resolved experiment config.
+    """
+
+
+@hookspec
+def on_rollout_end(step, batch, metrics):
+    """Called after the rollouts of a step are generated and scored.
+
+    :param step: the step number (0-based).
+    :param batch: the :class:`rllab.types.RolloutBatch` about to be trained on.
+    :param metrics: the ``rollout/…`` metrics so far (a dict of floats; do not mutate).
+    """
+
+
+@hookspec
+def on_step_end(step, metrics):
+    """Called after each optimisation step with that step's metrics (a dict of floats)."""
+
+
+@hookspec
+def on_checkpoint_saved(step, path):
+    """Called after a checkpoint was written completely to ``path``."""
+
+
+@hookspec
+def on_run_end(run_dir, metrics):
+    """Called once when a run finishes, with its final (eval) metrics."""

@@ -1,0 +1,270 @@
+"""The data types components exchange, and the shape glossary.
+
+Shape glossary
+--------------
+``B``  sequences (rows) in a batch; ``G`` samples per prompt (a group); ``P`` prompts or pairs;
+``T``  response tokens (padded); ``L`` prompt + response tokens; ``V`` vocabulary size;
+``N``  flattened tokens.
+
+Response-aligned tensors are ``(B, T)``; masks are ``bool`` and True where a token counts.
+Groups are identified by an integer id per row (``index``, shape ``(B,)``), never by position.
+Batches are ``attrs.frozen(eq=False)`` records whose validators check shapes and dtypes — never
+values, so building one never synchronises a device.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import attrs
+import torch
+
+# --------------------------------------------------------------------------- validators
+
+
+def _tensor(*, ndim: int | None = None, dtype: torch.dtype | tuple | None = None, optional=False):
+    """An attrs validator that checks a field is a tensor of the given rank and dtype."""
+
+    dtypes = dtype if isinstance(dtype, tuple) else ((dtype,) if dtype is not None else None)
+
+    def check(inst, attribute, value):
+        if value is None and optional:
+            return
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{type(inst).__name__}.{attribute.name} must be a torch.Tensor, got {type(value).__name__}")
+        if ndim is not None and value.ndim != ndim:
+            raise ValueError(
+                f"{type(inst).__name__}.{attribute.name} must have {ndim} dimensions, got shape {tuple(value.shape)}"
+            )
+        if dtypes is not None and value.dtype not in dtypes:
+            names = " or ".join(str(d) for d in dtypes)
+            raise TypeError(f"{type(inst).__name__}.{attribute.name} must be {names}, got {value.dtype}")
+
+    return check
+
+
+def check_same_shape(where: str, **tensors: torch.Tensor | None) -> None:
+    """Raise a ValueError naming both arguments when the given tensors' shapes differ."""
+    items = [(k, v) for k, v in tensors.items() if v is not None]
+    if not items:
+        return
+    first_name, first = items[0]
+    for name, t in items[1:]:
+        if t.shape != first.shape:
+            raise ValueError(
+                f"{where}: {name} has shape {tuple(t.shape)} but {first_name} has shape {tuple(first.shape)}"
+            )
+
+
+def check_mask(where: str, mask: torch.Tensor, like: torch.Tensor | None = None, name: str = "mask") -> None:
+    """Raise a clear error unless ``mask`` is a bool tensor (of the same shape as ``like``)."""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{where}: {name} must be a bool tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{where}: {name} must have dtype torch.bool, got {mask.dtype}")
+    if like is not None and mask.shape != like.shape:
+        raise ValueError(f"{where}: {name} has shape {tuple(mask.shape)} but expected {tuple(like.shape)}")
+
+
+# --------------------------------------------------------------------------- rollouts
+
+
+@attrs.frozen(kw_only=True)
+class SamplingParams:
+    """How a rollout backend samples. Mirrors SGLang's ``sampling_params``."""
+
+    n: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    """Samples per prompt (the group size G)."""
+    max_new_tokens: int = attrs.field(default=32, validator=attrs.validators.ge(1))
+    temperature: float = attrs.field(default=1.0, validator=attrs.validators.ge(0.0))
+    """0 means greedy."""
+    top_p: float = attrs.field(default=1.0, validator=[attrs.validators.gt(0.0), attrs.validators.le(1.0)])
+    top_k: int = -1
+    """-1 disables top-k."""
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Completion:
+    """One sampled response.
+
+    ``token_ids`` and ``log_probs`` have one entry per generated token (the stop token included
+    when generation stopped on one). ``finish_reason`` is ``"stop"`` or ``"length"``
+    (or ``"abort"`` when the backend gave up on it).
+    """
+
+    prompt_ids: tuple[int, ...]
+    token_ids: tuple[int, ...]
+    log_probs: tuple[float, ...]
+    finish_reason: str
+    prompt_index: int = 0
+    """Which prompt of the ``generate`` call this answers."""
+
+    def __attrs_post_init__(self):
+        if len(self.token_ids) != len(self.log_probs):
+            raise ValueError(
+                f"Completion: {len(self.token_ids)} token_ids but {len(self.log_probs)} log_probs"
+            )
+
+
+@runtime_checkable
+class RolloutBackend(Protocol):
+    """Where completions come from (in-process transformers, SGLang servers, ...)."""
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
+        """Sample ``params.n`` completions for each prompt, grouped: prompt 0's n first."""
+
+    def update_weights(self, model: Any) -> None:
+        """Make later ``generate`` calls sample from ``model``'s current weights."""
+
+    def close(self) -> None:
+        """Release whatever the backend holds (servers, threads, memory)."""
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+@attrs.frozen(kw_only=True)
+class Example:
+    """One task instance: the prompt text, the reference answer, and anything else."""
+
+    prompt: str
+    answer: str
+    meta: dict = attrs.field(factory=dict, eq=False)
+
+
+@runtime_checkable
+class Task(Protocol):
+    """A prompt source with a verifiable reward."""
+
+    def train_examples(self, n: int, rng: "torch.Generator") -> list[Example]:
+        """Draw ``n`` training examples using ``rng`` (deterministic given its state)."""
+
+    def eval_examples(self) -> list[Example]:
+        """The held-out evaluation split (fixed)."""
+
+    def reward(self, example: Example, completion: str) -> float:
+        """Score a decoded completion; 1.0 for a correct answer is the convention."""
+
+    def demonstration(self, example: Example) -> str:
+        """A correct completion for ``example`` (used for a supervised warm start)."""
+
+
+# --------------------------------------------------------------------------- batches
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class RolloutBatch:
+    """A padded batch of scored completions, ready for the training forwards.
+
+    ``input_ids`` / ``attention_mask`` (B, L) hold prompt + response, left-padded prompts and
+    right-padded responses; the response occupies the last ``T`` columns.
+    """
+
+    input_ids: torch.Tensor = attrs.field(validator=_tensor(ndim=2, dtype=torch.long))
+    """(B, L) int64 prompt + response token ids."""
+    attention_mask: torch.Tensor = attrs.field(validator=_tensor(ndim=2, dtype=torch.bool))
+    """(B, L) bool, True on real tokens."""
+    response_mask: torch.Tensor = attrs.field(validator=_tensor(ndim=2, dtype=torch.bool))
+    """(B, T) bool, True on generated tokens."""
+    rollout_log_prob: torch.Tensor = attrs.field(validator=_tensor(ndim=2, dtype=torch.float32))
+    """(B, T) float32 log-probs the rollout backend reported for the sampled tokens."""
+    index: torch.Tensor = attrs.field(validator=_tensor(ndim=1, dtype=torch.long))
+    """(B,) int64 group id per row."""
+    scores: torch.Tensor = attrs.field(validator=_tensor(ndim=1, dtype=torch.float32))
+    """(B,) float32 sequence scores from the task."""
+
+    def __attrs_post_init__(self):
+        B, L = self.input_ids.shape
+        check_same_shape("RolloutBatch", input_ids=self.input_ids, attention_mask=self.attention_mask)
+        check_same_shape(
+            "RolloutBatch", response_mask=self.response_mask, rollout_log_prob=self.rollout_log_prob
+        )
+        if self.response_mask.shape[0] != B or self.response_mask.shape[1] > L:
+            raise ValueError(
+                f"RolloutBatch: response_mask has shape {tuple(self.response_mask.shape)}, "
+                f"incompatible with input_ids {tuple(self.input_ids.shape)}"
+            )
+        for name in ("index", "scores"):
+            if getattr(self, name).shape != (B,):
+                raise ValueError(f"RolloutBatch: {name} must have shape ({B},), got {tuple(getattr(self, name).shape)}")
+
+    @property
+    def response_length(self) -> int:
+        """T, the padded response width."""
+        return self.response_mask.shape[1]
+
+    @property
+    def token_rewards(self) -> torch.Tensor:
+        """(B, T) float32: each row's score on its last valid response token, 0 elsewhere.
+
+        A row with no response token gets no reward token (its score is kept in ``scores``).
+        """
+        B, T = self.response_mask.shape
+        lengths = self.response_mask.sum(-1)
+        out = torch.zeros(B, T, dtype=torch.float32)
+        last = (lengths - 1).clamp(min=0)
+        out[torch.arange(B), last] = torch.where(lengths > 0, self.scores, torch.zeros_like(self.scores))
+        return out
+
+    @classmethod
+    def from_completions(
+        cls, completions: Sequence[Completion], scores: Sequence[float], pad_token_id: int, group_size: int | None = None
+    ) -> "RolloutBatch":
+        """Pad completions into a batch. Rows keep the order given; ``index`` is the prompt index.
+
+        :param group_size: unused unless given, when it is checked against the group counts.
+        """
+        if len(completions) == 0:
+            raise ValueError("RolloutBatch.from_completions: no completions")
+        if len(scores) != len(completions):
+            raise ValueError(
+                f"RolloutBatch.from_completions: {len(completions)} completions but {len(scores)} scores"
+            )
+        B = len(completions)
+        P = max(len(c.prompt_ids) for c in completions)
+        T = max(1, max(len(c.token_ids) for c in completions))
+        ids = torch.full((B, P + T), pad_token_id, dtype=torch.long)
+        attn = torch.zeros(B, P + T, dtype=torch.bool)
+        resp = torch.zeros(B, T, dtype=torch.bool)
+        lp = torch.zeros(B, T, dtype=torch.float32)
+        for i, c in enumerate(completions):
+            p, t = len(c.prompt_ids), len(c.token_ids)
+            ids[i, P - p : P] = torch.tensor(c.prompt_ids, dtype=torch.long)
+            attn[i, P - p : P] = True
+            if t:
+                ids[i, P : P + t] = torch.tensor(c.token_ids, dtype=torch.long)
+                attn[i, P : P + t] = True
+                resp[i, :t] = True
+                lp[i, :t] = torch.tensor(c.log_probs, dtype=torch.float32)
+        index = torch.tensor([c.prompt_index for c in completions], dtype=torch.long)
+        return cls(
+            input_ids=ids,
+            attention_mask=attn,
+            response_mask=resp,
+            rollout_log_prob=lp,
+            index=index,
+            scores=torch.tensor(list(scores), dtype=torch.float32),
+        )
+
+    def select(self, rows: torch.Tensor) -> "RolloutBatch":
+        """The sub-batch of the given rows (a bool mask or integer index over B)."""
+        return attrs.evolve(
+            self,
+            input_ids=self.input_ids[rows],
+            attention_mask=self.attention_mask[rows],
+            response_mask=self.response_mask[rows],
+            rollout_log_prob=self.rollout_log_prob[rows],
+            index=self.index[rows],
+            scores=self.scores[rows],
+        )
+
+
+@attrs.frozen(kw_only=True)
+class PreferencePair:
+    """A (prompt, chosen, rejected) triple, as token ids."""
+
+    prompt_ids: tuple[int, ...]
+    chosen_ids: tuple[int, ...]
+    rejected_ids: tuple[int, ...]
