@@ -1,1 +1,139 @@
-"""rllab_agg plugin."""
+"""Loss aggregation — how a (B, T) per-token loss becomes one scalar.
+
+Every mode takes ``loss_mat`` (B, T) float and ``mask`` (B, T) bool (True where a token counts)
+and returns a 0-d tensor. With ``n_b = Σ_t mask[b, t]`` the tokens of row ``b``,
+``N = Σ_b n_b`` the valid tokens and ``S = #{b : n_b > 0}`` the non-empty rows:
+
+======================= ==========================================================
+``token-mean``          Σ_{b,t} loss·mask / N
+``token-sum``           Σ_{b,t} loss·mask
+``seq-mean-token-sum``  Σ_{b: n_b>0} (Σ_t loss·mask) / S
+``seq-mean-token-mean`` Σ_{b: n_b>0} (Σ_t loss·mask / n_b) / S
+``seq-mean-token-sum-   Σ_{b: n_b>0} (Σ_t loss·mask) / S / H — Dr.GRPO (Liu et al. 2025,
+norm``                  "Understanding R1-Zero-Like Training"), H a constant horizon
+======================= ==========================================================
+
+Data parallelism / micro-batching: ``global_tokens`` (N of the whole batch) and ``global_seqs``
+(S of the whole batch), when given, replace the local N and S. Each micro-batch is then
+aggregated with the same normaliser, and the sum over micro-batches equals the aggregate of the
+whole batch — the loss does not depend on how the batch was split. ``token-sum`` needs no count.
+
+Edge cases, and where rllab differs from verl 0.9.1 ``agg_loss``:
+
+* Fully masked rows are excluded from every sequence mean (as verl).
+* An all-masked batch (N = 0 or S = 0) aggregates to 0 and its gradient is 0; verl divides by
+  zero and returns NaN. A zero global count is treated the same way.
+* Values at masked positions never reach the result, even NaN or inf: positions are selected with
+  ``torch.where``. verl multiplies by the mask, so a NaN under the mask makes its loss NaN.
+* ``seq-mean-token-mean`` divides each row by ``n_b`` exactly; verl adds 1e-8 to ``n_b`` (a
+  relative difference of at most 1e-8, below float32 rounding).
+* ``seq-mean-token-sum-norm`` uses ``horizon`` when set and otherwise the mask width T — verl's
+  default (``loss_scale_factor=None``). With the default, appending padding columns changes T
+  and therefore the loss; set ``horizon`` (e.g. the maximum response length) for a loss that is
+  invariant to padding, as Dr.GRPO intends.
+"""
+
+from __future__ import annotations
+
+import attrs
+import torch
+
+import rllab
+from rllab import ops
+
+
+def _check(where: str, loss_mat: torch.Tensor, mask: torch.Tensor) -> None:
+    if not isinstance(loss_mat, torch.Tensor) or loss_mat.ndim != 2:
+        shape = tuple(loss_mat.shape) if isinstance(loss_mat, torch.Tensor) else type(loss_mat).__name__
+        raise ValueError(f"{where}: loss_mat must be a (B, T) tensor, got {shape}")
+    rllab.check_mask(where, mask, like=loss_mat)
+
+
+def _divide(total: torch.Tensor, local_count: torch.Tensor, global_count) -> torch.Tensor:
+    """total / count, where count is the global count if given, else the local one; 0 if count is 0."""
+    count = local_count if global_count is None else global_count
+    if isinstance(count, torch.Tensor):
+        return total / count.to(device=total.device, dtype=total.dtype).clamp(min=1)
+    return total / max(float(count), 1.0)
+
+
+def _row_sums(loss_mat: torch.Tensor, mask: torch.Tensor):
+    """(Σ_t loss·mask per row, n_b per row, non-empty-row mask), each (B,)."""
+    row_sum = ops.masked_sum(loss_mat, mask, dim=-1)
+    row_len = mask.sum(-1)
+    return row_sum, row_len, row_len > 0
+
+
+def token_mean(*, loss_mat, mask, config, global_tokens=None, global_seqs=None):
+    """Mean over all valid tokens of the batch: Σ loss·mask / Σ mask.
+
+    ``loss_mat`` (B, T) float, ``mask`` (B, T) bool; ``global_tokens`` replaces Σ mask.
+    Returns a 0-d tensor (0 when no token is valid).
+    """
+    _check("loss_aggregation 'token-mean'", loss_mat, mask)
+    return _divide(ops.masked_sum(loss_mat, mask), mask.sum(), global_tokens)
+
+
+def token_sum(*, loss_mat, mask, config, global_tokens=None, global_seqs=None):
+    """Sum over all valid tokens: Σ loss·mask (no normaliser; global counts are ignored).
+
+    ``loss_mat`` (B, T) float, ``mask`` (B, T) bool. Returns a 0-d tensor.
+    """
+    _check("loss_aggregation 'token-sum'", loss_mat, mask)
+    return ops.masked_sum(loss_mat, mask)
+
+
+def seq_mean_token_sum(*, loss_mat, mask, config, global_tokens=None, global_seqs=None):
+    """Mean over non-empty rows of each row's token sum.
+
+    ``loss_mat`` (B, T) float, ``mask`` (B, T) bool; ``global_seqs`` replaces the number of
+    non-empty rows. Returns a 0-d tensor (0 when every row is empty).
+    """
+    _check("loss_aggregation 'seq-mean-token-sum'", loss_mat, mask)
+    row_sum, _, nonempty = _row_sums(loss_mat, mask)
+    return _divide(ops.masked_sum(row_sum, nonempty), nonempty.sum(), global_seqs)
+
+
+def seq_mean_token_mean(*, loss_mat, mask, config, global_tokens=None, global_seqs=None):
+    """Mean over non-empty rows of each row's token mean (every sequence weighs the same).
+
+    ``loss_mat`` (B, T) float, ``mask`` (B, T) bool; ``global_seqs`` replaces the number of
+    non-empty rows. Returns a 0-d tensor (0 when every row is empty).
+    """
+    _check("loss_aggregation 'seq-mean-token-mean'", loss_mat, mask)
+    row_sum, row_len, nonempty = _row_sums(loss_mat, mask)
+    row_mean = row_sum / row_len.clamp(min=1).to(row_sum.dtype)
+    return _divide(ops.masked_sum(row_mean, nonempty), nonempty.sum(), global_seqs)
+
+
+@attrs.frozen
+class SeqMeanTokenSumNormConfig:
+    """Knobs of seq-mean-token-sum-norm."""
+
+    horizon: int | None = rllab.knob(
+        None,
+        help="constant H dividing the sequence mean of token sums (Dr.GRPO uses the maximum "
+        "response length); None = the mask width T, as verl",
+        gt=0,
+    )
+
+
+def seq_mean_token_sum_norm(*, loss_mat, mask, config, global_tokens=None, global_seqs=None):
+    """Dr.GRPO: mean over non-empty rows of each row's token sum, divided by a constant horizon.
+
+    ``loss_mat`` (B, T) float, ``mask`` (B, T) bool; ``global_seqs`` replaces the number of
+    non-empty rows; ``config.horizon`` (None = T). Returns a 0-d tensor (0 when every row is empty).
+    """
+    _check("loss_aggregation 'seq-mean-token-sum-norm'", loss_mat, mask)
+    row_sum, _, nonempty = _row_sums(loss_mat, mask)
+    horizon = loss_mat.shape[-1] if config.horizon is None else config.horizon
+    return _divide(ops.masked_sum(row_sum, nonempty), nonempty.sum(), global_seqs) / float(max(horizon, 1))
+
+
+@rllab.hookimpl
+def register_loss_aggregations(register):
+    register("token-mean", token_mean)
+    register("token-sum", token_sum)
+    register("seq-mean-token-sum", seq_mean_token_sum)
+    register("seq-mean-token-mean", seq_mean_token_mean)
+    register("seq-mean-token-sum-norm", seq_mean_token_sum_norm, config=SeqMeanTokenSumNormConfig)
