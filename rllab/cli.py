@@ -1,0 +1,253 @@
+"""The ``rllab`` command.
+
+    rllab plugins [--kind K]            every registered component, with its provider
+    rllab plugins show NAME             docstring, equation and knobs of a component
+    rllab check NAME                    run the contract suite on a component
+    rllab new-plugin NAME --kind K      scaffold a pip-installable plugin package
+    rllab presets                       list the bundled experiment presets
+    rllab run [exp.toml] [key=value …]  train (``--preset grpo``, ``--resume RUN_DIR``)
+
+``--plugin PATH_OR_MODULE`` (repeatable, before or after the command) loads extra plugins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from rllab.lab import KINDS, Lab, RllabError
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _lab(args, strict: bool = True) -> Lab:
+    return Lab(plugins=args.plugin or (), strict=strict)
+
+
+def _problems(lab: Lab) -> None:
+    for p in lab.problems:
+        err_console.print(f"[yellow]warning:[/] {escape(p)}")
+
+
+# --------------------------------------------------------------------------- plugins
+
+
+def cmd_plugins(args) -> int:
+    lab = _lab(args, strict=False)
+    if args.action == "show":
+        if not args.name:
+            err_console.print("[red]error:[/] usage: rllab plugins show NAME")
+            return 2
+        return _show(lab, args.name, args.kind)
+    if args.action is not None:
+        err_console.print(f"[red]error:[/] unknown action {args.action!r} (did you mean 'rllab plugins show {args.action}'?)")
+        return 2
+    kinds = [args.kind] if args.kind else list(KINDS)
+    table = Table(box=box.SIMPLE_HEAVY, title="rllab components")
+    for col in ("kind", "name", "provider", "summary"):
+        table.add_column(col, overflow="fold")
+    for kind in kinds:
+        for spec in lab.specs(kind):
+            name = spec.name + (f" ({', '.join(spec.aliases)})" if spec.aliases else "")
+            provider = spec.provider + (f" [dim]({spec.distribution})[/]" if spec.distribution and spec.distribution != spec.provider else "")
+            table.add_row(kind, escape(name), provider, escape(spec.summary))
+    console.print(table)
+    broken = [p for p in lab.plugins if not p.ok]
+    if broken:
+        t = Table(box=box.SIMPLE, title="[red]broken plugins[/]")
+        t.add_column("plugin")
+        t.add_column("error", overflow="fold")
+        for p in broken:
+            t.add_row(p.name, escape(p.error or ""))
+        console.print(t)
+    for msg in lab.problems:
+        if "registered twice" in msg:
+            console.print(f"[red]conflict:[/] {escape(msg)}")
+    return 0
+
+
+def _show(lab: Lab, name: str, kind: str | None) -> int:
+    specs = [lab.spec(kind, name)] if kind else lab.find(name)
+    if not specs:
+        known = sorted({s.name for s in lab.specs()})
+        import difflib
+
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        err_console.print(f"[red]error:[/] no component named {name!r}.{hint} Run 'rllab plugins' to list them.")
+        return 1
+    for spec in specs:
+        title = f"[bold]{spec.name}[/] — {spec.kind} from plugin [cyan]{spec.provider}[/]"
+        if spec.distribution:
+            title += f" ({spec.distribution})"
+        console.rule(title)
+        if spec.aliases:
+            console.print(f"aliases: {', '.join(spec.aliases)}")
+        if spec.requires:
+            console.print(f"requires: {', '.join(spec.requires)}")
+        mod = sys.modules.get(getattr(spec.fn, "__module__", ""), None)
+        if mod is not None and mod.__doc__:
+            console.print(escape(mod.__doc__.strip()), highlight=False)
+            console.print()
+        console.print(escape(spec.doc), highlight=False)
+        knobs = spec.knobs()
+        t = Table(box=box.SIMPLE_HEAVY, title=f"knobs ({spec.config.__name__})")
+        for col in ("knob", "type", "default", "allowed", "help"):
+            t.add_column(col, overflow="fold")
+        for k in knobs:
+            t.add_row(k.name, escape(k.type), escape(repr(k.default)), escape(k.allowed), escape(k.help))
+        if knobs:
+            console.print(t)
+        else:
+            console.print("[dim]no knobs[/]")
+    return 0
+
+
+# --------------------------------------------------------------------------- check
+
+
+def cmd_check(args) -> int:
+    from rllab.config import parse_value
+    from rllab.testing import run_contract
+
+    lab = _lab(args)
+    _problems(lab)
+    specs = [lab.spec(args.kind, args.name)] if args.kind else lab.find(args.name)
+    if not specs:
+        lab.spec("policy_loss", args.name)  # raises the helpful unknown-name error
+    knobs = {}
+    for item in args.knob or ():
+        k, _, v = item.partition("=")
+        knobs[k] = parse_value(v)
+    failed = 0
+    for spec in specs:
+        results = run_contract(lab, spec.kind, spec.name, knobs)
+        t = Table(box=box.SIMPLE_HEAVY, title=f"contract: {spec.kind} {spec.name} ({spec.provider})")
+        t.add_column("check", overflow="fold")
+        t.add_column("result")
+        t.add_column("detail", overflow="fold")
+        for r in results:
+            mark = "[yellow]skip[/]" if r.skipped else ("[green]pass[/]" if r.passed else "[red]FAIL[/]")
+            t.add_row(escape(r.check), mark, escape(r.message))
+            failed += not r.passed
+        console.print(t)
+    console.print("[green]all checks passed[/]" if not failed else f"[red]{failed} check(s) failed[/]")
+    return 1 if failed else 0
+
+
+# --------------------------------------------------------------------------- new-plugin
+
+
+def cmd_new_plugin(args) -> int:
+    from rllab.scaffold import scaffold
+
+    root = scaffold(args.name, args.kind, Path(args.dir))
+    console.print(f"created [bold]{root}[/]")
+    console.print(f"next: [cyan]pip install -e {root}[/] then [cyan]rllab plugins --kind {args.kind}[/] and [cyan]pytest {root}/tests[/]")
+    return 0
+
+
+# --------------------------------------------------------------------------- presets / run
+
+
+def cmd_presets(args) -> int:
+    from rllab.config import preset_names, preset_text
+
+    t = Table(box=box.SIMPLE_HEAVY, title="presets (rllab run --preset NAME)")
+    t.add_column("preset")
+    t.add_column("description", overflow="fold")
+    for name in preset_names():
+        first = next((ln.lstrip("# ").strip() for ln in preset_text(name).splitlines() if ln.startswith("#")), "")
+        t.add_row(name, escape(first))
+    console.print(t)
+    return 0
+
+
+def cmd_run(args) -> int:
+    from rllab.config import load_config
+    from rllab.trainer import resume_run, run_experiment
+
+    lab = _lab(args)
+    _problems(lab)
+    if args.resume:
+        resume_run(Path(args.resume), lab=lab, extra_steps=args.steps, progress=not args.quiet)
+        return 0
+    source = args.config
+    overrides = list(args.overrides)
+    if source is not None and "=" in source and not Path(source).exists():
+        overrides.insert(0, source)
+        source = None
+    if args.steps is not None:
+        overrides.append(f"train.steps={args.steps}")
+    cfg = load_config(source, overrides, lab=lab, preset=args.preset)
+    run_experiment(cfg, lab=lab, run_dir=Path(args.run_dir) if args.run_dir else None, progress=not args.quiet)
+    return 0
+
+
+# --------------------------------------------------------------------------- main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--plugin", action="append", metavar="PATH_OR_MODULE", help="load an extra plugin (repeatable)")
+
+    p = argparse.ArgumentParser(prog="rllab", description="A plugin-based lab for RL on language models.", parents=[common])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    sp = sub.add_parser("plugins", parents=[common], help="list components, or show one")
+    sp.add_argument("action", nargs="?", help="'show' to describe one component")
+    sp.add_argument("name", nargs="?")
+    sp.add_argument("--kind", choices=list(KINDS))
+    sp.set_defaults(func=cmd_plugins)
+
+    sc = sub.add_parser("check", parents=[common], help="run the contract suite on a component")
+    sc.add_argument("name")
+    sc.add_argument("--kind", choices=list(KINDS))
+    sc.add_argument("--knob", action="append", metavar="KEY=VALUE", help="a knob to build the component with")
+    sc.set_defaults(func=cmd_check)
+
+    from rllab.scaffold import _BODIES
+
+    sn = sub.add_parser("new-plugin", parents=[common], help="scaffold a pip-installable plugin package")
+    sn.add_argument("name")
+    sn.add_argument("--kind", required=True, choices=list(_BODIES))
+    sn.add_argument("--dir", default=".", help="where to create the package (default: here)")
+    sn.set_defaults(func=cmd_new_plugin)
+
+    spr = sub.add_parser("presets", parents=[common], help="list experiment presets")
+    spr.set_defaults(func=cmd_presets)
+
+    sr = sub.add_parser("run", parents=[common], help="train (default: GRPO on the addition task)")
+    sr.add_argument("config", nargs="?", help="an experiment TOML file")
+    sr.add_argument("overrides", nargs="*", help="dotted overrides, e.g. policy_loss.clip_high=0.28 advantage=rloo")
+    sr.add_argument("--preset", help="start from a bundled preset (see 'rllab presets')")
+    sr.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run from its last checkpoint")
+    sr.add_argument("--steps", type=int, help="shortcut for train.steps=N")
+    sr.add_argument("--run-dir", help="where to write the run (default: OUTPUT_DIR/NAME-TIMESTAMP)")
+    sr.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    sr.set_defaults(func=cmd_run)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except RllabError as e:
+        err_console.print(f"[red]error:[/] {escape(str(e))}")
+        return 1
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted[/]")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

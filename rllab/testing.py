@@ -1,0 +1,549 @@
+"""The contract suite: checks every component of a kind must pass, for built-ins and yours alike.
+
+Run it from the command line on anything registered::
+
+    rllab check ppo_dual_clip
+    rllab check --plugin my_loss.py my_loss
+
+or from pytest in your own plugin's tests (one test per check)::
+
+    import pytest
+    from rllab.testing import contract_cases
+
+    @pytest.mark.parametrize("case", contract_cases(names=["my_loss"]), ids=str)
+    def test_contract(case):
+        case.run()
+
+What is checked, per kind (DESIGN.md, invariant 4):
+
+- every kind: the component is reachable through the Lab and its default config validates;
+- tensor components: finite values and finite gradients on random inputs; changing values at
+  masked positions (NaN included) changes nothing; appending padding columns changes nothing;
+- policy losses: with ``log_prob == old_log_prob``, ``actor/approx_kl`` is 0 and
+  ``actor/clipfrac`` is 0; all-ones weights equal no weights; metric keys are namespaced scalars;
+- advantage estimators: all-masked rows get 0 and do not change the other rows;
+- aggregations: an all-masked batch gives 0; micro-batches aggregated with the global counts
+  sum to the whole batch's value;
+- KL penalties: 0 where policy and reference agree;
+- importance corrections: weights detached, 0 on padding, 1 when rollout == old;
+- value losses: 0 when values equal returns;
+- preference losses: per-pair finite losses with finite gradients;
+- KL controllers, tasks, loggers: their factories build objects that honour their protocols.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import attrs
+import torch
+
+from rllab.lab import Component, Lab
+
+Check = Callable[[Component], None]
+
+_REGISTRY: dict[str, list[tuple[str, Check]]] = {}
+
+
+def _check(kind: str, name: str):
+    def deco(fn: Check) -> Check:
+        _REGISTRY.setdefault(kind, []).append((name, fn))
+        return fn
+
+    return deco
+
+
+@attrs.frozen
+class CheckResult:
+    kind: str
+    component: str
+    check: str
+    passed: bool
+    message: str = ""
+    skipped: bool = False
+
+
+class ContractSkip(Exception):
+    """A check that cannot run for this component (e.g. it needs a knob with no default)."""
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _mask(B: int, T: int, g: torch.Generator, holes: bool = True) -> torch.Tensor:
+    """Right-padded rows of random lengths (≥1), optionally with holes (observation tokens)."""
+    lengths = torch.randint(1, T + 1, (B,), generator=g)
+    m = torch.arange(T)[None, :] < lengths[:, None]
+    if holes:
+        m = m & ~((torch.rand(B, T, generator=g) < 0.15) & (torch.arange(T)[None, :] > 0))
+    return m
+
+
+def _pad(x: torch.Tensor, extra: int, value: float | bool = 0.0) -> torch.Tensor:
+    shape = (*x.shape[:-1], extra)
+    return torch.cat([x, torch.full(shape, value, dtype=x.dtype)], dim=-1)
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, what: str, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    a, b = torch.as_tensor(a).detach().double(), torch.as_tensor(b).detach().double()
+    if a.shape != b.shape or not torch.allclose(a, b, rtol=rtol, atol=atol, equal_nan=False):
+        diff = (a - b).abs().max().item() if a.shape == b.shape else f"shapes {tuple(a.shape)} vs {tuple(b.shape)}"
+        raise AssertionError(f"{what}: values differ (max abs diff {diff})")
+
+
+def _finite(x: torch.Tensor, what: str) -> None:
+    if not torch.isfinite(torch.as_tensor(x)).all():
+        raise AssertionError(f"{what} is not finite: {x}")
+
+
+def _agg(m: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """token-mean, written out so contract checks do not depend on an aggregation plugin."""
+    return torch.where(k, m, torch.zeros((), dtype=m.dtype)).sum() / k.sum().clamp(min=1)
+
+
+def _metrics_ok(metrics: Any, who: str) -> None:
+    if not isinstance(metrics, dict):
+        raise AssertionError(f"{who} must return a metrics dict, got {type(metrics).__name__}")
+    for k, v in metrics.items():
+        if "/" not in k:
+            raise AssertionError(f"metric key {k!r} is not namespaced (expected e.g. 'actor/{k}')")
+        v = torch.as_tensor(v)
+        if v.numel() != 1:
+            raise AssertionError(f"metric {k!r} must be a scalar, got shape {tuple(v.shape)}")
+        if v.requires_grad:
+            raise AssertionError(f"metric {k!r} must be detached")
+
+
+# --------------------------------------------------------------------------- advantage estimators
+
+
+def _adv_inputs(comp: Component, B=8, T=7, seed=0):
+    g = _gen(seed)
+    mask = _mask(B, T, g)
+    index = torch.arange(B) // 2
+    scores = torch.randint(0, 2, (B,), generator=g).float()
+    lengths = mask.long().cumsum(-1).argmax(-1)
+    rewards = torch.zeros(B, T)
+    rewards[torch.arange(B), lengths] = scores
+    kw = dict(token_rewards=rewards, mask=mask, index=index)
+    if "values" in comp.spec.requires:
+        kw["values"] = torch.randn(B, T, generator=g)
+    return kw
+
+
+@_check("advantage_estimator", "finite outputs of shape (B, T)")
+def _adv_finite(comp):
+    kw = _adv_inputs(comp)
+    adv, ret = comp(**kw)
+    for name, x in (("advantages", adv), ("returns", ret)):
+        if x.shape != kw["mask"].shape:
+            raise AssertionError(f"{name} has shape {tuple(x.shape)}, expected {tuple(kw['mask'].shape)}")
+        _finite(x, name)
+
+
+@_check("advantage_estimator", "values at masked positions change nothing")
+def _adv_masked(comp):
+    kw = _adv_inputs(comp)
+    adv, ret = comp(**kw)
+    kw2 = dict(kw)
+    noise = torch.randn(kw["mask"].shape, generator=_gen(1)) * 5
+    kw2["token_rewards"] = torch.where(kw["mask"], kw["token_rewards"], noise)
+    if "values" in kw:
+        kw2["values"] = torch.where(kw["mask"], kw["values"], noise)
+    adv2, ret2 = comp(**kw2)
+    m = kw["mask"]
+    _close(adv[m], adv2[m], "advantages at valid positions")
+    _close(ret[m], ret2[m], "returns at valid positions")
+
+
+@_check("advantage_estimator", "appending padding changes nothing")
+def _adv_padding(comp):
+    kw = _adv_inputs(comp)
+    adv, ret = comp(**kw)
+    kw2 = {k: (_pad(v, 3, False if v.dtype == torch.bool else 0.0) if v.ndim == 2 else v) for k, v in kw.items()}
+    adv2, ret2 = comp(**kw2)
+    m = kw["mask"]
+    _close(adv2[:, : m.shape[1]][m], adv[m], "advantages after padding")
+    _close(ret2[:, : m.shape[1]][m], ret[m], "returns after padding")
+
+
+@_check("advantage_estimator", "an all-masked row gets 0 and changes no other row")
+def _adv_all_masked(comp):
+    kw = _adv_inputs(comp)
+    adv, _ = comp(**kw)
+    B, T = kw["mask"].shape
+    kw2 = {}
+    for k, v in kw.items():
+        if k == "index":
+            kw2[k] = torch.cat([v, torch.tensor([v.max().item() + 1])])
+        elif k == "mask":
+            kw2[k] = torch.cat([v, torch.zeros(1, T, dtype=torch.bool)])
+        else:
+            kw2[k] = torch.cat([v, torch.randn(1, T, generator=_gen(2))])
+    adv2, _ = comp(**kw2)
+    _finite(adv2, "advantages")
+    if not torch.all(adv2[B] == 0):
+        raise AssertionError(f"the all-masked row got advantages {adv2[B].tolist()}")
+    m = kw["mask"]
+    _close(adv2[:B][m], adv[m], "other rows' advantages")
+
+
+# --------------------------------------------------------------------------- policy losses
+
+
+def _pl_inputs(B=6, T=9, seed=0):
+    g = _gen(seed)
+    mask = _mask(B, T, g)
+    old = -torch.rand(B, T, generator=g) * 3 - 0.05
+    logp = old + torch.randn(B, T, generator=g) * 0.3
+    adv = torch.randn(B, T, generator=g)
+    return dict(log_prob=logp, old_log_prob=old, advantages=adv, mask=mask)
+
+
+def _pl_call(comp, kw, **extra):
+    logp = kw["log_prob"].clone().requires_grad_(True)
+    loss, metrics = comp(**{**kw, "log_prob": logp}, aggregate=_agg, **extra)
+    if loss.ndim != 0:
+        raise AssertionError(f"loss must be a scalar, got shape {tuple(loss.shape)}")
+    loss.backward()
+    return loss.detach(), logp.grad, metrics
+
+
+@_check("policy_loss", "finite loss and gradients; namespaced scalar metrics")
+def _pl_finite(comp):
+    loss, grad, metrics = _pl_call(comp, _pl_inputs())
+    _finite(loss, "loss")
+    _finite(grad, "gradient")
+    _metrics_ok(metrics, comp.name)
+    for key in ("actor/approx_kl", "actor/clipfrac"):
+        if key not in metrics:
+            raise AssertionError(f"metrics lack {key!r} (got {sorted(metrics)})")
+
+
+@_check("policy_loss", "values at masked positions (NaN included) change nothing")
+def _pl_masked(comp):
+    kw = _pl_inputs()
+    loss, grad, _ = _pl_call(comp, kw)
+    m = kw["mask"]
+    kw2 = dict(kw)
+    for k in ("log_prob", "old_log_prob", "advantages"):
+        kw2[k] = torch.where(m, kw[k], torch.full_like(kw[k], float("nan")))
+    loss2, grad2, _ = _pl_call(comp, kw2)
+    _close(loss2, loss, "loss")
+    _close(grad2[m], grad[m], "gradient at valid positions")
+    if grad2[~m].abs().sum() != 0 or not torch.isfinite(grad2).all():
+        raise AssertionError("masked positions received a nonzero or non-finite gradient")
+
+
+@_check("policy_loss", "appending padding changes nothing")
+def _pl_padding(comp):
+    kw = _pl_inputs()
+    loss, _, _ = _pl_call(comp, kw)
+    kw2 = {k: _pad(v, 4, False if v.dtype == torch.bool else 0.0) for k, v in kw.items()}
+    loss2, _, _ = _pl_call(comp, kw2)
+    _close(loss2, loss, "loss after padding")
+
+
+@_check("policy_loss", "approx_kl and clipfrac are 0 when log_prob == old_log_prob")
+def _pl_on_policy(comp):
+    kw = _pl_inputs()
+    kw["log_prob"] = kw["old_log_prob"].clone()
+    _, _, metrics = _pl_call(comp, kw)
+    for key in ("actor/approx_kl", "actor/clipfrac"):
+        if float(metrics[key]) != 0.0:
+            raise AssertionError(f"{key} = {float(metrics[key])} on the first minibatch (expected exactly 0)")
+
+
+@_check("policy_loss", "weights of 1 equal no weights")
+def _pl_weights(comp):
+    kw = _pl_inputs()
+    loss, grad, _ = _pl_call(comp, kw)
+    loss2, grad2, _ = _pl_call(comp, kw, weights=kw["mask"].float())
+    _close(loss2, loss, "loss with unit weights")
+    _close(grad2, grad, "gradient with unit weights")
+
+
+# --------------------------------------------------------------------------- KL penalties
+
+
+def _kl_inputs(comp, B=4, T=6, V=11, seed=0):
+    g = _gen(seed)
+    kw: dict[str, Any] = {}
+    if "logits" in comp.spec.requires:
+        logits = torch.randn(B, T, V, generator=g)
+        ref_logits = logits + 0.5 * torch.randn(B, T, V, generator=g)
+        labels = torch.randint(0, V, (B, T), generator=g)
+        kw["logits"], kw["ref_logits"] = logits, ref_logits
+        kw["log_prob"] = torch.log_softmax(logits, -1).gather(-1, labels[..., None])[..., 0]
+        kw["ref_log_prob"] = torch.log_softmax(ref_logits, -1).gather(-1, labels[..., None])[..., 0]
+    else:
+        kw["log_prob"] = -torch.rand(B, T, generator=g) * 3
+        kw["ref_log_prob"] = kw["log_prob"] + 0.4 * torch.randn(B, T, generator=g)
+    return kw
+
+
+@_check("kl_penalty", "finite (B, T) values and gradients")
+def _kl_finite(comp):
+    kw = _kl_inputs(comp)
+    grad_key = "logits" if "logits" in kw else "log_prob"
+    x = kw[grad_key].clone().requires_grad_(True)
+    kl = comp(**{**kw, grad_key: x})
+    if kl.shape != kw["log_prob"].shape:
+        raise AssertionError(f"KL has shape {tuple(kl.shape)}, expected {tuple(kw['log_prob'].shape)}")
+    _finite(kl, "KL")
+    kl.sum().backward()
+    _finite(x.grad, "gradient")
+
+
+@_check("kl_penalty", "0 where policy and reference agree")
+def _kl_zero(comp):
+    kw = _kl_inputs(comp)
+    kw["ref_log_prob"] = kw["log_prob"].clone()
+    if "logits" in kw:
+        kw["ref_logits"] = kw["logits"].clone()
+    kl = comp(**kw)
+    _close(kl, torch.zeros_like(kl), "KL at equality", atol=1e-6)
+
+
+# --------------------------------------------------------------------------- aggregations
+
+
+@_check("loss_aggregation", "masked values (NaN included) and padding change nothing")
+def _agg_masked(comp):
+    g = _gen(0)
+    mask = _mask(5, 8, g)
+    x = torch.randn(5, 8, generator=g)
+    base = comp(loss_mat=x, mask=mask)
+    _finite(base, "aggregate")
+    nan = torch.where(mask, x, torch.full_like(x, float("nan")))
+    _close(comp(loss_mat=nan, mask=mask), base, "aggregate with NaN at masked positions")
+    if comp.name.endswith("norm") or getattr(comp.config, "horizon", "absent") is None:
+        return  # a horizon of "the mask width" legitimately depends on padding
+    _close(comp(loss_mat=_pad(x, 3), mask=_pad(mask, 3, False)), base, "aggregate after padding")
+
+
+@_check("loss_aggregation", "an all-masked batch gives 0")
+def _agg_empty(comp):
+    out = comp(loss_mat=torch.randn(3, 4), mask=torch.zeros(3, 4, dtype=torch.bool))
+    if float(out) != 0.0:
+        raise AssertionError(f"all-masked batch aggregated to {float(out)}")
+
+
+@_check("loss_aggregation", "micro-batches with global counts sum to the whole batch")
+def _agg_split(comp):
+    g = _gen(3)
+    mask = _mask(8, 6, g)
+    x = torch.randn(8, 6, generator=g)
+    whole = comp(loss_mat=x, mask=mask)
+    tokens = int(mask.sum())
+    seqs = int(mask.any(-1).sum())
+    parts = sum(
+        comp(loss_mat=x[i : i + 3], mask=mask[i : i + 3], global_tokens=tokens, global_seqs=seqs) for i in range(0, 8, 3)
+    )
+    _close(parts, whole, "sum of micro-batch aggregates")
+
+
+# --------------------------------------------------------------------------- corrections
+
+
+@_check("importance_correction", "detached weights, 0 on padding, 1 when rollout == old")
+def _corr(comp):
+    g = _gen(0)
+    mask = _mask(5, 7, g)
+    old = -torch.rand(5, 7, generator=g) * 2
+    old_g = old.clone().requires_grad_(True)
+    roll = old + 0.3 * torch.randn(5, 7, generator=g)
+    w, metrics = comp(old_log_prob=old_g, rollout_log_prob=roll, mask=mask)
+    if w.requires_grad:
+        raise AssertionError("weights must be detached")
+    _finite(w, "weights")
+    if (w[~mask] != 0).any():
+        raise AssertionError("weights on masked positions must be 0")
+    _metrics_ok(metrics, comp.name)
+    w1, _ = comp(old_log_prob=old, rollout_log_prob=old.clone(), mask=mask)
+    _close(w1[mask], torch.ones(int(mask.sum())), "weights when rollout_log_prob == old_log_prob")
+
+
+# --------------------------------------------------------------------------- value losses
+
+
+@_check("value_loss", "finite, masked-invariant, 0 when values equal returns")
+def _vl(comp):
+    g = _gen(0)
+    mask = _mask(5, 7, g)
+    ret = torch.randn(5, 7, generator=g)
+    old = ret + 0.3 * torch.randn(5, 7, generator=g)
+    v = (old + 0.2 * torch.randn(5, 7, generator=g)).requires_grad_(True)
+    loss, metrics = comp(values=v, old_values=old, returns=ret, mask=mask, aggregate=_agg)
+    _finite(loss, "value loss")
+    loss.backward()
+    _finite(v.grad, "gradient")
+    _metrics_ok(metrics, comp.name)
+    nan = lambda t: torch.where(mask, t.detach(), torch.full_like(t.detach(), float("nan")))  # noqa: E731
+    loss2, _ = comp(values=nan(v), old_values=nan(old), returns=nan(ret), mask=mask, aggregate=_agg)
+    _close(loss2, loss, "value loss with NaN at masked positions")
+    zero, _ = comp(values=ret.clone(), old_values=ret.clone(), returns=ret, mask=mask, aggregate=_agg)
+    _close(zero, torch.tensor(0.0), "value loss when values == returns")
+
+
+# --------------------------------------------------------------------------- preference losses
+
+
+@_check("preference_loss", "finite per-pair losses and gradients")
+def _pref(comp):
+    g = _gen(0)
+    P = 6
+    lens_c = torch.randint(1, 9, (P,), generator=g)
+    lens_r = torch.randint(1, 9, (P,), generator=g)
+    c = (-torch.rand(P, generator=g) * lens_c).requires_grad_(True)
+    r = (-torch.rand(P, generator=g) * lens_r).requires_grad_(True)
+    losses, metrics = comp(
+        chosen_logps=c,
+        rejected_logps=r,
+        ref_chosen_logps=c.detach() + 0.1,
+        ref_rejected_logps=r.detach() - 0.1,
+        chosen_lengths=lens_c,
+        rejected_lengths=lens_r,
+    )
+    if losses.shape != (P,):
+        raise AssertionError(f"losses must have shape ({P},), got {tuple(losses.shape)}")
+    _finite(losses, "losses")
+    losses.mean().backward()
+    _finite(c.grad, "gradient (chosen)")
+    _finite(r.grad, "gradient (rejected)")
+    _metrics_ok(metrics, comp.name)
+
+
+# --------------------------------------------------------------------------- factories
+
+
+@_check("kl_controller", "a finite, non-negative value that updates")
+def _klc(comp):
+    ctl = comp()
+    v0 = float(ctl.value)
+    if not math.isfinite(v0) or v0 < 0:
+        raise AssertionError(f"initial value {v0}")
+    ctl.update(current_kl=0.5, n_steps=1)
+    if not math.isfinite(float(ctl.value)) or float(ctl.value) < 0:
+        raise AssertionError(f"value after update {ctl.value}")
+
+
+@_check("task", "deterministic examples; demonstrations earn reward 1")
+def _task(comp):
+    task = comp()
+    ex1 = task.train_examples(4, _gen(0))
+    ex2 = task.train_examples(4, _gen(0))
+    if [e.prompt for e in ex1] != [e.prompt for e in ex2]:
+        raise AssertionError("train_examples is not deterministic given the generator state")
+    if not task.eval_examples():
+        raise AssertionError("eval_examples is empty")
+    for e in ex1 + task.eval_examples()[:4]:
+        r = task.reward(e, task.demonstration(e))
+        if r != 1.0:
+            raise AssertionError(f"demonstration {task.demonstration(e)!r} for {e.prompt!r} scored {r}")
+        if not math.isfinite(task.reward(e, "")):
+            raise AssertionError("the empty completion's reward is not finite")
+
+
+@_check("logger", "writes metrics and closes")
+def _logger(comp):
+    with tempfile.TemporaryDirectory() as d:
+        lg = comp(run_dir=Path(d))
+        lg.log(0, {"rollout/reward": 0.5})
+        lg.log(1, {"rollout/reward": 0.75})
+        lg.close()
+
+
+# --------------------------------------------------------------------------- running
+
+
+@attrs.frozen
+class ContractCase:
+    """One check on one component; ``run()`` raises AssertionError on failure."""
+
+    kind: str
+    name: str
+    check: str
+    fn: Check = attrs.field(repr=False)
+    knobs: dict = attrs.field(factory=dict, repr=False)
+    lab: Lab | None = attrs.field(default=None, repr=False, eq=False)
+
+    def __str__(self):
+        return f"{self.kind}:{self.name}:{self.check}"
+
+    def run(self) -> None:
+        import pytest
+
+        lab = self.lab or Lab()
+        missing = required_knobs(lab, self.kind, self.name, self.knobs)
+        if missing:
+            pytest.skip(f"{self.name} has required knobs {missing}; pass them with contract_cases(knobs=...)")
+        comp = lab.get(self.kind, self.name, **self.knobs)
+        try:
+            self.fn(comp)
+        except ContractSkip as e:
+            pytest.skip(str(e))
+
+
+def required_knobs(lab: Lab, kind: str, name: str, given: dict) -> list[str]:
+    """Knobs of a component with no default and not in ``given``."""
+    cls = lab.spec(kind, name).config
+    return [f.name for f in attrs.fields(cls) if f.default is attrs.NOTHING and f.name not in given]
+
+
+def checks_for(kind: str) -> list[tuple[str, Check]]:
+    return list(_REGISTRY.get(kind, []))
+
+
+def contract_cases(
+    *, lab: Lab | None = None, kinds: Iterable[str] | None = None, names: Iterable[str] | None = None, knobs: dict | None = None
+) -> list[ContractCase]:
+    """Every (component, check) pair, for ``pytest.mark.parametrize``.
+
+    :param names: restrict to these component names (any kind).
+    :param knobs: knobs to build each component with (e.g. a required file path).
+    """
+    lab = lab or Lab()
+    wanted = set(names) if names is not None else None
+    out = []
+    for spec in lab.specs():
+        if kinds is not None and spec.kind not in set(kinds):
+            continue
+        if wanted is not None and spec.name not in wanted and not (set(spec.aliases) & wanted):
+            continue
+        for check_name, fn in checks_for(spec.kind):
+            out.append(ContractCase(spec.kind, spec.name, check_name, fn, dict(knobs or {}), lab))
+    return out
+
+
+def run_contract(lab: Lab, kind: str, name: str, knobs: dict | None = None) -> list[CheckResult]:
+    """Run every check for one component, collecting results (used by ``rllab check``)."""
+    spec = lab.spec(kind, name)
+    results = []
+    missing = required_knobs(lab, kind, spec.name, knobs or {})
+    if missing:
+        msg = f"required knobs {missing} not given (rllab check NAME --knob key=value)"
+        return [CheckResult(kind, spec.name, "builds with its default config", True, msg, skipped=True)]
+    try:
+        comp = lab.get(kind, spec.name, **(knobs or {}))
+    except Exception as e:
+        return [CheckResult(kind, spec.name, "builds with its default config", False, f"{type(e).__name__}: {e}")]
+    results.append(CheckResult(kind, spec.name, "builds with its default config", True))
+    for check_name, fn in checks_for(kind):
+        try:
+            fn(comp)
+            results.append(CheckResult(kind, spec.name, check_name, True))
+        except ContractSkip as e:
+            results.append(CheckResult(kind, spec.name, check_name, True, str(e), skipped=True))
+        except Exception as e:
+            results.append(CheckResult(kind, spec.name, check_name, False, f"{type(e).__name__}: {e}"))
+    if not checks_for(kind):
+        results.append(CheckResult(kind, spec.name, f"no contract checks for kind {kind}", True, skipped=True))
+    return results

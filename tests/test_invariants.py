@@ -1,0 +1,62 @@
+"""DESIGN.md invariants 1 and 2: the kernel never imports a plugin."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_import_rllab_loads_no_plugin_module():
+    code = (
+        "import sys, rllab, rllab.config, rllab.testing, rllab.cli, rllab.ops, rllab.types\n"
+        "bad = [m for m in sys.modules if m.startswith('rllab_') or m.startswith('plugins')]\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_no_kernel_file_imports_a_plugin():
+    plugin_names = {p.name for p in (ROOT / "plugins").iterdir() if p.is_dir()} | {"plugins"}
+    offenders = []
+    for f in (ROOT / "rllab").rglob("*.py"):
+        tree = ast.parse(f.read_text())
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            offenders += [f"{f.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in plugin_names]
+    assert offenders == []
+
+
+def test_plugins_import_only_rllab_public_api():
+    allowed_rllab = {"rllab", "rllab.ops", "rllab.types", "rllab.testing", "rllab.models", "rllab.tinymodel"}
+    plugin_dirs = [p for p in (ROOT / "plugins").iterdir() if p.is_dir()]
+    offenders = []
+    for d in plugin_dirs:
+        for f in d.rglob("*.py"):
+            for node in ast.walk(ast.parse(f.read_text())):
+                mods = []
+                if isinstance(node, ast.Import):
+                    mods = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    mods = [node.module]
+                for m in mods:
+                    top = m.split(".")[0]
+                    if top == "rllab" and m not in allowed_rllab:
+                        offenders.append(f"{f.relative_to(ROOT)}: {m}")
+                    if top.startswith("rllab_") and top != d.name:
+                        offenders.append(f"{f.relative_to(ROOT)}: imports another plugin {m}")
+    assert offenders == []
+
+
+def test_every_plugin_package_is_an_entry_point():
+    import tomllib
+
+    eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["rllab"]
+    dirs = {p.name for p in (ROOT / "plugins").iterdir() if (p / "__init__.py").exists()}
+    assert dirs == set(eps.values())
