@@ -1,0 +1,50 @@
+"""The rllab command: listings, show, check and errors."""
+
+import pytest
+
+from rllab.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_plugins_lists_builtins_with_providers(capsys):
+    code, out, _ = run(capsys, "plugins")
+    assert code == 0
+    for name in ("token-mean", "rllab_agg"):
+        assert name in out
+
+
+def test_plugins_kind_filter(capsys):
+    code, out, _ = run(capsys, "plugins", "--kind", "loss_aggregation")
+    assert code == 0 and "token-sum" in out
+
+
+def test_plugins_show(capsys):
+    code, out, _ = run(capsys, "plugins", "show", "seq-mean-token-sum-norm")
+    assert code == 0 and "horizon" in out and "loss_aggregation" in out
+
+
+def test_show_unknown(capsys):
+    code, _, err = run(capsys, "plugins", "show", "token-maen")
+    assert code == 1 and "token-mean" in err
+
+
+def test_check_builtin(capsys):
+    code, out, _ = run(capsys, "check", "token-mean")
+    assert code == 0 and "all checks passed" in out
+
+
+def test_check_unknown_lists_names(capsys):
+    code, _, err = run(capsys, "check", "nonexistent_thing")
+    assert code == 1 and "unknown" in err
+
+
+def test_broken_plugin_is_shown(capsys, tmp_path):
+    bad = tmp_path / "bad_plugin.py"
+    bad.write_text("import nonexistent_module_xyz\n")
+    code, out, _ = run(capsys, "plugins", "--plugin", str(bad))
+    assert code == 0 and "broken plugins" in out and "nonexistent_module_xyz" in out

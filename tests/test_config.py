@@ -1,0 +1,131 @@
+"""Experiment configs: TOML, presets, overrides, schedules and their errors."""
+
+import textwrap
+
+import pytest
+
+from rllab.config import ConfigError, apply_schedule, dump_toml, load_config, parse_value, preset_names
+
+
+def write(tmp_path, text):
+    p = tmp_path / "exp.toml"
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def test_defaults_validate(lab):
+    cfg = load_config(None, lab=lab)
+    assert cfg.component("advantage").name == "grpo"
+    assert cfg.component("policy_loss").name == "ppo_clip"
+    assert cfg.train.algorithm == "rl"
+
+
+def test_toml_sections_and_overrides(tmp_path, lab):
+    p = write(
+        tmp_path,
+        """
+        name = "exp"
+        [train]
+        steps = 7
+        [policy_loss]
+        name = "ppo_clip"
+        clip_high = 0.25
+        [advantage]
+        name = "grpo"
+        norm_by_std = false
+        """,
+    )
+    cfg = load_config(p, ["policy_loss.clip_high=0.28", "advantage=rloo", "train.lr=0.01"], lab=lab)
+    assert cfg.name == "exp" and cfg.train.steps == 7 and cfg.train.lr == 0.01
+    assert cfg.component("policy_loss").knobs == {"clip_high": 0.28}
+    # switching component drops the old component's knobs
+    assert cfg.component("advantage").name == "rloo" and cfg.component("advantage").knobs == {}
+    assert lab.get("policy_loss", "ppo_clip", **cfg.component("policy_loss").knobs).config.clip_high == 0.28
+
+
+def test_bad_knob_points_at_toml_line(tmp_path, lab):
+    p = write(
+        tmp_path,
+        """
+        [train]
+        steps = 3
+
+        [policy_loss]
+        name = "ppo_clip"
+        clip_hihg = 0.28
+        """,
+    )
+    with pytest.raises(ConfigError) as e:
+        load_config(p, lab=lab)
+    msg = str(e.value)
+    assert "[policy_loss] (line 7)" in msg and "clip_hihg" in msg and "did you mean 'clip_high'" in msg
+
+
+def test_unknown_component_lists_known(tmp_path, lab):
+    p = write(tmp_path, '[advantage]\nname = "grop"\n')
+    with pytest.raises(ConfigError) as e:
+        load_config(p, lab=lab)
+    assert "(line 2)" in str(e.value) and "Did you mean 'grpo'" in str(e.value) and "rloo" in str(e.value)
+
+
+def test_bad_plain_setting(tmp_path, lab):
+    p = write(tmp_path, "[train]\nsteps = -1\n")
+    with pytest.raises(ConfigError, match=r"steps = -1 is out of range: must be ≥ 0 \(line 2\)"):
+        load_config(p, lab=lab)
+    p = write(tmp_path, "[train]\nstep = 1\n")
+    with pytest.raises(ConfigError, match="did you mean 'steps'|Did you mean 'steps'"):
+        load_config(p, lab=lab)
+    p = write(tmp_path, "[trian]\nsteps = 1\n")
+    with pytest.raises(ConfigError, match="unknown key 'trian'.*Did you mean 'train'"):
+        load_config(p, lab=lab)
+
+
+def test_malformed_toml(tmp_path, lab):
+    p = write(tmp_path, "[train\nsteps = 1\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(p, lab=lab)
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.toml", lab=lab)
+
+
+def test_override_syntax_errors(lab):
+    with pytest.raises(ConfigError, match="key=value"):
+        load_config(None, ["policy_loss.clip_high"], lab=lab)
+
+
+def test_parse_value():
+    assert parse_value("0.28") == 0.28 and parse_value("3") == 3 and parse_value("true") is True
+    assert parse_value("rloo") == "rloo" and parse_value("[1, 2]") == [1, 2]
+
+
+def test_schedule_is_validated_and_applied(tmp_path, lab):
+    p = write(
+        tmp_path,
+        """
+        [[schedule]]
+        step = 5
+        set = { "policy_loss" = "cispo", "train.entropy_coef" = 0.01 }
+        """,
+    )
+    cfg = load_config(p, lab=lab)
+    new = apply_schedule(cfg, cfg.schedule[0], lab=lab)
+    assert new.component("policy_loss").name == "cispo" and new.train.entropy_coef == 0.01
+    bad = write(tmp_path, '[[schedule]]\nstep = 5\nset = { "policy_loss" = "nope" }\n')
+    with pytest.raises(ConfigError, match="schedule at step 5.*nope"):
+        load_config(bad, lab=lab)
+
+
+def test_presets_all_validate(lab):
+    names = preset_names()
+    for expected in ("grpo", "ppo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "gspo", "cispo", "dpo", "online_dpo"):
+        assert expected in names
+    for name in names:
+        load_config(None, preset=name, lab=lab)
+
+
+def test_dump_roundtrip(lab):
+    import tomllib
+
+    cfg = load_config(None, ["policy_loss.clip_high=0.28"], preset="dapo", lab=lab)
+    again = load_config(tomllib.loads(dump_toml(cfg.to_dict())), lab=lab)
+    assert again.to_dict() == cfg.to_dict()
