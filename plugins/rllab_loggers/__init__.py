@@ -1,1 +1,96 @@
-"""rllab_loggers plugin."""
+"""Metric loggers: JSON lines (always available) and TensorBoard (``pip install rllab[tensorboard]``).
+
+A logger is built once per run with ``factory(config=..., run_dir=...)`` and receives
+``log(step, metrics)`` after every step (metrics: a flat dict of floats with namespaced keys such
+as ``rollout/reward`` or ``actor/clipfrac``) and ``close()`` at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import attrs
+
+import rllab
+
+
+@attrs.frozen
+class JsonlConfig:
+    """Knobs of the JSONL logger."""
+
+    filename: str = rllab.knob("metrics.jsonl", help="file inside the run directory")
+
+
+class JsonlLogger:
+    """Appends one JSON object per step: ``{"step": N, "rollout/reward": ..., ...}``.
+
+    Non-finite floats are written as strings ("nan", "inf") so every line stays valid JSON.
+    The file is flushed after each line, so a killed run loses no finished step.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(path, "a", encoding="utf-8")
+
+    def log(self, step: int, metrics: dict) -> None:
+        row = {"step": int(step)}
+        for k, v in metrics.items():
+            v = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+            row[k] = v if not isinstance(v, float) or math.isfinite(v) else str(v)
+        self._f.write(json.dumps(row) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def jsonl(*, config: JsonlConfig, run_dir) -> JsonlLogger:
+    """JSON lines, one object per step, in the run directory."""
+    return JsonlLogger(Path(run_dir) / config.filename)
+
+
+def read_jsonl(path) -> list[dict]:
+    """The rows of a metrics file (helper for plots and tests)."""
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+@attrs.frozen
+class TensorBoardConfig:
+    """Knobs of the TensorBoard logger."""
+
+    subdir: str = rllab.knob("tensorboard", help="event-file directory inside the run directory")
+
+
+class TensorBoardLogger:
+    def __init__(self, logdir: Path):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as e:  # tensorboard is an optional extra
+            raise rllab.RllabError(
+                "the 'tensorboard' logger needs the tensorboard package: pip install 'rllab[tensorboard]'"
+            ) from e
+        self._w = SummaryWriter(log_dir=str(logdir))
+
+    def log(self, step: int, metrics: dict) -> None:
+        for k, v in metrics.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                self._w.add_scalar(k, float(v), global_step=int(step))
+        self._w.flush()
+
+    def close(self) -> None:
+        self._w.close()
+
+
+def tensorboard(*, config: TensorBoardConfig, run_dir) -> TensorBoardLogger:
+    """TensorBoard event files (scalars), viewable with `tensorboard --logdir RUN_DIR`."""
+    return TensorBoardLogger(Path(run_dir) / config.subdir)
+
+
+@rllab.hookimpl
+def register_loggers(register):
+    register("jsonl", jsonl, config=JsonlConfig)
+    register("tensorboard", tensorboard, config=TensorBoardConfig)
