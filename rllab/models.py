@@ -1,0 +1,556 @@
+"""Policy, reference and critic forwards on transformers models; log-probs and entropy in chunks.
+
+A policy-gradient step needs, for every response token ``y_t``, the log-probability
+``log π(y_t | y_<t)`` and often the entropy ``H_t = −Σ_v π(v) log π(v)`` of the whole next-token
+distribution. Written densely (``log_softmax(logits).gather(...)`` plus a softmax for the entropy)
+that costs several ``(N, V)`` float32 tensors on top of the logits — with a 151,936-token
+vocabulary a single one is 2.5 GB for 4,096 tokens — and autograd keeps most of them alive until
+the backward pass.
+
+The functions here work on chunks of tokens instead and keep only ``(N,)`` statistics (the
+log-normaliser ``lse`` and the entropy) between forward and backward. The backward pass recomputes
+each chunk's softmax and writes the closed-form gradients
+
+    ∂ log π(y) / ∂z_v = 1[v = y] − π(v)
+    ∂ H / ∂z_v        = −π(v) · (log π(v) + H)
+
+where ``z = logits / temperature``. :func:`logprobs_from_hidden` goes one step further and runs
+the LM-head projection per chunk too, so the ``(N, V)`` logits never exist, in the forward or in the
+backward pass (the price is one extra chunked matmul in backward, as in every fused
+linear + cross-entropy kernel).
+
+Model-side helpers follow verl's alignment conventions: ``input_ids`` ``(B, L)`` holds left-padded
+prompts followed by right-padded responses, the response occupies the last ``T`` columns, and the
+quantity for response token ``j`` is read at position ``L − T − 1 + j`` (the state *before* the
+token is emitted), for log-probs and critic values alike. Position ids come from the attention
+mask, so the amount of left padding never shifts rotary positions.
+
+Shapes: ``B`` rows, ``L`` prompt + response columns, ``T`` response columns, ``N`` flattened
+tokens, ``V`` vocabulary, ``D`` hidden size.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import math
+
+import torch
+from torch import nn
+
+__all__ = [
+    "CHUNK_ELEMENTS",
+    "CriticModel",
+    "ValueHead",
+    "logprobs_from_hidden",
+    "logprobs_from_logits",
+    "position_ids_from_mask",
+    "response_logprobs",
+    "supports_hidden_path",
+]
+
+CHUNK_ELEMENTS = 1 << 25
+"""Default chunk budget: ``chunk_size = max(1, CHUNK_ELEMENTS // V)`` tokens, so one float32 chunk
+of logits is 128 MiB whatever the vocabulary (220 tokens for V = 151,936; 1,024 for V = 32,768)."""
+
+HIDDEN_PATH_MODEL_TYPES = frozenset(
+    {"llama", "mistral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "olmo2", "smollm3"}
+)
+"""``config.model_type`` values whose causal-LM head is exactly ``lm_head(last_hidden_state)``
+(no logit scaling or soft-capping), so :func:`response_logprobs` may project chunk by chunk."""
+
+
+# --------------------------------------------------------------------------- argument checks
+
+
+def _chunk_rows(chunk_size: int | None, V: int, where: str) -> int:
+    if chunk_size is None:
+        return max(1, CHUNK_ELEMENTS // max(V, 1))
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"{where}: chunk_size must be a positive int or None, got {chunk_size!r}")
+    return chunk_size
+
+
+def _check_temperature(temperature: float, where: str) -> float:
+    if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature > 0:
+        raise ValueError(f"{where}: temperature must be a number > 0, got {temperature!r}")
+    return float(temperature)
+
+
+def _check_labels(where: str, labels: torch.Tensor, expected: tuple[int, ...], what: str) -> None:
+    if not isinstance(labels, torch.Tensor):
+        raise TypeError(f"{where}: labels must be an integer tensor, got {type(labels).__name__}")
+    if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
+        raise TypeError(f"{where}: labels must be an integer tensor, got {labels.dtype}")
+    if tuple(labels.shape) != expected:
+        raise ValueError(f"{where}: labels has shape {tuple(labels.shape)} but {what} expects {expected}")
+
+
+# --------------------------------------------------------------------------- chunk math
+
+
+def _blocks(B: int, T: int, rows: int):
+    """(b0, b1, t0, t1) blocks of about ``rows`` tokens covering a (B, T) grid, in order."""
+    if B == 0 or T == 0:
+        return
+    if T >= rows:
+        for b in range(B):
+            for t0 in range(0, T, rows):
+                yield b, b + 1, t0, min(t0 + rows, T)
+    else:
+        per = max(1, rows // T)
+        for b0 in range(0, B, per):
+            yield b0, min(b0 + per, B), 0, T
+
+
+def _stats(z: torch.Tensor, labels: torch.Tensor, with_entropy: bool):
+    """log π(label), lse and (optionally) the entropy of one float32 chunk ``z`` (..., V)."""
+    lse = torch.logsumexp(z, dim=-1)
+    log_prob = z.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse
+    if not with_entropy:
+        return log_prob, lse, None
+    log_p = z - lse.unsqueeze(-1)
+    p = log_p.exp()
+    # clamp so a −inf logit contributes 0·(finite) = 0 instead of 0·(−inf) = NaN
+    entropy = -log_p.clamp_min_(torch.finfo(log_p.dtype).min).mul_(p).sum(-1)
+    return log_prob, lse, entropy
+
+
+def _grad_z(log_p: torch.Tensor, labels, lse, entropy, g_lp, g_ent) -> torch.Tensor:
+    """Gradient w.r.t. the scaled logits ``z`` of one chunk, computed in place in ``log_p``.
+
+    On entry ``log_p`` holds ``z`` (a buffer this function may overwrite); on exit it holds
+    ``g_lp·(onehot(label) − p) − g_ent·p·(log p + H)``.
+    """
+    log_p.sub_(lse.unsqueeze(-1))
+    if g_ent is None:
+        d = log_p.exp_().mul_(-g_lp.unsqueeze(-1))
+    else:
+        p = log_p.exp()
+        w = log_p.clamp_min_(torch.finfo(log_p.dtype).min).add_(entropy.unsqueeze(-1)).mul_(g_ent.unsqueeze(-1))
+        if g_lp is not None:
+            w.add_(g_lp.unsqueeze(-1))
+        d = w.mul_(p).neg_()
+        del p
+    if g_lp is not None:
+        d.scatter_add_(-1, labels.unsqueeze(-1), g_lp.unsqueeze(-1))
+    return d
+
+
+class _LogitsLogProb(torch.autograd.Function):
+    """log π(label) [and entropy] from (B, T, V) logits, chunked over tokens in both passes."""
+
+    @staticmethod
+    def forward(ctx, logits, labels, rows, temperature, with_entropy):
+        B, T, V = logits.shape
+        log_prob = torch.empty(B, T, dtype=torch.float32, device=logits.device)
+        lse = torch.empty_like(log_prob)
+        entropy = torch.empty_like(log_prob) if with_entropy else None
+        for b0, b1, t0, t1 in _blocks(B, T, rows):
+            z = logits[b0:b1, t0:t1].float()
+            if temperature != 1.0:
+                z = z / temperature
+            lp, s, ent = _stats(z, labels[b0:b1, t0:t1], with_entropy)
+            del z
+            log_prob[b0:b1, t0:t1] = lp
+            lse[b0:b1, t0:t1] = s
+            if with_entropy:
+                entropy[b0:b1, t0:t1] = ent
+        ctx.set_materialize_grads(False)
+        ctx.rows, ctx.temperature = rows, temperature
+        ctx.save_for_backward(logits, labels, lse, entropy)
+        return (log_prob, entropy) if with_entropy else log_prob
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g_lp, g_ent=None):
+        logits, labels, lse, entropy = ctx.saved_tensors
+        if g_lp is None and g_ent is None:
+            return None, None, None, None, None
+        B, T, V = logits.shape
+        tau = ctx.temperature
+        grad = torch.empty(B, T, V, dtype=logits.dtype, device=logits.device)
+        in_place = grad.dtype == torch.float32
+        for b0, b1, t0, t1 in _blocks(B, T, ctx.rows):
+            x = logits[b0:b1, t0:t1]
+            out = grad[b0:b1, t0:t1]
+            if in_place:
+                z = torch.div(x, tau, out=out) if tau != 1.0 else out.copy_(x)
+            else:
+                z = x.float() if tau == 1.0 else x.float() / tau
+            sl = (slice(b0, b1), slice(t0, t1))
+            d = _grad_z(
+                z,
+                labels[sl],
+                lse[sl],
+                None if entropy is None else entropy[sl],
+                None if g_lp is None else g_lp[sl].float(),
+                None if g_ent is None else g_ent[sl].float(),
+            )
+            if tau != 1.0:
+                d.div_(tau)
+            if not in_place:
+                out.copy_(d)
+            del z, d
+        return grad, None, None, None, None
+
+
+class _HiddenLogProb(torch.autograd.Function):
+    """log π(label) [and entropy] from (N, D) hidden states and a (V, D) head, chunked."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, labels, rows, temperature, with_entropy):
+        N = hidden.shape[0]
+        log_prob = torch.empty(N, dtype=torch.float32, device=hidden.device)
+        lse = torch.empty_like(log_prob)
+        entropy = torch.empty_like(log_prob) if with_entropy else None
+        for s in range(0, N, rows):
+            e = min(s + rows, N)
+            z = _project(hidden[s:e], weight, bias, temperature)
+            lp, m, ent = _stats(z, labels[s:e], with_entropy)
+            del z
+            log_prob[s:e], lse[s:e] = lp, m
+            if with_entropy:
+                entropy[s:e] = ent
+        ctx.set_materialize_grads(False)
+        ctx.rows, ctx.temperature = rows, temperature
+        ctx.save_for_backward(hidden, weight, bias, labels, lse, entropy)
+        return (log_prob, entropy) if with_entropy else log_prob
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g_lp, g_ent=None):
+        hidden, weight, bias, labels, lse, entropy = ctx.saved_tensors
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        if (g_lp is None and g_ent is None) or not (need_h or need_w or need_b):
+            return None, None, None, None, None, None, None
+        N = hidden.shape[0]
+        tau = ctx.temperature
+        acc = torch.float32  # accumulate head gradients in float32 whatever the parameter dtype
+        grad_h = torch.empty_like(hidden) if need_h else None
+        grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_w else None
+        grad_b = torch.zeros(bias.shape, dtype=acc, device=bias.device) if need_b else None
+        for s in range(0, N, ctx.rows):
+            e = min(s + ctx.rows, N)
+            z = _project(hidden[s:e], weight, bias, tau)
+            d = _grad_z(
+                z,
+                labels[s:e],
+                lse[s:e],
+                None if entropy is None else entropy[s:e],
+                None if g_lp is None else g_lp[s:e].float(),
+                None if g_ent is None else g_ent[s:e].float(),
+            )
+            if tau != 1.0:
+                d.div_(tau)
+            if need_b:
+                grad_b += d.sum(0)
+            if need_w:
+                grad_w.addmm_(d.t(), hidden[s:e].to(acc))
+            if need_h:
+                torch.matmul(d.to(weight.dtype), weight, out=grad_h[s:e])
+            del z, d
+        if grad_w is not None:
+            grad_w = grad_w.to(weight.dtype)
+        if grad_b is not None:
+            grad_b = grad_b.to(bias.dtype)
+        return grad_h, grad_w, grad_b, None, None, None, None
+
+
+def _project(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: float) -> torch.Tensor:
+    """float32 ``(h @ weightᵀ + bias) / temperature`` for one chunk, computed in the head's dtype."""
+    z = torch.addmm(bias, h, weight.t()) if bias is not None else h @ weight.t()
+    z = z.float()
+    if temperature != 1.0:
+        z.div_(temperature)
+    return z
+
+
+# --------------------------------------------------------------------------- public kernels
+
+
+def logprobs_from_logits(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    chunk_size: int | None = None,
+    with_entropy: bool = False,
+    temperature: float = 1.0,
+):
+    """log π(label) and, optionally, the entropy of ``softmax(logits / temperature)``, in chunks.
+
+    Equal (to float32 rounding) to ``log_softmax(logits / τ).gather(-1, labels)`` and
+    ``−Σ softmax · log_softmax``, values and gradients, but never materialises a second ``(N, V)``
+    tensor: forward and backward each hold about one chunk of float32 logits (plus the ``(N, V)``
+    gradient itself in backward, which autograd needs anyway). Computation is in float32 whatever
+    the logits' dtype; the gradient has the logits' dtype.
+
+    :param logits: ``(N, V)`` or ``(B, T, V)``, any float dtype; may be a strided view such as
+        ``model_logits[:, -T - 1:-1]`` (it is not copied).
+    :param labels: ``(N,)`` or ``(B, T)`` integer token ids in ``[0, V)``.
+    :param chunk_size: tokens per chunk; ``None`` picks ``CHUNK_ELEMENTS // V`` (128 MiB chunks).
+    :param with_entropy: also return the entropy.
+    :param temperature: τ > 0; logits are divided by it first, as rollout sampling does.
+    :returns: ``log_prob`` float32 with the labels' shape, and ``entropy`` (same shape) when
+        ``with_entropy``.
+    """
+    where = "logprobs_from_logits"
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
+        raise TypeError(f"{where}: logits must be a floating-point tensor, got {getattr(logits, 'dtype', type(logits).__name__)}")
+    if logits.ndim not in (2, 3):
+        raise ValueError(f"{where}: logits must be (N, V) or (B, T, V), got shape {tuple(logits.shape)}")
+    _check_labels(where, labels, tuple(logits.shape[:-1]), f"logits of shape {tuple(logits.shape)}")
+    rows = _chunk_rows(chunk_size, logits.shape[-1], where)
+    tau = _check_temperature(temperature, where)
+    if logits.shape[-1] == 0:
+        raise ValueError(f"{where}: logits has an empty vocabulary dimension, shape {tuple(logits.shape)}")
+    flat = logits.ndim == 2
+    x = logits.unsqueeze(0) if flat else logits
+    y = (labels.unsqueeze(0) if flat else labels).long()
+    out = _LogitsLogProb.apply(x, y, rows, tau, bool(with_entropy))
+    if flat:
+        return tuple(o.squeeze(0) for o in out) if with_entropy else out.squeeze(0)
+    return out
+
+
+def logprobs_from_hidden(
+    hidden: torch.Tensor,
+    lm_head_weight: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    chunk_size: int | None = None,
+    with_entropy: bool = False,
+    bias: torch.Tensor | None = None,
+    temperature: float = 1.0,
+):
+    """log π(label) [and entropy] of ``softmax((hidden @ Wᵀ + bias) / τ)``, projecting per chunk.
+
+    The full ``(N, V)`` logits never exist, in forward or backward: backward recomputes each
+    chunk's projection and accumulates the gradients of ``hidden``, ``lm_head_weight`` and
+    ``bias`` from it. The projection runs in the head's dtype (as ``nn.Linear`` would); softmax
+    statistics are float32.
+
+    :param hidden: ``(N, D)`` or ``(B, T, D)`` final hidden states (after the last norm).
+    :param lm_head_weight: ``(V, D)``, e.g. ``model.lm_head.weight``; same dtype as ``hidden``.
+    :param labels: ``(N,)`` or ``(B, T)`` integer token ids in ``[0, V)``.
+    :param bias: optional ``(V,)`` head bias.
+    :param chunk_size: tokens per chunk; ``None`` picks ``CHUNK_ELEMENTS // V``.
+    :param with_entropy: also return the entropy.
+    :param temperature: τ > 0 dividing the logits.
+    :returns: ``log_prob`` float32 with the labels' shape [, ``entropy``].
+    """
+    where = "logprobs_from_hidden"
+    for name, t in (("hidden", hidden), ("lm_head_weight", lm_head_weight)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            raise TypeError(f"{where}: {name} must be a floating-point tensor, got {getattr(t, 'dtype', type(t).__name__)}")
+    if hidden.ndim not in (2, 3):
+        raise ValueError(f"{where}: hidden must be (N, D) or (B, T, D), got shape {tuple(hidden.shape)}")
+    if lm_head_weight.ndim != 2 or lm_head_weight.shape[1] != hidden.shape[-1]:
+        raise ValueError(
+            f"{where}: lm_head_weight must be (V, D) with D = {hidden.shape[-1]} (from hidden of shape "
+            f"{tuple(hidden.shape)}), got shape {tuple(lm_head_weight.shape)}"
+        )
+    if hidden.dtype != lm_head_weight.dtype:
+        raise TypeError(f"{where}: hidden is {hidden.dtype} but lm_head_weight is {lm_head_weight.dtype}")
+    V = lm_head_weight.shape[0]
+    if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (V,)):
+        raise ValueError(f"{where}: bias must have shape ({V},), got {tuple(getattr(bias, 'shape', ()))}")
+    if bias is not None and bias.dtype != lm_head_weight.dtype:
+        raise TypeError(f"{where}: bias is {bias.dtype} but lm_head_weight is {lm_head_weight.dtype}")
+    _check_labels(where, labels, tuple(hidden.shape[:-1]), f"hidden of shape {tuple(hidden.shape)}")
+    rows = _chunk_rows(chunk_size, V, where)
+    tau = _check_temperature(temperature, where)
+    lead = labels.shape
+    h = hidden.reshape(-1, hidden.shape[-1])
+    out = _HiddenLogProb.apply(h, lm_head_weight, bias, labels.reshape(-1).long(), rows, tau, bool(with_entropy))
+    if with_entropy:
+        return out[0].view(lead), out[1].view(lead)
+    return out.view(lead)
+
+
+# --------------------------------------------------------------------------- transformers models
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, L) int64 position ids counting real tokens only: ``clamp(cumsum(mask) − 1, min=0)``.
+
+    A left-padded row therefore starts at position 0 on its first real token, exactly as the
+    unpadded sequence would; padding positions get 0 (they are masked out anyway).
+    """
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def _check_sequences(where: str, input_ids, attention_mask, response_length) -> int:
+    if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2 or input_ids.dtype != torch.long:
+        raise ValueError(
+            f"{where}: input_ids must be a (B, L) int64 tensor, got "
+            f"{tuple(getattr(input_ids, 'shape', ()))} {getattr(input_ids, 'dtype', type(input_ids).__name__)}"
+        )
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != input_ids.shape:
+        raise ValueError(
+            f"{where}: attention_mask has shape {tuple(getattr(attention_mask, 'shape', ()))} but input_ids has "
+            f"shape {tuple(input_ids.shape)}"
+        )
+    if attention_mask.is_floating_point():
+        raise TypeError(f"{where}: attention_mask must be bool or integer, got {attention_mask.dtype}")
+    L = input_ids.shape[1]
+    if isinstance(response_length, bool) or not isinstance(response_length, int) or not 1 <= response_length < L:
+        raise ValueError(
+            f"{where}: response_length must be an int in [1, L − 1] = [1, {L - 1}] (at least one prompt column "
+            f"precedes the response), got {response_length!r}"
+        )
+    return response_length
+
+
+def supports_hidden_path(model: nn.Module) -> bool:
+    """True when :func:`response_logprobs` can project hidden states chunk by chunk for ``model``.
+
+    That needs a plain ``nn.Linear`` output head applied directly to the decoder's last hidden
+    state, which holds for the model types in ``HIDDEN_PATH_MODEL_TYPES`` (Llama, Qwen2/3, Mistral,
+    ...). Other models fall back to their own forward and full logits.
+    """
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) not in HIDDEN_PATH_MODEL_TYPES:
+        return False
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return isinstance(head, nn.Linear) and hasattr(model, "get_decoder")
+
+
+def _backbone_hidden(backbone: nn.Module, input_ids, attention_mask, T: int) -> torch.Tensor:
+    """(B, T, D) last hidden states at the positions that predict the last T tokens."""
+    L = input_ids.shape[1]
+    out = backbone(
+        input_ids=input_ids,
+        attention_mask=attention_mask.long(),
+        position_ids=position_ids_from_mask(attention_mask),
+        use_cache=False,
+    )
+    return out.last_hidden_state[:, L - T - 1 : L - 1]
+
+
+def response_logprobs(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_length: int,
+    *,
+    with_entropy: bool = False,
+    chunk_size: int | None = None,
+    temperature: float = 1.0,
+):
+    """(B, T) log-probs (and entropy) of the response tokens under a transformers causal LM.
+
+    ``input_ids`` holds left-padded prompts then right-padded responses; the response is the last
+    ``T = response_length`` columns. Token ``input_ids[:, L − T + j]`` is scored with the
+    distribution the model predicts at position ``L − T − 1 + j``. Position ids come from the
+    attention mask (:func:`position_ids_from_mask`), so extra left padding changes nothing.
+
+    For model types in ``HIDDEN_PATH_MODEL_TYPES`` the decoder runs alone and the LM head is
+    applied chunk by chunk through :func:`logprobs_from_hidden` (no ``(B, L, V)`` logits); other
+    models run their full forward (keeping only the last ``T + 1`` positions' logits when the
+    model accepts ``logits_to_keep``) and go through :func:`logprobs_from_logits`.
+
+    ``temperature`` divides the logits before the softmax, matching what the rollout sampled from,
+    so that ``old_log_prob`` and ``rollout_log_prob`` describe the same distribution. Values at
+    padding positions of the response are computed but meaningless; mask them.
+
+    :param input_ids: ``(B, L)`` int64.
+    :param attention_mask: ``(B, L)`` bool (or 0/1 integers), True on real tokens.
+    :param response_length: T, with ``1 ≤ T < L``.
+    :returns: ``log_prob`` ``(B, T)`` float32 [, ``entropy`` ``(B, T)`` float32].
+    """
+    where = "response_logprobs"
+    T = _check_sequences(where, input_ids, attention_mask, response_length)
+    labels = input_ids[:, -T:]
+    if supports_hidden_path(model):
+        head = model.get_output_embeddings()
+        hidden = _backbone_hidden(model.get_decoder(), input_ids, attention_mask, T)
+        return logprobs_from_hidden(
+            hidden,
+            head.weight,
+            labels,
+            bias=head.bias,
+            chunk_size=chunk_size,
+            with_entropy=with_entropy,
+            temperature=temperature,
+        )
+    kwargs = {}
+    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+        kwargs["logits_to_keep"] = T + 1
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask.long(),
+        position_ids=position_ids_from_mask(attention_mask),
+        use_cache=False,
+        **kwargs,
+    )
+    logits = out.logits[:, -T - 1 : -1]
+    return logprobs_from_logits(
+        logits, labels, chunk_size=chunk_size, with_entropy=with_entropy, temperature=temperature
+    )
+
+
+class ValueHead(nn.Module):
+    """Scalar value ``V(s) = w·h + b`` read off a hidden state, computed in float32.
+
+    ``w ~ N(0, 1/(D + 1))`` and ``b = 0`` at initialisation (the scale used for reward and value
+    heads in Ziegler et al. 2019, "Fine-Tuning Language Models from Human Preferences"), so
+    initial values are O(1) whatever ``D``.
+    """
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.summary = nn.Linear(hidden_size, 1, dtype=torch.float32)
+        nn.init.normal_(self.summary.weight, std=1.0 / math.sqrt(hidden_size + 1))
+        nn.init.zeros_(self.summary.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(..., D) hidden states → (...) float32 values."""
+        return self.summary(hidden.to(self.summary.weight.dtype)).squeeze(-1)
+
+
+class CriticModel(nn.Module):
+    """A critic: a causal-LM backbone (its decoder, without the LM head) plus a :class:`ValueHead`.
+
+    Build it with :meth:`from_causal_lm` (a deep copy of an existing model's backbone, the usual
+    "critic initialised from the policy") or :meth:`from_config` (fresh weights).
+
+    ``values(...)[:, j]`` is the value of the state *before* response token ``j`` is emitted, read
+    at position ``L − T − 1 + j`` — the same alignment as verl's critic and as
+    :func:`response_logprobs`, so ``values[:, j]`` and ``log_prob[:, j]`` describe the same state.
+    """
+
+    def __init__(self, backbone: nn.Module, hidden_size: int):
+        super().__init__()
+        self.backbone = backbone
+        self.value_head = ValueHead(hidden_size)
+
+    @classmethod
+    def from_causal_lm(cls, model: nn.Module) -> "CriticModel":
+        """A critic whose backbone is a deep copy of ``model``'s (the policy is left untouched)."""
+        backbone = getattr(model, "base_model", None)
+        if backbone is None or backbone is model:
+            raise TypeError(
+                f"CriticModel.from_causal_lm: expected a transformers causal LM with a base model, got {type(model).__name__}"
+            )
+        return cls(copy.deepcopy(backbone), model.config.hidden_size)
+
+    @classmethod
+    def from_config(cls, config) -> "CriticModel":
+        """A critic with freshly initialised weights for a transformers ``config``."""
+        from transformers import AutoModel
+
+        return cls(AutoModel.from_config(config), config.hidden_size)
+
+    def values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, response_length: int) -> torch.Tensor:
+        """(B, T) float32 values aligned to the response tokens (see the class docstring).
+
+        :param input_ids: ``(B, L)`` int64, left-padded prompts then right-padded responses.
+        :param attention_mask: ``(B, L)`` bool (or 0/1 integers).
+        :param response_length: T, with ``1 ≤ T < L``.
+        """
+        T = _check_sequences("CriticModel.values", input_ids, attention_mask, response_length)
+        hidden = _backbone_hidden(self.backbone, input_ids, attention_mask, T)
+        return self.value_head(hidden)
+
+    forward = values
