@@ -1,1 +1,311 @@
-"""rllab_gae plugin."""
+"""Backward-scan advantage estimators: GAE, REINFORCE (return-to-go) and REINFORCE++.
+
+GAE — Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized Advantage
+Estimation" (https://arxiv.org/abs/1506.02438). REINFORCE++ — Hu 2025,
+https://arxiv.org/abs/2501.03262. Semantics follow verl 0.9.1 ``core_algos``.
+
+Shapes: ``token_rewards``, ``values``, ``mask``: (B, T); ``index``: (B,) (unused here).
+
+**Observation tokens are skipped.** Every estimator here runs a backward recursion over the
+*valid* tokens of a row only: a position with ``mask`` False carries the running quantities
+(GAE's ``next_value`` and advantage, the running return) through unchanged, and a reward that
+sits on a masked token is dropped. So a multi-turn response whose tool-output tokens are masked
+out keeps one unbroken chain from its last valid token back to its first. Writing
+``p_1 < … < p_n`` for the valid positions of a row::
+
+    δ_k = r_{p_k} + γ·V_{p_{k+1}} − V_{p_k}        (V_{p_{n+1}} = 0)
+    A_k = δ_k + γλ·A_{k+1}                          (A_{n+1} = 0)       gae
+    G_k = r_{p_k} + γ·G_{k+1}                        (G_{n+1} = 0)       reinforce, reinforce++
+
+and a masked position holds the value of the next valid position to its right (0 if none),
+which is what verl's per-token loop leaves there.
+
+**How it is computed.** No Python loop over tokens: each row is compacted (valid tokens moved to
+the front, in order, by one scatter over the exclusive cumulative sum of the mask), the
+recursion ``y_k = x_k + c·y_{k+1}`` runs on the compacted rows, and one gather brings the result
+back to every position (a masked position's compacted index is that of the next valid token).
+With ``c = 1`` the recursion is a reverse cumulative sum. With ``c < 1`` it is a blocked scan:
+the time axis is cut into blocks of ``_BLOCK`` tokens, each block is solved in closed form by
+one matmul with the triangular matrix ``U[j, i] = c^(j−i)`` (entries ≤ 1, so no power of c
+overflows; the ones that underflow are negligible next to the rest), and the carries between
+blocks — the same recursion with coefficient ``c^_BLOCK`` over ``T/_BLOCK`` block heads — are
+solved by the same function, recursively. The result equals verl's loop to float32 rounding.
+"""
+
+from __future__ import annotations
+
+import attrs
+import torch
+
+import rllab
+from rllab import ops
+
+__all__ = ["gae", "reinforce", "reinforce_plus_plus", "discounted_reverse_cumsum"]
+
+_BLOCK = 64
+"""Tokens per block of the blocked scan (one K×K matmul per block)."""
+
+
+# --------------------------------------------------------------------------- the scan
+
+
+def _triangular(c: float, size: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """U (size, size) with U[j, i] = c^(j − i) for j ≥ i, else 0, so that (x @ U)_i = Σ_{j≥i} c^(j−i)·x_j."""
+    ar = torch.arange(size, dtype=torch.float64)
+    exponent = ar[:, None] - ar[None, :]
+    powers = torch.where(exponent >= 0, torch.tensor(c, dtype=torch.float64).pow(exponent.clamp(min=0)), 0.0)
+    return powers.to(dtype=dtype, device=device)
+
+
+def discounted_reverse_cumsum(x: torch.Tensor, c: float, block: int = _BLOCK) -> torch.Tensor:
+    """y_t = Σ_{j ≥ t} c^(j − t)·x_j along the last axis, i.e. y_t = x_t + c·y_{t+1}, y_T = 0.
+
+    ``x`` (B, T) float, ``0 ≤ c ≤ 1``. Vectorised: a reverse cumulative sum when c = 1, otherwise
+    a blocked scan (closed form per block by a triangular matmul, block carries by recursion).
+    """
+    B, T = x.shape
+    if T == 0 or B == 0:
+        return x.clone()
+    if c == 1.0:
+        return x.flip(-1).cumsum(-1).flip(-1)
+    if c == 0.0:
+        return x.clone()
+    if T <= block:
+        return x @ _triangular(c, T, x.dtype, x.device)
+    n_blocks = -(-T // block)
+    padded = torch.nn.functional.pad(x, (0, n_blocks * block - T)) if n_blocks * block != T else x
+    local = padded.view(B, n_blocks, block) @ _triangular(c, block, x.dtype, x.device)
+    # heads[b] = value at the start of block b with nothing carried in from the right; the true
+    # block-start values obey the same recursion with coefficient c^block.
+    starts = discounted_reverse_cumsum(local[:, :, 0], c**block, block)
+    carry_in = torch.nn.functional.pad(starts[:, 1:], (0, 1))  # value at the start of block b + 1
+    decay = torch.tensor(c, dtype=torch.float64).pow(torch.arange(block, 0, -1, dtype=torch.float64))
+    out = local + carry_in[:, :, None] * decay.to(dtype=x.dtype, device=x.device)
+    return out.view(B, n_blocks * block)[:, :T]
+
+
+def _has_holes(mask: torch.Tensor) -> bool:
+    """True when some row has a valid token after a masked one (multi-turn observation spans,
+    left padding). Without holes every row is a valid prefix plus trailing padding, and the
+    scan can run in place on the zero-filled rows, with no compaction."""
+    if mask.shape[1] < 2:
+        return False
+    return bool((mask[:, 1:] & ~mask[:, :-1]).any())
+
+
+def _zero_masked(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def _compact(x: torch.Tensor, mask: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+    """Move each row's valid entries to its front, in order, zeros after them: (B, T + 1).
+
+    ``slot`` is the exclusive cumulative sum of ``mask`` (a valid token's compacted index).
+    Masked entries are sent to the extra last column, which is zeroed afterwards.
+    """
+    B, T = x.shape
+    out = x.new_zeros(B, T + 1)
+    out.scatter_(1, torch.where(mask, slot, T), x)
+    out[:, T] = 0
+    return out
+
+
+def _front_packed(x: torch.Tensor, mask: torch.Tensor, holes: bool):
+    """Each row's valid entries packed to its front, zeros after them: (B, T), and the gather
+    index that brings a packed result back (None when the rows were already packed)."""
+    if not holes:
+        return _zero_masked(x, mask), None
+    slot = torch.cumsum(mask, dim=1) - mask.long()
+    return _compact(x, mask, slot)[:, :-1], slot
+
+
+def _skip_scan(x: torch.Tensor, mask: torch.Tensor, c: float, holes: bool) -> torch.Tensor:
+    """``y_k = x_k + c·y_{k+1}`` over each row's valid entries only (verl's skip rule).
+
+    A masked position gets the value of the next valid position of its row (0 if none).
+    """
+    packed, slot = _front_packed(x, mask, holes)
+    y = discounted_reverse_cumsum(packed, c)
+    return y if slot is None else torch.gather(y, 1, slot)
+
+
+# --------------------------------------------------------------------------- shared helpers
+
+
+def _float_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
+    dtype = torch.float32
+    for t in tensors:
+        if t is not None:
+            dtype = torch.promote_types(dtype, t.dtype)
+    return dtype
+
+
+def _check_finite(where: str, name: str, x: torch.Tensor, mask: torch.Tensor) -> None:
+    # A finite sum proves every entry finite (one cheap reduction); otherwise, or if the sum
+    # merely overflowed, the exact masked check decides and names the rows.
+    if not bool(torch.isfinite(x.sum())):
+        ops.check_finite(where, name, x, mask)
+
+
+def _check_inputs(where: str, token_rewards, mask, values=None) -> None:
+    if not isinstance(token_rewards, torch.Tensor) or token_rewards.ndim != 2:
+        shape = tuple(token_rewards.shape) if isinstance(token_rewards, torch.Tensor) else type(token_rewards).__name__
+        raise ValueError(f"{where}: token_rewards must be a (B, T) tensor, got {shape}")
+    if not token_rewards.is_floating_point():
+        raise TypeError(f"{where}: token_rewards must be a float tensor, got {token_rewards.dtype}")
+    rllab.check_mask(where, mask, like=token_rewards)
+    rllab.check_same_shape(where, token_rewards=token_rewards, values=values)
+    _check_finite(where, "token_rewards", token_rewards, mask)
+    if values is not None:
+        _check_finite(where, "values", values, mask)
+
+
+def _whiten(x: torch.Tensor, mask: torch.Tensor, remask: bool, masked_are_zero: bool = False) -> torch.Tensor:
+    """verl's ``masked_whiten`` over the whole batch: (x − mean)·rsqrt(var + 1e-8), with the
+    mean and the unbiased variance over the valid entries.
+
+    ``remask`` zeroes the masked positions of the result. With fewer than two valid entries the
+    variance is undefined (verl raises); rllab then only centres (scale 1), so a lone valid
+    token gets 0 and no masked position is blown up by rsqrt(1e-8). ``masked_are_zero`` says
+    ``x`` already holds 0 at every masked position (saves one pass).
+    """
+    n = mask.sum()
+    mean = (x if masked_are_zero else _zero_masked(x, mask)).sum() / n.clamp(min=1)
+    centred = _zero_masked(x - mean, mask)
+    var = (centred * centred).sum() / (n - 1).clamp(min=1)
+    scale = torch.where(n > 1, torch.rsqrt(var + 1e-8), torch.ones_like(var))
+    return centred.mul_(scale) if remask else (x - mean).mul_(scale)
+
+
+# --------------------------------------------------------------------------- gae
+
+
+@attrs.frozen
+class GAEConfig:
+    """Knobs of gae."""
+
+    gamma: float = rllab.knob(1.0, help="γ: discount per valid token", ge=0.0, le=1.0)
+    lam: float = rllab.knob(1.0, help="λ: GAE trace decay (1 = Monte-Carlo return − V, 0 = one-step TD)", ge=0.0, le=1.0)
+    whiten: bool = rllab.knob(True, help="whiten advantages over the batch's valid tokens (verl always does)")
+    remask: bool = rllab.knob(
+        True,
+        help="zero advantages and returns at masked positions; False keeps verl's values there "
+        "(the whitened advantage carried from the next valid token, and A + V)",
+    )
+
+
+def gae(*, token_rewards, mask, index=None, values=None, config: GAEConfig):
+    """Generalized Advantage Estimation with observation tokens skipped (verl's ``gae``).
+
+    ``δ_t = r_t + γ·V_{t+1} − V_t``, ``A_t = δ_t + γλ·A_{t+1}``, run backwards over the valid
+    tokens of each row (a masked position passes ``next_value`` and ``A`` through unchanged; its
+    reward is dropped). ``returns = A + V`` (before whitening). Advantages are then whitened over
+    every valid token of the batch (``config.whiten``).
+
+    :param token_rewards: (B, T) float.
+    :param values: (B, T) float critic values (required).
+    :param mask: (B, T) bool.
+    :param index: (B,) group ids, unused.
+    :returns: ``(advantages, returns)``, both (B, T), in float32 (or wider, if an input is).
+
+    Differences from verl, each with the verl behaviour one knob away:
+
+    * ``remask=True`` (default) zeroes both outputs at masked positions. verl leaves the carried
+      whitened advantage and ``A + V`` there; no loss reads them, but a zero is what every other
+      estimator returns and what a reader of a dumped batch expects. ``remask=False`` matches
+      verl at every position (it also makes an all-masked row non-zero after whitening).
+    * With fewer than two valid tokens in the batch verl's ``masked_var`` raises; rllab centres
+      without scaling, so the advantage of a lone valid token is 0 (it carries no signal).
+    """
+    where = "advantage_estimator 'gae'"
+    if values is None:
+        raise ValueError(f"{where} requires values (a critic); got values=None")
+    _check_inputs(where, token_rewards, mask, values)
+    dtype = _float_dtype(token_rewards, values)
+    with torch.no_grad():
+        rewards = token_rewards.detach().to(dtype)
+        values = values.detach().to(dtype)
+        gamma, lam = config.gamma, config.lam
+
+        holes = _has_holes(mask)
+        r, slot = _front_packed(rewards, mask, holes)  # (B, T): valid tokens packed in front,
+        v, _ = _front_packed(values, mask, holes)  # zeros after each row's last valid token
+        delta = r.sub_(v)  # δ_k = r_k + γ·V_{k+1} − V_k, with V = 0 past the last valid token
+        delta[:, :-1].add_(v[:, 1:], alpha=gamma)
+        advantages = discounted_reverse_cumsum(delta, gamma * lam)  # A_k = δ_k + γλ·A_{k+1}
+        if slot is not None:
+            advantages = torch.gather(advantages, 1, slot)  # masked: A of the next valid token
+        # Without holes A is already 0 on each row's trailing padding (nothing valid follows),
+        # and v is the values zeroed there, so A + v needs no further masking.
+        if not config.remask:
+            returns = advantages + values
+        elif slot is None:
+            returns = advantages + v
+        else:
+            returns = _zero_masked(advantages + values, mask)
+        if config.whiten:
+            advantages = _whiten(advantages, mask, remask=config.remask, masked_are_zero=slot is None)
+        elif config.remask and slot is not None:
+            advantages = _zero_masked(advantages, mask)
+    return advantages, returns
+
+
+# --------------------------------------------------------------------------- reinforce
+
+
+@attrs.frozen
+class ReturnConfig:
+    """Knobs of the discounted-return estimators."""
+
+    gamma: float = rllab.knob(1.0, help="γ: discount per valid token", ge=0.0, le=1.0)
+
+
+def _discounted_return(token_rewards, mask, gamma):
+    """G over the valid tokens (observation tokens skipped), 0 at masked positions."""
+    rewards = token_rewards.detach().to(_float_dtype(token_rewards))
+    holes = _has_holes(mask)
+    returns = _skip_scan(rewards, mask, gamma, holes)
+    # Without holes the scan already left 0 on each row's trailing padding.
+    return _zero_masked(returns, mask) if holes else returns
+
+
+def reinforce(*, token_rewards, mask, index=None, values=None, config: ReturnConfig):
+    """REINFORCE: the advantage is the discounted return-to-go, with no baseline.
+
+    ``G_t = r_t + γ·G_{t+1}`` backwards over the valid tokens of each row (observation tokens
+    skipped, as in ``gae``); ``advantages = returns = G``, 0 at masked positions.
+
+    :param token_rewards: (B, T) float; :param mask: (B, T) bool; ``index``, ``values`` unused.
+    :returns: ``(advantages, returns)``, both (B, T).
+    """
+    where = "advantage_estimator 'reinforce'"
+    _check_inputs(where, token_rewards, mask)
+    with torch.no_grad():
+        returns = _discounted_return(token_rewards, mask, config.gamma)
+    return returns, returns.clone()
+
+
+def reinforce_plus_plus(*, token_rewards, mask, index=None, values=None, config: ReturnConfig):
+    """REINFORCE++ (Hu 2025): discounted return-to-go, whitened over the batch (verl's ``reinforce_plus_plus``).
+
+    ``G_t = r_t + γ·G_{t+1}`` backwards over the valid tokens (observation tokens skipped);
+    ``returns = G`` (0 at masked positions, as verl); ``advantages = masked_whiten(G) × mask``
+    over every valid token of the batch. With fewer than two valid tokens (verl raises) the
+    advantages are only centred, i.e. 0.
+
+    :param token_rewards: (B, T) float; :param mask: (B, T) bool; ``index``, ``values`` unused.
+    :returns: ``(advantages, returns)``, both (B, T).
+    """
+    where = "advantage_estimator 'reinforce_plus_plus'"
+    _check_inputs(where, token_rewards, mask)
+    with torch.no_grad():
+        returns = _discounted_return(token_rewards, mask, config.gamma)
+        advantages = _whiten(returns, mask, remask=True, masked_are_zero=True)
+    return advantages, returns
+
+
+@rllab.hookimpl
+def register_advantage_estimators(register):
+    register("gae", gae, config=GAEConfig, requires=("values",))
+    register("reinforce", reinforce, config=ReturnConfig)
+    register("reinforce_plus_plus", reinforce_plus_plus, config=ReturnConfig, aliases=("reinforce++",))
