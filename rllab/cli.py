@@ -51,13 +51,14 @@ def cmd_plugins(args) -> int:
         return 2
     kinds = [args.kind] if args.kind else list(KINDS)
     table = Table(box=box.SIMPLE_HEAVY, title="rllab components")
-    for col in ("kind", "name", "provider", "summary"):
+    for col in ("kind", "name", "provider", "knobs (default)", "summary"):
         table.add_column(col, overflow="fold")
     for kind in kinds:
         for spec in lab.specs(kind):
             name = spec.name + (f" ({', '.join(spec.aliases)})" if spec.aliases else "")
             provider = spec.provider + (f" [dim]({spec.distribution})[/]" if spec.distribution and spec.distribution != spec.provider else "")
-            table.add_row(kind, escape(name), provider, escape(spec.summary))
+            knobs = ", ".join(f"{k.name}={k.default!r}" for k in spec.knobs())
+            table.add_row(kind, escape(name), provider, escape(knobs), escape(spec.summary))
     console.print(table)
     broken = [p for p in lab.plugins if not p.ok]
     if broken:

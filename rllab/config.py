@@ -300,6 +300,8 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
             raise ConfigError(f"{where}: [{sec}] must be a table, got {values!r}")
         plain[sec] = _build_plain(cls, sec, values, text, where)
 
+    _check_tiny_model(plain["model"], text, where)
+
     components = {}
     for sec, (kind, default) in COMPONENT_SECTIONS.items():
         raw = data.get(sec, {})
@@ -371,6 +373,19 @@ def _build_plain(cls: type, sec: str, values: Mapping, text: str, where: str):
         line = _line_of(text, sec, bad) if bad else ""
         msg = str(e).replace(f"section {sec!r} (plugin rllab)", f"[{sec}]")
         raise ConfigError(f"{where}: {msg}{line}") from None
+
+
+def _check_tiny_model(model: ModelConfig, text: str, where: str) -> None:
+    """Validate ``model.tiny`` / ``model.warm_start`` against the tiny model's own config classes."""
+    from rllab import tinymodel
+
+    for key, cls in (("tiny", tinymodel.TinyModelConfig), ("warm_start", tinymodel.WarmStartConfig)):
+        pseudo = ComponentSpec(kind="section", name=f"model.{key}", fn=lambda: None, config=cls, provider="rllab")
+        try:
+            build_config(pseudo, getattr(model, key))
+        except ConfigError as e:
+            msg = str(e).replace(f"section 'model.{key}' (plugin rllab)", f"[model] {key}")
+            raise ConfigError(f"{where}: {msg}{_line_of(text, 'model', key)}") from None
 
 
 def apply_schedule(cfg: ExperimentConfig, entry: ScheduleEntry, *, lab: Lab | None = None) -> ExperimentConfig:

@@ -48,3 +48,15 @@ def test_broken_plugin_is_shown(capsys, tmp_path):
     bad.write_text("import nonexistent_module_xyz\n")
     code, out, _ = run(capsys, "plugins", "--plugin", str(bad))
     assert code == 0 and "broken plugins" in out and "nonexistent_module_xyz" in out
+
+
+def test_show_ppo_dual_clip_has_equation_and_knobs(capsys):
+    code, out, _ = run(capsys, "plugins", "show", "ppo_dual_clip")
+    assert code == 0
+    for part in ("clip_c", "clip_low", "clip_high", "3.0", "> 1", "rllab_ppo"):
+        assert part in out, part
+
+
+def test_listing_shows_knobs(capsys):
+    code, out, _ = run(capsys, "plugins", "--kind", "advantage_estimator")
+    assert code == 0 and "lam=" in out and "gamma=" in out

@@ -1,0 +1,305 @@
+"""The training loop end to end on a tiny model: metrics, invariants, trouble, resume."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import attrs
+import pytest
+import torch
+
+import rllab
+from rllab.config import ConfigError, load_config, preset_names
+from rllab.trainer import RewardError, Trainer, run_experiment
+
+# A small, fast setup shared by these tests (the tiny model is built and cached once).
+SMALL = [
+    "model.tiny.hidden_size=64",
+    "model.tiny.intermediate_size=128",
+    "model.warm_start.steps=60",
+    "model.warm_start.eval_limit=0",
+    "rollout.prompts_per_step=4",
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=6",
+    "train.steps=3",
+    "train.eval_size=16",
+    "train.checkpoint_every=0",
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cache(tmp_path_factory):
+    old = os.environ.get("RLLAB_CACHE")
+    os.environ["RLLAB_CACHE"] = str(tmp_path_factory.mktemp("model-cache"))
+    yield
+    if old is None:
+        os.environ.pop("RLLAB_CACHE", None)
+    else:
+        os.environ["RLLAB_CACHE"] = old
+
+
+def small_cfg(*extra, lab=None, preset=None):
+    return load_config(None, [*SMALL, *extra], lab=lab, preset=preset)
+
+
+def finite_metrics(m: dict) -> None:
+    bad = {k: v for k, v in m.items() if isinstance(v, float) and not math.isfinite(v)}
+    assert not bad, bad
+
+
+def test_step_metrics_and_first_minibatch_is_on_policy(tmp_path):
+    tr = Trainer(small_cfg("train.epochs=2", "train.minibatches=2"), run_dir=tmp_path, progress=False)
+    m = tr.train_step()
+    finite_metrics(m)
+    for key in ("time/rollout", "time/reward", "time/forward", "time/update", "time/sync", "perf/peak_rss_mb", "rollout/reward", "actor/clipfrac", "loss/policy"):
+        assert key in m, key
+    # the first minibatch of the first epoch sees exactly the rollout-time policy
+    assert m["actor/first_approx_kl"] == 0.0 and m["actor/first_clipfrac"] == 0.0
+    tr.close()
+
+
+def test_micro_batches_do_not_change_the_gradient(tmp_path):
+    tr = Trainer(small_cfg("train.entropy_coef=0.01", "aggregation=seq-mean-token-mean"), run_dir=tmp_path, progress=False)
+    batch, _ = tr.rollout(0)
+    with torch.no_grad():
+        old = tr._logprobs(tr.policy, batch)
+    adv, ret = tr.advantage(token_rewards=batch.token_rewards, mask=batch.response_mask, index=batch.index)
+    adv = adv + 0.1 * torch.randn_like(adv)  # make every token matter
+    mask = batch.response_mask
+    from functools import partial
+
+    from rllab.trainer import _aggregate
+
+    agg = partial(_aggregate, tr.aggregation, global_tokens=int(mask.sum()), global_seqs=int(mask.any(-1).sum()))
+    params = [p for p in tr.policy.parameters() if p.requires_grad]
+
+    def grads(splits):
+        tr.policy.zero_grad(set_to_none=True)
+        for rows in splits:
+            tr._micro_loss(batch, rows, agg, old, None, None, adv, ret, torch.ones_like(adv), 0.0)
+        return [p.grad.clone() for p in params]
+
+    whole = grads([torch.arange(batch.input_ids.shape[0])])
+    split = grads(torch.arange(batch.input_ids.shape[0]).split(3))
+    for a, b in zip(whole, split):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    tr.close()
+
+
+def test_run_directory_contents(tmp_path):
+    cfg = small_cfg("train.steps=2", "train.checkpoint_every=1")
+    cfg = attrs.evolve(cfg, loggers=("jsonl", "tensorboard"))
+    summary = run_experiment(cfg, run_dir=tmp_path / "run", progress=False)
+    run = tmp_path / "run"
+    for name in ("config.toml", "metrics.jsonl", "final.json", "curves.png"):
+        assert (run / name).is_file(), name
+    assert (run / "tensorboard").is_dir()
+    assert (run / "checkpoints" / "latest").read_text() == "step_000002"
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["step"] == -1 and "eval/accuracy" in rows[0]
+    assert rows[-1]["step"] == 2 and "eval/accuracy" in rows[-1]
+    assert {r["step"] for r in rows} == {-1, 0, 1, 2}
+    assert 0.0 <= summary["final/accuracy"] <= 1.0
+    # the resolved config reloads to the same experiment
+    again = load_config(run / "config.toml")
+    assert again.to_dict() == cfg.to_dict()
+
+
+def _strip(rows):
+    """Metrics that must be reproducible: everything but timings and memory."""
+    return [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))} for r in rows]
+
+
+def test_kill_9_then_resume_matches_uninterrupted_run(tmp_path):
+    env = dict(os.environ)
+    args = [*SMALL, "train.steps=8", "train.checkpoint_every=2", "train.seed=3"]
+    cmd = [sys.executable, "-m", "rllab.cli", "run", *args, "-q"]
+    full = subprocess.run([*cmd, "--run-dir", str(tmp_path / "full")], env=env, capture_output=True, text=True)
+    assert full.returncode == 0, full.stderr
+
+    run = tmp_path / "killed"
+    proc = subprocess.Popen([*cmd, "--run-dir", str(run)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (run / "checkpoints" / "step_000004" / "state.pt").exists():
+        assert proc.poll() is None, "the run ended before it could be killed"
+        assert time.time() < deadline
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (run / "final.json").exists(), "the run finished before the kill"
+
+    resumed = subprocess.run([sys.executable, "-m", "rllab.cli", "run", "--resume", str(run), "-q"], env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    a = [json.loads(x) for x in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+    b = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in b] == [r["step"] for r in a]
+    assert _strip(b) == _strip(a)
+
+
+# --------------------------------------------------------------------------- trouble
+
+
+@attrs.frozen
+class OneTaskConfig:
+    mode: str = rllab.knob("nan", help="nan, raise, const")
+
+
+class ToyTask:
+    """'1+1=' style prompts; the reward misbehaves on demand."""
+
+    def __init__(self, mode):
+        self.mode = mode
+
+    def train_examples(self, n, rng):
+        a = torch.randint(0, 10, (n,), generator=rng).tolist()
+        return [rllab.Example(prompt=f"{x}+1=", answer=str(x + 1)) for x in a]
+
+    def eval_examples(self):
+        return [rllab.Example(prompt=f"{x}+1=", answer=str(x + 1)) for x in range(10)]
+
+    def demonstration(self, ex):
+        return ex.answer
+
+    def reward(self, ex, completion):
+        if self.mode == "const":
+            return 0.5
+        if completion.startswith("1") or len(completion) % 2 == 0:
+            if self.mode == "raise":
+                raise ZeroDivisionError("bad reward")
+            return float("nan")
+        return 1.0 if completion == ex.answer else 0.0
+
+
+class EmptyBackend:
+    """Wraps the real backend and empties every third completion, as an aborted request would."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def generate(self, prompts, params):
+        out = self.inner.generate(prompts, params)
+        return [attrs.evolve(c, token_ids=(), log_probs=(), finish_reason="abort") if i % 3 == 0 else c for i, c in enumerate(out)]
+
+    def update_weights(self, model):
+        self.inner.update_weights(model)
+
+    def close(self):
+        self.inner.close()
+
+
+def trouble_plugin():
+    mod = types.ModuleType("trouble_plugin")
+
+    @rllab.hookimpl
+    def register_tasks(register):
+        register("toy_trouble", lambda *, config: ToyTask(config.mode), config=OneTaskConfig)
+
+    @rllab.hookimpl
+    def register_rollout_backends(register):
+        def factory(*, config):
+            return EmptyBackend(rllab.Lab().get("rollout_backend", "hf")())
+
+        register("empty_sometimes", factory)
+
+    mod.register_tasks = register_tasks
+    mod.register_rollout_backends = register_rollout_backends
+    return mod
+
+
+@pytest.fixture(scope="module")
+def trouble_lab():
+    return rllab.Lab([trouble_plugin()])
+
+
+def test_nan_reward_raises_naming_prompt_and_completion(tmp_path, trouble_lab):
+    cfg = small_cfg("task=toy_trouble", "model.warm_start.steps=0", lab=trouble_lab)
+    tr = Trainer(cfg, lab=trouble_lab, run_dir=tmp_path, progress=False)
+    with pytest.raises(RewardError) as e:
+        for _ in range(3):
+            tr.train_step()
+    msg = str(e.value)
+    assert "toy_trouble" in msg and "on prompt '" in msg and "with completion '" in msg and "reward_errors" in msg
+    tr.close()
+
+
+@pytest.mark.parametrize("policy", ["zero", "skip"])
+def test_bad_rewards_can_be_zeroed_or_skipped(tmp_path, trouble_lab, policy):
+    cfg = small_cfg("task=toy_trouble", "task.mode=raise", "model.warm_start.steps=0", f"rollout.reward_errors={policy}", lab=trouble_lab)
+    tr = Trainer(cfg, lab=trouble_lab, run_dir=tmp_path, progress=False)
+    ms = [tr.train_step() for _ in range(3)]
+    for m in ms:
+        finite_metrics(m)
+    assert sum(m["rollout/reward_errors"] for m in ms) > 0
+    if policy == "skip":
+        assert min(m["rollout/kept_frac"] for m in ms) < 1.0
+    tr.close()
+
+
+def test_all_filtered_batch_is_skipped_and_reported(tmp_path, trouble_lab):
+    cfg = small_cfg("task=toy_trouble", "task.mode=const", "model.warm_start.steps=0", "rollout.dynamic_sampling=true", lab=trouble_lab)
+    tr = Trainer(cfg, lab=trouble_lab, run_dir=tmp_path, progress=False)
+    before = [p.clone() for p in tr.policy.parameters()]
+    m = tr.train_step()
+    assert m["train/skipped"] == 1.0 and m["rollout/kept_frac"] == 0.0
+    finite_metrics(m)
+    assert all(torch.equal(a, b) for a, b in zip(before, tr.policy.parameters()))
+    tr.close()
+
+
+def test_empty_completions_train_without_nan(tmp_path, trouble_lab):
+    cfg = small_cfg("backend=empty_sometimes", lab=trouble_lab)
+    tr = Trainer(cfg, lab=trouble_lab, run_dir=tmp_path, progress=False)
+    m = tr.train_step()
+    finite_metrics(m)
+    assert m["rollout/empty_frac"] > 0
+    assert all(torch.isfinite(p).all() for p in tr.policy.parameters())
+    tr.close()
+
+
+def test_bad_config_fails_before_any_model_loads(tmp_path):
+    env = dict(os.environ, RLLAB_CACHE=str(tmp_path / "cache"))
+    for bad in (["advantage=nope"], ["policy_loss.clip_c=0.5"], ["model.tiny.hidden_size=2"], ["train.lr=-1"]):
+        r = subprocess.run([sys.executable, "-m", "rllab.cli", "run", *bad, "--run-dir", str(tmp_path / "r"), "-q"], env=env, capture_output=True, text=True)
+        assert r.returncode == 1, (bad, r.stderr)
+        assert "error:" in r.stderr
+        assert not (tmp_path / "cache").exists() and not (tmp_path / "r").exists()
+
+
+# --------------------------------------------------------------------------- swapping
+
+
+def test_schedule_and_python_swap(tmp_path):
+    lab = rllab.Lab()
+    cfg = load_config({"schedule": [{"step": 1, "set": {"policy_loss": "cispo", "train.entropy_coef": 0.01}}]}, SMALL, lab=lab)
+    tr = Trainer(cfg, lab=lab, run_dir=tmp_path, progress=False)
+    tr.train_step()
+    assert tr.policy_loss.name == "ppo_clip"
+    m = tr.train_step()
+    assert tr.policy_loss.name == "cispo" and tr.cfg.train.entropy_coef == 0.01 and m["schedule/changed"] == 1.0
+    tr.swap("policy_loss", "ppo_dual_clip", clip_c=4.0)
+    tr.swap("advantage", "rloo")
+    tr.train_step()
+    assert tr.policy_loss.config.clip_c == 4.0 and tr.advantage.name == "rloo"
+    with pytest.raises(ConfigError):
+        tr.swap("policy_loss", "ppo_dual_clip", clip_c=0.5)
+    tr.close()
+
+
+@pytest.mark.parametrize("preset", preset_names())
+def test_every_preset_trains_two_steps(tmp_path, preset):
+    cfg = small_cfg("train.steps=2", "train.dpo_pairs=16", "train.dpo_batch_size=8", preset=preset)
+    tr = Trainer(cfg, run_dir=tmp_path, progress=False)
+    for _ in range(2):
+        m = tr.train_step()
+        finite_metrics(m)
+    if preset == "ppo":
+        assert tr.critic is not None and "loss/value" in m
+    tr.close()
