@@ -1,1 +1,71 @@
-"""rllab_ppo plugin."""
+"""rllab_ppo — policy-gradient losses and PPO's clipped value loss.
+
+Policy losses (``register_policy_losses``): ``ppo_clip`` (alias ``ppo``), ``ppo_dual_clip``
+(alias ``dual_clip``), ``gspo``, ``cispo``, ``vanilla_pg``, ``sapo``, ``clip_cov``, ``kl_cov``;
+their equations, shapes and the differences from verl and TRL are in :mod:`rllab_ppo.losses`.
+Value loss (``register_value_losses``): ``clipped`` (alias ``ppo``), in :mod:`rllab_ppo.value`.
+:mod:`rllab_ppo.fused` computes PPO-clip + KL (k3) + entropy bonus as one autograd node, for
+trainers that want fewer temporaries; it is a helper, not a registered component.
+
+verl's ``geo_mean`` (GMPO) is not provided: its loss is one number per sequence, averaged over
+rows regardless of the run's aggregation mode, which does not fit the per-token ``aggregate``
+contract every loss here honours.
+"""
+
+import rllab
+
+from .losses import (
+    CISPOConfig,
+    ClipCovConfig,
+    GSPOConfig,
+    KLCovConfig,
+    PPOClipConfig,
+    PPODualClipConfig,
+    SAPOConfig,
+    cispo,
+    clip_cov,
+    gspo,
+    kl_cov,
+    ppo_clip,
+    ppo_dual_clip,
+    sapo,
+    vanilla_pg,
+)
+from .value import ClippedValueConfig, clipped_value_loss
+
+__all__ = [
+    "CISPOConfig",
+    "ClipCovConfig",
+    "ClippedValueConfig",
+    "GSPOConfig",
+    "KLCovConfig",
+    "PPOClipConfig",
+    "PPODualClipConfig",
+    "SAPOConfig",
+    "cispo",
+    "clip_cov",
+    "clipped_value_loss",
+    "gspo",
+    "kl_cov",
+    "ppo_clip",
+    "ppo_dual_clip",
+    "sapo",
+    "vanilla_pg",
+]
+
+
+@rllab.hookimpl
+def register_policy_losses(register):
+    register("ppo_clip", ppo_clip, config=PPOClipConfig, aliases=("ppo",))
+    register("ppo_dual_clip", ppo_dual_clip, config=PPODualClipConfig, aliases=("dual_clip",))
+    register("gspo", gspo, config=GSPOConfig)
+    register("cispo", cispo, config=CISPOConfig)
+    register("vanilla_pg", vanilla_pg)
+    register("sapo", sapo, config=SAPOConfig)
+    register("clip_cov", clip_cov, config=ClipCovConfig)
+    register("kl_cov", kl_cov, config=KLCovConfig)
+
+
+@rllab.hookimpl
+def register_value_losses(register):
+    register("clipped", clipped_value_loss, config=ClippedValueConfig, aliases=("ppo",))
