@@ -1,1 +1,197 @@
-"""rllab_tis plugin."""
+"""rllab_tis — importance corrections for the rollout/training mismatch (TIS, MIS and sequence forms).
+
+The rollout engine samples with its own numerics (kernels, precision, batching), so the
+log-probabilities it reports, ``rollout_log_prob``, differ from the training engine's
+``old_log_prob`` for the very same policy. The per-token importance weight
+
+    w_t = exp(old_log_prob_t − rollout_log_prob_t)          (no gradient)
+
+re-weights the policy loss from the rollout distribution to the training one (Yao et al. 2025,
+"Your Efficient RL Framework Secretly Brings You Off-Policy RL Training"; Liu et al. 2025,
+"When Speed Kills Stability", for the masked form). Every correction is::
+
+    fn(*, old_log_prob, rollout_log_prob, mask, config) -> (weights, metrics)
+
+``old_log_prob``, ``rollout_log_prob`` (B, T) float; ``mask`` (B, T) bool. ``weights`` (B, T) is
+detached and 0 on masked positions; the policy loss multiplies it into its per-token loss.
+
+========================= ==============================================================
+``token_truncate`` (TIS)  clamp(w_t, C_min, C_max)
+``token_mask`` (MIS)      w_t if C_min ≤ w_t ≤ C_max else 0
+``sequence_truncate``     W_i = exp(Σ_t log w_t over row i), clamped to [C_min, C_max], broadcast
+``sequence_mask``         W_i if C_min ≤ W_i ≤ C_max else 0, broadcast
+``none``                  1 on valid tokens, 0 elsewhere
+========================= ==============================================================
+
+``c_min=None`` means no lower bound (TRL's ``vllm_importance_sampling_clip_min`` default).
+Log-weights (per token, or the row sum for the sequence forms) are clamped to ±20 before ``exp``
+as verl does (its ``SAFETY_BOUND``), so no weight is inf and no product underflows to exactly 0
+unnoticed. The weights are computed in float32 at least (a bf16 sum of 4 000 log-ratios is not a
+log-weight) and returned in that dtype.
+
+Metrics (detached 0-d): ``tis/mean_weight`` (mean final weight over valid tokens),
+``tis/frac_truncated`` (truncate forms) or ``tis/frac_masked`` (mask forms) — the share of valid
+tokens whose weight the bound changed (for the sequence forms every token of an affected row
+counts; ``tis/seq_frac_truncated`` / ``tis/seq_frac_masked`` give the share of non-empty rows) —
+and ``tis/rollout_kl = masked_mean(rollout_log_prob − old_log_prob)``, the k1 estimate of
+KL(π_rollout ‖ π_old) on rollout samples.
+
+Default ``c_max = 2.0``, between verl's 2.0 and TRL's 3.0: it is the cap of the TIS paper's
+experiments and of verl's rollout correction (``rollout_is_threshold``), the reference rllab is
+most often compared against; a weight above 2 means the trainer thinks a token twice as likely as
+the sampler did, a mismatch large enough that trusting it further mostly adds variance —
+especially for the sequence forms, whose weights are products over hundreds of tokens. Set
+``c_max=3.0`` for TRL's behaviour (``vllm_importance_sampling_cap`` / ``..._clip_max``).
+
+Where the references differ: verl's IcePop mask needs an explicit lower bound and its truncation
+has none; TRL 1.16 applies ``clip_min`` to both truncation and masking, clamps no log-weight and
+multiplies the log-difference by the mask (a NaN under the mask leaks); rllab selects with
+``torch.where``. NaN or inf at a valid position raises :class:`rllab.RowError` naming the rows.
+"""
+
+from __future__ import annotations
+
+import attrs
+import torch
+
+import rllab
+from rllab import ops
+
+SAFETY_BOUND = 20.0
+
+
+def _check_bounds(inst, attribute, value):
+    if value is not None and value > inst.c_max:
+        raise ValueError(f"c_min = {value!r} must not exceed c_max = {inst.c_max!r}")
+
+
+@attrs.frozen
+class CorrectionConfig:
+    """Knobs of the truncating and masking importance corrections."""
+
+    c_max: float = rllab.knob(
+        2.0, help="C_max: weights above are truncated to it / masked to 0 (verl: 2.0, TRL: 3.0; inf: no cap)", gt=0.0
+    )
+    c_min: float | None = rllab.knob(
+        None, help="C_min: weights below are raised to it / masked to 0 (None: no lower bound)", ge=0.0,
+        validator=_check_bounds,
+    )
+
+
+def _prepare(where, old_log_prob, rollout_log_prob, mask):
+    for name, t in (("old_log_prob", old_log_prob), ("rollout_log_prob", rollout_log_prob)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"{where}: {name} must be a floating-point tensor, got {got}")
+    if old_log_prob.ndim != 2:
+        raise ValueError(f"{where}: old_log_prob must be (B, T), got shape {tuple(old_log_prob.shape)}")
+    rllab.check_mask(where, mask)
+    rllab.check_same_shape(where, old_log_prob=old_log_prob, rollout_log_prob=rollout_log_prob, mask=mask)
+    old = old_log_prob.detach()
+    rollout = rollout_log_prob.detach()
+    if bool(((~torch.isfinite(old) | ~torch.isfinite(rollout)) & mask).any()):
+        ops.check_finite(where, "old_log_prob", old, mask)
+        ops.check_finite(where, "rollout_log_prob", rollout, mask)
+    dtype = torch.promote_types(torch.promote_types(old.dtype, rollout.dtype), torch.float32)
+    zero = torch.zeros((), dtype=dtype, device=old.device)
+    old = torch.where(mask, old.to(dtype), zero)
+    rollout = torch.where(mask, rollout.to(dtype), zero)
+    return old, rollout
+
+
+def _log_weights(old, rollout, mask, level):
+    """log w per token (B, T), or the row sum broadcast over the row; clamped to ±SAFETY_BOUND."""
+    log_w = old - rollout  # 0 at masked positions
+    if level == "sequence":
+        log_w = log_w.sum(-1, keepdim=True).expand_as(log_w)
+    return torch.clamp(log_w, min=-SAFETY_BOUND, max=SAFETY_BOUND)
+
+
+def _metrics(weights, changed, old, rollout, mask, level, what):
+    out = {
+        "tis/mean_weight": ops.masked_mean(weights, mask),
+        f"tis/frac_{what}": ops.masked_mean(changed.to(weights.dtype), mask),
+        "tis/rollout_kl": ops.masked_mean(rollout - old, mask),
+    }
+    if level == "sequence":
+        rows = mask.any(-1)
+        out[f"tis/seq_frac_{what}"] = ops.masked_mean((changed & mask).any(-1).to(weights.dtype), rows)
+    return {k: v.detach() for k, v in out.items()}
+
+
+def _truncated(where, level, old_log_prob, rollout_log_prob, mask, config):
+    old, rollout = _prepare(where, old_log_prob, rollout_log_prob, mask)
+    w = torch.exp(_log_weights(old, rollout, mask, level))
+    weights = torch.clamp(w, min=config.c_min, max=config.c_max)
+    changed = weights != w
+    weights = torch.where(mask, weights, torch.zeros_like(weights))
+    return weights, _metrics(weights, changed, old, rollout, mask, level, "truncated")
+
+
+def _masked(where, level, old_log_prob, rollout_log_prob, mask, config):
+    old, rollout = _prepare(where, old_log_prob, rollout_log_prob, mask)
+    w = torch.exp(_log_weights(old, rollout, mask, level))
+    keep = w <= config.c_max
+    if config.c_min is not None:
+        keep = keep & (w >= config.c_min)
+    weights = torch.where(mask & keep, w, torch.zeros_like(w))
+    return weights, _metrics(weights, ~keep, old, rollout, mask, level, "masked")
+
+
+def token_truncate(*, old_log_prob, rollout_log_prob, mask, config):
+    """Truncated importance sampling (TIS): w_t = clamp(exp(old − rollout), C_min, C_max).
+
+    ``old_log_prob``, ``rollout_log_prob`` (B, T) float; ``mask`` (B, T) bool. Returns detached
+    (B, T) weights, 0 on masked positions, and ``tis/…`` metrics.
+    """
+    return _truncated("token_truncate", "token", old_log_prob, rollout_log_prob, mask, config)
+
+
+def token_mask(*, old_log_prob, rollout_log_prob, mask, config):
+    """Masked importance sampling (MIS): w_t where C_min ≤ w_t ≤ C_max, else 0.
+
+    ``old_log_prob``, ``rollout_log_prob`` (B, T) float; ``mask`` (B, T) bool. Returns detached
+    (B, T) weights, 0 on masked positions, and ``tis/…`` metrics.
+    """
+    return _masked("token_mask", "token", old_log_prob, rollout_log_prob, mask, config)
+
+
+def sequence_truncate(*, old_log_prob, rollout_log_prob, mask, config):
+    """Sequence-level truncated IS: W_i = exp(Σ_t log w_t) clamped to [C_min, C_max], broadcast.
+
+    ``old_log_prob``, ``rollout_log_prob`` (B, T) float; ``mask`` (B, T) bool. Returns detached
+    (B, T) weights (W_i on row i's valid tokens, 0 elsewhere) and ``tis/…`` metrics.
+    """
+    return _truncated("sequence_truncate", "sequence", old_log_prob, rollout_log_prob, mask, config)
+
+
+def sequence_mask(*, old_log_prob, rollout_log_prob, mask, config):
+    """Sequence-level masked IS: W_i = exp(Σ_t log w_t) if C_min ≤ W_i ≤ C_max else 0, broadcast.
+
+    ``old_log_prob``, ``rollout_log_prob`` (B, T) float; ``mask`` (B, T) bool. Returns detached
+    (B, T) weights (W_i or 0 on row i's valid tokens, 0 elsewhere) and ``tis/…`` metrics.
+    """
+    return _masked("sequence_mask", "sequence", old_log_prob, rollout_log_prob, mask, config)
+
+
+def no_correction(*, old_log_prob, rollout_log_prob=None, mask, config):
+    """No importance correction: weight 1 on valid tokens, 0 elsewhere.
+
+    ``old_log_prob`` (B, T) float; ``rollout_log_prob`` (B, T) float or None; ``mask`` (B, T)
+    bool. ``tis/rollout_kl`` is 0 when ``rollout_log_prob`` is None.
+    """
+    if rollout_log_prob is None:
+        rollout_log_prob = old_log_prob
+    old, rollout = _prepare("none", old_log_prob, rollout_log_prob, mask)
+    weights = mask.to(old.dtype)
+    changed = torch.zeros_like(mask)
+    return weights, _metrics(weights, changed, old, rollout, mask, "token", "truncated")
+
+
+@rllab.hookimpl
+def register_importance_corrections(register):
+    register("token_truncate", token_truncate, config=CorrectionConfig, aliases=("tis",))
+    register("token_mask", token_mask, config=CorrectionConfig, aliases=("mis",))
+    register("sequence_truncate", sequence_truncate, config=CorrectionConfig)
+    register("sequence_mask", sequence_mask, config=CorrectionConfig)
+    register("none", no_correction)
