@@ -172,7 +172,7 @@ class _FullKL(torch.autograd.Function):
         kl = torch.empty(n, dtype=dtype, device=z.device)
         for s in range(0, n, chunk):
             log_p, log_q = _log_softmaxes(z[s : s + chunk], y[s : s + chunk], dtype)
-            term = log_q.neg_().add_(log_p)  # log p − log q, in log_q's buffer
+            term = torch.sub(log_p, log_q, out=log_q)  # log p − log q, in log_q's buffer
             p = log_p.exp_()
             term.mul_(p).masked_fill_(p == 0, 0.0)  # 0·log 0 = 0
             kl[s : s + chunk] = term.sum(-1)
@@ -193,7 +193,7 @@ class _FullKL(torch.autograd.Function):
             log_p, log_q = _log_softmaxes(z[s:e], y[s:e], ctx.dtype)
             if need_y:  # ∂KL/∂y = q − p
                 grad_y[s:e] = (log_q.exp() - log_p.exp()).mul_(g)
-            diff = log_q.neg_().add_(log_p)
+            diff = torch.sub(log_p, log_q, out=log_q)
             p = log_p.exp_()
             if need_z:  # ∂KL/∂z = p·(log p − log q − KL)
                 grad_z[s:e] = diff.sub_(kl[s:e, None]).mul_(p).masked_fill_(p == 0, 0.0).mul_(g)
