@@ -103,38 +103,64 @@ def _blocks(B: int, T: int, rows: int):
             yield b0, min(b0 + per, B), 0, T
 
 
-def _stats(z: torch.Tensor, labels: torch.Tensor, with_entropy: bool):
-    """log π(label), lse and (optionally) the entropy of one float32 chunk ``z`` (..., V)."""
-    lse = torch.logsumexp(z, dim=-1)
-    log_prob = z.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse
+class _Scratch:
+    """Chunk-sized buffers reused by every chunk of one call.
+
+    A fresh chunk-sized allocation costs page faults on first touch that take longer than the
+    arithmetic done in it, so each buffer is allocated once per call and viewed to each chunk's
+    shape.
+    """
+
+    def __init__(self, numel: int, device: torch.device):
+        self.numel, self.device, self.bufs = numel, device, {}
+
+    def __call__(self, name: str, shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        buf = self.bufs.get((name, dtype))
+        if buf is None:
+            buf = self.bufs[name, dtype] = torch.empty(self.numel, dtype=dtype, device=self.device)
+        return buf[: math.prod(shape)].view(shape)
+
+
+def _stats(z: torch.Tensor, labels: torch.Tensor, with_entropy: bool, scratch: _Scratch, own_z: bool):
+    """log π(label), lse and (optionally) the entropy of one float32 chunk ``z`` (..., V).
+
+    ``z`` is read only, unless ``own_z`` (then it is reused as a buffer).
+    """
+    z_label = z.gather(-1, labels.unsqueeze(-1))
+    z_max, arg_max = z.max(dim=-1, keepdim=True)
+    log_p = scratch("log_p", z.shape)
+    torch._log_softmax(z, -1, False, out=log_p)  # the fused kernel behind log_softmax, into a buffer
+    lse = z_max - log_p.gather(-1, arg_max)  # log p at the max is −log Σ exp(z − max) exactly
+    log_prob = (z_label - lse).squeeze(-1)
     if not with_entropy:
-        return log_prob, lse, None
-    log_p = z - lse.unsqueeze(-1)
-    p = log_p.exp()
+        return log_prob, lse.squeeze(-1), None
+    p = torch.exp(log_p, out=z if own_z else scratch("p", z.shape))
     # clamp so a −inf logit contributes 0·(finite) = 0 instead of 0·(−inf) = NaN
     entropy = -log_p.clamp_min_(torch.finfo(log_p.dtype).min).mul_(p).sum(-1)
-    return log_prob, lse, entropy
+    return log_prob, lse.squeeze(-1), entropy
 
 
-def _grad_z(log_p: torch.Tensor, labels, lse, entropy, g_lp, g_ent) -> torch.Tensor:
-    """Gradient w.r.t. the scaled logits ``z`` of one chunk, computed in place in ``log_p``.
+def _grad_z(d: torch.Tensor, labels, entropy, g_lp, g_ent, scratch: _Scratch) -> torch.Tensor:
+    """Gradient w.r.t. the scaled logits ``z`` of one chunk, written over ``d``.
 
-    On entry ``log_p`` holds ``z`` (a buffer this function may overwrite); on exit it holds
+    On entry ``d`` holds ``log p`` for the chunk; on exit it holds
     ``g_lp·(onehot(label) − p) − g_ent·p·(log p + H)``.
     """
-    log_p.sub_(lse.unsqueeze(-1))
     if g_ent is None:
-        d = log_p.exp_().mul_(-g_lp.unsqueeze(-1))
+        d.exp_().mul_(-g_lp.unsqueeze(-1))
     else:
-        p = log_p.exp()
-        w = log_p.clamp_min_(torch.finfo(log_p.dtype).min).add_(entropy.unsqueeze(-1)).mul_(g_ent.unsqueeze(-1))
+        p = torch.exp(d, out=scratch("p", d.shape))
+        d.clamp_min_(torch.finfo(d.dtype).min).add_(entropy.unsqueeze(-1)).mul_(g_ent.unsqueeze(-1))
         if g_lp is not None:
-            w.add_(g_lp.unsqueeze(-1))
-        d = w.mul_(p).neg_()
-        del p
+            d.add_(g_lp.unsqueeze(-1))
+        d.mul_(p).neg_()
     if g_lp is not None:
         d.scatter_add_(-1, labels.unsqueeze(-1), g_lp.unsqueeze(-1))
     return d
+
+
+def _upstream(g: torch.Tensor | None, index) -> torch.Tensor | None:
+    return None if g is None else g[index].float()
 
 
 class _LogitsLogProb(torch.autograd.Function):
@@ -146,16 +172,20 @@ class _LogitsLogProb(torch.autograd.Function):
         log_prob = torch.empty(B, T, dtype=torch.float32, device=logits.device)
         lse = torch.empty_like(log_prob)
         entropy = torch.empty_like(log_prob) if with_entropy else None
+        scratch = _Scratch(rows * V, logits.device)
+        convert = logits.dtype != torch.float32 or temperature != 1.0
         for b0, b1, t0, t1 in _blocks(B, T, rows):
-            z = logits[b0:b1, t0:t1].float()
-            if temperature != 1.0:
-                z = z / temperature
-            lp, s, ent = _stats(z, labels[b0:b1, t0:t1], with_entropy)
-            del z
+            z = logits[b0:b1, t0:t1]
+            if convert:
+                z = scratch("z", z.shape).copy_(z)
+                if temperature != 1.0:
+                    z.div_(temperature)
+            lp, s, ent = _stats(z, labels[b0:b1, t0:t1], with_entropy, scratch, own_z=convert)
             log_prob[b0:b1, t0:t1] = lp
             lse[b0:b1, t0:t1] = s
             if with_entropy:
                 entropy[b0:b1, t0:t1] = ent
+        del scratch
         ctx.set_materialize_grads(False)
         ctx.rows, ctx.temperature = rows, temperature
         ctx.save_for_backward(logits, labels, lse, entropy)
@@ -170,29 +200,45 @@ class _LogitsLogProb(torch.autograd.Function):
         B, T, V = logits.shape
         tau = ctx.temperature
         grad = torch.empty(B, T, V, dtype=logits.dtype, device=logits.device)
-        in_place = grad.dtype == torch.float32
+        in_place = grad.dtype == torch.float32  # compute straight into the gradient's storage
+        scratch = _Scratch(ctx.rows * V, logits.device)
         for b0, b1, t0, t1 in _blocks(B, T, ctx.rows):
-            x = logits[b0:b1, t0:t1]
-            out = grad[b0:b1, t0:t1]
-            if in_place:
-                z = torch.div(x, tau, out=out) if tau != 1.0 else out.copy_(x)
-            else:
-                z = x.float() if tau == 1.0 else x.float() / tau
             sl = (slice(b0, b1), slice(t0, t1))
-            d = _grad_z(
-                z,
-                labels[sl],
-                lse[sl],
-                None if entropy is None else entropy[sl],
-                None if g_lp is None else g_lp[sl].float(),
-                None if g_ent is None else g_ent[sl].float(),
-            )
+            x, out, s = logits[sl], grad[sl], lse[sl].unsqueeze(-1)
+            d = out if in_place else scratch("d", out.shape)
+            if in_place and tau == 1.0:
+                torch.sub(x, s, out=d)
+            else:
+                d.copy_(x)
+                if tau != 1.0:
+                    d.div_(tau)
+                d.sub_(s)
+            ent = None if entropy is None else entropy[sl]
+            _grad_z(d, labels[sl], ent, _upstream(g_lp, sl), _upstream(g_ent, sl), scratch)
             if tau != 1.0:
                 d.div_(tau)
             if not in_place:
                 out.copy_(d)
-            del z, d
         return grad, None, None, None, None
+
+
+def _project(h, weight, bias, temperature, scratch: _Scratch) -> torch.Tensor:
+    """float32 ``(h @ weightᵀ + bias) / temperature`` for one chunk, into a scratch buffer.
+
+    The matmul runs in the head's dtype, as ``nn.Linear`` would.
+    """
+    shape = (h.shape[0], weight.shape[0])
+    z = scratch("z", shape)
+    out = z if weight.dtype == torch.float32 else scratch("z_head", shape, weight.dtype)
+    if bias is not None:
+        torch.addmm(bias, h, weight.t(), out=out)
+    else:
+        torch.matmul(h, weight.t(), out=out)
+    if out is not z:
+        z.copy_(out)
+    if temperature != 1.0:
+        z.div_(temperature)
+    return z
 
 
 class _HiddenLogProb(torch.autograd.Function):
@@ -200,18 +246,18 @@ class _HiddenLogProb(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, labels, rows, temperature, with_entropy):
-        N = hidden.shape[0]
+        N, V = hidden.shape[0], weight.shape[0]
         log_prob = torch.empty(N, dtype=torch.float32, device=hidden.device)
         lse = torch.empty_like(log_prob)
         entropy = torch.empty_like(log_prob) if with_entropy else None
+        scratch = _Scratch(rows * V, hidden.device)
         for s in range(0, N, rows):
             e = min(s + rows, N)
-            z = _project(hidden[s:e], weight, bias, temperature)
-            lp, m, ent = _stats(z, labels[s:e], with_entropy)
-            del z
-            log_prob[s:e], lse[s:e] = lp, m
+            z = _project(hidden[s:e], weight, bias, temperature, scratch)
+            log_prob[s:e], lse[s:e], ent = _stats(z, labels[s:e], with_entropy, scratch, own_z=True)
             if with_entropy:
                 entropy[s:e] = ent
+        del scratch
         ctx.set_materialize_grads(False)
         ctx.rows, ctx.temperature = rows, temperature
         ctx.save_for_backward(hidden, weight, bias, labels, lse, entropy)
@@ -224,23 +270,18 @@ class _HiddenLogProb(torch.autograd.Function):
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         if (g_lp is None and g_ent is None) or not (need_h or need_w or need_b):
             return None, None, None, None, None, None, None
-        N = hidden.shape[0]
+        N, V = hidden.shape[0], weight.shape[0]
         tau = ctx.temperature
-        acc = torch.float32  # accumulate head gradients in float32 whatever the parameter dtype
+        acc = torch.float32  # head gradients accumulate in float32 whatever the parameter dtype
         grad_h = torch.empty_like(hidden) if need_h else None
         grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_w else None
         grad_b = torch.zeros(bias.shape, dtype=acc, device=bias.device) if need_b else None
+        scratch = _Scratch(ctx.rows * V, hidden.device)
         for s in range(0, N, ctx.rows):
             e = min(s + ctx.rows, N)
-            z = _project(hidden[s:e], weight, bias, tau)
-            d = _grad_z(
-                z,
-                labels[s:e],
-                lse[s:e],
-                None if entropy is None else entropy[s:e],
-                None if g_lp is None else g_lp[s:e].float(),
-                None if g_ent is None else g_ent[s:e].float(),
-            )
+            d = _project(hidden[s:e], weight, bias, tau, scratch).sub_(lse[s:e].unsqueeze(-1))
+            ent = None if entropy is None else entropy[s:e]
+            _grad_z(d, labels[s:e], ent, _upstream(g_lp, slice(s, e)), _upstream(g_ent, slice(s, e)), scratch)
             if tau != 1.0:
                 d.div_(tau)
             if need_b:
@@ -248,22 +289,13 @@ class _HiddenLogProb(torch.autograd.Function):
             if need_w:
                 grad_w.addmm_(d.t(), hidden[s:e].to(acc))
             if need_h:
-                torch.matmul(d.to(weight.dtype), weight, out=grad_h[s:e])
-            del z, d
+                d_head = d if weight.dtype == acc else scratch("z_head", d.shape, weight.dtype).copy_(d)
+                torch.matmul(d_head, weight, out=grad_h[s:e])
         if grad_w is not None:
             grad_w = grad_w.to(weight.dtype)
         if grad_b is not None:
             grad_b = grad_b.to(bias.dtype)
         return grad_h, grad_w, grad_b, None, None, None, None
-
-
-def _project(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: float) -> torch.Tensor:
-    """float32 ``(h @ weightᵀ + bias) / temperature`` for one chunk, computed in the head's dtype."""
-    z = torch.addmm(bias, h, weight.t()) if bias is not None else h @ weight.t()
-    z = z.float()
-    if temperature != 1.0:
-        z.div_(temperature)
-    return z
 
 
 # --------------------------------------------------------------------------- public kernels
