@@ -17,6 +17,8 @@ Data parallelism / micro-batching: ``global_tokens`` (N of the whole batch) and 
 (S of the whole batch), when given, replace the local N and S. Each micro-batch is then
 aggregated with the same normaliser, and the sum over micro-batches equals the aggregate of the
 whole batch — the loss does not depend on how the batch was split. ``token-sum`` needs no count.
+Each rank's result is its share of the global loss; where the data-parallel all-reduce averages
+gradients over W ranks (DDP, FSDP), the trainer multiplies by W, as verl's ``dp_size`` factor does.
 
 Edge cases, and where rllab differs from verl 0.9.1 ``agg_loss``:
 
