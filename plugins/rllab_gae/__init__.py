@@ -169,7 +169,7 @@ def _whiten(x: torch.Tensor, mask: torch.Tensor, remask: bool, masked_are_zero: 
     token gets 0 and no masked position is blown up by rsqrt(1e-8). ``masked_are_zero`` says
     ``x`` already holds 0 at every masked position (saves one pass).
     """
-    n = mask.sum()
+    n = torch.count_nonzero(mask)
     mean = (x if masked_are_zero else _zero_masked(x, mask)).sum() / n.clamp(min=1)
     centred = _zero_masked(x - mean, mask)
     var = (centred * centred).sum() / (n - 1).clamp(min=1)
@@ -185,7 +185,9 @@ class GAEConfig:
     """Knobs of gae."""
 
     gamma: float = rllab.knob(1.0, help="γ: discount per valid token", ge=0.0, le=1.0)
-    lam: float = rllab.knob(1.0, help="λ: GAE trace decay (1 = Monte-Carlo return − V, 0 = one-step TD)", ge=0.0, le=1.0)
+    lam: float = rllab.knob(
+        1.0, help="λ: GAE trace decay (1 = Monte-Carlo return − V, 0 = one-step TD)", ge=0.0, le=1.0
+    )
     whiten: bool = rllab.knob(True, help="whiten advantages over the batch's valid tokens (verl always does)")
     remask: bool = rllab.knob(
         True,

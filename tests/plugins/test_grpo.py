@@ -132,7 +132,8 @@ def test_grpo_variants_hand_computed():
     # Batch std of 1, 0, 0, 1, 3: mean 1, squared deviations 0 + 1 + 1 + 0 + 4 = 6, var 6/4.
     adv, _ = estimator("grpo", scale="batch")(token_rewards=r, mask=m, index=INDEX)
     s = math.sqrt(1.5) + 1e-6
-    torch.testing.assert_close(rows(adv), torch.tensor([0.5 / s, -0.5 / s, -0.5 / s, 0.5 / s, 3 / s]), rtol=1e-6, atol=1e-7)
+    expected = torch.tensor([0.5 / s, -0.5 / s, -0.5 / s, 0.5 / s, 3 / s])
+    torch.testing.assert_close(rows(adv), expected, rtol=1e-6, atol=1e-7)
 
 
 def test_rloo_hand_computed():
@@ -193,7 +194,9 @@ def test_grpo_passk_hand_computed():
 
 @settings(max_examples=40, deadline=None)
 @given(
-    groups=st.lists(st.lists(st.sampled_from([0.0, 0.5, 1.0, -2.0, 3.25]), min_size=1, max_size=6), min_size=1, max_size=8),
+    groups=st.lists(
+        st.lists(st.sampled_from([0.0, 0.5, 1.0, -2.0, 3.25]), min_size=1, max_size=6), min_size=1, max_size=8
+    ),
     scale=st.sampled_from(["group", "batch", "none"]),
 )
 def test_grpo_sums_to_zero_per_group(groups, scale):
@@ -267,7 +270,10 @@ def test_match_verl_loops(sizes, seed, discrete):
     B, T = sum(sizes), 6
     index = torch.tensor([gid * 5 for gid, n in enumerate(sizes) for _ in range(n)])
     index = index[torch.randperm(B, generator=g)]  # groups interleaved
-    r = torch.randint(0, 2, (B, T), generator=g).double() if discrete else torch.randn(B, T, generator=g, dtype=torch.float64)
+    if discrete:
+        r = torch.randint(0, 2, (B, T), generator=g).double()
+    else:
+        r = torch.randn(B, T, generator=g, dtype=torch.float64)
     m = torch.rand(B, T, generator=g) > 0.3  # rows may be fully masked; rewards on masked tokens count in verl
     scores = r.sum(dim=1)
     lengths = m.sum(dim=1)
@@ -360,7 +366,9 @@ def test_all_equal_and_all_masked_batches_are_zero(name):
 def test_empty_batch(name):
     for shape in [(0, 5), (0, 0)]:
         adv, ret = estimator(name)(
-            token_rewards=torch.zeros(shape), mask=torch.zeros(shape, dtype=torch.bool), index=torch.zeros(0, dtype=torch.long)
+            token_rewards=torch.zeros(shape),
+            mask=torch.zeros(shape, dtype=torch.bool),
+            index=torch.zeros(0, dtype=torch.long),
         )
         assert adv.shape == ret.shape == shape
 
@@ -373,6 +381,14 @@ def test_non_finite_scores_name_the_rows(name):
     with pytest.raises(RowError, match=r"token_rewards.*\[0, 2\]") as info:
         estimator(name)(token_rewards=r, mask=m, index=torch.tensor([0, 0, 1, 1]))
     assert info.value.rows == [0, 2]
+
+
+def test_huge_finite_rewards_are_not_rejected():
+    # The fast finiteness check sums the tensor; an overflowing sum must fall back, not fail.
+    r, m = outcome([3e38, 0.0, 3e38, 0.0])  # the total overflows, no group's sum does
+    for mask_scores in (True, False):
+        adv, _ = estimator("rloo", mask_scores=mask_scores)(token_rewards=r, mask=m, index=torch.tensor([0, 0, 1, 1]))
+        torch.testing.assert_close(rows(adv), torch.tensor([3e38, -3e38, 3e38, -3e38]))
 
 
 def test_verl_mode_rejects_non_finite_rewards_on_masked_tokens():

@@ -1,0 +1,260 @@
+"""Advantage estimators: rllab's vectorised scans and segment sums against verl-style loops.
+
+Baselines, written the way verl 0.9.1 writes them:
+
+* ``gae``: a Python loop over the T token positions, (B,)-wide per step, skipping masked steps,
+  then ``masked_whiten`` (verl's ``compute_gae_advantage_return``).
+* ``reinforce_plus_plus``: the same kind of loop for the discounted return, then whitening.
+* ``grpo`` / ``rloo``: a Python loop over rows into a dict of group id → scores, a loop over
+  groups for the statistics, a loop over rows to apply them (verl's ``compute_grpo_outcome_
+  advantage`` / ``compute_rloo_outcome_advantage``).
+
+Both sides run on one thread (``torch.set_num_threads(1)``), interleaved repeat by repeat so a
+load drift hits both; the table gives the median with min/max, the speed-up of the medians, and
+the largest deviation from the loop relative to the loop's largest magnitude (float32 inputs).
+Masks are response masks with random lengths ("prefix"), or with observation spans cut into
+them ("multi-turn", which exercises the compaction path).
+
+    python benchmarks/bench_advantages.py                 # the full table
+    python benchmarks/bench_advantages.py --quick         # small sizes, a few seconds
+    pytest benchmarks/bench_advantages.py                 # pytest-benchmark smoke runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections import defaultdict
+
+import torch
+
+import rllab
+
+# --------------------------------------------------------------------------- verl-style baselines
+
+
+def loop_masked_whiten(x, m):
+    n = m.sum()
+    mean = (x * m).sum() / (n + 1e-8)
+    var = (((x - mean) ** 2) * m).sum() / (n + 1e-8) * n / (n - 1)
+    return (x - mean) * torch.rsqrt(var + 1e-8)
+
+
+def loop_gae(token_rewards, values, mask, gamma, lam):
+    m = mask.to(token_rewards.dtype)
+    next_values, last = 0, 0
+    reversed_adv = []
+    for t in reversed(range(token_rewards.shape[1])):
+        delta = token_rewards[:, t] + gamma * next_values - values[:, t]
+        new = delta + gamma * lam * last
+        next_values = values[:, t] * m[:, t] + (1 - m[:, t]) * next_values
+        last = new * m[:, t] + (1 - m[:, t]) * last
+        reversed_adv.append(last)
+    advantages = torch.stack(reversed_adv[::-1], dim=1)
+    returns = advantages + values
+    return loop_masked_whiten(advantages, m), returns
+
+
+def loop_reinforce_pp(token_rewards, mask, gamma):
+    m = mask.to(token_rewards.dtype)
+    returns = torch.zeros_like(token_rewards)
+    running = 0
+    for t in reversed(range(token_rewards.shape[1])):
+        new = token_rewards[:, t] + gamma * running
+        returns[:, t] = new * m[:, t]
+        running = new * m[:, t] + (1 - m[:, t]) * running
+    return loop_masked_whiten(returns, m) * m, returns
+
+
+def loop_grpo(token_rewards, mask, index, epsilon=1e-6):
+    scores = token_rewards.sum(dim=-1)
+    id2score, id2mean, id2std = defaultdict(list), {}, {}
+    for i in range(scores.shape[0]):
+        id2score[index[i]].append(scores[i])
+    for idx, group in id2score.items():
+        if len(group) == 1:
+            id2mean[idx], id2std[idx] = torch.tensor(0.0), torch.tensor(1.0)
+        else:
+            stacked = torch.stack(group)
+            id2mean[idx], id2std[idx] = stacked.mean(), stacked.std()
+    for i in range(scores.shape[0]):
+        scores[i] = (scores[i] - id2mean[index[i]]) / (id2std[index[i]] + epsilon)
+    return scores.unsqueeze(-1) * mask
+
+
+def loop_rloo(token_rewards, mask, index):
+    scores = token_rewards.sum(dim=-1)
+    id2score, id2mean = defaultdict(list), {}
+    for i in range(scores.shape[0]):
+        id2score[index[i]].append(scores[i])
+    for idx, group in id2score.items():
+        id2mean[idx] = torch.tensor(0.0) if len(group) == 1 else torch.stack(group).mean()
+    for i in range(scores.shape[0]):
+        n = len(id2score[index[i]])
+        if n > 1:
+            scores[i] = scores[i] * n / (n - 1) - id2mean[index[i]] * n / (n - 1)
+    return scores.unsqueeze(-1) * mask
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def make_batch(B, T, holes, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    rewards = torch.randn(B, T, generator=g) * 0.01  # a KL-in-reward term on every token
+    values = torch.randn(B, T, generator=g)
+    lengths = torch.randint(T // 8, T + 1, (B,), generator=g)
+    mask = torch.arange(T)[None, :] < lengths[:, None]
+    rewards[torch.arange(B), lengths - 1] += torch.randint(0, 2, (B,), generator=g).float()  # the score
+    if holes:  # four observation spans of T/32 tokens per row
+        starts = torch.randint(0, T - T // 32, (B, 4), generator=g)
+        pos = torch.arange(T)[None, None, :]
+        inside = (pos >= starts[..., None]) & (pos < starts[..., None] + T // 32)
+        mask &= ~inside.any(dim=1)
+    return rewards, values, mask
+
+
+def rel_dev(a, b, mask):
+    a = torch.where(mask, a, 0.0).double()
+    b = torch.where(mask, b, 0.0).double()
+    return ((a - b).abs().max() / b.abs().max().clamp(min=1e-30)).item()
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def time_pair(baseline, ours, repeats):
+    """Interleaved timings (seconds) of two callables; returns (baseline_times, our_times)."""
+    ours()  # warm-up (allocator, first-call dispatch)
+    tb, to = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        baseline()
+        tb.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        ours()
+        to.append(time.perf_counter() - t0)
+    return tb, to
+
+
+def fmt(ts):
+    ms = [t * 1e3 for t in ts]
+    return f"{statistics.median(ms):9.2f} [{min(ms):8.2f}, {max(ms):8.2f}]"
+
+
+HEADER = (
+    f"{'estimator':<22}{'B':>6}{'T':>6} {'knobs':<18}{'mask':<11}"
+    f"{'loop ms median [min, max]':>30}{'rllab ms median [min, max]':>30}{'speed-up':>10}{'max rel dev':>13}"
+)
+
+
+def row(name, B, T, knobs, mask_kind, tb, to, dev):
+    ratio = statistics.median(tb) / statistics.median(to)
+    return f"{name:<22}{B:>6}{T:>6} {knobs:<18}{mask_kind:<11}{fmt(tb):>30}{fmt(to):>30}{ratio:>9.1f}x{dev:>13.1e}"
+
+
+def bench_gae(lab, B, T, lam, holes, repeats, gamma=1.0):
+    r, v, m = make_batch(B, T, holes)
+    est = lab.get("advantage_estimator", "gae", gamma=gamma, lam=lam)
+    ref_adv, ref_ret = loop_gae(r, v, m, gamma, lam)
+    adv, ret = est(token_rewards=r, values=v, mask=m, index=None)
+    dev = max(rel_dev(adv, ref_adv, m), rel_dev(ret, ref_ret, m))
+    tb, to = time_pair(
+        lambda: loop_gae(r, v, m, gamma, lam), lambda: est(token_rewards=r, values=v, mask=m, index=None), repeats
+    )
+    return row("gae", B, T, f"γ={gamma:g} λ={lam:g}", "multi-turn" if holes else "prefix", tb, to, dev)
+
+
+def bench_reinforce_pp(lab, B, T, gamma, holes, repeats):
+    r, _, m = make_batch(B, T, holes)
+    est = lab.get("advantage_estimator", "reinforce_plus_plus", gamma=gamma)
+    ref_adv, ref_ret = loop_reinforce_pp(r, m, gamma)
+    adv, ret = est(token_rewards=r, mask=m, index=None)
+    dev = max(rel_dev(adv, ref_adv, m), rel_dev(ret, ref_ret, m))
+    tb, to = time_pair(
+        lambda: loop_reinforce_pp(r, m, gamma), lambda: est(token_rewards=r, mask=m, index=None), repeats
+    )
+    return row("reinforce_plus_plus", B, T, f"γ={gamma:g}", "multi-turn" if holes else "prefix", tb, to, dev)
+
+
+def bench_group(lab, name, B, T, G, repeats):
+    g = torch.Generator().manual_seed(1)
+    lengths = torch.randint(1, T + 1, (B,), generator=g)
+    m = torch.arange(T)[None, :] < lengths[:, None]
+    r = torch.zeros(B, T)
+    r[torch.arange(B), lengths - 1] = torch.randint(0, 2, (B,), generator=g).float()
+    index = torch.arange(B) // G
+    index = index[torch.randperm(B, generator=g)]
+    index_np = index.numpy()  # verl passes the uid column as a numpy array
+    loop = {"grpo": loop_grpo, "rloo": loop_rloo}[name]
+    est = lab.get("advantage_estimator", name, mask_scores=False)
+    ref = loop(r, m, index_np)
+    adv, _ = est(token_rewards=r, mask=m, index=index)
+    dev = rel_dev(adv, ref, m)
+    tb, to = time_pair(lambda: loop(r, m, index_np), lambda: est(token_rewards=r, mask=m, index=index), repeats)
+    return row(name, B, T, f"G={G}", "prefix", tb, to, dev)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per row (default 5)")
+    parser.add_argument("--quick", action="store_true", help="small sizes only")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    lab = rllab.Lab()
+
+    print(f"torch {torch.__version__}, 1 thread, float32, repeats={args.repeats}")
+    print(f"load average before: {os.getloadavg()}")
+    print(HEADER)
+    Bs, Ts = ((16,), (256, 1024)) if args.quick else ((64, 256), (512, 2048, 8192))
+    for B in Bs:
+        for T in Ts:
+            for lam in (1.0, 0.95):
+                print(bench_gae(lab, B, T, lam, holes=False, repeats=args.repeats), flush=True)
+    big_B, big_T = Bs[-1], Ts[-1]
+    for lam in (1.0, 0.95):
+        print(bench_gae(lab, big_B, big_T, lam, holes=True, repeats=args.repeats), flush=True)
+    for gamma in (1.0, 0.99):
+        for holes in (False, True):
+            print(bench_reinforce_pp(lab, big_B, big_T, gamma, holes, args.repeats), flush=True)
+    group_B = 1024 if args.quick else 16384
+    for name in ("grpo", "rloo"):
+        print(bench_group(lab, name, group_B, 256, 16, args.repeats), flush=True)
+    print(f"load average after:  {os.getloadavg()}")
+
+
+# --------------------------------------------------------------------------- pytest-benchmark smoke
+
+
+def _smoke_lab():
+    torch.set_num_threads(1)
+    return rllab.Lab()
+
+
+def test_smoke_gae(benchmark):
+    lab = _smoke_lab()
+    r, v, m = make_batch(16, 512, holes=True)
+    est = lab.get("advantage_estimator", "gae", lam=0.95)
+    adv, _ = benchmark(lambda: est(token_rewards=r, values=v, mask=m, index=None))
+    assert rel_dev(adv, loop_gae(r, v, m, 1.0, 0.95)[0], m) < 1e-5
+
+
+def test_smoke_gae_loop(benchmark):
+    torch.set_num_threads(1)
+    r, v, m = make_batch(16, 512, holes=True)
+    benchmark(lambda: loop_gae(r, v, m, 1.0, 0.95))
+
+
+def test_smoke_grpo(benchmark):
+    lab = _smoke_lab()
+    index = torch.arange(1024) // 8
+    r, _, m = make_batch(1024, 64, holes=False)
+    est = lab.get("advantage_estimator", "grpo", mask_scores=False)
+    adv, _ = benchmark(lambda: est(token_rewards=r, mask=m, index=index))
+    assert rel_dev(adv, loop_grpo(r, m, index.numpy()), m) < 1e-5
+
+
+if __name__ == "__main__":
+    main()
