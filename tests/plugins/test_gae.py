@@ -224,9 +224,15 @@ coef = st.one_of(st.sampled_from([0.0, 0.5, 0.95, 1.0]), st.floats(0.0, 1.0))
 @given(shape=masks, gamma=coef, lam=coef, seed=st.integers(0, 2**31 - 1))
 def test_gae_matches_loop_on_random_masks(shape, gamma, lam, seed):
     B, T, rows = shape
-    m = torch.tensor(rows, dtype=torch.bool)
+    holes = torch.tensor(rows, dtype=torch.bool)
+    prefix = torch.arange(T)[None, :] < holes.sum(dim=1, keepdim=True)  # same lengths, no holes
     g = torch.Generator().manual_seed(seed)
     r, v = torch.randn(B, T, generator=g, dtype=torch.float64), torch.randn(B, T, generator=g, dtype=torch.float64)
+    for m in (holes, prefix):
+        _check_gae_against_loop(r, v, m, gamma, lam)
+
+
+def _check_gae_against_loop(r, v, m, gamma, lam):
     ref_adv, ref_ret = loop_gae(r, v, m, gamma, lam)
 
     adv, ret = estimator("gae", gamma=gamma, lam=lam, whiten=False, remask=False)(
@@ -251,8 +257,14 @@ def test_gae_matches_loop_on_random_masks(shape, gamma, lam, seed):
 @given(shape=masks, gamma=coef, seed=st.integers(0, 2**31 - 1))
 def test_returns_match_loop_on_random_masks(shape, gamma, seed):
     B, T, rows = shape
-    m = torch.tensor(rows, dtype=torch.bool)
+    holes = torch.tensor(rows, dtype=torch.bool)
+    prefix = torch.arange(T)[None, :] < holes.sum(dim=1, keepdim=True)
     r = torch.randn(B, T, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    for m in (holes, prefix):
+        _check_returns_against_loop(r, m, gamma)
+
+
+def _check_returns_against_loop(r, m, gamma):
     ref = loop_return(r, m, gamma)
     adv, ret = estimator("reinforce", gamma=gamma)(token_rewards=r, mask=m, index=None)
     torch.testing.assert_close(ret, ref, rtol=1e-10, atol=1e-10)
