@@ -25,6 +25,12 @@ operations (``pip download --no-deps trl==1.16.0`` to read them):
 
 rllab's ``cdpo`` and ``robust`` default to ``label_smoothing = 0.1`` (TRL: 0.0); they are compared
 at explicit values, and at 0.0 with TRL's ``sigmoid``.
+
+GRPO advantages are checked against ``GRPOTrainer._generate_and_score_completions`` (one reward
+function): groups are ``num_generations`` consecutive rows, ``A = r − mean_g``, divided by
+``std + 1e-4`` where ``std`` is the unbiased (``nanstd``) std of the group (``scale_rewards="group"``)
+or of the whole batch (``"batch"``), not divided for ``"none"``; that is rllab's ``grpo`` with
+``epsilon=1e-4`` and ``scale`` set alike (ε = 1e-6 by default, verl's).
 """
 
 from __future__ import annotations
@@ -101,7 +107,8 @@ def trl_smoothed_sigmoid(logits, *, beta, label_smoothing):
 
 def trl_cdpo_losses(pairs, *, beta, label_smoothing):
     """Conservative DPO: the smoothed sigmoid on Δ (reference-relative), DPO's metrics."""
-    delta = (pairs["chosen_logps"] - pairs["ref_chosen_logps"]) - (pairs["rejected_logps"] - pairs["ref_rejected_logps"])
+    chosen_scores = pairs["chosen_logps"] - pairs["ref_chosen_logps"]
+    delta = chosen_scores - (pairs["rejected_logps"] - pairs["ref_rejected_logps"])
     _, metrics = trl_dpo_losses("sigmoid", pairs, beta=beta)
     return trl_smoothed_sigmoid(delta, beta=beta, label_smoothing=label_smoothing), metrics
 
@@ -247,3 +254,40 @@ def test_ipo_empty_response_uses_length_one_as_trl():
     losses, _ = component("ipo")(**pairs)
     ref, _ = trl_dpo_losses("ipo", {k: v.double() for k, v in pairs.items()}, beta=0.1)
     assert_close(losses, ref, "ipo with an empty chosen response")
+
+
+# --------------------------------------------------------------------------- GRPO advantages
+
+
+def trl_grpo_advantages(rewards: torch.Tensor, num_generations: int, scale: str) -> torch.Tensor:
+    """GRPOTrainer's advantage for one reward function, float64 (TRL 1.16.0, grpo_trainer.py)."""
+    grouped = rewards.view(-1, num_generations)
+    mean = grouped.mean(dim=1).repeat_interleave(num_generations)
+    advantages = rewards - mean
+    if scale == "none":
+        return advantages
+    if scale == "group":
+        std = grouped.std(dim=1).repeat_interleave(num_generations)
+    else:
+        std = rewards.std().expand_as(rewards)
+    return advantages / (std + 1e-4)
+
+
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+@pytest.mark.parametrize("num_generations", [2, 4, 8])
+def test_grpo_is_trl_grpo_advantage(scale, num_generations):
+    for seed in range(3):
+        g = torch.Generator().manual_seed(zlib.crc32(repr(("grpo", scale, num_generations, seed)).encode()))
+        n_prompts, T = 5, 6
+        B = n_prompts * num_generations
+        binary = seed == 0  # 0/1 rewards: all-equal groups are likely
+        scores = (torch.rand(B, generator=g) < 0.5).float() if binary else torch.randn(B, generator=g)
+        lengths = torch.randint(1, T + 1, (B,), generator=g)
+        mask = torch.arange(T)[None, :] < lengths[:, None]
+        token_rewards = torch.where(torch.arange(T)[None, :] == (lengths - 1)[:, None], scores[:, None], 0.0)
+        index = torch.arange(B) // num_generations
+        est = rllab.Lab().get("advantage_estimator", "grpo", epsilon=1e-4, scale=scale)
+        advantages, _ = est(token_rewards=token_rewards, mask=mask, index=index)
+        expected = trl_grpo_advantages(scores.double(), num_generations, scale)
+        what = f"grpo scale={scale} G={num_generations} seed {seed}"
+        assert_close(advantages, torch.where(mask, expected[:, None], 0.0), what)

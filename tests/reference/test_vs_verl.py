@@ -390,7 +390,8 @@ def test_importance_correction_extreme_log_ratios(mode):
     spread = torch.tensor([15.0, 15.0, 15.0, 15.0, 0.01, 0.05])[:, None]  # two rows stay in bounds
     rollout = old + torch.randn(B, T, generator=g) * spread
     knobs = {"c_max": 2.0, "c_min": 0.5} if masked else {"c_max": 2.0}
-    weights, _ = component("importance_correction", mode, **knobs)(old_log_prob=old, rollout_log_prob=rollout, mask=mask)
+    correction = component("importance_correction", mode, **knobs)
+    weights, _ = correction(old_log_prob=old, rollout_log_prob=rollout, mask=mask)
     ref_w, _ = _verl_is_weights(old, rollout, mask, level, "0.5_2.0" if masked else 2.0, weights)
     assert torch.isfinite(weights).all()
     assert_close(weights, ref_w, f"{mode} weights at extreme log-ratios")
@@ -447,7 +448,9 @@ PG = {
 }
 PG_OPTIONAL = {
     # verl's sapo always aggregates seq-mean-token-mean; compared under that mode
-    "sapo": (dict(tau_pos=1.0, tau_neg=1.05), "sapo", dict(tau_pos=1.0, tau_neg=1.05), {"actor/approx_kl": "actor/ppo_kl"}),
+    "sapo": (
+        dict(tau_pos=1.0, tau_neg=1.05), "sapo", dict(tau_pos=1.0, tau_neg=1.05), {"actor/approx_kl": "actor/ppo_kl"},
+    ),
     "sapo-sharp": (dict(tau_pos=2.0, tau_neg=3.0), "sapo", dict(tau_pos=2.0, tau_neg=3.0), {}),
     "geo_mean": (
         dict(clip_low=0.4, clip_high=0.4), "geo_mean", dict(clip_ratio_low=0.4, clip_ratio_high=0.4),
@@ -455,7 +458,8 @@ PG_OPTIONAL = {
     ),
     # verl's kl_cov logs mean |log r| as "ppo_kl"; rllab's approx_kl stays mean(−log r): not compared
     "kl_cov": (
-        dict(kl_cov_ratio=0.2, ppo_kl_coef=1.0), "kl_cov", dict(policy_loss=dict(kl_cov_ratio=0.2, ppo_kl_coef=1.0)), {},
+        dict(kl_cov_ratio=0.2, ppo_kl_coef=1.0), "kl_cov",
+        dict(policy_loss=dict(kl_cov_ratio=0.2, ppo_kl_coef=1.0)), {},
     ),
     # clip_cov_ratio = 1 removes every candidate, so verl's random draw (randperm) is deterministic;
     # verl logs the removed share as pg_clipfrac, rllab as clip_cov_frac (its clipfrac is PPO's)
@@ -542,7 +546,9 @@ def test_vanilla_pg_approx_kl_beyond_clamp():
     _, metrics = component("policy_loss", "vanilla_pg")(
         log_prob=log_prob, old_log_prob=old, advantages=adv, mask=mask, aggregate=aggregate_fn("token-mean")
     )
-    _, ref_metrics = ca.compute_policy_loss_reinforce(old, log_prob, adv, mask.float(), "token-mean", VERL.actor_config())
+    _, ref_metrics = ca.compute_policy_loss_reinforce(
+        old, log_prob, adv, mask.float(), "token-mean", VERL.actor_config()
+    )
     assert_close(metric(metrics, "actor/approx_kl"), ref_metrics["actor/ppo_kl"], "vanilla_pg approx_kl, |log r| > 20")
 
 
@@ -783,7 +789,8 @@ def test_gae_matches_compute_gae_advantage_return(gamma, lam):
         what = f"gae γ={gamma} λ={lam} {cid}"
         _compare_adv(what, (adv, ret), ref, mask)
         assert not adv[~mask].any() and not ret[~mask].any(), f"{what}: masked positions not zeroed"
-        _compare_adv(f"{what} remask=False", verl_like(token_rewards=rewards, mask=mask, index=index, values=values), ref)
+        raw = verl_like(token_rewards=rewards, mask=mask, index=index, values=values)
+        _compare_adv(f"{what} remask=False", raw, ref)
 
 
 def test_gae_without_whitening_is_verl_before_whitening():
