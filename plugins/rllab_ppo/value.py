@@ -38,10 +38,10 @@ def clipped_value_loss(*, values, old_values, returns, mask, aggregate, config):
 
     All tensors (B, T); returns (0-d loss, metrics ``critic/vf_clipfrac``, ``critic/vpred_mean``).
     """
-    check_inputs("clipped value loss", mask, values=values, old_values=old_values, returns=returns)
-    values = zero_masked(values, mask)
-    old_values = zero_masked(old_values.detach(), mask)
-    returns = zero_masked(returns.detach(), mask)
+    finite = check_inputs("clipped value loss", mask, values=values, old_values=old_values, returns=returns)
+    values = zero_masked(values, mask, finite)
+    old_values = zero_masked(old_values.detach(), mask, finite)
+    returns = zero_masked(returns.detach(), mask, finite)
 
     vf_losses1 = (values - returns) ** 2
     if config.value_clip is None:

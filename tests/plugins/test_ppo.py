@@ -530,3 +530,129 @@ def test_value_loss_masked_positions_and_padding():
     # V = V_old = R: both terms vanish
     same, m = value_loss(values=values, old_values=lp, returns=lp, mask=mask, aggregate=token_mean)
     assert float(same.detach()) == 0.0 and float(m["critic/vf_clipfrac"]) == 0.0
+
+
+# --------------------------------------------------------------------------- fused helper
+
+
+def _separate(lp, old, adv, mask, agg, ent, ref, beta, c_h, weights=None, clip_c=None, clip_high=0.2):
+    """The loss a trainer builds from the registered components, and its gradients."""
+    lp = lp.clone().requires_grad_(True)
+    ent = None if ent is None else ent.clone().requires_grad_(True)
+    if clip_c is None:
+        pg_fn = LAB.get("policy_loss", "ppo_clip", clip_high=clip_high)
+    else:
+        pg_fn = LAB.get("policy_loss", "ppo_dual_clip", clip_high=clip_high, clip_c=clip_c)
+    pg, m = pg_fn(log_prob=lp, old_log_prob=old, advantages=adv, mask=mask, aggregate=agg, weights=weights)
+    total, parts = pg, {"loss/policy": pg}
+    if ref is not None:
+        kl = agg(LAB.get("kl_penalty", "k3")(log_prob=lp, ref_log_prob=ref), mask)
+        total, parts["loss/kl"] = total + beta * kl, kl
+    if ent is not None:
+        e = agg(ent, mask)
+        total, parts["loss/entropy"] = total - c_h * e, e
+    inputs = [lp] + ([ent] if ent is not None else [])
+    grads = torch.autograd.grad(total, inputs)
+    return total.detach(), grads, {**m, **{k: v.detach() for k, v in parts.items()}}
+
+
+def _fused(lp, old, adv, mask, agg, ent, ref, beta, c_h, weights=None, clip_c=None, clip_high=0.2):
+    from rllab_ppo.fused import fused_ppo_loss
+
+    lp = lp.clone().requires_grad_(True)
+    ent = None if ent is None else ent.clone().requires_grad_(True)
+    total, m = fused_ppo_loss(
+        log_prob=lp, old_log_prob=old, advantages=adv, mask=mask, aggregate=agg, entropy=ent, ref_log_prob=ref,
+        kl_coef=beta, entropy_coef=c_h, weights=weights, clip_c=clip_c, clip_high=clip_high,
+    )
+    inputs = [lp] + ([ent] if ent is not None else [])
+    return total.detach(), torch.autograd.grad(total, inputs), m
+
+
+def _lab_aggregate(mode, **bound):
+    comp = LAB.get("loss_aggregation", mode)
+    return lambda loss_mat, mask: comp(loss_mat=loss_mat, mask=mask, **bound)
+
+
+FUSED_CASES = [
+    ("token-mean", {}, {}),
+    ("seq-mean-token-mean", {}, {"clip_c": 3.0}),
+    ("seq-mean-token-sum-norm", {}, {"clip_high": 0.28}),
+    ("token-sum", {}, {"weights": True}),
+    ("token-mean", {"global_tokens": 100}, {"clip_c": 1.5, "weights": True}),
+]
+
+
+@pytest.mark.parametrize("mode,bound,extra", FUSED_CASES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_fused_equals_the_separate_components(mode, bound, extra, dtype):
+    lp, old, adv, mask = random_batch(12, B=6, T=40, scale=1.0, dtype=dtype)
+    g = torch.Generator().manual_seed(3)
+    ref = lp + 0.5 * torch.randn(lp.shape, generator=g, dtype=dtype)
+    ent = 3 * torch.rand(lp.shape, generator=g, dtype=dtype)
+    extra = dict(extra)
+    if extra.pop("weights", False):
+        extra["weights"] = 2 * torch.rand(lp.shape, generator=g, dtype=dtype)
+    agg = _lab_aggregate(mode, **bound)
+    a = _separate(lp, old, adv, mask, agg, ent, ref, 0.1, 0.01, **extra)
+    b = _fused(lp, old, adv, mask, agg, ent, ref, 0.1, 0.01, **extra)
+    rel = 1e-12 if dtype == torch.float64 else 2e-6
+    torch.testing.assert_close(b[0], a[0], rtol=rel, atol=rel * 1e-3)
+    for ga, gb in zip(a[1], b[1]):
+        scale = float(ga.abs().max())
+        torch.testing.assert_close(gb, ga, rtol=rel, atol=rel * scale)
+    for k, v in a[2].items():
+        torch.testing.assert_close(b[2][k].to(torch.float64), v.to(torch.float64), rtol=10 * rel, atol=10 * rel, msg=k)
+
+
+def test_fused_without_kl_or_entropy_and_with_masked_nan():
+    lp, old, adv, mask = random_batch(13, scale=2.0)
+    agg = _lab_aggregate("token-mean")
+    a = _separate(lp, old, adv, mask, agg, None, None, 0.0, 0.0)
+    nan = float("nan")
+    b = _fused(_poison(lp, mask, nan), _poison(old, mask, -math.inf), _poison(adv, mask, nan), mask, agg,
+               None, None, 0.0, 0.0)
+    torch.testing.assert_close(b[0], a[0], rtol=1e-12, atol=1e-15)
+    torch.testing.assert_close(b[1][0], a[1][0], rtol=1e-12, atol=1e-15)
+    assert set(b[2]) == {"actor/approx_kl", "actor/approx_kl_k3", "actor/clipfrac", "loss/policy"}
+    # an entropy that does not need a gradient: the bonus enters the value only
+    ent = torch.rand(lp.shape, dtype=lp.dtype)
+    c = _separate(lp, old, adv, mask, agg, ent, None, 0.0, 0.5)
+    from rllab_ppo.fused import fused_ppo_loss
+
+    lp_g = lp.clone().requires_grad_(True)
+    total, m = fused_ppo_loss(log_prob=lp_g, old_log_prob=old, advantages=adv, mask=mask, aggregate=agg,
+                              entropy=ent, entropy_coef=0.5)
+    torch.testing.assert_close(total.detach(), c[0], rtol=1e-12, atol=1e-15)
+    (g,) = torch.autograd.grad(total, lp_g)
+    torch.testing.assert_close(g, c[1][0], rtol=1e-12, atol=1e-15)
+    close(m["actor/entropy"], ops.masked_mean(ent, mask))
+
+
+def test_fused_rejects_bad_input():
+    from rllab_ppo.fused import fused_ppo_loss
+
+    lp, old, adv, mask = random_batch(14)
+    mask[3, 3] = True
+    ref = lp.clone()
+    ref[3, 3] = float("nan")
+    with pytest.raises(rllab.RowError, match=r"ref_log_prob .*\[3\]"):
+        fused_ppo_loss(log_prob=lp, old_log_prob=old, advantages=adv, mask=mask, aggregate=token_mean,
+                       ref_log_prob=ref)
+    with pytest.raises(ValueError, match=r"entropy has shape \(5, 6\) but log_prob has shape \(5, 7\)"):
+        fused_ppo_loss(log_prob=lp, old_log_prob=old, advantages=adv, mask=mask, aggregate=token_mean,
+                       entropy=lp[:, :6])
+    with pytest.raises(ValueError, match="clip_c"):
+        fused_ppo_loss(log_prob=lp, old_log_prob=old, advantages=adv, mask=mask, aggregate=token_mean, clip_c=1.0)
+
+
+def test_fused_all_masked_is_zero():
+    from rllab_ppo.fused import fused_ppo_loss
+
+    lp, old, adv, _ = random_batch(15)
+    lp = lp.requires_grad_(True)
+    mask = torch.zeros(lp.shape, dtype=torch.bool)
+    total, m = fused_ppo_loss(log_prob=lp, old_log_prob=old, advantages=adv, mask=mask, aggregate=token_mean,
+                              ref_log_prob=old, kl_coef=0.1)
+    (g,) = torch.autograd.grad(total, lp)
+    assert float(total.detach()) == 0.0 and (g == 0).all() and all(math.isfinite(float(v)) for v in m.values())
