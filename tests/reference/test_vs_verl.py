@@ -473,6 +473,8 @@ PG = {
         dict(clip_low=0.2, clip_high=0.2, clip_c=3.0), "vanilla",
         dict(clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0), DUAL_METRICS,
     ),
+    # rllab's defaults against verl's ActorConfig defaults (clip_ratio 0.2, clip_ratio_c 3.0)
+    "ppo_dual_clip-default": (dict(), "vanilla", dict(), DUAL_METRICS),
     "ppo_dual_clip-c1.5": (
         dict(clip_low=0.1, clip_high=0.3, clip_c=1.5), "vanilla",
         dict(clip_ratio_low=0.1, clip_ratio_high=0.3, clip_ratio_c=1.5), DUAL_METRICS,
@@ -492,6 +494,7 @@ PG_OPTIONAL = {
     "sapo": (
         dict(tau_pos=1.0, tau_neg=1.05), "sapo", dict(tau_pos=1.0, tau_neg=1.05), {"actor/approx_kl": "actor/ppo_kl"},
     ),
+    "sapo-default": (dict(), "sapo", dict(), {"actor/approx_kl": "actor/ppo_kl"}),
     "sapo-sharp": (dict(tau_pos=2.0, tau_neg=3.0), "sapo", dict(tau_pos=2.0, tau_neg=3.0), {}),
     "geo_mean": (
         dict(clip_low=0.4, clip_high=0.4), "geo_mean", dict(clip_ratio_low=0.4, clip_ratio_high=0.4),
