@@ -97,36 +97,43 @@ def _zero_masked(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
-def _compact(x: torch.Tensor, mask: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
-    """Move each row's valid entries to its front, in order, zeros after them: (B, T + 1).
+def _packing(mask: torch.Tensor):
+    """Where each token goes when a row's valid tokens are packed to its front, in order.
 
-    ``slot`` is the exclusive cumulative sum of ``mask`` (a valid token's compacted index).
-    Masked entries are sent to the extra last column, which is zeroed afterwards.
+    Returns ``(slot, dest)``, both (B, T) int64. ``slot`` is the exclusive running count of
+    valid tokens: a valid token's packed index, and for a masked token the packed index of the
+    next valid token of its row — so one gather with ``slot`` brings a packed result back to
+    every position under verl's skip rule. ``dest`` is ``slot`` with masked tokens sent to the
+    last column, which lies past the valid tokens of any row that has a masked token.
     """
-    B, T = x.shape
-    out = x.new_zeros(B, T + 1)
-    out.scatter_(1, torch.where(mask, slot, T), x)
-    out[:, T] = 0
+    slot = torch.cumsum(torch.nn.functional.pad(mask[:, :-1], (1, 0)), dim=1)
+    return slot, slot.masked_fill(~mask, mask.shape[1] - 1)
+
+
+def _pack(x: torch.Tensor, mask: torch.Tensor, packing) -> torch.Tensor:
+    """``x`` with each row's valid entries moved to its front, in order, and zeros after them."""
+    slot, dest = packing
+    out = torch.zeros_like(x).scatter_(1, dest, x)
+    # Masked entries (NaN allowed) all landed in the last column; rows with any masked token
+    # have nothing valid there, so it is cleared for them.
+    full = (slot[:, -1] + mask[:, -1]) == x.shape[1]
+    out[:, -1] = torch.where(full, out[:, -1], torch.zeros((), dtype=x.dtype, device=x.device))
     return out
 
 
-def _front_packed(x: torch.Tensor, mask: torch.Tensor, holes: bool):
-    """Each row's valid entries packed to its front, zeros after them: (B, T), and the gather
-    index that brings a packed result back (None when the rows were already packed)."""
-    if not holes:
-        return _zero_masked(x, mask), None
-    slot = torch.cumsum(mask, dim=1) - mask.long()
-    return _compact(x, mask, slot)[:, :-1], slot
+def _front_packed(x: torch.Tensor, mask: torch.Tensor, packing) -> torch.Tensor:
+    """Each row's valid entries packed to its front, zeros after them (B, T); without holes
+    (``packing`` None) the rows are already packed and only the padding is zeroed."""
+    return _zero_masked(x, mask) if packing is None else _pack(x, mask, packing)
 
 
-def _skip_scan(x: torch.Tensor, mask: torch.Tensor, c: float, holes: bool) -> torch.Tensor:
+def _skip_scan(x: torch.Tensor, mask: torch.Tensor, c: float, packing) -> torch.Tensor:
     """``y_k = x_k + c·y_{k+1}`` over each row's valid entries only (verl's skip rule).
 
     A masked position gets the value of the next valid position of its row (0 if none).
     """
-    packed, slot = _front_packed(x, mask, holes)
-    y = discounted_reverse_cumsum(packed, c)
-    return y if slot is None else torch.gather(y, 1, slot)
+    y = discounted_reverse_cumsum(_front_packed(x, mask, packing), c)
+    return y if packing is None else torch.gather(y, 1, packing[0])
 
 
 # --------------------------------------------------------------------------- shared helpers
@@ -229,25 +236,25 @@ def gae(*, token_rewards, mask, index=None, values=None, config: GAEConfig):
         values = values.detach().to(dtype)
         gamma, lam = config.gamma, config.lam
 
-        holes = _has_holes(mask)
-        r, slot = _front_packed(rewards, mask, holes)  # (B, T): valid tokens packed in front,
-        v, _ = _front_packed(values, mask, holes)  # zeros after each row's last valid token
+        packing = _packing(mask) if _has_holes(mask) else None
+        r = _front_packed(rewards, mask, packing)  # (B, T): valid tokens packed in front,
+        v = _front_packed(values, mask, packing)  # zeros after each row's last valid token
         delta = r.sub_(v)  # δ_k = r_k + γ·V_{k+1} − V_k, with V = 0 past the last valid token
         delta[:, :-1].add_(v[:, 1:], alpha=gamma)
         advantages = discounted_reverse_cumsum(delta, gamma * lam)  # A_k = δ_k + γλ·A_{k+1}
-        if slot is not None:
-            advantages = torch.gather(advantages, 1, slot)  # masked: A of the next valid token
+        if packing is not None:
+            advantages = torch.gather(advantages, 1, packing[0])  # masked: A of the next valid token
         # Without holes A is already 0 on each row's trailing padding (nothing valid follows),
         # and v is the values zeroed there, so A + v needs no further masking.
         if not config.remask:
             returns = advantages + values
-        elif slot is None:
+        elif packing is None:
             returns = advantages + v
         else:
             returns = _zero_masked(advantages + values, mask)
         if config.whiten:
-            advantages = _whiten(advantages, mask, remask=config.remask, masked_are_zero=slot is None)
-        elif config.remask and slot is not None:
+            advantages = _whiten(advantages, mask, remask=config.remask, masked_are_zero=packing is None)
+        elif config.remask and packing is not None:
             advantages = _zero_masked(advantages, mask)
     return advantages, returns
 
@@ -265,10 +272,10 @@ class ReturnConfig:
 def _discounted_return(token_rewards, mask, gamma):
     """G over the valid tokens (observation tokens skipped), 0 at masked positions."""
     rewards = token_rewards.detach().to(_float_dtype(token_rewards))
-    holes = _has_holes(mask)
-    returns = _skip_scan(rewards, mask, gamma, holes)
+    packing = _packing(mask) if _has_holes(mask) else None
+    returns = _skip_scan(rewards, mask, gamma, packing)
     # Without holes the scan already left 0 on each row's trailing padding.
-    return _zero_masked(returns, mask) if holes else returns
+    return returns if packing is None else _zero_masked(returns, mask)
 
 
 def reinforce(*, token_rewards, mask, index=None, values=None, config: ReturnConfig):
