@@ -15,6 +15,7 @@ Run::
     python benchmarks/bench_losses.py                 # B=256, T=2048, float32, 1 thread
     python benchmarks/bench_losses.py --threads 0     # torch's default thread count
     python benchmarks/bench_losses.py --clip-c 3.0 --mode seq-mean-token-mean
+    python benchmarks/bench_losses.py --compile       # adds fused_ppo_loss(compile=True)
 
 The two sides are timed alternately in the same process (the order flips every repetition) so
 that both see the same machine load; the script prints medians with min/max, the ratio of the
@@ -75,13 +76,14 @@ def build(args):
         loss.backward()
         return loss.detach(), log_prob.grad, entropy.grad, metrics
 
-    def fused(x):
+    def fused(x, compile=False):
         log_prob = x["log_prob"].clone().requires_grad_(True)
         entropy = x["entropy"].clone().requires_grad_(True)
         loss, metrics = fused_ppo_loss(
             log_prob=log_prob, old_log_prob=x["old_log_prob"], advantages=x["advantages"], mask=x["mask"],
             aggregate=aggregate, entropy=entropy, ref_log_prob=x["ref_log_prob"], kl_coef=args.kl_coef,
             entropy_coef=args.entropy_coef, clip_low=0.2, clip_high=args.clip_high, clip_c=args.clip_c,
+            compile=compile,
         )
         loss.backward()
         return loss.detach(), log_prob.grad, entropy.grad, metrics
@@ -111,38 +113,53 @@ def main(argv=None):
     p.add_argument("--clip-c", type=float, default=None, help="dual-clip c (default: plain ppo_clip)")
     p.add_argument("--kl-coef", type=float, default=0.05)
     p.add_argument("--entropy-coef", type=float, default=0.01)
+    p.add_argument("--compile", action="store_true", help="also time fused_ppo_loss(compile=True)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
     args = p.parse_args(argv)
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
-    x = make_inputs(args.B, args.T, dtype)
+    x = {k: v.to(args.device) for k, v in make_inputs(args.B, args.T, dtype).items()}
     separate, fused = build(args)
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
     loss_name = "ppo_clip" if args.clip_c is None else f"ppo_dual_clip(c={args.clip_c})"
     print(f"bench_losses: B={args.B} T={args.T} {args.dtype}, {args.mode}, {loss_name} + k3 + entropy, "
           f"forward+backward; torch {torch.__version__}, threads={torch.get_num_threads()}, "
           f"valid tokens {float(x['mask'].float().mean()):.1%}")
     print(f"load average before: {os.getloadavg()}")
 
-    print(f"agreement: {agreement(separate(x), fused(x))}")
-    for _ in range(args.warmup):
-        separate(x)
-        fused(x)
-    times = {"separate": [], "fused": []}
+    reference = separate(x)
+    print(f"agreement, fused:          {agreement(reference, fused(x))}")
     sides = [("separate", separate), ("fused", fused)]
+    if args.compile:
+        t0 = time.perf_counter()
+        compiled = fused(x, compile=True)
+        print(f"compile (first call): {time.perf_counter() - t0:.1f} s")
+        print(f"agreement, fused+compile:  {agreement(reference, compiled)}")
+        sides.append(("fused+compile", lambda x: fused(x, compile=True)))
+    for _ in range(args.warmup):
+        for _, fn in sides:
+            fn(x)
+    times = {name: [] for name, _ in sides}
     for rep in range(args.reps):
         for name, fn in sides if rep % 2 == 0 else sides[::-1]:
+            sync()
             t0 = time.perf_counter()
             fn(x)
+            sync()
             times[name].append(time.perf_counter() - t0)
 
-    label = {"separate": "separate (3 components, autograd)", "fused": "fused (fused_ppo_loss)"}
+    label = {"separate": "separate (3 components, autograd)", "fused": "fused (fused_ppo_loss)",
+             "fused+compile": "fused (compile=True)"}
     for name, ts in times.items():
         ms = [1e3 * t for t in ts]
         print(f"{label[name]:36s} median {statistics.median(ms):8.2f} ms   min {min(ms):8.2f}   max {max(ms):8.2f}"
               f"   (n={len(ms)})")
-    ratio = statistics.median(times["separate"]) / statistics.median(times["fused"])
-    print(f"ratio separate/fused (medians): {ratio:.2f}x")
+    for name in times:
+        if name != "separate":
+            ratio = statistics.median(times["separate"]) / statistics.median(times[name])
+            print(f"ratio separate/{name} (medians): {ratio:.2f}x")
     print(f"load average after:  {os.getloadavg()}")
 
 

@@ -656,3 +656,23 @@ def test_fused_all_masked_is_zero():
                               ref_log_prob=old, kl_coef=0.1)
     (g,) = torch.autograd.grad(total, lp)
     assert float(total.detach()) == 0.0 and (g == 0).all() and all(math.isfinite(float(v)) for v in m.values())
+
+
+@pytest.mark.slow
+def test_fused_compiled_matches_to_float_rounding():
+    lp, old, adv, mask = random_batch(16, B=8, T=64, scale=1.0, dtype=torch.float32)
+    ref = lp + 0.3
+    ent = torch.rand(lp.shape)
+    agg = _lab_aggregate("seq-mean-token-mean")
+    a = _separate(lp, old, adv, mask, agg, ent, ref, 0.1, 0.01, clip_c=3.0)
+    from rllab_ppo.fused import fused_ppo_loss
+
+    lp_g, ent_g = lp.clone().requires_grad_(True), ent.clone().requires_grad_(True)
+    total, m = fused_ppo_loss(log_prob=lp_g, old_log_prob=old, advantages=adv, mask=mask, aggregate=agg, entropy=ent_g,
+                              ref_log_prob=ref, kl_coef=0.1, entropy_coef=0.01, clip_c=3.0, compile=True)
+    grads = torch.autograd.grad(total, [lp_g, ent_g])
+    torch.testing.assert_close(total.detach(), a[0], rtol=1e-5, atol=1e-8)
+    for ga, gb in zip(a[1], grads):
+        torch.testing.assert_close(gb, ga, rtol=1e-5, atol=1e-6 * float(ga.abs().max()))
+    for k, v in a[2].items():
+        torch.testing.assert_close(m[k].to(torch.float64), v.to(torch.float64), rtol=1e-5, atol=1e-7, msg=k)
