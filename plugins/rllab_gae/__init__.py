@@ -24,7 +24,8 @@ which is what verl's per-token loop leaves there.
 the front, in order, by one scatter over the exclusive cumulative sum of the mask), the
 recursion ``y_k = x_k + c·y_{k+1}`` runs on the compacted rows, and one gather brings the result
 back to every position (a masked position's compacted index is that of the next valid token).
-With ``c = 1`` the recursion is a reverse cumulative sum. With ``c < 1`` it is a blocked scan:
+When no row has a valid token after a masked one (plain right padding, one check per call) the
+rows are already compacted and the scan runs on them directly, padding zeroed. With ``c = 1`` the recursion is a reverse cumulative sum. With ``c < 1`` it is a blocked scan:
 the time axis is cut into blocks of ``_BLOCK`` tokens, each block is solved in closed form by
 one matmul with the triangular matrix ``U[j, i] = c^(j−i)`` (entries ≤ 1, so no power of c
 overflows; the ones that underflow are negligible next to the rest), and the carries between
@@ -42,7 +43,7 @@ from rllab import ops
 
 __all__ = ["gae", "reinforce", "reinforce_plus_plus", "discounted_reverse_cumsum"]
 
-_BLOCK = 64
+_BLOCK = 16
 """Tokens per block of the blocked scan (one K×K matmul per block)."""
 
 

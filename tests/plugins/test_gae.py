@@ -276,13 +276,15 @@ def _check_returns_against_loop(r, m, gamma):
 
 
 @pytest.mark.parametrize("c", [0.0, 0.3, 0.95, 0.999, 1.0])
-@pytest.mark.parametrize("T", [1, 63, 64, 65, 200, 4097])
-def test_discounted_reverse_cumsum_block_boundaries(c, T):
+@pytest.mark.parametrize("T", [1, 15, 16, 17, 63, 64, 65, 257, 4097])
+@pytest.mark.parametrize("block", [None, 4, 64])
+def test_discounted_reverse_cumsum_block_boundaries(c, T, block):
     from rllab_gae import discounted_reverse_cumsum
 
     x = torch.randn(3, T, dtype=torch.float64, generator=torch.Generator().manual_seed(T))
     ref = loop_return(x, torch.ones(3, T, dtype=torch.bool), c)
-    torch.testing.assert_close(discounted_reverse_cumsum(x, c), ref, rtol=1e-10, atol=1e-10)
+    got = discounted_reverse_cumsum(x, c) if block is None else discounted_reverse_cumsum(x, c, block)
+    torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("gamma,lam", [(1.0, 1.0), (1.0, 0.95), (0.999, 0.95), (0.99, 0.999)])
