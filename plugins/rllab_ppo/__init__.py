@@ -5,7 +5,7 @@ Policy losses (``register_policy_losses``): ``ppo_clip`` (alias ``ppo``), ``ppo_
 their equations, shapes and the differences from verl and TRL are in :mod:`rllab_ppo.losses`.
 Value loss (``register_value_losses``): ``clipped`` (alias ``ppo``), in :mod:`rllab_ppo.value`.
 :mod:`rllab_ppo.fused` computes PPO-clip + KL (k3) + entropy bonus as one autograd node, for
-trainers that want fewer temporaries; it is a helper, not a registered component.
+trainers that want fewer temporaries; it is a plain function, not a registered component.
 
 verl's ``geo_mean`` (GMPO) is not provided: its loss is one number per sequence, averaged over
 rows regardless of the run's aggregation mode, which does not fit the per-token ``aggregate``

@@ -43,10 +43,12 @@ Per-token losses (ε_low = ``clip_low``, ε_high = ``clip_high``, A = advantage)
 ``kl_cov``          −A·r, plus κ·|log r| on the top-k covariance tokens (Cui et al. 2025)
 =================== =================================================================
 
-Masked positions: every input is read through ``torch.where(mask, x, 0)`` before any arithmetic,
-so NaN or inf there changes neither the loss nor the gradient (verl and TRL multiply by the mask,
-which lets a NaN under the mask turn the loss NaN). NaN or inf at a *valid* position raises
-:class:`rllab.RowError` naming the rows (one device sync per call).
+Masked positions: every input is zeroed there before any arithmetic — with ``torch.where``, or
+with a multiplication by the mask once the inputs are known to be finite everywhere — so NaN or
+inf there changes neither the loss nor the gradient (verl and TRL multiply by the mask
+unconditionally, which lets a NaN under the mask turn the loss NaN). NaN or inf at a *valid*
+position raises :class:`rllab.RowError` naming the rows. Cost of the checks: one device sync per
+call (two when some masked value is not finite).
 
 Where rllab's defaults differ from the references, and why:
 

@@ -25,22 +25,23 @@ detached and 0 on masked positions; the policy loss multiplies it into its per-t
 
 ``c_min=None`` means no lower bound (TRL's ``vllm_importance_sampling_clip_min`` default).
 Log-weights (per token, or the row sum for the sequence forms) are clamped to ±20 before ``exp``
-as verl does (its ``SAFETY_BOUND``), so no weight is inf and no product underflows to exactly 0
-unnoticed. The weights are computed in float32 at least (a bf16 sum of 4 000 log-ratios is not a
+as verl does (its ``SAFETY_BOUND``), so no weight is inf or exactly 0. The weights are computed in float32 at least (a bf16 sum of 4 000 log-ratios is not a
 log-weight) and returned in that dtype.
 
 Metrics (detached 0-d): ``tis/mean_weight`` (mean final weight over valid tokens),
 ``tis/frac_truncated`` (truncate forms) or ``tis/frac_masked`` (mask forms) — the share of valid
 tokens whose weight the bound changed (for the sequence forms every token of an affected row
-counts; ``tis/seq_frac_truncated`` / ``tis/seq_frac_masked`` give the share of non-empty rows) —
+counts; ``tis/seq_frac_truncated`` / ``tis/seq_frac_masked`` give the share of non-empty rows,
+where verl also counts empty rows) —
 and ``tis/rollout_kl = masked_mean(rollout_log_prob − old_log_prob)``, the k1 estimate of
 KL(π_rollout ‖ π_old) on rollout samples.
 
-Default ``c_max = 2.0``, between verl's 2.0 and TRL's 3.0: it is the cap of the TIS paper's
-experiments and of verl's rollout correction (``rollout_is_threshold``), the reference rllab is
-most often compared against; a weight above 2 means the trainer thinks a token twice as likely as
-the sampler did, a mismatch large enough that trusting it further mostly adds variance —
-especially for the sequence forms, whose weights are products over hundreds of tokens. Set
+Default ``c_max = 2.0`` — verl's 2.0 rather than TRL's 3.0 — because it is verl's
+rollout-correction default (``rollout_is_threshold``), the reference rllab is most often compared
+against, so a run moved from verl keeps its treatment; and the tighter cap is the safer one. A
+weight above 2 means the trainer finds a token twice as likely as the sampler did — a mismatch
+large enough that trusting it further mostly adds variance — and the sequence forms, whose weights
+are products over hundreds of tokens, reach such values far more often than the token forms. Set
 ``c_max=3.0`` for TRL's behaviour (``vllm_importance_sampling_cap`` / ``..._clip_max``).
 
 Where the references differ: verl's IcePop mask needs an explicit lower bound and its truncation

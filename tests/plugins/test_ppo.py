@@ -532,7 +532,7 @@ def test_value_loss_masked_positions_and_padding():
     assert float(same.detach()) == 0.0 and float(m["critic/vf_clipfrac"]) == 0.0
 
 
-# --------------------------------------------------------------------------- fused helper
+# --------------------------------------------------------------------------- fused actor loss
 
 
 def _separate(lp, old, adv, mask, agg, ent, ref, beta, c_h, weights=None, clip_c=None, clip_high=0.2):
