@@ -95,12 +95,13 @@ def knob(
     choices: Iterable[Any] | None = None,
     validator: Callable | None = None,
     factory: Callable | None = None,
+    optional: bool = False,
 ):
     """Declare a component knob: an attrs field with a help text and a checked range.
 
     ``ge``/``gt``/``le``/``lt`` bound numbers, ``choices`` restricts to listed values; ``None``
-    is always allowed when it is the default. The range shows in ``rllab plugins show`` and in
-    error messages.
+    is allowed when it is the default or when ``optional=True`` (annotate the field
+    ``float | None``). The range shows in ``rllab plugins show`` and in error messages.
     """
     parts = []
     for op, bound in (("≥", ge), (">", gt), ("≤", le), ("<", lt)):
@@ -109,8 +110,10 @@ def knob(
     choices_t = tuple(choices) if choices is not None else None
     if choices_t is not None:
         parts.append("one of " + ", ".join(repr(c) for c in choices_t))
-    allowed = " and ".join(parts)
-    optional = default is None
+    if optional or default is None:
+        parts.append("or None")
+        optional = True
+    allowed = " and ".join(parts[:-1]) + " " + parts[-1] if optional and len(parts) > 1 else " and ".join(parts)
 
     def check(inst, attribute, value):
         if value is None and optional:
