@@ -1,1 +1,297 @@
-"""rllab_hf plugin."""
+"""In-process rollouts with a transformers causal LM: a batched sampler with a KV cache.
+
+``generate(prompts, params)`` samples ``params.n`` completions per prompt. For each chunk of at
+most ``max_batch_size`` rows:
+
+1. **prefill** — the distinct prompts, left-padded to length P, go through the model once with
+   ``position_ids = cumsum(attention_mask) − 1`` (so padding does not shift positions); only
+   the last position's logits are kept. The cache (``DynamicCache``) and those logits are then
+   repeated ``n`` times, so a prompt is encoded once per group, not once per sample.
+2. **decode** — one token per step for every row: ``logits → sample → append``, feeding the
+   sampled token back with its position and the growing attention mask. A row is finished when
+   it samples ``<eos>`` (any of the model's eos ids) or one of ``params.stop_token_ids``; the
+   stop token is kept in ``token_ids`` and the finish reason is ``"stop"``. Rows that run out
+   of ``max_new_tokens`` finish with ``"length"``. The loop ends as soon as every row is done.
+
+Sampling, per row, from logits ``z`` (V,) in float32::
+
+    temperature == 0:  token = argmax z                          (greedy; T is taken as 1)
+    otherwise:         s = z / T
+                       s = −inf outside the top-k of s             (top_k > 0; ties kept)
+                       s = −inf outside the top-p nucleus of s     (smallest prefix of the sorted
+                                                                    probabilities whose mass ≥ top_p)
+                       token ~ softmax(s)                          (exponential race, seeded)
+
+Log-prob conventions (the ``logprobs`` knob), the value reported for the sampled token:
+
+- ``"temperature"`` (default): ``log_softmax(z / T)[token]`` — what SGLang returns by default
+  (temperature applied, top-k / top-p *not* renormalised; greedy uses T = 1), and what a
+  trainer computes as ``old_log_prob`` when it divides its logits by the rollout temperature
+  (verl does). So importance ratios between rollout and trainer compare like with like.
+- ``"raw"``: ``log_softmax(z)[token]`` — the model's own distribution, before any sampling
+  transform (SGLang with ``SGLANG_RETURN_ORIGINAL_LOGPROB=1``, vLLM's ``raw_logprobs``).
+- ``"processed"``: ``log_softmax(s)[token]`` after top-k / top-p filtering — the exact
+  distribution the token was drawn from (vLLM's ``processed_logprobs``); 0 under greedy.
+
+With ``top_k = -1`` and ``top_p = 1`` the default and ``"processed"`` agree.
+
+Weights: ``model_path`` loads a model directory at construction; otherwise the first
+``update_weights(model)`` makes a private copy of ``model`` (later calls copy the weights in
+with ``load_state_dict``), or, with ``share_weights = true``, samples from ``model`` itself.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Mapping, Sequence
+
+import attrs
+import torch
+
+import rllab
+from rllab.types import Completion, SamplingParams
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@attrs.frozen
+class HFBackendConfig:
+    """Knobs of the hf rollout backend."""
+
+    model_path: str | None = rllab.knob(
+        None, help="model directory to load; None: the trainer supplies the model via update_weights"
+    )
+    dtype: str = rllab.knob("float32", help="dtype of the sampling copy", choices=tuple(_DTYPES))
+    max_batch_size: int = rllab.knob(1024, help="most rows (prompts × n) in one forward pass", ge=1)
+    logprobs: str = rllab.knob(
+        "temperature",
+        help="reported log-prob: 'temperature' log_softmax(z/T) as SGLang; 'raw' log_softmax(z); "
+        "'processed' after top-k/top-p renormalisation",
+        choices=("temperature", "raw", "processed"),
+    )
+    share_weights: bool = rllab.knob(False, help="sample from the trainer's module itself instead of a copy")
+    seed: int = rllab.knob(0, help="seeds the backend's generator (used when params.seed is None)")
+    device: str = rllab.knob("cpu", help="torch device of the sampling model")
+    num_threads: int | None = rllab.knob(
+        None, help="torch CPU threads during generate (None: leave the process setting)", ge=1
+    )
+
+
+class HFBackend:
+    """Batched sampling from a transformers causal LM (see the module docstring)."""
+
+    def __init__(self, config: HFBackendConfig):
+        self.config = config
+        self.model = None
+        self.generator = torch.Generator(device=config.device).manual_seed(config.seed)
+        if config.model_path is not None:
+            from transformers import AutoModelForCausalLM
+
+            self._set_model(AutoModelForCausalLM.from_pretrained(config.model_path))
+
+    # -- weights
+
+    def _set_model(self, model) -> None:
+        model = model.to(device=self.config.device, dtype=_DTYPES[self.config.dtype]).eval()
+        for p in model.parameters():
+            p.requires_grad_(False)
+            p.grad = None
+        self.model = model
+        self._stop_ids_cache = _eos_ids(model)
+
+    def update_weights(self, model: Any) -> None:
+        """Sample from ``model``'s current weights from now on.
+
+        ``model`` is a ``torch.nn.Module`` (the policy), a state dict, or a model directory.
+        The first module given is deep-copied (or shared, with ``share_weights``); later ones
+        are copied in with ``load_state_dict``, which also casts to ``dtype``.
+        """
+        if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
+            from transformers import AutoModelForCausalLM
+
+            self._set_model(AutoModelForCausalLM.from_pretrained(model))
+            return
+        if isinstance(model, Mapping):
+            if self.model is None:
+                raise RuntimeError("hf backend: a state dict needs a model first (model_path or a module)")
+            self.model.load_state_dict(model)
+            return
+        if self.config.share_weights:
+            self.model = model
+            self._stop_ids_cache = _eos_ids(model)
+            return
+        if self.model is None:
+            self._set_model(copy.deepcopy(model))
+        else:
+            with torch.no_grad():
+                self.model.load_state_dict(model.state_dict())
+
+    def close(self) -> None:
+        self.model = None
+
+    # -- sampling
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
+        """``params.n`` completions per prompt, grouped: prompt 0's n first (``prompt_index`` set)."""
+        if self.model is None:
+            raise RuntimeError("hf backend has no model: set model_path or call update_weights(model) first")
+        prompts = [tuple(int(t) for t in p) for p in prompts]
+        for i, p in enumerate(prompts):
+            if not p:
+                raise ValueError(f"hf backend: prompt {i} is empty")
+        if params.seed is not None:
+            gen = torch.Generator(device=self.config.device).manual_seed(params.seed)
+        else:
+            gen = self.generator
+        stop_ids = sorted(set(self._stop_ids_cache) | set(params.stop_token_ids))
+        per_chunk = max(1, self.config.max_batch_size // params.n)
+        out: list[Completion] = []
+        threads_before = torch.get_num_threads()
+        if self.config.num_threads is not None:
+            torch.set_num_threads(self.config.num_threads)
+        try:
+            for start in range(0, len(prompts), per_chunk):
+                chunk = prompts[start : start + per_chunk]
+                out.extend(self._generate_chunk(chunk, start, params, stop_ids, gen))
+        finally:
+            if torch.get_num_threads() != threads_before:
+                torch.set_num_threads(threads_before)
+        return out
+
+    @torch.inference_mode()
+    def _generate_chunk(self, prompts, first_index, params, stop_ids, gen) -> list[Completion]:
+        model, device, n = self.model, self.config.device, params.n
+        P, L, Tmax = len(prompts), max(len(p) for p in prompts), params.max_new_tokens
+        pad = _pad_id(model)
+        ids = torch.full((P, L), pad, dtype=torch.long)
+        mask = torch.zeros(P, L + Tmax, dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, L - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[i, L - len(p) : L] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        prompt_mask = mask[:, :L]
+        position_ids = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+
+        out = model(
+            input_ids=ids, attention_mask=prompt_mask, position_ids=position_ids, use_cache=True, logits_to_keep=1
+        )
+        cache, logits = out.past_key_values, out.logits[:, -1]
+        next_pos = position_ids[:, -1] + 1  # (P,)
+        if n > 1:
+            cache.batch_repeat_interleave(n)
+            logits = logits.repeat_interleave(n, dim=0)
+            mask = mask.repeat_interleave(n, dim=0)
+            next_pos = next_pos.repeat_interleave(n, dim=0)
+        mask[:, L:] = 1  # generated tokens are always attended to (finished rows are ignored)
+        R = P * n
+
+        tokens = torch.full((R, Tmax), pad, dtype=torch.long, device=device)
+        log_probs = torch.zeros(R, Tmax, dtype=torch.float32, device=device)
+        lengths = torch.full((R,), Tmax, dtype=torch.long, device=device)
+        done = torch.zeros(R, dtype=torch.bool, device=device)
+        stops = torch.tensor(stop_ids, dtype=torch.long, device=device)
+        steps = 0
+        for t in range(Tmax):
+            token, lp = sample(logits.float(), params, gen, self.config.logprobs)
+            tokens[:, t] = token
+            log_probs[:, t] = lp
+            stopped = torch.isin(token, stops) & ~done
+            lengths = torch.where(stopped, t + 1, lengths)
+            done |= stopped
+            steps = t + 1
+            if t == Tmax - 1 or bool(done.all()):
+                break
+            out = model(
+                input_ids=token.unsqueeze(1),
+                attention_mask=mask[:, : L + t + 1],
+                position_ids=(next_pos + t).unsqueeze(1),
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache, logits = out.past_key_values, out.logits[:, -1]
+
+        token_rows = tokens[:, :steps].tolist()
+        lp_rows = log_probs[:, :steps].tolist()
+        lens = lengths.tolist()
+        finished = done.tolist()
+        completions = []
+        for r in range(R):
+            k = min(lens[r], steps)
+            completions.append(
+                Completion(
+                    prompt_ids=prompts[r // n],
+                    token_ids=tuple(token_rows[r][:k]),
+                    log_probs=tuple(lp_rows[r][:k]),
+                    finish_reason="stop" if finished[r] else "length",
+                    prompt_index=first_index + r // n,
+                )
+            )
+        return completions
+
+
+def sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator, convention: str = "temperature"):
+    """Draw one token per row and report its log-prob under ``convention``.
+
+    :param logits: (R, V) float32 next-token logits.
+    :returns: ``token`` (R,) int64 and ``log_prob`` (R,) float32.
+    """
+    if params.temperature == 0:
+        token = logits.argmax(-1)
+        if convention == "processed":
+            return token, torch.zeros(token.shape, dtype=torch.float32, device=logits.device)
+        lp = torch.log_softmax(logits, dim=-1).gather(-1, token.unsqueeze(-1)).squeeze(-1)
+        return token, lp
+    scaled = logits / params.temperature
+    filtered = _top_k_top_p(scaled, params.top_k, params.top_p)
+    probs = torch.softmax(filtered, dim=-1)
+    # Exponential race: argmax p_i / E_i with E_i ~ Exp(1) is a draw from p.
+    race = torch.empty_like(probs).exponential_(1.0, generator=gen)
+    token = (probs / race).argmax(-1)
+    source = {"temperature": scaled, "raw": logits, "processed": filtered}[convention]
+    lp = torch.log_softmax(source, dim=-1).gather(-1, token.unsqueeze(-1)).squeeze(-1)
+    return token, lp
+
+
+def _top_k_top_p(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """``scaled`` (R, V) with −inf outside the top-k and outside the top-p nucleus."""
+    V = scaled.shape[-1]
+    if 0 < top_k < V:
+        kth = torch.topk(scaled, top_k, dim=-1).values[:, -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = scaled.sort(dim=-1, descending=True)
+        sorted_probs = sorted_logits.softmax(-1)
+        mass_before = sorted_probs.cumsum(-1) - sorted_probs
+        drop_sorted = mass_before >= top_p  # the first token always has mass_before = 0 and stays
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        scaled = scaled.masked_fill(drop, float("-inf"))
+    return scaled
+
+
+def _eos_ids(model) -> list[int]:
+    ids: list[int] = []
+    for cfg in (getattr(model, "generation_config", None), getattr(model, "config", None)):
+        eos = getattr(cfg, "eos_token_id", None)
+        if eos is None:
+            continue
+        ids.extend(eos if isinstance(eos, (list, tuple)) else [eos])
+    return sorted(set(int(i) for i in ids))
+
+
+def _pad_id(model) -> int:
+    for cfg in (getattr(model, "generation_config", None), getattr(model, "config", None)):
+        pad = getattr(cfg, "pad_token_id", None)
+        if pad is not None:
+            return int(pad)
+    eos = _eos_ids(model)
+    return eos[0] if eos else 0
+
+
+def hf(*, config: HFBackendConfig) -> HFBackend:
+    """In-process transformers sampling with a KV cache (temperature, top-k, top-p, n per prompt)."""
+    return HFBackend(config)
+
+
+@rllab.hookimpl
+def register_rollout_backends(register):
+    register("hf", hf, config=HFBackendConfig, aliases=("transformers",))
