@@ -85,7 +85,9 @@ class WarmStartConfig:
     steps: int = knob(600, help="most optimizer steps (0 skips the warm start)", ge=0)
     batch_size: int = knob(64, help="demonstrations per step", ge=1)
     lr: float = knob(1.5e-3, help="AdamW learning rate (constant after a linear warm-up)", gt=0.0)
-    betas: tuple[float, float] = knob((0.9, 0.95), help="AdamW betas (β2 = 0.95 learns addition several times faster than 0.999)")
+    betas: tuple[float, float] = knob(
+        (0.9, 0.95), help="AdamW betas (with β2 = 0.95 addition is learnt several times faster than with 0.999)"
+    )
     weight_decay: float = knob(0.1, help="AdamW weight decay", ge=0.0)
     warmup_steps: int = knob(20, help="linear learning-rate warm-up steps", ge=0)
     grad_clip: float = knob(1.0, help="clip the gradient norm to this (0 disables)", ge=0.0)
@@ -103,8 +105,8 @@ class WarmStartConfig:
     eval_limit: int = knob(200, help="held-out examples scored after the warm start", ge=0)
     num_threads: int | None = knob(
         1,
-        help="torch CPU threads while warm-starting (None: leave as is); one thread is about as fast for "
-        "a model this small and does not collapse when other processes share the cores",
+        help="torch CPU threads while warm-starting (None: leave as is); one by default, because when "
+        "other processes share the cores a multi-threaded step of a model this small can be 10× slower",
         ge=1,
         optional=True,
     )

@@ -116,7 +116,9 @@ def test_model_directory_round_trip(tmp_path):
         assert torch.equal(model(ids).logits, loaded(ids).logits)
 
 
-@pytest.mark.parametrize("bad", [{"hidden_size": 30, "num_heads": 4}, {"num_heads": 4, "num_kv_heads": 3}, {"num_layers": 0}])
+@pytest.mark.parametrize(
+    "bad", [{"hidden_size": 30, "num_heads": 4}, {"num_heads": 4, "num_kv_heads": 3}, {"num_layers": 0}]
+)
 def test_invalid_model_config(bad):
     with pytest.raises(ValueError):
         TinyModelConfig(**bad)
@@ -237,7 +239,8 @@ def test_cache_root_from_environment(tmp_path, monkeypatch):
 
 
 def test_progress_bar_runs(tmp_path, capsys):
-    get_or_build(SMALL, CopyTask(), {"name": "copy"}, attrs.evolve(FEW, steps=3, eval_limit=0), cache_dir=tmp_path, progress=True)
+    cfg = attrs.evolve(FEW, steps=3, eval_limit=0)
+    get_or_build(SMALL, CopyTask(), {"name": "copy"}, cfg, cache_dir=tmp_path, progress=True)
     assert "warm start" in capsys.readouterr().err
 
 
@@ -247,6 +250,7 @@ def test_default_warm_start_on_addition_is_partly_right(tmp_path):
 
     comp = rllab.Lab().get("task", "addition")
     task = comp()
-    path = get_or_build(TinyModelConfig(), task, {"name": "addition", **attrs.asdict(comp.config)}, WarmStartConfig(), cache_dir=tmp_path, progress=False)
+    task_cfg = {"name": "addition", **attrs.asdict(comp.config)}
+    path = get_or_build(TinyModelConfig(), task, task_cfg, WarmStartConfig(), cache_dir=tmp_path, progress=False)
     acc = tinymodel.warm_start_metrics(path)["warm/eval_accuracy"]
     assert 0.1 <= acc <= 0.4

@@ -20,7 +20,8 @@ Sampling, per row, from logits ``z`` (V,) in float32::
                        s = −inf outside the top-k of s             (top_k > 0; ties kept)
                        s = −inf outside the top-p nucleus of s     (smallest prefix of the sorted
                                                                     probabilities whose mass ≥ top_p)
-                       token ~ softmax(s)                          (exponential race, seeded)
+                       token ~ softmax(s)                          (inverse CDF, one seeded
+                                                                    uniform per row)
 
 Log-prob conventions (the ``logprobs`` knob), the value reported for the sampled token:
 
@@ -83,6 +84,8 @@ class HFBackend:
     def __init__(self, config: HFBackendConfig):
         self.config = config
         self.model = None
+        self.eos_ids: list[int] = []
+        """Token ids that always end a completion (the model's eos ids)."""
         self.generator = torch.Generator(device=config.device).manual_seed(config.seed)
         if config.model_path is not None:
             from transformers import AutoModelForCausalLM
@@ -97,7 +100,7 @@ class HFBackend:
             p.requires_grad_(False)
             p.grad = None
         self.model = model
-        self._stop_ids_cache = _eos_ids(model)
+        self.eos_ids = _eos_ids(model)
 
     def update_weights(self, model: Any) -> None:
         """Sample from ``model``'s current weights from now on.
@@ -118,7 +121,7 @@ class HFBackend:
             return
         if self.config.share_weights:
             self.model = model
-            self._stop_ids_cache = _eos_ids(model)
+            self.eos_ids = _eos_ids(model)
             return
         if self.model is None:
             self._set_model(copy.deepcopy(model))
@@ -143,17 +146,19 @@ class HFBackend:
             gen = torch.Generator(device=self.config.device).manual_seed(params.seed)
         else:
             gen = self.generator
-        stop_ids = sorted(set(self._stop_ids_cache) | set(params.stop_token_ids))
+        stop_ids = sorted(set(self.eos_ids) | set(params.stop_token_ids))
         per_chunk = max(1, self.config.max_batch_size // params.n)
         out: list[Completion] = []
-        threads_before = torch.get_num_threads()
+        threads_before, was_training = torch.get_num_threads(), self.model.training
         if self.config.num_threads is not None:
             torch.set_num_threads(self.config.num_threads)
+        self.model.eval()  # a shared policy may be in train mode (dropout, checkpointing without cache)
         try:
             for start in range(0, len(prompts), per_chunk):
                 chunk = prompts[start : start + per_chunk]
                 out.extend(self._generate_chunk(chunk, start, params, stop_ids, gen))
         finally:
+            self.model.train(was_training)
             if torch.get_num_threads() != threads_before:
                 torch.set_num_threads(threads_before)
         return out
@@ -243,13 +248,20 @@ def sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator, c
         return token, lp
     scaled = logits / params.temperature
     filtered = _top_k_top_p(scaled, params.top_k, params.top_p)
-    probs = torch.softmax(filtered, dim=-1)
-    # Exponential race: argmax p_i / E_i with E_i ~ Exp(1) is a draw from p.
-    race = torch.empty_like(probs).exponential_(1.0, generator=gen)
-    token = (probs / race).argmax(-1)
+    token = _inverse_cdf_draw(torch.softmax(filtered, dim=-1), gen)
     source = {"temperature": scaled, "raw": logits, "processed": filtered}[convention]
     lp = torch.log_softmax(source, dim=-1).gather(-1, token.unsqueeze(-1)).squeeze(-1)
     return token, lp
+
+
+def _inverse_cdf_draw(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """One draw per row of ``probs`` (R, V): the first index whose cumulative mass exceeds
+    ``u · total`` with ``u ~ U[0, 1)``. One uniform per row (the exponential race needs V, and
+    is ~10× slower here); the cumulative sum is float64 so tail tokens of a large vocabulary keep
+    their probability; a zero-probability token can never be drawn (``right=True``)."""
+    cdf = probs.double().cumsum(-1)
+    u = torch.rand(probs.shape[0], 1, generator=gen, dtype=torch.float64, device=probs.device) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
 
 
 def _top_k_top_p(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:

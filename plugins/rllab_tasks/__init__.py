@@ -140,7 +140,9 @@ def _seed():
 class AdditionConfig:
     """Knobs of the addition task."""
 
-    digits: int = rllab.knob(2, help="digits of each operand (uniform over numbers with exactly that many)", ge=1, le=18)
+    digits: int = rllab.knob(
+        2, help="digits of each operand (uniform over numbers with exactly that many)", ge=1, le=18
+    )
     eval_fraction: float = _eval_fraction()
     eval_size: int = _eval_size()
     seed: int = _seed()

@@ -292,6 +292,10 @@ def test_share_weights_and_state_dict_and_path(lab, tiny, tmp_path):
     shared = make(lab, share_weights=True)
     shared.update_weights(model)
     assert shared.model is model
+    model.train()
+    shared.generate(prompts, params)
+    assert model.training  # sampling ran in eval mode and gave the mode back
+    model.eval()
     model.save_pretrained(tmp_path)
     from_path = make(lab, model_path=str(tmp_path))
     a, b = from_path.generate(prompts, params), shared.generate(prompts, params)
@@ -322,7 +326,8 @@ def test_absolute_position_model(lab):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=50, n_positions=64, n_embd=32, n_layer=2, n_head=2, eos_token_id=2)).eval()
+    config = GPT2Config(vocab_size=50, n_positions=64, n_embd=32, n_layer=2, n_head=2, eos_token_id=2)
+    model = GPT2LMHeadModel(config).eval()
     b = make(lab)
     b.update_weights(model)
     prompts = [[5, 6, 7, 8, 9, 10, 11], [12], [13, 14, 15]]

@@ -77,7 +77,16 @@ def test_eval_size_and_fraction_knobs(lab):
     assert not ev & train and len(ev) + len(train) == 100
 
 
-@pytest.mark.parametrize("name,bad", [("addition", {"digits": 0}), ("countdown", {"count": 1}), ("sort", {"min_length": 4, "max_length": 3}), ("reverse", {"alphabet": "greek"}), ("addition", {"eval_fraction": 1.0})])
+@pytest.mark.parametrize(
+    "name,bad",
+    [
+        ("addition", {"digits": 0}),
+        ("countdown", {"count": 1}),
+        ("sort", {"min_length": 4, "max_length": 3}),
+        ("reverse", {"alphabet": "greek"}),
+        ("addition", {"eval_fraction": 1.0}),
+    ],
+)
 def test_invalid_configs(lab, name, bad):
     with pytest.raises(rllab.ConfigError) as e:
         lab.get("task", name, **bad)
