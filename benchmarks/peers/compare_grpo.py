@@ -26,7 +26,10 @@ sampler from the same seed number).
 Each repeat runs rllab and TRL once each, in separate processes, alternating which goes first.
 Measured per step: ``time/step`` (the whole step), ``time/rollout`` (tokenise + generate) and
 ``perf/completions_per_s`` = completions / ``time/rollout``; the end-to-end throughput is
-completions / ``time/step``. The first step of each run (one-off warm-up) is left out of the
+completions / ``time/step``; generated tokens/s = completions × mean response length /
+``time/rollout``. Throughput depends on how long the completions are (a batch decodes until its
+longest row stops), which depends on where each run's policy has drifted, so the mean response
+length is reported beside it; compare throughputs only where the lengths are similar. The first step of each run (one-off warm-up) is left out of the
 timing medians. Reported: per-run medians, then the median and min–max over repeats, and the
 ratio rllab/TRL. After all timed runs, held-out greedy accuracy of the initial and of every
 final model is computed here by one shared function (:func:`rllab.tinymodel.evaluate_greedy`,
@@ -52,6 +55,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_TRL_PYTHON = HERE / ".venv-trl" / "bin" / "python"
+STEP_KEYS = ("time/step", "time/rollout", "perf/completions_per_s", "rollout/reward", "rollout/response_length")
 TRL_EPSILON = 1e-4
 """The constant TRL adds to the group std; rllab's advantage.epsilon is set to it."""
 
@@ -149,7 +153,7 @@ def run_rllab(overrides: list[str], plugins: list[str], seed: int, model_dir: Pa
     return {
         "wall": wall,
         "steps": [
-            {k: by_step[s][k] for k in ("time/step", "time/rollout", "perf/completions_per_s", "rollout/reward")}
+            {k: by_step[s][k] for k in STEP_KEYS}
             | {"completions": by_step[s]["perf/completions_per_s"] * by_step[s]["time/rollout"]}
             for s in steps
         ],
@@ -172,7 +176,7 @@ def run_trl(trl_python: Path, settings: dict, steps: int, seed: int, model_dir: 
     return {
         "wall": wall,
         "steps": [
-            {k: r[k] for k in ("time/step", "time/rollout", "perf/completions_per_s", "rollout/reward")}
+            {k: r[k] for k in STEP_KEYS}
             | {"completions": r["rollout/n"]}
             for r in rows
         ],
@@ -225,6 +229,10 @@ def run_medians(run: dict, skip: int) -> dict:
         "s_per_step": statistics.median(s["time/step"] for s in steps),
         "gen_completions_per_s": statistics.median(s["perf/completions_per_s"] for s in steps),
         "completions_per_s": statistics.median(s["completions"] / s["time/step"] for s in steps),
+        "gen_tokens_per_s": statistics.median(
+            s["completions"] * s["rollout/response_length"] / s["time/rollout"] for s in steps
+        ),
+        "response_length": statistics.median(s["rollout/response_length"] for s in steps),
         "mean_reward": statistics.fmean(s["rollout/reward"] for s in run["steps"]),
     }
 
@@ -233,8 +241,9 @@ def spread(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def fmt(s: dict, digits: int = 3) -> str:
-    return f"{s['median']:.{digits}g} ({s['min']:.{digits}g}–{s['max']:.{digits}g})"
+def fmt(s: dict) -> str:
+    num = lambda x: f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"  # noqa: E731
+    return f"{num(s['median'])} ({num(s['min'])}–{num(s['max'])})"
 
 
 def curve(runs: list[dict]) -> list[float]:
@@ -357,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     ratio = {
         "gen_completions_per_s": summary["rllab"]["gen_completions_per_s"]["median"] / summary["trl"]["gen_completions_per_s"]["median"],
         "completions_per_s": summary["rllab"]["completions_per_s"]["median"] / summary["trl"]["completions_per_s"]["median"],
+        "gen_tokens_per_s": summary["rllab"]["gen_tokens_per_s"]["median"] / summary["trl"]["gen_tokens_per_s"]["median"],
         "step_speedup": summary["trl"]["s_per_step"]["median"] / summary["rllab"]["s_per_step"]["median"],
     }
     load_after = os.getloadavg()
@@ -379,16 +389,18 @@ def main(argv: list[str] | None = None) -> int:
     plot(results, out / "grpo_curves.png")
 
     print(f"\n{args.steps} steps × {args.repeats} repeats; medians over repeats of per-run medians (min–max)")
-    print(f"{'':28s}{'rllab':>24s}{'TRL':>24s}{'rllab/TRL':>11s}")
+    print(f"{'':28s}{'rllab':>28s}{'TRL':>28s}{'rllab/TRL':>11s}")
     rows = [
         ("completions/s (generation)", "gen_completions_per_s", ratio["gen_completions_per_s"]),
         ("completions/s (end to end)", "completions_per_s", ratio["completions_per_s"]),
+        ("tokens/s (generation)", "gen_tokens_per_s", ratio["gen_tokens_per_s"]),
         ("s/step", "s_per_step", 1 / ratio["step_speedup"]),
+        ("response length (tokens)", "response_length", None),
         ("mean training reward", "mean_reward", None),
         ("held-out accuracy after", "accuracy_after", None),
     ]
     for label, key, r in rows:
-        print(f"{label:28s}{fmt(summary['rllab'][key]):>24s}{fmt(summary['trl'][key]):>24s}{'' if r is None else f'{r:.2f}':>11s}")
+        print(f"{label:28s}{fmt(summary['rllab'][key]):>28s}{fmt(summary['trl'][key]):>28s}{'' if r is None else f'{r:.2f}':>11s}")
     print(f"held-out accuracy before: {initial:.3f} (both; shared greedy evaluation, {args.eval_size} examples)")
     own = [a["rllab_own_eval"] for a in accuracy["rllab"]]
     if all(own):

@@ -23,7 +23,8 @@ Writes to ``--out``:
 
 * ``metrics.jsonl`` — one row per step: ``step``, ``time/step``, ``time/rollout`` (tokenise,
   generate, decode), ``perf/completions_per_s`` (completions / ``time/rollout``),
-  ``rollout/reward`` (mean reward of the step's completions), plus TRL's own logged values
+  ``rollout/reward`` (mean reward of the step's completions), ``rollout/response_length`` (mean
+  generated tokens, ``<eos>`` included), plus TRL's own logged values
   under ``trl/…``.
 * ``model/`` — the trained model and tokenizer (a Hugging Face model directory).
 * ``summary.json`` — settings, versions and wall times.
@@ -84,10 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
 
     step_rewards: list[list[float]] = []
+    step_lengths: list[float] = []
 
-    def reward_exact(prompts, completions, answer, **kwargs) -> list[float]:
+    def reward_exact(prompts, completions, answer, completion_ids, **kwargs) -> list[float]:
         scores = [exact_match(c, a) for c, a in zip(completions, answer)]
         step_rewards.append(scores)
+        step_lengths.append(sum(len(ids) for ids in completion_ids) / len(completion_ids))
         return scores
 
     batch = args.prompts_per_step * args.group_size
@@ -184,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                 "time/rollout": trainer.rollout_times[step],
                 "perf/completions_per_s": len(scores) / trainer.rollout_times[step],
                 "rollout/reward": sum(scores) / len(scores),
+                "rollout/response_length": step_lengths[step],
                 "rollout/n": len(scores),
             }
             row.update({f"trl/{k}": v for k, v in timer.logs.get(step, {}).items()})
