@@ -40,6 +40,7 @@ from torch import nn
 
 __all__ = [
     "CHUNK_ELEMENTS",
+    "HIDDEN_CHUNK_TOKENS",
     "CriticModel",
     "ValueHead",
     "logprobs_from_hidden",
@@ -52,6 +53,10 @@ __all__ = [
 CHUNK_ELEMENTS = 1 << 25
 """Default chunk budget: ``chunk_size = max(1, CHUNK_ELEMENTS // V)`` tokens, so one float32 chunk
 of logits is 128 MiB whatever the vocabulary (220 tokens for V = 151,936; 1,024 for V = 32,768)."""
+
+HIDDEN_CHUNK_TOKENS = 8192
+"""Default token rows per tile of :func:`logprobs_from_hidden` (the vocabulary tile then fills
+``CHUNK_ELEMENTS``: 4,096 tokens × 8,192 vocabulary entries, for instance)."""
 
 HIDDEN_PATH_MODEL_TYPES = frozenset(
     {"llama", "mistral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "olmo2", "smollm3"}
@@ -69,6 +74,21 @@ def _chunk_rows(chunk_size: int | None, V: int, where: str) -> int:
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"{where}: chunk_size must be a positive int or None, got {chunk_size!r}")
     return chunk_size
+
+
+def _hidden_tile(chunk_size, vocab_chunk_size, N: int, V: int, where: str) -> tuple[int, int]:
+    """(tokens, vocabulary entries) per tile of the hidden-state path; see logprobs_from_hidden."""
+    for name, value in (("chunk_size", chunk_size), ("vocab_chunk_size", vocab_chunk_size)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{where}: {name} must be a positive int or None, got {value!r}")
+    if chunk_size is not None:
+        rows = chunk_size
+    elif vocab_chunk_size is not None:
+        rows = max(1, CHUNK_ELEMENTS // vocab_chunk_size)
+    else:
+        rows = max(1, min(N, HIDDEN_CHUNK_TOKENS))
+    cols = vocab_chunk_size if vocab_chunk_size is not None else max(1, CHUNK_ELEMENTS // rows)
+    return rows, min(cols, V)
 
 
 def _check_temperature(temperature: float, where: str) -> float:
@@ -140,11 +160,12 @@ def _stats(z: torch.Tensor, labels: torch.Tensor, with_entropy: bool, scratch: _
     return log_prob, lse.squeeze(-1), entropy
 
 
-def _grad_z(d: torch.Tensor, labels, entropy, g_lp, g_ent, scratch: _Scratch) -> torch.Tensor:
+def _grad_z(d: torch.Tensor, labels, entropy, g_lp, g_ent, scratch: _Scratch, in_tile=None) -> torch.Tensor:
     """Gradient w.r.t. the scaled logits ``z`` of one chunk, written over ``d``.
 
     On entry ``d`` holds ``log p`` for the chunk; on exit it holds
-    ``g_lp·(onehot(label) − p) − g_ent·p·(log p + H)``.
+    ``g_lp·(onehot(label) − p) − g_ent·p·(log p + H)``. For a vocabulary tile, ``labels`` are
+    tile-local column indices and ``in_tile`` (bool) says which rows' labels fall in the tile.
     """
     if g_ent is None:
         d.exp_().mul_(-g_lp.unsqueeze(-1))
@@ -155,7 +176,8 @@ def _grad_z(d: torch.Tensor, labels, entropy, g_lp, g_ent, scratch: _Scratch) ->
             d.add_(g_lp.unsqueeze(-1))
         d.mul_(p).neg_()
     if g_lp is not None:
-        d.scatter_add_(-1, labels.unsqueeze(-1), g_lp.unsqueeze(-1))
+        src = g_lp if in_tile is None else torch.where(in_tile, g_lp, 0.0)
+        d.scatter_add_(-1, labels.unsqueeze(-1), src.unsqueeze(-1))
     return d
 
 
@@ -223,7 +245,7 @@ class _LogitsLogProb(torch.autograd.Function):
 
 
 def _project(h, weight, bias, temperature, scratch: _Scratch) -> torch.Tensor:
-    """float32 ``(h @ weightᵀ + bias) / temperature`` for one chunk, into a scratch buffer.
+    """float32 ``(h @ weightᵀ + bias) / temperature`` for one tile, into a scratch buffer.
 
     The matmul runs in the head's dtype, as ``nn.Linear`` would.
     """
@@ -241,25 +263,76 @@ def _project(h, weight, bias, temperature, scratch: _Scratch) -> torch.Tensor:
     return z
 
 
+def _tile(labels: torch.Tensor, v0: int, v1: int):
+    """Tile-local label columns (clamped into the tile) and which labels fall in [v0, v1)."""
+    in_tile = (labels >= v0) & (labels < v1)
+    return (labels - v0).clamp_(0, v1 - v0 - 1), in_tile
+
+
+def _online_stats(h, weight, bias, labels, temperature, cols, with_entropy, scratch):
+    """log π(label), lse and entropy for rows ``h`` with the vocabulary in tiles of ``cols``.
+
+    A streaming softmax: per row it keeps the running max ``m``, ``s = Σ exp(z − m)`` and
+    ``t = Σ exp(z − m)·(z − m)``, rescaled when ``m`` grows. At the end ``lse = m + log s`` and
+    ``H = lse − Σ p·z = log s − t / s``.
+    """
+    n, V = h.shape[0], weight.shape[0]
+    lowest = torch.finfo(torch.float32).min  # a finite "−inf", so rescaling never makes 0·inf
+    m = torch.full((n,), lowest, dtype=torch.float32, device=h.device)
+    s = torch.zeros_like(m)
+    t = torch.zeros_like(m) if with_entropy else None
+    z_label = torch.zeros_like(m)
+    for v0 in range(0, V, cols):
+        v1 = min(v0 + cols, V)
+        z = _project(h, weight[v0:v1], None if bias is None else bias[v0:v1], temperature, scratch)
+        local, in_tile = _tile(labels, v0, v1)
+        z_label = torch.where(in_tile, z.gather(-1, local.unsqueeze(-1)).squeeze(-1), z_label)
+        m_new = torch.maximum(m, z.amax(-1))
+        scale = torch.exp(m - m_new)
+        u = z.sub_(m_new.unsqueeze(-1))  # z − m_new, in place
+        if with_entropy:
+            p = torch.exp(u, out=scratch("p", u.shape))
+            t = scale * (t + (m - m_new) * s) + u.clamp_min_(lowest).mul_(p).sum(-1)
+            s = scale * s + p.sum(-1)
+        else:
+            s = scale * s + u.exp_().sum(-1)
+        m = m_new
+    log_s = s.log()
+    lse = m + log_s
+    entropy = log_s - t / s if with_entropy else None
+    return z_label - lse, lse, entropy
+
+
 class _HiddenLogProb(torch.autograd.Function):
-    """log π(label) [and entropy] from (N, D) hidden states and a (V, D) head, chunked."""
+    """log π(label) [and entropy] from (N, D) hidden states and a (V, D) head.
+
+    Tiles of ``rows`` tokens × ``cols`` vocabulary entries; with ``cols ≥ V`` a tile is a whole
+    row chunk (exact softmax per chunk), otherwise the forward streams over vocabulary tiles.
+    Backward recomputes each tile's logits from the saved ``lse`` and entropy.
+    """
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, labels, rows, temperature, with_entropy):
+    def forward(ctx, hidden, weight, bias, labels, rows, cols, temperature, with_entropy):
         N, V = hidden.shape[0], weight.shape[0]
         log_prob = torch.empty(N, dtype=torch.float32, device=hidden.device)
         lse = torch.empty_like(log_prob)
         entropy = torch.empty_like(log_prob) if with_entropy else None
-        scratch = _Scratch(rows * V, hidden.device)
+        scratch = _Scratch(rows * min(cols, V), hidden.device)
         for s in range(0, N, rows):
             e = min(s + rows, N)
-            z = _project(hidden[s:e], weight, bias, temperature, scratch)
-            log_prob[s:e], lse[s:e], ent = _stats(z, labels[s:e], with_entropy, scratch, own_z=True)
+            if cols >= V:
+                z = _project(hidden[s:e], weight, bias, temperature, scratch)
+                lp, m, ent = _stats(z, labels[s:e], with_entropy, scratch, own_z=True)
+            else:
+                lp, m, ent = _online_stats(
+                    hidden[s:e], weight, bias, labels[s:e], temperature, cols, with_entropy, scratch
+                )
+            log_prob[s:e], lse[s:e] = lp, m
             if with_entropy:
                 entropy[s:e] = ent
         del scratch
         ctx.set_materialize_grads(False)
-        ctx.rows, ctx.temperature = rows, temperature
+        ctx.rows, ctx.cols, ctx.temperature = rows, cols, temperature
         ctx.save_for_backward(hidden, weight, bias, labels, lse, entropy)
         return (log_prob, entropy) if with_entropy else log_prob
 
@@ -269,33 +342,41 @@ class _HiddenLogProb(torch.autograd.Function):
         hidden, weight, bias, labels, lse, entropy = ctx.saved_tensors
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         if (g_lp is None and g_ent is None) or not (need_h or need_w or need_b):
-            return None, None, None, None, None, None, None
+            return (None,) * 8
         N, V = hidden.shape[0], weight.shape[0]
-        tau = ctx.temperature
-        acc = torch.float32  # head gradients accumulate in float32 whatever the parameter dtype
-        grad_h = torch.empty_like(hidden) if need_h else None
+        rows, cols, tau = ctx.rows, min(ctx.cols, V), ctx.temperature
+        acc = torch.float32  # gradients accumulate in float32 whatever the parameter dtype
+        grad_h = torch.zeros(hidden.shape, dtype=acc, device=hidden.device) if need_h else None
         grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_w else None
         grad_b = torch.zeros(bias.shape, dtype=acc, device=bias.device) if need_b else None
-        scratch = _Scratch(ctx.rows * V, hidden.device)
-        for s in range(0, N, ctx.rows):
-            e = min(s + ctx.rows, N)
-            d = _project(hidden[s:e], weight, bias, tau, scratch).sub_(lse[s:e].unsqueeze(-1))
-            ent = None if entropy is None else entropy[s:e]
-            _grad_z(d, labels[s:e], ent, _upstream(g_lp, slice(s, e)), _upstream(g_ent, slice(s, e)), scratch)
-            if tau != 1.0:
-                d.div_(tau)
-            if need_b:
-                grad_b += d.sum(0)
-            if need_w:
-                grad_w.addmm_(d.t(), hidden[s:e].to(acc))
-            if need_h:
-                d_head = d if weight.dtype == acc else scratch("z_head", d.shape, weight.dtype).copy_(d)
-                torch.matmul(d_head, weight, out=grad_h[s:e])
+        scratch = _Scratch(rows * cols, hidden.device)
+        for s in range(0, N, rows):
+            e = min(s + rows, N)
+            h = hidden[s:e]
+            h_acc = h.to(acc)
+            for v0 in range(0, V, cols):
+                v1 = min(v0 + cols, V)
+                w = weight[v0:v1]
+                b = None if bias is None else bias[v0:v1]
+                d = _project(h, w, b, tau, scratch).sub_(lse[s:e].unsqueeze(-1))  # log p
+                local, in_tile = (labels[s:e], None) if cols >= V else _tile(labels[s:e], v0, v1)
+                ent = None if entropy is None else entropy[s:e]
+                _grad_z(d, local, ent, _upstream(g_lp, slice(s, e)), _upstream(g_ent, slice(s, e)), scratch, in_tile)
+                if tau != 1.0:
+                    d.div_(tau)
+                if need_b:
+                    grad_b[v0:v1] += d.sum(0)
+                if need_w:
+                    grad_w[v0:v1].addmm_(d.t(), h_acc)
+                if need_h:
+                    grad_h[s:e].addmm_(d, w.to(acc))
+        if grad_h is not None:
+            grad_h = grad_h.to(hidden.dtype)
         if grad_w is not None:
             grad_w = grad_w.to(weight.dtype)
         if grad_b is not None:
             grad_b = grad_b.to(bias.dtype)
-        return grad_h, grad_w, grad_b, None, None, None, None
+        return grad_h, grad_w, grad_b, None, None, None, None, None
 
 
 # --------------------------------------------------------------------------- public kernels
@@ -354,19 +435,28 @@ def logprobs_from_hidden(
     with_entropy: bool = False,
     bias: torch.Tensor | None = None,
     temperature: float = 1.0,
+    vocab_chunk_size: int | None = None,
 ):
-    """log π(label) [and entropy] of ``softmax((hidden @ Wᵀ + bias) / τ)``, projecting per chunk.
+    """log π(label) [and entropy] of ``softmax((hidden @ Wᵀ + bias) / τ)``, projecting per tile.
 
-    The full ``(N, V)`` logits never exist, in forward or backward: backward recomputes each
-    chunk's projection and accumulates the gradients of ``hidden``, ``lm_head_weight`` and
-    ``bias`` from it. The projection runs in the head's dtype (as ``nn.Linear`` would); softmax
-    statistics are float32.
+    The full ``(N, V)`` logits never exist, in forward or backward. The work is cut into tiles of
+    ``chunk_size`` tokens × ``vocab_chunk_size`` vocabulary rows of the head (at most
+    ``CHUNK_ELEMENTS`` logits each); the forward streams the softmax over the vocabulary tiles of
+    a token chunk, and backward recomputes each tile's logits to accumulate the gradients of
+    ``hidden``, ``lm_head_weight`` and ``bias``. Tall tiles (many tokens, part of the vocabulary)
+    keep the matmuls efficient and read the head once per token chunk.
+
+    The projection runs in the head's dtype (as ``nn.Linear`` would); softmax statistics and
+    gradient accumulation are float32.
 
     :param hidden: ``(N, D)`` or ``(B, T, D)`` final hidden states (after the last norm).
     :param lm_head_weight: ``(V, D)``, e.g. ``model.lm_head.weight``; same dtype as ``hidden``.
     :param labels: ``(N,)`` or ``(B, T)`` integer token ids in ``[0, V)``.
     :param bias: optional ``(V,)`` head bias.
-    :param chunk_size: tokens per chunk; ``None`` picks ``CHUNK_ELEMENTS // V``.
+    :param chunk_size: tokens per tile; ``None`` takes up to ``HIDDEN_CHUNK_TOKENS`` tokens
+        (or ``CHUNK_ELEMENTS // vocab_chunk_size`` when that is given).
+    :param vocab_chunk_size: vocabulary entries per tile; ``None`` fills the budget,
+        ``CHUNK_ELEMENTS // chunk_size`` (the whole vocabulary when that is larger).
     :param with_entropy: also return the entropy.
     :param temperature: τ > 0 dividing the logits.
     :returns: ``log_prob`` float32 with the labels' shape [, ``entropy``].
@@ -390,11 +480,13 @@ def logprobs_from_hidden(
     if bias is not None and bias.dtype != lm_head_weight.dtype:
         raise TypeError(f"{where}: bias is {bias.dtype} but lm_head_weight is {lm_head_weight.dtype}")
     _check_labels(where, labels, tuple(hidden.shape[:-1]), f"hidden of shape {tuple(hidden.shape)}")
-    rows = _chunk_rows(chunk_size, V, where)
     tau = _check_temperature(temperature, where)
     lead = labels.shape
     h = hidden.reshape(-1, hidden.shape[-1])
-    out = _HiddenLogProb.apply(h, lm_head_weight, bias, labels.reshape(-1).long(), rows, tau, bool(with_entropy))
+    rows, cols = _hidden_tile(chunk_size, vocab_chunk_size, h.shape[0], V, where)
+    out = _HiddenLogProb.apply(
+        h, lm_head_weight, bias, labels.reshape(-1).long(), rows, cols, tau, bool(with_entropy)
+    )
     if with_entropy:
         return out[0].view(lead), out[1].view(lead)
     return out.view(lead)

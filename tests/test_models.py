@@ -246,9 +246,12 @@ def test_logits_bad_inputs():
 # --------------------------------------------------------------------------- logprobs_from_hidden
 
 
-@pytest.mark.parametrize("chunk_size", [1, 4, 7, 50, None])
+TILES = [(1, None), (4, None), (7, None), (50, None), (None, None), (None, 5), (7, 5), (4, 1), (18, 23), (5, 22)]
+
+
+@pytest.mark.parametrize("chunk_size,vocab_chunk_size", TILES)
 @pytest.mark.parametrize("use_bias", [False, True])
-def test_hidden_values_and_grads_match_dense(chunk_size, use_bias):
+def test_hidden_values_and_grads_match_dense(chunk_size, vocab_chunk_size, use_bias):
     g = torch.Generator().manual_seed(6)
     B, T, D, V = 3, 6, 10, 23
     hidden = torch.randn(B, T, D, generator=g, requires_grad=True)
@@ -259,7 +262,8 @@ def test_hidden_values_and_grads_match_dense(chunk_size, use_bias):
     tau = 0.8
 
     log_prob, entropy = logprobs_from_hidden(
-        hidden, weight, labels, bias=bias, chunk_size=chunk_size, with_entropy=True, temperature=tau
+        hidden, weight, labels, bias=bias, chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size,
+        with_entropy=True, temperature=tau,
     )
     params = [hidden, weight] + ([bias] if use_bias else [])
     grads = torch.autograd.grad((log_prob * g_lp + entropy * g_ent).sum(), params)
@@ -285,6 +289,31 @@ def test_hidden_equals_logits_path():
     close(a[1], b[1])
 
 
+@pytest.mark.parametrize("vocab_chunk_size", [None, 3, 4])
+def test_hidden_banned_tokens_in_whole_tiles(vocab_chunk_size):
+    """A bias of −inf bans tokens; a tile made only of banned tokens must not produce NaN."""
+    g = torch.Generator().manual_seed(15)
+    N, D, V = 6, 4, 12
+    hidden = torch.randn(N, D, generator=g, requires_grad=True)
+    weight = torch.randn(V, D, generator=g, requires_grad=True)
+    bias = torch.zeros(V)
+    bias[:4] = -math.inf  # the first tile (3 or 4 columns) is entirely banned
+    labels = torch.randint(4, V, (N,), generator=g)
+    log_prob, entropy = logprobs_from_hidden(
+        hidden, weight, labels, bias=bias, chunk_size=4, vocab_chunk_size=vocab_chunk_size, with_entropy=True
+    )
+    (log_prob.sum() + entropy.sum()).backward()
+    h64, w64 = hidden.detach().double().requires_grad_(), weight.detach().double().requires_grad_()
+    z = (h64 @ w64.t())[:, 4:]  # the allowed tokens only
+    ref_lp, ref_ent = dense(z, labels - 4)
+    (ref_lp.sum() + ref_ent.sum()).backward()
+    close(log_prob, ref_lp)
+    close(entropy, ref_ent)
+    close(hidden.grad, h64.grad)
+    close(weight.grad, w64.grad)
+    assert weight.grad[:4].abs().sum() == 0
+
+
 def test_hidden_frozen_head_or_frozen_hidden():
     g = torch.Generator().manual_seed(8)
     hidden = torch.randn(11, 5, generator=g)
@@ -300,19 +329,27 @@ def test_hidden_frozen_head_or_frozen_hidden():
     close(w.grad, w64.grad)
 
 
-def test_hidden_bf16_head():
+@pytest.mark.parametrize("vocab_chunk_size", [None, 16])
+def test_hidden_bf16_head(vocab_chunk_size):
     g = torch.Generator().manual_seed(9)
     hidden = torch.randn(9, 16, generator=g).bfloat16().requires_grad_()
     weight = torch.randn(40, 16, generator=g).bfloat16().requires_grad_()
     labels = torch.randint(0, 40, (9,), generator=g)
-    log_prob, entropy = logprobs_from_hidden(hidden, weight, labels, chunk_size=4, with_entropy=True)
+    log_prob, entropy = logprobs_from_hidden(
+        hidden, weight, labels, chunk_size=4, vocab_chunk_size=vocab_chunk_size, with_entropy=True
+    )
     assert log_prob.dtype == torch.float32
     ref = logprobs_from_logits(hidden.detach() @ weight.detach().t(), labels, with_entropy=True)
     close(log_prob, ref[0])
     close(entropy, ref[1])
     (log_prob.sum() + entropy.sum()).backward()
     assert hidden.grad.dtype == weight.grad.dtype == torch.bfloat16
-    assert torch.isfinite(hidden.grad.float()).all() and torch.isfinite(weight.grad.float()).all()
+    h64, w64 = hidden.detach().double().requires_grad_(), weight.detach().double().requires_grad_()
+    a, b = dense(h64 @ w64.t(), labels)
+    (a.sum() + b.sum()).backward()
+    # the head's matmul runs in bfloat16, so compare at bfloat16 precision
+    torch.testing.assert_close(hidden.grad.double(), h64.grad, atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(weight.grad.double(), w64.grad, atol=3e-2, rtol=3e-2)
 
 
 def test_hidden_never_materialises_logits():
@@ -324,6 +361,13 @@ def test_hidden_never_materialises_logits():
         log_prob, entropy = logprobs_from_hidden(hidden, weight, labels, chunk_size=chunk, with_entropy=True)
         (log_prob.sum() + entropy.sum()).backward()
     assert max(probe.sizes) <= chunk * V
+    weight.grad = hidden.grad = None
+    with BigAllocations() as tiled:  # all tokens at once, 10 vocabulary entries per tile
+        log_prob, entropy = logprobs_from_hidden(
+            hidden, weight, labels, chunk_size=N, vocab_chunk_size=10, with_entropy=True
+        )
+        (log_prob.sum() + entropy.sum()).backward()
+    assert max(tiled.sizes) <= N * 10
     with BigAllocations() as naive:
         ref = dense(hidden @ weight.t(), labels)
         (ref[0].sum() + ref[1].sum()).backward()
@@ -342,6 +386,8 @@ def test_hidden_bad_inputs():
         logprobs_from_hidden(hidden, weight.bfloat16(), labels)
     with pytest.raises(ValueError, match="hidden must be"):
         logprobs_from_hidden(hidden[0], weight, labels)
+    with pytest.raises(ValueError, match="vocab_chunk_size must be a positive int"):
+        logprobs_from_hidden(hidden, weight, labels, vocab_chunk_size=0)
 
 
 # --------------------------------------------------------------------------- transformers models
@@ -554,3 +600,8 @@ def test_critic_from_config():
 def test_default_chunk_budget():
     assert models._chunk_rows(None, 151_936, "x") == (1 << 25) // 151_936
     assert models._chunk_rows(None, 10, "x") == (1 << 25) // 10
+    assert models._hidden_tile(None, None, 4096, 151_936, "x") == (4096, 8192)
+    assert models._hidden_tile(None, None, 100_000, 151_936, "x") == (8192, 4096)
+    assert models._hidden_tile(None, None, 10, 151_936, "x") == (10, 151_936)
+    assert models._hidden_tile(220, None, 4096, 151_936, "x") == (220, 151_936)
+    assert models._hidden_tile(None, 1024, 4096, 151_936, "x") == (32768, 1024)
