@@ -18,7 +18,8 @@ Variants (each measured in a fresh subprocess, so the resident-set peak belongs 
 gradients and backpropagates ``Σ (g₁·log π + g₂·H)``. Peak extra memory is ``ru_maxrss`` minus the
 resident set right after the inputs were created, so it counts everything the computation
 allocates — including, in ``logits/fwd+bwd``, the ``(N, V)`` gradient of the logits, which any
-method must produce (it is also reported separately). Percentages are of the float32 logits size.
+method must produce, and in ``hidden/fwd+bwd`` the gradients of the hidden states and of the head;
+"excl. grads" subtracts those. Percentages are of the float32 logits size.
 The load average is printed before and after; times are medians (min–max) over all repetitions.
 """
 
@@ -96,7 +97,8 @@ def child(path: str, mode: str, impl: str, n: int, vocab: int, dim: int, reps: i
     headroom = meminfo("MemAvailable") - (1 << 30)
     limit = status_bytes("VmSize") + headroom
     resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
-    grad_bytes = 4 * n * vocab if (grad and path == "logits") else 0
+    # gradients any method must return: d/dlogits (N, V), or d/dhidden (N, D) and d/dW (V, D)
+    grad_bytes = 0 if not grad else 4 * n * vocab if path == "logits" else 4 * (n + vocab) * dim
     times, checksum = [], None
     try:
         for i in range(reps + 1):
@@ -167,13 +169,15 @@ def main():
         print(json.dumps(child(path, mode, impl, args.n, args.vocab, args.dim, args.reps, args.chunk_size)))
         return
 
-    from rllab.models import CHUNK_ELEMENTS
+    from rllab.models import CHUNK_ELEMENTS, _hidden_tile
 
     variants = [v for v in VARIANTS if not args.only or v[0] in args.only.split(",")]
     logits_bytes = 4 * args.n * args.vocab
     chunk = args.chunk_size or max(1, CHUNK_ELEMENTS // args.vocab)
+    tile = _hidden_tile(args.chunk_size, None, args.n, args.vocab, "bench")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cpus")
-    print(f"N={args.n} V={args.vocab} D={args.dim}; float32 logits = {logits_bytes / 2**30:.2f} GiB; chunk = {chunk} tokens")
+    print(f"N={args.n} V={args.vocab} D={args.dim}; float32 logits = {logits_bytes / 2**30:.2f} GiB")
+    print(f"logits path: {chunk} tokens per chunk; hidden path: tiles of {tile[0]} tokens x {tile[1]} vocabulary entries")
     print(f"loadavg before: {os.getloadavg()}")
     results: dict = {}
     t_start = time.perf_counter()
@@ -191,7 +195,7 @@ def main():
     print(f"loadavg after: {os.getloadavg()}  (wall {time.perf_counter() - t_start:.0f}s)")
 
     print()
-    print(f"{'variant':24s} {'time median (min–max)':>28s} {'peak extra':>11s} {'% logits':>9s} {'excl. grad':>11s}")
+    print(f"{'variant':24s} {'time median (min–max)':>28s} {'peak extra':>11s} {'% logits':>9s} {'excl. grads':>12s}")
     for v in variants:
         a = results.get(v)
         if a is None:
@@ -201,7 +205,7 @@ def main():
         excl = extra - a["grad_bytes"]
         print(
             f"{'/'.join(v):24s} {fmt_times(a['times']):>28s} {extra / 2**30:8.2f} GiB {100 * extra / logits_bytes:8.1f}% "
-            f"{(f'{100 * excl / logits_bytes:9.1f}%' if a['grad_bytes'] else ''):>11s}"
+            f"{(f'{100 * excl / logits_bytes:9.1f}%' if a['grad_bytes'] else ''):>12s}"
         )
     print()
     print("rllab / dense ratios (time: median; memory: peak extra)")

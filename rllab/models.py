@@ -15,9 +15,10 @@ each chunk's softmax and writes the closed-form gradients
     ∂ H / ∂z_v        = −π(v) · (log π(v) + H)
 
 where ``z = logits / temperature``. :func:`logprobs_from_hidden` goes one step further and runs
-the LM-head projection per chunk too, so the ``(N, V)`` logits never exist, in the forward or in the
-backward pass (the price is one extra chunked matmul in backward, as in every fused
-linear + cross-entropy kernel).
+the LM-head projection per tile (a block of tokens × a block of the vocabulary, the softmax
+streamed over vocabulary tiles), so the ``(N, V)`` logits never exist, in the forward or in the
+backward pass. The price is recomputing the projection in backward: four matmuls instead of three,
+as in every fused linear + cross-entropy kernel whose upstream gradient is not known in forward.
 
 Model-side helpers follow verl's alignment conventions: ``input_ids`` ``(B, L)`` holds left-padded
 prompts followed by right-padded responses, the response occupies the last ``T`` columns, and the
