@@ -12,9 +12,16 @@ Public API for plugin authors and users::
     loss = lab.get("policy_loss", "ppo_clip", clip_high=0.28)
 """
 
-from rllab import ops
-from rllab.hookspecs import hookimpl
-from rllab.lab import (
+import os as _os
+
+# On small shared CPUs, OpenMP threads that spin while waiting make 2-thread torch ops up to
+# ~100x slower when another process is busy; passive waiting costs nothing when the machine is
+# idle. Only takes effect if torch has not been imported yet; an explicit setting wins.
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from rllab import ops  # noqa: E402
+from rllab.hookspecs import hookimpl  # noqa: E402
+from rllab.lab import (  # noqa: E402
     KINDS,
     Component,
     ComponentSpec,
@@ -27,8 +34,8 @@ from rllab.lab import (
     UnknownComponentError,
     knob,
 )
-from rllab.ops import RowError
-from rllab.types import (
+from rllab.ops import RowError  # noqa: E402
+from rllab.types import (  # noqa: E402
     Completion,
     Example,
     PreferencePair,

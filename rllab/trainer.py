@@ -456,7 +456,7 @@ class Trainer:
         )
         loss = pg_loss
         out = {k: float(v) for k, v in pg_metrics.items()}
-        out["loss/policy"] = float(pg_loss)
+        out["loss/policy"] = pg_loss.item()
         if t.kl_in == "loss" and ref_log_prob is not None and beta > 0:
             kwargs = {}
             if "logits" in self.kl.spec.requires:
@@ -464,20 +464,20 @@ class Trainer:
             kl_tok = self.kl(log_prob=log_prob, ref_log_prob=ref_log_prob[rows], **kwargs)
             kl_loss = agg(kl_tok, mask)
             loss = loss + beta * kl_loss
-            out["loss/kl"] = float(kl_loss)
+            out["loss/kl"] = kl_loss.item()
         ent = agg(entropy, mask)
-        out["actor/entropy"] = float(ops.masked_mean(entropy.detach(), mask))
+        out["actor/entropy"] = ops.masked_mean(entropy.detach(), mask).item()
         if t.entropy_coef > 0:
             loss = loss - t.entropy_coef * ent
-            out["loss/entropy"] = float(ent)
+            out["loss/entropy"] = ent.item()
         loss.backward()
         if self.critic is not None:
             v = self.critic.values(batch.input_ids[rows], batch.attention_mask[rows], batch.response_length)
             v_loss, v_metrics = self.value_loss(values=v, old_values=values[rows], returns=returns[rows], mask=mask, aggregate=agg)
             (t.vf_coef * v_loss).backward()
-            out["loss/value"] = float(v_loss)
+            out["loss/value"] = v_loss.item()
             out.update({k: float(x) for k, x in v_metrics.items()})
-        out["loss/total"] = float(loss)
+        out["loss/total"] = loss.item()
         return out
 
     # ------------------------------------------------------------------ preference steps
@@ -604,7 +604,7 @@ class Trainer:
         t2 = time.perf_counter()
         self._sync_weights()
         metrics.update({k: float(v) for k, v in pm.items()})
-        metrics.update({"loss/preference": float(loss), "time/update": t2 - t1, "time/sync": time.perf_counter() - t2})
+        metrics.update({"loss/preference": loss.item(), "time/update": t2 - t1, "time/sync": time.perf_counter() - t2})
         return metrics
 
     # ------------------------------------------------------------------ eval

@@ -1,7 +1,9 @@
 import os
 
-import pytest
-import torch
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: see rllab/__init__.py
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 # Keep unit tests deterministic and light on the shared 2-core machine.
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
