@@ -23,10 +23,12 @@ each step (``task.train_examples(P, generator seeded from (seed, step))``) to a 
 TRL reads it unshuffled, P rows per step. Sampling noise differs (each framework seeds its own
 sampler from the same seed number).
 
-Each repeat runs rllab and TRL once each, in separate processes, alternating which goes first.
+Each repeat runs rllab and TRL once each, in separate processes, alternating which goes first,
+each with ``--threads`` torch threads (default 1, through ``OMP_NUM_THREADS``).
 Measured per step: ``time/step`` (the whole step), ``time/rollout`` (tokenise + generate) and
 ``perf/completions_per_s`` = completions / ``time/rollout``; the end-to-end throughput is
-completions / ``time/step``; generated tokens/s = completions × mean response length /
+completions / ``time/step`` (the 10th percentile of ``time/step`` is shown too: on a shared
+machine it is the least disturbed by other processes); generated tokens/s = completions × mean response length /
 ``time/rollout``. Throughput depends on how long the completions are (a batch decodes until its
 longest row stops), which depends on where each run's policy has drifted, so the mean response
 length is reported beside it; compare throughputs only where the lengths are similar. The first step of each run (one-off warm-up) is left out of the
@@ -184,8 +186,14 @@ def run_trl(trl_python: Path, settings: dict, steps: int, seed: int, model_dir: 
     }
 
 
+THREADS = {"n": 1}
+"""torch threads of both training processes (set by --threads)."""
+
+
 def _run(cmd: list[str], log: Path) -> float:
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
+    if THREADS["n"] > 0:
+        env.update(OMP_NUM_THREADS=str(THREADS["n"]), MKL_NUM_THREADS=str(THREADS["n"]))
     t0 = time.perf_counter()
     with open(log, "w") as f:
         proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
@@ -227,6 +235,7 @@ def run_medians(run: dict, skip: int) -> dict:
     steps = run["steps"][skip:] or run["steps"]
     return {
         "s_per_step": statistics.median(s["time/step"] for s in steps),
+        "s_per_step_p10": _quantile([s["time/step"] for s in steps], 0.1),
         "gen_completions_per_s": statistics.median(s["perf/completions_per_s"] for s in steps),
         "completions_per_s": statistics.median(s["completions"] / s["time/step"] for s in steps),
         "gen_tokens_per_s": statistics.median(
@@ -235,6 +244,11 @@ def run_medians(run: dict, skip: int) -> dict:
         "response_length": statistics.median(s["rollout/response_length"] for s in steps),
         "mean_reward": statistics.fmean(s["rollout/reward"] for s in run["steps"]),
     }
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 def spread(values: list[float]) -> dict:
@@ -301,12 +315,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-size", type=int, default=200, help="held-out examples for the shared evaluation")
     p.add_argument("--trl-python", type=Path, default=DEFAULT_TRL_PYTHON, help="python of the TRL environment")
     p.add_argument("--out", type=Path, default=None, help="results folder (default: benchmarks/peers/results/grpo-TIMESTAMP)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads for the TRL side (0: torch's default, as rllab)")
+    p.add_argument(
+        "--threads", type=int, default=1,
+        help="torch threads of both training processes (0: torch's default). 1 by default: on a small shared "
+        "machine, multi-threaded runs stall whenever another process holds a core, which swamps the comparison",
+    )  # fmt: skip
     p.add_argument("--skip-steps", type=int, default=1, help="leading steps left out of the timing medians (warm-up)")
     p.add_argument("--plugin", action="append", default=[], metavar="PATH_OR_MODULE", help="extra rllab plugin (repeatable), as for `rllab run`")
     p.add_argument("overrides", nargs="*", help="extra rllab overrides (key=value), mirrored on the TRL side where possible")
     args = p.parse_args(argv)
 
+    THREADS["n"] = args.threads
     if not args.trl_python.exists():
         raise SystemExit(f"{args.trl_python} not found: run `bash benchmarks/peers/setup_trl.sh` first")
     import rllab
@@ -382,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         "accuracy": accuracy,
         "curves": {fw: curve(runs[fw]) for fw in runs},
         "load": {"before": load_before, "after": load_after, "per_run": loads, "cpus": os.cpu_count()},
+        "threads": args.threads,
         "runs": runs,
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
     }
@@ -395,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         ("completions/s (end to end)", "completions_per_s", ratio["completions_per_s"]),
         ("tokens/s (generation)", "gen_tokens_per_s", ratio["gen_tokens_per_s"]),
         ("s/step", "s_per_step", 1 / ratio["step_speedup"]),
+        ("s/step, 10th percentile", "s_per_step_p10", summary["rllab"]["s_per_step_p10"]["median"] / summary["trl"]["s_per_step_p10"]["median"]),
         ("response length (tokens)", "response_length", None),
         ("mean training reward", "mean_reward", None),
         ("held-out accuracy after", "accuracy_after", None),
