@@ -28,6 +28,8 @@ What is checked, per kind (DESIGN.md, invariant 4):
 - importance corrections: weights detached, 0 on padding, 1 when rollout == old;
 - value losses: 0 when values equal returns;
 - preference losses: per-pair finite losses with finite gradients;
+- rollout backends: grouped completions whose log-probs match their tokens, valid finish
+  reasons, and repeatable sampling under a seed (on a tiny locally built model);
 - KL controllers, tasks, loggers: their factories build objects that honour their protocols.
 """
 
@@ -459,6 +461,38 @@ def _logger(comp):
         lg.log(0, {"rollout/reward": 0.5})
         lg.log(1, {"rollout/reward": 0.75})
         lg.close()
+
+
+@_check("rollout_backend", "grouped completions with per-token log-probs; seeded sampling repeats")
+def _backend(comp):
+    from rllab.tinymodel import TinyModelConfig, build_tiny_model
+    from rllab.types import Completion, SamplingParams
+
+    model, tok = build_tiny_model(TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64))
+    backend = comp()
+    try:
+        backend.update_weights(model)
+        prompts = [tok("12+3=").input_ids, tok("7+80=").input_ids]
+        params = SamplingParams(n=3, max_new_tokens=5, temperature=1.0, stop_token_ids=(tok.eos_token_id,), seed=7)
+        out = backend.generate(prompts, params)
+        if len(out) != 6 or not all(isinstance(c, Completion) for c in out):
+            raise AssertionError(f"expected 6 Completions for 2 prompts × n=3, got {len(out)}")
+        if [c.prompt_index for c in out] != [0, 0, 0, 1, 1, 1]:
+            raise AssertionError(f"completions are not grouped by prompt: {[c.prompt_index for c in out]}")
+        for c in out:
+            if list(c.prompt_ids) != list(prompts[c.prompt_index]):
+                raise AssertionError("a completion's prompt_ids differ from its prompt")
+            if len(c.token_ids) > 5 or len(c.log_probs) != len(c.token_ids):
+                raise AssertionError(f"{len(c.token_ids)} tokens, {len(c.log_probs)} log-probs (max_new_tokens=5)")
+            if c.finish_reason not in ("stop", "length", "abort"):
+                raise AssertionError(f"finish_reason {c.finish_reason!r}")
+            if any(not (lp <= 0.0 and math.isfinite(lp)) for lp in c.log_probs):
+                raise AssertionError(f"log-probs must be finite and ≤ 0: {c.log_probs}")
+        again = backend.generate(prompts, params)
+        if [c.token_ids for c in again] != [c.token_ids for c in out]:
+            raise AssertionError("the same seed gave different samples")
+    finally:
+        backend.close()
 
 
 # --------------------------------------------------------------------------- running
