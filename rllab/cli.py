@@ -23,8 +23,9 @@ from rich.table import Table
 
 from rllab.lab import KINDS, Lab, RllabError
 
-console = Console()
-err_console = Console(stderr=True)
+# Piped output (files, CI logs, tests) gets wide tables instead of 80 columns of folded text.
+console = Console(width=None if sys.stdout.isatty() else 200)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 
 def _lab(args, strict: bool = True) -> Lab:

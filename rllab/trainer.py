@@ -317,6 +317,14 @@ class Trainer:
         batch = RolloutBatch.from_completions(kept, scores[keep_t].tolist(), pad_token_id=self.tokenizer.pad_token_id)
         return batch, metrics
 
+    def _skip_scheduler_step(self) -> None:
+        """Advance the LR schedule on a step with no update (the schedule counts steps)."""
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()`")
+            self.scheduler.step()
+
     # ------------------------------------------------------------------ forwards
 
     def _logprobs(self, model, batch: RolloutBatch, rows=None, with_entropy=False):
@@ -357,7 +365,7 @@ class Trainer:
         batch, metrics = self.rollout(step)
         if batch is None:
             metrics["train/skipped"] = 1.0
-            self.scheduler.step()
+            self._skip_scheduler_step()
             return metrics
         self.lab.hook.on_rollout_end(step=step, batch=batch, metrics=dict(metrics))
         mask = batch.response_mask
@@ -576,7 +584,7 @@ class Trainer:
             metrics = {"dpo/pairs": float(len(pairs)), "data/epoch": float(epoch)}
         if not pairs:
             metrics["train/skipped"] = 1.0
-            self.scheduler.step()
+            self._skip_scheduler_step()
             return metrics
         t1 = time.perf_counter()
         chosen = [(p, c) for p, c, _ in pairs]
