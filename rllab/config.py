@@ -77,7 +77,7 @@ class ModelConfig:
 class RolloutConfig:
     """How completions are sampled for training."""
 
-    prompts_per_step: int = knob(8, help="prompts drawn per step (P)", ge=1)
+    prompts_per_step: int = knob(16, help="prompts drawn per step (P)", ge=1)
     group_size: int = knob(8, help="samples per prompt (G)", ge=1)
     max_new_tokens: int = knob(8, help="response length cap", ge=1)
     temperature: float = knob(1.0, help="sampling temperature", gt=0.0)
@@ -98,23 +98,23 @@ class TrainConfig:
     """The optimisation loop."""
 
     algorithm: str = knob("rl", help="rl (policy gradient), dpo (offline pairs), online_dpo", choices=("rl", "dpo", "online_dpo"))
-    steps: int = knob(60, help="training steps", ge=0)
+    steps: int = knob(300, help="training steps", ge=0)
     seed: int = knob(0, help="seed for sampling, data order and initialisation")
     epochs: int = knob(1, help="passes over each step's rollouts", ge=1)
     minibatches: int = knob(1, help="optimizer steps per epoch", ge=1)
     micro_batch_size: int | None = knob(None, help="rows per forward/backward (gradient accumulation); None: whole minibatch", ge=1)
-    lr: float = knob(2e-3, help="policy learning rate", gt=0.0)
-    critic_lr: float = knob(2e-3, help="critic learning rate", gt=0.0)
+    lr: float = knob(2e-4, help="policy learning rate", gt=0.0)
+    critic_lr: float = knob(1e-3, help="critic learning rate", gt=0.0)
     weight_decay: float = knob(0.0, help="AdamW weight decay", ge=0.0)
-    lr_schedule: str = knob("constant", help="learning-rate schedule", choices=("constant", "linear", "cosine"))
-    warmup_steps: int = knob(0, help="linear warm-up steps", ge=0)
+    lr_schedule: str = knob("cosine", help="learning-rate schedule", choices=("constant", "linear", "cosine"))
+    warmup_steps: int = knob(10, help="linear warm-up steps", ge=0)
     max_grad_norm: float = knob(1.0, help="gradient clipping norm (0: off)", ge=0.0)
     entropy_coef: float = knob(0.0, help="entropy bonus coefficient", ge=0.0)
     vf_coef: float = knob(0.5, help="value-loss coefficient (critic estimators only)", ge=0.0)
     kl_in: str = knob("none", help="where the KL penalty to the reference applies", choices=("none", "reward", "loss"))
     eval_every: int = knob(0, help="evaluate every N steps (0: only at start and end)", ge=0)
     eval_size: int = knob(200, help="held-out examples evaluated", ge=1)
-    checkpoint_every: int = knob(20, help="checkpoint every N steps (0: only at the end)", ge=0)
+    checkpoint_every: int = knob(50, help="checkpoint every N steps (0: only at the end)", ge=0)
     dpo_pairs: int = knob(512, help="offline DPO: preference pairs generated from the task", ge=1)
     dpo_batch_size: int = knob(32, help="offline DPO: pairs per step", ge=1)
     pairs_file: str | None = knob(None, help="offline DPO: a JSONL file of {prompt, chosen, rejected}")
