@@ -3,7 +3,7 @@
 Run::
 
     bash benchmarks/peers/setup_trl.sh                      # once: TRL in benchmarks/peers/.venv-trl
-    python benchmarks/peers/compare_grpo.py                 # 100 steps × 3 repeats per framework
+    python benchmarks/peers/compare_grpo.py                 # rllab's default steps × 3 repeats per framework
     python benchmarks/peers/compare_grpo.py --steps 5 --repeats 1   # a quick smoke run
 
 Both frameworks start from the same warm-started tiny model directory (rllab's default model,
@@ -11,12 +11,19 @@ built and cached by :mod:`rllab.tinymodel` with the configured ``[model]`` setti
 to rllab explicitly as ``model.path``) and train on the default task (2-digit addition) with
 rllab's default GRPO settings, read from rllab's config rather than copied:
 
-* P prompts × G samples per step (8 × 8), ``rollout.max_new_tokens`` (8), temperature 1.0;
+* P prompts × G samples per step (16 × 8 by default), ``rollout.max_new_tokens`` (8), temperature 1.0;
 * group-normalised advantages ``(r − mean)/(std + ε)`` with ε = 1e-4 on both sides (TRL's
   constant; rllab's ``advantage.epsilon`` is set to match), PPO clip 0.2/0.2, token-mean loss
   over the step's batch, no KL (β = 0), no entropy bonus;
-* one optimizer step per training step (1 epoch, 1 minibatch), AdamW with rllab's
-  ``train.lr`` held constant, gradient clipping at ``train.max_grad_norm``, float32, CPU.
+* one optimizer step per training step (1 epoch, 1 minibatch), AdamW with rllab's ``train.lr``
+  and learning-rate schedule (warm-up and decay, re-implemented in trl_grpo.py; the learning
+  rates both sides log are checked to agree), gradient clipping at ``train.max_grad_norm``,
+  float32, CPU.
+
+The resolved rllab config is written once to ``rllab-config.toml`` in the results folder and
+every rllab run reads it, so defaults changing underneath a long benchmark cannot desynchronise
+the two sides. Extra ``key=value`` arguments override rllab's config (``train.lr=1e-4``) and
+are mirrored on the TRL side; a config TRL cannot mirror is refused.
 
 The prompts are identical too: for each seed this script writes the exact prompts rllab draws at
 each step (``task.train_examples(P, generator seeded from (seed, step))``) to a JSONL file, and
@@ -57,7 +64,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_TRL_PYTHON = HERE / ".venv-trl" / "bin" / "python"
-STEP_KEYS = ("time/step", "time/rollout", "perf/completions_per_s", "rollout/reward", "rollout/response_length")
+STEP_KEYS = ("time/step", "time/rollout", "perf/completions_per_s", "rollout/reward", "rollout/response_length", "optim/lr")
 TRL_EPSILON = 1e-4
 """The constant TRL adds to the group std; rllab's advantage.epsilon is set to it."""
 
@@ -65,12 +72,14 @@ TRL_EPSILON = 1e-4
 # --------------------------------------------------------------------------- configuration
 
 
-def experiment_config(steps: int, extra: list[str], lab):
-    """rllab's default experiment with ``steps`` steps, as ``rllab run`` would build it."""
+def experiment_config(steps: int | None, extra: list[str], lab):
+    """rllab's default experiment (``steps`` steps if given), as ``rllab run`` would build it."""
     from rllab.config import load_config
 
-    overrides = [f"train.steps={steps}", f"advantage.epsilon={TRL_EPSILON}", "train.checkpoint_every=0", *extra]
-    return load_config(None, overrides, lab=lab), overrides
+    overrides = [f"advantage.epsilon={TRL_EPSILON}", "train.checkpoint_every=0", *extra]
+    if steps is not None:
+        overrides.insert(0, f"train.steps={steps}")
+    return load_config(None, overrides, lab=lab)
 
 
 def check_comparable(cfg, lab) -> dict:
@@ -89,8 +98,8 @@ def check_comparable(cfg, lab) -> dict:
         problems.append(f"aggregation = {cfg.component('aggregation').name!r} (TRL's loss_type='dapo' is token-mean)")
     if (t.epochs, t.minibatches) != (1, 1):
         problems.append(f"train.epochs/minibatches = {t.epochs}/{t.minibatches} (the TRL side does one update per step)")
-    if t.kl_in != "none" or t.entropy_coef != 0 or t.lr_schedule != "constant" or t.warmup_steps:
-        problems.append("KL, entropy bonus and lr schedules are not mirrored on the TRL side")
+    if t.kl_in != "none" or t.entropy_coef != 0:
+        problems.append("KL penalties and the entropy bonus are not mirrored on the TRL side")
     if cfg.component("correction").name != "none" or r.dynamic_sampling or r.overlong_buffer:
         problems.append("importance corrections, dynamic sampling and overlong shaping are not mirrored")
     if (r.top_p, r.top_k) != (1.0, -1) or cfg.model.dtype != "float32":
@@ -103,6 +112,8 @@ def check_comparable(cfg, lab) -> dict:
         "max_new_tokens": r.max_new_tokens,
         "temperature": r.temperature,
         "lr": t.lr,
+        "lr_schedule": t.lr_schedule,
+        "warmup_steps": t.warmup_steps,
         "max_grad_norm": t.max_grad_norm,
         "clip": loss_cfg.clip_low,
         "weight_decay": t.weight_decay,
@@ -142,9 +153,9 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def run_rllab(overrides: list[str], plugins: list[str], seed: int, model_dir: Path, run_dir: Path) -> dict:
+def run_rllab(config_file: Path, plugins: list[str], seed: int, model_dir: Path, run_dir: Path) -> dict:
     cmd = [
-        sys.executable, "-m", "rllab.cli", "run", *(a for p in plugins for a in ("--plugin", p)), *overrides,
+        sys.executable, "-m", "rllab.cli", "run", *(a for p in plugins for a in ("--plugin", p)), str(config_file),
         f"train.seed={seed}", f"model.path={model_dir}", "--run-dir", str(run_dir), "-q",
     ]  # fmt: skip
     wall = _run(cmd, run_dir.parent / f"{run_dir.name}.log")
@@ -170,7 +181,9 @@ def run_trl(trl_python: Path, settings: dict, steps: int, seed: int, model_dir: 
         "--steps", str(steps), "--seed", str(seed),
         "--prompts-per-step", str(settings["prompts_per_step"]), "--group-size", str(settings["group_size"]),
         "--max-new-tokens", str(settings["max_new_tokens"]), "--temperature", str(settings["temperature"]),
-        "--lr", str(settings["lr"]), "--max-grad-norm", str(settings["max_grad_norm"]),
+        "--lr", str(settings["lr"]), "--lr-schedule", settings["lr_schedule"],
+        "--warmup-steps", str(settings["warmup_steps"]), "--weight-decay", str(settings["weight_decay"]),
+        "--max-grad-norm", str(settings["max_grad_norm"]),
         "--clip", str(settings["clip"]), "--threads", str(threads),
     ]  # fmt: skip
     wall = _run(cmd, out.parent / f"{out.name}.log")
@@ -192,6 +205,7 @@ THREADS = {"n": 1}
 
 def _run(cmd: list[str], log: Path) -> float:
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # what rllab sets for itself on import; TRL gets the same
     if THREADS["n"] > 0:
         env.update(OMP_NUM_THREADS=str(THREADS["n"]), MKL_NUM_THREADS=str(THREADS["n"]))
     t0 = time.perf_counter()
@@ -285,7 +299,7 @@ def plot(results: dict, path: Path) -> None:
         mean = results["curves"][fw]
         ax.plot(moving_average(mean, k), color=colors[fw], lw=2, label=f"{fw} (mean of {len(results['runs'][fw])}, {k}-step avg)")
     ax.set_xlabel("step")
-    ax.set_ylabel("mean training reward (64 samples)")
+    ax.set_ylabel(f"mean training reward ({results['settings']['prompts_per_step'] * results['settings']['group_size']} samples/step)")
     ax.set_title("GRPO on 2-digit addition, tiny Qwen2, CPU")
     ax.legend()
     ax.grid(alpha=0.3)
@@ -309,7 +323,7 @@ def plot(results: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=100, help="training steps per run")
+    p.add_argument("--steps", type=int, default=None, help="training steps per run (default: rllab's train.steps)")
     p.add_argument("--repeats", type=int, default=3, help="runs per framework (seeds seed, seed+1, …)")
     p.add_argument("--seed", type=int, default=0, help="first seed; both frameworks use the same seed per repeat")
     p.add_argument("--eval-size", type=int, default=200, help="held-out examples for the shared evaluation")
@@ -333,13 +347,19 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     print(f"load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} ({os.cpu_count()} CPUs)")
     lab = rllab.Lab(plugins=args.plugin)
-    cfg, overrides = experiment_config(args.steps, [*args.overrides, f"train.eval_size={args.eval_size}"], lab)
+    cfg = experiment_config(args.steps, [*args.overrides, f"train.eval_size={args.eval_size}"], lab)
+    args.steps = cfg.train.steps
     settings = check_comparable(cfg, lab)
     task_ref = cfg.component("task")
     task = lab.get("task", task_ref.name, **task_ref.knobs)()
     model_dir = build_model_dir(cfg, task)
     out = args.out or HERE / "results" / f"grpo-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
+    # every rllab run reads this one file, so the settings cannot drift while the benchmark runs
+    from rllab.config import dump_toml
+
+    config_file = out / "rllab-config.toml"
+    config_file.write_text(dump_toml(cfg.to_dict()))
     print(f"model: {model_dir}\nsettings: {json.dumps(settings)}\nresults: {out}")
 
     runs: dict[str, list[dict]] = {"rllab": [], "trl": []}
@@ -351,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         order = ("rllab", "trl") if rep % 2 == 0 else ("trl", "rllab")
         for fw in order:
             if fw == "rllab":
-                run = run_rllab(overrides, args.plugin, seed, model_dir, out / f"rllab-seed{seed}")
+                run = run_rllab(config_file, args.plugin, seed, model_dir, out / f"rllab-seed{seed}")
             else:
                 run = run_trl(args.trl_python, settings, args.steps, seed, model_dir, prompts, out / f"trl-seed{seed}", args.threads)
             run["seed"] = seed
@@ -379,6 +399,20 @@ def main(argv: list[str] | None = None) -> int:
         after = evaluate(AutoModelForCausalLM.from_pretrained(out / f"trl-seed{run['seed']}" / "model", dtype=torch.float32))
         accuracy["trl"].append({"seed": run["seed"], "before": initial, "after": after})
 
+    # the two sides must have stepped through the same learning rates. TRL logs the rate a step
+    # used; rllab's optim/lr is read after the scheduler has stepped (the next step's rate), so
+    # both alignments are tried
+    def lr_gap(shift: int) -> float:
+        return max(
+            abs(a["optim/lr"] - b["optim/lr"]) / max(abs(b["optim/lr"]), 1e-30)
+            for rr, tr in zip(runs["rllab"], runs["trl"])
+            for a, b in zip(rr["steps"], tr["steps"][shift:])
+        )
+
+    lr_mismatch = min(lr_gap(0), lr_gap(1)) if args.steps > 1 else lr_gap(0)
+    if lr_mismatch > 1e-6:
+        print(f"WARNING: learning rates differ between rllab and TRL (max relative difference {lr_mismatch:.2g})")
+
     summary = {fw: {k: spread([r["medians"][k] for r in runs[fw]]) for k in runs[fw][0]["medians"]} for fw in runs}
     for fw in runs:
         summary[fw]["accuracy_after"] = spread([a["after"] for a in accuracy[fw]])
@@ -393,7 +427,8 @@ def main(argv: list[str] | None = None) -> int:
         "steps": args.steps,
         "repeats": args.repeats,
         "settings": settings,
-        "rllab_overrides": overrides,
+        "rllab_config": cfg.to_dict(),
+        "lr_mismatch": lr_mismatch,
         "model_dir": str(model_dir),
         "trl_versions": runs["trl"][0]["summary"]["versions"],
         "summary": summary,

@@ -16,7 +16,7 @@ dropped, surrounding whitespace stripped) equals the answer, else 0.0 — the ad
 Settings mirror rllab's defaults: one generation and one optimizer step per training step
 (``P·G`` completions, no gradient accumulation, ``num_iterations = 1``), β = 0 (no reference
 model), clip ε = 0.2, token-mean loss over the step's batch (``loss_type = "dapo"``), group
-reward scaling, AdamW with a constant learning rate, gradient clipping, float32 on the CPU,
+reward scaling, AdamW with rllab's learning-rate schedule (:func:`lr_factor`), gradient clipping, float32 on the CPU,
 no gradient checkpointing, no logging anywhere but the output folder.
 
 Writes to ``--out``:
@@ -33,7 +33,9 @@ Writes to ``--out``:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -41,6 +43,23 @@ from pathlib import Path
 
 def exact_match(completion: str, answer: str) -> float:
     return 1.0 if completion.strip() == answer else 0.0
+
+
+def lr_factor(step: int, *, schedule: str, warmup_steps: int, steps: int) -> float:
+    """rllab's learning-rate multiplier at optimizer step ``step`` (0-based).
+
+    A linear warm-up ``min(1, (step + 1) / warmup_steps)`` multiplies the decay, which runs
+    over all ``steps`` from step 0: constant 1, linear ``1 − step/steps``, or cosine
+    ``½(1 + cos(π·step/steps))``. (transformers' own warm-up schedules start from 0 and decay
+    only after the warm-up, so they are not used.)
+    """
+    warm = min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0
+    if schedule == "constant" or steps <= 0:
+        return warm
+    progress = min(1.0, step / max(1, steps))
+    if schedule == "linear":
+        return warm * (1.0 - progress)
+    return warm * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=8)
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--lr", type=float, default=2e-4)
+    p.add_argument("--lr-schedule", choices=("constant", "linear", "cosine"), default="cosine")
+    p.add_argument("--warmup-steps", type=int, default=10)
+    p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--max-grad-norm", type=float, default=1.0)
     p.add_argument("--clip", type=float, default=0.2)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
@@ -106,9 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         top_p=1.0,
         top_k=0,
         learning_rate=args.lr,
-        lr_scheduler_type="constant",
+        lr_scheduler_type="constant",  # replaced by rllab's schedule in create_scheduler
         warmup_steps=0,
-        weight_decay=0.0,
+        weight_decay=args.weight_decay,
         max_grad_norm=args.max_grad_norm,
         beta=0.0,
         epsilon=args.clip,
@@ -130,9 +152,17 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     class TimedGRPOTrainer(GRPOTrainer):
-        """Records the wall time of each rollout (tokenise, generate, decode)."""
+        """Records the wall time of each rollout (tokenise, generate, decode); rllab's lr schedule."""
 
         rollout_times: list[float] = []
+
+        def create_scheduler(self, num_training_steps, optimizer=None):
+            if self.lr_scheduler is None:
+                factor = functools.partial(
+                    lr_factor, schedule=args.lr_schedule, warmup_steps=args.warmup_steps, steps=args.steps
+                )
+                self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer, factor)
+            return self.lr_scheduler
 
         def _generate(self, prompts):
             t0 = time.perf_counter()
@@ -189,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                 "rollout/reward": sum(scores) / len(scores),
                 "rollout/response_length": step_lengths[step],
                 "rollout/n": len(scores),
+                "optim/lr": timer.logs.get(step, {}).get("learning_rate", float("nan")),
             }
             row.update({f"trl/{k}": v for k, v in timer.logs.get(step, {}).items()})
             f.write(json.dumps(row) + "\n")
