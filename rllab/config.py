@@ -118,6 +118,9 @@ class TrainConfig:
     dpo_pairs: int = knob(512, help="offline DPO: preference pairs generated from the task", ge=1)
     dpo_batch_size: int = knob(32, help="offline DPO: pairs per step", ge=1)
     pairs_file: str | None = knob(None, help="offline DPO: a JSONL file of {prompt, chosen, rejected}")
+    rpo_alpha: float = knob(
+        0.0, help="preference loops: add α·(mean per-token NLL of the chosen response), RPO (Pang et al. 2024; TRL's rpo_alpha)", ge=0.0
+    )
 
 
 @attrs.frozen(kw_only=True)

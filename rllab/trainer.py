@@ -604,6 +604,10 @@ class Trainer:
             rejected_lengths=len_r,
         )
         loss = losses.mean()
+        if t.rpo_alpha > 0:  # RPO: keep the chosen responses likely while separating the pair
+            nll = (-pol_c / len_c.clamp(min=1)).mean()
+            loss = loss + t.rpo_alpha * nll
+            metrics["loss/rpo_nll"] = nll.item()
         loss.backward()
         if t.max_grad_norm > 0:
             metrics["actor/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), t.max_grad_norm))

@@ -18,7 +18,7 @@ The loaded module objects keep working afterwards because their globals hold the
 modules they call. Real third-party modules imported on the way (torch, numpy, omegaconf,
 transformers) stay imported, as any import would leave them.
 
-Install the reference with ``pip install --no-deps verl==0.9.1 omegaconf``.
+Install the reference with ``pip install omegaconf orjson && pip install --no-deps verl==0.9.1``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import threading
 import types
 from dataclasses import dataclass
 
-INSTALL_HINT = "pip install --no-deps verl==0.9.1 omegaconf"
+INSTALL_HINT = "pip install omegaconf orjson && pip install --no-deps verl==0.9.1"
 EXPECTED_VERSION = "0.9.1"
 
 # Heavy runtime dependencies that verl's tensor code never calls; stubbed only when missing.
