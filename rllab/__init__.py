@@ -45,6 +45,7 @@ from rllab.types import (  # noqa: E402
     Task,
     check_mask,
     check_same_shape,
+    check_tensor,
 )
 
 __version__ = "0.1.0"
@@ -70,6 +71,7 @@ __all__ = [
     "UnknownComponentError",
     "check_mask",
     "check_same_shape",
+    "check_tensor",
     "hookimpl",
     "knob",
     "ops",

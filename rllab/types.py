@@ -56,6 +56,16 @@ def check_same_shape(where: str, **tensors: torch.Tensor | None) -> None:
             )
 
 
+def check_tensor(where: str, name: str, x, *, ndim: int | None = None, floating: bool = False, shape_doc: str = "") -> None:
+    """Raise a clear error unless ``x`` is a tensor of rank ``ndim`` (and a float dtype)."""
+    doc = f" {shape_doc}" if shape_doc else ""
+    if not isinstance(x, torch.Tensor) or (ndim is not None and x.ndim != ndim):
+        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"{where}: {name} must be a{doc} tensor, got {got}")
+    if floating and not x.is_floating_point():
+        raise TypeError(f"{where}: {name} must be a float tensor, got {x.dtype}")
+
+
 def check_mask(where: str, mask: torch.Tensor, like: torch.Tensor | None = None, name: str = "mask") -> None:
     """Raise a clear error unless ``mask`` is a bool tensor (of the same shape as ``like``)."""
     if not isinstance(mask, torch.Tensor):

@@ -156,11 +156,7 @@ def _check_finite(where: str, name: str, x: torch.Tensor, mask: torch.Tensor) ->
 
 
 def _check_inputs(where: str, token_rewards, mask, values=None) -> None:
-    if not isinstance(token_rewards, torch.Tensor) or token_rewards.ndim != 2:
-        shape = tuple(token_rewards.shape) if isinstance(token_rewards, torch.Tensor) else type(token_rewards).__name__
-        raise ValueError(f"{where}: token_rewards must be a (B, T) tensor, got {shape}")
-    if not token_rewards.is_floating_point():
-        raise TypeError(f"{where}: token_rewards must be a float tensor, got {token_rewards.dtype}")
+    rllab.check_tensor(where, "token_rewards", token_rewards, ndim=2, floating=True, shape_doc="(B, T)")
     rllab.check_mask(where, mask, like=token_rewards)
     rllab.check_same_shape(where, token_rewards=token_rewards, values=values)
     _check_finite(where, "token_rewards", token_rewards, mask)

@@ -65,11 +65,7 @@ def _scores(where: str, token_rewards, mask, index, mask_scores: bool):
 
     ``counted`` marks the rows that take part in group and batch statistics.
     """
-    if not isinstance(token_rewards, torch.Tensor) or token_rewards.ndim != 2:
-        shape = tuple(token_rewards.shape) if isinstance(token_rewards, torch.Tensor) else type(token_rewards).__name__
-        raise ValueError(f"{where}: token_rewards must be a (B, T) tensor, got {shape}")
-    if not token_rewards.is_floating_point():
-        raise TypeError(f"{where}: token_rewards must be a float tensor, got {token_rewards.dtype}")
+    rllab.check_tensor(where, "token_rewards", token_rewards, ndim=2, floating=True, shape_doc="(B, T)")
     rllab.check_mask(where, mask, like=token_rewards)
     if not isinstance(index, torch.Tensor) or index.shape != token_rewards.shape[:1]:
         got = tuple(index.shape) if isinstance(index, torch.Tensor) else type(index).__name__
