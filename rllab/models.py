@@ -44,6 +44,7 @@ __all__ = [
     "HIDDEN_CHUNK_TOKENS",
     "CriticModel",
     "ValueHead",
+    "grouped_response_logprobs",
     "logprobs_from_hidden",
     "logprobs_from_logits",
     "position_ids_from_mask",
@@ -613,6 +614,102 @@ def response_logprobs(
     return logprobs_from_logits(
         logits, labels, chunk_size=chunk_size, with_entropy=with_entropy, temperature=temperature
     )
+
+
+def _distinct_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, P: int):
+    """The distinct prompts among the first ``P`` columns: ``(first, inverse)``.
+
+    Two rows share a prompt when their masks agree and their ids agree wherever the mask is set
+    (the pad ids themselves do not matter). ``first`` ``(U,)`` is the first row holding each
+    distinct prompt and ``inverse`` ``(B,)`` maps every row to its distinct prompt.
+    """
+    key = input_ids[:, :P].masked_fill(~attention_mask[:, :P].bool(), -1)
+    _, inverse = torch.unique(key, dim=0, return_inverse=True)
+    U, B = int(inverse.max()) + 1, inverse.shape[0]
+    rows = torch.arange(B, device=input_ids.device)
+    first = torch.full((U,), B, dtype=torch.long, device=input_ids.device)
+    first.scatter_reduce_(0, inverse, rows, reduce="amin")
+    return first, inverse
+
+
+def _grouped_backbone_hidden(backbone: nn.Module, input_ids, attention_mask, T: int, first, inverse):
+    """(B, T, D) hidden states as in :func:`_backbone_hidden`, each distinct prompt encoded once.
+
+    The decoder runs on the ``U`` distinct prompts (rows ``first``) with a fresh full-attention
+    ``DynamicCache``; each layer's keys and values are then gathered to the ``B`` rows with
+    ``inverse`` (an index, so backward sums every row's gradient into its shared prompt), and the
+    decoder runs on the response columns ``P .. L − 2`` only (the last column is never an input
+    of a scored position) against that cache, with the full attention mask and the same
+    mask-derived position ids as the one-pass forward. Response token 0 is scored from the
+    prompt's last hidden state, tokens 1 .. T − 1 from the response pass.
+    """
+    from transformers import DynamicCache
+
+    L = input_ids.shape[1]
+    P = L - T
+    mask = attention_mask.long()
+    position_ids = position_ids_from_mask(attention_mask)
+    cache = DynamicCache()
+    out = backbone(
+        input_ids=input_ids[first, :P],
+        attention_mask=mask[first, :P],
+        position_ids=position_ids[first, :P],
+        past_key_values=cache,
+        use_cache=True,
+    )
+    last = out.last_hidden_state[:, -1][inverse].unsqueeze(1)  # (B, 1, D)
+    if T == 1:
+        return last
+    cache = out.past_key_values
+    cache.batch_select_indices(inverse)
+    out = backbone(
+        input_ids=input_ids[:, P : L - 1],
+        attention_mask=mask[:, : L - 1],
+        position_ids=position_ids[:, P : L - 1],
+        past_key_values=cache,
+        use_cache=True,
+    )
+    return torch.cat([last, out.last_hidden_state], dim=1)
+
+
+def grouped_response_logprobs(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_length: int,
+    *,
+    with_entropy: bool = False,
+    chunk_size: int | None = None,
+    temperature: float = 1.0,
+):
+    """:func:`response_logprobs` that encodes each distinct prompt once (GRPO-style groups).
+
+    When a prompt is sampled G times, its G rows share the prompt columns ``input_ids[:, :L − T]``
+    and their mask. Here the decoder runs on the ``U`` distinct prompts, their key/value cache is
+    indexed out to the ``B`` rows, and only the response columns go through the decoder a second
+    time, so the prompt's share of the work drops by a factor ``B / U``. Values and gradients
+    (every parameter, shared prompt computation included) equal :func:`response_logprobs` up to
+    float rounding.
+
+    Falls back to :func:`response_logprobs` when no prompt repeats (``U == B``), for models
+    without the hidden-state path (:func:`supports_hidden_path`), and for a model training with
+    gradient checkpointing (its recomputation does not mix with a key/value cache).
+
+    Arguments and results are those of :func:`response_logprobs`.
+    """
+    where = "grouped_response_logprobs"
+    T = _check_sequences(where, input_ids, attention_mask, response_length)
+    kwargs = dict(with_entropy=with_entropy, chunk_size=chunk_size, temperature=temperature)
+    flag = "is_activation_checkpointing" if hasattr(type(model), "is_activation_checkpointing") else "is_gradient_checkpointing"
+    checkpointing = bool(getattr(model, flag, False)) and model.training
+    if input_ids.shape[0] < 2 or checkpointing or not supports_hidden_path(model):
+        return response_logprobs(model, input_ids, attention_mask, T, **kwargs)
+    first, inverse = _distinct_prompts(input_ids, attention_mask, input_ids.shape[1] - T)
+    if first.shape[0] == input_ids.shape[0]:
+        return response_logprobs(model, input_ids, attention_mask, T, **kwargs)
+    head = model.get_output_embeddings()
+    hidden = _grouped_backbone_hidden(model.get_decoder(), input_ids, attention_mask, T, first, inverse)
+    return logprobs_from_hidden(hidden, head.weight, input_ids[:, -T:], bias=head.bias, **kwargs)
 
 
 class ValueHead(nn.Module):

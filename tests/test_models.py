@@ -605,3 +605,148 @@ def test_default_chunk_budget():
     assert models._hidden_tile(None, None, 10, 151_936, "x") == (10, 151_936)
     assert models._hidden_tile(220, None, 4096, 151_936, "x") == (220, 151_936)
     assert models._hidden_tile(None, 1024, 4096, 151_936, "x") == (32768, 1024)
+
+
+# --------------------------------------------------------------------------- grouped prompts
+
+from rllab.models import grouped_response_logprobs  # noqa: E402
+
+
+def grouped_batch(g, group_sizes, prompt_lengths, empty=()):
+    """Rows grouped by prompt: group k repeats one prompt of ``prompt_lengths[k]`` tokens
+    ``group_sizes[k]`` times, each row with its own response (1..6 tokens, none for rows in
+    ``empty``). Returns the padded batch and the number of distinct prompts."""
+    prompts, responses = [], []
+    for size, n in zip(group_sizes, prompt_lengths):
+        p = rand_tokens(g, n)
+        for _ in range(size):
+            prompts.append(p)
+            responses.append(rand_tokens(g, int(torch.randint(1, 7, (1,), generator=g))))
+    for i in empty:
+        responses[i] = []
+    ids, mask, T = padded_batch(prompts, responses)
+    return ids, mask, T
+
+
+class TokenCount:
+    """Counts the tokens the decoder embeds (a forward hook on the input embedding)."""
+
+    def __init__(self, model):
+        self.shapes = []
+        self.handle = model.get_input_embeddings().register_forward_hook(
+            lambda mod, args, out: self.shapes.append(tuple(args[0].shape))
+        )
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.remove()
+
+    @property
+    def tokens(self):
+        return sum(math.prod(s) for s in self.shapes)
+
+
+def assert_grouped_matches(model, ids, mask, T, with_entropy, temperature, chunk_size=None, seed=0):
+    """grouped_response_logprobs equals response_logprobs: values and every parameter's gradient."""
+    g = torch.Generator().manual_seed(seed)
+    weights = torch.randn(ids.shape[0], T, generator=g)
+    params = list(model.parameters())
+    kw = dict(with_entropy=with_entropy, temperature=temperature, chunk_size=chunk_size)
+    results = []
+    for fn in (response_logprobs, grouped_response_logprobs):
+        out = fn(model, ids, mask, T, **kw)
+        log_prob, entropy = out if with_entropy else (out, None)
+        loss = (weights * log_prob).sum()
+        if with_entropy:
+            loss = loss - 0.1 * (weights.flip(0) * entropy).sum()
+        results.append((out, torch.autograd.grad(loss, params)))
+    (ref, ref_grads), (ours, our_grads) = results
+    for a, b in zip(ours if with_entropy else (ours,), ref if with_entropy else (ref,)):
+        assert a.shape == b.shape == (ids.shape[0], T) and a.dtype == torch.float32
+        close(a, b)
+    for (name, _), a, b in zip(model.named_parameters(), our_grads, ref_grads):
+        assert b.abs().sum() > 0, name
+        close(a, b)
+
+
+@pytest.mark.parametrize("make", [qwen2, llama])
+@pytest.mark.parametrize("with_entropy", [False, True])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_grouped_response_logprobs_matches_plain(make, with_entropy, temperature):
+    """Groups of sizes 1–4, prompts of 2–7 tokens (left padding), responses of 0–6 tokens."""
+    model = make(tie_word_embeddings=True)
+    g = torch.Generator().manual_seed(20)
+    ids, mask, T = grouped_batch(g, [3, 1, 4, 2], [5, 2, 7, 3], empty=(1, 6))
+    assert not mask[1, -T:].any() and not mask[6, -T:].any()
+    with TokenCount(model) as count:
+        grouped_response_logprobs(model, ids, mask, T)
+    P = ids.shape[1] - T
+    assert count.tokens == 4 * P + 10 * (T - 1)  # each distinct prompt once, then the responses
+    assert_grouped_matches(model, ids, mask, T, with_entropy, temperature, seed=21)
+
+
+def test_grouped_response_logprobs_untied_head_and_chunks():
+    model = qwen2(tie_word_embeddings=False)
+    g = torch.Generator().manual_seed(22)
+    ids, mask, T = grouped_batch(g, [2, 5], [4, 6], empty=(3,))
+    assert_grouped_matches(model, ids, mask, T, with_entropy=True, temperature=1.3, chunk_size=3, seed=23)
+
+
+def test_grouped_response_logprobs_one_response_token():
+    """T = 1: every response token is scored from the prompt pass alone."""
+    model = llama(tie_word_embeddings=True)
+    g = torch.Generator().manual_seed(24)
+    ids, mask, T = padded_batch([[5, 6, 7]] * 3 + [[9, 2]], [[1], [2], [3], [4]])
+    assert T == 1
+    with TokenCount(model) as count:
+        grouped_response_logprobs(model, ids, mask, T)
+    assert count.tokens == 2 * 3
+    assert_grouped_matches(model, ids, mask, T, with_entropy=True, temperature=1.0, seed=25)
+
+
+def test_grouped_response_logprobs_no_repeats_falls_back():
+    model = qwen2()
+    g = torch.Generator().manual_seed(26)
+    ids, mask, T = grouped_batch(g, [1, 1, 1], [3, 5, 4])
+    with TokenCount(model) as count:
+        out = grouped_response_logprobs(model, ids, mask, T, with_entropy=True)
+    assert count.shapes == [tuple(ids.shape)]  # one plain forward
+    assert_grouped_matches(model, ids, mask, T, with_entropy=True, temperature=1.0, seed=27)
+    assert out[0].shape == (3, T)
+
+
+def test_grouped_prompts_ignore_pad_ids_but_not_masks():
+    ids = torch.tensor([[0, 4, 5, 1], [7, 4, 5, 2], [0, 4, 5, 3], [4, 4, 5, 3], [0, 0, 5, 3]])
+    mask = torch.tensor([[0, 1, 1, 1], [0, 1, 1, 1], [0, 1, 1, 1], [1, 1, 1, 1], [0, 0, 1, 1]], dtype=torch.bool)
+    first, inverse = models._distinct_prompts(ids, mask, 3)
+    assert first.shape == (3,)
+    assert inverse[0] == inverse[1] == inverse[2]  # same prompt, different pad ids
+    assert len({int(inverse[0]), int(inverse[3]), int(inverse[4])}) == 3
+    assert torch.equal(inverse[first], torch.arange(3))
+    assert sorted(first.tolist()) == [0, 3, 4]
+
+
+def test_grouped_response_logprobs_fallbacks_match():
+    """A head with logit scaling, and gradient checkpointing in training, take the plain path."""
+    model = granite()
+    ids, mask, T = padded_batch([[3, 4, 5]] * 3, [[1, 2], [6], [7, 8]])
+    close(grouped_response_logprobs(model, ids, mask, T), response_logprobs(model, ids, mask, T))
+    model = qwen2()
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    enable()
+    model.train()
+    with TokenCount(model) as count:
+        grouped = grouped_response_logprobs(model, ids, mask, T)
+    assert count.shapes == [tuple(ids.shape)]
+    close(grouped, response_logprobs(model, ids, mask, T))
+
+
+def test_grouped_response_logprobs_bad_inputs():
+    model = qwen2()
+    ids, mask = torch.zeros(2, 6, dtype=torch.long), torch.ones(2, 6, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"grouped_response_logprobs: response_length must be an int"):
+        grouped_response_logprobs(model, ids, mask, 6)
+    with pytest.raises(ValueError, match=r"attention_mask has shape \(2, 5\) but input_ids has shape \(2, 6\)"):
+        grouped_response_logprobs(model, ids, mask[:, 1:], 2)
