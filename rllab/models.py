@@ -700,7 +700,9 @@ def grouped_response_logprobs(
     where = "grouped_response_logprobs"
     T = _check_sequences(where, input_ids, attention_mask, response_length)
     kwargs = dict(with_entropy=with_entropy, chunk_size=chunk_size, temperature=temperature)
-    flag = "is_activation_checkpointing" if hasattr(type(model), "is_activation_checkpointing") else "is_gradient_checkpointing"
+    flag = "is_activation_checkpointing"  # "is_gradient_checkpointing" before transformers 5.x renamed it
+    if not hasattr(type(model), flag):
+        flag = "is_gradient_checkpointing"
     checkpointing = bool(getattr(model, flag, False)) and model.training
     if input_ids.shape[0] < 2 or checkpointing or not supports_hidden_path(model):
         return response_logprobs(model, input_ids, attention_mask, T, **kwargs)
