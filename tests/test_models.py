@@ -750,3 +750,17 @@ def test_grouped_response_logprobs_bad_inputs():
         grouped_response_logprobs(model, ids, mask, 6)
     with pytest.raises(ValueError, match=r"attention_mask has shape \(2, 5\) but input_ids has shape \(2, 6\)"):
         grouped_response_logprobs(model, ids, mask[:, 1:], 2)
+
+
+def test_grouped_response_logprobs_sliding_window():
+    """A sliding-window model (Mistral, window 3 < prompt + response) agrees too: the cache is a
+    full one and the window is applied by the mask on absolute positions."""
+    torch.manual_seed(0)
+    cfg = transformers.MistralConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=64, sliding_window=3,
+    )
+    model = transformers.MistralForCausalLM(cfg).eval()
+    g = torch.Generator().manual_seed(28)
+    ids, mask, T = grouped_batch(g, [3, 2], [6, 4])
+    assert_grouped_matches(model, ids, mask, T, with_entropy=True, temperature=1.0, seed=29)
