@@ -42,7 +42,7 @@ import torch
 from rllab import ops
 from rllab.config import ExperimentConfig, apply_schedule, dump_toml, load_config
 from rllab.lab import Component, Lab, RllabError
-from rllab.models import CriticModel, response_logprobs
+from rllab.models import CriticModel, grouped_response_logprobs, response_logprobs
 from rllab.types import Completion, Example, RolloutBatch, SamplingParams
 
 CHECKPOINTS = "checkpoints"
@@ -330,7 +330,8 @@ class Trainer:
     def _logprobs(self, model, batch: RolloutBatch, rows=None, with_entropy=False):
         ids = batch.input_ids if rows is None else batch.input_ids[rows]
         attn = batch.attention_mask if rows is None else batch.attention_mask[rows]
-        return response_logprobs(
+        # rows sampled from one prompt share its forward (see rllab.models.grouped_response_logprobs)
+        return grouped_response_logprobs(
             model,
             ids,
             attn,
@@ -341,6 +342,14 @@ class Trainer:
         )
 
     # ------------------------------------------------------------------ RL step
+
+    @property
+    def on_policy(self) -> bool:
+        """True when each step makes one update from its own rollouts (1 epoch, 1 minibatch) and
+        nothing needs the old log-probs before the update: then the update's own forward, detached,
+        *is* the old log-prob, and the separate no-grad forward is skipped."""
+        t = self.cfg.train
+        return t.epochs == 1 and t.minibatches == 1 and not (t.kl_in == "reward" and self.reference is not None)
 
     def train_step(self) -> dict:
         """One step of whichever algorithm the config selects; returns its metrics."""
@@ -371,7 +380,7 @@ class Trainer:
         mask = batch.response_mask
         t0 = time.perf_counter()
         with torch.no_grad():
-            old_log_prob = self._logprobs(self.policy, batch)
+            old_log_prob = None if self.on_policy else self._logprobs(self.policy, batch)
             ref_log_prob = self._logprobs(self.reference, batch) if self.reference is not None else None
             values = None
             if self.critic is not None:
@@ -384,8 +393,10 @@ class Trainer:
             token_rewards = token_rewards - beta * torch.where(mask, kl_tok, torch.zeros_like(kl_tok))
             metrics["kl/reward_kl"] = ops.masked_mean(kl_tok, mask).item()
         advantages, returns = self.advantage(token_rewards=token_rewards, mask=mask, index=batch.index, values=values)
-        weights, corr_metrics = self.correction(old_log_prob=old_log_prob, rollout_log_prob=batch.rollout_log_prob, mask=mask)
-        metrics.update({k: float(v) for k, v in corr_metrics.items()})
+        weights = None
+        if old_log_prob is not None:  # else computed per micro-batch from the update's forward
+            weights, corr_metrics = self.correction(old_log_prob=old_log_prob, rollout_log_prob=batch.rollout_log_prob, mask=mask)
+            metrics.update({k: float(v) for k, v in corr_metrics.items()})
         metrics["adv/mean"] = ops.masked_mean(advantages, mask).item()
         metrics["adv/std"] = math.sqrt(max(ops.masked_var(advantages, mask).item(), 0.0))
         metrics["adv/zero_frac"] = ops.masked_mean((advantages == 0).float(), mask).item()
@@ -396,8 +407,9 @@ class Trainer:
         self._sync_weights()
         t4 = time.perf_counter()
         if ref_log_prob is not None:
-            current_kl = ops.masked_mean(old_log_prob - ref_log_prob, mask).item()
-            metrics["kl/policy_ref"] = current_kl
+            if old_log_prob is not None:
+                metrics["kl/policy_ref"] = ops.masked_mean(old_log_prob - ref_log_prob, mask).item()
+            current_kl = metrics["kl/policy_ref"]  # else measured during the update
             self.kl_controller.update(current_kl=current_kl, n_steps=int(mask.shape[0]))
         metrics["kl/coef"] = float(self.kl_controller.value)
         metrics.update({"time/forward": t1 - t0, "time/advantage": t2 - t1, "time/update": t3 - t2, "time/sync": t4 - t3})
@@ -454,16 +466,27 @@ class Trainer:
         mask = batch.response_mask[rows]
         need_entropy = True
         log_prob, entropy = self._logprobs(self.policy, batch, rows, with_entropy=need_entropy)
+        out: dict[str, float] = {}
+        if old_log_prob is None:  # on-policy: this forward is the rollout-time policy
+            old = log_prob.detach()
+            if self.correction.name != "none":
+                w, corr_metrics = self.correction(old_log_prob=old, rollout_log_prob=batch.rollout_log_prob[rows], mask=mask)
+                out.update({k: float(v) for k, v in corr_metrics.items()})
+            if ref_log_prob is not None:
+                out["kl/policy_ref"] = ops.masked_mean(old - ref_log_prob[rows], mask).item()
+        else:
+            old = old_log_prob[rows]
+            w = weights[rows] if weights is not None else None
         pg_loss, pg_metrics = self.policy_loss(
             log_prob=log_prob,
-            old_log_prob=old_log_prob[rows],
+            old_log_prob=old,
             advantages=advantages[rows],
             mask=mask,
             aggregate=agg,
-            weights=None if self.correction.name == "none" else weights[rows],
+            weights=None if self.correction.name == "none" else w,
         )
         loss = pg_loss
-        out = {k: float(v) for k, v in pg_metrics.items()}
+        out.update({k: float(v) for k, v in pg_metrics.items()})
         out["loss/policy"] = pg_loss.item()
         if t.kl_in == "loss" and ref_log_prob is not None and beta > 0:
             kwargs = {}
