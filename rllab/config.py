@@ -98,7 +98,7 @@ class TrainConfig:
     """The optimisation loop."""
 
     algorithm: str = knob("rl", help="rl (policy gradient), dpo (offline pairs), online_dpo", choices=("rl", "dpo", "online_dpo"))
-    steps: int = knob(300, help="training steps", ge=0)
+    steps: int = knob(400, help="training steps", ge=0)
     seed: int = knob(0, help="seed for sampling, data order and initialisation")
     epochs: int = knob(1, help="passes over each step's rollouts", ge=1)
     minibatches: int = knob(1, help="optimizer steps per epoch", ge=1)
