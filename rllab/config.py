@@ -112,7 +112,7 @@ class TrainConfig:
     entropy_coef: float = knob(0.0, help="entropy bonus coefficient", ge=0.0)
     vf_coef: float = knob(0.5, help="value-loss coefficient (critic estimators only)", ge=0.0)
     kl_in: str = knob("none", help="where the KL penalty to the reference applies", choices=("none", "reward", "loss"))
-    eval_every: int = knob(0, help="evaluate every N steps (0: only at start and end)", ge=0)
+    eval_every: int = knob(50, help="evaluate every N steps (0: only at start and end)", ge=0)
     eval_size: int = knob(200, help="held-out examples evaluated", ge=1)
     checkpoint_every: int = knob(50, help="checkpoint every N steps (0: only at the end)", ge=0)
     dpo_pairs: int = knob(512, help="offline DPO: preference pairs generated from the task", ge=1)
