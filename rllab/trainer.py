@@ -141,6 +141,9 @@ class Trainer:
 
     def _build_models(self) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # rllab shows its own progress
 
         self.model_dir = self._model_dir()
         dtype = getattr(torch, self.cfg.model.dtype)
@@ -786,10 +789,15 @@ def _progress_bar(enabled: bool, total: int, start: int):
         yield lambda desc: prog.update(task, advance=1, description=desc)
 
 
-def _describe(m: dict) -> str:
+def _describe(m: dict, last_eval: float | None = None) -> str:
     parts = []
-    for key, label in (("rollout/reward", "reward"), ("eval/accuracy", "eval"), ("actor/approx_kl", "kl"), ("actor/clipfrac", "clip"), ("loss/preference", "loss")):
+    if last_eval is not None:
+        parts.append(f"eval {last_eval:.1%}")
+    for key, label in (("rollout/reward", "reward"), ("actor/entropy", "entropy"), ("loss/preference", "loss"), ("dpo/accuracy", "pref-acc")):
         if key in m:
+            parts.append(f"{label} {m[key]:.3f}")
+    for key, label in (("actor/approx_kl", "kl"), ("actor/clipfrac", "clip")):
+        if m.get(key):  # always 0 on a fully on-policy step: shown only when informative
             parts.append(f"{label} {m[key]:.3f}")
     if "time/step" in m:
         parts.append(f"{m['time/step']:.2f}s/step")
@@ -851,7 +859,8 @@ def _train(trainer: Trainer, *, progress: bool) -> dict:
             if t.checkpoint_every and trainer.step % t.checkpoint_every == 0 and trainer.step < t.steps:
                 trainer.save_checkpoint()
             if advance:
-                advance(_describe(metrics))
+                last_eval = next((h["eval/accuracy"] for h in reversed(trainer.history) if "eval/accuracy" in h), None)
+                advance(_describe(metrics, last_eval))
     final = trainer.evaluate()
     trainer.history.append({"step": t.steps, **final})
     for lg in trainer.loggers:
