@@ -83,7 +83,8 @@ def test_grouping_shapes_and_finish_reasons(backend, tiny):
     assert [c.prompt_index for c in out] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
     for c in out:
         assert list(c.prompt_ids) == prompts[c.prompt_index]
-        assert 1 <= len(c.token_ids) <= 5 and len(c.log_probs) == len(c.token_ids)
+        assert len(c.token_ids) in range(1, 6), c.token_ids  # at least one token, at most max_new_tokens
+        assert len(c.log_probs) == len(c.token_ids)
         assert all(lp <= 0.0 for lp in c.log_probs)
         eos_at = [i for i, t in enumerate(c.token_ids) if t == tok.eos_token_id]
         if c.finish_reason == "stop":
