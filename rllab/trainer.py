@@ -440,13 +440,14 @@ class Trainer:
                 if self.critic_optimizer is not None:
                     self.critic_optimizer.zero_grad(set_to_none=True)
                 micro = t.micro_batch_size or mb.numel()
+                mb_tokens = max(1, int(mb_mask.sum()))
                 mb_metrics: dict[str, float] = {}
                 for rows in mb.split(micro):
                     m = self._micro_loss(batch, rows, agg, old_log_prob, ref_log_prob, values, advantages, returns, weights, beta)
+                    token_share = int(batch.response_mask[rows].sum()) / mb_tokens
                     for k, v in m.items():
                         # losses add over micro-batches (global normalisers); diagnostics are token-weighted
-                        share = 1.0 if k.startswith("loss/") else float(batch.response_mask[rows].sum()) / max(1, int(mb_mask.sum()))
-                        mb_metrics[k] = mb_metrics.get(k, 0.0) + v * share
+                        mb_metrics[k] = mb_metrics.get(k, 0.0) + v * (1.0 if k.startswith("loss/") else token_share)
                 if t.max_grad_norm > 0:
                     norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), t.max_grad_norm)
                     mb_metrics["actor/grad_norm"] = float(norm)
