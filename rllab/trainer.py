@@ -325,7 +325,7 @@ class Trainer:
         import warnings
 
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()`")
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)`")
             self.scheduler.step()
 
     # ------------------------------------------------------------------ forwards
