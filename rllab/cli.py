@@ -5,6 +5,7 @@
     rllab check NAME                    run the contract suite on a component
     rllab new-plugin NAME --kind K      scaffold a pip-installable plugin package
     rllab presets                       list the bundled experiment presets
+    rllab settings [SECTION]            every [model] / [rollout] / [train] setting, default, range
     rllab run [exp.toml] [key=value …]  train (``--preset grpo``, ``--resume RUN_DIR``)
 
 ``--plugin PATH_OR_MODULE`` (repeatable, before or after the command) loads extra plugins.
@@ -172,6 +173,29 @@ def cmd_presets(args) -> int:
     return 0
 
 
+def cmd_settings(args) -> int:
+    from rllab.config import COMPONENT_SECTIONS, PLAIN_SECTIONS
+    from rllab.lab import ComponentSpec
+
+    sections = [args.section] if args.section else list(PLAIN_SECTIONS)
+    for sec in sections:
+        if sec not in PLAIN_SECTIONS:
+            err_console.print(f"[red]error:[/] no settings section {sec!r}; sections: {', '.join(PLAIN_SECTIONS)}")
+            return 1
+        cls = PLAIN_SECTIONS[sec]
+        spec = ComponentSpec(kind="section", name=sec, fn=cmd_settings, config=cls)
+        t = Table(box=box.SIMPLE_HEAVY, title=escape(f"[{sec}] — {(cls.__doc__ or '').strip()}"))
+        for col in ("setting", "type", "default", "allowed", "help"):
+            t.add_column(col, overflow="fold")
+        for k in spec.knobs():
+            t.add_row(k.name, escape(k.type), escape(repr(k.default)), escape(k.allowed), escape(k.help))
+        console.print(t)
+    if not args.section:
+        rows = ", ".join(f"[{sec}] ({kind}, default {name!r})" for sec, (kind, name) in COMPONENT_SECTIONS.items())
+        console.print(f"Component sections take name = ... plus that component's knobs (rllab plugins show NAME): {escape(rows)}")
+    return 0
+
+
 def cmd_run(args) -> int:
     from rllab.config import load_config
     from rllab.trainer import resume_run, run_experiment
@@ -225,6 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     spr = sub.add_parser("presets", parents=[common], help="list experiment presets")
     spr.set_defaults(func=cmd_presets)
+
+    ss = sub.add_parser("settings", parents=[common], help="list the [model], [rollout] and [train] settings")
+    ss.add_argument("section", nargs="?", help="model, rollout or train")
+    ss.set_defaults(func=cmd_settings)
 
     sr = sub.add_parser("run", parents=[common], help="train (default: GRPO on the addition task)")
     sr.add_argument("config", nargs="?", help="an experiment TOML file")

@@ -60,3 +60,12 @@ def test_show_ppo_dual_clip_has_equation_and_knobs(capsys):
 def test_listing_shows_knobs(capsys):
     code, out, _ = run(capsys, "plugins", "--kind", "advantage_estimator")
     assert code == 0 and "lam=" in out and "gamma=" in out
+
+
+def test_settings_lists_train_rollout_model(capsys):
+    code, out, _ = run(capsys, "settings")
+    assert code == 0
+    for part in ("[train]", "[rollout]", "[model]", "prompts_per_step", "lr_schedule", "reward_errors", "[policy_loss]"):
+        assert part in out, part
+    code, _, err = run(capsys, "settings", "trian")
+    assert code == 1 and "rollout" in err
