@@ -95,7 +95,7 @@ class Trainer:
 
     def _get(self, section: str) -> Component:
         ref = self.cfg.component(section)
-        return self.lab.get(self.lab.spec(_SECTION_KIND[section], ref.name).kind, ref.name, **ref.knobs)
+        return self.lab.get(_SECTION_KIND[section], ref.name, **ref.knobs)
 
     def _build_components(self) -> None:
         c = self.cfg
@@ -589,17 +589,17 @@ class Trainer:
         t = self.cfg.train
         t0 = time.perf_counter()
         if t.algorithm == "online_dpo":
-            batch_, metrics = None, {}
+            metrics = {}
             gen = torch.Generator().manual_seed(_seed_for(t.seed, self.step, 0))
             examples = self.task.train_examples(self.cfg.rollout.prompts_per_step, gen)
             comps = self.backend.generate([self.encode(e.prompt) for e in examples], self.sampling_params(self.step, n=self.cfg.rollout.group_size))
             scores, _, errors = self.score(examples, comps)
             metrics["rollout/reward"] = sum(scores) / len(scores)
             metrics["rollout/accuracy"] = sum(s >= 1.0 for s in scores) / len(scores)
+            metrics["rollout/reward_errors"] = float(errors)
             metrics["time/rollout"] = time.perf_counter() - t0
             pairs, m = self._preference_pairs_from_samples(examples, comps, scores)
             metrics.update(m)
-            del batch_
         else:
             all_pairs = self._offline_pairs()
             n = len(all_pairs)
