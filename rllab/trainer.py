@@ -593,11 +593,15 @@ class Trainer:
             gen = torch.Generator().manual_seed(_seed_for(t.seed, self.step, 0))
             examples = self.task.train_examples(self.cfg.rollout.prompts_per_step, gen)
             comps = self.backend.generate([self.encode(e.prompt) for e in examples], self.sampling_params(self.step, n=self.cfg.rollout.group_size))
-            scores, _, errors = self.score(examples, comps)
+            scores, keep, errors = self.score(examples, comps)
             metrics["rollout/reward"] = sum(scores) / len(scores)
             metrics["rollout/accuracy"] = sum(s >= 1.0 for s in scores) / len(scores)
             metrics["rollout/reward_errors"] = float(errors)
             metrics["time/rollout"] = time.perf_counter() - t0
+            if errors and self.cfg.rollout.reward_errors == "skip":  # as in the RL loop: drop the failed sample's group
+                bad = {c.prompt_index for c, k in zip(comps, keep) if not k}
+                kept = [(c, sc) for c, sc in zip(comps, scores) if c.prompt_index not in bad]
+                comps, scores = [c for c, _ in kept], [sc for _, sc in kept]
             pairs, m = self._preference_pairs_from_samples(examples, comps, scores)
             metrics.update(m)
         else:

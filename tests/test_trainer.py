@@ -303,3 +303,28 @@ def test_every_preset_trains_two_steps(tmp_path, preset):
     if preset == "ppo":
         assert tr.critic is not None and "loss/value" in m
     tr.close()
+
+
+def test_online_dpo_skips_groups_with_failed_rewards(tmp_path, trouble_lab):
+    cfg = small_cfg("task=toy_trouble", "task.mode=raise", "model.warm_start.steps=0", "rollout.reward_errors=skip", lab=trouble_lab, preset="online_dpo")
+    tr = Trainer(cfg, lab=trouble_lab, run_dir=tmp_path, progress=False)
+    seen = []
+    score, pair = tr.score, tr._preference_pairs_from_samples
+
+    def spy_score(examples, comps):
+        out = score(examples, comps)
+        seen.append({"failed": {c.prompt_index for c, k in zip(comps, out[1]) if not k}})
+        return out
+
+    def spy_pair(examples, comps, scores):
+        seen[-1]["paired_from"] = {c.prompt_index for c in comps}
+        return pair(examples, comps, scores)
+
+    tr.score, tr._preference_pairs_from_samples = spy_score, spy_pair
+    ms = [tr.train_step() for _ in range(3)]
+    for m in ms:
+        finite_metrics(m)
+    assert any(s["failed"] for s in seen), "the toy reward never failed; the test checks nothing"
+    for s in seen:  # a group with a failed sample contributes no completion to pairing
+        assert not (s["failed"] & s["paired_from"]), s
+    tr.close()
