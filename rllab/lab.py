@@ -22,7 +22,6 @@ import importlib.util
 import os
 import sys
 import traceback
-import types as _pytypes
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 

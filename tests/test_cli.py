@@ -1,7 +1,5 @@
 """The rllab command: listings, show, check and errors."""
 
-import pytest
-
 from rllab.cli import main
 
 

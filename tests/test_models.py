@@ -697,7 +697,6 @@ def test_grouped_response_logprobs_untied_head_and_chunks():
 def test_grouped_response_logprobs_one_response_token():
     """T = 1: every response token is scored from the prompt pass alone."""
     model = llama(tie_word_embeddings=True)
-    g = torch.Generator().manual_seed(24)
     ids, mask, T = padded_batch([[5, 6, 7]] * 3 + [[9, 2]], [[1], [2], [3], [4]])
     assert T == 1
     with TokenCount(model) as count:

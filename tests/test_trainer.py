@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 import types
-from pathlib import Path
 
 import attrs
 import pytest
