@@ -233,7 +233,10 @@ def gae(*, token_rewards, mask, index=None, values=None, config: GAEConfig):
         values = values.detach().to(dtype)
         gamma, lam = config.gamma, config.lam
 
-        packing = _packing(mask) if _has_holes(mask) else None
+        holes = _has_holes(mask)
+        if holes and config.remask and gamma * lam == 1.0:
+            return _gae_telescoped(rewards, values, mask, config.whiten)
+        packing = _packing(mask) if holes else None
         r = _front_packed(rewards, mask, packing)  # (B, T): valid tokens packed in front,
         v = _front_packed(values, mask, packing)  # zeros after each row's last valid token
         delta = r.sub_(v)  # δ_k = r_k + γ·V_{k+1} − V_k, with V = 0 past the last valid token
@@ -259,6 +262,21 @@ def gae(*, token_rewards, mask, index=None, values=None, config: GAEConfig):
 # --------------------------------------------------------------------------- reinforce
 
 
+def _gae_telescoped(rewards, values, mask, whiten):
+    """``gae`` for γ = λ = 1 with masked positions zeroed, on rows of any mask, without packing.
+
+    With γλ = 1 the δ's of a row telescope over its valid positions: ``A_k = Σ_{valid j ≥ k}
+    r_j − V_k`` (the ``+V`` of each δ cancels the ``−V`` of the next, and ``V = 0`` past the
+    last one), and ``returns = A + V`` is the plain reward-to-go. A reverse cumulative sum of
+    the rewards zeroed at masked positions gives that sum at every valid position directly.
+    """
+    returns = _zero_masked(discounted_reverse_cumsum(_zero_masked(rewards, mask), 1.0), mask)
+    advantages = _zero_masked(returns - values, mask)
+    if whiten:
+        advantages = _whiten(advantages, mask, remask=True, masked_are_zero=True)
+    return advantages, returns
+
+
 @attrs.frozen
 class ReturnConfig:
     """Knobs of the discounted-return estimators."""
@@ -269,6 +287,10 @@ class ReturnConfig:
 def _discounted_return(token_rewards, mask, gamma):
     """G over the valid tokens (observation tokens skipped), 0 at masked positions."""
     rewards = token_rewards.detach().to(_float_dtype(token_rewards))
+    if gamma == 1.0 and _has_holes(mask):
+        # Return-to-go over the valid tokens is a plain reverse cumulative sum of the rewards
+        # zeroed at masked positions; no packing needed.
+        return _zero_masked(discounted_reverse_cumsum(_zero_masked(rewards, mask), 1.0), mask)
     packing = _packing(mask) if _has_holes(mask) else None
     returns = _skip_scan(rewards, mask, gamma, packing)
     # Without holes the scan already left 0 on each row's trailing padding.

@@ -275,6 +275,31 @@ def _check_returns_against_loop(r, m, gamma):
         torch.testing.assert_close(adv, torch.where(m, verl_whiten(ref, m), 0.0), rtol=1e-8, atol=1e-8)
 
 
+@pytest.mark.parametrize("gamma, lam", [(1.0, 1.0), (0.9, 0.8), (1.0, 0.95)])
+def test_default_knobs_on_holes_match_loop(gamma, lam):
+    """Defaults (remask, whiten) on rows with observation spans: the no-packing path (γλ = 1)
+    and the packed one (γλ < 1) both give verl's values at valid positions and 0 elsewhere,
+    whatever sits at masked positions."""
+    r, v, m = _batch(6, 70, seed=11, dtype=torch.float64)
+    m[0] = False  # an all-masked row
+    m[1] = True  # a full row
+    ref_adv, ref_ret = loop_gae(r, v, m, gamma, lam)
+    junk = torch.full_like(r, float("nan"))
+    r, v = torch.where(m, r, junk), torch.where(m, v, junk)
+    adv, ret = estimator("gae", gamma=gamma, lam=lam)(token_rewards=r, values=v, mask=m, index=None)
+    torch.testing.assert_close(ret, torch.where(m, ref_ret, 0.0), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(adv, torch.where(m, verl_whiten(ref_adv, m), 0.0), rtol=1e-8, atol=1e-8)
+    adv, ret = estimator("gae", gamma=gamma, lam=lam, whiten=False)(token_rewards=r, values=v, mask=m, index=None)
+    torch.testing.assert_close(adv, torch.where(m, ref_adv, 0.0), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(ret, torch.where(m, ref_ret, 0.0), rtol=1e-10, atol=1e-10)
+    for gamma_r in (1.0, gamma * lam):
+        ref = loop_return(torch.where(m, r, 0.0), m, gamma_r)
+        for name in ("reinforce", "reinforce_plus_plus"):
+            _, ret = estimator(name, gamma=gamma_r)(token_rewards=r, mask=m, index=None)
+            torch.testing.assert_close(ret, ref, rtol=1e-10, atol=1e-10)
+
+
+
 @pytest.mark.parametrize("c", [0.0, 0.3, 0.95, 0.999, 1.0])
 @pytest.mark.parametrize("T", [1, 15, 16, 17, 63, 64, 65, 257, 4097])
 @pytest.mark.parametrize("block", [None, 4, 64])
