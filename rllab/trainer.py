@@ -518,7 +518,11 @@ class Trainer:
     # ------------------------------------------------------------------ preference steps
 
     def _sequence_logps(self, model, pairs: list[tuple[list[int], list[int]]], grad: bool):
-        """Sum of response-token log-probs and lengths for (prompt_ids, response_ids) pairs."""
+        """Sum of response-token log-probs and lengths for (prompt_ids, response_ids) pairs.
+
+        One forward for all of them: a pair's chosen and rejected responses go in together, and
+        each row's padding changes nothing (the sums run over its own tokens only).
+        """
         comps = [Completion(prompt_ids=tuple(p), token_ids=tuple(r), log_probs=(0.0,) * len(r), finish_reason="stop") for p, r in pairs]
         batch = RolloutBatch.from_completions(comps, [0.0] * len(comps), pad_token_id=self.tokenizer.pad_token_id)
         ctx = torch.enable_grad() if grad else torch.no_grad()
@@ -618,14 +622,12 @@ class Trainer:
             self._skip_scheduler_step()
             return metrics
         t1 = time.perf_counter()
-        chosen = [(p, c) for p, c, _ in pairs]
-        rejected = [(p, r) for p, _, r in pairs]
-        with torch.no_grad():
-            ref_c, len_c = self._sequence_logps(self.reference, chosen, grad=False)
-            ref_r, len_r = self._sequence_logps(self.reference, rejected, grad=False)
+        both = [(p, c) for p, c, _ in pairs] + [(p, r) for p, _, r in pairs]  # chosen rows, then rejected
+        P = len(pairs)
+        ref, lengths = self._sequence_logps(self.reference, both, grad=False)
         self.optimizer.zero_grad(set_to_none=True)
-        pol_c, _ = self._sequence_logps(self.policy, chosen, grad=True)
-        pol_r, _ = self._sequence_logps(self.policy, rejected, grad=True)
+        pol, _ = self._sequence_logps(self.policy, both, grad=True)
+        ref_c, ref_r, len_c, len_r, pol_c, pol_r = ref[:P], ref[P:], lengths[:P], lengths[P:], pol[:P], pol[P:]
         losses, pm = self.preference_loss(
             chosen_logps=pol_c,
             rejected_logps=pol_r,
