@@ -201,15 +201,56 @@ def register_value_losses(register):
     """
 
 
+@hookspec
+def register_algorithms(register):
+    """Register training algorithms: the step a run repeats (RL, DPO, online DPO, SFT, …).
+
+    ``fn(*, config) -> algorithm`` is a factory, called once per run; the ``[algorithm]``
+    section of the config names it and sets its knobs. The algorithm follows
+    :class:`rllab.Algorithm`::
+
+        needs(ctx) -> set[str]        # models the trainer must build: "reference", "critic"
+        step(ctx) -> Generator[OptimizerStep, dict, dict]
+
+    ``ctx`` is a :class:`rllab.RunContext` (the step number, the config, the built components by
+    section, the rollout stage, the models, the KL coefficient). ``step`` is a generator: after
+    each backward pass it yields an :class:`rllab.OptimizerStep`; the trainer then checks the
+    gradients, clips them, steps the optimizer(s), zeroes the gradients and sends back a dict of
+    metrics (``actor/grad_norm``, …). When the generator returns, its value is the step's
+    metrics (a flat dict of floats); the trainer then advances the LR schedule and syncs the
+    rollout backend's weights. Algorithms never step an optimizer or touch the backend's
+    weights themselves.
+
+    :param register: call ``register(name, factory, config=...)`` once per algorithm.
+    """
+
+
+@hookspec
+def register_commands(subparsers):
+    """Add subcommands to the ``rllab`` command line (as ``llm``'s ``register_commands``).
+
+    Called once when ``rllab`` starts, after plugins (including ``--plugin`` ones) are loaded.
+
+    :param subparsers: the :mod:`argparse` sub-parser collection of ``rllab``. Add a command with
+        ``p = subparsers.add_parser("name", help=...)``, its arguments with ``p.add_argument``,
+        and its handler with ``p.set_defaults(func=handler)``; ``handler(args)`` returns the exit
+        code, and ``args.lab`` is the loaded :class:`rllab.Lab`. Raise :class:`rllab.RllabError`
+        for a user-facing error.
+    """
+
+
 # --------------------------------------------------------------------------- events
 
 
 @hookspec
-def on_run_start(run_dir, config):
+def on_run_start(run_dir, config, start_step, total_steps, progress):
     """Called once before the first step of a run (also when resuming).
 
     :param run_dir: the run directory (:class:`pathlib.Path`).
-    :param config: the resolved experiment config.
+    :param config: the resolved :class:`rllab.config.ExperimentConfig`.
+    :param start_step: steps already done (0 for a new run, the checkpoint's step on resume).
+    :param total_steps: the step the run ends at.
+    :param progress: whether live progress output is wanted (False under ``rllab run -q``).
     """
 
 
@@ -217,7 +258,7 @@ def on_run_start(run_dir, config):
 def on_rollout_end(step, batch, metrics):
     """Called after the rollouts of a step are generated and scored.
 
-    :param step: the step number (0-based).
+    :param step: the number of the step being taken (1 for the first).
     :param batch: the :class:`rllab.types.RolloutBatch` about to be trained on.
     :param metrics: the ``rollout/…`` metrics so far (a dict of floats; do not mutate).
     """
@@ -225,14 +266,30 @@ def on_rollout_end(step, batch, metrics):
 
 @hookspec
 def on_step_end(step, metrics):
-    """Called after each optimisation step with that step's metrics (a dict of floats)."""
+    """Called after each training step with that step's metrics (a dict of floats).
+
+    :param step: the number of steps completed (1 after the first).
+    """
+
+
+@hookspec
+def on_eval_end(step, metrics):
+    """Called after each held-out evaluation (``eval/accuracy``, ``eval/reward``, …).
+
+    :param step: the number of steps completed when it ran (0: before training).
+    """
 
 
 @hookspec
 def on_checkpoint_saved(step, path):
-    """Called after a checkpoint was written completely to ``path``."""
+    """Called after a checkpoint was written completely to ``path`` (after ``step`` steps)."""
 
 
 @hookspec
-def on_run_end(run_dir, metrics):
-    """Called once when a run finishes, with its final (eval) metrics."""
+def on_run_end(run_dir, metrics, history):
+    """Called once when a run finishes.
+
+    :param run_dir: the run directory.
+    :param metrics: the summary also written to ``final.json`` (accuracy before and after, …).
+    :param history: every metrics row of the run, oldest first: dicts with a ``step`` key.
+    """

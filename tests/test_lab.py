@@ -164,9 +164,24 @@ def test_plugin_from_module_name(tmp_path, monkeypatch):
     sys.modules.pop("mod_plugin_xyz", None)
 
 
-def test_missing_plugin_file_is_reported(tmp_path):
-    lab = Lab([str(tmp_path / "nope.py")], entry_points=False)
-    assert any("nope.py" in p for p in lab.problems)
+def test_missing_plugin_file_is_an_error(tmp_path):
+    with pytest.raises(rllab.PluginLoadError, match="plugin file not found: .*nope.py"):
+        Lab([str(tmp_path / "nope.py")], entry_points=False)
+
+
+def test_same_plugin_file_twice_loads_once(tmp_path):
+    f = tmp_path / "twice.py"
+    f.write_text(
+        "import rllab\n"
+        "@rllab.hookimpl\n"
+        "def register_kl_penalties(register):\n"
+        "    register('twice_kl', lambda *, log_prob, ref_log_prob, config: log_prob * 0)\n"
+    )
+    # the same file by two spellings, and the same module object twice
+    lab = Lab([str(f), str(tmp_path / "." / "twice.py")], entry_points=False)
+    assert lab.names("kl_penalty") == ["twice_kl"] and len(lab.plugins) == 1
+    lab.add_plugin(str(f))
+    assert len(lab.plugins) == 1
 
 
 def test_knob_listing_shows_defaults_ranges_and_help():
@@ -189,13 +204,26 @@ def test_register_validates_its_arguments():
     assert any("config must be an attrs class" in p for p in lab.problems)
 
 
-def test_env_allow_list(monkeypatch):
+def test_env_allow_list_restricts_third_party_plugins_only(monkeypatch):
+    builtins = {p.name for p in Lab().plugins}
+    assert {"rllab_agg", "rllab_ppo", "rllab_gae"} <= builtins
+    # RLLAB_PLUGINS names third-party plugins; the built-ins stay
     monkeypatch.setenv("RLLAB_PLUGINS", "")
-    assert Lab().plugins == []
-    monkeypatch.setenv("RLLAB_PLUGINS", "rllab_agg")
+    assert {p.name for p in Lab().plugins} == builtins
+    monkeypatch.setenv("RLLAB_PLUGINS", "some_third_party_plugin")
+    assert {p.name for p in Lab().plugins} == builtins
+    assert Lab().spec("task", "addition").provider == "rllab_tasks"
+    # RLLAB_BUILTINS restricts the built-ins
+    monkeypatch.setenv("RLLAB_BUILTINS", "rllab_agg")
     assert [p.name for p in Lab().plugins] == ["rllab_agg"]
-    monkeypatch.delenv("RLLAB_PLUGINS")
-    assert {"rllab_agg", "rllab_ppo", "rllab_gae"} <= {p.name for p in Lab().plugins}
+    monkeypatch.setenv("RLLAB_BUILTINS", "0")
+    assert Lab().plugins == []
+
+
+def test_unknown_name_says_which_variable_left_plugins_out(monkeypatch):
+    monkeypatch.setenv("RLLAB_BUILTINS", "rllab_agg")
+    with pytest.raises(UnknownComponentError, match=r"RLLAB_BUILTINS='rllab_agg' left out the installed plugins .*rllab_tasks"):
+        Lab().get("task", "addition")
 
 
 def test_builtins_come_from_entry_points_with_distribution():

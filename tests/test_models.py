@@ -11,7 +11,7 @@ import torch
 import transformers
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from rllab import models
+from rllab import kernels, models
 from rllab.models import (
     CriticModel,
     ValueHead,
@@ -598,13 +598,13 @@ def test_critic_from_config():
 
 
 def test_default_chunk_budget():
-    assert models._chunk_rows(None, 151_936, "x") == (1 << 25) // 151_936
-    assert models._chunk_rows(None, 10, "x") == (1 << 25) // 10
-    assert models._hidden_tile(None, None, 4096, 151_936, "x") == (4096, 8192)
-    assert models._hidden_tile(None, None, 100_000, 151_936, "x") == (8192, 4096)
-    assert models._hidden_tile(None, None, 10, 151_936, "x") == (10, 151_936)
-    assert models._hidden_tile(220, None, 4096, 151_936, "x") == (220, 151_936)
-    assert models._hidden_tile(None, 1024, 4096, 151_936, "x") == (32768, 1024)
+    assert kernels._chunk_rows(None, 151_936, "x") == (1 << 25) // 151_936
+    assert kernels._chunk_rows(None, 10, "x") == (1 << 25) // 10
+    assert kernels._hidden_tile(None, None, 4096, 151_936, "x") == (4096, 8192)
+    assert kernels._hidden_tile(None, None, 100_000, 151_936, "x") == (8192, 4096)
+    assert kernels._hidden_tile(None, None, 10, 151_936, "x") == (10, 151_936)
+    assert kernels._hidden_tile(220, None, 4096, 151_936, "x") == (220, 151_936)
+    assert kernels._hidden_tile(None, 1024, 4096, 151_936, "x") == (32768, 1024)
 
 
 # --------------------------------------------------------------------------- grouped prompts

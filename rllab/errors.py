@@ -1,0 +1,58 @@
+"""rllab's user-facing errors. Each one says what was wrong and, where it can, what to do."""
+
+from __future__ import annotations
+
+
+class RllabError(Exception):
+    """Base class of rllab's user-facing errors (the CLI prints them and exits 1)."""
+
+
+class UnknownKindError(RllabError, KeyError):
+    """A component kind that rllab does not have."""
+
+    def __str__(self):  # KeyError quotes its message otherwise
+        return self.args[0]
+
+
+class UnknownComponentError(RllabError, KeyError):
+    """A component name that no loaded plugin registered."""
+
+    def __str__(self):
+        return self.args[0]
+
+
+class DuplicateComponentError(RllabError):
+    """Two plugins registered the same (kind, name)."""
+
+
+class ConfigError(RllabError, ValueError):
+    """A bad knob or a malformed config.
+
+    ``key`` names the offending knob or setting when one is to blame, so a caller that knows
+    the TOML text can point at the key's own line.
+    """
+
+    def __init__(self, message: str, *, key: str | None = None):
+        super().__init__(message)
+        self.key = key
+
+
+class PluginLoadError(RllabError):
+    """A plugin that could not be imported or failed while registering."""
+
+
+class RewardError(RllabError):
+    """A reward function raised or returned a non-finite value."""
+
+
+class NonFiniteError(RllabError):
+    """A loss, gradient or parameter became NaN or infinite.
+
+    ``section`` names the config section of the component to blame (``policy_loss``, ``kl``, …)
+    when one can be named, ``step`` the training step.
+    """
+
+    def __init__(self, message: str, *, section: str | None = None, step: int | None = None):
+        super().__init__(message)
+        self.section = section
+        self.step = step
