@@ -4,11 +4,12 @@
     rllab plugins show NAME             docstring, equation and knobs of a component
     rllab check NAME                    run the contract suite on a component
     rllab new-plugin NAME --kind K      scaffold a pip-installable plugin package
-    rllab presets                       list the bundled experiment presets
+    rllab presets [show NAME]           list the bundled experiment presets, or print one
     rllab settings [SECTION]            every [model] / [rollout] / [train] setting, default, range
     rllab run [exp.toml] [key=value …]  train (``--preset grpo``, ``--resume RUN_DIR``)
 
-``--plugin PATH_OR_MODULE`` (repeatable, before or after the command) loads extra plugins.
+``--plugin PATH_OR_MODULE`` (repeatable, anywhere on the line) loads extra plugins. Plugins may
+add subcommands through the ``register_commands`` hook.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from rllab.lab import KINDS, Lab, RllabError
+from rllab.errors import RllabError
+from rllab.lab import KINDS, Lab
 
 # Piped output (files, CI logs, tests) gets wide tables instead of 80 columns of folded text.
 console = Console(width=None if sys.stdout.isatty() else 200)
@@ -30,6 +32,9 @@ err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 
 def _lab(args, strict: bool = True) -> Lab:
+    lab = getattr(args, "lab", None)
+    if lab is not None:
+        return lab
     return Lab(plugins=args.plugin or (), strict=strict)
 
 
@@ -47,7 +52,7 @@ def cmd_plugins(args) -> int:
         if not args.name:
             err_console.print("[red]error:[/] usage: rllab plugins show NAME")
             return 2
-        return _show(lab, args.name, args.kind)
+        return _show(lab, args.name, args.kind, doc=args.doc)
     if args.action is not None:
         err_console.print(f"[red]error:[/] unknown action {args.action!r} (did you mean 'rllab plugins show {args.action}'?)")
         return 2
@@ -76,7 +81,7 @@ def cmd_plugins(args) -> int:
     return 0
 
 
-def _show(lab: Lab, name: str, kind: str | None) -> int:
+def _show(lab: Lab, name: str, kind: str | None, doc: bool = False) -> int:
     specs = [lab.spec(kind, name)] if kind else lab.find(name)
     if not specs:
         known = sorted({s.name for s in lab.specs()})
@@ -95,11 +100,7 @@ def _show(lab: Lab, name: str, kind: str | None) -> int:
             console.print(f"aliases: {', '.join(spec.aliases)}")
         if spec.requires:
             console.print(f"requires: {', '.join(spec.requires)}")
-        mod = sys.modules.get(getattr(spec.fn, "__module__", ""), None)
-        if mod is not None and mod.__doc__:
-            console.print(escape(mod.__doc__.strip()), highlight=False)
-            console.print()
-        console.print(escape(spec.doc), highlight=False)
+        console.print(escape(spec.doc or spec.summary), highlight=False)
         knobs = spec.knobs()
         t = Table(box=box.SIMPLE_HEAVY, title=f"knobs ({spec.config.__name__})")
         for col in ("knob", "type", "default", "allowed", "help"):
@@ -110,6 +111,13 @@ def _show(lab: Lab, name: str, kind: str | None) -> int:
             console.print(t)
         else:
             console.print("[dim]no knobs[/]")
+        mod = sys.modules.get(getattr(spec.fn, "__module__", ""), None)
+        if mod is not None and mod.__doc__:
+            if doc:
+                console.rule(f"plugin {spec.provider}: module notes")
+                console.print(escape(mod.__doc__.strip()), highlight=False)
+            else:
+                console.print(f"[dim]the plugin's module notes (background, references): rllab plugins show {spec.name} --doc[/]")
     return 0
 
 
@@ -163,7 +171,16 @@ def cmd_new_plugin(args) -> int:
 def cmd_presets(args) -> int:
     from rllab.config import preset_names, preset_text
 
-    t = Table(box=box.SIMPLE_HEAVY, title="presets (rllab run --preset NAME)")
+    if args.action == "show":
+        if not args.name:
+            err_console.print("[red]error:[/] usage: rllab presets show NAME")
+            return 2
+        console.print(escape(preset_text(args.name)), highlight=False, soft_wrap=True)
+        return 0
+    if args.action is not None:
+        err_console.print(f"[red]error:[/] unknown action {args.action!r} (did you mean 'rllab presets show {args.action}'?)")
+        return 2
+    t = Table(box=box.SIMPLE_HEAVY, title="presets (rllab run --preset NAME; rllab presets show NAME)")
     t.add_column("preset")
     t.add_column("description", overflow="fold")
     for name in preset_names():
@@ -202,16 +219,22 @@ def cmd_run(args) -> int:
 
     lab = _lab(args)
     _problems(lab)
+    overrides = list(args.overrides)
+    if args.steps is not None:
+        overrides.append(f"train.steps={args.steps}")
     if args.resume:
-        resume_run(Path(args.resume), lab=lab, extra_steps=args.steps, progress=not args.quiet)
+        if args.config is not None:
+            if "=" not in args.config:
+                raise RllabError(f"--resume takes its configuration from the run directory; drop {args.config!r}")
+            overrides.insert(0, args.config)
+        if args.preset or args.run_dir:
+            raise RllabError("--resume continues the run in RUN_DIR with its own config: --preset and --run-dir do not apply")
+        resume_run(Path(args.resume), lab=lab, overrides=overrides, progress=not args.quiet)
         return 0
     source = args.config
-    overrides = list(args.overrides)
     if source is not None and "=" in source and not Path(source).exists():
         overrides.insert(0, source)
         source = None
-    if args.steps is not None:
-        overrides.append(f"train.steps={args.steps}")
     cfg = load_config(source, overrides, lab=lab, preset=args.preset)
     run_experiment(cfg, lab=lab, run_dir=Path(args.run_dir) if args.run_dir else None, progress=not args.quiet)
     return 0
@@ -220,17 +243,18 @@ def cmd_run(args) -> int:
 # --------------------------------------------------------------------------- main
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(lab: Lab | None = None) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--plugin", action="append", metavar="PATH_OR_MODULE", help="load an extra plugin (repeatable)")
 
     p = argparse.ArgumentParser(prog="rllab", description="A plugin-based lab for RL on language models.", parents=[common])
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sp = sub.add_parser("plugins", parents=[common], help="list components, or show one")
     sp.add_argument("action", nargs="?", help="'show' to describe one component")
     sp.add_argument("name", nargs="?")
     sp.add_argument("--kind", choices=list(KINDS))
+    sp.add_argument("--doc", action="store_true", help="with show: also print the plugin module's notes")
     sp.set_defaults(func=cmd_plugins)
 
     sc = sub.add_parser("check", parents=[common], help="run the contract suite on a component")
@@ -247,7 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
     sn.add_argument("--dir", default=".", help="where to create the package (default: here)")
     sn.set_defaults(func=cmd_new_plugin)
 
-    spr = sub.add_parser("presets", parents=[common], help="list experiment presets")
+    spr = sub.add_parser("presets", parents=[common], help="list experiment presets, or print one")
+    spr.add_argument("action", nargs="?", help="'show' to print one preset's TOML")
+    spr.add_argument("name", nargs="?")
     spr.set_defaults(func=cmd_presets)
 
     ss = sub.add_parser("settings", parents=[common], help="list the [model], [rollout] and [train] settings")
@@ -258,18 +284,33 @@ def build_parser() -> argparse.ArgumentParser:
     sr.add_argument("config", nargs="?", help="an experiment TOML file")
     sr.add_argument("overrides", nargs="*", help="dotted overrides, e.g. policy_loss.clip_high=0.28 advantage=rloo")
     sr.add_argument("--preset", help="start from a bundled preset (see 'rllab presets')")
-    sr.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run from its last checkpoint")
+    sr.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint (train.steps=N extends it)")
     sr.add_argument("--steps", type=int, help="shortcut for train.steps=N")
     sr.add_argument("--run-dir", help="where to write the run (default: OUTPUT_DIR/NAME-TIMESTAMP)")
-    sr.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    sr.add_argument("-q", "--quiet", action="store_true", help="no progress bar (the final summary line is still printed)")
     sr.set_defaults(func=cmd_run)
+
+    if lab is not None:
+        lab.hook.register_commands(subparsers=sub)
     return p
 
 
+def _plugin_options(argv: list[str]) -> list[str]:
+    """Every ``--plugin X`` / ``--plugin=X`` on the line, wherever it stands."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--plugin", action="append", default=[])
+    known, _ = pre.parse_known_args(argv)
+    return known.plugin
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        strict = not (argv[:1] == ["plugins"])  # `rllab plugins` shows conflicts instead of failing on them
+        lab = Lab(plugins=_plugin_options(argv), strict=strict)
+        parser = build_parser(lab)
+        args = parser.parse_args(argv)
+        args.lab = lab
         return int(args.func(args) or 0)
     except RllabError as e:
         err_console.print(f"[red]error:[/] {escape(str(e))}")

@@ -12,8 +12,15 @@ Component sections name a registered component and set its knobs::
 
 Each such section is validated against that component's own frozen config class (through the
 :class:`~rllab.Lab`), so a typo in a knob fails at load time with the plugin, knob, value and
-allowed range, and the TOML line. Overriding a section's name on the command line
-(``advantage=rloo``) drops the knobs that were set for the previous component.
+allowed range, and the TOML line of the key. Overriding a section's name on the command line
+(``advantage=rloo``) drops the knobs the file set for the previous component; overrides act the
+same in any order (a section's new name applies before its knobs), and a knob the final
+component does not have is an error.
+
+``plugins = ["my_loss.py", "some.module"]`` at the top level loads extra plugins before the
+config is validated (paths relative to the TOML file); a run directory's ``config.toml`` records
+them, with every knob's value and the versions in ``[provenance]``, so that
+``rllab run RUN_DIR/config.toml`` reproduces the run.
 
 A ``[[schedule]]`` entry switches components or knobs at a given step::
 
@@ -28,16 +35,21 @@ import copy
 import difflib
 import re
 import tomllib
+import warnings
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
 import attrs
 
-from rllab.lab import ComponentSpec, ConfigError, Lab, build_config, knob
+from rllab.errors import ConfigError
+from rllab.lab import Lab
+from rllab.specs import ComponentSpec, build_config, knob
 
-# section name -> (component kind, default component name)
+# section name -> (component kind, default component name): the one map from config sections to
+# registries; the trainer, `rllab settings` and the schedule all read it.
 COMPONENT_SECTIONS: dict[str, tuple[str, str]] = {
+    "algorithm": ("algorithm", "rl"),
     "task": ("task", "addition"),
     "backend": ("rollout_backend", "hf"),
     "advantage": ("advantage_estimator", "grpo"),
@@ -53,13 +65,18 @@ COMPONENT_SECTIONS: dict[str, tuple[str, str]] = {
 
 @attrs.frozen(kw_only=True)
 class ComponentRef:
-    """A component chosen by name, with the knobs set for it in the config."""
+    """A component chosen by name: the knobs set for it and its validated frozen config."""
 
     name: str
     knobs: dict = attrs.field(factory=dict, eq=False)
+    """The knobs the config set (the rest take their defaults)."""
+    config: Any = None
+    """The component's frozen config, built once when the experiment config was validated."""
 
     def to_dict(self) -> dict:
-        return {"name": self.name, **self.knobs}
+        """``name`` plus every knob's value, defaults included."""
+        values = attrs.asdict(self.config, recurse=False) if self.config is not None and attrs.has(type(self.config)) else dict(self.knobs)
+        return {"name": self.name, **{k: (list(v) if isinstance(v, tuple) else v) for k, v in values.items()}}
 
 
 @attrs.frozen(kw_only=True)
@@ -69,8 +86,21 @@ class ModelConfig:
     path: str | None = knob(None, help="a local Hugging Face model directory; None builds the tiny default model")
     tiny: dict = knob(factory=dict, help="overrides of the tiny model's architecture (rllab.tinymodel.TinyModelConfig)")
     warm_start: dict = knob(factory=dict, help="overrides of the supervised warm start (rllab.tinymodel.WarmStartConfig)")
-    dtype: str = knob("float32", help="parameter dtype", choices=("float32", "bfloat16", "float16"))
+    device: str = knob("auto", help="where the policy, reference and critic train: auto (CUDA when available), cpu, cuda, cuda:N", validator=lambda i, a, v: _check_device(a.name, v))
+    reference_device: str | None = knob(None, help="where the reference model lives (e.g. cpu to save GPU memory); None: same as device", validator=lambda i, a, v: v is None or _check_device(a.name, v))
+    dtype: str = knob(
+        "auto",
+        help="compute dtype of the forwards: auto (bfloat16 on CUDA, float32 on CPU); parameters and optimizer "
+        "state stay float32 (master weights) and bfloat16/float16 forwards run under torch.autocast",
+        choices=("auto", "float32", "bfloat16", "float16"),
+    )
+    gradient_checkpointing: bool = knob(False, help="recompute activations in backward (less memory, ~30% more compute)")
     logprob_chunk: int = knob(1024, help="tokens per chunk when computing log-probs and entropy", ge=1)
+
+
+def _check_device(name: str, value: str) -> None:
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
+        raise ValueError(f"{name} = {value!r} is not allowed: must be auto, cpu, cuda or cuda:N")
 
 
 @attrs.frozen(kw_only=True)
@@ -95,32 +125,41 @@ class RolloutConfig:
 
 @attrs.frozen(kw_only=True)
 class TrainConfig:
-    """The optimisation loop."""
+    """The optimisation loop (settings of the algorithm itself live in ``[algorithm]``)."""
 
-    algorithm: str = knob("rl", help="rl (policy gradient), dpo (offline pairs), online_dpo", choices=("rl", "dpo", "online_dpo"))
     steps: int = knob(400, help="training steps", ge=0)
     seed: int = knob(0, help="seed for sampling, data order and initialisation")
-    epochs: int = knob(1, help="passes over each step's rollouts", ge=1)
-    minibatches: int = knob(1, help="optimizer steps per epoch", ge=1)
-    micro_batch_size: int | None = knob(None, help="rows per forward/backward (gradient accumulation); None: whole minibatch", ge=1)
     lr: float = knob(2e-4, help="policy learning rate", gt=0.0)
     critic_lr: float = knob(1e-3, help="critic learning rate", gt=0.0)
     weight_decay: float = knob(0.0, help="AdamW weight decay", ge=0.0)
     lr_schedule: str = knob("cosine", help="learning-rate schedule", choices=("constant", "linear", "cosine"))
     warmup_steps: int = knob(10, help="linear warm-up steps", ge=0)
-    max_grad_norm: float = knob(1.0, help="gradient clipping norm (0: off)", ge=0.0)
-    entropy_coef: float = knob(0.0, help="entropy bonus coefficient", ge=0.0)
-    vf_coef: float = knob(0.5, help="value-loss coefficient (critic estimators only)", ge=0.0)
-    kl_in: str = knob("none", help="where the KL penalty to the reference applies", choices=("none", "reward", "loss"))
+    max_grad_norm: float = knob(1.0, help="gradient clipping norm (0: off; the norm is still measured and checked)", ge=0.0)
+    nonfinite: str = knob(
+        "raise",
+        help="a NaN/inf loss or gradient: raise (stop the run, naming the component and step; no checkpoint is written) "
+        "or skip (drop that update, count it as train/nonfinite, go on)",
+        choices=("raise", "skip"),
+    )
     eval_every: int = knob(50, help="evaluate every N steps (0: only at start and end)", ge=0)
     eval_size: int = knob(200, help="held-out examples evaluated", ge=1)
     checkpoint_every: int = knob(50, help="checkpoint every N steps (0: only at the end)", ge=0)
-    dpo_pairs: int = knob(512, help="offline DPO: preference pairs generated from the task", ge=1)
-    dpo_batch_size: int = knob(32, help="offline DPO: pairs per step", ge=1)
-    pairs_file: str | None = knob(None, help="offline DPO: a JSONL file of {prompt, chosen, rejected}")
-    rpo_alpha: float = knob(
-        0.0, help="preference loops: add α·(mean per-token NLL of the chosen response), RPO (Pang et al. 2024; TRL's rpo_alpha)", ge=0.0
-    )
+
+
+MOVED_TRAIN_SETTINGS = {
+    "algorithm": "the [algorithm] section: algorithm = \"dpo\" (or [algorithm] name = \"dpo\")",
+    "epochs": "[algorithm] epochs (a knob of the rl algorithm)",
+    "minibatches": "[algorithm] minibatches (a knob of the rl algorithm)",
+    "micro_batch_size": "[algorithm] micro_batch_size",
+    "entropy_coef": "[algorithm] entropy_coef (a knob of the rl algorithm)",
+    "vf_coef": "[algorithm] vf_coef (a knob of the rl algorithm)",
+    "kl_in": "[algorithm] kl_in (a knob of the rl algorithm)",
+    "dpo_pairs": "[algorithm] pairs (a knob of the dpo algorithm)",
+    "dpo_batch_size": "[algorithm] batch_size (a knob of the dpo algorithm)",
+    "pairs_file": "[algorithm] pairs_file (a knob of the dpo algorithm)",
+    "rpo_alpha": "[algorithm] rpo_alpha (a knob of the dpo and online_dpo algorithms)",
+}
+"""[train] settings that became knobs of an algorithm; naming one says where it went."""
 
 
 @attrs.frozen(kw_only=True)
@@ -135,30 +174,41 @@ class ExperimentConfig:
 
     name: str = "run"
     output_dir: str = "runs"
-    loggers: tuple[str, ...] = ("jsonl",)
+    loggers: tuple[ComponentRef, ...] = ()
+    plugins: tuple[str, ...] = ()
+    """Extra plugins this experiment loads (absolute ``.py`` paths or module names)."""
+    provenance: dict = attrs.field(factory=dict, eq=False)
+    """What a run directory's config recorded about the run that wrote it (informational)."""
     model: ModelConfig = ModelConfig()
     rollout: RolloutConfig = RolloutConfig()
     train: TrainConfig = TrainConfig()
     components: dict = attrs.field(factory=dict)
     """section name → ComponentRef"""
     schedule: tuple[ScheduleEntry, ...] = ()
+    unused: frozenset = frozenset()
+    """Component sections the chosen algorithm does not read (left at their defaults, not written)."""
 
     def component(self, section: str) -> ComponentRef:
         return self.components[section]
 
     def to_dict(self) -> dict:
-        out: dict[str, Any] = {"name": self.name, "output_dir": self.output_dir, "loggers": list(self.loggers)}
+        """The experiment as TOML-ready data: every setting and every knob, defaults included."""
+        out: dict[str, Any] = {"name": self.name, "output_dir": self.output_dir}
+        if self.plugins:
+            out["plugins"] = list(self.plugins)
+        out["loggers"] = [ref.to_dict() if ref.knobs else ref.name for ref in self.loggers]
         for sec in ("model", "rollout", "train"):
             out[sec] = {k: v for k, v in attrs.asdict(getattr(self, sec)).items() if v is not None}
         for sec, ref in self.components.items():
-            out[sec] = ref.to_dict()
+            if sec not in self.unused:
+                out[sec] = ref.to_dict()
         if self.schedule:
             out["schedule"] = [{"step": e.step, "set": dict(e.set)} for e in self.schedule]
         return out
 
 
 PLAIN_SECTIONS = {"model": ModelConfig, "rollout": RolloutConfig, "train": TrainConfig}
-TOP_LEVEL = {"name", "output_dir", "loggers", "schedule", "preset"}
+TOP_LEVEL = {"name", "output_dir", "loggers", "schedule", "preset", "plugins", "provenance"}
 
 
 # --------------------------------------------------------------------------- parsing
@@ -178,18 +228,30 @@ def apply_override(data: dict, key: str, value: Any) -> None:
     parts = key.split(".")
     if len(parts) == 1 and parts[0] in COMPONENT_SECTIONS:
         if not isinstance(value, str):
-            raise ConfigError(f"{key}={value!r}: a component section takes a component name")
+            raise ConfigError(f"{key}={value!r}: a component section takes a component name", key=key)
         old = data.get(parts[0])
-        if not isinstance(old, dict) or old.get("name") != value:
+        old_name = old.get("name") if isinstance(old, dict) else old
+        if old_name != value:
             data[parts[0]] = {"name": value}
         return
+    if parts[0] == "train" and len(parts) == 2 and parts[1] in MOVED_TRAIN_SETTINGS:
+        raise ConfigError(f"train.{parts[1]} moved to {MOVED_TRAIN_SETTINGS[parts[1]]}", key=parts[1])
     node = data
     for p in parts[:-1]:
         nxt = node.setdefault(p, {})
+        if isinstance(nxt, str) and p in COMPONENT_SECTIONS:  # `advantage = "rloo"` then a knob of it
+            nxt = node[p] = {"name": nxt}
         if not isinstance(nxt, dict):
-            raise ConfigError(f"cannot set {key}: {p} is not a section")
+            raise ConfigError(f"cannot set {key}: {p} is not a section", key=key)
         node = nxt
     node[parts[-1]] = value
+
+
+def apply_overrides(data: dict, pairs: list[tuple[str, Any]]) -> None:
+    """Apply overrides so that their order does not matter: every ``section=name`` first (each
+    drops the file's knobs of a replaced component), then every setting and knob."""
+    for k, v in sorted(pairs, key=lambda kv: 0 if kv[0] in COMPONENT_SECTIONS else 1):
+        apply_override(data, k, v)
 
 
 def parse_overrides(items: list[str]) -> list[tuple[str, Any]]:
@@ -218,6 +280,10 @@ def preset_text(name: str) -> str:
 def _deep_merge(base: dict, over: Mapping) -> dict:
     out = copy.deepcopy(base)
     for k, v in over.items():
+        if k in COMPONENT_SECTIONS and isinstance(out.get(k), str):
+            out[k] = {"name": out[k]}
+        if k in COMPONENT_SECTIONS and isinstance(v, str):
+            v = {"name": v}
         if isinstance(v, Mapping) and isinstance(out.get(k), dict) and k not in COMPONENT_SECTIONS:
             out[k] = _deep_merge(out[k], v)
         elif k in COMPONENT_SECTIONS and isinstance(v, Mapping) and isinstance(out.get(k), dict):
@@ -238,13 +304,16 @@ def load_config(
     """Read, merge and validate a config.
 
     :param source: a TOML path, a TOML string's parsed dict, or None for the defaults.
-    :param overrides: ``"key=value"`` strings or ``(key, value)`` pairs, applied last.
-    :param lab: the Lab that validates component sections (a new one if None).
+    :param overrides: ``"key=value"`` strings or ``(key, value)`` pairs, applied last, in an
+        order that does not matter (see :func:`apply_overrides`).
+    :param lab: the Lab that validates component sections (a new one if None). Plugins named in
+        the config's ``plugins`` list are loaded into it.
     :param preset: a preset name to start from (a file may also say ``preset = "grpo"``).
     """
     text = ""
     data: dict[str, Any] = {}
     where = "<config>"
+    base_dir = Path.cwd()
     if isinstance(source, Mapping):
         data = copy.deepcopy(dict(source))
     elif source is not None:
@@ -253,6 +322,7 @@ def load_config(
             raise ConfigError(f"config file not found: {path}")
         text = path.read_text()
         where = str(path)
+        base_dir = path.resolve().parent
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
@@ -264,14 +334,39 @@ def load_config(
         text = text or preset_text(preset)
         where = where if source is not None else f"preset {preset}"
     pairs = parse_overrides(list(overrides)) if overrides and isinstance(next(iter(overrides)), str) else list(overrides)
-    for k, v in pairs:
-        apply_override(data, k, v)
+    apply_overrides(data, pairs)
+    lab = lab or Lab()
+    if "plugins" in data:
+        data["plugins"] = load_plugins(lab, data["plugins"], base_dir=base_dir, where=where)
     return validate(data, lab=lab, text=text, where=where)
 
 
-def _line_of(text: str, section: str | None, key: str) -> str:
+def load_plugins(lab: Lab, plugins: Any, *, base_dir: Path, where: str) -> list[str]:
+    """Load a config's ``plugins`` list into ``lab``; returns them as recorded (absolute paths
+    for files, module names as given)."""
+    if isinstance(plugins, str):
+        plugins = [plugins]
+    if not isinstance(plugins, (list, tuple)) or not all(isinstance(p, str) for p in plugins):
+        raise ConfigError(f"{where}: plugins must be a list of .py paths or module names, got {plugins!r}", key="plugins")
+    out = []
+    for p in plugins:
+        if p.endswith(".py"):
+            path = Path(p).expanduser()
+            path = path if path.is_absolute() else base_dir / path
+            if not path.is_file():
+                raise ConfigError(f"{where}: plugin file {p!r} not found (looked for {path})", key="plugins")
+            p = str(path.resolve())
+        lab.add_plugin(p)
+        broken = next((i for i in lab.plugins if i.name == p and not i.ok), None)
+        if broken is not None:
+            raise ConfigError(f"{where}: plugin {p!r} failed to load: {broken.error}", key="plugins")
+        out.append(p)
+    return out
+
+
+def _line_of(text: str, section: str | None, key: str | None) -> str:
     """' (line N)' for ``key`` inside ``[section]`` of a TOML text, when it can be found."""
-    if not text:
+    if not text or not key:
         return ""
     lines = text.splitlines()
     in_section = section is None
@@ -280,13 +375,37 @@ def _line_of(text: str, section: str | None, key: str) -> str:
         if s.startswith("["):
             in_section = section is not None and s.strip("[] ") == section
             continue
-        if in_section and re.match(rf"{re.escape(key)}\s*=", s):
+        if in_section and re.match(rf"[\"']?{re.escape(key)}[\"']?\s*=", s):
             return f" (line {i})"
     return ""
 
 
+def _component(lab: Lab, sec: str, kind: str, raw: Any, default: str, text: str, where: str) -> ComponentRef:
+    if isinstance(raw, str):
+        raw = {"name": raw}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: [{sec}] must be a table or a component name, got {raw!r}", key=sec)
+    raw = dict(raw)
+    name = raw.pop("name", default)
+    try:
+        spec = lab.spec(kind, name)
+    except KeyError as e:
+        line = _line_of(text, sec, "name") or _line_of(text, None, sec)
+        raise ConfigError(f"{where}: [{sec}] name{line}: {e}", key="name") from None
+    try:
+        built = build_config(spec, raw)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: [{sec}]{_line_of(text, sec, e.key)}: {e}", key=e.key) from None
+    return ComponentRef(name=spec.name, knobs=raw, config=built)
+
+
 def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "", where: str = "<config>") -> ExperimentConfig:
-    """Turn a nested dict into a validated :class:`ExperimentConfig`."""
+    """Turn a nested dict into a validated :class:`ExperimentConfig`.
+
+    Every component's frozen config is built here, once; each component's ``requires`` is
+    checked against what the chosen algorithm provides, and a component section the algorithm
+    does not use is refused rather than silently ignored.
+    """
     lab = lab or Lab()
     data = dict(data)
     known = TOP_LEVEL | set(PLAIN_SECTIONS) | set(COMPONENT_SECTIONS)
@@ -294,44 +413,29 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
         if key not in known:
             close = difflib.get_close_matches(key, sorted(known), n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"{where}: unknown key {key!r}{_line_of(text, None, key)}.{hint} Known: {', '.join(sorted(known))}.")
+            raise ConfigError(f"{where}: unknown key {key!r}{_line_of(text, None, key)}.{hint} Known: {', '.join(sorted(known))}.", key=key)
 
     plain = {}
     for sec, cls in PLAIN_SECTIONS.items():
         values = data.get(sec, {})
         if not isinstance(values, Mapping):
-            raise ConfigError(f"{where}: [{sec}] must be a table, got {values!r}")
+            raise ConfigError(f"{where}: [{sec}] must be a table, got {values!r}", key=sec)
         plain[sec] = _build_plain(cls, sec, values, text, where)
 
     _check_tiny_model(plain["model"], text, where)
 
-    components = {}
-    for sec, (kind, default) in COMPONENT_SECTIONS.items():
-        raw = data.get(sec, {})
-        if isinstance(raw, str):
-            raw = {"name": raw}
-        if not isinstance(raw, Mapping):
-            raise ConfigError(f"{where}: [{sec}] must be a table or a component name, got {raw!r}")
-        raw = dict(raw)
-        name = raw.pop("name", default)
-        try:
-            spec = lab.spec(kind, name)
-            build_config(spec, raw)
-        except ConfigError as e:
-            bad = next((k for k in raw if k in str(e)), "name")
-            raise ConfigError(f"{where}: [{sec}]{_line_of(text, sec, bad)}: {e}") from None
-        except KeyError as e:
-            raise ConfigError(f"{where}: [{sec}] name{_line_of(text, sec, 'name')}: {e}") from None
-        components[sec] = ComponentRef(name=spec.name, knobs=raw)
+    components = {sec: _component(lab, sec, kind, data.get(sec, {}), default, text, where) for sec, (kind, default) in COMPONENT_SECTIONS.items()}
+    unused = _check_algorithm_fit(lab, components, explicit={sec for sec in COMPONENT_SECTIONS if sec in data}, text=text, where=where)
 
     loggers = data.get("loggers", ("jsonl",))
-    if isinstance(loggers, str):
+    if isinstance(loggers, (str, Mapping)):
         loggers = (loggers,)
+    refs = []
     for lg in loggers:
         try:
-            lab.spec("logger", lg)
-        except KeyError as e:
-            raise ConfigError(f"{where}: loggers: {e}") from None
+            refs.append(_component(lab, "loggers", "logger", lg, "jsonl", text, where))
+        except ConfigError as e:
+            raise ConfigError(str(e).replace("[loggers]", "loggers"), key="loggers") from None
 
     schedule = []
     for i, entry in enumerate(data.get("schedule", ())):
@@ -342,15 +446,21 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
         schedule.append(ScheduleEntry(step=entry["step"], set=dict(entry["set"])))
     schedule.sort(key=lambda e: e.step)
 
+    provenance = data.get("provenance", {})
+    if not isinstance(provenance, Mapping):
+        raise ConfigError(f"{where}: provenance must be a table, got {provenance!r}", key="provenance")
     cfg = ExperimentConfig(
         name=str(data.get("name", "run")),
         output_dir=str(data.get("output_dir", "runs")),
-        loggers=tuple(loggers),
+        loggers=tuple(refs),
+        plugins=tuple(data.get("plugins", ())),
+        provenance=dict(provenance),
         components=components,
         schedule=tuple(schedule),
+        unused=unused,
         **plain,
     )
-    # every scheduled change must itself be valid
+    # every scheduled change must itself be valid and able to take effect mid-run
     for entry in cfg.schedule:
         try:
             apply_schedule(cfg, entry, lab=lab)
@@ -359,23 +469,58 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
     return cfg
 
 
+def _check_algorithm_fit(lab: Lab, components: dict, *, explicit: set[str], text: str, where: str) -> frozenset:
+    """Refuse what the chosen algorithm cannot honour: a component section it never reads (when
+    the config set it), or a component that requires an input the algorithm does not provide.
+    Returns the sections the algorithm does not use."""
+    algo = components["algorithm"]
+    factory = lab.spec("algorithm", algo.name).fn
+    uses = getattr(factory, "uses", None)
+    provides = getattr(factory, "provides", {})
+    unused: set[str] = set()
+    for sec, ref in components.items():
+        if sec == "algorithm":
+            continue
+        if uses is not None and sec not in uses:
+            if sec in explicit:
+                raise ConfigError(
+                    f"{where}: [{sec}]{_line_of(text, None, sec) or _line_of(text, sec, 'name')} is set, but algorithm "
+                    f"{algo.name!r} does not use it, so it would have no effect. Algorithm {algo.name!r} uses: "
+                    f"{', '.join(sorted(uses))}.",
+                    key=sec,
+                )
+            unused.add(sec)
+            continue
+        spec = lab.spec(COMPONENT_SECTIONS[sec][0], ref.name)
+        missing = [r for r in spec.requires if r not in provides.get(spec.kind, ())]
+        if missing:
+            have = ", ".join(sorted(provides.get(spec.kind, ()))) or "none"
+            raise ConfigError(
+                f"{where}: [{sec}] {spec.kind} {ref.name!r} (plugin {spec.provider}) requires {', '.join(missing)}, which "
+                f"algorithm {algo.name!r} does not provide to a {spec.kind} (it provides: {have}).",
+                key=sec,
+            )
+    return frozenset(unused)
+
+
 def _build_plain(cls: type, sec: str, values: Mapping, text: str, where: str):
     fields = attrs.fields_dict(attrs.resolve_types(cls))
     for key in values:
+        if sec == "train" and key in MOVED_TRAIN_SETTINGS:
+            raise ConfigError(f"{where}: [train] {key}{_line_of(text, sec, key)} moved to {MOVED_TRAIN_SETTINGS[key]}.", key=key)
         if key not in fields:
             close = difflib.get_close_matches(key, list(fields), n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise ConfigError(
-                f"{where}: [{sec}] has no setting {key!r}{_line_of(text, sec, key)}.{hint} Settings: {', '.join(fields)}."
+                f"{where}: [{sec}] has no setting {key!r}{_line_of(text, sec, key)}.{hint} Settings: {', '.join(fields)}.",
+                key=key,
             )
     pseudo = ComponentSpec(kind="section", name=sec, fn=lambda: None, config=cls, provider="rllab")
     try:
         return build_config(pseudo, values)
     except ConfigError as e:
-        bad = next((k for k in values if re.search(rf"\b{re.escape(k)}\b", str(e))), None)
-        line = _line_of(text, sec, bad) if bad else ""
         msg = str(e).replace(f"section {sec!r} (plugin rllab)", f"[{sec}]")
-        raise ConfigError(f"{where}: {msg}{line}") from None
+        raise ConfigError(f"{where}: {msg}{_line_of(text, sec, e.key)}", key=e.key) from None
 
 
 def _check_tiny_model(model: ModelConfig, text: str, where: str) -> None:
@@ -391,14 +536,36 @@ def _check_tiny_model(model: ModelConfig, text: str, where: str) -> None:
             raise ConfigError(f"{where}: {msg}{_line_of(text, 'model', key)}") from None
 
 
+FROZEN_DURING_A_RUN = {
+    "model": "the model is built once",
+    "task": "the task's data order is fixed for the run",
+    "backend": "the rollout backend is started once",
+    "algorithm.name": "the algorithm owns the run's data (pairs, buffers); its knobs may change",
+    "train.seed": "every step's data derives from the seed",
+    "train.steps": "extend a run with `rllab run --resume RUN_DIR train.steps=N`",
+    "train.lr_schedule": "the schedule's shape is fixed; schedule train.lr instead",
+    "train.warmup_steps": "the schedule's shape is fixed; schedule train.lr instead",
+    "output_dir": "the run directory exists already",
+    "name": "the run directory exists already",
+    "loggers": "loggers are opened once",
+    "plugins": "plugins load before the run",
+}
+"""Keys a ``[[schedule]]`` entry may not change, and why."""
+
+
 def apply_schedule(cfg: ExperimentConfig, entry: ScheduleEntry, *, lab: Lab | None = None) -> ExperimentConfig:
     """The config after a schedule entry's changes (validated)."""
+    for key in entry.set:
+        key_ = "algorithm.name" if key == "algorithm" else key
+        frozen = next((f for f in FROZEN_DURING_A_RUN if key_ == f or key_.startswith(f + ".")), None)
+        if frozen is not None:
+            raise ConfigError(f"{key} cannot change during a run: {FROZEN_DURING_A_RUN[frozen]}", key=key)
     data = cfg.to_dict()
     data.pop("schedule", None)
-    for k, v in entry.set.items():
-        apply_override(data, k, v)
+    data.pop("plugins", None)
+    apply_overrides(data, list(entry.set.items()))
     new = validate(data, lab=lab, where=f"schedule step {entry.step}")
-    return attrs.evolve(new, schedule=cfg.schedule)
+    return attrs.evolve(new, schedule=cfg.schedule, plugins=cfg.plugins, provenance=cfg.provenance)
 
 
 def dump_toml(data: Mapping[str, Any]) -> str:

@@ -286,6 +286,16 @@ def on_checkpoint_saved(step, path):
 
 
 @hookspec
+def on_run_error(run_dir, step, error):
+    """Called when a run stops on an error (a non-finite loss, a failed reward, a dead server, …).
+
+    :param run_dir: the run directory; its last checkpoint is where ``--resume`` restarts.
+    :param step: the number of steps completed.
+    :param error: the exception, which propagates after this hook returns.
+    """
+
+
+@hookspec
 def on_run_end(run_dir, metrics, history):
     """Called once when a run finishes.
 

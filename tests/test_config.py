@@ -17,7 +17,7 @@ def test_defaults_validate(lab):
     cfg = load_config(None, lab=lab)
     assert cfg.component("advantage").name == "grpo"
     assert cfg.component("policy_loss").name == "ppo_clip"
-    assert cfg.train.algorithm == "rl"
+    assert cfg.component("algorithm").name == "rl"
 
 
 def test_toml_sections_and_overrides(tmp_path, lab):
@@ -104,12 +104,12 @@ def test_schedule_is_validated_and_applied(tmp_path, lab):
         """
         [[schedule]]
         step = 5
-        set = { "policy_loss" = "cispo", "train.entropy_coef" = 0.01 }
+        set = { "policy_loss" = "cispo", "algorithm.entropy_coef" = 0.01 }
         """,
     )
     cfg = load_config(p, lab=lab)
     new = apply_schedule(cfg, cfg.schedule[0], lab=lab)
-    assert new.component("policy_loss").name == "cispo" and new.train.entropy_coef == 0.01
+    assert new.component("policy_loss").name == "cispo" and new.component("algorithm").config.entropy_coef == 0.01
     bad = write(tmp_path, '[[schedule]]\nstep = 5\nset = { "policy_loss" = "nope" }\n')
     with pytest.raises(ConfigError, match="schedule at step 5.*nope"):
         load_config(bad, lab=lab)

@@ -55,7 +55,7 @@ def finite_metrics(m: dict) -> None:
 
 
 def test_step_metrics_and_first_minibatch_is_on_policy(tmp_path):
-    tr = Trainer(small_cfg("train.epochs=2", "train.minibatches=2"), run_dir=tmp_path, progress=False)
+    tr = Trainer(small_cfg("algorithm.epochs=2", "algorithm.minibatches=2"), run_dir=tmp_path, progress=False)
     m = tr.train_step()
     finite_metrics(m)
     for key in ("time/rollout", "time/reward", "time/forward", "time/update", "time/sync", "perf/peak_rss_mb", "rollout/reward", "actor/clipfrac", "loss/policy"):
@@ -66,24 +66,26 @@ def test_step_metrics_and_first_minibatch_is_on_policy(tmp_path):
 
 
 def test_micro_batches_do_not_change_the_gradient(tmp_path):
-    tr = Trainer(small_cfg("train.entropy_coef=0.01", "aggregation=seq-mean-token-mean"), run_dir=tmp_path, progress=False)
-    batch, _ = tr.rollout(0)
-    with torch.no_grad():
-        old = tr._logprobs(tr.policy, batch)
-    adv, ret = tr.advantage(token_rewards=batch.token_rewards, mask=batch.response_mask, index=batch.index)
-    adv = adv + 0.1 * torch.randn_like(adv)  # make every token matter
-    mask = batch.response_mask
     from functools import partial
 
-    from rllab.trainer import _aggregate
+    from rllab_rl import Prepared, _aggregate, _logprobs
 
-    agg = partial(_aggregate, tr.aggregation, global_tokens=int(mask.sum()), global_seqs=int(mask.any(-1).sum()))
+    tr = Trainer(small_cfg("algorithm.entropy_coef=0.01", "aggregation=seq-mean-token-mean"), run_dir=tmp_path, progress=False)
+    ctx = tr.context()
+    batch = tr.rollout.to_batch(tr.rollout.sample(0))
+    with torch.no_grad():
+        old = _logprobs(ctx, tr.policy, batch)
+    adv, ret = tr.components["advantage"](token_rewards=batch.token_rewards, mask=batch.response_mask, index=batch.index)
+    adv = adv + 0.1 * torch.randn_like(adv)  # make every token matter
+    mask = batch.response_mask
+    prepared = Prepared(batch=batch, old_log_prob=old, ref_log_prob=None, values=None, advantages=adv, returns=ret, weights=torch.ones_like(adv), beta=0.0)
+    agg = partial(_aggregate, tr.components["aggregation"], global_tokens=int(mask.sum()), global_seqs=int(mask.any(-1).sum()))
     params = [p for p in tr.policy.parameters() if p.requires_grad]
 
     def grads(splits):
         tr.policy.zero_grad(set_to_none=True)
         for rows in splits:
-            tr._micro_loss(batch, rows, agg, old, None, None, adv, ret, torch.ones_like(adv), 0.0)
+            tr.algorithm.micro_loss(ctx, prepared, rows, agg)
         return [p.grad.clone() for p in params]
 
     whole = grads([torch.arange(batch.input_ids.shape[0])])
@@ -94,8 +96,7 @@ def test_micro_batches_do_not_change_the_gradient(tmp_path):
 
 
 def test_run_directory_contents(tmp_path):
-    cfg = small_cfg("train.steps=2", "train.checkpoint_every=1")
-    cfg = attrs.evolve(cfg, loggers=("jsonl", "tensorboard"))
+    cfg = small_cfg("train.steps=2", "train.checkpoint_every=1", 'loggers=["jsonl", "tensorboard"]')
     summary = run_experiment(cfg, run_dir=tmp_path / "run", progress=False)
     run = tmp_path / "run"
     for name in ("config.toml", "metrics.jsonl", "final.json", "curves.png"):
@@ -103,9 +104,12 @@ def test_run_directory_contents(tmp_path):
     assert (run / "tensorboard").is_dir()
     assert (run / "checkpoints" / "latest").read_text() == "step_000002"
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert rows[0]["step"] == -1 and "eval/accuracy" in rows[0]
+    # steps count completed steps: eval before training is step 0, the row of the k-th step is k,
+    # and the eval and checkpoint after it carry k too
+    assert rows[0]["step"] == 0 and "eval/accuracy" in rows[0]
     assert rows[-1]["step"] == 2 and "eval/accuracy" in rows[-1]
-    assert {r["step"] for r in rows} == {-1, 0, 1, 2}
+    assert [r["step"] for r in rows if "rollout/reward" in r] == [1, 2]
+    assert {r["step"] for r in rows} == {0, 1, 2}
     assert 0.0 <= summary["final/accuracy"] <= 1.0
     # the resolved config reloads to the same experiment
     again = load_config(run / "config.toml")
@@ -277,24 +281,28 @@ def test_bad_config_fails_before_any_model_loads(tmp_path):
 
 def test_schedule_and_python_swap(tmp_path):
     lab = rllab.Lab()
-    cfg = load_config({"schedule": [{"step": 1, "set": {"policy_loss": "cispo", "train.entropy_coef": 0.01}}]}, SMALL, lab=lab)
+    cfg = load_config({"schedule": [{"step": 1, "set": {"policy_loss": "cispo", "algorithm.entropy_coef": 0.01}}]}, SMALL, lab=lab)
     tr = Trainer(cfg, lab=lab, run_dir=tmp_path, progress=False)
     tr.train_step()
-    assert tr.policy_loss.name == "ppo_clip"
+    assert tr.components["policy_loss"].name == "ppo_clip"
     m = tr.train_step()
-    assert tr.policy_loss.name == "cispo" and tr.cfg.train.entropy_coef == 0.01 and m["schedule/changed"] == 1.0
+    assert tr.components["policy_loss"].name == "cispo" and tr.algorithm.config.entropy_coef == 0.01 and m["schedule/changed"] == 1.0
+    assert "loss/entropy" in m
     tr.swap("policy_loss", "ppo_dual_clip", clip_c=4.0)
     tr.swap("advantage", "rloo")
     tr.train_step()
-    assert tr.policy_loss.config.clip_c == 4.0 and tr.advantage.name == "rloo"
+    assert tr.components["policy_loss"].config.clip_c == 4.0 and tr.components["advantage"].name == "rloo"
     with pytest.raises(ConfigError):
         tr.swap("policy_loss", "ppo_dual_clip", clip_c=0.5)
     tr.close()
 
 
+PRESET_EXTRAS = {"dpo": ["algorithm.pairs=16", "algorithm.batch_size=8"]}
+
+
 @pytest.mark.parametrize("preset", preset_names())
 def test_every_preset_trains_two_steps(tmp_path, preset):
-    cfg = small_cfg("train.steps=2", "train.dpo_pairs=16", "train.dpo_batch_size=8", preset=preset)
+    cfg = small_cfg("train.steps=2", *PRESET_EXTRAS.get(preset, []), preset=preset)
     tr = Trainer(cfg, run_dir=tmp_path, progress=False)
     for _ in range(2):
         m = tr.train_step()
@@ -308,22 +316,24 @@ def test_online_dpo_skips_groups_with_failed_rewards(tmp_path, trouble_lab):
     cfg = small_cfg("task=toy_trouble", "task.mode=raise", "model.warm_start.steps=0", "rollout.reward_errors=skip", lab=trouble_lab, preset="online_dpo")
     tr = Trainer(cfg, lab=trouble_lab, run_dir=tmp_path, progress=False)
     seen = []
-    score, pair = tr.score, tr._preference_pairs_from_samples
+    sample, pair = tr.rollout.sample, tr.algorithm.pairs_from
 
-    def spy_score(examples, comps):
-        out = score(examples, comps)
-        seen.append({"failed": {c.prompt_index for c, k in zip(comps, out[1]) if not k}})
+    def spy_sample(step, **kw):
+        out = sample(step, **kw)
+        failed = {c.prompt_index for c, e in zip(out.completions, out.rewards.tolist()) if not e and c.prompt_index not in ()}
+        seen.append({"failed": {c.prompt_index for c, k in zip(out.completions, out.keep.tolist()) if not k}, "all": failed})
         return out
 
-    def spy_pair(examples, comps, scores):
-        seen[-1]["paired_from"] = {c.prompt_index for c in comps}
-        return pair(examples, comps, scores)
+    def spy_pair(ctx, scored):
+        out = pair(ctx, scored)
+        seen[-1]["paired_from"] = {g for g, _ in out[0]}
+        return out
 
-    tr.score, tr._preference_pairs_from_samples = spy_score, spy_pair
+    tr.rollout.sample, tr.algorithm.pairs_from = spy_sample, spy_pair
     ms = [tr.train_step() for _ in range(3)]
     for m in ms:
         finite_metrics(m)
-    assert any(s["failed"] for s in seen), "the toy reward never failed; the test checks nothing"
-    for s in seen:  # a group with a failed sample contributes no completion to pairing
-        assert not (s["failed"] & s["paired_from"]), s
+    assert sum(m["rollout/reward_errors"] for m in ms) > 0, "the toy reward never failed; the test checks nothing"
+    for s in seen:  # a group with a failed sample contributes no pair
+        assert not (s["failed"] & s.get("paired_from", set())), s
     tr.close()

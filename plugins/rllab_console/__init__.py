@@ -1,0 +1,141 @@
+"""The terminal reporter: a live progress bar, the final summary line and ``curves.png``.
+
+It is an ordinary plugin on the run's event hooks (as pytest's terminal reporter is): it draws a
+rich progress bar from ``on_run_start`` to ``on_run_end`` when the run asks for progress, shows
+the latest eval accuracy from ``on_eval_end``, always prints one summary line at the end (also
+under ``rllab run -q``), and plots training reward and eval accuracy into ``RUN_DIR/curves.png``.
+Another front end (a TUI, a notebook widget) listens to the same hooks.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import rllab
+
+_RUNS: dict[Path, "_Reporter"] = {}
+
+
+class _Reporter:
+    def __init__(self, run_dir: Path, config, start: int, total: int, progress: bool):
+        from rich.console import Console
+
+        # piped output (files, CI logs) keeps whole lines instead of folding paths at 80 columns
+        self.console = Console(width=None if sys.stdout.isatty() else 1000, soft_wrap=not sys.stdout.isatty())
+        self.algorithm = config.component("algorithm").name
+        self.parts = {s: config.component(s).name for s in ("advantage", "policy_loss", "preference_loss")}
+        self.last_eval: float | None = None
+        self.progress = None
+        if progress:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self.progress = Progress(
+                TextColumn("[bold]train"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                TextColumn("{task.description}"),
+                console=self.console,
+            )
+            self.progress.start()
+            self.task = self.progress.add_task("", total=total, completed=start)
+
+    def step(self, metrics: dict) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, advance=1, description=describe(metrics, self.last_eval))
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+
+def describe(m: dict, last_eval: float | None = None) -> str:
+    """The progress bar's text: latest eval accuracy and the step's key metrics."""
+    parts = []
+    if last_eval is not None:
+        parts.append(f"eval {last_eval:.1%}")
+    for key, label in (("rollout/reward", "reward"), ("actor/entropy", "entropy"), ("loss/preference", "loss"), ("dpo/accuracy", "pref-acc")):
+        if key in m:
+            parts.append(f"{label} {m[key]:.3f}")
+    for key, label in (("actor/approx_kl", "kl"), ("actor/clipfrac", "clip")):
+        if m.get(key):  # always 0 on a fully on-policy step: shown only when informative
+            parts.append(f"{label} {m[key]:.3f}")
+    if m.get("train/nonfinite"):
+        parts.append("[red]non-finite update skipped[/]")
+    if "time/step" in m:
+        parts.append(f"{m['time/step']:.2f}s/step")
+    return "  ".join(parts)
+
+
+def plot_run(run_dir: Path, history: list[dict], title: str | None = None) -> Path | None:
+    """A PNG of training reward and eval accuracy against step; None when there is nothing to plot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [(h["step"], h["rollout/reward"]) for h in history if "rollout/reward" in h]
+    ev = [(h["step"], h["eval/accuracy"]) for h in history if "eval/accuracy" in h]
+    if not train and not ev:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if train:
+        ax.plot([s for s, _ in train], [r for _, r in train], label="train reward", alpha=0.7)
+    if ev:
+        ax.plot([s for s, _ in ev], [a for _, a in ev], "o-", label="eval accuracy (greedy)")
+    ax.set_xlabel("step")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title(title or run_dir.name, fontsize=10)
+    out = run_dir / "curves.png"
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+@rllab.hookimpl
+def on_run_start(run_dir, config, start_step, total_steps, progress):
+    _RUNS[Path(run_dir)] = _Reporter(Path(run_dir), config, start_step, total_steps, progress)
+
+
+@rllab.hookimpl
+def on_run_error(run_dir, step, error):
+    r = _RUNS.pop(Path(run_dir), None)
+    if r is not None:
+        r.close()
+
+
+@rllab.hookimpl
+def on_step_end(step, metrics):
+    for r in _RUNS.values():
+        r.step(metrics)
+
+
+@rllab.hookimpl
+def on_eval_end(step, metrics):
+    for r in _RUNS.values():
+        r.last_eval = metrics.get("eval/accuracy", r.last_eval)
+
+
+@rllab.hookimpl
+def on_run_end(run_dir, metrics, history):
+    run_dir = Path(run_dir)
+    r = _RUNS.pop(run_dir, None)
+    if r is None:
+        return
+    r.close()
+    what = r.algorithm if r.algorithm != "rl" else f"rl: {r.parts['advantage']} + {r.parts['policy_loss']}"
+    if r.algorithm in ("dpo", "online_dpo"):
+        what = f"{r.algorithm}: {r.parts['preference_loss']}"
+    plot_run(run_dir, history, title=f"{what} — {run_dir.name}")
+    r.console.print(
+        f"[bold]done[/]: eval accuracy {metrics['initial/accuracy']:.1%} → {metrics['final/accuracy']:.1%} "
+        f"in {metrics['steps']} steps ({what}); run directory [cyan]{run_dir}[/]",
+        highlight=False,
+        soft_wrap=True,
+    )

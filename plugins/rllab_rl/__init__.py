@@ -1,0 +1,278 @@
+"""The policy-gradient step (PPO, GRPO, RLOO, REINFORCE++, DAPO, … by the components chosen).
+
+One step::
+
+    rollout stage ─► RolloutBatch (scores on the last response token)
+        ─► prepare (no grad): old / ref log-probs, critic values, KL in the reward (optional),
+           advantages and returns, importance weights  ─► a frozen Prepared batch
+        ─► update: epochs × minibatches × micro-batches
+               loss = policy_loss(log_prob, old_log_prob, advantages, weights)
+                    + β·aggregate(kl(log_prob, ref_log_prob))            (kl_in = "loss")
+                    − c_H·aggregate(entropy) + c_V·value_loss            (critic estimators)
+               backward; yield OptimizerStep (the trainer checks, clips and steps)
+
+Every minibatch is normalised by its *global* token and sequence counts, passed to the
+aggregation, so splitting a minibatch into micro-batches for gradient accumulation never changes
+the loss or the gradient. A fully on-policy step (1 epoch, 1 minibatch, no KL in the reward)
+reuses the update's own forward, detached, as the old log-probs instead of a separate no-grad
+forward.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import Any
+
+import attrs
+import torch
+
+import rllab
+from rllab import ops
+from rllab.algorithm import OptimizerStep, RunContext, checked_loss, seed_for
+from rllab.models import grouped_response_logprobs
+
+
+@attrs.frozen
+class RLConfig:
+    """Knobs of the policy-gradient step."""
+
+    epochs: int = rllab.knob(1, help="passes over each step's rollouts", ge=1)
+    minibatches: int = rllab.knob(1, help="optimizer steps per epoch", ge=1)
+    micro_batch_size: int | None = rllab.knob(None, help="rows per forward/backward (gradient accumulation); None: whole minibatch", ge=1)
+    entropy_coef: float = rllab.knob(0.0, help="entropy bonus coefficient", ge=0.0)
+    vf_coef: float = rllab.knob(0.5, help="value-loss coefficient (critic estimators only)", ge=0.0)
+    kl_in: str = rllab.knob("none", help="where the KL penalty to the reference applies", choices=("none", "reward", "loss"))
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Prepared:
+    """Everything the update needs, computed once per step without gradients. (B, T) tensors."""
+
+    batch: rllab.RolloutBatch
+    old_log_prob: torch.Tensor | None
+    """None on a fully on-policy step: the update's own forward supplies it."""
+    ref_log_prob: torch.Tensor | None
+    values: torch.Tensor | None
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    weights: torch.Tensor | None
+    """Importance weights from the correction (None: computed per micro-batch, or no correction)."""
+    beta: float
+
+
+def _logprobs(ctx: RunContext, model, batch, rows=None, with_entropy=False):
+    ids = batch.input_ids if rows is None else batch.input_ids[rows]
+    attn = batch.attention_mask if rows is None else batch.attention_mask[rows]
+    with ctx.autocast():
+        # rows sampled from one prompt share its forward (see rllab.models.grouped_response_logprobs)
+        return grouped_response_logprobs(
+            model,
+            ids,
+            attn,
+            batch.response_length,
+            with_entropy=with_entropy,
+            chunk_size=ctx.config.model.logprob_chunk,
+            temperature=ctx.config.rollout.temperature,
+        )
+
+
+def _values(ctx: RunContext, batch, rows=None):
+    ids = batch.input_ids if rows is None else batch.input_ids[rows]
+    attn = batch.attention_mask if rows is None else batch.attention_mask[rows]
+    with ctx.autocast():
+        return ctx.critic.values(ids, attn, batch.response_length).float()
+
+
+def _to(batch: rllab.RolloutBatch, device: torch.device) -> rllab.RolloutBatch:
+    if device.type == "cpu":
+        return batch
+    return attrs.evolve(batch, **{f.name: getattr(batch, f.name).to(device) for f in attrs.fields(type(batch)) if isinstance(getattr(batch, f.name), torch.Tensor)})
+
+
+class RL:
+    """Policy-gradient RL with the run's advantage estimator, policy loss, correction, KL and aggregation."""
+
+    uses = frozenset({"task", "backend", "advantage", "policy_loss", "correction", "aggregation", "kl", "kl_controller", "value_loss"})
+    provides = {"advantage_estimator": ("values",)}
+
+    def __init__(self, *, config: RLConfig):
+        self.config = config
+
+    def needs(self, ctx: RunContext) -> set[str]:
+        out = set()
+        if "values" in ctx.components["advantage"].spec.requires:
+            out.add("critic")
+        if self.config.kl_in != "none" and ctx.kl_coef > 0:
+            out.add("reference")
+        return out
+
+    def reconfigure(self, config: RLConfig) -> None:
+        """Take new knobs between steps (a ``[[schedule]]`` entry): the step holds no other state."""
+        self.config = config
+
+    def on_policy(self, ctx: RunContext) -> bool:
+        """One update from the step's own rollouts and nothing needing old log-probs before it."""
+        c = self.config
+        return c.epochs == 1 and c.minibatches == 1 and not (c.kl_in == "reward" and ctx.reference is not None)
+
+    # ------------------------------------------------------------------ the step
+
+    def step(self, ctx: RunContext):
+        scored = ctx.rollout.sample(ctx.step)
+        metrics = dict(scored.metrics)
+        batch = ctx.rollout.to_batch(scored)
+        if batch is None:
+            metrics["train/skipped"] = 1.0
+            return metrics
+        ctx.hook.on_rollout_end(step=ctx.step + 1, batch=batch, metrics=dict(metrics))
+        batch = _to(batch, ctx.device)
+        prepared, prep_metrics = self.prepare(ctx, batch)
+        metrics.update(prep_metrics)
+        update = yield from self.update(ctx, prepared)
+        metrics.update(update)
+        if prepared.ref_log_prob is not None and prepared.old_log_prob is not None:
+            metrics["kl/policy_ref"] = ops.masked_mean(prepared.old_log_prob - prepared.ref_log_prob, batch.response_mask).item()
+        metrics["kl/coef"] = prepared.beta
+        metrics["train/rows"] = float(batch.input_ids.shape[0])
+        return metrics
+
+    def prepare(self, ctx: RunContext, batch: rllab.RolloutBatch) -> tuple[Prepared, dict]:
+        """The no-grad forwards, KL in the reward, advantages and importance weights."""
+        import time
+
+        comps = ctx.components
+        mask = batch.response_mask
+        metrics: dict[str, float] = {}
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            old = None if self.on_policy(ctx) else _logprobs(ctx, ctx.policy, batch)
+            ref = _logprobs(ctx, ctx.reference, batch) if ctx.reference is not None else None
+            values = _values(ctx, batch) if ctx.critic is not None else None
+        t1 = time.perf_counter()
+        token_rewards = batch.token_rewards
+        beta = float(ctx.kl_coef)
+        if self.config.kl_in == "reward" and ref is not None:
+            kl_tok = comps["kl"](log_prob=old, ref_log_prob=ref)
+            token_rewards = token_rewards - beta * torch.where(mask, kl_tok, torch.zeros_like(kl_tok))
+            metrics["kl/reward_kl"] = ops.masked_mean(kl_tok, mask).item()
+        advantages, returns = comps["advantage"](token_rewards=token_rewards, mask=mask, index=batch.index, values=values)
+        weights = None
+        if old is not None:  # else computed per micro-batch from the update's forward
+            weights, corr_metrics = comps["correction"](old_log_prob=old, rollout_log_prob=batch.rollout_log_prob, mask=mask)
+            metrics.update({k: float(v) for k, v in corr_metrics.items()})
+        metrics["adv/mean"] = ops.masked_mean(advantages, mask).item()
+        metrics["adv/std"] = math.sqrt(max(ops.masked_var(advantages, mask).item(), 0.0))
+        metrics["adv/zero_frac"] = ops.masked_mean((advantages == 0).float(), mask).item()
+        metrics["time/forward"] = t1 - t0
+        metrics["time/advantage"] = time.perf_counter() - t1
+        prepared = Prepared(
+            batch=batch, old_log_prob=old, ref_log_prob=ref, values=values, advantages=advantages, returns=returns, weights=weights, beta=beta
+        )
+        return prepared, metrics
+
+    def update(self, ctx: RunContext, p: Prepared):
+        """Epochs × minibatches × micro-batches; yields after each minibatch's backward."""
+        import time
+
+        c = self.config
+        t0 = time.perf_counter()
+        batch = p.batch
+        B = batch.input_ids.shape[0]
+        gen = torch.Generator().manual_seed(seed_for(ctx.seed, ctx.step, 2))
+        aggregation = ctx.components["aggregation"]
+        sums: dict[str, list[float]] = {}
+        for _epoch in range(c.epochs):
+            order = torch.randperm(B, generator=gen) if c.minibatches > 1 else torch.arange(B)
+            for mb in order.tensor_split(c.minibatches):
+                if mb.numel() == 0:
+                    continue
+                mb = mb.to(batch.input_ids.device)
+                mb_mask = batch.response_mask[mb]
+                agg = partial(_aggregate, aggregation, global_tokens=int(mb_mask.sum()), global_seqs=int(mb_mask.any(-1).sum()))
+                micro = c.micro_batch_size or mb.numel()
+                mb_tokens = max(1, int(mb_mask.sum()))
+                mb_metrics: dict[str, float] = {}
+                for rows in mb.split(micro):
+                    m = self.micro_loss(ctx, p, rows, agg)
+                    token_share = int(batch.response_mask[rows].sum()) / mb_tokens
+                    for k, v in m.items():
+                        # losses add over micro-batches (global normalisers); diagnostics are token-weighted
+                        mb_metrics[k] = mb_metrics.get(k, 0.0) + v * (1.0 if k.startswith("loss/") else token_share)
+                grad_metrics = yield OptimizerStep(critic=ctx.critic is not None)
+                mb_metrics.update(grad_metrics or {})
+                for k, v in mb_metrics.items():
+                    sums.setdefault(k, []).append(v)
+        out = {k: sum(v) / len(v) for k, v in sums.items()}
+        out["actor/first_approx_kl"] = sums.get("actor/approx_kl", [0.0])[0]
+        out["actor/first_clipfrac"] = sums.get("actor/clipfrac", [0.0])[0]
+        out["time/update"] = time.perf_counter() - t0
+        return out
+
+    def micro_loss(self, ctx: RunContext, p: Prepared, rows: torch.Tensor, agg) -> dict:
+        """Forward and backward of one micro-batch; returns its metrics (losses as floats)."""
+        comps = ctx.components
+        batch = p.batch
+        mask = batch.response_mask[rows]
+        correction = comps["correction"]
+        log_prob, entropy = _logprobs(ctx, ctx.policy, batch, rows, with_entropy=True)
+        out: dict[str, float] = {}
+        if p.old_log_prob is None:  # on-policy: this forward is the rollout-time policy
+            old = log_prob.detach()
+            w = None
+            if correction.name != "none":
+                w, corr_metrics = correction(old_log_prob=old, rollout_log_prob=batch.rollout_log_prob[rows], mask=mask)
+                out.update({k: float(v) for k, v in corr_metrics.items()})
+            if p.ref_log_prob is not None:
+                out["kl/policy_ref"] = ops.masked_mean(old - p.ref_log_prob[rows], mask).item()
+        else:
+            old = p.old_log_prob[rows]
+            w = p.weights[rows] if p.weights is not None else None
+        pg_loss, pg_metrics = comps["policy_loss"](
+            log_prob=log_prob,
+            old_log_prob=old,
+            advantages=p.advantages[rows],
+            mask=mask,
+            aggregate=agg,
+            weights=None if correction.name == "none" else w,
+        )
+        loss = checked_loss(pg_loss, ctx, "policy_loss")
+        out.update({k: float(v) for k, v in pg_metrics.items()})
+        out["loss/policy"] = loss.item()
+        if self.config.kl_in == "loss" and p.ref_log_prob is not None and p.beta > 0:
+            kl_loss = checked_loss(agg(comps["kl"](log_prob=log_prob, ref_log_prob=p.ref_log_prob[rows]), mask), ctx, "kl")
+            loss = loss + p.beta * kl_loss
+            out["loss/kl"] = kl_loss.item()
+        out["actor/entropy"] = ops.masked_mean(entropy.detach(), mask).item()
+        if self.config.entropy_coef > 0:
+            ent = checked_loss(agg(entropy, mask), ctx, "aggregation")
+            loss = loss - self.config.entropy_coef * ent
+            out["loss/entropy"] = ent.item()
+        loss.backward()
+        if ctx.critic is not None:
+            v = _values(ctx, batch, rows)
+            v_loss, v_metrics = comps["value_loss"](values=v, old_values=p.values[rows], returns=p.returns[rows], mask=mask, aggregate=agg)
+            v_loss = checked_loss(v_loss, ctx, "value_loss")
+            (self.config.vf_coef * v_loss).backward()
+            out["loss/value"] = v_loss.item()
+            out.update({k: float(x) for k, x in v_metrics.items()})
+        out["loss/total"] = loss.item()
+        return out
+
+
+def _aggregate(component: Any, loss_mat, mask, *, global_tokens, global_seqs):
+    return component(loss_mat=loss_mat, mask=mask, global_tokens=global_tokens, global_seqs=global_seqs)
+
+
+def rl(*, config: RLConfig) -> RL:
+    """Policy-gradient RL: rollouts, advantages, clipped/corrected policy loss, optional KL and critic."""
+    return RL(config=config)
+
+
+rl.uses = RL.uses
+rl.provides = RL.provides
+
+
+@rllab.hookimpl
+def register_algorithms(register):
+    register("rl", rl, config=RLConfig)

@@ -1,0 +1,137 @@
+"""What an algorithm plugin sees and returns: the run context, the optimizer-step request, and
+the checks every algorithm applies to what its components return.
+
+An algorithm (``register_algorithms``) is the step a run repeats. It reads the run through a
+:class:`RunContext` and never steps an optimizer itself: its ``step`` is a generator that yields
+an :class:`OptimizerStep` after each backward pass, and the trainer answers by checking,
+clipping and applying the gradients::
+
+    class SFT:
+        uses = {"task", "backend"}            # config sections it reads
+        provides = {}                         # optional inputs it passes to components
+
+        def __init__(self, *, config):
+            self.config = config
+
+        def needs(self, ctx):                 # extra models: "reference", "critic"
+            return set()
+
+        def step(self, ctx):
+            loss = ...                        # forwards through ctx.policy
+            loss = checked_loss(loss, ctx, "sft")
+            loss.backward()
+            grad = yield OptimizerStep()      # the trainer clips and steps; grad metrics back
+            return {"loss/sft": loss.item(), **grad}
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Generator, Mapping, Protocol, runtime_checkable
+
+import attrs
+import torch
+
+from rllab.errors import NonFiniteError, RllabError
+
+
+def seed_for(seed: int, step: int, salt: int) -> int:
+    """A per-(seed, step, purpose) seed: every step's data and sampling derive from the run's seed."""
+    return (seed * 1_000_003 + step * 7919 + salt * 104_729) % (2**31 - 1)
+
+
+@attrs.frozen(kw_only=True)
+class OptimizerStep:
+    """Yielded by an algorithm after a backward pass: "apply the accumulated gradients now".
+
+    ``critic``: also step the critic's optimizer (when the run has a critic).
+    """
+
+    critic: bool = False
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class RunContext:
+    """A read-only view of the run for one step.
+
+    ``components`` maps config sections (``policy_loss``, ``advantage``, …) to built components;
+    ``rollout`` is the :class:`rllab.rollout.RolloutStage`; ``reference`` / ``critic`` are None
+    unless the algorithm's ``needs`` asked for them. ``kl_coef`` is the KL controller's current β.
+    """
+
+    step: int
+    """0-based index of the step being taken (the run has completed ``step`` steps)."""
+    config: Any
+    components: Mapping[str, Any]
+    rollout: Any
+    policy: torch.nn.Module
+    reference: torch.nn.Module | None = None
+    critic: torch.nn.Module | None = None
+    kl_coef: float = 0.0
+    device: torch.device = torch.device("cpu")
+    autocast_dtype: torch.dtype | None = None
+    hook: Any = None
+    """The Lab's event hooks (``ctx.hook.on_rollout_end(...)``)."""
+
+    @property
+    def seed(self) -> int:
+        return self.config.train.seed
+
+    def autocast(self):
+        """A context for the forwards: ``torch.autocast`` at the run's compute dtype, or nothing."""
+        if self.autocast_dtype is None:
+            return _Null()
+        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+
+
+class _Null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+@runtime_checkable
+class Algorithm(Protocol):
+    """What ``register_algorithms`` factories return (see :mod:`rllab.hookspecs`)."""
+
+    def needs(self, ctx: RunContext) -> set[str]:
+        """The extra models this run needs: a subset of {"reference", "critic"}."""
+
+    def step(self, ctx: RunContext) -> Generator[OptimizerStep, dict, dict]:
+        """One training step; yields after each backward pass, returns the step's metrics."""
+
+
+def describe(component: Any, section: str) -> str:
+    """``policy_loss 'ppo_clip' (plugin rllab_ppo)`` for error messages."""
+    spec = getattr(component, "spec", None)
+    if spec is None:
+        return f"[{section}]"
+    return f"{section} {spec.name!r} (plugin {spec.provider})"
+
+
+def checked_loss(value: Any, ctx: RunContext, section: str, component: Any = None) -> torch.Tensor:
+    """``value`` if it is a finite scalar tensor; otherwise an error naming the component.
+
+    A loss of the wrong shape (e.g. a (B, T) per-token matrix that was never aggregated) raises
+    :class:`RllabError`; a NaN/inf loss raises :class:`NonFiniteError` (which the trainer's
+    ``train.nonfinite`` policy handles).
+    """
+    who = describe(component if component is not None else ctx.components.get(section), section)
+    if not isinstance(value, torch.Tensor):
+        raise RllabError(f"{who} returned a {type(value).__name__} as its loss; a loss must be a scalar torch.Tensor")
+    if value.ndim != 0:
+        raise RllabError(
+            f"{who} returned a loss of shape {tuple(value.shape)}; a loss must be a scalar (0-dim) tensor — "
+            f"reduce the per-token loss with the `aggregate` argument (`rllab check {getattr(getattr(component, 'spec', None), 'name', section)}` "
+            f"runs the contract suite)"
+        )
+    if not math.isfinite(value.item()):
+        raise NonFiniteError(
+            f"{who} returned a non-finite loss ({value.item()}) at step {ctx.step + 1}; set train.nonfinite = \"skip\" "
+            f"to drop such updates instead of stopping",
+            section=section,
+            step=ctx.step + 1,
+        )
+    return value

@@ -1,0 +1,195 @@
+"""The rollout stage: prompts → generate → decode → score → shape → filter → batch.
+
+One stage serves every algorithm: the RL step (:meth:`RolloutStage.sample` then
+:meth:`RolloutStage.to_batch`), online DPO (the same samples, paired), offline pair building
+(:meth:`RolloutStage.generate` and :meth:`RolloutStage.score`) and held-out evaluation
+(:meth:`RolloutStage.evaluate`). It is data in, data out: it reads the task and asks the backend
+for completions, and never changes weights (the trainer syncs them).
+
+Scoring follows ``rollout.reward_errors``: a reward that raises or is NaN/inf stops the run with
+a :class:`~rllab.errors.RewardError` naming the task, prompt and completion (``raise``), drops
+the sample's whole group (``skip``) or scores it 0 (``zero``), counted as
+``rollout/reward_errors``. What "solved" means is the task's: ``task.solved(example, reward)``
+when the task defines it, else ``reward ≥ 1``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Sequence
+
+import attrs
+import torch
+
+from rllab import ops
+from rllab.algorithm import seed_for
+from rllab.errors import RewardError
+from rllab.types import Completion, Example, RolloutBatch, SamplingParams
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Scored:
+    """Completions with their rewards. Tensors are (N,) over the N completions, prompt-major."""
+
+    examples: list[Example]
+    completions: list[Completion]
+    rewards: torch.Tensor
+    """(N,) float32 rewards from the task (0 where a reward failed)."""
+    scores: torch.Tensor
+    """(N,) float32 rewards after shaping (DAPO's overlong penalty) — what training uses."""
+    keep: torch.Tensor
+    """(N,) bool: False for samples dropped by ``reward_errors = "skip"`` or dynamic sampling."""
+    metrics: dict
+
+
+class RolloutStage:
+    """Generation and scoring for one run (see the module docstring).
+
+    :param task: the task component's instance.
+    :param task_name: its registered name (for error messages).
+    :param backend: a :class:`rllab.types.RolloutBackend`.
+    :param tokenizer: a Hugging Face tokenizer (``pad_token_id`` set).
+    :param config: the run's :class:`rllab.config.RolloutConfig`.
+    :param seed: the run's seed.
+    """
+
+    def __init__(self, *, task: Any, task_name: str, backend: Any, tokenizer: Any, config: Any, seed: int):
+        self.task = task
+        self.task_name = task_name
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.config = config
+        self.seed = seed
+
+    # -- text
+
+    def encode(self, prompt: str) -> list[int]:
+        return list(self.tokenizer(prompt).input_ids)
+
+    def response_ids(self, text: str) -> list[int]:
+        """Token ids of a response text, ending with EOS (as a sampled response would)."""
+        return list(self.tokenizer(text, add_special_tokens=False).input_ids) + [self.tokenizer.eos_token_id]
+
+    def decode(self, c: Completion) -> str:
+        ids = list(c.token_ids)
+        eos = self.tokenizer.eos_token_id
+        if eos in ids:
+            ids = ids[: ids.index(eos)]
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    # -- generation and scoring
+
+    def sampling_params(self, step: int, *, n: int, greedy: bool = False) -> SamplingParams:
+        r = self.config
+        return SamplingParams(
+            n=n,
+            max_new_tokens=r.max_new_tokens,
+            temperature=0.0 if greedy else r.temperature,
+            top_p=1.0 if greedy else r.top_p,
+            top_k=-1 if greedy else r.top_k,
+            stop_token_ids=(self.tokenizer.eos_token_id,),
+            seed=seed_for(self.seed, step, 1),
+        )
+
+    def generate(self, examples: Sequence[Example], params: SamplingParams) -> list[Completion]:
+        return self.backend.generate([self.encode(e.prompt) for e in examples], params)
+
+    def solved(self, example: Example, reward: float) -> bool:
+        fn = getattr(self.task, "solved", None)
+        return bool(fn(example, reward)) if fn is not None else reward >= 1.0
+
+    def score(self, examples: Sequence[Example], completions: Sequence[Completion]) -> tuple[list[float], list[bool], int]:
+        """Rewards for each completion; returns (rewards, keep, n_errors) under ``reward_errors``."""
+        policy = self.config.reward_errors
+        rewards, keep, errors = [], [], 0
+        for c in completions:
+            ex = examples[c.prompt_index]
+            text = self.decode(c)
+            try:
+                r = float(self.task.reward(ex, text))
+                if not math.isfinite(r):
+                    raise ValueError(f"returned {r}")
+            except Exception as e:
+                if policy == "raise":
+                    raise RewardError(
+                        f"reward of task {self.task_name!r} failed on prompt {ex.prompt!r} with completion {text!r}: "
+                        f"{type(e).__name__}: {e}. Set rollout.reward_errors = \"skip\" or \"zero\" to continue past "
+                        f"such samples."
+                    ) from None
+                errors += 1
+                rewards.append(0.0)
+                keep.append(policy == "zero")
+                continue
+            rewards.append(r)
+            keep.append(True)
+        return rewards, keep, errors
+
+    def overlong_penalty(self, completions: Sequence[Completion]) -> torch.Tensor:
+        """DAPO's soft overlong punishment: linear from 0 to −penalty over the last ``buffer`` tokens."""
+        r = self.config
+        lengths = torch.tensor([len(c.token_ids) for c in completions], dtype=torch.float32)
+        if r.overlong_buffer <= 0:
+            return torch.zeros_like(lengths)
+        expected = r.max_new_tokens - r.overlong_buffer
+        return -((lengths - expected).clamp(min=0) / r.overlong_buffer) * r.overlong_penalty
+
+    def sample(self, step: int, *, prompts: int | None = None, group_size: int | None = None) -> Scored:
+        """Draw a step's prompts, sample a group for each, score, shape and filter them."""
+        r = self.config
+        P = prompts or r.prompts_per_step
+        G = group_size or r.group_size
+        t0 = time.perf_counter()
+        gen = torch.Generator().manual_seed(seed_for(self.seed, step, 0))
+        examples = self.task.train_examples(P, gen)
+        completions = self.generate(examples, self.sampling_params(step, n=G))
+        t1 = time.perf_counter()
+        raw, keep, errors = self.score(examples, completions)
+        t2 = time.perf_counter()
+        rewards = torch.tensor(raw, dtype=torch.float32)
+        scores = rewards + self.overlong_penalty(completions)
+        index = torch.tensor([c.prompt_index for c in completions])
+        keep_t = torch.tensor(keep, dtype=torch.bool)
+        if errors and r.reward_errors == "skip":  # drop the whole group of a failed sample
+            keep_t &= ~torch.isin(index, index[~keep_t].unique())
+        lengths = torch.tensor([len(c.token_ids) for c in completions], dtype=torch.float32)
+        count, _, std = ops.group_stats(scores, index)
+        all_equal = (std == 0) & (count > 1)
+        solved = [self.solved(examples[c.prompt_index], x) for c, x in zip(completions, raw)]
+        metrics = {
+            "rollout/reward": rewards.mean().item(),
+            "rollout/score": scores.mean().item(),
+            "rollout/accuracy": sum(solved) / len(solved),
+            "rollout/response_length": lengths.mean().item(),
+            "rollout/empty_frac": (lengths == 0).float().mean().item(),
+            "rollout/stop_frac": sum(c.finish_reason == "stop" for c in completions) / len(completions),
+            "rollout/reward_errors": float(errors),
+            "rollout/groups_all_equal": all_equal.float().sum().item() / max(1, G),
+            "time/rollout": t1 - t0,
+            "time/reward": t2 - t1,
+            "perf/completions_per_s": len(completions) / max(t1 - t0, 1e-9),
+        }
+        if r.dynamic_sampling:
+            keep_t &= ~all_equal
+        metrics["rollout/kept_frac"] = keep_t.float().mean().item()
+        return Scored(examples=examples, completions=completions, rewards=rewards, scores=scores, keep=keep_t, metrics=metrics)
+
+    def to_batch(self, scored: Scored) -> RolloutBatch | None:
+        """The kept completions as a padded :class:`RolloutBatch` (None when nothing is kept)."""
+        kept = [c for c, k in zip(scored.completions, scored.keep.tolist()) if k]
+        if not kept:
+            return None
+        return RolloutBatch.from_completions(kept, scored.scores[scored.keep].tolist(), pad_token_id=self.tokenizer.pad_token_id)
+
+    def evaluate(self, size: int) -> dict:
+        """Greedy accuracy and mean reward on the task's held-out split (its first ``size`` examples)."""
+        examples = self.task.eval_examples()[:size]
+        t0 = time.perf_counter()
+        comps = self.generate(examples, self.sampling_params(0, n=1, greedy=True))
+        rewards, _, _ = self.score(examples, comps)
+        return {
+            "eval/accuracy": sum(self.solved(e, x) for e, x in zip(examples, rewards)) / len(rewards),
+            "eval/reward": sum(rewards) / len(rewards),
+            "eval/n": float(len(rewards)),
+            "time/eval": time.perf_counter() - t0,
+        }
