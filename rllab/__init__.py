@@ -19,7 +19,9 @@ import os as _os
 # idle. Only takes effect if torch has not been imported yet; an explicit setting wins.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from rllab import ops  # noqa: E402
+from rllab import algorithm, ops  # noqa: E402
+from rllab.algorithm import Algorithm, OptimizerStep, RunContext  # noqa: E402
+from rllab.errors import NonFiniteError, RewardError  # noqa: E402
 from rllab.hookspecs import hookimpl  # noqa: E402
 from rllab.lab import (  # noqa: E402
     KINDS,
@@ -52,6 +54,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "KINDS",
+    "Algorithm",
+    "NonFiniteError",
+    "OptimizerStep",
+    "RewardError",
+    "RunContext",
+    "algorithm",
     "Completion",
     "Component",
     "ComponentSpec",

@@ -295,22 +295,32 @@ def build_parser(lab: Lab | None = None) -> argparse.ArgumentParser:
     return p
 
 
-def _plugin_options(argv: list[str]) -> list[str]:
-    """Every ``--plugin X`` / ``--plugin=X`` on the line, wherever it stands."""
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--plugin", action="append", default=[])
-    known, _ = pre.parse_known_args(argv)
-    return known.plugin
+def _plugin_options(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Every ``--plugin X`` / ``--plugin=X`` on the line, wherever it stands, and the line without them."""
+    plugins, rest, i = [], [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--plugin" and i + 1 < len(argv):
+            plugins.append(argv[i + 1])
+            i += 2
+            continue
+        if a.startswith("--plugin="):
+            plugins.append(a.split("=", 1)[1])
+        else:
+            rest.append(a)
+        i += 1
+    return plugins, rest
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        strict = not (argv[:1] == ["plugins"])  # `rllab plugins` shows conflicts instead of failing on them
-        lab = Lab(plugins=_plugin_options(argv), strict=strict)
+        plugins, rest = _plugin_options(argv)
+        strict = not (rest[:1] == ["plugins"])  # `rllab plugins` shows conflicts instead of failing on them
+        lab = Lab(plugins=plugins, strict=strict)
         parser = build_parser(lab)
-        args = parser.parse_args(argv)
-        args.lab = lab
+        args = parser.parse_args(rest)
+        args.lab, args.plugin = lab, plugins
         return int(args.func(args) or 0)
     except RllabError as e:
         err_console.print(f"[red]error:[/] {escape(str(e))}")
