@@ -72,7 +72,7 @@ class HFBackendConfig:
     )
     share_weights: bool = rllab.knob(False, help="sample from the trainer's module itself instead of a copy")
     seed: int = rllab.knob(0, help="seeds the backend's generator (used when params.seed is None)")
-    device: str = rllab.knob("cpu", help="torch device of the sampling model")
+    device: str = rllab.knob("auto", help="torch device of the sampling model: auto (CUDA when available, as model.device), cpu, cuda, cuda:N")
     num_threads: int | None = rllab.knob(
         None, help="torch CPU threads during generate (None: leave the process setting)", ge=1
     )
@@ -86,7 +86,9 @@ class HFBackend:
         self.model = None
         self.eos_ids: list[int] = []
         """Token ids that always end a completion (the model's eos ids)."""
-        self.generator = torch.Generator(device=config.device).manual_seed(config.seed)
+        auto = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(auto if config.device == "auto" else config.device)
+        self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
         if config.model_path is not None:
             from transformers import AutoModelForCausalLM
 
@@ -95,7 +97,7 @@ class HFBackend:
     # -- weights
 
     def _set_model(self, model) -> None:
-        model = model.to(device=self.config.device, dtype=_DTYPES[self.config.dtype]).eval()
+        model = model.to(device=self.device, dtype=_DTYPES[self.config.dtype]).eval()
         for p in model.parameters():
             p.requires_grad_(False)
             p.grad = None
@@ -143,7 +145,7 @@ class HFBackend:
             if not p:
                 raise ValueError(f"hf backend: prompt {i} is empty")
         if params.seed is not None:
-            gen = torch.Generator(device=self.config.device).manual_seed(params.seed)
+            gen = torch.Generator(device=self.device).manual_seed(params.seed)
         else:
             gen = self.generator
         stop_ids = sorted(set(self.eos_ids) | set(params.stop_token_ids))
@@ -165,7 +167,7 @@ class HFBackend:
 
     @torch.inference_mode()
     def _generate_chunk(self, prompts, first_index, params, stop_ids, gen) -> list[Completion]:
-        model, device, n = self.model, self.config.device, params.n
+        model, device, n = self.model, self.device, params.n
         P, L, Tmax = len(prompts), max(len(p) for p in prompts), params.max_new_tokens
         pad = _pad_id(model)
         ids = torch.full((P, L), pad, dtype=torch.long)

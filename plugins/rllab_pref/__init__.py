@@ -60,10 +60,12 @@ def sequence_logps(ctx: RunContext, model, rows: list[tuple[list[int], list[int]
     """
     comps = [rllab.Completion(prompt_ids=tuple(p), token_ids=tuple(r), log_probs=(0.0,) * len(r), finish_reason="stop") for p, r in rows]
     batch = rllab.RolloutBatch.from_completions(comps, [0.0] * len(comps), pad_token_id=ctx.rollout.tokenizer.pad_token_id)
-    ids, attn, mask = batch.input_ids.to(ctx.device), batch.attention_mask.to(ctx.device), batch.response_mask.to(ctx.device)
+    home = next(model.parameters()).device  # the reference may live elsewhere (model.reference_device)
+    ids, attn = batch.input_ids.to(home), batch.attention_mask.to(home)
     with torch.enable_grad() if grad else torch.no_grad(), ctx.autocast():
         lp = response_logprobs(model, ids, attn, batch.response_length, chunk_size=ctx.config.model.logprob_chunk)
-    return ops.masked_sum(lp.float(), mask, dim=-1), mask.sum(-1)
+    mask = batch.response_mask.to(ctx.device)
+    return ops.masked_sum(lp.float().to(ctx.device), mask, dim=-1), mask.sum(-1)
 
 
 class _Preference:

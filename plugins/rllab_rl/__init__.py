@@ -64,17 +64,21 @@ class Prepared:
 def _logprobs(ctx: RunContext, model, batch, rows=None, with_entropy=False):
     ids = batch.input_ids if rows is None else batch.input_ids[rows]
     attn = batch.attention_mask if rows is None else batch.attention_mask[rows]
+    home = next(model.parameters()).device  # the reference may live elsewhere (model.reference_device)
     with ctx.autocast():
         # rows sampled from one prompt share its forward (see rllab.models.grouped_response_logprobs)
-        return grouped_response_logprobs(
+        out = grouped_response_logprobs(
             model,
-            ids,
-            attn,
+            ids.to(home),
+            attn.to(home),
             batch.response_length,
             with_entropy=with_entropy,
             chunk_size=ctx.config.model.logprob_chunk,
             temperature=ctx.config.rollout.temperature,
         )
+    if home != ids.device:
+        out = out.to(ids.device) if isinstance(out, torch.Tensor) else tuple(t.to(ids.device) for t in out)
+    return out
 
 
 def _values(ctx: RunContext, batch, rows=None):
