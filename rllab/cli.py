@@ -215,7 +215,8 @@ def cmd_settings(args) -> int:
 
 def cmd_run(args) -> int:
     from rllab.config import load_config
-    from rllab.trainer import resume_run, run_experiment
+    from rllab.runs import resume_run
+    from rllab.trainer import run_experiment
 
     lab = _lab(args)
     _problems(lab)

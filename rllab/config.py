@@ -35,7 +35,6 @@ import copy
 import difflib
 import re
 import tomllib
-import warnings
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
@@ -45,6 +44,7 @@ import attrs
 from rllab.errors import ConfigError
 from rllab.lab import Lab
 from rllab.specs import ComponentSpec, build_config, knob
+from rllab.tomlio import dump_toml, line_of, parse_value  # noqa: F401  (dump_toml, parse_value: re-exported)
 
 # section name -> (component kind, default component name): the one map from config sections to
 # registries; the trainer, `rllab settings` and the schedule all read it.
@@ -214,14 +214,6 @@ TOP_LEVEL = {"name", "output_dir", "loggers", "schedule", "preset", "plugins", "
 # --------------------------------------------------------------------------- parsing
 
 
-def parse_value(text: str) -> Any:
-    """A command-line value as TOML would read it (numbers, booleans, lists); else a string."""
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
-
-
 def apply_override(data: dict, key: str, value: Any) -> None:
     """Set dotted ``key`` in a nested dict. ``section=name`` on a component section selects a
     component and drops the knobs set for the previous one."""
@@ -364,22 +356,6 @@ def load_plugins(lab: Lab, plugins: Any, *, base_dir: Path, where: str) -> list[
     return out
 
 
-def _line_of(text: str, section: str | None, key: str | None) -> str:
-    """' (line N)' for ``key`` inside ``[section]`` of a TOML text, when it can be found."""
-    if not text or not key:
-        return ""
-    lines = text.splitlines()
-    in_section = section is None
-    for i, line in enumerate(lines, 1):
-        s = line.strip()
-        if s.startswith("["):
-            in_section = section is not None and s.strip("[] ") == section
-            continue
-        if in_section and re.match(rf"[\"']?{re.escape(key)}[\"']?\s*=", s):
-            return f" (line {i})"
-    return ""
-
-
 def _component(lab: Lab, sec: str, kind: str, raw: Any, default: str, text: str, where: str) -> ComponentRef:
     if isinstance(raw, str):
         raw = {"name": raw}
@@ -390,12 +366,12 @@ def _component(lab: Lab, sec: str, kind: str, raw: Any, default: str, text: str,
     try:
         spec = lab.spec(kind, name)
     except KeyError as e:
-        line = _line_of(text, sec, "name") or _line_of(text, None, sec)
+        line = line_of(text, sec, "name") or line_of(text, None, sec)
         raise ConfigError(f"{where}: [{sec}] name{line}: {e}", key="name") from None
     try:
         built = build_config(spec, raw)
     except ConfigError as e:
-        raise ConfigError(f"{where}: [{sec}]{_line_of(text, sec, e.key)}: {e}", key=e.key) from None
+        raise ConfigError(f"{where}: [{sec}]{line_of(text, sec, e.key)}: {e}", key=e.key) from None
     return ComponentRef(name=spec.name, knobs=raw, config=built)
 
 
@@ -413,7 +389,7 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
         if key not in known:
             close = difflib.get_close_matches(key, sorted(known), n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"{where}: unknown key {key!r}{_line_of(text, None, key)}.{hint} Known: {', '.join(sorted(known))}.", key=key)
+            raise ConfigError(f"{where}: unknown key {key!r}{line_of(text, None, key)}.{hint} Known: {', '.join(sorted(known))}.", key=key)
 
     plain = {}
     for sec, cls in PLAIN_SECTIONS.items():
@@ -484,7 +460,7 @@ def _check_algorithm_fit(lab: Lab, components: dict, *, explicit: set[str], text
         if uses is not None and sec not in uses:
             if sec in explicit:
                 raise ConfigError(
-                    f"{where}: [{sec}]{_line_of(text, None, sec) or _line_of(text, sec, 'name')} is set, but algorithm "
+                    f"{where}: [{sec}]{line_of(text, None, sec) or line_of(text, sec, 'name')} is set, but algorithm "
                     f"{algo.name!r} does not use it, so it would have no effect. Algorithm {algo.name!r} uses: "
                     f"{', '.join(sorted(uses))}.",
                     key=sec,
@@ -507,12 +483,12 @@ def _build_plain(cls: type, sec: str, values: Mapping, text: str, where: str):
     fields = attrs.fields_dict(attrs.resolve_types(cls))
     for key in values:
         if sec == "train" and key in MOVED_TRAIN_SETTINGS:
-            raise ConfigError(f"{where}: [train] {key}{_line_of(text, sec, key)} moved to {MOVED_TRAIN_SETTINGS[key]}.", key=key)
+            raise ConfigError(f"{where}: [train] {key}{line_of(text, sec, key)} moved to {MOVED_TRAIN_SETTINGS[key]}.", key=key)
         if key not in fields:
             close = difflib.get_close_matches(key, list(fields), n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise ConfigError(
-                f"{where}: [{sec}] has no setting {key!r}{_line_of(text, sec, key)}.{hint} Settings: {', '.join(fields)}.",
+                f"{where}: [{sec}] has no setting {key!r}{line_of(text, sec, key)}.{hint} Settings: {', '.join(fields)}.",
                 key=key,
             )
     pseudo = ComponentSpec(kind="section", name=sec, fn=lambda: None, config=cls, provider="rllab")
@@ -520,7 +496,7 @@ def _build_plain(cls: type, sec: str, values: Mapping, text: str, where: str):
         return build_config(pseudo, values)
     except ConfigError as e:
         msg = str(e).replace(f"section {sec!r} (plugin rllab)", f"[{sec}]")
-        raise ConfigError(f"{where}: {msg}{_line_of(text, sec, e.key)}", key=e.key) from None
+        raise ConfigError(f"{where}: {msg}{line_of(text, sec, e.key)}", key=e.key) from None
 
 
 def _check_tiny_model(model: ModelConfig, text: str, where: str) -> None:
@@ -533,7 +509,7 @@ def _check_tiny_model(model: ModelConfig, text: str, where: str) -> None:
             build_config(pseudo, getattr(model, key))
         except ConfigError as e:
             msg = str(e).replace(f"section 'model.{key}' (plugin rllab)", f"[model] {key}")
-            raise ConfigError(f"{where}: {msg}{_line_of(text, 'model', key)}") from None
+            raise ConfigError(f"{where}: {msg}{line_of(text, 'model', key)}") from None
 
 
 FROZEN_DURING_A_RUN = {
@@ -566,43 +542,3 @@ def apply_schedule(cfg: ExperimentConfig, entry: ScheduleEntry, *, lab: Lab | No
     apply_overrides(data, list(entry.set.items()))
     new = validate(data, lab=lab, where=f"schedule step {entry.step}")
     return attrs.evolve(new, schedule=cfg.schedule, plugins=cfg.plugins, provenance=cfg.provenance)
-
-
-def dump_toml(data: Mapping[str, Any]) -> str:
-    """A minimal TOML writer for resolved configs (tables, scalars, lists, inline dicts)."""
-
-    def val(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, (int, float)):
-            return repr(v)
-        if isinstance(v, str):
-            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        if isinstance(v, (list, tuple)):
-            return "[" + ", ".join(val(x) for x in v) + "]"
-        if isinstance(v, Mapping):
-            return "{ " + ", ".join(f"{_key(k)} = {val(x)}" for k, x in v.items()) + " }"
-        raise TypeError(f"cannot write {v!r} to TOML")
-
-    def _key(k: str) -> str:
-        return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else val(k)
-
-    lines = []
-    tables = []
-    for k, v in data.items():
-        if v is None:
-            continue
-        if isinstance(v, Mapping):
-            tables.append((k, v))
-        elif k == "schedule":
-            continue
-        else:
-            lines.append(f"{_key(k)} = {val(v)}")
-    for k, v in tables:
-        lines.append(f"\n[{k}]")
-        lines.extend(f"{_key(kk)} = {val(vv)}" for kk, vv in v.items() if vv is not None)
-    for e in data.get("schedule", ()):
-        lines.append("\n[[schedule]]")
-        lines.append(f"step = {e['step']}")
-        lines.append(f"set = {val(e['set'])}")
-    return "\n".join(lines) + "\n"

@@ -26,7 +26,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable
 
 import attrs
 import pluggy

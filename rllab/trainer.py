@@ -37,16 +37,13 @@ import torch
 
 from rllab import checkpoint
 from rllab.algorithm import OptimizerStep, RunContext
-from rllab.config import COMPONENT_SECTIONS, ExperimentConfig, apply_schedule, dump_toml, load_config, validate
+from rllab.config import COMPONENT_SECTIONS, ExperimentConfig, apply_schedule, dump_toml, validate
 from rllab.errors import NonFiniteError, RewardError, RllabError  # noqa: F401  (RewardError: re-exported)
 from rllab.lab import Lab
 from rllab.models import CriticModel
 from rllab.rollout import RolloutStage
+from rllab.runs import CONFIG_FILE, recorded_config
 from rllab.specs import Component
-
-CONFIG_FILE = "config.toml"
-RESUMABLE_SETTINGS = ("train.steps", "train.eval_every", "train.checkpoint_every", "train.eval_size")
-"""Settings an ``--resume`` may change: the rest would make the resumed run differ from the original."""
 
 
 def _peak_rss_mb() -> float:
@@ -422,7 +419,7 @@ class Trainer:
         t = self.cfg.train
         try:
             if self.step == 0:
-                (self.run_dir / CONFIG_FILE).write_text(dump_toml(self.recorded_config()))
+                (self.run_dir / CONFIG_FILE).write_text(dump_toml(recorded_config(self.cfg, self.lab)))
             self.lab.hook.on_run_start(run_dir=self.run_dir, config=self.cfg, start_step=self.step, total_steps=t.steps, progress=self.progress)
             if self.step == 0:
                 self.evaluate()
@@ -453,32 +450,6 @@ class Trainer:
         self.lab.hook.on_run_end(run_dir=self.run_dir, metrics=summary, history=list(self.history))
         return summary
 
-    def recorded_config(self) -> dict:
-        """The config as the run directory records it: every knob, the plugins, the versions."""
-        import platform
-
-        import transformers
-
-        import rllab
-
-        data = self.cfg.to_dict()
-        extra = [p.name for p in self.lab.plugins if p.ok and p.source in ("file", "module")]
-        plugins = list(dict.fromkeys([*self.cfg.plugins, *extra]))
-        if plugins:
-            data = {**{k: v for k, v in data.items() if k in ("name", "output_dir")}, "plugins": plugins, **data}
-        data["provenance"] = {
-            "rllab": rllab.__version__,
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "python": platform.python_version(),
-            "plugins": [
-                {"name": p.name, "source": p.source, **({"distribution": p.distribution} if p.distribution else {}), **({"version": p.version} if p.version else {})}
-                for p in self.lab.plugins
-                if p.ok
-            ],
-        }
-        return data
-
 
 # --------------------------------------------------------------------------- helpers
 
@@ -508,55 +479,3 @@ def _restore_controller(ctl, state: dict) -> None:
 def run_experiment(cfg: ExperimentConfig, *, lab: Lab | None = None, run_dir: Path | None = None, progress: bool = True) -> dict:
     """Train from scratch; returns the summary also written to ``RUN_DIR/final.json``."""
     return Trainer(cfg, lab=lab, run_dir=run_dir, progress=progress).run()
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    return checkpoint.latest(run_dir)
-
-
-def resume_run(run_dir: Path, *, lab: Lab | None = None, overrides: list[str] = (), progress: bool = True) -> dict:
-    """Continue an interrupted run from its last checkpoint (or restart it if it has none).
-
-    ``overrides`` may change only :data:`RESUMABLE_SETTINGS` — ``train.steps=N`` extends a run
-    (the LR schedule then runs over the new total); anything else is refused, since the resumed
-    run would no longer be the one recorded.
-    """
-    from rllab.config import parse_overrides
-
-    run_dir = Path(run_dir)
-    cfg_path = run_dir / CONFIG_FILE
-    if not cfg_path.is_file():
-        raise RllabError(f"{run_dir} is not a run directory (no {CONFIG_FILE})")
-    pairs = parse_overrides(list(overrides))
-    bad = [k for k, _ in pairs if k not in RESUMABLE_SETTINGS]
-    if bad:
-        raise RllabError(
-            f"--resume cannot change {', '.join(bad)}: the resumed run would differ from the one recorded in {cfg_path}. "
-            f"Only {', '.join(RESUMABLE_SETTINGS)} may change (train.steps=N extends the run); to change anything "
-            f"else, start a new run: rllab run {cfg_path} {' '.join(f'{k}={v}' for k, v in pairs)}"
-        )
-    lab = lab or Lab()
-    cfg = load_config(cfg_path, pairs, lab=lab)
-    trainer = Trainer(cfg, lab=lab, run_dir=run_dir, progress=progress)
-    ckpt = checkpoint.latest(run_dir)
-    if ckpt is not None:
-        trainer.load_checkpoint(ckpt)
-        if trainer.step >= cfg.train.steps:
-            trainer.close()
-            raise RllabError(
-                f"{run_dir} already finished its {trainer.step} steps; extend it with: rllab run --resume {run_dir} train.steps=N (N > {trainer.step})"
-            )
-    _truncate_metrics(run_dir, trainer.step, [ref.name for ref in cfg.loggers], cfg)
-    return trainer.run()
-
-
-def _truncate_metrics(run_dir: Path, step: int, loggers, cfg) -> None:
-    """Drop metric rows written after the checkpoint, so the resumed log has no duplicates."""
-    if "jsonl" not in loggers:
-        return
-    ref = next(r for r in cfg.loggers if r.name == "jsonl")
-    path = run_dir / getattr(ref.config, "filename", "metrics.jsonl")
-    if not path.is_file():
-        return
-    keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
-    path.write_text("".join(ln + "\n" for ln in keep))
