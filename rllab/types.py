@@ -146,7 +146,11 @@ class Example:
 
 @runtime_checkable
 class Task(Protocol):
-    """A prompt source with a verifiable reward."""
+    """A prompt source with a verifiable reward.
+
+    A task may also define ``solved(example, reward) -> bool``: what counts as solved for
+    ``rollout/accuracy`` and ``eval/accuracy``. Without it, a reward ≥ 1 is solved.
+    """
 
     def train_examples(self, n: int, rng: "torch.Generator") -> list[Example]:
         """Draw ``n`` training examples using ``rng`` (deterministic given its state)."""

@@ -85,24 +85,26 @@ def experiment_config(steps: int | None, extra: list[str], lab):
 def check_comparable(cfg, lab) -> dict:
     """The settings TRL is given, read from rllab's config; refuse configs TRL cannot mirror."""
     t, r = cfg.train, cfg.rollout
+    algo = cfg.component("algorithm")
     loss = cfg.component("policy_loss")
     loss_cfg = lab.get("policy_loss", loss.name, **loss.knobs).config
     problems = []
-    if t.algorithm != "rl":
-        problems.append(f"train.algorithm = {t.algorithm!r} (GRPO needs 'rl')")
+    if algo.name != "rl":
+        problems.append(f"algorithm = {algo.name!r} (GRPO needs 'rl')")
     if cfg.component("advantage").name != "grpo":
         problems.append(f"advantage = {cfg.component('advantage').name!r} (TRL computes grpo advantages)")
     if loss.name != "ppo_clip" or loss_cfg.clip_low != loss_cfg.clip_high:
         problems.append(f"policy_loss = {loss.name!r} {loss_cfg!r} (TRL's surrogate is ppo_clip with one ε)")
     if cfg.component("aggregation").name != "token-mean":
         problems.append(f"aggregation = {cfg.component('aggregation').name!r} (TRL's loss_type='dapo' is token-mean)")
-    if (t.epochs, t.minibatches) != (1, 1):
-        problems.append(f"train.epochs/minibatches = {t.epochs}/{t.minibatches} (the TRL side does one update per step)")
-    if t.kl_in != "none" or t.entropy_coef != 0:
+    a = algo.config
+    if (a.epochs, a.minibatches) != (1, 1):
+        problems.append(f"algorithm.epochs/minibatches = {a.epochs}/{a.minibatches} (the TRL side does one update per step)")
+    if a.kl_in != "none" or a.entropy_coef != 0:
         problems.append("KL penalties and the entropy bonus are not mirrored on the TRL side")
     if cfg.component("correction").name != "none" or r.dynamic_sampling or r.overlong_buffer:
         problems.append("importance corrections, dynamic sampling and overlong shaping are not mirrored")
-    if (r.top_p, r.top_k) != (1.0, -1) or cfg.model.dtype != "float32":
+    if (r.top_p, r.top_k) != (1.0, -1) or cfg.model.dtype not in ("float32", "auto") or cfg.model.device not in ("cpu", "auto"):
         problems.append("top-p/top-k sampling and non-float32 dtypes are not mirrored")
     if problems:
         raise SystemExit("cannot compare with TRL under this config:\n  " + "\n  ".join(problems))
@@ -137,7 +139,7 @@ def build_model_dir(cfg, task) -> Path:
 
 def write_prompts(task, seed: int, steps: int, prompts_per_step: int, path: Path) -> None:
     """The prompts rllab's trainer draws at steps 0 … steps − 1 for ``seed``, in order, as JSONL."""
-    from rllab.trainer import _seed_for  # the trainer's own per-step seeding
+    from rllab.algorithm import seed_for as _seed_for  # the trainer's own per-step seeding
 
     with open(path, "w") as f:
         for step in range(steps):
@@ -160,7 +162,7 @@ def run_rllab(config_file: Path, plugins: list[str], seed: int, model_dir: Path,
     ]  # fmt: skip
     wall = _run(cmd, run_dir.parent / f"{run_dir.name}.log")
     rows = read_jsonl(run_dir / "metrics.jsonl")
-    steps = sorted({r["step"] for r in rows if r["step"] >= 0 and "time/step" in r})
+    steps = sorted({r["step"] for r in rows if "time/step" in r})
     by_step = {r["step"]: r for r in rows if "time/step" in r}
     evals = [r for r in rows if "eval/accuracy" in r]
     return {
