@@ -127,7 +127,9 @@ def formula(loss_type: str, p, *, beta: float, label_smoothing: float, discopop_
         return torch.sigmoid(x) * (F.logsigmoid(x) - log_pw) + torch.sigmoid(-x) * (F.logsigmoid(-x) - log_pl)
     if loss_type == "nca_pair":
         chosen_rewards, rejected_rewards = beta * p.chosen_lr, beta * p.rejected_lr
-        return -F.logsigmoid(chosen_rewards) - 0.5 * F.logsigmoid(-chosen_rewards) - 0.5 * F.logsigmoid(-rejected_rewards)
+        return (
+            -F.logsigmoid(chosen_rewards) - 0.5 * F.logsigmoid(-chosen_rewards) - 0.5 * F.logsigmoid(-rejected_rewards)
+        )
     if loss_type == "robust":
         delta = p.chosen_scores - p.rejected_scores
         clean = -(1 - label_smoothing) * F.logsigmoid(beta * delta)
@@ -194,7 +196,9 @@ def bco_running_mean(where: str, p, beta: float, reward_mean, reward_count):
         )
     mean, count = mean.reshape(()), count.reshape(())
     if not bool(torch.isfinite(mean) & (count >= 0)):
-        raise ValueError(f"{where}: bco_reward_mean must be finite and bco_reward_count ≥ 0, got {mean.item()}, {count.item()}")
+        raise ValueError(
+            f"{where}: bco_reward_mean must be finite and bco_reward_count ≥ 0, got {mean.item()}, {count.item()}"
+        )
     if p.chosen_lr.numel() == 0:
         return mean, count
     batch = torch.cat((beta * p.chosen_lr, beta * p.rejected_lr), 0).mean().detach()
@@ -422,11 +426,16 @@ def _check_combined(inst, attribute, value):
     if "robust" in types and not eps < 0.5:
         raise ValueError(f"label_smoothing = {eps!r}: robust needs ε < 0.5 (it divides by 1 − 2ε)")
     if eps != 0.0 and not set(types) & set(SMOOTHED):
-        raise ValueError(f"label_smoothing = {eps!r} has no effect: none of {list(types)} reads it ({list(SMOOTHED)} do)")
+        raise ValueError(
+            f"label_smoothing = {eps!r} has no effect: none of {list(types)} reads it ({list(SMOOTHED)} do)"
+        )
     if inst.discopop_tau is not None and "discopop" not in types:
         raise ValueError(f"discopop_tau = {inst.discopop_tau!r} has no effect without 'discopop' in loss_types")
     if inst.use_weighting and set(types) & {"aot", "aot_unpaired"}:
-        raise ValueError("use_weighting (WPO) does not combine with aot / aot_unpaired: they sort the pairs, which would misalign the weights")
+        raise ValueError(
+            "use_weighting (WPO) does not combine with aot / aot_unpaired: they sort the pairs, which would "
+            "misalign the weights"
+        )
     if inst.bco_running_mean and "bco_pair" not in types:
         raise ValueError("bco_running_mean = True has no effect without 'bco_pair' in loss_types")
 
@@ -458,7 +467,9 @@ def _combined_config(name: str, doc: str, types: tuple[str, ...], weights: tuple
             le=1.0,
         )
         use_weighting: bool = rllab.knob(
-            False, help="WPO weighting of each pair by its detached policy probability; needs token_logps and log_sum_sq_probs"
+            False,
+            help="WPO weighting of each pair by its detached policy probability; needs token_logps and "
+            "log_sum_sq_probs",
         )
         bco_running_mean: bool = rllab.knob(
             False,
@@ -475,7 +486,10 @@ CombinedConfig = _combined_config(
     "CombinedConfig", "Knobs of combined (TRL DPOConfig's loss settings; defaults are TRL's).", ("sigmoid",), None
 )
 MPOConfig = _combined_config(
-    "MPOConfig", "Knobs of mpo (combined with the MPO recipe as defaults).", ("sigmoid", "bco_pair", "sft"), (0.8, 0.2, 1.0)
+    "MPOConfig",
+    "Knobs of mpo (combined with the MPO recipe as defaults).",
+    ("sigmoid", "bco_pair", "sft"),
+    (0.8, 0.2, 1.0),
 )
 
 

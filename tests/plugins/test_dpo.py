@@ -645,7 +645,8 @@ def test_bco_running_mean_state(lab):
     """State (mean 0.3, count 2); batch mean of β·u over pairs() is 0 → count 3, δ = 0.3 − 0.3/3 = 0.2."""
     kw = pairs()
     state = dict(bco_reward_mean=torch.tensor(0.3, dtype=torch.float64), bco_reward_count=torch.tensor(2.0))
-    for name, knobs in (("bco_pair", {"running_mean": True}), ("mpo", {"bco_running_mean": True, "loss_types": ["bco_pair"], "loss_weights": [1.0]})):
+    mpo_knobs = {"bco_running_mean": True, "loss_types": ["bco_pair"], "loss_weights": [1.0]}
+    for name, knobs in (("bco_pair", {"running_mean": True}), ("mpo", mpo_knobs)):
         losses, metrics = call(lab, name, **knobs, **kw, **state)
         expected = [softplus(-(0.1 * w - 0.2)) + softplus(0.1 * l - 0.2) for w, l in ((1, -2), (-2, -1), (2, 2))]
         torch.testing.assert_close(losses, torch.tensor(expected, dtype=torch.float64), rtol=1e-12, atol=0)

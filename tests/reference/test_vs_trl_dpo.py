@@ -327,7 +327,8 @@ def check(name: str, knobs: dict, trl_kwargs: dict, *, token_inputs: bool = Fals
             scale = max(1.0, float(leaf64.grad.abs().max()))
             assert_close(leaf32.grad, leaf64.grad, f"{case} d loss / d per-token log π", atol=ATOL * scale)
             for ours_key, trl_key in METRICS.items():
-                assert_close(metrics[ours_key], ref_metrics[trl_key], f"{case} {ours_key}", atol=1e-5 * max(1.0, abs(float(ref_metrics[trl_key]))))
+                atol = 1e-5 * max(1.0, abs(float(ref_metrics[trl_key])))
+                assert_close(metrics[ours_key], ref_metrics[trl_key], f"{case} {ours_key}", atol=atol)
 
 
 # --------------------------------------------------------------------------- single loss types
@@ -395,6 +396,7 @@ COMBINED = [
     ({"loss_types": ["sigmoid"], "use_weighting": True}, True),
     ({"loss_types": ["sigmoid", "bco_pair", "sft"], "loss_weights": [0.8, 0.2, 1.0], "use_weighting": True}, True),
     ({"loss_types": ["apo_zero", "sppo_hard"], "ld_alpha": 0.3, "use_weighting": True}, True),
+    ({"loss_types": ["sigmoid", "sft"], "loss_weights": [1.0, 0.5], "ld_alpha": 0.5}, True),  # sft ignores ld_alpha
     ({"loss_types": ["robust", "exo_pair"], "label_smoothing": 0.1, "f_divergence_type": "js_divergence"}, False),
     ({"loss_types": ["discopop", "sigmoid_norm"], "discopop_tau": 0.2, "ld_alpha": 0.7, "beta": 0.3}, True),
 ]
