@@ -1,8 +1,15 @@
-"""Masked tensor helpers shared by plugins.
+"""Masked tensor helpers shared by plugins: one home, so every component masks, checks and
+whitens the same way.
 
-Every helper is safe on fully masked input (it returns 0, never NaN) and ignores whatever values
-sit at masked positions — NaN and inf included — because it selects with ``torch.where`` rather
-than multiplying by the mask.
+* selection: :func:`scalar_zero`, :func:`zero_masked`;
+* statistics: :func:`masked_sum`, :func:`masked_mean`, :func:`masked_var`, :func:`masked_whiten`,
+  :func:`group_stats`;
+* input checks, whose errors name the component, the argument and the shapes (or the rows):
+  :func:`check_token_tensor`, :func:`check_inputs`, :func:`check_finite`.
+
+Every statistic is safe on fully masked input (it returns 0, never NaN) and ignores whatever
+values sit at masked positions — NaN and inf included — because it selects with ``torch.where``
+rather than multiplying by the mask.
 
 Definitions (those of verl's ``core_algos``): ``masked_mean(x, m) = Σ x·m / Σ m``;
 ``masked_var`` is the unbiased (Bessel-corrected, ``Σm / (Σm − 1)``) variance;

@@ -72,7 +72,8 @@ operations, with TRL's knob names and defaults. Differences, all documented on t
 
 Every loss returns per-pair losses (P,) and the ``dpo/…`` metrics of the other preference losses
 (accuracy = share of pairs with u_w > u_l; implicit rewards β·u); ``combined`` adds
-``dpo/loss_<type>`` (mean unweighted loss per type) and, with WPO, ``dpo/wpo_weight``.
+``dpo/loss_<type>`` (mean loss of each type before its weight w_k, after WPO's) and, with WPO,
+``dpo/wpo_weight`` (mean w(w)·w(l)).
 Log-probs that are NaN or inf raise :class:`rllab.RowError` naming the pairs.
 """
 
