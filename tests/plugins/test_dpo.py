@@ -735,3 +735,18 @@ def test_trl_empty_batch(lab):
         losses, metrics = call(lab, name, **empty)
         assert losses.shape == (0,)
         assert all(v.item() == 0.0 for v in metrics.values())
+
+
+@pytest.mark.parametrize("name", TRL_NAMES + ["dpo", "hinge", "ipo", "robust"])
+def test_documented_for_plugins_show(lab, name):
+    """``rllab plugins show NAME`` prints the module docstring, the loss docstring and the knobs:
+    each must describe this loss, and every knob has a help text."""
+    import sys
+
+    spec = lab.spec("preference_loss", name)
+    module_doc = sys.modules[spec.fn.__module__].__doc__
+    assert f"``{name}``" in module_doc
+    assert spec.doc and spec.summary
+    assert all(k.help for k in spec.knobs())
+    if name in ("dpo", "hinge", "ipo", "robust", "exo_pair", "discopop", "sigmoid_norm", "combined", "mpo"):
+        assert {"f_divergence_type", "f_alpha_divergence_coef"} <= {k.name for k in spec.knobs()}
