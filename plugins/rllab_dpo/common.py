@@ -194,7 +194,6 @@ class Pairs:
     chosen_scores: torch.Tensor
     """f'(π/π_ref) of the chosen side (= ``chosen_lr`` for reverse_kl)."""
     rejected_scores: torch.Tensor
-    ld_alpha_applied: bool = False
 
 
 def prepare(
@@ -257,5 +256,4 @@ def prepare(
         rejected_lr=rejected_lr,
         chosen_scores=f_scores(chosen_lr, f_divergence_type, f_alpha_divergence_coef),
         rejected_scores=f_scores(rejected_lr, f_divergence_type, f_alpha_divergence_coef),
-        ld_alpha_applied=ld_alpha is not None,
     )
