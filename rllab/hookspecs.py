@@ -153,6 +153,28 @@ def register_preference_losses(register):
     Every argument is (P,) over P pairs: sequence log-prob *sums* under the policy and the
     reference, and the number of response tokens. Returns per-pair losses (P,) and scalar
     metrics (``dpo/…``).
+
+    Optional inputs, passed as extra keyword arguments only to a loss registered with the
+    matching ``requires=(...)`` entry (a loss reads them only when one of its knobs asks; every
+    loss also works with the six inputs above alone under its default knobs):
+
+    ``requires=("token_logps",)``
+        ``chosen_token_logps`` (P, T_w) and ``rejected_token_logps`` (P, T_l): the policy's
+        per-token log-probs of the responses (with gradient); ``ref_chosen_token_logps`` /
+        ``ref_rejected_token_logps``: the same under the reference (no gradient);
+        ``chosen_mask`` (P, T_w) / ``rejected_mask`` (P, T_l) bool, True on response tokens, row
+        sums equal to ``chosen_lengths`` / ``rejected_lengths``. T_w and T_l are each side's padded
+        length. Read by LD-DPO's ``ld_alpha`` and by WPO weighting.
+    ``requires=("log_sum_sq_probs",)``
+        ``chosen_log_sum_sq_probs`` (P, T_w) / ``rejected_log_sum_sq_probs`` (P, T_l): the
+        policy's log Σ_v π(v | prefix)² at each response position,
+        ``logsumexp(2·logits) − 2·logsumexp(logits)`` over the vocabulary (no gradient needed).
+        Read by WPO weighting (with ``token_logps``).
+    ``requires=("bco_running_mean",)``
+        ``bco_reward_mean`` and ``bco_reward_count``: 0-d tensors, the running-mean state of
+        ``bco_pair``'s reward shift before this step (0 and 0 at the first step). The loss
+        returns the updated state as the metrics ``bco/reward_mean`` and ``bco/reward_count``;
+        pass those back at the next step (and checkpoint them). Read only with the shift on.
     """
 
 

@@ -1,10 +1,17 @@
-"""Masked tensor helpers shared by plugins.
+"""Masked tensor helpers shared by plugins: one home, so every component masks, checks and
+whitens the same way.
 
-Every helper is safe on fully masked input (it returns 0, never NaN) and ignores whatever values
-sit at masked positions — NaN and inf included — because it selects with ``torch.where`` rather
-than multiplying by the mask.
+* selection: :func:`scalar_zero`, :func:`zero_masked`;
+* statistics: :func:`masked_sum`, :func:`masked_mean`, :func:`masked_var`, :func:`masked_whiten`,
+  :func:`group_stats`;
+* input checks, whose errors name the component, the argument and the shapes (or the rows):
+  :func:`check_token_tensor`, :func:`check_inputs`, :func:`check_finite`.
 
-Definitions (``../ALGORITHMS.md``): ``masked_mean(x, m) = Σ x·m / Σ m``;
+Every statistic is safe on fully masked input (it returns 0, never NaN) and ignores whatever
+values sit at masked positions — NaN and inf included — because it selects with ``torch.where``
+rather than multiplying by the mask.
+
+Definitions (those of verl's ``core_algos``): ``masked_mean(x, m) = Σ x·m / Σ m``;
 ``masked_var`` is the unbiased (Bessel-corrected, ``Σm / (Σm − 1)``) variance;
 ``masked_whiten(x, m) = (x − masked_mean) · rsqrt(var + 1e-8)``.
 """
@@ -13,7 +20,13 @@ from __future__ import annotations
 
 import torch
 
+from rllab.types import check_mask, check_same_shape, check_tensor
+
 __all__ = [
+    "scalar_zero",
+    "zero_masked",
+    "check_token_tensor",
+    "check_inputs",
     "masked_sum",
     "masked_mean",
     "masked_var",
@@ -24,13 +37,78 @@ __all__ = [
 ]
 
 
-def _zeroed(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device))
+def scalar_zero(x: torch.Tensor) -> torch.Tensor:
+    """A 0-d zero with the dtype and device of ``x`` (the cheap "else" branch of ``torch.where``)."""
+    return torch.zeros((), dtype=x.dtype, device=x.device)
+
+
+def zero_masked(x: torch.Tensor, mask: torch.Tensor, finite: bool = False) -> torch.Tensor:
+    """``x`` where ``mask``, 0 elsewhere; same shape as ``x`` (``mask`` broadcastable to it, bool).
+
+    Selects with ``torch.where``, so NaN or inf at a masked position cannot leak into the result
+    or its gradient (masked positions get gradient 0). When the caller has established that ``x``
+    is finite everywhere (``finite=True``, e.g. from :func:`check_inputs`) the cheaper ``x · mask``
+    gives the same values and gradients.
+    """
+    if finite:
+        return x * mask
+    return torch.where(mask, x, scalar_zero(x))
+
+
+def check_token_tensor(where: str, name: str, x, mask, *, floating: bool = False) -> None:
+    """Raise unless ``x`` is a (B, T) tensor (a float one with ``floating``) and ``mask`` a bool
+    tensor of the same shape.
+
+    Errors start with ``where`` (the component, e.g. ``"advantage_estimator 'gae'"``) and name the
+    argument: ``"{where}: {name} must be a (B, T) tensor, got (5,)"``,
+    ``"{where}: mask has shape (2, 4) but expected (2, 5)"``.
+    """
+    check_tensor(where, name, x, ndim=2, floating=floating, shape_doc="(B, T)")
+    check_mask(where, mask, like=x)
+
+
+def check_inputs(where: str, mask: torch.Tensor, **tensors: torch.Tensor | None) -> bool:
+    """Shapes, dtypes and finiteness of (B, T) float inputs; errors name the argument and both shapes.
+
+    ``tensors`` are the float inputs in order (the first is the reference shape; None entries are
+    skipped); ``mask`` (B, T) bool. Raises ``TypeError`` for a non-tensor or non-float input or a
+    non-bool mask, ``ValueError`` for a first input that is not 2-D or any shape that differs from
+    the first's (``"{where}: weights has shape (5,) but log_prob has shape (5, 7)"``), and
+    :class:`RowError` naming the rows for NaN or inf at a position where ``mask`` is True. Returns
+    True when every input is finite at *every* position, masked ones included (then
+    ``zero_masked(..., finite=True)`` may multiply instead of select).
+
+    Cost: one device sync. The common all-finite case is recognised from the inputs' sums (a sum
+    is finite only if every term is — an overflowing sum merely sends us to the exact test), which
+    is far cheaper than a per-element ``isfinite``.
+    """
+    present = {k: v for k, v in tensors.items() if v is not None}
+    first_name, first = next(iter(present.items()))
+    for name, t in present.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{where}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(f"{where}: {name} must be a floating-point tensor, got {t.dtype}")
+    if first.ndim != 2:
+        raise ValueError(f"{where}: {first_name} must be (B, T), got shape {tuple(first.shape)}")
+    check_mask(where, mask)
+    check_same_shape(where, **present, mask=mask)
+    sums = torch.stack([t.detach().sum().to(torch.float64) for t in present.values()])
+    if bool(torch.isfinite(sums.sum())):
+        return True
+    bad = None
+    for t in present.values():
+        b = ~torch.isfinite(t.detach())
+        bad = b if bad is None else bad.logical_or_(b)
+    if bool((bad & mask).any()):
+        for name, t in present.items():
+            check_finite(where, name, t.detach(), mask)
+    return not bool(bad.any())
 
 
 def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """Σ x over positions where ``mask`` is True (over everything, or along ``dim``)."""
-    z = _zeroed(x, mask)
+    z = zero_masked(x, mask)
     return z.sum() if dim is None else z.sum(dim)
 
 
@@ -54,18 +132,36 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> to
     return var
 
 
-def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8) -> torch.Tensor:
-    """(x − mean) · rsqrt(var + eps) with the unbiased masked mean and variance.
+def masked_whiten(
+    x: torch.Tensor,
+    mask: torch.Tensor,
+    shift_mean: bool = True,
+    eps: float = 1e-8,
+    *,
+    remask: bool = False,
+    masked_are_zero: bool = False,
+) -> torch.Tensor:
+    """(x − mean) · rsqrt(var + eps) with the masked mean and unbiased variance over all of ``x``.
 
-    Masked positions are whitened too (their values are not part of the statistics), exactly as
-    verl does; callers that need zeros there multiply by the mask. With ≤ 1 valid entry the
-    variance is 0, so the result is ``(x − mean) · 1e4``: 0 at the valid entry.
+    ``x`` float, ``mask`` bool of the same shape; returns the shape of ``x``. The statistics
+    are verl's ``masked_whiten`` (mean and Bessel-corrected variance of the valid entries, whole
+    batch). ``shift_mean=False`` adds the mean back (scale only). Masked positions are whitened
+    too (their values are not part of the statistics), exactly as verl does; ``remask=True``
+    zeroes them instead. ``masked_are_zero=True`` tells the function that ``x`` already holds 0
+    at every masked position (it saves one pass; the result is the same).
+
+    With fewer than two valid entries the variance is undefined (verl raises): the result is
+    then only centred (scale 1), so a lone valid entry gets 0 and no masked position is blown up
+    by ``rsqrt(eps)``.
     """
-    mean = masked_mean(x, mask)
-    var = masked_var(x, mask)
-    out = (x - mean) * torch.rsqrt(var + eps)
+    n = torch.count_nonzero(mask)
+    mean = (x if masked_are_zero else zero_masked(x, mask)).sum() / n.clamp(min=1)
+    centred = zero_masked(x - mean, mask)
+    var = (centred * centred).sum() / (n - 1).clamp(min=1)
+    scale = torch.where(n > 1, torch.rsqrt(var + eps), torch.ones_like(var))
+    out = (centred if remask else x - mean).mul_(scale)
     if not shift_mean:
-        out = out + mean
+        out = out + (zero_masked(mean.expand_as(out), mask) if remask else mean)
     return out
 
 
@@ -112,7 +208,7 @@ def check_finite(where: str, name: str, x: torch.Tensor, mask: torch.Tensor | No
     """
     if x.numel() == 0:
         return
-    total = (x if mask is None else torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device))).sum()
+    total = (x if mask is None else zero_masked(x, mask)).sum()
     if bool(torch.isfinite(total)):
         return
     bad = ~torch.isfinite(x)

@@ -44,13 +44,6 @@ import rllab
 from rllab import ops
 
 
-def _check(where: str, loss_mat: torch.Tensor, mask: torch.Tensor) -> None:
-    if not isinstance(loss_mat, torch.Tensor) or loss_mat.ndim != 2:
-        shape = tuple(loss_mat.shape) if isinstance(loss_mat, torch.Tensor) else type(loss_mat).__name__
-        raise ValueError(f"{where}: loss_mat must be a (B, T) tensor, got {shape}")
-    rllab.check_mask(where, mask, like=loss_mat)
-
-
 def _divide(total: torch.Tensor, local_count: torch.Tensor, global_count) -> torch.Tensor:
     """total / count, where count is the global count if given, else the local one; 0 if count is 0."""
     count = local_count if global_count is None else global_count
@@ -72,7 +65,7 @@ def token_mean(*, loss_mat, mask, config, global_tokens=None, global_seqs=None):
     ``loss_mat`` (B, T) float, ``mask`` (B, T) bool; ``global_tokens`` replaces Σ mask.
     Returns a 0-d tensor (0 when no token is valid).
     """
-    _check("loss_aggregation 'token-mean'", loss_mat, mask)
+    ops.check_token_tensor("loss_aggregation 'token-mean'", "loss_mat", loss_mat, mask)
     return _divide(ops.masked_sum(loss_mat, mask), mask.sum(), global_tokens)
 
 
@@ -81,7 +74,7 @@ def token_sum(*, loss_mat, mask, config, global_tokens=None, global_seqs=None):
 
     ``loss_mat`` (B, T) float, ``mask`` (B, T) bool. Returns a 0-d tensor.
     """
-    _check("loss_aggregation 'token-sum'", loss_mat, mask)
+    ops.check_token_tensor("loss_aggregation 'token-sum'", "loss_mat", loss_mat, mask)
     return ops.masked_sum(loss_mat, mask)
 
 
@@ -91,7 +84,7 @@ def seq_mean_token_sum(*, loss_mat, mask, config, global_tokens=None, global_seq
     ``loss_mat`` (B, T) float, ``mask`` (B, T) bool; ``global_seqs`` replaces the number of
     non-empty rows. Returns a 0-d tensor (0 when every row is empty).
     """
-    _check("loss_aggregation 'seq-mean-token-sum'", loss_mat, mask)
+    ops.check_token_tensor("loss_aggregation 'seq-mean-token-sum'", "loss_mat", loss_mat, mask)
     row_sum, _, nonempty = _row_sums(loss_mat, mask)
     return _divide(ops.masked_sum(row_sum, nonempty), nonempty.sum(), global_seqs)
 
@@ -102,7 +95,7 @@ def seq_mean_token_mean(*, loss_mat, mask, config, global_tokens=None, global_se
     ``loss_mat`` (B, T) float, ``mask`` (B, T) bool; ``global_seqs`` replaces the number of
     non-empty rows. Returns a 0-d tensor (0 when every row is empty).
     """
-    _check("loss_aggregation 'seq-mean-token-mean'", loss_mat, mask)
+    ops.check_token_tensor("loss_aggregation 'seq-mean-token-mean'", "loss_mat", loss_mat, mask)
     row_sum, row_len, nonempty = _row_sums(loss_mat, mask)
     row_mean = row_sum / row_len.clamp(min=1).to(row_sum.dtype)
     return _divide(ops.masked_sum(row_mean, nonempty), nonempty.sum(), global_seqs)
@@ -126,7 +119,7 @@ def seq_mean_token_sum_norm(*, loss_mat, mask, config, global_tokens=None, globa
     ``loss_mat`` (B, T) float, ``mask`` (B, T) bool; ``global_seqs`` replaces the number of
     non-empty rows; ``config.horizon`` (None = T). Returns a 0-d tensor (0 when every row is empty).
     """
-    _check("loss_aggregation 'seq-mean-token-sum-norm'", loss_mat, mask)
+    ops.check_token_tensor("loss_aggregation 'seq-mean-token-sum-norm'", "loss_mat", loss_mat, mask)
     row_sum, _, nonempty = _row_sums(loss_mat, mask)
     horizon = loss_mat.shape[-1] if config.horizon is None else config.horizon
     return _divide(ops.masked_sum(row_sum, nonempty), nonempty.sum(), global_seqs) / float(max(horizon, 1))

@@ -22,6 +22,14 @@ each loss returns per-pair losses (P,) (the trainer averages them) and the metri
            ā = log π / length; reference-free
 ========== ============================================================ =========================
 
+``dpo``, ``hinge``, ``ipo`` and ``robust`` take TRL's ``f_divergence_type`` (and its
+``f_alpha_divergence_coef``): their log-ratios u become f'(e^u) before the formula (reverse KL,
+the default, leaves them unchanged); see ``rllab plugins show sigmoid_norm`` for the definitions.
+TRL 1.16's other loss types (``exo_pair``, ``nca_pair``, ``bco_pair``, ``sppo_hard``, ``aot``,
+``aot_unpaired``, ``apo_zero``, ``apo_down``, ``discopop``, ``sft``, ``sigmoid_norm``), its
+weighted loss-type list (``combined``, ``mpo``), LD-DPO's ``ld_alpha`` and WPO's weighting live in
+``rllab_dpo.trl``.
+
 β (``beta``, default 0.1, must be > 0) is the inverse temperature; for ``ipo`` it is the paper's τ.
 ε (``label_smoothing``) is the assumed probability that a preference label is flipped.
 
@@ -49,31 +57,29 @@ Log-probs that are NaN or inf raise :class:`rllab.RowError` naming the pairs.
 from __future__ import annotations
 
 import attrs
-import torch
-import torch.nn.functional as F
 
 import rllab
-from rllab import ops
+
+from . import trl
+from .common import beta_knob, check_inputs, f_alpha_knob, f_divergence_knob, metrics, per_token, smoothed
 
 # --------------------------------------------------------------------------- configs
-
-
-def _beta(help_extra: str = ""):
-    return rllab.knob(0.1, help="β, inverse temperature of the implicit reward" + help_extra, gt=0.0)
 
 
 @attrs.frozen
 class DPOConfig:
     """Knobs of dpo, hinge."""
 
-    beta: float = _beta()
+    beta: float = beta_knob()
+    f_divergence_type: str = f_divergence_knob()
+    f_alpha_divergence_coef: float | None = f_alpha_knob()
 
 
 @attrs.frozen
 class CDPOConfig:
     """Knobs of cdpo (conservative DPO)."""
 
-    beta: float = _beta()
+    beta: float = beta_knob()
     label_smoothing: float = rllab.knob(
         0.1, help="ε, probability that a preference label is flipped (TRL default 0.0 = dpo)", ge=0.0, le=0.5
     )
@@ -83,14 +89,16 @@ class CDPOConfig:
 class IPOConfig:
     """Knobs of ipo."""
 
-    beta: float = _beta(" (IPO's τ: the target log-ratio gap per token is 1/(2τ))")
+    beta: float = beta_knob(" (IPO's τ: the target log-ratio gap per token is 1/(2τ))")
+    f_divergence_type: str = f_divergence_knob()
+    f_alpha_divergence_coef: float | None = f_alpha_knob()
 
 
 @attrs.frozen
 class RobustConfig:
     """Knobs of robust (provably robust DPO)."""
 
-    beta: float = _beta()
+    beta: float = beta_knob()
     label_smoothing: float = rllab.knob(
         0.1,
         help="ε, probability that a preference label is flipped; must be < 0.5 (the loss divides by 1 − 2ε); "
@@ -98,83 +106,62 @@ class RobustConfig:
         ge=0.0,
         lt=0.5,
     )
+    f_divergence_type: str = f_divergence_knob()
+    f_alpha_divergence_coef: float | None = f_alpha_knob()
 
 
 @attrs.frozen
 class SimPOConfig:
     """Knobs of simpo (reference-free, length-normalised)."""
 
-    beta: float = _beta(" (SimPO paper: about 2–2.5)")
+    beta: float = beta_knob(" (SimPO paper: about 2–2.5)")
     gamma: float = rllab.knob(0.5, help="γ, target reward margin (TRL's simpo_gamma)", ge=0.0)
     label_smoothing: float = rllab.knob(0.0, help="ε, probability that a preference label is flipped", ge=0.0, le=0.5)
 
 
-# --------------------------------------------------------------------------- shared pieces
-
-
-def _check_inputs(where: str, *, need_ref: bool = True, **tensors) -> None:
-    for name in ("chosen_logps", "rejected_logps", "chosen_lengths", "rejected_lengths") + (
-        ("ref_chosen_logps", "ref_rejected_logps") if need_ref else ()
-    ):
-        if not isinstance(tensors[name], torch.Tensor):
-            raise TypeError(f"{where}: {name} must be a (P,) tensor, got {type(tensors[name]).__name__}")
-    if tensors["chosen_logps"].ndim != 1:
-        raise ValueError(f"{where}: chosen_logps must be (P,), got shape {tuple(tensors['chosen_logps'].shape)}")
-    rllab.check_same_shape(where, **tensors)
-    logps = [t for k, t in tensors.items() if k.endswith("logps") and t is not None]
-    stacked = torch.stack([t.detach().to(torch.float64) for t in logps], dim=-1)
-    ops.check_finite(where, "a sequence log-prob (chosen, rejected or reference)", stacked)
-
-
-def _mean(x: torch.Tensor) -> torch.Tensor:
-    """Mean over pairs, detached; 0 for P = 0."""
-    x = x.detach()
-    return x.sum() / max(x.numel(), 1)
-
-
-def _metrics(delta: torch.Tensor, chosen_rewards: torch.Tensor, rejected_rewards: torch.Tensor) -> dict:
-    return {
-        "dpo/accuracy": _mean((delta > 0).to(chosen_rewards.dtype)),
-        "dpo/chosen_reward": _mean(chosen_rewards),
-        "dpo/rejected_reward": _mean(rejected_rewards),
-        "dpo/margin": _mean(chosen_rewards - rejected_rewards),
-    }
-
-
-def _log_ratios(where, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, chosen_lengths, rejected_lengths):
-    """Validate the inputs; return the (P,) log-ratios log π − log π_ref of chosen and rejected."""
-    _check_inputs(
-        where,
-        chosen_logps=chosen_logps,
-        rejected_logps=rejected_logps,
-        ref_chosen_logps=ref_chosen_logps,
-        ref_rejected_logps=ref_rejected_logps,
-        chosen_lengths=chosen_lengths,
-        rejected_lengths=rejected_lengths,
-    )
-    return chosen_logps - ref_chosen_logps, rejected_logps - ref_rejected_logps
-
-
-def _smoothed(logits: torch.Tensor, label_smoothing: float) -> torch.Tensor:
-    """−(1−ε)·log σ(x) − ε·log σ(−x): binary cross-entropy against the label (1 − ε)."""
-    return -F.logsigmoid(logits) * (1 - label_smoothing) - F.logsigmoid(-logits) * label_smoothing
-
-
 # --------------------------------------------------------------------------- losses
 
-
-def dpo(*, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, chosen_lengths, rejected_lengths, config):
+dpo = trl._single(
+    "sigmoid",
     """DPO (Rafailov et al. 2023): −log σ(βΔ), Δ the chosen minus rejected policy/reference log-ratio.
 
     Every argument (P,); returns losses (P,) and ``dpo/…`` metrics. Policy = reference gives log 2.
-    """
-    chosen_lr, rejected_lr = _log_ratios(
-        "preference_loss 'dpo'",
-        chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, chosen_lengths, rejected_lengths,
-    )  # fmt: skip
-    delta = chosen_lr - rejected_lr
-    losses = -F.logsigmoid(config.beta * delta)
-    return losses, _metrics(delta, config.beta * chosen_lr, config.beta * rejected_lr)
+    """,
+    __name__,
+    name="dpo",
+)
+
+hinge = trl._single(
+    "hinge",
+    """Hinge / SLiC (Zhao et al. 2023): relu(1 − βΔ).
+
+    Every argument (P,); returns losses (P,) and ``dpo/…`` metrics.
+    """,
+    __name__,
+)
+
+ipo = trl._single(
+    "ipo",
+    """IPO (Azar et al. 2023): (Δ_len − 1/(2β))², each log-ratio averaged over its response tokens.
+
+    Δ_len = (log π(w) − log π_ref(w)) / |w| − (log π(l) − log π_ref(l)) / |l|, lengths clamped to
+    ≥ 1 (as TRL). Every argument (P,); returns losses (P,) and ``dpo/…`` metrics (rewards and
+    accuracy from the un-normalised log-ratios, as TRL logs them).
+    """,
+    __name__,
+)
+
+robust = trl._single(
+    "robust",
+    """Robust DPO (Chowdhury et al. 2024): [−(1−ε)·log σ(βΔ) + ε·log σ(−βΔ)] / (1 − 2ε).
+
+    Unbiased under labels flipped with probability ε (0 ≤ ε < 0.5): its expectation over the flip
+    is the clean ``dpo`` loss. Being a de-biased estimate it is not bounded below by 0 (it tends to
+    −ε·βΔ/(1 − 2ε) for large βΔ), as in TRL. Every argument (P,); returns losses (P,) and
+    ``dpo/…`` metrics. ε = 0 is ``dpo``.
+    """,
+    __name__,
+)
 
 
 def cdpo(*, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, chosen_lengths, rejected_lengths, config):
@@ -182,65 +169,19 @@ def cdpo(*, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, 
 
     Every argument (P,); returns losses (P,) and ``dpo/…`` metrics. ε = 0 is ``dpo``.
     """
-    chosen_lr, rejected_lr = _log_ratios(
+    check_inputs(
         "preference_loss 'cdpo'",
-        chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, chosen_lengths, rejected_lengths,
-    )  # fmt: skip
+        chosen_logps=chosen_logps,
+        rejected_logps=rejected_logps,
+        ref_chosen_logps=ref_chosen_logps,
+        ref_rejected_logps=ref_rejected_logps,
+        chosen_lengths=chosen_lengths,
+        rejected_lengths=rejected_lengths,
+    )
+    chosen_lr, rejected_lr = chosen_logps - ref_chosen_logps, rejected_logps - ref_rejected_logps
     delta = chosen_lr - rejected_lr
-    losses = _smoothed(config.beta * delta, config.label_smoothing)
-    return losses, _metrics(delta, config.beta * chosen_lr, config.beta * rejected_lr)
-
-
-def ipo(*, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, chosen_lengths, rejected_lengths, config):
-    """IPO (Azar et al. 2023): (Δ_len − 1/(2β))², each log-ratio averaged over its response tokens.
-
-    Δ_len = (log π(w) − log π_ref(w)) / |w| − (log π(l) − log π_ref(l)) / |l|, lengths clamped to
-    ≥ 1 (as TRL). Every argument (P,); returns losses (P,) and ``dpo/…`` metrics (rewards and
-    accuracy from the un-normalised log-ratios, as TRL logs them).
-    """
-    chosen_lr, rejected_lr = _log_ratios(
-        "preference_loss 'ipo'",
-        chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, chosen_lengths, rejected_lengths,
-    )  # fmt: skip
-    dtype = chosen_lr.dtype
-    chosen_avg = chosen_lr / chosen_lengths.to(dtype).clamp(min=1.0)
-    rejected_avg = rejected_lr / rejected_lengths.to(dtype).clamp(min=1.0)
-    losses = (chosen_avg - rejected_avg - 1 / (2 * config.beta)) ** 2
-    return losses, _metrics(chosen_lr - rejected_lr, config.beta * chosen_lr, config.beta * rejected_lr)
-
-
-def hinge(*, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, chosen_lengths, rejected_lengths, config):
-    """Hinge / SLiC (Zhao et al. 2023): relu(1 − βΔ).
-
-    Every argument (P,); returns losses (P,) and ``dpo/…`` metrics.
-    """
-    chosen_lr, rejected_lr = _log_ratios(
-        "preference_loss 'hinge'",
-        chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, chosen_lengths, rejected_lengths,
-    )  # fmt: skip
-    delta = chosen_lr - rejected_lr
-    losses = torch.relu(1 - config.beta * delta)
-    return losses, _metrics(delta, config.beta * chosen_lr, config.beta * rejected_lr)
-
-
-def robust(*, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, chosen_lengths, rejected_lengths, config):
-    """Robust DPO (Chowdhury et al. 2024): [−(1−ε)·log σ(βΔ) + ε·log σ(−βΔ)] / (1 − 2ε).
-
-    Unbiased under labels flipped with probability ε (0 ≤ ε < 0.5): its expectation over the flip
-    is the clean ``dpo`` loss. Being a de-biased estimate it is not bounded below by 0 (it tends to
-    −ε·βΔ/(1 − 2ε) for large βΔ), as in TRL. Every argument (P,); returns losses (P,) and
-    ``dpo/…`` metrics. ε = 0 is ``dpo``.
-    """
-    chosen_lr, rejected_lr = _log_ratios(
-        "preference_loss 'robust'",
-        chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, chosen_lengths, rejected_lengths,
-    )  # fmt: skip
-    delta = chosen_lr - rejected_lr
-    eps = config.label_smoothing
-    clean = -(1 - eps) * F.logsigmoid(config.beta * delta)
-    flipped = -eps * F.logsigmoid(-config.beta * delta)
-    losses = (clean - flipped) / (1 - 2 * eps)
-    return losses, _metrics(delta, config.beta * chosen_lr, config.beta * rejected_lr)
+    losses = smoothed(config.beta * delta, config.label_smoothing)
+    return losses, metrics(delta, config.beta * chosen_lr, config.beta * rejected_lr)
 
 
 def simpo(*, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, chosen_lengths, rejected_lengths, config):
@@ -250,7 +191,7 @@ def simpo(*, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps,
     ``ref_chosen_logps`` / ``ref_rejected_logps`` are ignored (may be None); lengths are clamped
     to ≥ 1. Every other argument (P,); returns losses (P,) and ``dpo/…`` metrics with rewards β·ā.
     """
-    _check_inputs(
+    check_inputs(
         "preference_loss 'simpo'",
         need_ref=False,
         chosen_logps=chosen_logps,
@@ -258,13 +199,12 @@ def simpo(*, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps,
         chosen_lengths=chosen_lengths,
         rejected_lengths=rejected_lengths,
     )
-    dtype = chosen_logps.dtype
-    chosen_avg = chosen_logps / chosen_lengths.to(dtype).clamp(min=1.0)
-    rejected_avg = rejected_logps / rejected_lengths.to(dtype).clamp(min=1.0)
+    chosen_avg = per_token(chosen_logps, chosen_lengths)
+    rejected_avg = per_token(rejected_logps, rejected_lengths)
     logits = chosen_avg - rejected_avg
     logits = logits - config.gamma / config.beta
-    losses = _smoothed(config.beta * logits, config.label_smoothing)
-    return losses, _metrics(chosen_avg - rejected_avg, config.beta * chosen_avg, config.beta * rejected_avg)
+    losses = smoothed(config.beta * logits, config.label_smoothing)
+    return losses, metrics(chosen_avg - rejected_avg, config.beta * chosen_avg, config.beta * rejected_avg)
 
 
 @rllab.hookimpl
@@ -275,3 +215,4 @@ def register_preference_losses(register):
     register("hinge", hinge, config=DPOConfig)
     register("robust", robust, config=RobustConfig)
     register("simpo", simpo, config=SimPOConfig)
+    trl.register(register)

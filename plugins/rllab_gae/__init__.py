@@ -94,10 +94,6 @@ def _has_holes(mask: torch.Tensor) -> bool:
     return bool((mask[:, 1:] & ~mask[:, :-1]).any())
 
 
-def _zero_masked(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device))
-
-
 def _packing(mask: torch.Tensor):
     """Where each token goes when a row's valid tokens are packed to its front, in order.
 
@@ -118,14 +114,14 @@ def _pack(x: torch.Tensor, mask: torch.Tensor, packing) -> torch.Tensor:
     # Masked entries (NaN allowed) all landed in the last column; rows with any masked token
     # have nothing valid there, so it is cleared for them.
     full = (slot[:, -1] + mask[:, -1]) == x.shape[1]
-    out[:, -1] = torch.where(full, out[:, -1], torch.zeros((), dtype=x.dtype, device=x.device))
+    out[:, -1] = torch.where(full, out[:, -1], ops.scalar_zero(x))
     return out
 
 
 def _front_packed(x: torch.Tensor, mask: torch.Tensor, packing) -> torch.Tensor:
     """Each row's valid entries packed to its front, zeros after them (B, T); without holes
     (``packing`` None) the rows are already packed and only the padding is zeroed."""
-    return _zero_masked(x, mask) if packing is None else _pack(x, mask, packing)
+    return ops.zero_masked(x, mask) if packing is None else _pack(x, mask, packing)
 
 
 def _skip_scan(x: torch.Tensor, mask: torch.Tensor, c: float, packing) -> torch.Tensor:
@@ -148,37 +144,9 @@ def _float_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
     return dtype
 
 
-def _check_finite(where: str, name: str, x: torch.Tensor, mask: torch.Tensor) -> None:
-    # A finite sum proves every entry finite (one cheap reduction); otherwise, or if the sum
-    # merely overflowed, the exact masked check decides and names the rows.
-    if not bool(torch.isfinite(x.sum())):
-        ops.check_finite(where, name, x, mask)
-
-
 def _check_inputs(where: str, token_rewards, mask, values=None) -> None:
-    rllab.check_tensor(where, "token_rewards", token_rewards, ndim=2, floating=True, shape_doc="(B, T)")
-    rllab.check_mask(where, mask, like=token_rewards)
-    rllab.check_same_shape(where, token_rewards=token_rewards, values=values)
-    _check_finite(where, "token_rewards", token_rewards, mask)
-    if values is not None:
-        _check_finite(where, "values", values, mask)
-
-
-def _whiten(x: torch.Tensor, mask: torch.Tensor, remask: bool, masked_are_zero: bool = False) -> torch.Tensor:
-    """verl's ``masked_whiten`` over the whole batch: (x − mean)·rsqrt(var + 1e-8), with the
-    mean and the unbiased variance over the valid entries.
-
-    ``remask`` zeroes the masked positions of the result. With fewer than two valid entries the
-    variance is undefined (verl raises); rllab then only centres (scale 1), so a lone valid
-    token gets 0 and no masked position is blown up by rsqrt(1e-8). ``masked_are_zero`` says
-    ``x`` already holds 0 at every masked position (saves one pass).
-    """
-    n = torch.count_nonzero(mask)
-    mean = (x if masked_are_zero else _zero_masked(x, mask)).sum() / n.clamp(min=1)
-    centred = _zero_masked(x - mean, mask)
-    var = (centred * centred).sum() / (n - 1).clamp(min=1)
-    scale = torch.where(n > 1, torch.rsqrt(var + 1e-8), torch.ones_like(var))
-    return centred.mul_(scale) if remask else (x - mean).mul_(scale)
+    ops.check_token_tensor(where, "token_rewards", token_rewards, mask, floating=True)
+    ops.check_inputs(where, mask, token_rewards=token_rewards, values=values)
 
 
 # --------------------------------------------------------------------------- gae
@@ -251,11 +219,11 @@ def gae(*, token_rewards, mask, index=None, values=None, config: GAEConfig):
         elif packing is None:
             returns = advantages + v
         else:
-            returns = _zero_masked(advantages + values, mask)
+            returns = ops.zero_masked(advantages + values, mask)
         if config.whiten:
-            advantages = _whiten(advantages, mask, remask=config.remask, masked_are_zero=packing is None)
+            advantages = ops.masked_whiten(advantages, mask, remask=config.remask, masked_are_zero=packing is None)
         elif config.remask and packing is not None:
-            advantages = _zero_masked(advantages, mask)
+            advantages = ops.zero_masked(advantages, mask)
     return advantages, returns
 
 
@@ -270,10 +238,10 @@ def _gae_telescoped(rewards, values, mask, whiten):
     last one), and ``returns = A + V`` is the plain reward-to-go. A reverse cumulative sum of
     the rewards zeroed at masked positions gives that sum at every valid position directly.
     """
-    returns = _zero_masked(discounted_reverse_cumsum(_zero_masked(rewards, mask), 1.0), mask)
-    advantages = _zero_masked(returns - values, mask)
+    returns = ops.zero_masked(discounted_reverse_cumsum(ops.zero_masked(rewards, mask), 1.0), mask)
+    advantages = ops.zero_masked(returns - values, mask)
     if whiten:
-        advantages = _whiten(advantages, mask, remask=True, masked_are_zero=True)
+        advantages = ops.masked_whiten(advantages, mask, remask=True, masked_are_zero=True)
     return advantages, returns
 
 
@@ -290,11 +258,11 @@ def _discounted_return(token_rewards, mask, gamma):
     if gamma == 1.0 and _has_holes(mask):
         # Return-to-go over the valid tokens is a plain reverse cumulative sum of the rewards
         # zeroed at masked positions; no packing needed.
-        return _zero_masked(discounted_reverse_cumsum(_zero_masked(rewards, mask), 1.0), mask)
+        return ops.zero_masked(discounted_reverse_cumsum(ops.zero_masked(rewards, mask), 1.0), mask)
     packing = _packing(mask) if _has_holes(mask) else None
     returns = _skip_scan(rewards, mask, gamma, packing)
     # Without holes the scan already left 0 on each row's trailing padding.
-    return returns if packing is None else _zero_masked(returns, mask)
+    return returns if packing is None else ops.zero_masked(returns, mask)
 
 
 def reinforce(*, token_rewards, mask, index=None, values=None, config: ReturnConfig):
@@ -328,7 +296,7 @@ def reinforce_plus_plus(*, token_rewards, mask, index=None, values=None, config:
     _check_inputs(where, token_rewards, mask)
     with torch.no_grad():
         returns = _discounted_return(token_rewards, mask, config.gamma)
-        advantages = _whiten(returns, mask, remask=True, masked_are_zero=True)
+        advantages = ops.masked_whiten(returns, mask, remask=True, masked_are_zero=True)
     return advantages, returns
 
 

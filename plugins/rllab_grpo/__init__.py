@@ -65,8 +65,7 @@ def _scores(where: str, token_rewards, mask, index, mask_scores: bool):
 
     ``counted`` marks the rows that take part in group and batch statistics.
     """
-    rllab.check_tensor(where, "token_rewards", token_rewards, ndim=2, floating=True, shape_doc="(B, T)")
-    rllab.check_mask(where, mask, like=token_rewards)
+    ops.check_token_tensor(where, "token_rewards", token_rewards, mask, floating=True)
     if not isinstance(index, torch.Tensor) or index.shape != token_rewards.shape[:1]:
         got = tuple(index.shape) if isinstance(index, torch.Tensor) else type(index).__name__
         raise ValueError(
@@ -104,12 +103,8 @@ def _segment_sum(x: torch.Tensor, inverse: torch.Tensor, n: int) -> torch.Tensor
 
 def _broadcast(per_row: torch.Tensor, mask: torch.Tensor):
     """Row scalars → (B, T) advantages (0 at masked positions); returns = advantages."""
-    advantages = torch.where(mask, per_row[:, None], torch.zeros((), dtype=per_row.dtype, device=per_row.device))
+    advantages = ops.zero_masked(per_row[:, None].expand(mask.shape), mask)
     return advantages, advantages.clone()
-
-
-def _zero(x: torch.Tensor) -> torch.Tensor:
-    return torch.zeros((), dtype=x.dtype, device=x.device)
 
 
 # --------------------------------------------------------------------------- grpo
@@ -157,7 +152,7 @@ def grpo(*, token_rewards, mask, index, values=None, config: GRPOConfig):
     with torch.no_grad():
         count, mean, std = ops.group_stats(scores, index.to(scores.device), valid=counted)
         single = count <= 1
-        baseline = torch.where(single, scores if config.singleton == "zero" else _zero(scores), mean)
+        baseline = torch.where(single, scores if config.singleton == "zero" else ops.scalar_zero(scores), mean)
         advantage = scores - baseline
         if config.norm_by_std and config.scale != "none":
             if config.scale == "group":
@@ -228,9 +223,9 @@ def reinforce_plus_plus_baseline(*, token_rewards, mask, index, values=None, con
     scores, counted, _ = _scores(where, token_rewards, mask, index, config.mask_scores)
     with torch.no_grad():
         count, mean, _ = ops.group_stats(scores, index.to(scores.device), valid=counted)
-        centred = scores - torch.where(count <= 1, _zero(scores), mean)
+        centred = scores - torch.where(count <= 1, ops.scalar_zero(scores), mean)
         tokens, _ = _broadcast(centred, mask)
-        advantages = torch.where(mask, ops.masked_whiten(tokens, mask), _zero(tokens))
+        advantages = torch.where(mask, ops.masked_whiten(tokens, mask), ops.scalar_zero(tokens))
         return advantages, advantages.clone()
 
 
@@ -253,9 +248,9 @@ def opo(*, token_rewards, mask, index, values=None, config: MaskScoresConfig):
         inverse, n = _group_ids(index, scores.device)
         length = mask.sum(dim=1).to(dtype)
         count = _segment_sum(counted.to(dtype), inverse, n)
-        weighted = _segment_sum(torch.where(counted, length * scores, _zero(scores)), inverse, n)
-        total = _segment_sum(torch.where(counted, length, _zero(scores)), inverse, n)
-        baseline = torch.where((count > 1) & (total > 0), weighted / total.clamp(min=1), _zero(scores))
+        weighted = _segment_sum(torch.where(counted, length * scores, ops.scalar_zero(scores)), inverse, n)
+        total = _segment_sum(torch.where(counted, length, ops.scalar_zero(scores)), inverse, n)
+        baseline = torch.where((count > 1) & (total > 0), weighted / total.clamp(min=1), ops.scalar_zero(scores))
         return _broadcast(scores - baseline[inverse], mask)
 
 
@@ -286,7 +281,7 @@ def gpg(*, token_rewards, mask, index, values=None, config: GPGConfig):
         rows = counted.sum().to(dtype)
         nonzero = (counted & (scores != 0)).sum().to(dtype)
         alpha = rows / nonzero.clamp(min=1)
-        centred = scores - torch.where(count <= 1, _zero(scores), mean)
+        centred = scores - torch.where(count <= 1, ops.scalar_zero(scores), mean)
         return _broadcast(alpha * centred / config.f_norm, mask)
 
 
@@ -332,7 +327,7 @@ def grpo_passk(*, token_rewards, mask, index, values=None, config: PassKConfig):
         gap = best[inverse] - second[inverse]
         if config.norm_by_std:
             gap = gap / (std + config.epsilon)
-        advantage = torch.where(is_best & (count > 1), gap, _zero(scores))
+        advantage = torch.where(is_best & (count > 1), gap, ops.scalar_zero(scores))
         return _broadcast(advantage, mask)
 
 

@@ -61,16 +61,12 @@ import rllab
 # --------------------------------------------------------------------------- estimators
 
 
-def _check(where: str, log_prob, ref_log_prob) -> None:
-    rllab.check_same_shape(where, log_prob=log_prob, ref_log_prob=ref_log_prob)
-
-
 def k1(*, log_prob, ref_log_prob, config):
     """k1: log π − log π_ref per token (unbiased KL estimate, high variance).
 
     ``log_prob``, ``ref_log_prob`` (B, T) float → (B, T).
     """
-    _check("kl_penalty 'k1'", log_prob, ref_log_prob)
+    rllab.check_same_shape("kl_penalty 'k1'", log_prob=log_prob, ref_log_prob=ref_log_prob)
     return log_prob - ref_log_prob
 
 
@@ -79,7 +75,7 @@ def abs_kl(*, log_prob, ref_log_prob, config):
 
     ``log_prob``, ``ref_log_prob`` (B, T) float → (B, T).
     """
-    _check("kl_penalty 'abs'", log_prob, ref_log_prob)
+    rllab.check_same_shape("kl_penalty 'abs'", log_prob=log_prob, ref_log_prob=ref_log_prob)
     return (log_prob - ref_log_prob).abs()
 
 
@@ -88,7 +84,7 @@ def k2(*, log_prob, ref_log_prob, config):
 
     ``log_prob``, ``ref_log_prob`` (B, T) float → (B, T).
     """
-    _check("kl_penalty 'k2'", log_prob, ref_log_prob)
+    rllab.check_same_shape("kl_penalty 'k2'", log_prob=log_prob, ref_log_prob=ref_log_prob)
     return 0.5 * (log_prob - ref_log_prob).square()
 
 
@@ -109,7 +105,7 @@ def k3(*, log_prob, ref_log_prob, config):
     ``log_prob``, ``ref_log_prob`` (B, T) float → (B, T), ≥ 0. With ``clamp`` (default) d is
     clamped to [−20, 20] and the estimate to [−10, 10]; the gradient is 0 where a clamp is active.
     """
-    _check("kl_penalty 'k3'", log_prob, ref_log_prob)
+    rllab.check_same_shape("kl_penalty 'k3'", log_prob=log_prob, ref_log_prob=ref_log_prob)
     d = ref_log_prob - log_prob
     if config.clamp:
         d = torch.clamp(d, min=-20.0, max=20.0)

@@ -40,7 +40,9 @@ from __future__ import annotations
 
 import torch
 
-from .losses import LOG_RATIO_CLAMP, check_inputs
+from rllab.ops import check_inputs, zero_masked
+
+from .losses import LOG_RATIO_CLAMP
 
 __all__ = ["aggregation_weights", "fused_ppo_loss"]
 
@@ -197,7 +199,7 @@ def fused_ppo_loss(
     with torch.no_grad():
         values = {k: None if v is None else v.detach() for k, v in inputs.items()}
         if not all_finite:  # NaN/inf only at masked positions (valid ones raised): select them away
-            values = {k: None if v is None else torch.where(mask, v, torch.zeros((), dtype=v.dtype, device=v.device))
+            values = {k: None if v is None else zero_masked(v, mask)
                       for k, v in values.items()}
         coef = aggregation_weights(aggregate, mask, log_prob.dtype)
         loss, grad, metrics = _terms(compile)(

@@ -86,57 +86,9 @@ import torch
 
 import rllab
 from rllab import ops
+from rllab.ops import check_inputs, zero_masked
 
 LOG_RATIO_CLAMP = 20.0
-
-
-# --------------------------------------------------------------------------- shared checks
-
-
-def check_inputs(where: str, mask: torch.Tensor, **tensors: torch.Tensor | None) -> bool:
-    """Shapes, dtypes and finiteness of (B, T) inputs; errors name the argument and both shapes.
-
-    ``tensors`` are the float inputs in order (the first is the reference shape). NaN or inf at
-    a position where ``mask`` is True raises :class:`rllab.RowError` naming the rows. Returns
-    True when every input is finite at *every* position, masked ones included.
-
-    Cost: one device sync. The common all-finite case is recognised from the inputs' sums (a
-    sum is finite only if every term is — an overflowing sum merely sends us to the exact test),
-    which is far cheaper than a per-element ``isfinite``.
-    """
-    present = {k: v for k, v in tensors.items() if v is not None}
-    first_name, first = next(iter(present.items()))
-    for name, t in present.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{where}: {name} must be a torch.Tensor, got {type(t).__name__}")
-        if not t.is_floating_point():
-            raise TypeError(f"{where}: {name} must be a floating-point tensor, got {t.dtype}")
-    if first.ndim != 2:
-        raise ValueError(f"{where}: {first_name} must be (B, T), got shape {tuple(first.shape)}")
-    rllab.check_mask(where, mask)
-    rllab.check_same_shape(where, **present, mask=mask)
-    sums = torch.stack([t.detach().sum().to(torch.float64) for t in present.values()])
-    if bool(torch.isfinite(sums.sum())):
-        return True
-    bad = None
-    for t in present.values():
-        b = ~torch.isfinite(t.detach())
-        bad = b if bad is None else bad.logical_or_(b)
-    if bool((bad & mask).any()):
-        for name, t in present.items():
-            ops.check_finite(where, name, t.detach(), mask)
-    return not bool(bad.any())
-
-
-def zero_masked(x: torch.Tensor, mask: torch.Tensor, finite: bool = False) -> torch.Tensor:
-    """x where mask, 0 elsewhere; masked positions get no gradient and NaN/inf there cannot leak.
-
-    Selects with ``torch.where``; when the caller has established that ``x`` is finite everywhere
-    (``finite=True``, from :func:`check_inputs`) the cheaper ``x · mask`` gives the same values.
-    """
-    if finite:
-        return x * mask
-    return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
 def log_ratio_of(log_prob, old_log_prob, clamp: float | None) -> torch.Tensor:

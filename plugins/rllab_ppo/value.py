@@ -20,8 +20,9 @@ import attrs
 import torch
 
 from rllab import ops
+from rllab.ops import check_inputs, zero_masked
 
-from .losses import check_inputs, optional_positive, zero_masked
+from .losses import optional_positive
 
 
 @attrs.frozen

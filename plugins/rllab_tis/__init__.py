@@ -80,24 +80,11 @@ class CorrectionConfig:
 
 
 def _prepare(where, old_log_prob, rollout_log_prob, mask):
-    for name, t in (("old_log_prob", old_log_prob), ("rollout_log_prob", rollout_log_prob)):
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
-            raise TypeError(f"{where}: {name} must be a floating-point tensor, got {got}")
-    if old_log_prob.ndim != 2:
-        raise ValueError(f"{where}: old_log_prob must be (B, T), got shape {tuple(old_log_prob.shape)}")
-    rllab.check_mask(where, mask)
-    rllab.check_same_shape(where, old_log_prob=old_log_prob, rollout_log_prob=rollout_log_prob, mask=mask)
+    ops.check_inputs(where, mask, old_log_prob=old_log_prob, rollout_log_prob=rollout_log_prob)
     old = old_log_prob.detach()
     rollout = rollout_log_prob.detach()
-    if bool(((~torch.isfinite(old) | ~torch.isfinite(rollout)) & mask).any()):
-        ops.check_finite(where, "old_log_prob", old, mask)
-        ops.check_finite(where, "rollout_log_prob", rollout, mask)
     dtype = torch.promote_types(torch.promote_types(old.dtype, rollout.dtype), torch.float32)
-    zero = torch.zeros((), dtype=dtype, device=old.device)
-    old = torch.where(mask, old.to(dtype), zero)
-    rollout = torch.where(mask, rollout.to(dtype), zero)
-    return old, rollout
+    return ops.zero_masked(old.to(dtype), mask), ops.zero_masked(rollout.to(dtype), mask)
 
 
 def _log_weights(old, rollout, mask, level):
@@ -125,7 +112,7 @@ def _truncated(where, level, old_log_prob, rollout_log_prob, mask, config):
     w = torch.exp(_log_weights(old, rollout, mask, level))
     weights = torch.clamp(w, min=config.c_min, max=config.c_max)
     changed = weights != w
-    weights = torch.where(mask, weights, torch.zeros_like(weights))
+    weights = ops.zero_masked(weights, mask)
     return weights, _metrics(weights, changed, old, rollout, mask, level, "truncated")
 
 
@@ -135,7 +122,7 @@ def _masked(where, level, old_log_prob, rollout_log_prob, mask, config):
     keep = w <= config.c_max
     if config.c_min is not None:
         keep = keep & (w >= config.c_min)
-    weights = torch.where(mask & keep, w, torch.zeros_like(w))
+    weights = ops.zero_masked(w, mask & keep)
     return weights, _metrics(weights, ~keep, old, rollout, mask, level, "masked")
 
 
