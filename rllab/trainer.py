@@ -378,6 +378,7 @@ class Trainer:
             "critic": self.critic.state_dict() if self.critic is not None else None,
             "critic_optimizer": self.critic_optimizer.state_dict() if self.critic_optimizer is not None else None,
             "kl_controller": _controller_state(self.kl_controller),
+            "algorithm": self.algorithm.state_dict() if hasattr(self.algorithm, "state_dict") else None,
             "config": self.cfg.to_dict(),
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
             "history": self.history,
@@ -401,6 +402,8 @@ class Trainer:
             self.critic.load_state_dict(state["critic"])
             self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         _restore_controller(self.kl_controller, state["kl_controller"])
+        if state.get("algorithm") is not None:
+            self.algorithm.load_state_dict(state["algorithm"])
         torch.set_rng_state(state["rng"]["torch"])
         random.setstate(state["rng"]["python"])
         self.history = list(state.get("history", []))

@@ -337,3 +337,29 @@ def test_online_dpo_skips_groups_with_failed_rewards(tmp_path, trouble_lab):
     for s in seen:  # a group with a failed sample contributes no pair
         assert not (s["failed"] & s.get("paired_from", set())), s
     tr.close()
+
+
+@pytest.mark.parametrize(
+    "loss",
+    [
+        ["preference_loss=mpo", "preference_loss.ld_alpha=0.5", "preference_loss.use_weighting=true"],
+        ["preference_loss=bco_pair", "preference_loss.running_mean=true"],
+    ],
+    ids=["mpo-ld-wpo", "bco-running-mean"],
+)
+def test_preference_losses_with_token_level_inputs_train(tmp_path, loss):
+    """The dpo algorithm passes the optional inputs a loss requires (token log-probs, WPO's
+    log Σπ², bco's running mean) and carries bco's state across steps and checkpoints."""
+    cfg = small_cfg("train.steps=2", *PRESET_EXTRAS["dpo"], *loss, preset="dpo")
+    tr = Trainer(cfg, run_dir=tmp_path, progress=False)
+    ms = [tr.train_step() for _ in range(2)]
+    for m in ms:
+        finite_metrics(m)
+    if "bco_pair" in loss[0]:
+        assert ms[1]["bco/reward_count"] > ms[0]["bco/reward_count"] > 0
+        path = tr.save_checkpoint()
+        tr2 = Trainer(cfg, run_dir=tmp_path / "again", progress=False)
+        tr2.load_checkpoint(path)
+        assert float(tr2.algorithm.bco["bco_reward_count"]) == ms[1]["bco/reward_count"]
+        tr2.close()
+    tr.close()

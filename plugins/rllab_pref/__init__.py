@@ -28,7 +28,7 @@ import torch
 import rllab
 from rllab import ops
 from rllab.algorithm import OptimizerStep, RunContext, checked_loss, seed_for
-from rllab.models import response_logprobs
+from rllab.models import position_ids_from_mask, response_logprobs
 
 
 @attrs.frozen
@@ -52,28 +52,46 @@ Pair = tuple[list[int], list[int], list[int]]
 """(prompt ids, chosen response ids, rejected response ids)."""
 
 
-def sequence_logps(ctx: RunContext, model, rows: list[tuple[list[int], list[int]]], *, grad: bool):
-    """Summed response log-probs (R,) and response lengths (R,) of (prompt ids, response ids) rows.
-
-    One forward for all rows; each row's padding changes nothing (the sums run over its own
-    tokens only).
-    """
-    comps = [rllab.Completion(prompt_ids=tuple(p), token_ids=tuple(r), log_probs=(0.0,) * len(r), finish_reason="stop") for p, r in rows]
-    batch = rllab.RolloutBatch.from_completions(comps, [0.0] * len(comps), pad_token_id=ctx.rollout.tokenizer.pad_token_id)
+def token_logps(ctx: RunContext, model, rows: list[tuple[list[int], list[int]]], *, grad: bool):
+    """Per-token response log-probs (R, T) and the response mask (R, T) of (prompt ids, response
+    ids) rows, in one forward; each row's padding changes nothing."""
+    batch = _batch(ctx, rows)
     home = next(model.parameters()).device  # the reference may live elsewhere (model.reference_device)
     ids, attn = batch.input_ids.to(home), batch.attention_mask.to(home)
     with torch.enable_grad() if grad else torch.no_grad(), ctx.autocast():
         lp = response_logprobs(model, ids, attn, batch.response_length, chunk_size=ctx.config.model.logprob_chunk)
-    mask = batch.response_mask.to(ctx.device)
-    return ops.masked_sum(lp.float().to(ctx.device), mask, dim=-1), mask.sum(-1)
+    return lp.float().to(ctx.device), batch.response_mask.to(ctx.device)
+
+
+def log_sum_sq_probs(ctx: RunContext, model, rows: list[tuple[list[int], list[int]]]) -> torch.Tensor:
+    """(R, T) ``log Σ_v π(v | prefix)²`` at each response position (WPO's weights), no gradient."""
+    batch = _batch(ctx, rows)
+    home = next(model.parameters()).device
+    L, T = batch.input_ids.shape[1], batch.response_length
+    with torch.no_grad(), ctx.autocast():
+        logits = model(
+            input_ids=batch.input_ids.to(home),
+            attention_mask=batch.attention_mask.to(home).long(),
+            position_ids=position_ids_from_mask(batch.attention_mask.to(home)),
+            use_cache=False,
+        ).logits[:, L - T - 1 : L - 1].float()
+    out = torch.logsumexp(2 * logits, dim=-1) - 2 * torch.logsumexp(logits, dim=-1)
+    return torch.where(batch.response_mask.to(home), out, torch.zeros_like(out)).to(ctx.device)
+
+
+def _batch(ctx: RunContext, rows) -> rllab.RolloutBatch:
+    comps = [rllab.Completion(prompt_ids=tuple(p), token_ids=tuple(r), log_probs=(0.0,) * len(r), finish_reason="stop") for p, r in rows]
+    return rllab.RolloutBatch.from_completions(comps, [0.0] * len(comps), pad_token_id=ctx.rollout.tokenizer.pad_token_id)
 
 
 class _Preference:
     uses = frozenset({"task", "backend", "preference_loss"})
-    provides: dict = {}
+    provides = {"preference_loss": ("token_logps", "log_sum_sq_probs", "bco_running_mean")}
 
     def __init__(self, *, config):
         self.config = config
+        self.bco = {"bco_reward_mean": torch.zeros(()), "bco_reward_count": torch.zeros(())}
+        """bco_pair's running reward mean, carried between steps and in checkpoints."""
 
     def needs(self, ctx: RunContext) -> set[str]:
         return {"reference"}
@@ -85,20 +103,41 @@ class _Preference:
                 raise rllab.RllabError(f"algorithm.{fixed} cannot change during a run: the offline pairs are built once")
         self.config = config
 
+    def state_dict(self) -> dict:
+        return {k: v.clone() for k, v in self.bco.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.bco = {k: torch.as_tensor(v).clone() for k, v in state.items()}
+
     def train_on(self, ctx: RunContext, pairs: list[Pair], metrics: dict):
         """Loss on ``pairs``, backward, one optimizer step."""
         t1 = time.perf_counter()
         both = [(p, c) for p, c, _ in pairs] + [(p, r) for p, _, r in pairs]  # chosen rows, then rejected
         P = len(pairs)
-        ref, lengths = sequence_logps(ctx, ctx.reference, both, grad=False)
-        pol, _ = sequence_logps(ctx, ctx.policy, both, grad=True)
-        losses, pm = ctx.components["preference_loss"](
+        loss_fn = ctx.components["preference_loss"]
+        requires = set(loss_fn.spec.requires)
+        ref_tok, mask = token_logps(ctx, ctx.reference, both, grad=False)
+        pol_tok, _ = token_logps(ctx, ctx.policy, both, grad=True)
+        ref, pol, lengths = ops.masked_sum(ref_tok, mask, dim=-1), ops.masked_sum(pol_tok, mask, dim=-1), mask.sum(-1)
+        extra: dict = {}
+        if "token_logps" in requires:
+            extra.update(
+                chosen_token_logps=pol_tok[:P], rejected_token_logps=pol_tok[P:], ref_chosen_token_logps=ref_tok[:P],
+                ref_rejected_token_logps=ref_tok[P:], chosen_mask=mask[:P], rejected_mask=mask[P:],
+            )  # fmt: skip
+        if "log_sum_sq_probs" in requires:
+            sq = log_sum_sq_probs(ctx, ctx.policy, both)
+            extra.update(chosen_log_sum_sq_probs=sq[:P], rejected_log_sum_sq_probs=sq[P:])
+        if "bco_running_mean" in requires:
+            extra.update({k: v.to(ctx.device) for k, v in self.bco.items()})
+        losses, pm = loss_fn(
             chosen_logps=pol[:P],
             rejected_logps=pol[P:],
             ref_chosen_logps=ref[:P],
             ref_rejected_logps=ref[P:],
             chosen_lengths=lengths[:P],
             rejected_lengths=lengths[P:],
+            **extra,
         )
         if not isinstance(losses, torch.Tensor) or losses.shape != (P,):
             shape = tuple(losses.shape) if isinstance(losses, torch.Tensor) else type(losses).__name__
@@ -114,6 +153,8 @@ class _Preference:
             metrics["loss/rpo_nll"] = nll.item()
         loss.backward()
         grad = yield OptimizerStep()
+        if "bco_running_mean" in requires and "bco/reward_mean" in pm:
+            self.bco = {"bco_reward_mean": torch.as_tensor(pm["bco/reward_mean"]).detach().cpu(), "bco_reward_count": torch.as_tensor(pm["bco/reward_count"]).detach().cpu()}
         metrics.update(grad or {})
         metrics.update({k: float(v) for k, v in pm.items()})
         metrics.update({"loss/preference": loss.item(), "time/update": time.perf_counter() - t1})
