@@ -131,6 +131,7 @@ def worker(case: str, variant: str, mode: str, reps: int, warmup: int, tile: str
         "max_ms": max(times),
         "peak_gib": peak / 2**30,
         "device": torch.cuda.get_device_name(),
+        "grad_hidden_fp32_mm": triton_kernels._MM_INTO_FP32,
     }
 
 

@@ -258,21 +258,55 @@ def _project(h, w, b, out):
     return torch.addmm(b, h, w.t(), out=out)
 
 
+_MM_INTO_FP32 = True
+"""Whether ``torch.mm`` / ``torch.addmm`` accept ``out_dtype=torch.float32`` for half-precision
+operands here (cuBLAS then accumulates ``grad_hidden`` straight into float32); switched off at
+the first refusal, after which a half-precision product is added into the accumulator instead."""
+
+
+def _acc_mm(acc, a, b, first: bool, part) -> None:
+    """``acc (float32) = a @ b`` if ``first`` else ``acc += a @ b``, for half-precision a, b."""
+    global _MM_INTO_FP32
+    if _MM_INTO_FP32 and a.is_cuda:
+        try:
+            if first:
+                torch.mm(a, b, out_dtype=torch.float32, out=acc)
+            else:
+                torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
+            return
+        except (TypeError, RuntimeError, NotImplementedError):
+            _MM_INTO_FP32 = False
+    p = torch.mm(a, b, out=part)
+    if first:
+        acc.copy_(p)
+    else:
+        acc.add_(p)
+
+
+def _vocab_tiles(weight, bias, cols):
+    V = weight.shape[0]
+    return [
+        (v0, min(v0 + cols, V), weight[v0 : v0 + cols], None if bias is None else bias[v0 : v0 + cols])
+        for v0 in range(0, V, cols)
+    ]
+
+
 class _HiddenLogProb(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, bias, labels, temperature, with_entropy, rows, cols):
-        N, V = hidden.shape[0], weight.shape[0]
+        N = hidden.shape[0]
         inv_tau = 1.0 / temperature
         stats = _new_stats(N, hidden.device, with_entropy)
         buf = torch.empty(rows * cols, dtype=hidden.dtype, device=hidden.device)
+        tiles = _vocab_tiles(weight, bias, cols)
         for s0 in range(0, N, rows):
-            s1 = min(s0 + rows, N)
-            h = hidden[s0:s1]
-            part = tuple(x[s0:s1] for x in stats)
-            for v0 in range(0, V, cols):
-                v1 = min(v0 + cols, V)
-                z = _project(h, weight[v0:v1], None if bias is None else bias[v0:v1], buf[: (s1 - s0) * (v1 - v0)].view(s1 - s0, v1 - v0))
-                _fold(z, s1 - s0, 0, v1 - v0, s1 - s0, v1 - v0, v0, labels[s0:s1], part, inv_tau, v0 == 0, with_entropy)
+            n = min(rows, N - s0)
+            h = hidden[s0 : s0 + n]
+            part = tuple(x[s0 : s0 + n] for x in stats)
+            y = labels[s0 : s0 + n]
+            for v0, v1, w, b in tiles:
+                z = _project(h, w, b, buf[: n * (v1 - v0)].view(n, v1 - v0))
+                _fold(z, n, 0, v1 - v0, n, v1 - v0, v0, y, part, inv_tau, v0 == 0, with_entropy)
         del buf
         log_prob, lse, entropy = _finish(stats, with_entropy)
         ctx.set_materialize_grads(False)
@@ -285,9 +319,8 @@ class _HiddenLogProb(torch.autograd.Function):
     def backward(ctx, g_lp, g_ent=None):
         hidden, weight, bias, labels, lse, entropy = ctx.saved_tensors
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
-        none = (None,) * 8
         if (g_lp is None and g_ent is None) or not (need_h or need_w or need_b):
-            return none
+            return (None,) * 8
         N, V, D = hidden.shape[0], weight.shape[0], hidden.shape[1]
         rows, cols, inv_tau = ctx.rows, ctx.cols, 1.0 / ctx.temperature
         g_lp, g_ent = _upstream(g_lp), _upstream(g_ent)
@@ -299,23 +332,23 @@ class _HiddenLogProb(torch.autograd.Function):
         grad_w = torch.empty_like(weight) if need_w else None
         grad_b = torch.zeros(V, dtype=torch.float32, device=dev) if need_b else None
         buf = torch.empty(rows * cols, dtype=dt, device=dev)
-        if need_h and not f32:  # float32 accumulator for one token chunk; partial products land in `part`
+        acc = part = None
+        if need_h and not f32:  # float32 accumulator of grad_hidden for one token chunk
             acc = torch.empty(rows, D, dtype=torch.float32, device=dev)
-            part = torch.empty(rows, D, dtype=dt, device=dev)
+            part = torch.empty(rows, D, dtype=dt, device=dev)  # used only where out_dtype is refused
+        tiles = _vocab_tiles(weight, bias, cols)
         for s0 in range(0, N, rows):
-            s1 = min(s0 + rows, N)
-            n = s1 - s0
-            h = hidden[s0:s1]
-            sl = slice(s0, s1)
-            for v0 in range(0, V, cols):
-                v1 = min(v0 + cols, V)
-                w = weight[v0:v1]
-                z = _project(h, w, None if bias is None else bias[v0:v1], buf[: n * (v1 - v0)].view(n, v1 - v0))
-                _grad(
-                    z, n, 0, v1 - v0, z, v1 - v0, n, v1 - v0, v0, labels[sl], lse[sl],
-                    None if entropy is None else entropy[sl],
-                    None if g_lp is None else g_lp[sl], None if g_ent is None else g_ent[sl], inv_tau,
-                )
+            n = min(rows, N - s0)
+            sl = slice(s0, s0 + n)
+            h, y, s_lse = hidden[sl], labels[sl], lse[sl]
+            s_ent = None if entropy is None else entropy[sl]
+            s_glp = None if g_lp is None else g_lp[sl]
+            s_gent = None if g_ent is None else g_ent[sl]
+            gh = None if grad_h is None else (grad_h[sl] if f32 else acc[:n])
+            for v0, v1, w, b in tiles:
+                c = v1 - v0
+                z = _project(h, w, b, buf[: n * c].view(n, c))
+                _grad(z, n, 0, c, z, c, n, c, v0, y, s_lse, s_ent, s_glp, s_gent, inv_tau)  # z := ∂L/∂z
                 if need_b:
                     grad_b[v0:v1] += z.sum(0, dtype=torch.float32)
                 if need_w:
@@ -326,17 +359,13 @@ class _HiddenLogProb(torch.autograd.Function):
                 if need_h:
                     if f32:
                         if v0 == 0:
-                            torch.mm(z, w, out=grad_h[sl])
+                            torch.mm(z, w, out=gh)
                         else:
-                            grad_h[sl].addmm_(z, w)
+                            gh.addmm_(z, w)
                     else:
-                        p = torch.mm(z, w, out=part[:n])
-                        if v0 == 0:
-                            acc[:n].copy_(p)
-                        else:
-                            acc[:n].add_(p)
+                        _acc_mm(gh, z, w, v0 == 0, part[:n])
             if need_h and not f32:
-                grad_h[sl].copy_(acc[:n])
+                grad_h[sl].copy_(gh)
         if grad_b is not None:
             grad_b = grad_b.to(bias.dtype)
         return grad_h, grad_w, grad_b, None, None, None, None, None

@@ -79,23 +79,45 @@ def test_hidden_matches_reference(dtype, use_bias, with_entropy, tau, tile, monk
     ref_lp, ref_ent = dense64(ref_params[0], ref_params[1], ref_params[2] if use_bias else None, labels, tau)
     ref_loss = (ref_lp * g_lp).sum() + ((ref_ent * g_ent).sum() if with_entropy else 0)
     ref_grads = torch.autograd.grad(ref_loss, ref_params)
-    # values: float32 statistics over logits rounded like nn.Linear's output
+    # bfloat16: the logits themselves are rounded to bfloat16 (as nn.Linear's output is), which
+    # moves softmax probabilities by ~2⁻⁹ relative; both rllab paths share that rounding, so they
+    # agree with each other more tightly than with the float64 reference.
     tol_v = 1e-6 if dtype == torch.float32 else 5e-3
-    tol_g = 1e-5 if dtype == torch.float32 else 1e-2
-    # float32 cuBLAS may use TF32 only if the user allowed it; the default is full float32
+    tol_g = 1e-5 if dtype == torch.float32 else 3e-2
     assert rel(lp, ref_lp) < tol_v
     if with_entropy:
         assert rel(ent, ref_ent) < tol_v
     for g, r in zip(grads, ref_grads):
         assert rel(g, r) < tol_g
+    tol_g = 1e-5 if dtype == torch.float32 else 1e-2
     # and the same function as the torch path on the same device
     monkeypatch.setenv("RLLAB_TRITON", "0")
     t_lp, t_ent, t_grads = value_and_grads(
         logprobs_from_hidden, params, g_lp, g_ent, with_entropy, h, w, labels, bias=b, temperature=tau,
     )
-    assert rel(lp, t_lp) < tol_v
+    assert rel(lp, t_lp) < min(tol_v, 1e-5)
+    if with_entropy:
+        assert rel(ent, t_ent) < min(tol_v, 1e-5)
     for g, r in zip(grads, t_grads):
         assert rel(g, r) < tol_g
+
+
+@on_gpu
+@pytest.mark.parametrize("with_entropy", [True, False])
+def test_hidden_grad_accumulation_fallback(with_entropy, monkeypatch):
+    """grad_hidden accumulated through a bfloat16 product (where cuBLAS' float32 output is
+    refused) equals the float32-output accumulation."""
+    torch.manual_seed(4)
+    N, D, V = 700, 128, 9000
+    h = torch.randn(N, D, device="cuda").bfloat16().requires_grad_()
+    w = (torch.randn(V, D, device="cuda") * 0.1).bfloat16().requires_grad_()
+    labels = torch.randint(0, V, (N,), device="cuda")
+    g_lp, g_ent = torch.randn(N, device="cuda").double(), torch.randn(N, device="cuda").double()
+    args = (triton_kernels.logprobs_from_hidden, [h, w], g_lp, g_ent, with_entropy, h, w, labels)
+    _, _, fast = value_and_grads(*args, rows=256, cols=1024)
+    monkeypatch.setattr(triton_kernels, "_MM_INTO_FP32", False)
+    _, _, slow = value_and_grads(*args, rows=256, cols=1024)
+    assert rel(fast[0], slow[0]) < 5e-3 and rel(fast[1], slow[1]) < 1e-6
 
 
 @on_gpu
