@@ -41,7 +41,8 @@ def dense64(h, w, b, labels, tau):
     if b is not None:
         z = z + b.double()
     log_p = torch.log_softmax(z / tau, -1)
-    return log_p.gather(-1, labels.unsqueeze(-1)).squeeze(-1), -(log_p.exp() * log_p).sum(-1)
+    # clamp: a banned token (−inf logit) contributes 0 to the entropy, not 0·(−inf)
+    return log_p.gather(-1, labels.unsqueeze(-1)).squeeze(-1), -(log_p.exp() * log_p.clamp_min(-1e300)).sum(-1)
 
 
 def value_and_grads(fn, params, g_lp, g_ent, with_entropy, *args, **kwargs):
