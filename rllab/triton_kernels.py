@@ -43,8 +43,10 @@ __all__ = ["TILE_BYTES", "available", "logprobs_from_hidden", "logprobs_from_log
 TILE_BYTES = 32 << 20
 """Logits bytes per tile of the hidden-state path (in the head's dtype)."""
 
-TILE_ROWS = 4096
-"""Default tokens per tile of the hidden-state path."""
+TILE_ROWS = 2048
+"""Default tokens per tile of the hidden-state path (with bfloat16 and ``TILE_BYTES`` that makes
+8,192 vocabulary entries per tile; measured on an H100 at D = 896, N = 32,768: 78 ms against
+93 ms for 4,096 × 4,096 and 82 ms for 8,192 × 2,048)."""
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 

@@ -83,7 +83,7 @@ def test_hidden_matches_reference(dtype, use_bias, with_entropy, tau, tile, monk
     # bfloat16: the logits themselves are rounded to bfloat16 (as nn.Linear's output is), which
     # moves softmax probabilities by ~2⁻⁹ relative; both rllab paths share that rounding, so they
     # agree with each other more tightly than with the float64 reference.
-    tol_v = 1e-6 if dtype == torch.float32 else 5e-3
+    tol_v = 1e-6 if dtype == torch.float32 else 1e-2
     tol_g = 1e-5 if dtype == torch.float32 else 3e-2
     assert rel(lp, ref_lp) < tol_v
     if with_entropy:
