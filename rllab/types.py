@@ -217,9 +217,9 @@ class RolloutBatch:
         """
         B, T = self.response_mask.shape
         lengths = self.response_mask.sum(-1)
-        out = torch.zeros(B, T, dtype=torch.float32)
+        out = torch.zeros(B, T, dtype=torch.float32, device=self.response_mask.device)
         last = (lengths - 1).clamp(min=0)
-        out[torch.arange(B), last] = torch.where(lengths > 0, self.scores, torch.zeros_like(self.scores))
+        out[torch.arange(B, device=out.device), last] = torch.where(lengths > 0, self.scores, torch.zeros_like(self.scores))
         return out
 
     @classmethod
