@@ -351,6 +351,7 @@ class SGLangBackend:
         self._own_sync_dir = config.sync_dir is None
         self.sync_dir = Path(config.sync_dir or tempfile.mkdtemp(prefix="rllab-sglang-"))
         self._metrics: dict[str, float] = {}
+        self._sync_metrics: dict[str, float] = {}
         self._totals = {"stale": 0, "retries": 0}
         self._loop = _Loop()
         self._session = None
@@ -562,7 +563,7 @@ class SGLangBackend:
             self._prune(keep=path)
         self._syncs += 1
         self.version = version
-        self._metrics = {**self._metrics, "time/weight_sync": time.perf_counter() - t0, "sglang/weight_version": float(self._syncs)}
+        self._sync_metrics = {"time/weight_sync": time.perf_counter() - t0, "sglang/weight_version": float(self._syncs)}
 
     def _snapshot(self, model: Any, version: str) -> Path:
         """``model`` saved as safetensors in ``sync_dir/v<version>``, written under a temporary
@@ -697,7 +698,7 @@ class SGLangBackend:
         """Counters of the last ``generate`` and ``update_weights`` (namespaced, for the step's log):
         ``rollout/stale``, ``rollout/stale_dropped``, ``rollout/stale_total``, ``sglang/retries``,
         ``sglang/requests``, ``sglang/weight_version``, ``time/sglang_generate``, ``time/weight_sync``."""
-        return dict(self._metrics)
+        return {**self._metrics, **self._sync_metrics}
 
     def close(self) -> None:
         """Close connections, stop a launched server and remove a private snapshot directory."""
