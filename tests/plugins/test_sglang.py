@@ -452,25 +452,52 @@ def test_contract(case):
 # --------------------------------------------------------------------------- end to end
 
 
-def test_short_training_run_matches_the_hf_backend(tmp_path, monkeypatch):
+SMALL = [
+    "model.tiny.hidden_size=64", "model.tiny.intermediate_size=128", "model.warm_start.eval_limit=0",
+    "rollout.prompts_per_step=4", "rollout.group_size=4", "rollout.max_new_tokens=6", "train.eval_size=16",
+    "train.checkpoint_every=0",
+]
+
+
+def train_both(tmp_path, monkeypatch, *extra):
+    """The same config and seed trained with rollouts from the stand-in and from the hf backend."""
     from rllab.config import load_config
     from rllab.trainer import run_experiment
 
     monkeypatch.setenv("RLLAB_CACHE", str(tmp_path / "cache"))
-    small = [
-        "model.tiny.hidden_size=64", "model.tiny.intermediate_size=128", "model.warm_start.steps=60",
-        "model.warm_start.eval_limit=0", "rollout.prompts_per_step=4", "rollout.group_size=4",
-        "rollout.max_new_tokens=6", "train.steps=3", "train.eval_size=16", "train.checkpoint_every=0",
-    ]
+    cfg = [*SMALL, *extra]
     with StandIn(None, lifetime_s=300) as server:
-        sg = run_experiment(load_config(None, [*small, "backend.name=sglang", f"backend.urls={server.url}"]),
+        sg = run_experiment(load_config(None, [*cfg, "backend=sglang", f"backend.urls={server.url}"]),
                             run_dir=tmp_path / "sglang", progress=False)
         versions = [u["weight_version"] for u in server.updates]
-    ref = run_experiment(load_config(None, small), run_dir=tmp_path / "hf", progress=False)
-    assert versions == ["1", "2", "3", "4"]  # the first sync, then one per optimizer step
-    rows = [json.loads(line) for line in (tmp_path / "sglang" / "metrics.jsonl").read_text().splitlines()]
-    hf_rows = [json.loads(line) for line in (tmp_path / "hf" / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == len(hf_rows)
-    for r in rows:
-        assert all(math.isfinite(v) for v in r.values() if isinstance(v, float))
+        generated = sum(p == "/generate" for p, _ in server.requests)
+    ref = run_experiment(load_config(None, cfg), run_dir=tmp_path / "hf", progress=False)
+
+    def steps(name):
+        rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        return [r for r in rows if "rollout/reward" in r]
+
     assert sg.keys() == ref.keys()
+    return steps("sglang"), steps("hf"), versions, generated
+
+
+def test_short_training_run_through_the_standin(tmp_path, monkeypatch):
+    ours, theirs, versions, generated = train_both(tmp_path, monkeypatch, "model.warm_start.steps=60", "train.steps=3")
+    assert versions == ["1", "2", "3", "4"]  # the first sync, then one per optimizer step
+    assert generated >= 3 * 4  # every rollout came from the server
+    assert len(ours) == len(theirs) == 3 and ours[0].keys() == theirs[0].keys()
+    for r in ours:
+        assert all(math.isfinite(v) for v in r.values() if isinstance(v, float)), r
+
+
+@pytest.mark.slow
+def test_short_training_run_learns_as_the_hf_backend_does(tmp_path, monkeypatch):
+    """A warm-started policy that is sometimes right: with rollouts from the stand-in the run gets
+    rewards and makes updates, and its rewards stay close to the hf backend's under the same
+    seed (the samples differ: seeds are drawn per sample here)."""
+    ours, theirs, versions, _ = train_both(tmp_path, monkeypatch, "model.warm_start.steps=400", "train.steps=4")
+    assert versions == ["1", "2", "3", "4", "5"]
+    for rows in (ours, theirs):
+        assert any(r["rollout/reward"] > 0 for r in rows) and any(r["loss/policy"] != 0 for r in rows)
+    mean = lambda rows: sum(r["rollout/reward"] for r in rows) / len(rows)  # noqa: E731
+    assert abs(mean(ours) - mean(theirs)) < 0.2
