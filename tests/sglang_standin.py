@@ -169,9 +169,9 @@ class StandIn:
         in the next ``count`` /generate answers."""
         self._faults["stale"] += [(version, spans)] * count
 
-    def unavailable_after_update(self, count: int = 1) -> None:
-        """After the next weight update, answer ``count`` /generate requests with 503."""
-        self._faults["after_update"] = [count]
+    def unavailable_after_update(self, seconds: float) -> None:
+        """After the next weight update, answer /generate and /health with 503 for ``seconds``."""
+        self._faults["after_update"] = [seconds]
 
     def die_after(self, served: int) -> None:
         """Serve ``served`` more /generate requests, then drop the next one's connection without an
@@ -188,6 +188,10 @@ class StandIn:
             for q in self._faults.values():
                 q.clear()
             self._die_after = self._fail_update = None
+
+    def _unavailable(self) -> bool:
+        q = self._faults.get("unavailable")
+        return bool(q) and time.monotonic() < q[0]
 
     def _take(self, name):
         with self._lock:
@@ -266,11 +270,8 @@ class StandIn:
         fail = self._take("fail")
         if fail:
             raise _HTTPError(fail[0], fail[1])
-        with self._lock:
-            q = self._faults.get("unavailable")
-            if q and q[0] > 0:
-                q[0] -= 1
-                raise _HTTPError(503, "The server is updating weights; try again.")
+        if self._unavailable():
+            raise _HTTPError(503, "The server is updating weights; try again.")
         if self.paused:
             raise _HTTPError(503, "Generation is paused.")
         rows = self._rows(body)
@@ -368,9 +369,7 @@ class StandIn:
 
     def _admin(self, method: str, path: str, body: dict) -> tuple:
         if path in ("/health", "/health_generate", "/ready"):
-            with self._lock:
-                busy = bool(self._faults.get("unavailable") and self._faults["unavailable"][0] > 0)
-            return (503, None) if busy else (200, None)
+            return (503, None) if self._unavailable() else (200, None)
         if path in ("/get_model_info", "/model_info"):
             info = {
                 "model_path": self.model_path or "",
@@ -403,7 +402,7 @@ class StandIn:
                 self.weight_version = str(body["weight_version"])
             q = self._faults.pop("after_update", None)
             if q:
-                self._faults["unavailable"] = q
+                self._faults["unavailable"] = [time.monotonic() + q[0]]
             return 200, {"success": True, "message": "Succeeded to update model weights.", "num_paused_requests": 0}
         if path == "/flush_cache":
             return 200, "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n"

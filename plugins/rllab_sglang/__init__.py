@@ -183,7 +183,9 @@ class SGLangBackendConfig:
         None, help="directory for weight snapshots, visible to every server; None: a private temporary directory"
     )
     tp_size: int = rllab.knob(1, help="tensor-parallel ranks of each server (weight_sync = 'tensor' sends one payload per rank)", ge=1)
-    prompts_per_request: int = rllab.knob(1, help="prompts batched into one /generate request", ge=1)
+    prompts_per_request: int = rllab.knob(
+        8, help="prompts batched into one /generate request (× n rows; SGLang warns above 128 rows with n > 1)", ge=1
+    )
     max_in_flight: int = rllab.knob(64, help="most /generate requests outstanding at once (over all servers)", ge=1)
     timeout_s: float = rllab.knob(600.0, help="per-request time limit in seconds", gt=0.0)
     retries: int = rllab.knob(3, help="extra tries of a failed request (refused, dropped, timed out, 5xx, aborted)", ge=0)
@@ -272,11 +274,14 @@ def parse_row(row: Any, prompt: tuple[int, ...], prompt_index: int, where: str) 
             f"{where}: {len(ids)} output_ids but "
             f"{'no' if lps is None else len(lps)} output_token_logprobs (return_logprob must be honoured)"
         )
-    log_probs = []
-    for i, (entry, tid) in enumerate(zip(lps, ids)):
-        if entry[1] != tid or entry[0] is None:
-            raise SGLangProtocolError(f"{where}: output_token_logprobs[{i}] = {entry!r} does not match token {tid}")
-        log_probs.append(float(entry[0]))
+    try:
+        matched = [e[1] for e in lps] == ids
+        log_probs = tuple(map(float, [e[0] for e in lps]))
+    except (TypeError, IndexError, KeyError):
+        matched = False
+    if not matched:
+        i = next((i for i, (e, t) in enumerate(zip(lps, ids)) if not isinstance(e, list) or len(e) < 2 or e[1] != t or e[0] is None), 0)
+        raise SGLangProtocolError(f"{where}: output_token_logprobs[{i}] = {lps[i]!r} is not a log-prob of token {ids[i]}")
     version = meta.get("weight_version")
     spans = meta.get("weight_versions") or ()
     versions = {str(s.get("version")) for s in spans if isinstance(s, Mapping)}
@@ -285,12 +290,18 @@ def parse_row(row: Any, prompt: tuple[int, ...], prompt_index: int, where: str) 
     c = Completion(
         prompt_ids=prompt,
         token_ids=tuple(ids),
-        log_probs=tuple(log_probs),
+        log_probs=log_probs,
         finish_reason=kind,
         prompt_index=prompt_index,
         weight_version=None if version is None else str(version),
     )
     return c, abort_msg, abort_status
+
+
+try:  # 3-4x faster than json on SGLang's float-heavy answers
+    from msgspec.json import decode as _decode
+except ImportError:  # pragma: no cover - msgspec is in the sglang extra
+    _decode = json.loads
 
 
 def _free_port() -> int:
@@ -515,7 +526,7 @@ class SGLangBackend:
                     f"sglang: {url}/generate rejected the request (HTTP {status}): {msg}", status=status, message=msg
                 )
             try:
-                data = json.loads(raw)
+                data = _decode(raw)
             except ValueError as e:
                 raise SGLangProtocolError(f"sglang: {url}/generate answered with invalid JSON: {e}") from None
             if isinstance(data, Mapping):

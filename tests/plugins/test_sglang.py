@@ -126,8 +126,9 @@ def test_config_errors(lab):
         lab.get("rollout_backend", "sglang", urls="http://127.0.0.1:1", weight_sync="distributed")()
 
 
-def test_request_body_seeded_fans_out_with_distinct_seeds(backend, server, tiny):
+def test_request_body_seeded_fans_out_with_distinct_seeds(lab, server, tiny):
     tok = tiny[1]
+    backend = make(lab, server.url, prompts_per_request=1)
     server.requests.clear()
     prompts = prompts_of(tok)[:2]
     backend.generate(prompts, SamplingParams(n=3, max_new_tokens=4, temperature=0.9, top_p=0.95, top_k=20,
@@ -238,8 +239,10 @@ def test_abort_and_malformed_rows():
     assert c.finish_reason == "abort" and msg == "Abort by pause" and status is None
     with pytest.raises(S.SGLangProtocolError, match="unfinished"):
         S.parse_row(row([4], None), (1,), 0, "t")
-    with pytest.raises(S.SGLangProtocolError, match="does not match token 4"):
+    with pytest.raises(S.SGLangProtocolError, match=r"\[-0.1, 9, None\] is not a log-prob of token 4"):
         S.parse_row(row([4], {"type": "length"}, lps=[[-0.1, 9, None]]), (1,), 0, "t")
+    with pytest.raises(S.SGLangProtocolError, match=r"\[1\] = \[None, 5, None\] is not a log-prob of token 5"):
+        S.parse_row(row([4, 5], {"type": "length"}, lps=[[-0.1, 4, None], [None, 5, None]]), (1,), 0, "t")
     with pytest.raises(S.SGLangProtocolError, match="1 output_ids but no output_token_logprobs"):
         S.parse_row({"output_ids": [4], "meta_info": {"finish_reason": {"type": "length"}}}, (1,), 0, "t")
     spans = row([4, 5], {"type": "length"})
@@ -304,12 +307,12 @@ def test_503_is_retried_then_reported(lab, fresh, tiny):
 
 def test_503_just_after_a_weight_update(lab, fresh, tiny):
     model = tiny[0]
-    b = make(lab, fresh.url, retries=4)
-    fresh.unavailable_after_update(3)
+    b = make(lab, fresh.url, retries=4, backoff_s=0.1)
+    fresh.unavailable_after_update(0.3)
     b.update_weights(model)
     out = b.generate(prompts_of(tiny[1]), SamplingParams(n=2, max_new_tokens=3, seed=0))
     assert len(out) == 8 and all(c.weight_version == "1" for c in out)
-    assert b.last_metrics()["sglang/retries"] >= 3
+    assert b.last_metrics()["sglang/retries"] >= 1
     b.close()
 
 
@@ -335,13 +338,13 @@ def test_a_server_that_dies_mid_rollout(lab, tiny):
     prompts = prompts_of(tiny[1]) * 2
     params = SamplingParams(n=2, max_new_tokens=3, seed=0)
     with StandIn(tiny[2]) as a:
-        b = make(lab, a.url, retries=2, max_in_flight=1)
+        b = make(lab, a.url, retries=2, max_in_flight=1, prompts_per_request=1)
         a.die_after(3)
         with pytest.raises(S.SGLangUnavailableError, match="dropped the connection mid-request"):
             b.generate(prompts, params)
         b.close()
     with StandIn(tiny[2]) as a, StandIn(tiny[2]) as c:
-        b = make(lab, f"{a.url},{c.url}", retries=2, max_in_flight=1)
+        b = make(lab, f"{a.url},{c.url}", retries=2, max_in_flight=1, prompts_per_request=1)
         want = make(lab, c.url).generate(prompts, params)
         a.die_after(2)
         got = b.generate(prompts, params)  # the other server finishes the batch
@@ -387,7 +390,7 @@ def test_failed_weight_update_shows_sglangs_message(lab, fresh, tiny):
 def test_stale_samples_are_dropped_kept_or_refused_and_always_counted(lab, fresh, tiny, spans):
     prompts = prompts_of(tiny[1])[:2]
     params = SamplingParams(n=2, max_new_tokens=3, seed=0)
-    backends = {m: make(lab, fresh.url, stale=m, max_in_flight=1) for m in ("drop", "keep", "error")}
+    backends = {m: make(lab, fresh.url, stale=m, max_in_flight=1, prompts_per_request=1) for m in ("drop", "keep", "error")}
     for b in backends.values():
         b.update_weights(tiny[2])  # a model directory is sent as it is
     fresh.weight_version = "1"
@@ -484,7 +487,7 @@ def train_both(tmp_path, monkeypatch, *extra):
 def test_short_training_run_through_the_standin(tmp_path, monkeypatch):
     ours, theirs, versions, generated = train_both(tmp_path, monkeypatch, "model.warm_start.steps=60", "train.steps=3")
     assert versions == ["1", "2", "3", "4"]  # the first sync, then one per optimizer step
-    assert generated >= 3 * 4  # every rollout came from the server
+    assert generated >= 3  # every rollout came from the server (4 prompts: one request a step)
     assert len(ours) == len(theirs) == 3 and ours[0].keys() == theirs[0].keys()
     for r in ours:
         assert all(math.isfinite(v) for v in r.values() if isinstance(v, float)), r
