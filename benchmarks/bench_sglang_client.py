@@ -50,11 +50,16 @@ def start_standin(tokens: int) -> tuple[subprocess.Popen, str]:
     return proc, f"http://127.0.0.1:{port}"
 
 
-def client_step(backend, prompts, params):
-    """One step's client work: generate (build, send, parse) and the padded batch."""
+def timed_step(backend, prompts, params):
+    """One step's client work, timed in parts: ``generate`` (build, send, parse) and the padded
+    batch (``RolloutBatch.from_completions``, which the embedded backend's step pays too).
+    Returns the completions and (cpu generate, cpu assembly, wall generate, wall assembly)."""
+    c0, w0 = time.process_time(), time.perf_counter()
     comps = backend.generate(prompts, params)
-    batch = RolloutBatch.from_completions(comps, [0.0] * len(comps), pad_token_id=0)
-    return comps, batch
+    c1, w1 = time.process_time(), time.perf_counter()
+    RolloutBatch.from_completions(comps, [0.0] * len(comps), pad_token_id=0)
+    c2, w2 = time.process_time(), time.perf_counter()
+    return comps, (c1 - c0, c2 - c1, w1 - w0, w2 - w1)
 
 
 def measure_client(lab, P, n, T, per_request, repeats):
@@ -63,19 +68,17 @@ def measure_client(lab, P, n, T, per_request, repeats):
         backend = lab.get("rollout_backend", "sglang", urls=url, prompts_per_request=per_request)()
         prompts = [[1] + [4 + (i % 10)] * 12 for i in range(P)]
         params = SamplingParams(n=n, max_new_tokens=T, seed=1)
-        client_step(backend, prompts, params)  # connections, warm-up
-        cpu, wall = [], []
+        timed_step(backend, prompts, params)  # connections, warm-up
+        parts = []
         for _ in range(repeats):
-            c0, w0 = time.process_time(), time.perf_counter()
-            comps, _ = client_step(backend, prompts, params)
-            cpu.append(time.process_time() - c0)
-            wall.append(time.perf_counter() - w0)
+            comps, t = timed_step(backend, prompts, params)
+            parts.append(t)
         assert len(comps) == P * n and all(len(c.token_ids) == T for c in comps)
         backend.close()
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-    return statistics.median(cpu), statistics.median(wall)
+    return [statistics.median(p[i] for p in parts) for i in range(4)]
 
 
 def embedded_step_time(steps: int) -> float:
@@ -98,21 +101,25 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--steps", type=int, default=3, help="embedded default steps timed")
-    ap.add_argument("--per-request", type=int, nargs="+", default=[1, 16])
+    ap.add_argument("--per-request", type=int, nargs="+", default=[1, 8])
     args = ap.parse_args()
     torch.set_num_threads(1)
     lab = rllab.Lab()
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
     step = embedded_step_time(args.steps)
     print(f"embedded default (hf backend, 16 prompts x 8 samples x <=8 tokens): {step * 1000:.1f} ms / step")
-    print(f"{'workload':>22} {'per req':>7} {'cpu ms':>8} {'wall ms':>8} {'compl/s cpu':>11} {'compl/s wall':>12} {'share cpu':>9} {'share wall':>10}")
+    print("generate = build + send + parse (CPU of this process, and wall); assembly = RolloutBatch.from_completions")
+    head = ("P x n x T", "per req", "gen cpu ms", "gen wall ms", "asm ms", "compl/s cpu", "compl/s wall",
+            "share gen", "share gen+asm", "share wall")
+    print(" ".join(f"{h:>13}" for h in head))
     for P, n, T in ((16, 8, 8), (64, 8, 64)):
         for k in args.per_request:
-            cpu, wall = measure_client(lab, P, n, T, k, args.repeats)
+            gcpu, acpu, gwall, awall = measure_client(lab, P, n, T, k, args.repeats)
             default = (P, n, T) == (16, 8, 8)
             share = lambda x: f"{100 * x / step:.2f}%" if default else "-"  # noqa: E731
-            print(f"{f'{P}x{n}x{T}':>22} {k:>7} {cpu * 1000:8.2f} {wall * 1000:8.2f} {P * n / cpu:11.0f} "
-                  f"{P * n / wall:12.0f} {share(cpu):>9} {share(wall):>10}")
+            cells = (f"{P}x{n}x{T}", k, f"{gcpu * 1e3:.2f}", f"{gwall * 1e3:.2f}", f"{acpu * 1e3:.2f}",
+                     f"{P * n / gcpu:.0f}", f"{P * n / gwall:.0f}", share(gcpu), share(gcpu + acpu), share(gwall + awall))
+            print(" ".join(f"{c:>13}" for c in cells))
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

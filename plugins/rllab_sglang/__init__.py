@@ -84,6 +84,7 @@ DEFAULT_LAUNCH = (
     "--skip-tokenizer-init --weight-version {weight_version}"
 )
 _RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
+_JSON = {"Content-Type": "application/json"}
 
 
 # --------------------------------------------------------------------------- errors
@@ -247,7 +248,7 @@ def _finish(meta: Mapping, where: str) -> tuple[str, str | None, int | None]:
     fr = meta.get("finish_reason")
     if isinstance(fr, str):  # older servers sent a bare string
         fr = {"type": fr}
-    if not isinstance(fr, Mapping) or fr.get("type") not in ("stop", "length", "abort"):
+    if not isinstance(fr, dict) or fr.get("type") not in ("stop", "length", "abort"):
         raise SGLangProtocolError(f"{where}: unfinished or unknown finish_reason {fr!r}")
     if fr["type"] == "abort":
         return "abort", str(fr.get("message") or "aborted"), fr.get("status_code")
@@ -259,11 +260,11 @@ def parse_row(row: Any, prompt: tuple[int, ...], prompt_index: int, where: str) 
 
     ``output_token_logprobs[i] = [logprob, token_id, text]`` must name ``output_ids[i]``.
     """
-    if not isinstance(row, Mapping):
+    if not isinstance(row, dict):
         raise SGLangProtocolError(f"{where}: expected an object, got {type(row).__name__}")
     meta = row.get("meta_info")
     ids = row.get("output_ids")
-    if not isinstance(meta, Mapping) or not isinstance(ids, list):
+    if not isinstance(meta, dict) or not isinstance(ids, list):
         raise SGLangProtocolError(f"{where}: missing output_ids or meta_info (is the server an SGLang /generate?)")
     kind, abort_msg, abort_status = _finish(meta, where)
     lps = meta.get("output_token_logprobs")
@@ -284,7 +285,7 @@ def parse_row(row: Any, prompt: tuple[int, ...], prompt_index: int, where: str) 
         raise SGLangProtocolError(f"{where}: output_token_logprobs[{i}] = {lps[i]!r} is not a log-prob of token {ids[i]}")
     version = meta.get("weight_version")
     spans = meta.get("weight_versions") or ()
-    versions = {str(s.get("version")) for s in spans if isinstance(s, Mapping)}
+    versions = {str(s.get("version")) for s in spans if isinstance(s, dict)} if spans else ()
     if len(versions) > 1:
         version = "|".join(sorted(versions))  # the weights changed mid-request
     c = Completion(
@@ -299,9 +300,12 @@ def parse_row(row: Any, prompt: tuple[int, ...], prompt_index: int, where: str) 
 
 
 try:  # 3-4x faster than json on SGLang's float-heavy answers
-    from msgspec.json import decode as _decode
+    from msgspec.json import decode as _decode, encode as _encode
 except ImportError:  # pragma: no cover - msgspec is in the sglang extra
     _decode = json.loads
+
+    def _encode(obj) -> bytes:
+        return json.dumps(obj).encode()
 
 
 def _free_port() -> int:
@@ -379,7 +383,7 @@ class SGLangBackend:
         if self._session is None:
             self._sem = asyncio.Semaphore(self.config.max_in_flight)
             connector = aiohttp.TCPConnector(limit=self.config.max_in_flight + 8, force_close=False)
-            self._session = aiohttp.ClientSession(connector=connector, json_serialize=json.dumps)
+            self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 
     async def _call(self, method: str, url: str, path: str, body: Any = None, *, timeout: float | None = None):
@@ -389,7 +393,8 @@ class SGLangBackend:
         session = await self._get_session()
         limit = aiohttp.ClientTimeout(total=timeout or self.config.timeout_s)
         try:
-            async with session.request(method, url + path, json=body, timeout=limit) as resp:
+            data = None if body is None else _encode(body)
+            async with session.request(method, url + path, data=data, headers=_JSON, timeout=limit) as resp:
                 return resp.status, await resp.read()
         except asyncio.TimeoutError:
             raise _Retry("timeout", f"{url}{path}: no answer within {timeout or self.config.timeout_s:g} s") from None
@@ -529,7 +534,7 @@ class SGLangBackend:
                 data = _decode(raw)
             except ValueError as e:
                 raise SGLangProtocolError(f"sglang: {url}/generate answered with invalid JSON: {e}") from None
-            if isinstance(data, Mapping):
+            if isinstance(data, dict):
                 data = [data]
             if not isinstance(data, list) or len(data) != len(rows):
                 got = len(data) if isinstance(data, list) else type(data).__name__
