@@ -255,7 +255,7 @@ def _finish(meta: Mapping, where: str) -> tuple[str, str | None, int | None]:
     return fr["type"], None, None
 
 
-def parse_row(row: Any, prompt: tuple[int, ...], prompt_index: int, where: str) -> tuple[Completion, str | None, int | None]:
+def parse_row(row: Any, prompt: tuple[int, ...], prompt_index: int, where: str = "result") -> tuple[Completion, str | None, int | None]:
     """One ``/generate`` result → ``(Completion, abort message, abort status)``.
 
     ``output_token_logprobs[i] = [logprob, token_id, text]`` must name ``output_ids[i]``.
@@ -266,7 +266,11 @@ def parse_row(row: Any, prompt: tuple[int, ...], prompt_index: int, where: str) 
     ids = row.get("output_ids")
     if not isinstance(meta, dict) or not isinstance(ids, list):
         raise SGLangProtocolError(f"{where}: missing output_ids or meta_info (is the server an SGLang /generate?)")
-    kind, abort_msg, abort_status = _finish(meta, where)
+    fr = meta.get("finish_reason")
+    if type(fr) is dict and (fr.get("type") == "stop" or fr.get("type") == "length"):
+        kind, abort_msg, abort_status = fr["type"], None, None  # the common case, without a call
+    else:
+        kind, abort_msg, abort_status = _finish(meta, where)
     lps = meta.get("output_token_logprobs")
     if lps is None:
         lps = [] if not ids else None
@@ -284,10 +288,11 @@ def parse_row(row: Any, prompt: tuple[int, ...], prompt_index: int, where: str) 
         i = next((i for i, (e, t) in enumerate(zip(lps, ids)) if not isinstance(e, list) or len(e) < 2 or e[1] != t or e[0] is None), 0)
         raise SGLangProtocolError(f"{where}: output_token_logprobs[{i}] = {lps[i]!r} is not a log-prob of token {ids[i]}")
     version = meta.get("weight_version")
-    spans = meta.get("weight_versions") or ()
-    versions = {str(s.get("version")) for s in spans if isinstance(s, dict)} if spans else ()
-    if len(versions) > 1:
-        version = "|".join(sorted(versions))  # the weights changed mid-request
+    spans = meta.get("weight_versions")
+    if spans:
+        versions = {str(s.get("version")) for s in spans if isinstance(s, dict)}
+        if len(versions) > 1:
+            version = "|".join(sorted(versions))  # the weights changed mid-request
     c = Completion(
         prompt_ids=prompt,
         token_ids=tuple(ids),
@@ -540,8 +545,9 @@ class SGLangBackend:
                 got = len(data) if isinstance(data, list) else type(data).__name__
                 raise SGLangProtocolError(f"sglang: {url}/generate returned {got} results for {len(rows)} samples")
             out, aborted = [], []
-            for r, (row, i) in enumerate(zip(data, rows)):
-                c, abort_msg, abort_status = parse_row(row, prompts[i], first_index + i, f"{url}/generate result {r}")
+            where = f"{url}/generate result"
+            for row, i in zip(data, rows):
+                c, abort_msg, abort_status = parse_row(row, prompts[i], first_index + i, where)
                 if abort_msg is not None:
                     aborted.append((abort_msg, abort_status))
                 out.append(c)
