@@ -69,6 +69,17 @@ def contract():
     return _CONTRACT
 
 
+def launch_knobs(**extra) -> dict:
+    """Knobs of the sglang backend that make it launch this stand-in instead of SGLang (for the
+    contract suite: ``contract_cases(names=["sglang"], knobs=launch_knobs())``). Without the
+    sglang wheel the stand-in runs unvalidated."""
+    cmd = f"{sys.executable} {Path(__file__).resolve()} --model-path {{model_path}} --port {{port}} " \
+          f"--weight-version {{weight_version}} --lifetime-s 300"
+    if contract() is None:
+        cmd += " --no-validate"
+    return {"launch": True, "launch_command": cmd, "backoff_s": 0.01, "launch_timeout_s": 120.0, **extra}
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True

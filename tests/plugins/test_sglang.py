@@ -32,7 +32,6 @@ pytestmark = pytest.mark.skipif(
 import rllab_sglang as S  # noqa: E402
 
 CFG = TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
-STANDIN = Path(sglang_standin.__file__).resolve()
 
 
 @pytest.fixture(autouse=True)
@@ -424,9 +423,7 @@ def test_tensor_sync_refuses_a_cpu_policy(lab, fresh, tiny):
 # --------------------------------------------------------------------------- launch and contract
 
 
-def launch_knobs(**extra):
-    cmd = f"{sys.executable} {STANDIN} --model-path {{model_path}} --port {{port}} --weight-version {{weight_version}} --lifetime-s 300"
-    return {"launch": True, "launch_command": cmd, "backoff_s": 0.01, "launch_timeout_s": 120.0, **extra}
+launch_knobs = sglang_standin.launch_knobs
 
 
 def test_launch_prints_the_command_waits_for_health_and_stops(lab, tiny, capfd):
