@@ -425,7 +425,19 @@ class StandIn:
             self.paused = False
             return 200, {"message": "Generation continued successfully.", "status": "ok"}
         if path in ("/begin_weight_update", "/end_weight_update"):
+            self.updates.append({"route": path, **body})
+            self._session_open = path == "/begin_weight_update"
             return 200, {"success": True, "message": "ok"}
+        if path == "/update_weights_from_tensor":
+            self.updates.append({"route": path, **body})
+            if not getattr(self, "_session_open", False):  # 0.5.23's scheduler refuses these outside a session
+                return 400, {"success": False, "message": "update_weights_from_tensor requires an open weight update session (call /begin_weight_update first)"}
+            names = body.get("serialized_named_tensors")
+            if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
+                return 400, {"error": {"message": "serialized_named_tensors must be a list of base64 strings, one per TP rank"}}
+            if body.get("weight_version") is not None:
+                self.weight_version = str(body["weight_version"])
+            return 200, {"success": True, "message": "Succeeded to update model weights."}
         if path == "/update_weight_version":
             self.weight_version = str(body["new_version"])
             return 200, {"success": True, "message": "ok", "new_version": self.weight_version}

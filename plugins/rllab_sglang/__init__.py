@@ -313,6 +313,29 @@ except ImportError:  # pragma: no cover - msgspec is in the sglang extra
         return json.dumps(obj).encode()
 
 
+def tensor_payload(model: Any) -> str:
+    """``model``'s named tensors as SGLang's ``update_weights_from_tensor`` takes them over HTTP:
+    a base64 ``ForkingPickler`` payload of ``[(name, tensor), ...]``, in which CUDA tensors
+    travel as IPC handles (so the server must be on the same node). CPU tensors are refused."""
+    import io
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch
+    import torch.multiprocessing  # noqa: F401 - registers the tensor reductions
+
+    named = [(n, p.detach()) for n, p in model.state_dict().items()]
+    cpu = [(n, t.device) for n, t in named if t.device.type != "cuda"]
+    if cpu:
+        raise SGLangWeightSyncError(
+            f"weight_sync = 'tensor' needs the policy on CUDA on the server's node ({cpu[0][0]} is on "
+            f"{cpu[0][1]}): SGLang receives CUDA-IPC handles. Use weight_sync = 'disk'"
+        )
+    buf = io.BytesIO()
+    ForkingPickler(buf).dump(named)
+    torch.cuda.synchronize()
+    return base64.b64encode(buf.getvalue()).decode()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -637,32 +660,16 @@ class SGLangBackend:
         await asyncio.gather(*(self._admin(u, "/update_weights_from_disk", body, "/update_weights_from_disk") for u in targets))
 
     async def _sync_tensor(self, model: Any, version: str) -> None:
-        import torch
-
-        named = [(n, p.detach()) for n, p in model.state_dict().items()]
-        cpu = [n for n, t in named if t.device.type != "cuda"]
-        if cpu:
-            raise SGLangWeightSyncError(
-                f"weight_sync = 'tensor' needs the policy on CUDA on the server's node ({cpu[0]} is on "
-                f"{dict(named)[cpu[0]].device}): SGLang receives CUDA-IPC handles. Use weight_sync = 'disk'"
-            )
-        import torch.multiprocessing  # noqa: F401 - registers the CUDA tensor reductions
-        from multiprocessing.reduction import ForkingPickler
-        import io
-
-        buf = io.BytesIO()
-        ForkingPickler(buf).dump(named)
-        payload = base64.b64encode(buf.getvalue()).decode()
+        payload = tensor_payload(model)
         await self._get_session()
         targets = self.admin_urls or self.urls
         body = {"serialized_named_tensors": [payload] * self.config.tp_size, "weight_version": version, "flush_cache": True}
-        for u in targets:
+        for u in targets:  # SGLang 0.5.23 refuses tensor updates outside a begin … end session
             await self._admin(u, "/begin_weight_update", {}, "/begin_weight_update")
             try:
                 await self._admin(u, "/update_weights_from_tensor", body, "/update_weights_from_tensor")
             finally:
                 await self._admin(u, "/end_weight_update", {}, "/end_weight_update")
-        torch.cuda.synchronize()
 
     # -- launch
 

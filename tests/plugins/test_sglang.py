@@ -417,7 +417,18 @@ def test_tensor_sync_refuses_a_cpu_policy(lab, fresh, tiny):
     b = make(lab, fresh.url, weight_sync="tensor")
     with pytest.raises(S.SGLangWeightSyncError, match="needs the policy on CUDA"):
         b.update_weights(tiny[0])
-    b.close()
+    assert fresh.updates == []
+
+
+def test_tensor_sync_runs_inside_a_weight_update_session(lab, fresh, tiny, monkeypatch):
+    monkeypatch.setattr(S, "tensor_payload", lambda model: "UEFZTE9BRA==")  # CUDA-IPC needs a GPU
+    b = make(lab, fresh.url, weight_sync="tensor", tp_size=2)
+    b.update_weights(tiny[0])
+    routes = [u["route"] for u in fresh.updates]
+    assert routes == ["/begin_weight_update", "/update_weights_from_tensor", "/end_weight_update"]
+    body = fresh.updates[1]
+    assert body["serialized_named_tensors"] == ["UEFZTE9BRA=="] * 2 and body["weight_version"] == "1"
+    assert b.version == fresh.weight_version == "1"
 
 
 # --------------------------------------------------------------------------- launch and contract
