@@ -442,6 +442,8 @@ class StandIn:
             self.weight_version = str(body["new_version"])
             return 200, {"success": True, "message": "ok", "new_version": self.weight_version}
         if path == "/abort_request":
+            if self.validate:
+                self.api.decode_AbortRequest(body)
             return 200, None
         return 404, {"detail": "Not Found"}
 

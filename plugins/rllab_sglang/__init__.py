@@ -549,8 +549,14 @@ class SGLangBackend:
 
         async def attempt(url: str) -> list[Completion]:
             assert self._sem is not None
-            async with self._sem:
-                status, raw = await self._call("POST", url, "/generate", body)
+            body["rid"] = uuid.uuid4().hex  # SGLang names row i "<rid>_<i>"
+            try:
+                async with self._sem:
+                    status, raw = await self._call("POST", url, "/generate", body)
+            except _Retry as e:
+                if e.kind == "timeout" and params.seed is not None:
+                    await self._abort(url, [f"{body['rid']}_{i}" for i in range(len(rows))])
+                raise
             if status != 200:
                 msg = error_message(raw)
                 if status in _RETRYABLE_STATUS:
@@ -584,6 +590,16 @@ class SGLangBackend:
             return out
 
         return await self._with_retries(what, attempt, self.urls)
+
+    async def _abort(self, url: str, rids: list[str]) -> None:
+        """Best effort: ask ``url`` to stop rows we gave up on (a timed-out request), so a retry
+        does not run beside them. Exact rids only: SGLang ignores rids it does not know, and with
+        ``n > 1`` it renames rows, so only seeded (one row per sample) requests are aborted."""
+        for rid in rids:
+            try:
+                await self._call("POST", url, "/abort_request", {"rid": rid}, timeout=5.0)
+            except _Retry:
+                return
 
     # -- weights
 

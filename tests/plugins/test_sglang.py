@@ -278,8 +278,12 @@ def test_timeout_then_retry(lab, fresh, tiny):
     b.close()
     b = make(lab, fresh.url, timeout_s=0.3, retries=1)
     fresh.delay_next(1.0)
-    assert len(b.generate(prompts, SamplingParams(max_new_tokens=2))) == 1
+    fresh.requests.clear()
+    assert len(b.generate(prompts, SamplingParams(n=2, max_new_tokens=2, seed=0))) == 2
     assert b.last_metrics()["sglang/retries"] == 1
+    first = generates(fresh)[0]["rid"]
+    aborted = [body["rid"] for p, body in fresh.requests if p == "/abort_request"]
+    assert aborted == [f"{first}_0", f"{first}_1"]  # the abandoned rows are stopped before the retry
     b.close()
 
 
