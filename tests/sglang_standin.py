@@ -72,11 +72,9 @@ def contract():
 def launch_knobs(**extra) -> dict:
     """Knobs of the sglang backend that make it launch this stand-in instead of SGLang (for the
     contract suite: ``contract_cases(names=["sglang"], knobs=launch_knobs())``). Without the
-    sglang wheel the stand-in runs unvalidated."""
+    sglang wheel the stand-in runs unvalidated."""  # validate=None: whenever the wheel is there
     cmd = f"{sys.executable} {Path(__file__).resolve()} --model-path {{model_path}} --port {{port}} " \
           f"--weight-version {{weight_version}} --lifetime-s 300"
-    if contract() is None:
-        cmd += " --no-validate"
     return {"launch": True, "launch_command": cmd, "backoff_s": 0.01, "launch_timeout_s": 120.0, **extra}
 
 
@@ -99,12 +97,13 @@ class StandIn:
         lifetime_s: float = 300.0,
         max_requests: int = 100_000,
         instant_tokens: int | None = None,
-        validate: bool = True,
+        validate: bool | None = None,
     ):
         self.api = contract()
         if self.api is None and validate:
             raise RuntimeError("the stand-in validates against sglang's api_types.py: pip install --no-deps sglang==0.5.23 msgspec")
-        self.validate = validate
+        self.validate = self.api is not None if validate is None else validate
+        """Check bodies against SGLang's contract (default: whenever the sglang wheel is installed)."""
         self.weight_version = weight_version
         self.model_path = None if model_path is None else str(model_path)
         self.instant_tokens = instant_tokens
@@ -465,7 +464,7 @@ def main(argv=None) -> None:
     args, _unknown = p.parse_known_args(argv)  # sglang's other flags (--host, --skip-tokenizer-init …) are accepted
     model = None if args.instant is not None else args.model_path
     s = StandIn(model, weight_version=args.weight_version, port=args.port, lifetime_s=args.lifetime_s,
-                instant_tokens=args.instant, validate=not args.no_validate)
+                instant_tokens=args.instant, validate=False if args.no_validate else None)
     print(f"stand-in listening on {s.url}", flush=True)
     try:
         while not s._dead:

@@ -57,7 +57,9 @@ prints the command, waits for ``/health`` and stops the server in ``close()``.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import base64
+import functools
 import json
 import os
 import shlex
@@ -706,10 +708,13 @@ class SGLangBackend:
         url = f"http://127.0.0.1:{port}"
         print(f"rllab sglang: launching {shlex.join(cmd)}", file=sys.stderr, flush=True)
         self._process = subprocess.Popen(cmd, start_new_session=True)
+        self._atexit = functools.partial(_stop, self._process)
+        atexit.register(self._atexit)  # a run that dies without close() must not leave a GPU server behind
         deadline = time.monotonic() + self.config.launch_timeout_s
         while True:
             code = self._process.poll()
             if code is not None:
+                atexit.unregister(self._atexit)
                 self._process = None
                 raise SGLangUnavailableError(f"sglang: the launched server exited with code {code} before answering /health: {shlex.join(cmd)}")
             if self._loop.run(self._healthy(url)):
@@ -725,17 +730,9 @@ class SGLangBackend:
 
     def _stop_process(self) -> None:
         proc, self._process = self._process, None
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=10)
+        if proc is not None:
+            atexit.unregister(self._atexit)
+            _stop(proc)
 
     # -- the rest of the protocol
 
@@ -754,6 +751,21 @@ class SGLangBackend:
         self._stop_process()
         if self._own_sync_dir:
             shutil.rmtree(self.sync_dir, ignore_errors=True)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM a launched server's process group, SIGKILL it if it has not exited in 30 s."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=10)
 
 
 def sglang(*, config: SGLangBackendConfig) -> SGLangBackend:
