@@ -26,7 +26,8 @@ Finish reasons, as SGLang sends them::
 
 Faults: a refused connection, a dropped connection (a server that died), a timeout, HTTP 5xx /
 503 (a server busy loading weights) and aborted samples are retried with exponential backoff
-(``retries``, ``backoff_s``) on the next server that answers ``/health``; an HTTP 4xx is not
+(``retries``, ``backoff_s``) on the next server that answers ``/health`` (the rows of a timed-out
+seeded request are first stopped with ``/abort_request``); an HTTP 4xx is not
 retried and raises :class:`SGLangRequestError` carrying SGLang's own message. When retries run
 out the whole ``generate`` call fails with an :class:`SGLangError` (an ``RllabError``): a partial
 batch is never returned, so the run stops and can resume from its last checkpoint.
@@ -452,11 +453,15 @@ class SGLangBackend:
             if attempt:
                 self._totals["retries"] += 1
                 await asyncio.sleep(min(30.0, self.config.backoff_s * 2 ** (attempt - 1)))
-                healthy = [u for u in servers[servers.index(url) :] + servers[: servers.index(url)] if await self._healthy(u)]
-                if not healthy:
+                k = servers.index(url)
+                url = None
+                for candidate in servers[k:] + servers[:k]:  # this try's server first, then the others
+                    if await self._healthy(candidate):
+                        url = candidate
+                        break
+                if url is None:
                     failures.append(f"try {attempt + 1}: no server answered /health")
                     continue
-                url = healthy[0]
             try:
                 return await attempt_fn(url)
             except _Retry as e:
