@@ -60,6 +60,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import base64
+import concurrent.futures
 import functools
 import json
 import os
@@ -70,7 +71,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -346,22 +346,25 @@ def _free_port() -> int:
 
 
 class _Loop:
-    """An asyncio loop on its own thread, so ``generate`` works from any caller (sync or async)."""
+    """The backend's private event loop, driven by whoever calls ``generate``: in the caller's
+    thread, or — when that thread already runs an event loop — in a short-lived helper thread.
+    Calls never overlap (the backend is synchronous), so the loop and its connections stay
+    usable from one call to the next."""
 
     def __init__(self):
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="rllab-sglang", daemon=True)
-        self.thread.start()
 
     def run(self, coro):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self.loop.run_until_complete(coro)
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rllab-sglang") as pool:
+            return pool.submit(self.loop.run_until_complete, coro).result()
 
     def close(self):
-        if self.loop.is_closed():
-            return
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=10)
-        self.loop.close()
+        if not self.loop.is_closed():
+            self.loop.close()
 
 
 # --------------------------------------------------------------------------- the backend

@@ -211,6 +211,19 @@ def test_greedy_is_indistinguishable_from_the_hf_backend(lab, backend, tiny):
         assert a.log_probs == pytest.approx(b.log_probs, abs=1e-6)
 
 
+def test_generate_from_inside_a_running_event_loop(backend, tiny):
+    import asyncio
+
+    params = SamplingParams(n=2, max_new_tokens=4, seed=2)
+    plain = backend.generate(prompts_of(tiny[1]), params)
+
+    async def caller():
+        return backend.generate(prompts_of(tiny[1]), params)
+
+    assert [c.token_ids for c in asyncio.run(caller())] == [c.token_ids for c in plain]
+    assert [c.token_ids for c in backend.generate(prompts_of(tiny[1]), params)] == [c.token_ids for c in plain]
+
+
 # --------------------------------------------------------------------------- parsing
 
 
