@@ -162,9 +162,11 @@ class StandIn:
 
     # -- faults
 
-    def fail_next(self, status: int, message: str, count: int = 1) -> None:
-        """Answer the next ``count`` /generate requests with HTTP ``status`` and SGLang's error body."""
-        self._faults["fail"] += [(status, message)] * count
+    def fail_next(self, status: int, message: str, count: int = 1, path: str = "/generate") -> None:
+        """Answer the next ``count`` requests to ``path`` with HTTP ``status`` and SGLang's error body."""
+        key = "fail" if path == "/generate" else f"fail:{path}"
+        self._faults.setdefault(key, [])
+        self._faults[key] += [(status, message)] * count
 
     def delay_next(self, seconds: float, count: int = 1) -> None:
         """Sleep ``seconds`` before answering the next ``count`` /generate requests."""
@@ -372,6 +374,9 @@ class StandIn:
                             isinstance(sp, dict) and sp.get("n", 1) == 1 for sp in [body.get("sampling_params") or {}]
                         )
                         return self._send(200, rows[0] if single and len(rows) == 1 else rows)
+                    fail = standin._take(f"fail:{path}")
+                    if fail:
+                        return self._send(fail[0], {"error": {"message": fail[1]}})
                     return self._send(*standin._admin(method, path, body or {}))
                 except _HTTPError as e:
                     return self._send(e.status, {"error": {"message": e.message}})

@@ -328,6 +328,17 @@ def test_503_is_retried_then_reported(lab, fresh, tiny):
     b.close()
 
 
+def test_503_during_a_weight_update_is_retried(lab, fresh, tiny):
+    b = make(lab, fresh.url, retries=2)
+    fresh.fail_next(503, "Service Unavailable", count=2, path="/update_weights_from_disk")
+    b.update_weights(tiny[0])
+    assert b.version == fresh.weight_version == "1" and len(fresh.updates) == 1
+    fresh.fail_next(503, "still loading", count=3, path="/update_weights_from_disk")
+    with pytest.raises(S.SGLangWeightSyncError, match=r"(?s)failed after 3 tries.*HTTP 503: still loading"):
+        b.update_weights(tiny[0])
+    assert b.version == "1"  # not advanced: completions still have to carry version 1
+
+
 def test_503_just_after_a_weight_update(lab, fresh, tiny):
     model = tiny[0]
     b = make(lab, fresh.url, retries=4, backoff_s=0.1)
