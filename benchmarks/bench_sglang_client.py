@@ -101,7 +101,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--steps", type=int, default=3, help="embedded default steps timed")
-    ap.add_argument("--per-request", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--per-request", type=int, nargs="+", default=[1, 8, 16])
     args = ap.parse_args()
     torch.set_num_threads(1)
     lab = rllab.Lab()
