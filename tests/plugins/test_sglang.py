@@ -411,6 +411,19 @@ def test_disk_sync_is_atomic_and_versions_every_completion(lab, fresh, tiny, tmp
     b.close()
 
 
+def test_every_server_gets_the_weights(lab, tiny):
+    with StandIn(tiny[2]) as a, StandIn(tiny[2]) as c, StandIn(tiny[2]) as router:
+        # requests go to the "router"; its workers, listed in admin_urls, receive the weights
+        b = make(lab, router.url, admin_urls=f"{a.url}, {c.url}")
+        b.update_weights(tiny[0])
+        assert (a.weight_version, c.weight_version, router.weight_version) == ("1", "1", "default")
+        assert router.updates == []
+        snapshots = b.sync_dir
+        assert snapshots.is_dir()
+        b.close()
+        assert not snapshots.exists()  # a private snapshot directory goes with the backend
+
+
 def test_failed_weight_update_shows_sglangs_message(lab, fresh, tiny):
     b = make(lab, fresh.url)
     fresh.fail_update("Failed to update weights: out of memory. Rolling back to the previous weights.")
