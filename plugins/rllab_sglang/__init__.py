@@ -347,7 +347,7 @@ def _free_port() -> int:
 
 class _Loop:
     """The backend's private event loop, driven by whoever calls ``generate``: in the caller's
-    thread, or — when that thread already runs an event loop — in a short-lived helper thread.
+    thread, or — when that thread already runs an event loop — in a short-lived worker thread.
     Calls never overlap (the backend is synchronous), so the loop and its connections stay
     usable from one call to the next."""
 
