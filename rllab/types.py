@@ -110,6 +110,9 @@ class Completion:
     finish_reason: str
     prompt_index: int = 0
     """Which prompt of the ``generate`` call this answers."""
+    weight_version: str | None = None
+    """The weights the server sampled with, when the backend reports it (SGLang's
+    ``meta_info.weight_version``); None for in-process backends."""
 
     def __attrs_post_init__(self):
         if len(self.token_ids) != len(self.log_probs):
