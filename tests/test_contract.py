@@ -15,7 +15,9 @@ _LAB = rllab.Lab()
 # Components whose required knobs need real inputs get them here.
 _DATA = Path(tempfile.mkdtemp(prefix="rllab-contract-")) / "rows.jsonl"
 _DATA.write_text("".join(json.dumps({"prompt": f"{i}*2=", "answer": str(2 * i)}) + "\n" for i in range(40)))
-_KNOBS = {("task", "jsonl"): {"path": str(_DATA)}}
+from tests.sglang_standin import launch_knobs  # noqa: E402  (the sglang backend runs against a stand-in server)
+
+_KNOBS = {("task", "jsonl"): {"path": str(_DATA)}, ("rollout_backend", "sglang"): launch_knobs()}
 
 _CASES = []
 for _spec in _LAB.specs():
