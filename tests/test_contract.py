@@ -15,7 +15,7 @@ _LAB = rllab.Lab()
 # Components whose required knobs need real inputs get them here.
 _DATA = Path(tempfile.mkdtemp(prefix="rllab-contract-")) / "rows.jsonl"
 _DATA.write_text("".join(json.dumps({"prompt": f"{i}*2=", "answer": str(2 * i)}) + "\n" for i in range(40)))
-_KNOBS = {("task", "jsonl"): {"path": str(_DATA)}}
+_KNOBS = {("task", "jsonl"): {"path": str(_DATA)}, ("policy_loss", "dro"): {"beta": 0.1}}
 
 _CASES = []
 for _spec in _LAB.specs():

@@ -336,6 +336,12 @@ def grpo_passk(*, token_rewards, mask, index, values=None, config: PassKConfig):
         return _broadcast(advantage, mask)
 
 
+# batch-level steps, declared for the contract suite's group-isolation check (rllab.testing)
+grpo.batch_step = lambda config: "batch std" if config.scale == "batch" and config.norm_by_std else None
+reinforce_plus_plus_baseline.batch_step = "whiten"
+gpg.batch_step = "α = B / #non-zero scores"
+
+
 @rllab.hookimpl
 def register_advantage_estimators(register):
     register("grpo", grpo, config=GRPOConfig)
