@@ -156,6 +156,14 @@ def _adv_inputs(comp: Component, B=8, T=7, seed=0):
     kw = dict(token_rewards=rewards, mask=mask, index=index)
     if "values" in comp.spec.requires:
         kw["values"] = torch.randn(B, T, generator=g)
+    if "old_log_prob" in comp.spec.requires:
+        kw["old_log_prob"] = -torch.rand(B, T, generator=g) * 3 - 0.01
+    if "sum_pi_squared" in comp.spec.requires:  # Σ_v π_v² ≥ π_t² of the sampled token
+        pi = torch.exp(kw.get("old_log_prob", torch.zeros(B, T)))
+        kw["sum_pi_squared"] = pi**2 + torch.rand(B, T, generator=g) * (1 - pi**2)
+    unknown = set(comp.spec.requires) - {"values", "old_log_prob", "sum_pi_squared"}
+    if unknown:
+        raise ContractSkip(f"{comp.name} requires inputs the suite cannot make: {sorted(unknown)}")
     return kw
 
 
@@ -175,9 +183,9 @@ def _adv_masked(comp):
     adv, ret = comp(**kw)
     kw2 = dict(kw)
     noise = torch.randn(kw["mask"].shape, generator=_gen(1)) * 5
-    kw2["token_rewards"] = torch.where(kw["mask"], kw["token_rewards"], noise)
-    if "values" in kw:
-        kw2["values"] = torch.where(kw["mask"], kw["values"], noise)
+    for key in ("token_rewards", "values", "old_log_prob", "sum_pi_squared"):
+        if key in kw:
+            kw2[key] = torch.where(kw["mask"], kw[key], noise)
     adv2, ret2 = comp(**kw2)
     m = kw["mask"]
     _close(adv[m], adv2[m], "advantages at valid positions")

@@ -358,3 +358,106 @@ def test_bypass_mode_matches_verl(variant, mode, monkeypatch):
         assert_close(metric(metrics, "actor/approx_kl"), ref_metrics["actor/ppo_kl"], f"{what} approx_kl")
         if variant.startswith("ppo_clip"):
             assert_close(metric(metrics, "actor/clipfrac"), ref_metrics["actor/pg_clipfrac"], f"{what} clipfrac")
+
+
+# =========================================================================== advantage estimators
+
+LAYOUTS = ["groups", "mixed", "singletons"]
+
+
+def _adv_case(B, T, kind, seed, layout, K=0):
+    g = gen(seed, "variants-adv", B, T, kind, layout, K)
+    mask = make_mask(kind, B, T, g)
+    index = make_index(layout, B, g)
+    rewards = torch.where(torch.rand(B, T, generator=g) < 0.3, torch.randn(B, T, generator=g), 0.0)
+    rewards = torch.where(mask, rewards, 0.0)
+    old = -torch.rand(B, T, generator=g) * 3 - 0.01
+    pi = torch.exp(old)
+    sps = pi**2 + torch.rand(B, T, generator=g) * (1 - pi**2)
+    comps = torch.randn(B, K, generator=g) if K else None
+    rho = torch.rand(B, T, generator=g) + 0.5
+    return rewards, mask, index, old, sps, comps, rho
+
+
+def _adv_check(what, ours, ref, mask):
+    assert_close(torch.where(mask, ours, 0.0), torch.where(mask, ref, 0.0), what)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("norm", [True, False])
+def test_gdpo_single_component_matches_verl(layout, norm):
+    fn = component("advantage_estimator", "gdpo", norm_by_std=norm, mask_scores=False)
+    for cid, B, T, kind, seed in cases(seeds=(0, 1)):
+        rewards, mask, index, *_ = _adv_case(B, T, kind, seed, layout)
+        if mask.sum() < 2:
+            continue  # verl's masked_whiten raises with fewer than two valid tokens
+        adv, ret = fn(token_rewards=rewards, mask=mask, index=index)
+        ref, _ = ca.compute_gdpo_outcome_advantage(
+            rewards, mask.float(), index.numpy(), epsilon=1e-6, norm_adv_by_std_in_grpo=norm
+        )
+        _adv_check(f"gdpo {layout} {cid}", adv, ref, mask)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("weights", [None, (1.0, 0.5, 2.0)])
+def test_gdpo_components_match_verl(layout, weights):
+    """verl reads the components from the batch by key and places them on the last response token."""
+    fn = component("advantage_estimator", "gdpo", mask_scores=False, reward_weights=weights)
+    for cid, B, T, kind, seed in cases(seeds=(0,)):
+        if kind in ("holes", "empty_rows"):
+            continue  # verl places a component at attention-length − 1: right padding only
+        rewards, mask, index, _, _, comps, _ = _adv_case(B, T, kind, seed, layout, K=3)
+        if mask.sum() < 2:
+            continue
+        adv, _ = fn(token_rewards=rewards, mask=mask, index=index, reward_components=comps)
+        cfg = {"gdpo_reward_keys": ["a", "b", "c"], "gdpo_reward_weights": list(weights) if weights else None}
+        batch = {"prompts": torch.zeros(B, 2), "attention_mask": torch.cat([torch.ones(B, 2, dtype=torch.long), mask.long()], dim=1)}
+        non_tensor = {k: comps[:, i].numpy() for i, k in enumerate("abc")}
+        ref, _ = ca.compute_gdpo_outcome_advantage(
+            rewards, mask.float(), index.numpy(), config=cfg, non_tensor_batch=non_tensor, batch=batch
+        )
+        _adv_check(f"gdpo components {layout} {cid}", adv, ref, mask)
+
+
+@pytest.mark.parametrize("name", ["optimal_token_baseline", "tir_optimal_token_baseline"])
+@pytest.mark.parametrize("layout", ["groups", "mixed"])
+@pytest.mark.parametrize("zero_tail", [True, False])
+@pytest.mark.parametrize("with_is", [False, True])
+def test_optimal_token_baselines_match_verl(name, layout, zero_tail, with_is):
+    tir = name.startswith("tir")
+    knobs = dict(handle_zero_tail=zero_tail) if tir else dict(handle_zero_tail=zero_tail, count_empty_rows=True)
+    fn = component("advantage_estimator", name, **knobs)
+    verl_fn = (
+        ca.compute_multi_turn_optimal_token_baseline_advantage if tir else ca.compute_optimal_token_baseline_advantage
+    )
+    for cid, B, T, kind, seed in cases(seeds=(0, 1)):
+        rewards, mask, index, old, sps, _, rho = _adv_case(B, T, kind, seed, layout)
+        adv, ret = fn(
+            token_rewards=rewards, mask=mask, index=index, old_log_prob=old, sum_pi_squared=sps,
+            weights=rho if with_is else None,
+        )
+        ref_adv, ref_ret = verl_fn(
+            rewards, mask.float(), index.numpy(), old_log_probs=old, sum_pi_squared=sps,
+            rollout_is_weights=rho if with_is else None, handle_zero_tail=zero_tail,
+        )
+        _adv_check(f"{name} {layout} {cid} advantages", adv, ref_adv, mask)
+        _adv_check(f"{name} {layout} {cid} returns", ret, ref_ret, mask)
+
+
+def test_optimal_token_baseline_default_leaves_empty_rows_out():
+    """A group of one real row plus an empty row: verl computes a baseline (N = 2) — the row's own
+    reward-to-go, so A = 0 — rllab treats the row as a group of one (A = G). (With the zero tail on
+    both agree: the lone row is also the unique longest.)"""
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0]])
+    mask = torch.tensor([[True, True], [False, False]])
+    index = torch.tensor([0, 0])
+    old = torch.full((2, 2), -1.0)
+    sps = torch.full((2, 2), 0.5)
+    ours, _ = component("advantage_estimator", "optimal_token_baseline", handle_zero_tail=False)(
+        token_rewards=rewards, mask=mask, index=index, old_log_prob=old, sum_pi_squared=sps
+    )
+    ref, _ = ca.compute_optimal_token_baseline_advantage(
+        rewards, mask.float(), index.numpy(), old, sps, handle_zero_tail=False
+    )
+    assert_close(ours[0], torch.tensor([1.0, 1.0]), "singleton: advantage = reward-to-go")
+    assert_close(ref[0], torch.tensor([0.0, 0.0]), "verl: the empty row makes a group of two")
