@@ -191,3 +191,38 @@ def test_off_policy_mask_drops_something():
         _, m = fn(log_prob=logp, old_log_prob=old, advantages=adv.expand(B, T), mask=mask, aggregate=token_mean)
         fracs.append(float(m["actor/off_policy_masked_frac"]))
     assert 0 < max(fracs) < 1 and min(fracs) == 0
+
+
+# --------------------------------------------------------------------------- normalize_then_sum
+
+
+def trl_normalize_then_sum(rewards_per_func, weights, num_generations):
+    """GRPOTrainer._generate_and_score_completions, multi_objective_aggregation='normalize_then_sum'."""
+    K = rewards_per_func.shape[1]
+    grouped = rewards_per_func.view(-1, num_generations, K)
+    mean_k = grouped.mean(dim=1, keepdim=True)
+    std_k = grouped.std(dim=1, keepdim=True) if num_generations > 1 else torch.zeros_like(mean_k)
+    reward_k = ((grouped - mean_k) / (std_k + 1e-4)).view(-1, K)
+    rewards = (reward_k * weights.unsqueeze(0)).sum(dim=1)
+    std = rewards.std().expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
+    return (rewards - rewards.mean()) / (std + 1e-4)
+
+
+@pytest.mark.parametrize("G", [1, 2, 4])
+@pytest.mark.parametrize("K", [1, 3])
+@pytest.mark.parametrize("weights", [None, "random"])
+def test_normalize_then_sum_matches_trl(G, K, weights):
+    for seed in range(3):
+        g = gen("nts", G, K, seed)
+        B, T = 4 * G, 5
+        comps = torch.randn(B, K, generator=g)
+        comps[:G] = comps[0].clone()  # one group whose rewards are all equal
+        w = torch.rand(K, generator=g) + 0.5 if weights else torch.ones(K)
+        fn = rllab.Lab().get(
+            "advantage_estimator", "normalize_then_sum", reward_weights=tuple(w.tolist()) if weights else None
+        )
+        lengths = torch.randint(1, T + 1, (B,), generator=g)
+        mask = torch.arange(T)[None, :] < lengths[:, None]
+        adv, _ = fn(token_rewards=torch.zeros(B, T), mask=mask, index=torch.arange(B) // G, reward_components=comps)
+        ref = trl_normalize_then_sum(comps.double(), w.double(), G)
+        assert_close(adv, torch.where(mask, ref[:, None].float(), 0.0), f"normalize_then_sum G={G} K={K} seed {seed}")
