@@ -226,3 +226,38 @@ def test_normalize_then_sum_matches_trl(G, K, weights):
         adv, _ = fn(token_rewards=torch.zeros(B, T), mask=mask, index=torch.arange(B) // G, reward_components=comps)
         ref = trl_normalize_then_sum(comps.double(), w.double(), G)
         assert_close(adv, torch.where(mask, ref[:, None].float(), 0.0), f"normalize_then_sum G={G} K={K} seed {seed}")
+
+
+# --------------------------------------------------------------------------- loss normalisation
+
+
+def trl_normalise(loss_type, per_token_loss, mask, max_completion_length):
+    """GRPOTrainer._compute_loss's reduction of the per-token loss (one process, no accumulation)."""
+    if loss_type in ("grpo", "sapo"):
+        return ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    if loss_type == "dr_grpo":
+        return (per_token_loss * mask).sum() / (per_token_loss.size(0) * max_completion_length)
+    if loss_type == "luspo":
+        return (per_token_loss * mask).sum(-1).mean()
+    raise ValueError(loss_type)
+
+
+@pytest.mark.parametrize(
+    "loss_type, mode, knobs",
+    [
+        ("grpo", "seq-mean-token-mean", {}),
+        ("sapo", "seq-mean-token-mean", {}),
+        ("luspo", "seq-mean-token-sum", {}),
+        ("dr_grpo", "seq-mean-token-sum-norm", {"horizon": 12}),
+    ],
+)
+def test_count_empty_rows_is_trl_normalisation(loss_type, mode, knobs):
+    agg = rllab.Lab().get("loss_aggregation", mode, count_empty_rows=True, **knobs)
+    for B, T, seed, _ in CASES:
+        g = gen("agg", B, T, seed)
+        loss = torch.randn(B, T, generator=g)
+        mask = torch.rand(B, T, generator=g) < 0.6
+        mask[0] = False  # a fully masked row, which TRL counts
+        ours = agg(loss_mat=loss, mask=mask)
+        ref = trl_normalise(loss_type, loss.double(), mask.double(), 12)
+        assert_close(ours, ref, f"{loss_type} [{B}x{T} seed {seed}]")
