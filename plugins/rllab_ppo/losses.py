@@ -73,6 +73,9 @@ Where rllab's defaults differ from the references, and why:
   so the loss stays a pure function of its inputs (reruns, padding and masked values cannot
   change the pick). Its ``actor/clipfrac`` is PPO's; verl's ``pg_clipfrac`` there is rllab's
   ``actor/clip_cov_frac``.
+* ``off_policy_mask_threshold`` (``ppo_clip``, ``gspo``, ``cispo``, ``sapo``; None by default):
+  TRL 1.16's off-policy sequence mask, see :mod:`rllab_ppo.opsm`. These losses accept an optional
+  ``rollout_log_prob`` (B, T) that only the mask reads.
 * ``vanilla_pg``'s value is −A·log_prob, not −A·r: with ``log_prob == old_log_prob`` the two
   have the same gradient (−A·∇log π), not the same value.
 """
