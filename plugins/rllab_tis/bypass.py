@@ -32,7 +32,7 @@ import torch
 import rllab
 from rllab import ops
 
-from .rejection import CRITERIA, _keep, importance_weights
+from .rejection import CRITERIA, DEFAULT_C_MAX, _keep, importance_weights
 
 LOG_RATIO_CLAMP = 20.0
 
@@ -45,7 +45,7 @@ def _check_rs(inst, attribute, value):
 
 
 def _check_c_min(inst, attribute, value):
-    if value is not None and value > inst.c_max:
+    if value is not None and value > (DEFAULT_C_MAX if inst.c_max is None else inst.c_max):
         raise ValueError(f"c_min = {value!r} must not exceed c_max = {inst.c_max!r}")
 
 
@@ -60,7 +60,9 @@ class BypassConfig:
     clip_c: float = rllab.knob(3.0, help="ppo_clip: dual-clip cap −A·c where A < 0 (verl always dual-clips)", gt=1.0)
     is_level: str = rllab.knob("none", help="reinforce: IS weight level none, token or sequence",
                                choices=("none", "token", "sequence"))
-    c_max: float = rllab.knob(2.0, help="IS weights are truncated at c_max (or masked outside [c_min, c_max])", gt=0.0)
+    c_max: float | None = rllab.knob(
+        None, help="reinforce: IS weights are truncated at c_max (or masked outside [c_min, c_max]); None: 2.0", gt=0.0
+    )
     c_min: float | None = rllab.knob(None, help="IcePop lower bound (None: truncate)", gt=0.0, validator=_check_c_min)
     batch_normalize: bool = rllab.knob(False, help="divide the IS weights by their batch mean")
     rs_criterion: str | None = rllab.knob(None, help="rejection criterion (None: off)", choices=CRITERIA)
@@ -74,6 +76,12 @@ class BypassConfig:
             raise ValueError(f"rs_criterion = {self.rs_criterion!r} needs rs_upper")
         if self.loss_type == "ppo_clip" and (self.is_level != "none" or self.batch_normalize):
             raise ValueError("is_level / batch_normalize apply to loss_type = 'reinforce' only (PPO's ratio is the correction)")
+        if self.is_level == "none" and (self.c_max is not None or self.c_min is not None or self.batch_normalize):
+            raise ValueError("c_max, c_min and batch_normalize shape the IS weight: they need is_level 'token' or 'sequence'")
+        if self.loss_type == "reinforce" and any(
+            getattr(self, k) != d for k, d in (("clip_low", 0.2), ("clip_high", 0.2), ("clip_c", 3.0))
+        ):
+            raise ValueError("clip_low, clip_high and clip_c apply to loss_type = 'ppo_clip' only")
 
 
 def _zero(x):
@@ -130,7 +138,8 @@ def bypass_mode(*, log_prob, old_log_prob, advantages, mask, aggregate, config, 
         if config.is_level != "none":
             with torch.no_grad():
                 is_weights, is_metrics = importance_weights(
-                    current, rollout, mask, level=config.is_level, c_max=config.c_max, c_min=config.c_min,
+                    current, rollout, mask, level=config.is_level,
+                    c_max=DEFAULT_C_MAX if config.c_max is None else config.c_max, c_min=config.c_min,
                     batch_normalize=config.batch_normalize,
                 )
             pg_losses = pg_losses * is_weights

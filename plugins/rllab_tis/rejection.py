@@ -184,8 +184,11 @@ def _check_lower(inst, attribute, value):
         raise ValueError(f"lower = {value!r} must not exceed upper = {inst.upper!r}")
 
 
+DEFAULT_C_MAX = 2.0
+
+
 def _check_c_min(inst, attribute, value):
-    if value is not None and value > inst.c_max:
+    if value is not None and value > (DEFAULT_C_MAX if inst.c_max is None else inst.c_max):
         raise ValueError(f"c_min = {value!r} must not exceed c_max = {inst.c_max!r}")
 
 
@@ -204,12 +207,18 @@ class RejectionConfig:
         "none", help="importance weight multiplied into the kept tokens: none, token or sequence",
         choices=("none", "token", "sequence"),
     )
-    c_max: float = rllab.knob(2.0, help="IS weights above are truncated (or masked with c_min)", gt=0.0)
+    c_max: float | None = rllab.knob(
+        None, help="IS weights above are truncated (or masked with c_min); None: 2.0 (verl's default)", gt=0.0
+    )
     c_min: float | None = rllab.knob(
         None, help="with c_min, IS weights outside [c_min, c_max] are zeroed (IcePop) instead of truncated",
         gt=0.0, validator=_check_c_min,
     )
     batch_normalize: bool = rllab.knob(False, help="divide the IS weights by their batch mean (verl's rollout_is_batch_normalize)")
+
+    def __attrs_post_init__(self):
+        if self.is_level == "none" and (self.c_max is not None or self.c_min is not None or self.batch_normalize):
+            raise ValueError("c_max, c_min and batch_normalize shape the IS weight: they need is_level 'token' or 'sequence'")
 
 
 def importance_weights(old, rollout, mask, *, level: str, c_max: float, c_min: float | None, batch_normalize: bool):
@@ -254,7 +263,8 @@ def rejection(*, old_log_prob, rollout_log_prob, mask, config):
         w = mask.to(old.dtype)
     else:
         w, metrics = importance_weights(
-            old, rollout, mask, level=config.is_level, c_max=config.c_max, c_min=config.c_min,
+            old, rollout, mask, level=config.is_level, c_max=DEFAULT_C_MAX if config.c_max is None else config.c_max,
+            c_min=config.c_min,
             batch_normalize=config.batch_normalize,
         )
     weights = torch.where(keep, w, _zero(w))

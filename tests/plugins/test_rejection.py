@@ -142,3 +142,18 @@ def test_bypass_ppo_clip_is_dual_clip_on_the_rollout_ratio():
     close(loss, (-math.exp(0.1) - 1.2 + 3.0) / 3)
     close(grad, [[-math.exp(0.1) / 3, 0.0, 0.0]])
     close(m["actor/clipfrac_lower"], 1 / 3)
+
+
+def test_weight_knobs_need_a_weight():
+    with pytest.raises(rllab.ConfigError, match="is_level"):
+        LAB.get("importance_correction", "rejection", c_max=3.0)
+    with pytest.raises(rllab.ConfigError, match="is_level"):
+        LAB.get("policy_loss", "bypass_mode", loss_type="reinforce", batch_normalize=True)
+    with pytest.raises(rllab.ConfigError, match="ppo_clip"):
+        LAB.get("policy_loss", "bypass_mode", loss_type="reinforce", clip_c=5.0)
+    # c_max takes effect once there is a weight: e^0.9 truncated at 1.5 instead of 2
+    lr = t([[0.9]])
+    rollout = torch.full_like(lr, -2.0)
+    corr = LAB.get("importance_correction", "rejection", criterion="token_k2", upper=1.0, is_level="token", c_max=1.5)
+    w, _ = corr(old_log_prob=rollout + lr, rollout_log_prob=rollout, mask=torch.ones(1, 1, dtype=torch.bool))
+    close(w, [[1.5]])
