@@ -136,3 +136,10 @@ def test_a_loss_that_bypasses_aggregate_must_declare_it():
     assert status == "failed" and "fn.aggregation" in message
     status, message = _outcome("token_mean_declared_seq_mean", "the loss goes through aggregate")
     assert status == "failed" and "halves" in message
+
+
+def test_every_component_is_in_the_components_table():
+    """docs/components.md names every registered component with its reference."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "components.md").read_text()
+    missing = [f"{s.kind} {s.name}" for s in _LAB.specs() if f"`{s.name}`" not in text]
+    assert missing == []
