@@ -2,12 +2,12 @@
 
 Same signature as :mod:`rllab_ppo.losses`::
 
-    fn(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None,
-       rollout_log_prob=None) -> (loss, metrics)
+    fn(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None) -> (loss, metrics)
 
 ``log_prob``, ``old_log_prob``, ``advantages`` (B, T) float, ``mask`` (B, T) bool, ``weights``
-(B, T) float or None (detached importance-correction weights), ``rollout_log_prob`` (B, T) float
-or None (the inference engine's log-probs; only the off-policy sequence mask reads it). Inputs are
+(B, T) float or None (detached importance-correction weights). ``vespo`` also takes
+``rollout_log_prob`` (B, T) float or None, the inference engine's log-probs, which only its
+off-policy sequence mask reads. Inputs are
 checked and zeroed at masked positions exactly as in :mod:`rllab_ppo.losses`, so NaN there
 changes nothing; ``log r = log_prob − old_log_prob``.
 
@@ -99,7 +99,7 @@ class GeoMeanConfig:
     log_ratio_clamp: float | None = _log_ratio_clamp_knob()
 
 
-def geo_mean(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None, rollout_log_prob=None):
+def geo_mean(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None):
     """GMPO: the geometric mean of the clipped token ratios, one loss per sequence (Zhao et al. 2025).
 
     ``ℓ_t = sgn(A_t)·min(sgn(A_t)·log r_t, sgn(A_t)·clip(log r_t, −ε_low, ε_high))`` (B, T);
@@ -184,7 +184,7 @@ def _dppo(where, divergence, *, log_prob, old_log_prob, advantages, mask, aggreg
     return aggregate(pg_losses, mask), metrics
 
 
-def dppo_tv(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None, rollout_log_prob=None):
+def dppo_tv(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None):
     """DPPO-Binary-TV: REINFORCE weighted by a truncated ratio, trusted only inside a TV region (arXiv:2602.04879).
 
     Per token ``−A·sg(min(r, c))·log π`` where the token's probability moved by at most ε_high
@@ -198,7 +198,7 @@ def dppo_tv(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weig
     )
 
 
-def dppo_kl(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None, rollout_log_prob=None):
+def dppo_kl(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None):
     """DPPO-Binary-KL: as ``dppo_tv`` with the region bounded by the binary KL (arXiv:2602.04879).
 
     ``D = π_old·(log π_old − log π) + (1 − π_old)·log((1 − π_old + 1e-8)/(1 − π + 1e-8))``; a token
@@ -221,7 +221,7 @@ class DROConfig:
     beta: float = rllab.knob(help="β: weight of the quadratic penalty ½·β·(log r)² (required, as in verl)", gt=0.0)
 
 
-def dro(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None, rollout_log_prob=None):
+def dro(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None):
     """DRO: REINFORCE with a quadratic log-ratio penalty (verl's ``dro`` policy loss).
 
     Per token ``−(A·log π − ½·β·(log π − log π_old)²)``; all tensors (B, T). The log-ratio is not

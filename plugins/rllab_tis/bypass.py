@@ -88,7 +88,7 @@ def _zero(x):
     return torch.zeros((), dtype=x.dtype, device=x.device)
 
 
-def bypass_mode(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None, rollout_log_prob=None):
+def bypass_mode(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None):
     """Bypass-mode policy loss: ``old_log_prob`` is the rollout engine's (verl's ``bypass_mode``).
 
     ``keep`` = valid tokens passing ``rs_criterion`` on π_θ/π_rollout (all valid tokens without
