@@ -157,3 +157,46 @@ def test_weight_knobs_need_a_weight():
     corr = LAB.get("importance_correction", "rejection", criterion="token_k2", upper=1.0, is_level="token", c_max=1.5)
     w, _ = corr(old_log_prob=rollout + lr, rollout_log_prob=rollout, mask=torch.ones(1, 1, dtype=torch.bool))
     close(w, [[1.5]])
+
+
+def test_mismatch_metrics_by_hand():
+    # row 0: lr [0.2, −0.4]; row 1: lr [0.6] (one valid token); row 2 empty
+    # k1 = −lr; k2 = ½lr²; k3 = e^lr − 1 − lr
+    from rllab_tis.rejection import mismatch_metrics
+
+    lr = t([[0.2, -0.4], [0.6, 9.0], [5.0, 5.0]])
+    mask = torch.tensor([[True, True], [True, False], [False, False]])
+    rollout = torch.full_like(lr, -1.0)
+    m = mismatch_metrics(torch.where(mask, rollout + lr, 0.0), torch.where(mask, rollout, 0.0), mask)
+    k3 = lambda x: math.exp(x) - 1 - x  # noqa: E731
+    close(m["tis/k1_token"], -(0.2 - 0.4 + 0.6) / 3)
+    close(m["tis/k1_seq_sum"], (0.2 + (-0.6)) / 2)  # rows: −(0.2 − 0.4) = 0.2, −0.6
+    close(m["tis/k1_seq_mean"], (0.1 + (-0.6)) / 2)
+    close(m["tis/k2_seq_max"], (0.08 + 0.18) / 2)  # max ½lr²: row 0 ½·0.16, row 1 ½·0.36
+    close(m["tis/k3_seq_sum"], (k3(0.2) + k3(-0.4) + k3(0.6)) / 2)
+    close(m["tis/chi2_token"], (math.exp(0.4) + math.exp(-0.8) + math.exp(1.2)) / 3 - 1)
+    close(m["tis/chi2_seq"], (math.exp(2 * -0.2) + math.exp(2 * 0.6)) / 2 - 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.floats(-1.5, 1.5), min_size=12, max_size=12),
+    st.lists(st.booleans(), min_size=12, max_size=12),
+    st.sampled_from(["token_k1", "token_k3", "seq_sum_k2", "seq_mean_k1", "seq_max_k3"]),
+    st.floats(1.01, 3.0),
+)
+def test_rejection_mask_properties(lrs, valid, criterion, upper):
+    lr = t(lrs).view(3, 4)
+    mask = torch.tensor(valid).view(3, 4)
+    rollout = torch.full_like(lr, -2.0)
+    kw = dict(rollout_log_prob=rollout, mask=mask, criterion=criterion, upper=upper)
+    keep = rejection_mask(old_log_prob=rollout + lr, **kw)
+    assert not (keep & ~mask).any()  # only valid tokens are kept
+    if criterion.startswith("seq"):  # a sequence criterion keeps or drops a row whole
+        for row_keep, row_mask in zip(keep, mask):
+            assert row_keep[row_mask].all() or not row_keep.any()
+    # equal policies: every divergence is 0 and every bound admits it
+    assert torch.equal(rejection_mask(old_log_prob=rollout.clone(), **kw), mask)
+    # masked values never matter
+    noisy = torch.where(mask, rollout + lr, torch.full_like(lr, float("nan")))
+    assert torch.equal(rejection_mask(old_log_prob=noisy, **kw), keep)
