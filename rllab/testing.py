@@ -230,7 +230,7 @@ def _batch_step(comp) -> str | None:
 
 
 def _other_groups_after_change(comp):
-    """(advantages before, after, valid mask of the rows outside group 0) when group 0's rewards change."""
+    """(advantages before, advantages after) at the valid tokens outside group 0, when group 0's rewards change."""
     kw = _adv_inputs(comp)
     index, mask = kw["index"], kw["mask"]
     last = torch.zeros_like(mask)

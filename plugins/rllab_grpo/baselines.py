@@ -97,16 +97,17 @@ def _components(where, token_rewards, mask, index, reward_components, reward_wei
     return comps, counted, w
 
 
-def _per_group_normalised(comps, index, counted, eps, singleton_std_one):
-    """(B, K): per column, (r − mean_g)/(std_g + eps) over counted rows; a group of one follows verl
-    (mean 0, std 1) when ``singleton_std_one``, else gets 0 (TRL)."""
+def _per_group_normalised(comps, index, counted, eps, singleton_std_one, divide=True):
+    """(B, K): per column, (r − mean_g)/(std_g + eps) over counted rows (only r − mean_g without
+    ``divide``); a group of one follows verl (mean 0, std 1) when ``singleton_std_one``, else gets 0
+    (TRL)."""
     cols = []
     for k in range(comps.shape[1]):  # K reward functions, a handful: not a loop over tokens
         count, mean, std = ops.group_stats(comps[:, k], index.to(comps.device), valid=counted)
         single = count <= 1
         if singleton_std_one:
             centred = comps[:, k] - torch.where(single, _zero(mean), mean)
-            cols.append(centred / (torch.where(single, torch.ones_like(std), std) + eps))
+            cols.append(centred / (torch.where(single, torch.ones_like(std), std) + eps) if divide else centred)
         else:
             cols.append(torch.where(single, _zero(mean), (comps[:, k] - mean) / (std + eps)))
     return torch.stack(cols, dim=1)
@@ -141,15 +142,9 @@ def gdpo(*, token_rewards, mask, index, values=None, config: GDPOConfig, reward_
     comps, counted, w = _components(where, token_rewards, mask, index, reward_components, config.reward_weights,
                                     config.mask_scores)
     with torch.no_grad():
-        if config.norm_by_std:
-            normed = _per_group_normalised(comps, index, counted, config.epsilon, singleton_std_one=True)
-        else:
-            normed = torch.stack(
-                [comps[:, k] - torch.where(c <= 1, _zero(m), m)
-                 for k in range(comps.shape[1])
-                 for c, m, _ in [ops.group_stats(comps[:, k], index.to(comps.device), valid=counted)]],
-                dim=1,
-            )
+        normed = _per_group_normalised(
+            comps, index, counted, config.epsilon, singleton_std_one=True, divide=config.norm_by_std
+        )
         summed = (normed * w).sum(-1)
         tokens = torch.where(mask, summed[:, None], _zero(summed))
         advantages = torch.where(mask, ops.masked_whiten(tokens, mask), _zero(tokens))
