@@ -74,11 +74,13 @@ def trl_off_policy_mask(adv, logp, sampling, mask, delta):
 
 
 def trl_loss(loss_type, logp, old, adv, mask, *, delta=None, sampling=None, is_ratio=None, eps_low=0.2,
-             eps_high=0.2, vespo=(2.0, 3.0, 3.0, 2.0), sapo=(1.0, 1.05)):
+             eps_high=0.2, vespo=(2.0, 3.0, 3.0, 2.0), sapo=(1.0, 1.05), level="token"):
     """(B, 1) advantages; mask float. The loss TRL 1.16 computes for ``loss_type``, 'dapo' normalised."""
     if delta is not None:
         opm = trl_off_policy_mask(adv, logp, old if sampling is None else sampling, mask, delta)
     log_ratio = logp - old
+    if level == "sequence":
+        log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
     coef_1 = torch.exp(log_ratio)
     if loss_type == "cispo":
         per_token = -torch.clamp(coef_1, max=eps_high).detach() * adv * logp
@@ -123,6 +125,9 @@ LOSSES = {
     "ppo_clip": ("dapo", dict(clip_low=0.2, clip_high=0.28, log_ratio_clamp=None), dict(eps_low=0.2, eps_high=0.28)),
     "cispo": ("cispo", dict(clip_high=5.0, log_ratio_clamp=None), dict(eps_high=5.0)),
     "sapo": ("sapo", dict(log_ratio_clamp=None), {}),
+    # TRL's GSPO: loss_type "dapo" with importance_sampling_level="sequence"; equal to rllab's
+    # (verl's) stop-gradient form in value and gradient when A is one number per row
+    "gspo": ("dapo", dict(clip_low=0.2, clip_high=0.3, log_ratio_max=None), dict(eps_low=0.2, eps_high=0.3, level="sequence")),
 }
 
 
@@ -163,7 +168,7 @@ def test_loss_matches_trl(variant):
     _compare(variant)
 
 
-@pytest.mark.parametrize("variant", ["vespo", "ppo_clip", "cispo", "sapo"])
+@pytest.mark.parametrize("variant", ["vespo", "ppo_clip", "cispo", "sapo", "gspo"])
 @pytest.mark.parametrize("delta", [0.01, 0.1])
 def test_off_policy_mask_matches_trl(variant, delta):
     """δ small enough that the mask drops some negative-advantage rows (old_log_prob as sampler)."""

@@ -69,6 +69,12 @@ LOSSES = {
         {"actor/approx_kl": "actor/ppo_kl", "actor/clipfrac": "actor/pg_clipfrac",
          "actor/truncfrac": "actor/pg_clipfrac_lower"},
     ),
+    # an unmodified verl ActorConfig (clip_ratio 0.2, clip_ratio_c 3.0) is rllab's dppo_tv at clip_c=3
+    "dppo_tv-verl_defaults": (
+        dict(clip_c=3.0), "dppo_tv", dict(),
+        {"actor/approx_kl": "actor/ppo_kl", "actor/clipfrac": "actor/pg_clipfrac",
+         "actor/truncfrac": "actor/pg_clipfrac_lower"},
+    ),
     "dppo_kl": (
         dict(clip_low=0.02, clip_high=0.03, clip_c=3.0), "dppo_kl",
         dict(clip_ratio_low=0.02, clip_ratio_high=0.03, clip_ratio_c=3.0),
@@ -146,6 +152,28 @@ def test_geo_mean_default_leaves_empty_rows_out():
     )
     rows = mask.any(-1).sum()
     assert_close(ours, ref * B / rows, "geo_mean over non-empty rows = verl × B / S")
+
+
+def test_geo_mean_clamp_keeps_extreme_rows_finite():
+    """A token with A < 0 whose log-ratio rose by 200 nats: verl's unclamped ρ overflows (inf loss);
+    rllab's default clamps log r at 20 and stays finite; log_ratio_clamp=None is verl's."""
+    old = torch.tensor([[-1.0, -1.0], [-1.0, -1.0]])
+    log_prob = old + torch.tensor([[0.1, 0.1], [200.0, 0.0]])
+    adv = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])
+    mask = torch.ones(2, 2, dtype=torch.bool)
+    ours, _ = component("policy_loss", "geo_mean")(
+        log_prob=log_prob, old_log_prob=old, advantages=adv, mask=mask, aggregate=None
+    )
+    assert torch.isfinite(ours)
+    unclamped, _ = component("policy_loss", "geo_mean", log_ratio_clamp=None)(
+        log_prob=log_prob, old_log_prob=old, advantages=adv, mask=mask, aggregate=None
+    )
+    ref, _ = ca.get_policy_loss_fn("geo_mean")(
+        old, log_prob, adv, mask.float(), "token-mean", VERL.actor_config(clip_ratio_low=0.4, clip_ratio_high=0.4)
+    )
+    assert torch.isinf(ref) and torch.isinf(unclamped)
+    # row 1: ρ = exp((20 + 0)/2) with the clamp: loss = (−exp(0.1)·1 + exp(10)) / 2
+    assert_close(ours, (-torch.exp(torch.tensor(0.1)) + torch.exp(torch.tensor(10.0))) / 2, "clamped geo_mean")
 
 
 def test_geo_mean_ignores_aggregation():
