@@ -143,3 +143,18 @@ def test_every_component_is_in_the_components_table():
     text = (Path(__file__).resolve().parents[1] / "docs" / "components.md").read_text()
     missing = [f"{s.kind} {s.name}" for s in _LAB.specs() if f"`{s.name}`" not in text]
     assert missing == []
+
+
+@pytest.mark.parametrize(
+    "name, knobs, batch_step",
+    [("grpo", {"scale": "batch"}, True), ("grpo", {"scale": "none"}, False), ("gae", {"whiten": False}, False)],
+)
+def test_batch_step_declarations_follow_the_knobs(name, knobs, batch_step):
+    """A knob that turns a batch-level step on or off moves the estimator between the two checks."""
+    cases = {c.check: c for c in contract_cases(lab=_LAB, names=[name], knobs=knobs) if c.kind == "advantage_estimator"}
+    isolation = cases["changing one group's rewards leaves the other groups alone"]
+    affine = cases["a declared batch-level step moves other groups by one affine map"]
+    ran, skipped = (affine, isolation) if batch_step else (isolation, affine)
+    ran.run()
+    with pytest.raises(pytest.skip.Exception):
+        skipped.run()
