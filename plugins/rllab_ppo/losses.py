@@ -230,7 +230,7 @@ def ppo_clip(*, log_prob, old_log_prob, advantages, mask, aggregate, config, wei
     metrics["actor/clipfrac"] = _frac(pg_losses2 > pg_losses1, mask)
     pg_losses = apply_off_policy_mask(
         pg_losses, config=config, log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, mask=mask,
-        rollout_log_prob=rollout_log_prob, metrics=metrics,
+        rollout_log_prob=rollout_log_prob, metrics=metrics, where="ppo_clip",
     )
     return _finish(pg_losses, weights, mask, aggregate), metrics
 
@@ -317,7 +317,7 @@ def gspo(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights
     metrics["actor/clipfrac"] = _frac(pg_losses2 > pg_losses1, mask)
     pg_losses = apply_off_policy_mask(
         pg_losses, config=config, log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, mask=mask,
-        rollout_log_prob=rollout_log_prob, metrics=metrics,
+        rollout_log_prob=rollout_log_prob, metrics=metrics, where="gspo",
     )
     return _finish(pg_losses, weights, mask, aggregate), metrics
 
@@ -371,7 +371,7 @@ def cispo(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weight
     metrics["actor/clipfrac"] = _frac(clipped_ratio != ratio, mask)
     pg_losses = apply_off_policy_mask(
         pg_losses, config=config, log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, mask=mask,
-        rollout_log_prob=rollout_log_prob, metrics=metrics,
+        rollout_log_prob=rollout_log_prob, metrics=metrics, where="cispo",
     )
     return _finish(pg_losses, weights, mask, aggregate), metrics
 
@@ -431,7 +431,7 @@ def sapo(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights
     metrics["actor/clipfrac"] = torch.zeros((), dtype=torch.float32, device=log_prob.device)
     pg_losses = apply_off_policy_mask(
         pg_losses, config=config, log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, mask=mask,
-        rollout_log_prob=rollout_log_prob, metrics=metrics,
+        rollout_log_prob=rollout_log_prob, metrics=metrics, where="sapo",
     )
     return _finish(pg_losses, weights, mask, aggregate), metrics
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 import rllab
+from rllab import ops
 
 
 def off_policy_mask_knob():
@@ -46,7 +47,9 @@ def off_policy_keep(*, log_prob, sample_log_prob, advantages, mask, threshold) -
     return (advantages >= 0) | (seq_kl <= threshold)[:, None]
 
 
-def apply_off_policy_mask(pg_losses, *, config, log_prob, old_log_prob, advantages, mask, rollout_log_prob, metrics):
+def apply_off_policy_mask(
+    pg_losses, *, config, log_prob, old_log_prob, advantages, mask, rollout_log_prob, metrics, where="policy loss"
+):
     """``pg_losses`` × keep when ``config.off_policy_mask_threshold`` is set (else unchanged).
 
     Adds ``actor/off_policy_masked_frac`` (share of valid tokens dropped) to ``metrics``.
@@ -56,9 +59,12 @@ def apply_off_policy_mask(pg_losses, *, config, log_prob, old_log_prob, advantag
     if threshold is None:
         return pg_losses
     if rollout_log_prob is not None:
+        if rollout_log_prob.shape != mask.shape:
+            raise ValueError(
+                f"{where}: rollout_log_prob has shape {tuple(rollout_log_prob.shape)} but mask has {tuple(mask.shape)}"
+            )
+        ops.check_finite(f"{where} (off-policy sequence mask)", "rollout_log_prob", rollout_log_prob.detach(), mask)
         sample = torch.where(mask, rollout_log_prob.detach(), 0.0)
-        if bool((~torch.isfinite(sample) & mask).any()):
-            raise ValueError("off-policy sequence mask: rollout_log_prob is not finite at a valid position")
     else:
         sample = old_log_prob
     keep = off_policy_keep(

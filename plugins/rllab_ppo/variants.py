@@ -287,6 +287,6 @@ def vespo(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weight
     metrics["actor/vespo_phi_mean"] = ops.masked_mean(phi, mask).detach()
     pg_losses = apply_off_policy_mask(
         pg_losses, config=config, log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, mask=mask,
-        rollout_log_prob=rollout_log_prob, metrics=metrics,
+        rollout_log_prob=rollout_log_prob, metrics=metrics, where="vespo",
     )
     return aggregate(pg_losses, mask), metrics

@@ -32,7 +32,7 @@ import torch
 import rllab
 from rllab import ops
 
-from .rejection import CRITERIA, DEFAULT_C_MAX, _keep, importance_weights
+from .rejection import CRITERIA, DEFAULT_C_MAX, _keep, _weight_knobs_need_a_weight, importance_weights
 
 LOG_RATIO_CLAMP = 20.0
 
@@ -40,7 +40,8 @@ LOG_RATIO_CLAMP = 20.0
 def _check_rs(inst, attribute, value):
     if value is not None and inst.rs_criterion is None:
         raise ValueError(f"{attribute.name} = {value!r} needs rs_criterion (rejection sampling is off)")
-    if attribute.name == "rs_lower" and value is not None and inst.rs_criterion and not inst.rs_criterion.endswith("k1"):
+    k1 = inst.rs_criterion is not None and inst.rs_criterion.endswith("k1")
+    if attribute.name == "rs_lower" and value is not None and inst.rs_criterion and not k1:
         raise ValueError(f"rs_lower only applies to k1 criteria, not {inst.rs_criterion!r}")
 
 
@@ -53,8 +54,10 @@ def _check_c_min(inst, attribute, value):
 class BypassConfig:
     """Knobs of ``bypass_mode`` (defaults: verl's ``RolloutCorrectionConfig.bypass_ppo_clip`` and actor config)."""
 
-    loss_type: str = rllab.knob("ppo_clip", help="ppo_clip (ratio does the correction) or reinforce (explicit IS weight)",
-                                choices=("ppo_clip", "reinforce"))
+    loss_type: str = rllab.knob(
+        "ppo_clip", help="ppo_clip (ratio does the correction) or reinforce (explicit IS weight)",
+        choices=("ppo_clip", "reinforce"),
+    )
     clip_low: float = rllab.knob(0.2, help="ppo_clip: ε_low", ge=0.0)
     clip_high: float = rllab.knob(0.2, help="ppo_clip: ε_high", ge=0.0)
     clip_c: float = rllab.knob(3.0, help="ppo_clip: dual-clip cap −A·c where A < 0 (verl always dual-clips)", gt=1.0)
@@ -74,14 +77,18 @@ class BypassConfig:
     def __attrs_post_init__(self):
         if self.rs_criterion is not None and self.rs_upper is None:
             raise ValueError(f"rs_criterion = {self.rs_criterion!r} needs rs_upper")
-        if self.loss_type == "ppo_clip" and (self.is_level != "none" or self.batch_normalize):
-            raise ValueError("is_level / batch_normalize apply to loss_type = 'reinforce' only (PPO's ratio is the correction)")
-        if self.is_level == "none" and (self.c_max is not None or self.c_min is not None or self.batch_normalize):
-            raise ValueError("c_max, c_min and batch_normalize shape the IS weight: they need is_level 'token' or 'sequence'")
+        if self.loss_type == "ppo_clip" and self.is_level != "none":
+            raise ValueError(
+                f"is_level = {self.is_level!r} applies to loss_type = 'reinforce' only (PPO's ratio is the correction)"
+            )
+        _weight_knobs_need_a_weight(self)
         if self.loss_type == "reinforce" and any(
             getattr(self, k) != d for k, d in (("clip_low", 0.2), ("clip_high", 0.2), ("clip_c", 3.0))
         ):
-            raise ValueError("clip_low, clip_high and clip_c apply to loss_type = 'ppo_clip' only")
+            raise ValueError(
+                f"clip_low = {self.clip_low!r}, clip_high = {self.clip_high!r}, clip_c = {self.clip_c!r}: "
+                "the clip knobs apply to loss_type = 'ppo_clip' only"
+            )
 
 
 def _zero(x):

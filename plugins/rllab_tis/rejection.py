@@ -214,11 +214,24 @@ class RejectionConfig:
         None, help="with c_min, IS weights outside [c_min, c_max] are zeroed (IcePop) instead of truncated",
         gt=0.0, validator=_check_c_min,
     )
-    batch_normalize: bool = rllab.knob(False, help="divide the IS weights by their batch mean (verl's rollout_is_batch_normalize)")
+    batch_normalize: bool = rllab.knob(
+        False, help="divide the IS weights by their batch mean (verl's rollout_is_batch_normalize)"
+    )
 
     def __attrs_post_init__(self):
-        if self.is_level == "none" and (self.c_max is not None or self.c_min is not None or self.batch_normalize):
-            raise ValueError("c_max, c_min and batch_normalize shape the IS weight: they need is_level 'token' or 'sequence'")
+        _weight_knobs_need_a_weight(self)
+
+
+def _weight_knobs_need_a_weight(config) -> None:
+    """Refuse c_max / c_min / batch_normalize when ``is_level`` is "none" (they would do nothing)."""
+    if config.is_level != "none":
+        return
+    set_ = {k: getattr(config, k) for k in ("c_max", "c_min") if getattr(config, k) is not None}
+    if config.batch_normalize:
+        set_["batch_normalize"] = True
+    if set_:
+        shown = ", ".join(f"{k} = {v!r}" for k, v in set_.items())
+        raise ValueError(f"{shown} shape(s) the IS weight, which is_level = 'none' turns off: set is_level 'token' or 'sequence'")
 
 
 def importance_weights(old, rollout, mask, *, level: str, c_max: float, c_min: float | None, batch_normalize: bool):

@@ -268,3 +268,16 @@ def test_off_policy_mask_uses_rollout_log_prob_when_given():
 def test_off_policy_mask_threshold_must_be_positive():
     with pytest.raises(ValueError, match="off_policy_mask_threshold"):
         LAB.get("policy_loss", "vespo", off_policy_mask_threshold=0.0)
+
+
+def test_off_policy_mask_errors_name_the_loss_and_rows():
+    logp = t([[-1.0, -1.0], [-1.0, -1.0]])
+    fn = LAB.get("policy_loss", "cispo", off_policy_mask_threshold=0.1)
+    kw = dict(log_prob=logp, old_log_prob=logp, advantages=t([[1.0, 1.0], [1.0, 1.0]]),
+              mask=torch.tensor([[True, True], [True, False]]), aggregate=token_mean)
+    bad = t([[-1.0, -1.0], [-1.0, float("nan")]])
+    fn(**kw, rollout_log_prob=bad)  # NaN under the mask is ignored
+    with pytest.raises(rllab.RowError, match=r"cispo.*rows \[0\]"):
+        fn(**kw, rollout_log_prob=t([[float("inf"), -1.0], [-1.0, -1.0]]))
+    with pytest.raises(ValueError, match="cispo: rollout_log_prob has shape"):
+        fn(**kw, rollout_log_prob=logp[:1])
