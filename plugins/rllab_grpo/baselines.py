@@ -84,7 +84,9 @@ def _components(where, token_rewards, mask, index, reward_components, reward_wei
     else:
         rllab.check_tensor(where, "reward_components", reward_components, ndim=2, floating=True, shape_doc="(B, K)")
         if reward_components.shape[0] != mask.shape[0]:
-            raise ValueError(f"{where}: reward_components has {reward_components.shape[0]} rows, the batch {mask.shape[0]}")
+            raise ValueError(
+                f"{where}: reward_components has {reward_components.shape[0]} rows, the batch {mask.shape[0]}"
+            )
         comps = reward_components.detach().to(device=mask.device, dtype=dtype)
         ops.check_finite(where, "reward_components", comps, counted[:, None].expand_as(comps))
         comps = torch.where(counted[:, None], comps, _zero(comps))
@@ -292,8 +294,9 @@ def tir_optimal_token_baseline(*, token_rewards, mask, index, values=None, confi
         B, T = mask.shape
         slot = (torch.cumsum(mask.long(), -1) - 1).clamp(min=0)  # packed index of each valid token
         packed_valid = torch.arange(T, device=mask.device)[None, :] < mask.sum(-1, keepdim=True)
-        packed_g = torch.zeros_like(returns).scatter_(1, torch.where(mask, slot, T - 1), torch.where(mask, returns, 0.0))
-        packed_w = torch.zeros_like(cum_w).scatter_(1, torch.where(mask, slot, T - 1), torch.where(mask, cum_w, 0.0))
+        target = torch.where(mask, slot, T - 1)
+        packed_g = torch.zeros_like(returns).scatter_(1, target, torch.where(mask, returns, 0.0))
+        packed_w = torch.zeros_like(cum_w).scatter_(1, target, torch.where(mask, cum_w, 0.0))
         # a masked position scattered to column T − 1 only when the row has no valid token there
         packed_g = torch.where(packed_valid, packed_g, _zero(packed_g))
         packed_w = torch.where(packed_valid, packed_w, _zero(packed_w))

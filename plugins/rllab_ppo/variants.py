@@ -110,7 +110,9 @@ def geo_mean(*, log_prob, old_log_prob, advantages, mask, aggregate, config, wei
     A > 0 / A < 0 whose log r lies outside [−ε_low, ε_high] (verl's ``pg_clipfrac`` /
     ``pg_clipfrac_lower``).
     """
-    log_prob, old_log_prob, advantages, weights = _prepare("geo_mean", log_prob, old_log_prob, advantages, mask, weights)
+    log_prob, old_log_prob, advantages, weights = _prepare(
+        "geo_mean", log_prob, old_log_prob, advantages, mask, weights
+    )
     log_ratio = log_ratio_of(log_prob, old_log_prob, config.log_ratio_clamp)
     sign = torch.sign(advantages)
     clipped_log_ratio = torch.clamp(log_ratio, -config.clip_low, config.clip_high)
@@ -218,7 +220,9 @@ def dppo_kl(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weig
 class DROConfig:
     """Knobs of ``dro`` (verl's ``policy_loss.dro_beta``, which has no default)."""
 
-    beta: float = rllab.knob(help="β: weight of the quadratic penalty ½·β·(log r)² (required, as in verl)", gt=0.0)
+    beta: float = rllab.knob(
+        help="β: weight of the quadratic penalty ½·β·(log r)² (required, as in verl)", gt=0.0
+    )
 
 
 def dro(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None):

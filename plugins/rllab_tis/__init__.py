@@ -48,7 +48,8 @@ Rejection sampling (``rejection``: verl's ``rollout_rs`` criteria token_kN / seq
 seq_mean_kN (Geo-RS) / seq_max_kN) and the k1/k2/k3 mismatch metrics are in
 :mod:`rllab_tis.rejection`; the bypass-mode policy loss (``bypass_mode``) in :mod:`rllab_tis.bypass`.
 ``batch_normalize`` divides any correction's weights by their batch mean, as verl's
-``rollout_is_batch_normalize``.
+``rollout_is_batch_normalize`` — the mean over the tensors passed in: under data parallelism that
+is the local batch, where verl all-reduces the mean across ranks.
 
 Where the references differ: verl's IcePop mask needs an explicit lower bound and its truncation
 has none; TRL 1.16 applies ``clip_min`` to both truncation and masking, clamps no log-weight and
