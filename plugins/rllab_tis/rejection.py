@@ -21,6 +21,13 @@ and the criteria (verl's ``rollout_rs`` options) are
                      whole sequence
 ==================== ============================================================ ===========
 
+The per-token **veto** (``veto_threshold``, off by default) drops every token of a row in which
+some valid token has ``π_train/π_rollout = exp(lr_t) < veto_threshold`` — one catastrophically
+unlikely token under the trainer condemns its sequence. It is the ``rollout_token_veto_threshold``
+of the verl releases before 0.9 (paper value 1e-4); verl 0.9.1 dropped it (``seq_max_k3`` is its
+closest 0.9.1 criterion), so it has no 0.9.1 reference and is tested by hand. It combines with the
+criterion: a token is kept only if it passes both.
+
 A k1 statistic passes where ``log(lower) ≤ stat ≤ log(upper)`` (``lower`` defaults to
 1/``upper``); k2 and k3 statistics are non-negative and pass where ``stat ≤ upper``. A sequence
 criterion keeps or drops every token of a row together. Note that the k1 statistic is −lr, so
@@ -65,7 +72,7 @@ CRITERIA = (
     "seq_max_k2", "seq_max_k3",
 )
 
-__all__ = ["CRITERIA", "divergences", "rejection_mask", "mismatch_metrics", "rejection", "RejectionConfig"]
+__all__ = ["CRITERIA", "divergences", "rejection_mask", "veto_rows", "mismatch_metrics", "rejection", "RejectionConfig"]
 
 
 def _zero(x: torch.Tensor) -> torch.Tensor:
@@ -143,6 +150,12 @@ def _keep(criterion, old, rollout, mask, upper, lower):
     return mask & passes.expand_as(mask), stat.expand_as(mask)
 
 
+def veto_rows(old_log_prob, rollout_log_prob, mask, threshold: float) -> torch.Tensor:
+    """(B,) bool: rows with a valid token whose ratio exp(clamp(lr_t, ±20)) is below ``threshold``."""
+    lr = torch.clamp(old_log_prob - rollout_log_prob, -SAFETY_BOUND, SAFETY_BOUND)
+    return (mask & (lr < math.log(threshold))).any(-1)
+
+
 def mismatch_metrics(old_log_prob, rollout_log_prob, mask) -> dict[str, torch.Tensor]:
     """Token- and sequence-level k1/k2/k3 estimates of the mismatch, and the χ² divergences.
 
@@ -202,6 +215,10 @@ class RejectionConfig:
     upper: float = rllab.knob(1.001, help="upper threshold (k1: on the ratio scale; k2/k3: on the statistic)", gt=0.0)
     lower: float | None = rllab.knob(
         None, help="k1 only: lower threshold on the ratio scale (None: 1/upper)", gt=0.0, validator=_check_lower
+    )
+    veto_threshold: float | None = rllab.knob(
+        None, help="drop a whole row when one of its tokens has π_train/π_rollout below this (pre-0.9 verl; "
+        "None: off)", gt=0.0,
     )
     is_level: str = rllab.knob(
         "none", help="importance weight multiplied into the kept tokens: none, token or sequence",
@@ -272,6 +289,10 @@ def rejection(*, old_log_prob, rollout_log_prob, mask, config):
     old, rollout = _prepare("importance_correction 'rejection'", old_log_prob, rollout_log_prob, mask)
     keep, stat = _keep(config.criterion, old, rollout, mask, config.upper, config.lower)
     metrics = {}
+    if config.veto_threshold is not None:
+        vetoed = veto_rows(old, rollout, mask, config.veto_threshold)
+        keep = keep & ~vetoed[:, None]
+        metrics["tis/veto_seq_frac"] = ops.masked_mean(vetoed.to(old.dtype), mask.any(-1))
     if config.is_level == "none":
         w = mask.to(old.dtype)
     else:

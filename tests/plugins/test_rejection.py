@@ -200,3 +200,20 @@ def test_rejection_mask_properties(lrs, valid, criterion, upper):
     # masked values never matter
     noisy = torch.where(mask, rollout + lr, torch.full_like(lr, float("nan")))
     assert torch.equal(rejection_mask(old_log_prob=noisy, **kw), keep)
+
+
+def test_veto_drops_rows_with_one_catastrophic_token():
+    # veto 1e-4 = e^−9.21: row 0 has a token with lr = −10 (ratio 4.5e−5) → all of row 0 dropped;
+    # row 1's lr = −10 sits under the mask → kept; row 2's worst lr = −9 (ratio 1.2e−4) → kept
+    lr = t([[0.0, -10.0, 0.1], [0.0, 0.0, -10.0], [-9.0, 0.0, 0.0]])
+    mask = torch.tensor([[True, True, True], [True, True, False], [True, True, True]])
+    rollout = torch.full_like(lr, -12.0)
+    corr = LAB.get("importance_correction", "rejection", criterion="token_k2", upper=100.0, veto_threshold=1e-4)
+    w, m = corr(old_log_prob=rollout + lr, rollout_log_prob=rollout, mask=mask)
+    close(w, [[0.0, 0.0, 0.0], [1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    close(m["tis/veto_seq_frac"], 1 / 3)
+    # without the veto every valid token passes token_k2 ≤ 100
+    w, _ = LAB.get("importance_correction", "rejection", criterion="token_k2", upper=100.0)(
+        old_log_prob=rollout + lr, rollout_log_prob=rollout, mask=mask
+    )
+    close(w, mask.double())
