@@ -49,6 +49,9 @@ UPDATE_FROM_DISK_FIELDS = {
     "keep_pause", "recapture_cuda_graph", "token_step", "flush_cache", "manifest",
 }
 
+_LOAD_LOCK = threading.Lock()
+"""Serialises model loads of every stand-in in this process (several may share one)."""
+
 
 def contract():
     """SGLang's generated JSON contract (``sglang/api/v1/api_types.py``), loaded by path so that
@@ -155,8 +158,9 @@ class StandIn:
     def _load(self, path: str) -> None:
         from rllab_hf import HFBackend, HFBackendConfig
 
-        b = HFBackend(HFBackendConfig(num_threads=1, seed=self._seed))
-        b.update_weights(path)
+        b = HFBackend(HFBackendConfig(num_threads=1, seed=self._seed, device="cpu"))
+        with _LOAD_LOCK:  # transformers' loading patches process-wide state: one load at a time per process
+            b.update_weights(path)
         self._backend = b
         self.model_path = path
 

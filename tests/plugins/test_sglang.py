@@ -544,7 +544,11 @@ def test_short_training_run_through_the_standin(tmp_path, monkeypatch):
     ours, theirs, versions, generated = train_both(tmp_path, monkeypatch, "model.warm_start.steps=60", "train.steps=3")
     assert versions == ["1", "2", "3", "4"]  # the first sync, then one per optimizer step
     assert generated >= 3  # every rollout came from the server (4 prompts: one request a step)
-    assert len(ours) == len(theirs) == 3 and ours[0].keys() == theirs[0].keys()
+    assert len(ours) == len(theirs) == 3
+    # the same metrics, plus the sglang backend's own counters
+    extra = set(ours[0]) - set(theirs[0])
+    assert set(theirs[0]) <= set(ours[0]) and all(k.startswith(("sglang/", "rollout/stale", "time/")) for k in extra), extra
+    assert "rollout/stale" in extra and "sglang/requests" in extra
     for r in ours:
         assert all(math.isfinite(v) for v in r.values() if isinstance(v, float)), r
 
