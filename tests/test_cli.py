@@ -67,3 +67,25 @@ def test_settings_lists_train_rollout_model(capsys):
         assert part in out, part
     code, _, err = run(capsys, "settings", "trian")
     assert code == 1 and "rollout" in err
+
+
+def test_plugins_show_puts_the_component_first_and_module_notes_behind_a_flag(capsys):
+    code, out, _ = run(capsys, "plugins", "show", "ppo_dual_clip")
+    assert code == 0
+    # the component's own summary and equation, then its knobs; the module's notes only on --doc
+    assert out.index("Dual-clip PPO") < out.index("clip_c") and "--doc" in out
+    import rllab_ppo.losses
+
+    module_notes = rllab_ppo.losses.__doc__.strip().splitlines()[0]
+    assert module_notes not in out
+    code, out_doc, _ = run(capsys, "plugins", "show", "ppo_dual_clip", "--doc")
+    assert code == 0 and module_notes in out_doc
+
+
+def test_presets_show(capsys):
+    code, out, _ = run(capsys, "presets", "show", "dapo")
+    assert code == 0 and "clip_high" in out and "dynamic_sampling" in out
+    code, _, err = run(capsys, "presets", "show", "dapoo")
+    assert code == 1 and "Did you mean 'dapo'" in err
+    code, out, _ = run(capsys, "presets")
+    assert code == 0 and "rllab presets show NAME" in out
