@@ -53,7 +53,8 @@ def identical_variants(cells: list[Cell], *, lab, out_dir: Path, console=None) -
     tasks = list(dict.fromkeys(c.task for c in cells))
     for task in tasks:
         first_seed = min(c.seed for c in cells if c.task == task)
-        group = [c for c in cells if c.task == task and c.seed == first_seed and c.config.get("algorithm", {}).get("name") == "rl"]
+        failed = {c.variant for c in cells if (out_dir / "runs" / c.slug / "error.txt").is_file()}
+        group = [c for c in cells if c.task == task and c.seed == first_seed and c.config.get("algorithm", {}).get("name") == "rl" and c.variant not in failed]
         if len(group) < 2:
             continue
         rec_path = out_dir / "replay" / f"{task}.pt"
@@ -122,8 +123,9 @@ def run_suite(source, *, directory=None, executor_name: str = "local", workers: 
         try:
             identical = identical_variants(cells, lab=lab, out_dir=out, console=console)
             identical_path.write_text(json.dumps(identical, indent=2, default=str) + "\n")
-        except RllabError as e:
-            console.print(f"[yellow]identical-variant check skipped: {e}[/]", highlight=False)
+        except Exception as e:  # the check informs the report; it never sinks the suite's results
+            console.print(f"[yellow]identical-variant check skipped: {type(e).__name__}: {e}[/]", highlight=False)
+            identical = [{"identical": False, "message": f"identical-variant check skipped: {type(e).__name__}: {e}"}]
     return report_suite(out, console=console)
 
 
