@@ -89,7 +89,15 @@ def _console():
     return Console(width=None if sys.stdout.isatty() else 200)
 
 
+def _need_scipy() -> None:
+    try:
+        import scipy.stats  # noqa: F401
+    except ImportError:
+        raise rllab.RllabError("the suite statistics need scipy: pip install 'rllab[suite]'") from None
+
+
 def cmd_suite(args) -> int:
+    _need_scipy()
     from rllab_suite.suite import report_suite, run_suite
 
     console = _console()
@@ -107,6 +115,7 @@ def cmd_suite(args) -> int:
 
 
 def cmd_compare(args) -> int:
+    _need_scipy()
     from rllab_suite.suite import compare_runs
 
     console = _console()
