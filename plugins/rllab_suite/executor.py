@@ -42,16 +42,16 @@ def run_cell(job: dict) -> dict:
     t0 = time.perf_counter()
     with open(run_dir / "log.txt", "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         try:
-            from rllab.config import load_config
-            from rllab.lab import Lab
+            from rllab import Lab
+            from rllab_suite.kernel import load_config
 
             lab = Lab()
             if (run_dir / "config.toml").is_file() and not (run_dir / "final.json").is_file():
-                from rllab.runs import resume_run
+                from rllab_suite.kernel import resume_run
 
                 summary = resume_run(run_dir, lab=lab, progress=False)
             else:
-                from rllab.trainer import run_experiment
+                from rllab_suite.kernel import run_experiment
 
                 cfg = load_config(job["config"], lab=lab)
                 summary = run_experiment(cfg, lab=lab, run_dir=run_dir, progress=False)
@@ -149,7 +149,7 @@ def run_ray(jobs: list[dict], *, workers: int | None, progress: Progress, descri
     try:
         import ray
     except ImportError:
-        from rllab.errors import RllabError
+        from rllab import RllabError
 
         raise RllabError("--executor ray needs Ray: pip install 'rllab[ray]'") from None
     started_here = not ray.is_initialized()

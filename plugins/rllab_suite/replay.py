@@ -30,7 +30,7 @@ from pathlib import Path
 import attrs
 import torch
 
-from rllab.errors import RllabError
+from rllab import RllabError
 
 FORMAT = "rllab-record/1"
 RTOL = 1e-3
@@ -44,11 +44,9 @@ REPLAYED_SECTIONS = ("algorithm", "advantage", "policy_loss", "correction", "agg
 
 def record(source: str | Path | None, *, steps: int, out: Path, overrides=(), preset: str | None = None, lab=None, progress: bool = False) -> dict:
     """Sample ``steps`` rollout batches from one checkpoint and save them to ``out``."""
-    from rllab import checkpoint
-    from rllab.config import load_config
-    from rllab.lab import Lab
-    from rllab.trainer import Trainer
-    from rllab_rl import _logprobs
+    from rllab import Lab
+    from rllab.models import grouped_response_logprobs
+    from rllab_suite.kernel import Trainer, latest_checkpoint, load_config
 
     lab = lab or Lab()
     ckpt = None
@@ -57,7 +55,7 @@ def record(source: str | Path | None, *, steps: int, out: Path, overrides=(), pr
         if not cfg_path.is_file():
             raise RllabError(f"{source} is not a run directory (no config.toml)")
         cfg = load_config(cfg_path, list(overrides), lab=lab)
-        ckpt = checkpoint.latest(Path(source))
+        ckpt = latest_checkpoint(Path(source))
     else:
         cfg = load_config(source, list(overrides), lab=lab, preset=preset)
     if cfg.component("algorithm").name != "rl":
@@ -76,9 +74,9 @@ def record(source: str | Path | None, *, steps: int, out: Path, overrides=(), pr
                 batch = trainer.rollout.to_batch(scored)
                 if batch is None:
                     continue
-                with torch.no_grad():
-                    old = _logprobs(ctx, trainer.policy, batch)
-                    ref = _logprobs(ctx, trainer.reference, batch) if trainer.reference is not None else old
+                with torch.no_grad(), ctx.autocast():
+                    old = _response_logprobs(cfg, trainer.policy, batch, grouped_response_logprobs)
+                    ref = _response_logprobs(cfg, trainer.reference, batch, grouped_response_logprobs) if trainer.reference is not None else old
                 fields = {f.name: getattr(batch, f.name) for f in attrs.fields(type(batch))}
                 batches.append({"step": trainer.step + k, "batch": fields, "old_log_prob": old, "ref_log_prob": ref, "metrics": dict(scored.metrics)})
             if not batches:
@@ -99,6 +97,13 @@ def record(source: str | Path | None, *, steps: int, out: Path, overrides=(), pr
     out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(data, out)
     return data
+
+
+def _response_logprobs(cfg, model, batch, fn):
+    home = next(model.parameters()).device
+    out = fn(model, batch.input_ids.to(home), batch.attention_mask.to(home), batch.response_length,
+             chunk_size=cfg.model.logprob_chunk, temperature=cfg.rollout.temperature)
+    return out.float().cpu()
 
 
 def load_record(path: Path) -> dict:
@@ -136,12 +141,9 @@ def _model(data: dict, key: str):
 
 def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> list[ReplayResult]:
     """Run each (name, resolved config) on every recorded batch; see the module docstring."""
-    from rllab.algorithm import OptimizerStep, RunContext
-    from rllab.config import COMPONENT_SECTIONS, load_config
-    from rllab.lab import Lab
+    from rllab import Component, Lab, OptimizerStep, RolloutBatch, RunContext
     from rllab.models import CriticModel
-    from rllab.specs import Component
-    from rllab.types import RolloutBatch
+    from rllab_suite.kernel import COMPONENT_SECTIONS, load_config
 
     lab = lab or Lab()
     results = []

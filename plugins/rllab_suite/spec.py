@@ -37,8 +37,8 @@ from typing import Any
 
 import attrs
 
-from rllab.config import ConfigError, load_config, parse_overrides
-from rllab.errors import RllabError
+from rllab import ConfigError, RllabError
+from rllab_suite.kernel import load_config, parse_overrides
 
 SUITE_KEYS = {"name", "preset", "config", "steps", "seeds", "tasks", "baseline", "overrides", "variants", "axes", "description"}
 VARIANT_KEYS = {"preset", "config"}
@@ -240,7 +240,7 @@ def cell_overrides(suite: Suite, variant: Variant, task: tuple, seed: int) -> li
 def expand(suite: Suite, *, lab=None) -> list[Cell]:
     """Every cell's config, validated before anything runs; all problems are reported at once,
     each naming its variant."""
-    from rllab.lab import Lab
+    from rllab import Lab
 
     lab = lab or Lab()
     cells: list[Cell] = []

@@ -77,18 +77,19 @@ def prob_improvement(pairs: list[tuple], *, seed: int = 0) -> tuple[float, float
     if not pairs or any(x.size < MIN_POI_SEEDS or y.size < MIN_POI_SEEDS for x, y in pairs):
         return None
 
-    def one(x, y):
-        return st.mannwhitneyu(x, y, alternative="two-sided").statistic / (x.size * y.size)
+    def one(x, y, axis=-1):
+        u = st.mannwhitneyu(x, y, alternative="two-sided", axis=axis, method="asymptotic").statistic
+        return u / (x.shape[axis] * y.shape[axis])
 
     value = float(np.mean([one(x, y) for x, y in pairs]))
     flat = [a for xy in pairs for a in xy]
     if all(np.all(a == flat[0][0]) for a in flat):
         return (value, value, value)
 
-    def stat(*samples):
-        return np.mean([one(samples[i], samples[i + 1]) for i in range(0, len(samples), 2)])
+    def stat(*samples, axis=-1):
+        return np.mean([one(samples[i], samples[i + 1], axis=axis) for i in range(0, len(samples), 2)], axis=0)
 
-    res = st.bootstrap(tuple(flat), stat, confidence_level=CONFIDENCE, n_resamples=N_RESAMPLES, method="percentile", vectorized=False, rng=np.random.default_rng(seed))
+    res = st.bootstrap(tuple(flat), stat, confidence_level=CONFIDENCE, n_resamples=N_RESAMPLES, method="percentile", vectorized=True, rng=np.random.default_rng(seed))
     lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
     return (value, lo, hi)
 

@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from rllab.errors import RllabError
+from rllab import RllabError
 from rllab_suite import executor, replay, report
 from rllab_suite.spec import Cell, Suite, SuiteError, expand, parse_suite
 
@@ -23,8 +23,8 @@ def suite_dir_for(suite: Suite, directory: str | Path | None) -> Path:
 def prebuild_models(cells: list[Cell], *, lab, console=None) -> None:
     """Build each distinct warm-started tiny model once, before the workers start."""
     from rllab import tinymodel
-    from rllab.config import COMPONENT_SECTIONS, load_config
-    from rllab.specs import Component
+    from rllab import Component
+    from rllab_suite.kernel import COMPONENT_SECTIONS, load_config
 
     from transformers.utils import logging as hf_logging
 
@@ -81,7 +81,7 @@ def run_suite(source, *, directory=None, executor_name: str = "local", workers: 
     """Expand, validate, run the missing cells and report. Returns the summary."""
     from rich.console import Console
 
-    from rllab.lab import Lab
+    from rllab import Lab
 
     if executor_name not in executor.EXECUTORS:
         raise RllabError(f"unknown executor {executor_name!r}; known: {', '.join(executor.EXECUTORS)}")
