@@ -217,7 +217,7 @@ def compare(results: list[ReplayResult]) -> list[dict]:
             if len(ga) != len(gb):
                 same_steps = False
             if ga and gb:
-                cos.append(float(torch.nn.functional.cosine_similarity(ga[0], gb[0], dim=0)))
+                cos.append(min(1.0, float(torch.nn.functional.cosine_similarity(ga[0], gb[0], dim=0))))
             for x, y in zip(ga, gb):
                 scale = max(float(x.norm()), float(y.norm()))
                 largest = max(largest, scale)
@@ -258,6 +258,7 @@ def identical_messages(pairs: list[dict]) -> list[dict]:
 
 def render(results: list[ReplayResult], pairs: list[dict], console) -> None:
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(box=box.SIMPLE_HEAVY, title="replay: each variant on the recorded batches (mean over batches)")
@@ -267,7 +268,7 @@ def render(results: list[ReplayResult], pairs: list[dict], console) -> None:
     for _, label in cols:
         t.add_column(label, justify="right")
     for r in results:
-        t.add_row(r.name, *[f"{r.metrics[k]:.4g}" if k in r.metrics else "—" for k, _ in cols])
+        t.add_row(escape(r.name), *[f"{r.metrics[k]:.4g}" if k in r.metrics else "—" for k, _ in cols])
     console.print(t)
     if pairs:
         t = Table(box=box.SIMPLE_HEAVY, title="pairs: first-gradient cosine, largest relative gradient difference")
@@ -275,7 +276,7 @@ def render(results: list[ReplayResult], pairs: list[dict], console) -> None:
             t.add_column(c, justify="right" if c not in ("a", "b") else "left")
         for p in pairs:
             same = "[yellow]yes[/]" if p["identical"] else "? (zero gradients)" if p.get("inconclusive") else "no"
-            t.add_row(p["a"], p["b"], f"{p['cosine']:.6f}", f"{p['max_rel_diff']:.2e}", same)
+            t.add_row(escape(p["a"]), escape(p["b"]), f"{p['cosine']:.6f}", f"{p['max_rel_diff']:.2e}", same)
         console.print(t)
     for m in identical_messages(pairs):
-        console.print(f"[yellow]{m['message']}[/]", highlight=False)
+        console.print(f"[yellow]{escape(m['message'])}[/]", highlight=False)

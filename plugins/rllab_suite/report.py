@@ -208,6 +208,7 @@ def notes(summary: dict, identical: list | None = None) -> list[str]:
 
 def render_terminal(summary: dict, console, *, title: str = "", identical: list | None = None) -> None:
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
     for task in summary["tasks"]:
@@ -216,17 +217,17 @@ def render_terminal(summary: dict, console, *, title: str = "", identical: list 
             t.add_column(name, overflow="fold", justify="left" if name == "variant" else "right")
         for r in summary["rows"]:
             if r["task"] == task:
-                t.add_row(*[fn(r) for _, fn in COLUMNS])
+                t.add_row(*[escape(fn(r)) for _, fn in COLUMNS])
         console.print(t)
     t = Table(box=box.SIMPLE_HEAVY, title="over tasks: final accuracy")
     for col in ("variant", "runs", "IQM % [95% CI]", f"P(> {summary['baseline']}) [95% CI]" if summary["baseline"] else "P(improvement)"):
         t.add_column(col, justify="left" if col == "variant" else "right")
     for o in summary["overall"]:
-        t.add_row(o["variant"], str(o["runs"]), _pct(o["iqm_final_accuracy"]), "baseline" if o["variant"] == summary["baseline"] else _prob(o["p_improvement"]))
+        t.add_row(escape(o["variant"]), str(o["runs"]), escape(_pct(o["iqm_final_accuracy"])), "baseline" if o["variant"] == summary["baseline"] else escape(_prob(o["p_improvement"])))
     console.print(t)
     for n in notes(summary, identical):
         style = "red" if n.startswith(("FAILED", "NO SIGNAL")) else "yellow" if n.startswith("IDENTICAL") else "dim"
-        console.print(f"[{style}]{n}[/]", highlight=False)
+        console.print(f"[{style}]{escape(n)}[/]", highlight=False)
 
 
 def markdown(summary: dict, *, title: str = "", identical: list | None = None, images: tuple = ()) -> str:
