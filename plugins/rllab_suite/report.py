@@ -345,7 +345,7 @@ def write_all(records: list[RunRecord], out_dir: Path, *, title: str, baseline: 
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = summarize(records, baseline=baseline, variants=variants)
     images = plot(records, summary, out_dir, title) if any(r.status == "done" for r in records) else []
-    (out_dir / "summary.json").write_text(json.dumps({**summary, "identical": identical or []}, indent=2, default=str) + "\n")
+    (out_dir / "summary.json").write_text(json.dumps({**summary, "notes": notes(summary, identical), "identical": [i for i in identical or [] if "identical" in i]}, indent=2, default=str) + "\n")
     write_csv(summary, out_dir / "summary.csv")
     with (out_dir / "runs.csv").open("w", newline="") as f:
         w = csv.writer(f)

@@ -4,6 +4,7 @@ which variants are the same computation, and write the report."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -94,6 +95,8 @@ def run_suite(source, *, directory=None, executor_name: str = "local", workers: 
     if suite.path is not None and suite.path.resolve() != (out / "suite.toml").resolve():
         shutil.copyfile(suite.path, out / "suite.toml")
     manifest = {"name": suite.name, "baseline": suite.baseline, "variants": suite.variant_names, "cells": [c.to_dict() for c in cells]}
+    previous = json.loads((out / MANIFEST).read_text()) if (out / MANIFEST).is_file() else {}
+    manifest["load_average"] = previous.get("load_average", [])
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     todo = [c for c in cells if not (out / "runs" / c.slug / "final.json").is_file()]
     console.print(
@@ -102,6 +105,8 @@ def run_suite(source, *, directory=None, executor_name: str = "local", workers: 
         highlight=False,
     )
     if todo:
+        load_start = os.getloadavg()
+        console.print(f"load average (1, 5, 15 min) at the start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} on {executor.cores()} cores", highlight=False)
         prebuild_models(todo, lab=lab, console=console)
         n, threads = executor.plan_workers(workers, len(todo))
         if executor_name == "ray":
@@ -117,6 +122,10 @@ def run_suite(source, *, directory=None, executor_name: str = "local", workers: 
                 executor.run_local(jobs, workers=n, progress=bar, describe=lambda j: j["what"])
         finally:
             bar.close()
+        load_end = os.getloadavg()
+        console.print(f"load average (1, 5, 15 min) at the end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}", highlight=False)
+        manifest["load_average"].append({"cells": len(todo), "cores": executor.cores(), "start": list(load_start), "end": list(load_end)})
+        (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     identical = []
     if check_identical:
         identical_path = out / "identical.json"
@@ -140,7 +149,12 @@ def report_suite(directory, *, console=None) -> dict:
         report.read_run(out / "runs" / c["run"], variant=c["variant"], task=c["task"], seed=c["seed"]) for c in manifest["cells"]
     ]
     identical = json.loads((out / "identical.json").read_text()) if (out / "identical.json").is_file() else []
-    return report.write_all(records, out, title=f"suite {manifest['name']}", baseline=manifest.get("baseline"), variants=manifest["variants"], identical=identical, console=console)
+    loads = [
+        {"message": f"load average (1, 5, 15 min) while {la['cells']} cells ran on {la['cores']} cores: "
+                    f"start {' '.join(f'{x:.2f}' for x in la['start'])}, end {' '.join(f'{x:.2f}' for x in la['end'])}"}
+        for la in manifest.get("load_average", [])
+    ]
+    return report.write_all(records, out, title=f"suite {manifest['name']}", baseline=manifest.get("baseline"), variants=manifest["variants"], identical=identical + loads, console=console)
 
 
 def compare_runs(run_dirs: list, *, out: Path, baseline: str | None = None, console=None) -> dict:
