@@ -378,6 +378,10 @@ class SortTask(_StringTask):
 
     name = "sort"
     verb = "sort"
+    warm_start_defaults = {"target_accuracy": 0.1, "check_every": 2}
+    """The default warm start (stop at 25%, probed every 10 steps) overshoots to ~37% held-out
+    accuracy, from which GRPO gains only ~8 points in 400 steps; stopping at 10% (probed every 2
+    steps) starts it at ~13% and it gains ~27."""
 
     def transform(self, s):
         return "".join(sorted(s))

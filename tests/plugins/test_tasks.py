@@ -290,3 +290,19 @@ def test_every_builtin_task_learns_visibly_with_the_default_grpo_run(name, tmp_p
 
     summary = run_experiment(load_config(None, [f"task={name}", "train.checkpoint_every=0"], preset="grpo"), run_dir=tmp_path / name, progress=False)
     assert summary["final/accuracy"] - summary["initial/accuracy"] >= 0.15, summary
+
+
+def test_sort_asks_for_its_own_warm_start_and_a_config_still_wins(lab):
+    from rllab.tinymodel import WarmStartConfig, task_warm_start
+
+    sort = make(lab, "sort")
+    assert task_warm_start(sort, WarmStartConfig()) == WarmStartConfig(target_accuracy=0.1, check_every=2)
+    assert task_warm_start(sort, WarmStartConfig(target_accuracy=0.3)) == WarmStartConfig(target_accuracy=0.3, check_every=2)
+    assert task_warm_start(make(lab, "addition"), WarmStartConfig()) == WarmStartConfig()
+
+    class Odd:
+        name = "odd"
+        warm_start_defaults = {"target_acc": 0.1}
+
+    with pytest.raises(ValueError, match="target_acc"):
+        task_warm_start(Odd(), WarmStartConfig())
