@@ -10,7 +10,8 @@ recorded config and runs the ``rl`` algorithm's own computation on every recorde
 :meth:`rllab_rl.RL.prepare` (old/ref forwards, KL in the reward, advantages, importance weights)
 and :meth:`rllab_rl.RL.update` (epochs × minibatches × micro-batches, each through
 :meth:`~rllab_rl.RL.micro_loss`), answering its optimizer steps here as the trainer would
-(measure, clip, AdamW step) from the recorded weights. Nothing is duplicated: a change to the RL
+(measure, clip, AdamW step) from the recorded weights — and, when recorded from a run's
+checkpoint, from its optimizer state (moments and learning rate at that step). Nothing is duplicated: a change to the RL
 step shows up in replay.
 
 It reports each variant's loss, gradient norm, clip fraction and approximate KL, the cosine
@@ -89,6 +90,8 @@ def record(source: str | Path | None, *, steps: int, out: Path, overrides=(), pr
                 "model_config": trainer.policy.config.to_dict(),
                 "policy": {k: v.detach().cpu().clone() for k, v in trainer.policy.state_dict().items()},
                 "reference": {k: v.detach().cpu().clone() for k, v in trainer.reference.state_dict().items()} if trainer.reference is not None else None,
+                # AdamW's moments and learning rate at that step (a fresh optimizer's first steps are larger)
+                "optimizer": trainer.optimizer.state_dict() if ckpt is not None else None,
                 "batches": batches,
             }
         finally:
@@ -174,6 +177,8 @@ def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> 
             prepared, metrics = algorithm.prepare(ctx, batch)
             params = [p for p in policy.parameters()]
             opt = torch.optim.AdamW(params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+            if data.get("optimizer") is not None:
+                opt.load_state_dict(copy.deepcopy(data["optimizer"]))
             copt = torch.optim.AdamW(critic.parameters(), lr=cfg.train.critic_lr) if critic is not None else None
             grads = []
             gen = algorithm.update(ctx, prepared)
