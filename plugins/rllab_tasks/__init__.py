@@ -20,7 +20,7 @@ Prompt formats (the tiny character-level model of :mod:`rllab.tinymodel` covers 
 character used)::
 
     addition   "12+34="              -> "46"
-    chain      "12+34-7+58="         -> "97"      (a longer, sparser addition: every term must be right)
+    chain      "3+8-5+7="            -> "13"      (a longer, sparser addition: every term must be right)
     countdown  "make 22 from 3 5 7:" -> "3*5+7"   (any expression using each number once; default: 2 numbers)
     sort       "sort 3a1:"           -> "13a"
     reverse    "reverse abc:"        -> "cba"
@@ -182,7 +182,12 @@ class ChainConfig:
     """Knobs of the chain task."""
 
     terms: int = rllab.knob(4, help="numbers in the expression (≥ 2)", ge=2, le=12)
-    digits: int = rllab.knob(2, help="digits of each number (uniform over numbers with exactly that many)", ge=1, le=9)
+    digits: int = rllab.knob(
+        1,
+        help="digits of each number (uniform over numbers with exactly that many); with 2, the tiny model's default run does not learn",
+        ge=1,
+        le=9,
+    )
     subtract: bool = rllab.knob(True, help="allow '-' between terms (instances with a negative result are redrawn)")
     eval_fraction: float = _eval_fraction()
     eval_size: int = _eval_size()
@@ -190,11 +195,12 @@ class ChainConfig:
 
 
 class ChainTask(SplitTask):
-    """A chain of additions and subtractions: ``"12+34-7+58="`` → ``"97"``. Exact-match reward.
+    """A chain of additions and subtractions: ``"3+8-5+7="`` → ``"13"``. Exact-match reward.
 
     Harder than ``addition``: the answer depends on every term and every carry, so the reward is
     sparse (one wrong digit anywhere scores 0) and the model must carry state over a longer
-    prompt. The result is never negative.
+    prompt. The result is never negative. With the defaults (4 one-digit terms) the default GRPO
+    run lifts held-out accuracy from 23.5% to 40.5%; with ``digits = 2`` it stays near 5%.
     """
 
     name = "chain"
