@@ -171,7 +171,7 @@ def cmd_replay(args) -> int:
     if not configs:
         configs = [("recorded", data["config"])]
     results = replay.replay_configs(data, configs, lab=args.lab)
-    replay.render(results, replay.compare(results), _console())
+    replay.render(results, replay.compare(results), _console(), step=data["step"])
     return 0
 
 

@@ -11,7 +11,9 @@ recorded config and runs the ``rl`` algorithm's own computation on every recorde
 and :meth:`rllab_rl.RL.update` (epochs × minibatches × micro-batches, each through
 :meth:`~rllab_rl.RL.micro_loss`), answering its optimizer steps here as the trainer would
 (measure, clip, AdamW step) from the recorded weights — and, when recorded from a run's
-checkpoint, from its optimizer state (moments and learning rate at that step). Nothing is duplicated: a change to the RL
+checkpoint, from its optimizer state (AdamW's moments), at the learning rate the run's schedule had
+at that step (warm-up and decay included; ``train.lr`` of the variant × the recorded factor).
+Nothing is duplicated: a change to the RL
 step shows up in replay.
 
 It reports each variant's loss, gradient norm, clip fraction and approximate KL, the cosine
@@ -92,6 +94,8 @@ def record(source: str | Path | None, *, steps: int, out: Path, overrides=(), pr
                 "reference": {k: v.detach().cpu().clone() for k, v in trainer.reference.state_dict().items()} if trainer.reference is not None else None,
                 # AdamW's moments and learning rate at that step (a fresh optimizer's first steps are larger)
                 "optimizer": trainer.optimizer.state_dict() if ckpt is not None else None,
+                # the schedule's factor at that step (warm-up, cosine): replay steps at train.lr × this
+                "lr_factor": trainer.scheduler.get_last_lr()[0] / cfg.train.lr,
                 "batches": batches,
             }
         finally:
@@ -179,6 +183,8 @@ def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> 
             opt = torch.optim.AdamW(params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
             if data.get("optimizer") is not None:
                 opt.load_state_dict(copy.deepcopy(data["optimizer"]))
+            for group in opt.param_groups:
+                group["lr"] = cfg.train.lr * data.get("lr_factor", 1.0)
             copt = torch.optim.AdamW(critic.parameters(), lr=cfg.train.critic_lr) if critic is not None else None
             grads = []
             gen = algorithm.update(ctx, prepared)
@@ -244,7 +250,7 @@ def differing_sections(a: dict, b: dict) -> list[str]:
     return sorted(k for k in keys if a.get(k) != b.get(k))
 
 
-def identical_messages(pairs: list[dict]) -> list[dict]:
+def identical_messages(pairs: list[dict], *, step: int | None = None) -> list[dict]:
     msgs = []
     for p in pairs:
         if not p["identical"]:
@@ -254,14 +260,15 @@ def identical_messages(pairs: list[dict]) -> list[dict]:
             if p["differs_outside_replay"] else ": their runs differ only by noise"
         )
         msgs.append({**p, "message": (
-            f"IDENTICAL {p['a']} ≡ {p['b']}: the same gradients on a recorded batch "
+            f"IDENTICAL {p['a']} ≡ {p['b']}: the same gradients on "
+            f"{'a recorded batch' if step is None else f'batches recorded after step {step} (the learning rate then: the schedule at that step)'} "
             f"(relative difference {p['max_rel_diff']:.1e} ≤ {RTOL:g}, cosine {p['cosine']:.6f}) — under these settings "
             f"they are one computation{tail}"
         )})
     return msgs
 
 
-def render(results: list[ReplayResult], pairs: list[dict], console) -> None:
+def render(results: list[ReplayResult], pairs: list[dict], console, *, step: int | None = None) -> None:
     from rich import box
     from rich.markup import escape
     from rich.table import Table
@@ -283,5 +290,5 @@ def render(results: list[ReplayResult], pairs: list[dict], console) -> None:
             same = "[yellow]yes[/]" if p["identical"] else "? (zero gradients)" if p.get("inconclusive") else "no"
             t.add_row(escape(p["a"]), escape(p["b"]), f"{p['cosine']:.6f}", f"{p['max_rel_diff']:.2e}", same)
         console.print(t)
-    for m in identical_messages(pairs):
+    for m in identical_messages(pairs, step=step):
         console.print(f"[yellow]{escape(m['message'])}[/]", highlight=False)

@@ -70,7 +70,7 @@ def identical_variants(cells: list[Cell], *, lab, out_dir: Path, console=None) -
                 f"identical-variant check inconclusive on task {task}: the recorded batch scored alike in every group, "
                 "so every variant's gradient is 0"
             )})
-        for m in replay.identical_messages(pairs):
+        for m in replay.identical_messages(pairs, step=data["step"]):
             m["task"] = task
             m["message"] = m["message"].replace("IDENTICAL ", f"IDENTICAL (task {task}) ", 1)
             found.append(m)

@@ -332,7 +332,8 @@ def test_replay_finds_identical_losses_on_an_on_policy_step(recording, lab):
 
 def test_replay_with_minibatches_runs_the_whole_update(recording, lab):
     data = replay.load_record(recording)
-    results = replay.replay_configs(data, _configs(data, lab, "algorithm.minibatches=3", "algorithm.minibatches=3,policy_loss=cispo"), lab=lab)
+    # a large learning rate, so that the later minibatches are off-policy enough for clipping to act
+    results = replay.replay_configs(data, _configs(data, lab, "algorithm.minibatches=3,train.lr=0.02", "algorithm.minibatches=3,policy_loss=cispo,train.lr=0.02"), lab=lab)
     assert [r.metrics["replay/optimizer_steps"] for r in results] == [3.0, 3.0]
     (p,) = replay.compare(results)
     # the first minibatch is on-policy for both; later ones are not, and the two losses part
