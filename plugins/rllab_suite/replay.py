@@ -257,13 +257,14 @@ def identical_messages(pairs: list[dict], *, step: int | None = None) -> list[di
             continue
         tail = (
             f"; they still differ in [{'], ['.join(p['differs_outside_replay'])}], which the replay does not exercise"
-            if p["differs_outside_replay"] else ": their runs differ only by noise"
+            if p["differs_outside_replay"] else ""
         )
         msgs.append({**p, "message": (
             f"IDENTICAL {p['a']} ≡ {p['b']}: the same gradients on "
             f"{'a recorded batch' if step is None else f'batches recorded after step {step} (the learning rate then: the schedule at that step)'} "
-            f"(relative difference {p['max_rel_diff']:.1e} ≤ {RTOL:g}, cosine {p['cosine']:.6f}) — under these settings "
-            f"they are one computation{tail}"
+            f"(relative difference {p['max_rel_diff']:.1e} ≤ {RTOL:g}, cosine {p['cosine']:.6f}): there they are one "
+            f"computation{tail}. Later steps can still part them, once the policy has moved far enough for what "
+            f"differs (clipping, corrections) to act"
         )})
     return msgs
 
