@@ -408,6 +408,22 @@ def cache_key(model_config: TinyModelConfig, task_config: Mapping[str, Any], war
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def task_warm_start(task, warm_config: WarmStartConfig) -> WarmStartConfig:
+    """Apply a task's own warm-start defaults (``task.warm_start_defaults``, a dict of
+    :class:`WarmStartConfig` knobs) to the knobs the config left at their defaults.
+
+    A task whose warm start overshoots (sort reaches 35% by the first probe, leaving RL little
+    to learn) asks for a lower target probed more often; a knob set in the config still wins.
+    """
+    wanted = dict(getattr(task, "warm_start_defaults", None) or {})
+    fields = {f.name: f for f in attrs.fields(WarmStartConfig)}
+    unknown = sorted(set(wanted) - set(fields))
+    if unknown:
+        raise ValueError(f"task {getattr(task, 'name', task)!r}: warm_start_defaults names unknown warm-start knobs {unknown}")
+    changes = {k: v for k, v in wanted.items() if getattr(warm_config, k) == fields[k].default}
+    return attrs.evolve(warm_config, **changes) if changes else warm_config
+
+
 def get_or_build(
     model_config: TinyModelConfig,
     task,
@@ -428,6 +444,7 @@ def get_or_build(
     The model is written to a temporary sibling directory and renamed into place, so
     concurrent builders never see a half-written model; the first rename wins.
     """
+    warm_config = task_warm_start(task, warm_config)
     root = cache_root(cache_dir)
     key = cache_key(model_config, task_config, warm_config)
     final = root / f"tiny-qwen2-{key}"

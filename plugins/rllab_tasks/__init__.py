@@ -1,4 +1,4 @@
-"""Verifiable toy tasks: addition, countdown, sort, reverse, and prompts read from a JSONL file.
+"""Verifiable toy tasks: addition, chain, countdown, sort, reverse, and prompts read from a JSONL file.
 
 Every task follows :class:`rllab.types.Task`. Rewards are exact and deterministic: 1.0 when the
 decoded completion (the response up to, not including, the end-of-sequence token) is correct,
@@ -20,7 +20,8 @@ Prompt formats (the tiny character-level model of :mod:`rllab.tinymodel` covers 
 character used)::
 
     addition   "12+34="              -> "46"
-    countdown  "make 22 from 3 5 7:" -> "3*5+7"   (any expression using each number once)
+    chain      "3+8-5+7="            -> "13"      (a longer, sparser addition: every term must be right)
+    countdown  "make 22 from 3 5 7:" -> "3*5+7"   (any expression using each number once; default: 2 numbers)
     sort       "sort 3a1:"           -> "13a"
     reverse    "reverse abc:"        -> "cba"
     jsonl      row["prompt"]         -> row["answer"], scored by ``exact`` / ``contains`` / ``numeric``
@@ -173,6 +174,63 @@ def addition(*, config: AdditionConfig) -> AdditionTask:
     return AdditionTask(config)
 
 
+# --------------------------------------------------------------------------- chain
+
+
+@attrs.frozen
+class ChainConfig:
+    """Knobs of the chain task."""
+
+    terms: int = rllab.knob(4, help="numbers in the expression (≥ 2)", ge=2, le=12)
+    digits: int = rllab.knob(
+        1,
+        help="digits of each number (uniform over numbers with exactly that many); with 2, the tiny model's default run does not learn",
+        ge=1,
+        le=9,
+    )
+    subtract: bool = rllab.knob(True, help="allow '-' between terms (instances with a negative result are redrawn)")
+    eval_fraction: float = _eval_fraction()
+    eval_size: int = _eval_size()
+    seed: int = _seed()
+
+
+class ChainTask(SplitTask):
+    """A chain of additions and subtractions: ``"3+8-5+7="`` → ``"13"``. Exact-match reward.
+
+    Harder than ``addition``: the answer depends on every term and every carry, so the reward is
+    sparse (one wrong digit anywhere scores 0) and the model must carry state over a longer
+    prompt. The result is never negative. With the defaults (4 one-digit terms) the default GRPO
+    run lifts held-out accuracy from 23.5% to 40.5%; with ``digits = 2`` it stays near 5%.
+    """
+
+    name = "chain"
+
+    def draw(self, gen, k):
+        c = self.config
+        lo, hi = (0 if c.digits == 1 else 10 ** (c.digits - 1)), 10**c.digits
+        out = []
+        while len(out) < k:
+            m = 2 * (k - len(out)) + 8
+            nums = torch.randint(lo, hi, (m, c.terms), generator=gen).tolist()
+            ops = torch.randint(0, 2 if c.subtract else 1, (m, c.terms - 1), generator=gen).tolist()
+            for ns, os_ in zip(nums, ops):
+                expr = str(ns[0]) + "".join("+-"[o] + str(n) for o, n in zip(os_, ns[1:]))
+                value = ns[0] + sum(n if o == 0 else -n for o, n in zip(os_, ns[1:]))
+                if value >= 0:
+                    out.append(Example(prompt=f"{expr}=", answer=str(value), meta={"terms": ns, "value": value}))
+                    if len(out) == k:
+                        break
+        return out
+
+    def reward(self, example: Example, completion: str) -> float:
+        return 1.0 if completion.strip() == example.answer else 0.0
+
+
+def chain(*, config: ChainConfig) -> ChainTask:
+    """A chain of additions/subtractions ("12+34-7+58=" -> "97"), exact match: longer, sparser than addition."""
+    return ChainTask(config)
+
+
 # --------------------------------------------------------------------------- countdown
 
 _OPS = "+-*"
@@ -183,8 +241,13 @@ _COUNTDOWN_CHARS = set("0123456789+-*() ")
 class CountdownConfig:
     """Knobs of the countdown task."""
 
-    count: int = rllab.knob(3, help="how many numbers are given", ge=2, le=6)
-    max_number: int = rllab.knob(9, help="numbers are uniform in [1, max_number]", ge=1, le=100)
+    count: int = rllab.knob(
+        2,
+        help="how many numbers are given (the tiny model's warm start never solves 3 in its budget: every reward would be 0)",
+        ge=2,
+        le=6,
+    )
+    max_number: int = rllab.knob(20, help="numbers are uniform in [1, max_number] (20: about 60 held-out instances with count = 2)", ge=1, le=100)
     max_target: int = rllab.knob(100, help="instances whose target is outside [0, max_target] are redrawn", ge=1)
     eval_fraction: float = _eval_fraction()
     eval_size: int = _eval_size()
@@ -321,6 +384,10 @@ class SortTask(_StringTask):
 
     name = "sort"
     verb = "sort"
+    warm_start_defaults = {"target_accuracy": 0.1, "check_every": 2}
+    """The default warm start (stop at 25%, probed every 10 steps) overshoots to ~37% held-out
+    accuracy, from which GRPO gains only ~8 points in 400 steps; stopping at 10% (probed every 2
+    steps) starts it at ~13% and it gains ~27."""
 
     def transform(self, s):
         return "".join(sorted(s))
@@ -490,6 +557,7 @@ def jsonl(*, config: JsonlConfig) -> JsonlTask:
 @rllab.hookimpl
 def register_tasks(register):
     register("addition", addition, config=AdditionConfig)
+    register("chain", chain, config=ChainConfig)
     register("countdown", countdown, config=CountdownConfig)
     register("sort", sort, config=StringTaskConfig)
     register("reverse", reverse, config=StringTaskConfig)

@@ -8,7 +8,7 @@ import torch
 import rllab
 from rllab.types import Example, Task
 
-TASKS = ["addition", "countdown", "sort", "reverse"]
+TASKS = ["addition", "chain", "countdown", "sort", "reverse"]
 GARBAGE = ["", " ", "\n", "<eos>", "abc", "1+1", "9" * 500, "é∂ƒ", "((((", "-", "0x10"]
 
 
@@ -24,7 +24,7 @@ def gen(seed):
 
 
 def test_registered_names(lab):
-    assert {"addition", "countdown", "sort", "reverse", "jsonl"} <= set(lab.names("task"))
+    assert {"addition", "chain", "countdown", "sort", "reverse", "jsonl"} <= set(lab.names("task"))
 
 
 @pytest.mark.parametrize("name", TASKS)
@@ -38,6 +38,8 @@ def test_follows_the_protocol_and_demonstrations_are_right(lab, name):
         assert task.reward(ex, f"  {demo}\n") == 1.0  # surrounding whitespace is not an error
         assert task.reward(ex, demo + "0") == 0.0
         for junk in GARBAGE:
+            if junk == demo:  # "1+1" is countdown's answer to "make 2 from 1 1:"
+                continue
             assert task.reward(ex, junk) == 0.0, (ex, junk)
 
 
@@ -82,6 +84,7 @@ def test_eval_size_and_fraction_knobs(lab):
     [
         ("addition", {"digits": 0}),
         ("countdown", {"count": 1}),
+        ("chain", {"terms": 1}),
         ("sort", {"min_length": 4, "max_length": 3}),
         ("reverse", {"alphabet": "greek"}),
         ("addition", {"eval_fraction": 1.0}),
@@ -252,3 +255,54 @@ def test_jsonl_errors(lab, tmp_path):
     make(lab, "jsonl", path=str(bad))  # fine for exact match
     with pytest.raises(ValueError, match="not a number"):
         make(lab, "jsonl", path=str(bad), reward="numeric")
+
+
+# --------------------------------------------------------------------------- chain
+
+
+def test_chain_prompts_and_rewards(lab):
+    task = make(lab, "chain", terms=4, digits=2)
+    exs = task.train_examples(200, gen(0))
+    for ex in exs:
+        terms = ex.prompt[:-1]
+        assert ex.prompt.endswith("=") and terms.count("+") + terms.count("-") == 3
+        assert int(ex.answer) == eval(terms) >= 0  # noqa: S307 - digits and +/- only
+        assert all(10 <= n <= 99 for n in ex.meta["terms"])
+    assert any("-" in ex.prompt for ex in exs)
+    assert not any("-" in ex.prompt for ex in make(lab, "chain", subtract=False).train_examples(50, gen(0)))
+    ex = Example(prompt="12+34-7+58=", answer="97", meta={})
+    assert task.reward(ex, "97") == 1.0 and task.reward(ex, "96") == 0.0 and task.reward(ex, "097") == 0.0
+
+
+def test_countdown_default_is_two_numbers_with_a_real_held_out_split(lab):
+    task = make(lab, "countdown")
+    ex = task.train_examples(20, gen(0))
+    assert all(len(e.meta["numbers"]) == 2 and max(e.meta["numbers"]) <= 20 for e in ex)
+    assert len(task.eval_examples()) >= 50
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["addition", "countdown", "sort", "reverse"])
+def test_every_builtin_task_learns_visibly_with_the_default_grpo_run(name, tmp_path):
+    """The default preset and budget lift held-out accuracy by at least 15 points (minutes each)."""
+    from rllab.config import load_config
+    from rllab.trainer import run_experiment
+
+    summary = run_experiment(load_config(None, [f"task={name}", "train.checkpoint_every=0"], preset="grpo"), run_dir=tmp_path / name, progress=False)
+    assert summary["final/accuracy"] - summary["initial/accuracy"] >= 0.15, summary
+
+
+def test_sort_asks_for_its_own_warm_start_and_a_config_still_wins(lab):
+    from rllab.tinymodel import WarmStartConfig, task_warm_start
+
+    sort = make(lab, "sort")
+    assert task_warm_start(sort, WarmStartConfig()) == WarmStartConfig(target_accuracy=0.1, check_every=2)
+    assert task_warm_start(sort, WarmStartConfig(target_accuracy=0.3)) == WarmStartConfig(target_accuracy=0.3, check_every=2)
+    assert task_warm_start(make(lab, "addition"), WarmStartConfig()) == WarmStartConfig()
+
+    class Odd:
+        name = "odd"
+        warm_start_defaults = {"target_acc": 0.1}
+
+    with pytest.raises(ValueError, match="target_acc"):
+        task_warm_start(Odd(), WarmStartConfig())

@@ -1,0 +1,218 @@
+"""``rllab suite``: compare algorithms fairly — variants × tasks × seeds, with statistics.
+
+Commands (added through ``register_commands``)::
+
+    rllab suite SUITE.toml [--executor local|ray] [--workers N] [--dir DIR]
+    rllab suite report DIR                 regenerate a suite's tables and plots
+    rllab compare RUN_DIR… [--out DIR]     the same report for loose runs
+    rllab record RUN_DIR_or_config --steps K --out FILE [key=value …]
+    rllab replay FILE VARIANT… | --variants SUITE.toml
+
+A suite expands into cells (:mod:`rllab_suite.spec`), validates every cell's config before any
+runs, runs the missing cells on a local process pool or Ray (:mod:`rllab_suite.executor`), checks
+which variants are the same computation by replaying them on one recorded batch
+(:mod:`rllab_suite.replay`), and reports mean and 95% bootstrap CIs over seeds, IQM and the
+probability of improvement over a baseline (:mod:`rllab_suite.stats`, :mod:`rllab_suite.report`).
+
+The plugin also listens to every run's ``on_step_end``: a run whose rollouts score 0 in every
+group for its first steps — a warm start that leaves nothing to learn from, every advantage 0 —
+is announced loudly on stderr instead of producing a silent flat line.
+
+See docs/suites.md.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import rllab
+
+ZERO_REWARD_STEPS = 5
+"""Warn once a run's first this-many steps all scored 0 in every group."""
+
+
+class NoLearningSignalWarning(UserWarning):
+    """Every rollout of a run's first steps scored 0: there is nothing to learn from."""
+
+
+_ACTIVE: dict[Path, dict] = {}
+
+
+def _warn(text: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True, width=None if sys.stderr.isatty() else 200).print(f"[bold red]warning:[/] {text}", highlight=False)
+    warnings.warn(text, NoLearningSignalWarning, stacklevel=2)
+
+
+@rllab.hookimpl
+def on_run_start(run_dir, config, start_step, total_steps, progress):
+    _ACTIVE[Path(run_dir)] = {"steps": 0, "zero": 0, "warned": False, "task": config.component("task").name, "total": total_steps - start_step}
+
+
+@rllab.hookimpl
+def on_step_end(step, metrics):
+    if "rollout/reward" not in metrics:
+        return
+    for run_dir, s in _ACTIVE.items():
+        s["steps"] += 1
+        s["zero"] += metrics["rollout/reward"] == 0.0 and metrics.get("rollout/score", 0.0) == 0.0
+        if not s["warned"] and s["zero"] == s["steps"] and s["steps"] >= min(ZERO_REWARD_STEPS, s["total"]):
+            s["warned"] = True
+            _warn(
+                f"{run_dir}: every rollout of the first {s['steps']} steps scored 0 on task {s['task']!r} — every group's "
+                "advantage is 0 and the policy cannot learn; the warm start leaves nothing to learn from. Use an easier task "
+                "config or a longer warm start (model.warm_start.target_accuracy / model.warm_start.steps)."
+            )
+
+
+@rllab.hookimpl
+def on_run_end(run_dir, metrics, history):
+    s = _ACTIVE.pop(Path(run_dir), None)
+    if s and s["steps"] and s["zero"] == s["steps"]:
+        _warn(f"{run_dir}: all {s['steps']} steps scored 0 reward in every group: its flat curve is no result (nothing was learnt from).")
+
+
+@rllab.hookimpl
+def on_run_error(run_dir, step, error):
+    _ACTIVE.pop(Path(run_dir), None)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 200)
+
+
+def _need_scipy() -> None:
+    try:
+        import scipy.stats  # noqa: F401
+    except ImportError:
+        raise rllab.RllabError("the suite statistics need scipy: pip install 'rllab[suite]'") from None
+
+
+def cmd_suite(args) -> int:
+    _need_scipy()
+    from rllab_suite.suite import report_suite, run_suite
+
+    console = _console()
+    if args.target == "report":
+        if not args.dir:
+            raise rllab.RllabError("usage: rllab suite report DIR")
+        report_suite(args.dir, console=console)
+        console.print(f"report written to {Path(args.dir) / 'report.md'}", highlight=False)
+        return 0
+    if args.dir_positional:
+        raise rllab.RllabError(f"unexpected argument {args.dir_positional!r}; the suite directory is given with --dir")
+    summary = run_suite(args.target, directory=args.dir, executor_name=args.executor, workers=args.workers, address=args.address,
+                        lab=args.lab, console=console, progress=not args.quiet, check_identical=not args.no_identical_check)
+    return 1 if summary["failed"] else 0
+
+
+def cmd_compare(args) -> int:
+    _need_scipy()
+    from rllab_suite.suite import compare_runs
+
+    console = _console()
+    out = Path(args.out)
+    compare_runs(args.runs, out=out, baseline=args.baseline, console=console)
+    console.print(f"report written to {out / 'report.md'}", highlight=False)
+    return 0
+
+
+def cmd_record(args) -> int:
+    from rllab_suite import replay
+
+    source = None
+    overrides = []
+    for item in args.items:
+        if "=" in item:
+            overrides.append(item)
+        elif source is None:
+            source = item
+        else:
+            raise rllab.RllabError(f"rllab record takes one run directory or config file; also got {item!r}")
+    data = replay.record(source, steps=args.steps, out=Path(args.out), overrides=overrides, preset=args.preset, lab=args.lab, progress=not args.quiet)
+    rows = sum(b["batch"]["input_ids"].shape[0] for b in data["batches"])
+    _console().print(f"recorded {len(data['batches'])} batch(es), {rows} rows, from step {data['step']} → {args.out}", highlight=False)
+    return 0
+
+
+def cmd_replay(args) -> int:
+    import copy
+
+    from rllab_suite.kernel import load_config, parse_overrides
+    from rllab_suite import replay
+
+    data = replay.load_record(Path(args.file))
+    configs = []
+    for item in args.variants:
+        pairs = parse_overrides([p for p in item.split(",") if p.strip()])
+        try:
+            cfg = load_config(copy.deepcopy(data["config"]), pairs, lab=args.lab)
+        except rllab.RllabError as e:
+            raise rllab.RllabError(f"variant {item!r}: {e}") from None
+        configs.append((item, cfg.to_dict()))
+    if args.suite:
+        from rllab_suite.spec import expand, parse_suite
+
+        cells = expand(parse_suite(args.suite), lab=args.lab)
+        task = data["config"]["task"]["name"]
+        cells = [c for c in cells if c.task == task]
+        if not cells:
+            raise rllab.RllabError(f"{args.suite} has no cell on the recording's task {task!r}")
+        seed = min(c.seed for c in cells)
+        configs += [(c.variant, c.config) for c in cells if c.seed == seed]
+    if not configs:
+        configs = [("recorded", data["config"])]
+    results = replay.replay_configs(data, configs, lab=args.lab)
+    replay.render(results, replay.compare(results), _console(), step=data["step"])
+    return 0
+
+
+@rllab.hookimpl
+def register_commands(subparsers):
+    from rllab_suite.executor import EXECUTORS
+
+    p = subparsers.add_parser("suite", help="run a suite of variants × tasks × seeds and compare them with statistics; 'suite report DIR' regenerates a report")
+    p.add_argument("target", metavar="SUITE.toml|report", help="the suite file, or 'report'")
+    p.add_argument("dir_positional", nargs="?", metavar="DIR", help="with 'report': the suite directory")
+    p.add_argument("--executor", choices=EXECUTORS, default="local", help="local process pool (default) or Ray")
+    p.add_argument("--workers", type=int, default=None, help="runs at a time (default: one per core)")
+    p.add_argument("--address", default=None, help="Ray cluster address for --executor ray (default: start a local instance)")
+    p.add_argument("--dir", default=None, help="the suite directory (default: suites/NAME)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no live progress display")
+    p.add_argument("--no-identical-check", action="store_true", help="skip replaying the variants on a recorded batch")
+    p.set_defaults(func=_suite_entry)
+
+    p = subparsers.add_parser("compare", help="compare loose run directories (grouped by their differing settings) with statistics")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--out", default="compare", help="where report.md, CSV, JSON and plots go (default: ./compare)")
+    p.add_argument("--baseline", default=None, help="the group P(improvement) is measured against (a label as printed)")
+    p.set_defaults(func=cmd_compare)
+
+    p = subparsers.add_parser("record", help="save rollout batches and the checkpoint they came from, for rllab replay")
+    p.add_argument("items", nargs="*", metavar="RUN_DIR_or_config|key=value", help="a run directory or config file (optional), then overrides")
+    p.add_argument("--steps", type=int, default=1, help="batches to record (no training between them)")
+    p.add_argument("--out", required=True, help="the recording file")
+    p.add_argument("--preset", default=None, help="start from a preset when no file is given")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=cmd_record)
+
+    p = subparsers.add_parser("replay", help="run several losses/estimators/corrections on exactly the recorded batches and compare their gradients")
+    p.add_argument("file")
+    p.add_argument("variants", nargs="*", metavar="VARIANT", help="overrides of one variant, comma-separated (policy_loss=cispo,algorithm.minibatches=4)")
+    p.add_argument("--variants", dest="suite", default=None, metavar="SUITE.toml", help="replay a suite's variants")
+    p.set_defaults(func=cmd_replay)
+
+
+def _suite_entry(args) -> int:
+    args.dir = args.dir if args.target != "report" else (args.dir_positional or args.dir)
+    if args.target == "report":
+        args.dir_positional = None
+    return cmd_suite(args)

@@ -1,0 +1,295 @@
+"""Recorded rollouts, replayed under several losses: compare them on identical data.
+
+``rllab record SOURCE --steps K --out FILE`` samples K rollout batches from a checkpoint (a run
+directory's latest, or the warm-started model of a config) *without training between them*, and
+saves each batch (token ids, masks, scores, rollout log-probs, the old and reference log-probs)
+together with the policy (and reference) weights they came from and the resolved config.
+
+``rllab replay FILE policy_loss=a policy_loss=b …`` rebuilds each variant's components on that
+recorded config and runs the ``rl`` algorithm's own computation on every recorded batch:
+:meth:`rllab_rl.RL.prepare` (old/ref forwards, KL in the reward, advantages, importance weights)
+and :meth:`rllab_rl.RL.update` (epochs × minibatches × micro-batches, each through
+:meth:`~rllab_rl.RL.micro_loss`), answering its optimizer steps here as the trainer would
+(measure, clip, AdamW step) from the recorded weights — and, when recorded from a run's
+checkpoint, from its optimizer state (AdamW's moments), at the learning rate the run's schedule had
+at that step (warm-up and decay included; ``train.lr`` of the variant × the recorded factor).
+Nothing is duplicated: a change to the RL
+step shows up in replay.
+
+It reports each variant's loss, gradient norm, clip fraction and approximate KL, the cosine
+between the variants' first gradients, and flags two variants as **identical** when every
+optimizer step's gradient agrees within ``RTOL`` (relative L2 distance) on every batch — the same
+computation under these settings, found numerically rather than from their names.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import tempfile
+from pathlib import Path
+
+import attrs
+import torch
+
+from rllab import RllabError
+
+FORMAT = "rllab-record/1"
+RTOL = 1e-3
+"""Two gradients are the same when ‖a − b‖ ≤ RTOL · max(‖a‖, ‖b‖)."""
+REPLAYED_SECTIONS = ("algorithm", "advantage", "policy_loss", "correction", "aggregation", "kl", "kl_controller", "value_loss")
+"""What a replay exercises; a difference anywhere else (rollout, task, train) is not seen by it."""
+
+
+# --------------------------------------------------------------------------- record
+
+
+def record(source: str | Path | None, *, steps: int, out: Path, overrides=(), preset: str | None = None, lab=None, progress: bool = False) -> dict:
+    """Sample ``steps`` rollout batches from one checkpoint and save them to ``out``."""
+    from rllab import Lab
+    from rllab.models import grouped_response_logprobs
+    from rllab_suite.kernel import Trainer, latest_checkpoint, load_config
+
+    lab = lab or Lab()
+    ckpt = None
+    if isinstance(source, (str, Path)) and Path(source).is_dir():
+        cfg_path = Path(source) / "config.toml"
+        if not cfg_path.is_file():
+            raise RllabError(f"{source} is not a run directory (no config.toml)")
+        cfg = load_config(cfg_path, list(overrides), lab=lab)
+        ckpt = latest_checkpoint(Path(source))
+    else:
+        cfg = load_config(source, list(overrides), lab=lab, preset=preset)
+    if cfg.component("algorithm").name != "rl":
+        raise RllabError(f"rllab record records policy-gradient rollouts; this config's algorithm is {cfg.component('algorithm').name!r}, not 'rl'")
+    if steps < 1:
+        raise RllabError(f"--steps must be at least 1, got {steps}")
+    with tempfile.TemporaryDirectory(prefix="rllab-record-") as tmp:
+        trainer = Trainer(cfg, lab=lab, run_dir=Path(tmp), progress=progress)
+        try:
+            if ckpt is not None:
+                trainer.load_checkpoint(ckpt)
+            ctx = trainer.context()
+            batches = []
+            for k in range(steps):
+                scored = trainer.rollout.sample(trainer.step + k)
+                batch = trainer.rollout.to_batch(scored)
+                if batch is None:
+                    continue
+                with torch.no_grad(), ctx.autocast():
+                    old = _response_logprobs(cfg, trainer.policy, batch, grouped_response_logprobs)
+                    ref = _response_logprobs(cfg, trainer.reference, batch, grouped_response_logprobs) if trainer.reference is not None else old
+                fields = {f.name: getattr(batch, f.name) for f in attrs.fields(type(batch))}
+                batches.append({"step": trainer.step + k, "batch": fields, "old_log_prob": old, "ref_log_prob": ref, "metrics": dict(scored.metrics)})
+            if not batches:
+                raise RllabError(f"no batch kept in {steps} steps (dynamic sampling dropped every group?); record more steps")
+            data = {
+                "format": FORMAT,
+                "config": cfg.to_dict(),
+                "step": trainer.step,
+                "checkpoint": str(ckpt) if ckpt else None,
+                "model_config": trainer.policy.config.to_dict(),
+                "policy": {k: v.detach().cpu().clone() for k, v in trainer.policy.state_dict().items()},
+                "reference": {k: v.detach().cpu().clone() for k, v in trainer.reference.state_dict().items()} if trainer.reference is not None else None,
+                # AdamW's moments and learning rate at that step (a fresh optimizer's first steps are larger)
+                "optimizer": trainer.optimizer.state_dict() if ckpt is not None else None,
+                # the schedule's factor at that step (warm-up, cosine): replay steps at train.lr × this
+                "lr_factor": trainer.scheduler.get_last_lr()[0] / cfg.train.lr,
+                "batches": batches,
+            }
+        finally:
+            trainer.close()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(data, out)
+    return data
+
+
+def _response_logprobs(cfg, model, batch, fn):
+    home = next(model.parameters()).device
+    out = fn(model, batch.input_ids.to(home), batch.attention_mask.to(home), batch.response_length,
+             chunk_size=cfg.model.logprob_chunk, temperature=cfg.rollout.temperature)
+    return out.float().cpu()
+
+
+def load_record(path: Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise RllabError(f"no recording at {path} (make one with: rllab record RUN_DIR_or_config --steps K --out {path})")
+    data = torch.load(path, weights_only=False)
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise RllabError(f"{path} is not an rllab recording ({FORMAT})")
+    return data
+
+
+# --------------------------------------------------------------------------- replay
+
+
+@attrs.frozen(kw_only=True)
+class ReplayResult:
+    name: str
+    config: dict
+    metrics: dict
+    """Averaged over batches: loss/policy, actor/grad_norm, actor/clipfrac, actor/approx_kl, …"""
+    grads: list = attrs.field(repr=False)
+    """Per batch, the flattened policy gradient of each optimizer step (before clipping)."""
+
+
+def _model(data: dict, key: str):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    mc = dict(data["model_config"])
+    conf = AutoConfig.for_model(mc.pop("model_type"), **mc)
+    model = AutoModelForCausalLM.from_config(conf).float()
+    model.load_state_dict(data[key])
+    return model
+
+
+def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> list[ReplayResult]:
+    """Run each (name, resolved config) on every recorded batch; see the module docstring."""
+    from rllab import Component, Lab, OptimizerStep, RolloutBatch, RunContext
+    from rllab.models import CriticModel
+    from rllab_suite.kernel import COMPONENT_SECTIONS, load_config
+
+    lab = lab or Lab()
+    results = []
+    for name, raw in configs:
+        cfg = load_config(copy.deepcopy(raw), lab=lab)
+        algo_name = cfg.component("algorithm").name
+        if algo_name != "rl":
+            raise RllabError(f"variant {name!r}: replay runs the 'rl' algorithm's step; this variant's algorithm is {algo_name!r}")
+
+        def comp(sec):
+            ref = cfg.component(sec)
+            return Component(spec=lab.spec(COMPONENT_SECTIONS[sec][0], ref.name), config=ref.config)
+
+        per_batch_grads, sums = [], {}
+        for rec in data["batches"]:
+            torch.manual_seed(cfg.train.seed)
+            policy = _model(data, "policy").train()
+            algorithm = comp("algorithm")()
+            kl_controller = comp("kl_controller")()
+            components = {sec: comp(sec) for sec in COMPONENT_SECTIONS if sec not in ("task", "algorithm", "kl_controller", "backend")}
+            components["kl_controller"] = kl_controller
+            ctx = RunContext(step=rec["step"], config=cfg, components=components, rollout=None, policy=policy, kl_coef=float(kl_controller.value), hook=lab.hook)
+            needs = algorithm.needs(ctx)
+            reference = _model(data, "reference" if data.get("reference") is not None else "policy").eval().requires_grad_(False) if "reference" in needs else None
+            critic = CriticModel.from_causal_lm(policy) if "critic" in needs else None
+            ctx = attrs.evolve(ctx, reference=reference, critic=critic)
+            batch = RolloutBatch(**rec["batch"])
+            prepared, metrics = algorithm.prepare(ctx, batch)
+            params = [p for p in policy.parameters()]
+            opt = torch.optim.AdamW(params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+            if data.get("optimizer") is not None:
+                opt.load_state_dict(copy.deepcopy(data["optimizer"]))
+            for group in opt.param_groups:
+                group["lr"] = cfg.train.lr * data.get("lr_factor", 1.0)
+            copt = torch.optim.AdamW(critic.parameters(), lr=cfg.train.critic_lr) if critic is not None else None
+            grads = []
+            gen = algorithm.update(ctx, prepared)
+            try:
+                request = next(gen)
+                while True:
+                    assert isinstance(request, OptimizerStep)
+                    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+                    grads.append(flat.clone())
+                    norm = float(flat.norm())
+                    if cfg.train.max_grad_norm > 0:
+                        torch.nn.utils.clip_grad_norm_(params, cfg.train.max_grad_norm)
+                        if critic is not None:
+                            torch.nn.utils.clip_grad_norm_(list(critic.parameters()), cfg.train.max_grad_norm)
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+                    if copt is not None:
+                        copt.step()
+                        copt.zero_grad(set_to_none=True)
+                    request = gen.send({"actor/grad_norm": norm})
+            except StopIteration as done:
+                metrics.update(done.value or {})
+            metrics["replay/first_grad_norm"] = float(grads[0].norm()) if grads else math.nan
+            metrics["replay/optimizer_steps"] = float(len(grads))
+            per_batch_grads.append(grads)
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)):
+                    sums.setdefault(k, []).append(float(v))
+        results.append(ReplayResult(name=name, config=raw, metrics={k: sum(v) / len(v) for k, v in sums.items()}, grads=per_batch_grads))
+    return results
+
+
+def compare(results: list[ReplayResult]) -> list[dict]:
+    """Pairwise: cosine of the first gradients (mean over batches), the largest relative distance
+    over every optimizer step, and whether the two are the same computation."""
+    out = []
+    for a, b in itertools.combinations(results, 2):
+        cos, rel, largest = [], 0.0, 0.0
+        same_steps = True
+        for ga, gb in zip(a.grads, b.grads):
+            if len(ga) != len(gb):
+                same_steps = False
+            if ga and gb:
+                cos.append(min(1.0, float(torch.nn.functional.cosine_similarity(ga[0], gb[0], dim=0))))
+            for x, y in zip(ga, gb):
+                scale = max(float(x.norm()), float(y.norm()))
+                largest = max(largest, scale)
+                rel = max(rel, float((x - y).norm()) / max(scale, 1e-30))
+        other = differing_sections(a.config, b.config)
+        # a batch where every group scored alike gives zero gradients to every loss: no evidence either way
+        inconclusive = largest == 0.0
+        identical = same_steps and rel <= RTOL and not inconclusive
+        out.append({
+            "a": a.name, "b": b.name, "cosine": sum(cos) / len(cos) if cos else math.nan, "max_rel_diff": rel,
+            "identical": identical, "inconclusive": inconclusive, "differs_outside_replay": other,
+        })
+    return out
+
+
+def differing_sections(a: dict, b: dict) -> list[str]:
+    """Config sections, outside :data:`REPLAYED_SECTIONS`, where two configs differ."""
+    keys = (set(a) | set(b)) - set(REPLAYED_SECTIONS) - {"name", "output_dir", "provenance", "loggers"}
+    return sorted(k for k in keys if a.get(k) != b.get(k))
+
+
+def identical_messages(pairs: list[dict], *, step: int | None = None) -> list[dict]:
+    msgs = []
+    for p in pairs:
+        if not p["identical"]:
+            continue
+        tail = (
+            f"; they still differ in [{'], ['.join(p['differs_outside_replay'])}], which the replay does not exercise"
+            if p["differs_outside_replay"] else ""
+        )
+        msgs.append({**p, "message": (
+            f"IDENTICAL {p['a']} ≡ {p['b']}: the same gradients on "
+            f"{'a recorded batch' if step is None else f'batches recorded after step {step} (the learning rate then: the schedule at that step)'} "
+            f"(relative difference {p['max_rel_diff']:.1e} ≤ {RTOL:g}, cosine {p['cosine']:.6f}): there they are one "
+            f"computation{tail}. Later steps can still part them, once the policy has moved far enough for what "
+            f"differs (clipping, corrections) to act"
+        )})
+    return msgs
+
+
+def render(results: list[ReplayResult], pairs: list[dict], console, *, step: int | None = None) -> None:
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(box=box.SIMPLE_HEAVY, title="replay: each variant on the recorded batches (mean over batches)")
+    cols = (("loss/policy", "loss"), ("replay/first_grad_norm", "grad norm (1st step)"), ("actor/grad_norm", "grad norm (mean)"),
+            ("actor/clipfrac", "clip frac"), ("actor/approx_kl", "approx KL"), ("replay/optimizer_steps", "optimizer steps"))
+    t.add_column("variant")
+    for _, label in cols:
+        t.add_column(label, justify="right")
+    for r in results:
+        t.add_row(escape(r.name), *[f"{r.metrics[k]:.4g}" if k in r.metrics else "—" for k, _ in cols])
+    console.print(t)
+    if pairs:
+        t = Table(box=box.SIMPLE_HEAVY, title="pairs: first-gradient cosine, largest relative gradient difference")
+        for c in ("a", "b", "cosine", "max rel diff", "same computation"):
+            t.add_column(c, justify="right" if c not in ("a", "b") else "left")
+        for p in pairs:
+            same = "[yellow]yes[/]" if p["identical"] else "? (zero gradients)" if p.get("inconclusive") else "no"
+            t.add_row(escape(p["a"]), escape(p["b"]), f"{p['cosine']:.6f}", f"{p['max_rel_diff']:.2e}", same)
+        console.print(t)
+    for m in identical_messages(pairs, step=step):
+        console.print(f"[yellow]{escape(m['message'])}[/]", highlight=False)

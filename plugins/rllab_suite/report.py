@@ -1,0 +1,358 @@
+"""Suite and run reports: statistics per variant, as a terminal table, Markdown, CSV, JSON, PNG.
+
+A report is computed from run directories alone (``config.toml``, ``metrics.jsonl``,
+``final.json``), so ``rllab suite report DIR`` and ``rllab compare RUN_DIR…`` regenerate it at any
+time from what is on disk.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import tomllib
+from pathlib import Path
+
+import attrs
+
+from rllab_suite import stats
+
+METRICS = (("accuracy", "eval/accuracy"), ("reward", "eval/reward"))
+
+
+@attrs.frozen(kw_only=True)
+class RunRecord:
+    """What a report needs from one run directory."""
+
+    run_dir: str
+    variant: str
+    task: str
+    seed: int
+    status: str
+    """``done``, ``failed``, ``running`` (no final.json) or ``missing``."""
+    steps: list = attrs.field(factory=list)
+    """Eval steps, with ``accuracy`` and ``reward`` at each below."""
+    accuracy: list = attrs.field(factory=list)
+    reward: list = attrs.field(factory=list)
+    train_reward_max: float = math.nan
+    error: str = ""
+
+    def final(self, metric: str) -> float:
+        vals = getattr(self, metric)
+        return float(vals[-1]) if vals and self.status == "done" else math.nan
+
+    def auc(self, metric: str) -> float:
+        return stats.auc(self.steps, getattr(self, metric)) if self.status == "done" and self.steps else math.nan
+
+
+def read_run(run_dir: Path, *, variant: str = "", task: str = "", seed: int | None = None) -> RunRecord:
+    run_dir = Path(run_dir)
+    cfg = {}
+    if (run_dir / "config.toml").is_file():
+        cfg = tomllib.loads((run_dir / "config.toml").read_text())
+    task = task or (cfg.get("task", {}) or {}).get("name", "?")
+    seed = seed if seed is not None else int((cfg.get("train", {}) or {}).get("seed", 0))
+    steps, acc, rew, train_max = [], [], [], -math.inf
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.is_file():
+        for line in metrics.read_text().splitlines():
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            if "eval/accuracy" in row:
+                if steps and steps[-1] == row["step"]:
+                    steps.pop(), acc.pop(), rew.pop()
+                steps.append(row["step"])
+                acc.append(row["eval/accuracy"])
+                rew.append(row.get("eval/reward", math.nan))
+            if "rollout/reward" in row:
+                train_max = max(train_max, row["rollout/reward"])
+    error = (run_dir / "error.txt").read_text() if (run_dir / "error.txt").is_file() else ""
+    if (run_dir / "final.json").is_file():
+        status = "done"
+    elif error:
+        status = "failed"
+    elif run_dir.is_dir():
+        status = "running"
+    else:
+        status = "missing"
+    return RunRecord(
+        run_dir=str(run_dir), variant=variant, task=task, seed=seed, status=status, steps=steps, accuracy=acc, reward=rew,
+        train_reward_max=train_max if train_max > -math.inf else math.nan, error=error.strip().splitlines()[-1] if error.strip() else "",
+    )
+
+
+# --------------------------------------------------------------------------- labels for loose runs
+
+
+def label_runs(run_dirs: list[Path]) -> list[str]:
+    """A label per run from the config keys on which the runs differ (seed and name excluded)."""
+    flat = []
+    for d in run_dirs:
+        data = tomllib.loads((Path(d) / "config.toml").read_text()) if (Path(d) / "config.toml").is_file() else {}
+        flat.append(dict(_flat(data)))
+    skip = ("name", "output_dir", "train.seed", "task.")
+    keys = sorted({k for f in flat for k in f if not k.startswith(skip) and not k.startswith("provenance")})
+    differ = [k for k in keys if len({json.dumps(f.get(k), default=str) for f in flat}) > 1]
+    # a component's name first: "policy_loss=cispo" says more than its knobs
+    names = [k for k in differ if k.endswith(".name")]
+    knobs = [k for k in differ if not k.endswith(".name") and not any(k.startswith(n[:-4]) for n in names)]
+    out = []
+    for f in flat:
+        parts = [f"{k[:-5]}={f.get(k)}" for k in names] + [f"{k}={f.get(k)}" for k in knobs]
+        out.append(" ".join(parts) or "run")
+    return out
+
+
+def _flat(d: dict, prefix: str = ""):
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from _flat(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+# --------------------------------------------------------------------------- the numbers
+
+
+def summarize(records: list[RunRecord], *, baseline: str | None = None, variants: list[str] | None = None) -> dict:
+    """Per (task, variant): final and AUC accuracy and reward, mean with a 95% bootstrap CI over
+    seeds; per variant over tasks: IQM of final accuracy and P(improvement) over ``baseline``."""
+    variants = variants or list(dict.fromkeys(r.variant for r in records))
+    tasks = list(dict.fromkeys(r.task for r in records))
+    rows = []
+    for task in tasks:
+        for v in variants:
+            rs = [r for r in records if r.task == task and r.variant == v]
+            done = [r for r in rs if r.status == "done"]
+            row = {"task": task, "variant": v, "runs": len(done), "failed": sum(r.status == "failed" for r in rs), "pending": sum(r.status in ("running", "missing") for r in rs)}
+            for metric, _ in METRICS:
+                for kind in ("final", "auc"):
+                    vals = [getattr(r, kind)(metric) for r in done]
+                    m, lo, hi = stats.mean_ci(vals)
+                    row[f"{kind}_{metric}"] = {"mean": m, "low": lo, "high": hi}
+            row["initial_accuracy"] = stats.mean_ci([r.accuracy[0] for r in done if r.accuracy])[0]
+            row["no_signal"] = sum(1 for r in rs if r.train_reward_max == 0.0)
+            rows.append(row)
+    overall = []
+    for v in variants:
+        groups = [[r.final("accuracy") for r in records if r.variant == v and r.task == t and r.status == "done"] for t in tasks]
+        entry = {"variant": v, "runs": sum(len(g) for g in groups), "iqm_final_accuracy": None, "p_improvement": None}
+        iq = stats.iqm_ci(groups)
+        if iq is not None:
+            entry["iqm_final_accuracy"] = {"mean": iq[0], "low": iq[1], "high": iq[2]}
+        if baseline and v != baseline:
+            pairs = [
+                ([r.final("accuracy") for r in records if r.variant == v and r.task == t and r.status == "done"],
+                 [r.final("accuracy") for r in records if r.variant == baseline and r.task == t and r.status == "done"])
+                for t in tasks
+            ]
+            poi = stats.prob_improvement(pairs)
+            if poi is not None:
+                entry["p_improvement"] = {"mean": poi[0], "low": poi[1], "high": poi[2]}
+        overall.append(entry)
+    failed = [{"variant": r.variant, "task": r.task, "seed": r.seed, "run_dir": r.run_dir, "error": r.error} for r in records if r.status == "failed"]
+    return {
+        "baseline": baseline, "variants": variants, "tasks": tasks, "rows": rows, "overall": overall, "failed": failed,
+        "confidence": stats.CONFIDENCE, "min_iqm_runs": stats.MIN_IQM_RUNS, "min_poi_seeds": stats.MIN_POI_SEEDS,
+    }
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _pct(d: dict | None) -> str:
+    if not d or d["mean"] is None or not math.isfinite(d["mean"]):
+        return "—"
+    s = f"{100 * d['mean']:.1f}"
+    if math.isfinite(d.get("low", math.nan)):
+        s += f" [{100 * d['low']:.1f}, {100 * d['high']:.1f}]"
+    return s
+
+
+def _prob(d: dict | None) -> str:
+    if not d:
+        return "—"
+    return f"{d['mean']:.2f} [{d['low']:.2f}, {d['high']:.2f}]"
+
+
+COLUMNS = (
+    ("variant", lambda r: r["variant"]),
+    ("runs", lambda r: str(r["runs"]) + (f" ({r['failed']} failed)" if r["failed"] else "") + (f" ({r['pending']} pending)" if r["pending"] else "")),
+    ("initial acc %", lambda r: "—" if not math.isfinite(r["initial_accuracy"]) else f"{100 * r['initial_accuracy']:.1f}"),
+    ("final acc % [95% CI]", lambda r: _pct(r["final_accuracy"])),
+    ("AUC acc % [95% CI]", lambda r: _pct(r["auc_accuracy"])),
+    ("final reward % [95% CI]", lambda r: _pct(r["final_reward"])),
+    ("AUC reward % [95% CI]", lambda r: _pct(r["auc_reward"])),
+)
+
+
+def notes(summary: dict, identical: list | None = None) -> list[str]:
+    out = []
+    for f in summary["failed"]:
+        out.append(f"FAILED {f['variant']} on {f['task']} seed {f['seed']}: {f['error']} ({f['run_dir']})")
+    for r in summary["rows"]:
+        if r["no_signal"]:
+            out.append(
+                f"NO SIGNAL {r['variant']} on {r['task']}: {r['no_signal']} run(s) scored 0 reward on every training group — "
+                "the warm start leaves nothing to learn from; the flat line is not a result"
+            )
+    for item in identical or []:
+        out.append(item["message"])
+    if not any(o["iqm_final_accuracy"] for o in summary["overall"]):
+        out.append(f"IQM needs at least {summary['min_iqm_runs']} runs per variant; not reported.")
+    if summary["baseline"] and not any(o["p_improvement"] for o in summary["overall"]):
+        out.append(f"P(improvement) needs at least {summary['min_poi_seeds']} seeds per task on both sides; not reported.")
+    return out
+
+
+def render_terminal(summary: dict, console, *, title: str = "", identical: list | None = None) -> None:
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    for task in summary["tasks"]:
+        t = Table(box=box.SIMPLE_HEAVY, title=f"{title} — task {task}" if title else f"task {task}")
+        for name, _ in COLUMNS:
+            t.add_column(name, overflow="fold", justify="left" if name == "variant" else "right")
+        for r in summary["rows"]:
+            if r["task"] == task:
+                t.add_row(*[escape(fn(r)) for _, fn in COLUMNS])
+        console.print(t)
+    t = Table(box=box.SIMPLE_HEAVY, title="over tasks: final accuracy")
+    for col in ("variant", "runs", "IQM % [95% CI]", f"P(> {summary['baseline']}) [95% CI]" if summary["baseline"] else "P(improvement)"):
+        t.add_column(col, justify="left" if col == "variant" else "right")
+    for o in summary["overall"]:
+        t.add_row(escape(o["variant"]), str(o["runs"]), escape(_pct(o["iqm_final_accuracy"])), "baseline" if o["variant"] == summary["baseline"] else escape(_prob(o["p_improvement"])))
+    console.print(t)
+    for n in notes(summary, identical):
+        style = "red" if n.startswith(("FAILED", "NO SIGNAL")) else "yellow" if n.startswith("IDENTICAL") else "dim"
+        console.print(f"[{style}]{escape(n)}[/]", highlight=False)
+
+
+def markdown(summary: dict, *, title: str = "", identical: list | None = None, images: tuple = ()) -> str:
+    lines = [f"# {title}" if title else "# comparison", ""]
+    lines.append(
+        f"Mean over seeds with a {int(100 * summary['confidence'])}% percentile-bootstrap CI (scipy.stats.bootstrap); "
+        "AUC is the mean height of the held-out curve over the run (trapezoid rule, normalised by steps)."
+    )
+    lines.append("")
+    for task in summary["tasks"]:
+        lines += [f"## task `{task}`", "", "| " + " | ".join(n for n, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+        for r in summary["rows"]:
+            if r["task"] == task:
+                lines.append("| " + " | ".join(fn(r) for _, fn in COLUMNS) + " |")
+        lines.append("")
+    base = summary["baseline"]
+    lines += ["## over tasks (final accuracy)", "", f"| variant | runs | IQM % [95% CI] | P(> {base or 'baseline'}) [95% CI] |", "|---|---|---|---|"]
+    for o in summary["overall"]:
+        lines.append(f"| {o['variant']} | {o['runs']} | {_pct(o['iqm_final_accuracy'])} | {'baseline' if o['variant'] == base else _prob(o['p_improvement'])} |")
+    lines.append("")
+    ns = notes(summary, identical)
+    if ns:
+        lines += ["## notes", ""] + [f"- {n}" for n in ns] + [""]
+    for img in images:
+        lines += [f"![{Path(img).stem}]({Path(img).name})", ""]
+    return "\n".join(lines)
+
+
+def write_csv(summary: dict, path: Path) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        head = ["task", "variant", "runs", "failed", "initial_accuracy"]
+        for metric, _ in METRICS:
+            for kind in ("final", "auc"):
+                head += [f"{kind}_{metric}_mean", f"{kind}_{metric}_low", f"{kind}_{metric}_high"]
+        w.writerow(head)
+        for r in summary["rows"]:
+            row = [r["task"], r["variant"], r["runs"], r["failed"], r["initial_accuracy"]]
+            for metric, _ in METRICS:
+                for kind in ("final", "auc"):
+                    d = r[f"{kind}_{metric}"]
+                    row += [d["mean"], d["low"], d["high"]]
+            w.writerow(row)
+
+
+def plot(records: list[RunRecord], summary: dict, out_dir: Path, title: str = "") -> list[Path]:
+    """``curves.png`` (held-out accuracy per variant with a 95% CI band, one panel per task) and
+    ``final.png`` (final accuracy per variant with its CI and the seeds as dots)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    tasks, variants = summary["tasks"], summary["variants"]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    out = []
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for i, v in enumerate(variants):
+            rs = [r for r in records if r.task == task and r.variant == v and r.status == "done"]
+            if not rs:
+                continue
+            steps = sorted(set.intersection(*(set(r.steps) for r in rs)))
+            if not steps:
+                continue
+            mat = np.array([[r.accuracy[r.steps.index(s)] for s in steps] for r in rs])
+            cis = [stats.mean_ci(mat[:, j]) for j in range(len(steps))]
+            mean = np.array([c[0] for c in cis])
+            c = colors[i % len(colors)]
+            ax.plot(steps, mean, "-o", ms=3, color=c, label=f"{v} (n={len(rs)})")
+            lo, hi = np.array([c_[1] for c_ in cis]), np.array([c_[2] for c_ in cis])
+            if np.isfinite(lo).all():
+                ax.fill_between(steps, lo, hi, color=c, alpha=0.2)
+        ax.set_title(f"{title} — {task}" if title else task, fontsize=10)
+        ax.set_xlabel("step")
+        ax.set_ylabel("held-out accuracy (greedy)")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    p = out_dir / "curves.png"
+    fig.savefig(p, dpi=100)
+    plt.close(fig)
+    out.append(p)
+    fig, axes = plt.subplots(1, len(tasks), figsize=(max(4, 1.2 * len(variants) + 2) * len(tasks), 4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for i, v in enumerate(variants):
+            row = next((r for r in summary["rows"] if r["task"] == task and r["variant"] == v), None)
+            if row is None or not row["runs"]:
+                continue
+            d = row["final_accuracy"]
+            err = None
+            if math.isfinite(d["low"]):
+                err = [[d["mean"] - d["low"]], [d["high"] - d["mean"]]]
+            ax.bar(i, d["mean"], yerr=err, color=colors[i % len(colors)], alpha=0.6, capsize=4)
+            pts = [r.final("accuracy") for r in records if r.task == task and r.variant == v and r.status == "done"]
+            ax.plot([i] * len(pts), pts, "k.", ms=6)
+        ax.set_xticks(range(len(variants)), variants, rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("final held-out accuracy")
+        ax.set_ylim(0, 1.02)
+        ax.set_title(f"{task}: mean, 95% CI, seeds", fontsize=10)
+        ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    p = out_dir / "final.png"
+    fig.savefig(p, dpi=100)
+    plt.close(fig)
+    out.append(p)
+    return out
+
+
+def write_all(records: list[RunRecord], out_dir: Path, *, title: str, baseline: str | None, variants: list[str] | None = None, identical: list | None = None, console=None) -> dict:
+    """Compute the summary and write ``report.md``, ``summary.csv``, ``summary.json``, ``runs.csv``
+    and the plots into ``out_dir``; print the table on ``console`` if given."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = summarize(records, baseline=baseline, variants=variants)
+    images = plot(records, summary, out_dir, title) if any(r.status == "done" for r in records) else []
+    (out_dir / "summary.json").write_text(json.dumps({**summary, "notes": notes(summary, identical), "identical": [i for i in identical or [] if "identical" in i]}, indent=2, default=str) + "\n")
+    write_csv(summary, out_dir / "summary.csv")
+    with (out_dir / "runs.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["variant", "task", "seed", "status", "final_accuracy", "auc_accuracy", "final_reward", "auc_reward", "run_dir", "error"])
+        for r in records:
+            w.writerow([r.variant, r.task, r.seed, r.status, r.final("accuracy"), r.auc("accuracy"), r.final("reward"), r.auc("reward"), r.run_dir, r.error])
+    (out_dir / "report.md").write_text(markdown(summary, title=title, identical=identical, images=images))
+    if console is not None:
+        render_terminal(summary, console, title=title, identical=identical)
+    return summary

@@ -1,0 +1,273 @@
+"""A suite file: a base config, the variants to compare, tasks, seeds and a budget → cells.
+
+::
+
+    name = "grpo-family"
+    preset = "grpo"                      # the base: a preset, or config = "base.toml"
+    steps = 200                          # the budget, train.steps of every cell
+    seeds = [0, 1, 2]                    # or seeds = 3 (0, 1, 2)
+    tasks = ["addition", { name = "sort", max_length = 5 }]
+    baseline = "grpo"                    # probability of improvement is against this variant
+
+    [overrides]                          # applied to every cell
+    "rollout.prompts_per_step" = 8
+
+    [variants]                           # name = overrides (optionally its own preset / config)
+    grpo = {}
+    dr_grpo = { preset = "dr_grpo" }
+    rloo = { advantage = "rloo" }
+
+    [axes]                               # a grid, crossed with every variant
+    "policy_loss.clip_high" = [0.2, 0.28]
+
+A cell is (variant × task × seed); its config is validated with :func:`rllab.config.load_config`
+and its run directory is keyed by a hash of the resolved config, so a suite that is run again
+finds the cells it already has.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from rllab import ConfigError, RllabError
+from rllab_suite.kernel import load_config, parse_overrides
+
+SUITE_KEYS = {"name", "preset", "config", "steps", "seeds", "tasks", "baseline", "overrides", "variants", "axes", "description"}
+VARIANT_KEYS = {"preset", "config"}
+HASH_EXCLUDE = ("name", "output_dir", "provenance")
+"""Config keys that do not change the computation and stay out of a cell's hash."""
+
+
+class SuiteError(RllabError):
+    """A suite file that cannot be expanded into runnable cells."""
+
+
+@attrs.frozen(kw_only=True)
+class Variant:
+    name: str
+    preset: str | None = None
+    config: str | None = None
+    overrides: tuple[tuple[str, Any], ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class Cell:
+    """One run of the suite: a variant on a task with a seed, and its resolved config."""
+
+    variant: str
+    task: str
+    seed: int
+    config: dict
+    """The resolved config (``ExperimentConfig.to_dict()``), what the worker re-validates and runs."""
+    key: str
+    """Hash of the resolved config (its name and output directory excluded)."""
+
+    @property
+    def slug(self) -> str:
+        return _slug(f"{self.variant}-{self.task}-s{self.seed}") + f"-{self.key[:10]}"
+
+    def to_dict(self) -> dict:
+        return {"variant": self.variant, "task": self.task, "seed": self.seed, "key": self.key, "run": self.slug}
+
+
+@attrs.frozen(kw_only=True)
+class Suite:
+    name: str
+    path: Path | None
+    base_preset: str | None
+    base_config: str | None
+    overrides: tuple[tuple[str, Any], ...]
+    variants: tuple[Variant, ...]
+    tasks: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
+    seeds: tuple[int, ...]
+    steps: int | None
+    baseline: str | None
+
+    @property
+    def variant_names(self) -> list[str]:
+        return [v.name for v in self.variants]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", text).strip("_")
+
+
+def config_key(config: dict) -> str:
+    """A stable hash of a resolved config: equal computations, equal keys."""
+    data = {k: v for k, v in config.items() if k not in HASH_EXCLUDE}
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _pairs(raw: Any, where: str) -> list[tuple[str, Any]]:
+    """Overrides given as a table of dotted keys or as a list of ``key=value`` strings."""
+    if raw is None:
+        return []
+    if isinstance(raw, dict):
+        return [(str(k), v) for k, v in _flatten(raw)]
+    if isinstance(raw, list) and all(isinstance(x, str) for x in raw):
+        try:
+            return parse_overrides(raw)
+        except ConfigError as e:
+            raise SuiteError(f"{where}: {e}") from None
+    raise SuiteError(f"{where}: overrides must be a table of dotted keys or a list of \"key=value\" strings, got {raw!r}")
+
+
+def _flatten(d: dict, prefix: str = ""):
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and k not in ("tiny", "warm_start"):
+            yield from _flatten(v, key + ".")
+        else:
+            yield key, v
+
+
+def parse_suite(source: str | Path | dict) -> Suite:
+    """Read a suite file (or its parsed dict); structural errors name the offending key."""
+    path = None
+    if isinstance(source, dict):
+        data = dict(source)
+        where = "<suite>"
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise SuiteError(f"suite file not found: {path}")
+        where = str(path)
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise SuiteError(f"{where}: not valid TOML: {e}") from None
+    unknown = sorted(set(data) - SUITE_KEYS)
+    if unknown:
+        raise SuiteError(f"{where}: unknown suite key(s) {', '.join(unknown)}; known: {', '.join(sorted(SUITE_KEYS))}")
+    if data.get("preset") and data.get("config"):
+        raise SuiteError(f"{where}: give the base as preset = ... or config = ..., not both")
+    seeds = data.get("seeds", [0])
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        if seeds < 1:
+            raise SuiteError(f"{where}: seeds = {seeds}: need at least one seed")
+        seeds = list(range(seeds))
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise SuiteError(f"{where}: seeds must be a count or a non-empty list of integers, got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise SuiteError(f"{where}: seeds {seeds} repeat a seed")
+    steps = data.get("steps")
+    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
+        raise SuiteError(f"{where}: steps must be a positive integer, got {steps!r}")
+    tasks = []
+    for t in data.get("tasks", [None]):
+        if t is None:
+            tasks.append(("", ()))
+        elif isinstance(t, str):
+            tasks.append((t, ()))
+        elif isinstance(t, dict) and isinstance(t.get("name"), str):
+            knobs = tuple((f"task.{k}", v) for k, v in t.items() if k != "name")
+            tasks.append((t["name"], knobs))
+        else:
+            raise SuiteError(f"{where}: a task is a name or a table with a name, got {t!r}")
+    variants = []
+    raw_variants = data.get("variants") or {"base": {}}
+    if not isinstance(raw_variants, dict):
+        raise SuiteError(f"{where}: [variants] must be a table of name = {{ overrides }}")
+    for name, body in raw_variants.items():
+        if not isinstance(body, dict):
+            raise SuiteError(f"{where}: variant {name!r} must be a table of overrides, got {body!r}")
+        if body.get("preset") and body.get("config"):
+            raise SuiteError(f"{where}: variant {name!r} gives both preset and config")
+        rest = {k: v for k, v in body.items() if k not in VARIANT_KEYS}
+        variants.append(Variant(name=name, preset=body.get("preset"), config=body.get("config"), overrides=tuple(_pairs(rest, f"{where}: variant {name!r}"))))
+    axes = data.get("axes") or {}
+    if not isinstance(axes, dict):
+        raise SuiteError(f"{where}: [axes] must be a table of key = [values]")
+    for k, vals in axes.items():
+        if not isinstance(vals, list) or not vals:
+            raise SuiteError(f"{where}: axis {k!r} must be a non-empty list of values, got {vals!r}")
+    if axes:
+        grid = []
+        keys = list(axes)
+        for v in variants:
+            for combo in itertools.product(*(axes[k] for k in keys)):
+                label = ",".join(f"{k.rsplit('.', 1)[-1]}={c}" for k, c in zip(keys, combo))
+                name = label if len(variants) == 1 and v.name == "base" else f"{v.name}/{label}"
+                grid.append(attrs.evolve(v, name=name, overrides=v.overrides + tuple(zip(keys, combo))))
+        variants = grid
+    names = [v.name for v in variants]
+    baseline = data.get("baseline")
+    if baseline is not None and baseline not in names:
+        raise SuiteError(f"{where}: baseline {baseline!r} is not a variant; variants: {', '.join(names)}")
+    return Suite(
+        name=data.get("name") or (path.stem if path else "suite"),
+        path=path,
+        base_preset=data.get("preset"),
+        base_config=data.get("config"),
+        overrides=tuple(_pairs(data.get("overrides"), f"{where}: [overrides]")),
+        variants=tuple(variants),
+        tasks=tuple(tasks),
+        seeds=tuple(seeds),
+        steps=steps,
+        baseline=baseline,
+    )
+
+
+def _resolve(path: str | None, suite: Suite) -> str | None:
+    if path is None:
+        return None
+    p = Path(path).expanduser()
+    if not p.is_absolute() and suite.path is not None:
+        p = suite.path.resolve().parent / p
+    return str(p)
+
+
+def cell_overrides(suite: Suite, variant: Variant, task: tuple, seed: int) -> list[tuple[str, Any]]:
+    name, knobs = task
+    pairs = list(suite.overrides)
+    if name:
+        pairs += [("task", name), *knobs]
+    pairs += list(variant.overrides)
+    pairs += [("train.seed", seed)]
+    if suite.steps is not None:
+        pairs.append(("train.steps", suite.steps))
+    return pairs
+
+
+def expand(suite: Suite, *, lab=None) -> list[Cell]:
+    """Every cell's config, validated before anything runs; all problems are reported at once,
+    each naming its variant."""
+    from rllab import Lab
+
+    lab = lab or Lab()
+    cells: list[Cell] = []
+    problems: dict[str, str] = {}
+    for v in suite.variants:
+        for task in suite.tasks:
+            for seed in suite.seeds:
+                preset = v.preset or (None if v.config else suite.base_preset)
+                source = _resolve(v.config or (None if v.preset else suite.base_config), suite)
+                try:
+                    cfg = load_config(source, cell_overrides(suite, v, task, seed), lab=lab, preset=preset)
+                except RllabError as e:
+                    problems.setdefault(v.name, str(e))
+                    continue
+                data = cfg.to_dict()
+                data["name"] = _slug(f"{suite.name}-{v.name}")
+                cells.append(Cell(variant=v.name, task=cfg.component("task").name, seed=seed, config=data, key=config_key(data)))
+    if problems:
+        lines = "\n".join(f"  variant {name!r}: {msg}" for name, msg in problems.items())
+        raise SuiteError(f"suite {suite.name!r}: {len(problems)} variant(s) do not validate (nothing was run):\n{lines}")
+    seen: dict[str, Cell] = {}
+    for c in cells:
+        other = seen.get(c.key)
+        if other is not None and other.variant != c.variant:
+            raise SuiteError(
+                f"suite {suite.name!r}: variants {other.variant!r} and {c.variant!r} resolve to the same config "
+                f"(task {c.task}, seed {c.seed}); drop one or make them differ"
+            )
+        seen[c.key] = c
+    return cells

@@ -1,0 +1,170 @@
+"""Running a suite: validate every cell, build the warm starts once, run what is missing, check
+which variants are the same computation, and write the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from rllab import RllabError
+from rllab_suite import executor, replay, report
+from rllab_suite.spec import Cell, Suite, SuiteError, expand, parse_suite
+
+MANIFEST = "suite.json"
+RECORD_STEPS = 2
+"""Batches recorded for the identical-variant check."""
+
+
+def suite_dir_for(suite: Suite, directory: str | Path | None) -> Path:
+    return Path(directory) if directory else Path("suites") / suite.name
+
+
+def prebuild_models(cells: list[Cell], *, lab, console=None) -> None:
+    """Build each distinct warm-started tiny model once, before the workers start."""
+    from rllab import tinymodel
+    from rllab import Component
+    from rllab_suite.kernel import COMPONENT_SECTIONS, load_config
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    seen = set()
+    for c in cells:
+        m = c.config["model"]
+        if m.get("path"):
+            continue
+        key = json.dumps([m.get("tiny"), m.get("warm_start"), c.config["task"]], sort_keys=True, default=str)
+        if key in seen:
+            continue
+        seen.add(key)
+        cfg = load_config(c.config, lab=lab)
+        ref = cfg.component("task")
+        task = Component(spec=lab.spec(COMPONENT_SECTIONS["task"][0], ref.name), config=ref.config)()
+        if console is not None:
+            console.print(f"[dim]warm start for task {c.task} (cached after the first build)…[/]", highlight=False)
+        tinymodel.get_or_build(tinymodel.TinyModelConfig(**cfg.model.tiny), task, ref.to_dict(), tinymodel.WarmStartConfig(**cfg.model.warm_start), progress=False)
+
+
+def identical_variants(cells: list[Cell], *, lab, out_dir: Path, console=None) -> list[dict]:
+    """Per task, record one batch from the first cell's config and replay every ``rl`` variant's
+    config (seed of that cell) on it; the pairs with the same gradients, as report notes."""
+    found = []
+    tasks = list(dict.fromkeys(c.task for c in cells))
+    for task in tasks:
+        first_seed = min(c.seed for c in cells if c.task == task)
+        failed = {c.variant for c in cells if (out_dir / "runs" / c.slug / "error.txt").is_file()}
+        group = [c for c in cells if c.task == task and c.seed == first_seed and c.config.get("algorithm", {}).get("name") == "rl" and c.variant not in failed]
+        if len(group) < 2:
+            continue
+        rec_path = out_dir / "replay" / f"{task}.pt"
+        if console is not None:
+            console.print(f"[dim]checking for identical variants on task {task}: replaying {len(group)} variants on one recorded batch…[/]", highlight=False)
+        data = replay.record(group[0].config, steps=RECORD_STEPS, out=rec_path, lab=lab) if not rec_path.is_file() else replay.load_record(rec_path)
+        results = replay.replay_configs(data, [(c.variant, c.config) for c in group], lab=lab)
+        pairs = replay.compare(results)
+        (out_dir / "replay" / f"{task}.json").write_text(json.dumps({"pairs": pairs, "metrics": {r.name: r.metrics for r in results}}, indent=2, default=str) + "\n")
+        if pairs and all(p["inconclusive"] for p in pairs):
+            found.append({"task": task, "identical": False, "message": (
+                f"identical-variant check inconclusive on task {task}: the recorded batch scored alike in every group, "
+                "so every variant's gradient is 0"
+            )})
+        for m in replay.identical_messages(pairs, step=data["step"]):
+            m["task"] = task
+            m["message"] = m["message"].replace("IDENTICAL ", f"IDENTICAL (task {task}) ", 1)
+            found.append(m)
+    return found
+
+
+def run_suite(source, *, directory=None, executor_name: str = "local", workers: int | None = None, address: str | None = None,
+              lab=None, console=None, progress: bool = True, check_identical: bool = True) -> dict:
+    """Expand, validate, run the missing cells and report. Returns the summary."""
+    from rich.console import Console
+
+    from rllab import Lab
+
+    if executor_name not in executor.EXECUTORS:
+        raise RllabError(f"unknown executor {executor_name!r}; known: {', '.join(executor.EXECUTORS)}")
+    console = console or Console()
+    lab = lab or Lab()
+    suite = parse_suite(source)
+    cells = expand(suite, lab=lab)  # every cell validated before anything runs
+    out = suite_dir_for(suite, directory)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    if suite.path is not None and suite.path.resolve() != (out / "suite.toml").resolve():
+        shutil.copyfile(suite.path, out / "suite.toml")
+    manifest = {"name": suite.name, "baseline": suite.baseline, "variants": suite.variant_names, "cells": [c.to_dict() for c in cells]}
+    previous = json.loads((out / MANIFEST).read_text()) if (out / MANIFEST).is_file() else {}
+    manifest["load_average"] = previous.get("load_average", [])
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    todo = [c for c in cells if not (out / "runs" / c.slug / "final.json").is_file()]
+    console.print(
+        f"suite [bold]{suite.name}[/]: {len(suite.variants)} variants × {len(suite.tasks)} tasks × {len(suite.seeds)} seeds = "
+        f"{len(cells)} cells, {len(cells) - len(todo)} already done, {len(todo)} to run → {out}",
+        highlight=False,
+    )
+    if todo:
+        load_start = os.getloadavg()
+        console.print(f"load average (1, 5, 15 min) at the start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} on {executor.cores()} cores", highlight=False)
+        prebuild_models(todo, lab=lab, console=console)
+        n, threads = executor.plan_workers(workers, len(todo))
+        if executor_name == "ray":
+            console.print(f"executor ray ({address or 'a local instance'}), torch threads per run {threads}", highlight=False)
+        else:
+            console.print(f"executor local: {n} worker process(es) on {executor.cores()} core(s), torch threads per run {threads}", highlight=False)
+        jobs = [{"key": c.key, "config": c.config, "run_dir": str((out / "runs" / c.slug).resolve()), "threads": threads, "what": f"{c.variant} on {c.task} seed {c.seed}"} for c in todo]
+        bar = executor.Progress(len(jobs), console=console, enabled=progress)
+        try:
+            if executor_name == "ray":
+                executor.run_ray(jobs, workers=workers, progress=bar, describe=lambda j: j["what"], address=address)
+            else:
+                executor.run_local(jobs, workers=n, progress=bar, describe=lambda j: j["what"])
+        finally:
+            bar.close()
+        load_end = os.getloadavg()
+        console.print(f"load average (1, 5, 15 min) at the end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}", highlight=False)
+        manifest["load_average"].append({"cells": len(todo), "cores": executor.cores(), "start": list(load_start), "end": list(load_end)})
+        (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    identical = []
+    if check_identical:
+        identical_path = out / "identical.json"
+        try:
+            identical = identical_variants(cells, lab=lab, out_dir=out, console=console)
+            identical_path.write_text(json.dumps(identical, indent=2, default=str) + "\n")
+        except Exception as e:  # the check informs the report; it never sinks the suite's results
+            console.print(f"[yellow]identical-variant check skipped: {type(e).__name__}: {e}[/]", highlight=False)
+            identical = [{"identical": False, "message": f"identical-variant check skipped: {type(e).__name__}: {e}"}]
+    return report_suite(out, console=console)
+
+
+def report_suite(directory, *, console=None) -> dict:
+    """Recompute a suite directory's report from its manifest and run directories."""
+    out = Path(directory)
+    path = out / MANIFEST
+    if not path.is_file():
+        raise SuiteError(f"{out} is not a suite directory (no {MANIFEST}); run one with: rllab suite SUITE.toml --dir {out}")
+    manifest = json.loads(path.read_text())
+    records = [
+        report.read_run(out / "runs" / c["run"], variant=c["variant"], task=c["task"], seed=c["seed"]) for c in manifest["cells"]
+    ]
+    identical = json.loads((out / "identical.json").read_text()) if (out / "identical.json").is_file() else []
+    loads = [
+        {"message": f"load average (1, 5, 15 min) while {la['cells']} cells ran on {la['cores']} cores: "
+                    f"start {' '.join(f'{x:.2f}' for x in la['start'])}, end {' '.join(f'{x:.2f}' for x in la['end'])}"}
+        for la in manifest.get("load_average", [])
+    ]
+    return report.write_all(records, out, title=f"suite {manifest['name']}", baseline=manifest.get("baseline"), variants=manifest["variants"], identical=identical + loads, console=console)
+
+
+def compare_runs(run_dirs: list, *, out: Path, baseline: str | None = None, console=None) -> dict:
+    """The same report for loose run directories, grouped by the config keys on which they differ."""
+    dirs = [Path(d) for d in run_dirs]
+    missing = [str(d) for d in dirs if not (d / "config.toml").is_file()]
+    if missing:
+        raise RllabError(f"not run directories (no config.toml): {', '.join(missing)}")
+    labels = report.label_runs(dirs)
+    if baseline is not None and baseline not in labels:
+        raise RllabError(f"--baseline {baseline!r} is not one of the groups: {', '.join(dict.fromkeys(labels))}")
+    records = [report.read_run(d, variant=lab_) for d, lab_ in zip(dirs, labels)]
+    return report.write_all(records, out, title="compare", baseline=baseline, console=console)

@@ -1,0 +1,367 @@
+"""rllab_suite: suite files → validated cells, statistics, executors, reports, record/replay."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import rllab
+from rllab.config import load_config
+from rllab_suite import replay, report, stats
+from rllab_suite.spec import SuiteError, config_key, expand, parse_suite
+from rllab_suite.suite import report_suite, run_suite
+
+SMALL = {
+    "model.tiny.hidden_size": 64,
+    "model.tiny.intermediate_size": 128,
+    "model.warm_start.steps": 60,
+    "model.warm_start.eval_limit": 0,
+    "rollout.prompts_per_step": 4,
+    "rollout.group_size": 4,
+    "rollout.max_new_tokens": 6,
+    "train.eval_size": 16,
+    "train.checkpoint_every": 0,
+    "train.eval_every": 1,
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cache(tmp_path_factory):
+    old = os.environ.get("RLLAB_CACHE")
+    os.environ["RLLAB_CACHE"] = str(tmp_path_factory.mktemp("model-cache"))
+    yield
+    if old is None:
+        os.environ.pop("RLLAB_CACHE", None)
+    else:
+        os.environ["RLLAB_CACHE"] = old
+
+
+def suite(**over):
+    data = {"name": "t", "preset": "grpo", "steps": 2, "seeds": [0, 1], "tasks": ["addition"], "overrides": dict(SMALL),
+            "variants": {"grpo": {}, "rloo": {"advantage": "rloo"}}}
+    data.update(over)
+    return data
+
+
+# --------------------------------------------------------------------------- suite files and cells
+
+
+def test_cells_cross_variants_tasks_seeds_and_are_keyed_by_config(lab):
+    cells = expand(parse_suite(suite(tasks=["addition", {"name": "sort", "max_length": 4}])), lab=lab)
+    assert len(cells) == 2 * 2 * 2
+    assert {(c.variant, c.task, c.seed) for c in cells} == {(v, t, s) for v in ("grpo", "rloo") for t in ("addition", "sort") for s in (0, 1)}
+    sort = next(c for c in cells if c.task == "sort")
+    assert sort.config["task"]["max_length"] == 4 and sort.config["train"]["steps"] == 2
+    assert len({c.key for c in cells}) == len(cells)
+    # the key is the resolved config's: the same cell again, the same key; the name does not count
+    again = expand(parse_suite(suite(name="other", tasks=["addition", {"name": "sort", "max_length": 4}])), lab=lab)
+    assert sorted(c.key for c in again) == sorted(c.key for c in cells)
+    assert config_key({**cells[0].config, "name": "x"}) == cells[0].key
+
+
+def test_axes_expand_into_a_grid_per_variant(lab):
+    s = parse_suite(suite(variants={"ppo": {}}, axes={"policy_loss.clip_high": [0.2, 0.28, 0.35]}, seeds=1))
+    assert s.variant_names == ["ppo/clip_high=0.2", "ppo/clip_high=0.28", "ppo/clip_high=0.35"]
+    cells = expand(s, lab=lab)
+    assert [c.config["policy_loss"]["clip_high"] for c in cells] == [0.2, 0.28, 0.35]
+    s = parse_suite(suite(variants=None, axes={"policy_loss.clip_high": [0.2, 0.28]}, seeds=1))
+    assert s.variant_names == ["clip_high=0.2", "clip_high=0.28"]
+
+
+@pytest.mark.parametrize(
+    "over,needle",
+    [
+        ({"variants": {"grpo": {}, "typo": {"policy_loss.clip_hgh": 0.3}}}, "'typo'"),
+        ({"variants": {"grpo": {}, "nope": {"advantage": "no_such_estimator"}}}, "'nope'"),
+        ({"variants": {"a": {}}, "axes": {"policy_loss.nonsense": [1, 2]}}, "nonsense"),
+        ({"variants": {"a": {"preset": "no_such_preset"}}}, "'a'"),
+    ],
+)
+def test_bad_variants_knobs_and_axes_fail_before_anything_runs(lab, tmp_path, over, needle):
+    with pytest.raises(SuiteError) as e:
+        run_suite(suite(**over), directory=tmp_path / "s", lab=lab, progress=False)
+    assert needle in str(e.value) and "nothing was run" in str(e.value)
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize(
+    "over,needle",
+    [
+        ({"variantz": {}}, "variantz"),
+        ({"baseline": "dapo"}, "baseline 'dapo'"),
+        ({"seeds": [1, 1]}, "repeat"),
+        ({"steps": 0}, "steps"),
+        ({"axes": {"policy_loss.clip_high": []}}, "policy_loss.clip_high"),
+        ({"variants": {"a": "rloo"}}, "variant 'a'"),
+    ],
+)
+def test_malformed_suite_files_name_the_key(over, needle):
+    with pytest.raises(SuiteError) as e:
+        parse_suite(suite(**over))
+    assert needle in str(e.value)
+
+
+def test_two_variants_with_one_config_are_refused(lab):
+    with pytest.raises(SuiteError, match="'a' and 'b' resolve to the same config"):
+        expand(parse_suite(suite(variants={"a": {"advantage": "rloo"}, "b": {"advantage": "rloo"}})), lab=lab)
+
+
+def test_every_variant_sees_the_same_prompts_in_the_same_order(lab):
+    """For a seed, a step's prompts depend on (seed, step) alone — not on the variant, nor on
+    what the policy learnt in earlier steps; another seed draws others."""
+    from rllab.trainer import Trainer
+
+    cells = expand(parse_suite(suite(variants={"grpo": {}, "cispo": {"advantage": "rloo", "policy_loss": "cispo", "algorithm.minibatches": 2}})), lab=lab)
+    seen = {}
+    for c in cells:
+        tr = Trainer(load_config(c.config, lab=lab), lab=lab, run_dir=Path(os.environ["RLLAB_CACHE"]) / "runs" / c.slug, progress=False)
+        prompts = []
+        real = tr.rollout.sample
+
+        def sample(step, _real=real, _out=prompts, **kw):
+            scored = _real(step, **kw)
+            _out.append([e.prompt for e in scored.examples])
+            return scored
+
+        tr.rollout.sample = sample
+        tr.train_step()
+        tr.train_step()
+        tr.close()
+        seen[(c.variant, c.seed)] = prompts
+    for seed in (0, 1):
+        assert seen[("grpo", seed)] == seen[("cispo", seed)]
+        assert seen[("grpo", seed)][0] != seen[("grpo", seed)][1]
+    assert seen[("grpo", 0)] != seen[("grpo", 1)]
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def test_mean_ci_is_scipys_percentile_bootstrap():
+    from scipy.stats import bootstrap
+
+    x = [0.1, 0.4, 0.35, 0.8, 0.5]
+    m, lo, hi = stats.mean_ci(x)
+    ref = bootstrap((np.array(x),), np.mean, n_resamples=stats.N_RESAMPLES, method="percentile", rng=np.random.default_rng(0)).confidence_interval
+    assert m == pytest.approx(0.43) and (lo, hi) == pytest.approx((ref.low, ref.high))
+    assert lo < m < hi and 0.1 <= lo and hi <= 0.8
+    assert stats.mean_ci([0.5]) [0] == 0.5 and math.isnan(stats.mean_ci([0.5])[1])
+    assert stats.mean_ci([0.3, 0.3, 0.3]) == (pytest.approx(0.3), pytest.approx(0.3), pytest.approx(0.3))
+
+
+def test_iqm_and_probability_of_improvement():
+    assert stats.iqm([0, 1, 2, 3, 4, 5, 6, 100]) == pytest.approx(3.5)  # the top and bottom quarter dropped
+    assert stats.iqm_ci([[0.1, 0.2, 0.3]]) is None  # fewer than MIN_IQM_RUNS runs
+    v, lo, hi = stats.iqm_ci([[0.1, 0.2, 0.3], [0.5, 0.6, 0.9]])
+    assert v == pytest.approx(stats.iqm([0.1, 0.2, 0.3, 0.5, 0.6, 0.9])) and lo <= v <= hi
+    assert stats.prob_improvement([([0.9, 0.8, 0.7], [0.1, 0.2, 0.3])])[0] == 1.0
+    assert stats.prob_improvement([([0.1, 0.2, 0.3], [0.9, 0.8, 0.7])])[0] == 0.0
+    assert stats.prob_improvement([([0.5, 0.5, 0.5], [0.5, 0.5, 0.5])]) == (0.5, 0.5, 0.5)  # ties count half
+    # averaged over tasks: a win on one task and a loss on the other
+    p, lo, hi = stats.prob_improvement([([0.9, 0.8, 0.7], [0.1, 0.2, 0.3]), ([0.1, 0.2, 0.3], [0.9, 0.8, 0.7])])
+    assert p == 0.5 and lo <= p <= hi
+    assert stats.prob_improvement([([0.9, 0.8], [0.1, 0.2])]) is None  # two seeds are not enough
+    assert stats.auc([0, 10, 20], [0.0, 1.0, 1.0]) == pytest.approx(0.75)
+
+
+def _fake_run(path, *, seed, acc, task="addition", reward=None, train=0.5):
+    path.mkdir(parents=True)
+    (path / "config.toml").write_text(f'[task]\nname = "{task}"\n[train]\nseed = {seed}\n')
+    rows = [{"step": s, "eval/accuracy": a, "eval/reward": a if reward is None else reward} for s, a in zip((0, 5, 10), acc)]
+    rows.insert(1, {"step": 1, "rollout/reward": train})
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (path / "final.json").write_text("{}")
+
+
+def test_report_from_run_directories(tmp_path):
+    recs = []
+    for v, base in (("a", 0.2), ("b", 0.5)):
+        for s in range(4):
+            _fake_run(tmp_path / f"{v}{s}", seed=s, acc=[0.1, base, base + 0.01 * s])
+            recs.append(report.read_run(tmp_path / f"{v}{s}", variant=v))
+    _fake_run(tmp_path / "dead", seed=0, acc=[0.0, 0.0, 0.0], train=0.0)
+    recs.append(report.read_run(tmp_path / "dead", variant="c"))
+    summary = report.write_all(recs, tmp_path / "out", title="t", baseline="a")
+    rows = {r["variant"]: r for r in summary["rows"]}
+    assert rows["b"]["final_accuracy"]["mean"] == pytest.approx(0.515)
+    assert rows["a"]["auc_accuracy"]["mean"] == pytest.approx(np.mean([stats.auc([0, 5, 10], [0.1, 0.2, 0.2 + 0.01 * s]) for s in range(4)]))
+    over = {o["variant"]: o for o in summary["overall"]}
+    assert over["b"]["p_improvement"]["mean"] == 1.0 and over["a"]["p_improvement"] is None
+    assert over["b"]["iqm_final_accuracy"]["mean"] == pytest.approx(0.515)
+    assert rows["c"]["no_signal"] == 1
+    for f in ("report.md", "summary.csv", "summary.json", "runs.csv", "curves.png", "final.png"):
+        assert (tmp_path / "out" / f).is_file(), f
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "NO SIGNAL c" in md and "51.5 [" in md
+    assert report.label_runs([tmp_path / "a0", tmp_path / "a1"]) == ["run", "run"]
+
+
+# --------------------------------------------------------------------------- running a suite
+
+
+def _crash_plugin(tmp_path):
+    p = tmp_path / "boom.py"
+    p.write_text(textwrap.dedent('''
+        import rllab
+
+        def boom(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None):
+            raise RuntimeError("boom: this loss always fails")
+
+        @rllab.hookimpl
+        def register_policy_losses(register):
+            register("boom", boom)
+    '''))
+    return p
+
+
+def test_a_suite_runs_reports_survives_a_crash_and_runs_only_what_is_missing(tmp_path, lab):
+    plugin = _crash_plugin(tmp_path)
+    data = suite(seeds=[0], baseline="grpo", variants={"grpo": {}, "rloo": {"advantage": "rloo"}, "broken": {"policy_loss": "boom", "plugins": [str(plugin)]}})
+    out = tmp_path / "s"
+    summary = run_suite(data, directory=out, workers=1, lab=lab, progress=False)
+    status = {r["variant"]: (r["runs"], r["failed"]) for r in summary["rows"]}
+    assert status == {"grpo": (1, 0), "rloo": (1, 0), "broken": (0, 1)}
+    assert "boom: this loss always fails" in summary["failed"][0]["error"]
+    manifest = json.loads((out / "suite.json").read_text())
+    done = {c["variant"]: out / "runs" / c["run"] for c in manifest["cells"]}
+    assert (done["grpo"] / "final.json").is_file() and (done["broken"] / "error.txt").is_file()
+    stamp = (done["grpo"] / "final.json").stat().st_mtime_ns
+    # again, with one more seed: only the new cells and the failed one run
+    summary = run_suite({**data, "seeds": [0, 1]}, directory=out, workers=1, lab=lab, progress=False, check_identical=False)
+    assert (done["grpo"] / "final.json").stat().st_mtime_ns == stamp
+    assert {r["variant"]: r["runs"] for r in summary["rows"]} == {"grpo": 2, "rloo": 2, "broken": 0}
+    # the report is regenerated from disk alone
+    (out / "report.md").unlink()
+    again = report_suite(out)
+    assert (out / "report.md").is_file() and again["rows"] == summary["rows"]
+
+
+def test_cli_suite_report_and_compare(tmp_path, capsys):
+    from rllab.cli import main
+
+    out = tmp_path / "s"
+    f = tmp_path / "suite.toml"
+    f.write_text(textwrap.dedent(f'''
+        name = "cli"
+        preset = "grpo"
+        steps = 1
+        seeds = 1
+        tasks = ["addition"]
+        [overrides]
+        {chr(10).join(f'"{k}" = {v}' for k, v in SMALL.items())}
+        [variants]
+        grpo = {{}}
+        dual = {{ policy_loss = "ppo_dual_clip" }}
+    '''))
+    assert main(["suite", str(f), "--dir", str(out), "--workers", "1", "-q", "--no-identical-check"]) == 0
+    assert "task addition" in capsys.readouterr().out
+    assert main(["suite", "report", str(out)]) == 0
+    runs = sorted(p for p in (out / "runs").iterdir())
+    assert main(["compare", *map(str, runs), "--out", str(tmp_path / "cmp")]) == 0
+    text = capsys.readouterr().out
+    assert "policy_loss=ppo_dual_clip" in text and (tmp_path / "cmp" / "summary.csv").is_file()
+    assert main(["suite", "report", str(tmp_path)]) == 1
+    assert "not a suite directory" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_local_process_pool(tmp_path, lab):
+    summary = run_suite(suite(), directory=tmp_path / "s", workers=2, lab=lab, progress=False, check_identical=False)
+    assert all(r["runs"] == 2 for r in summary["rows"])
+
+
+@pytest.mark.slow
+def test_ray_executor(tmp_path, lab):
+    pytest.importorskip("ray")
+    summary = run_suite(suite(seeds=[0]), directory=tmp_path / "s", executor_name="ray", workers=2, lab=lab, progress=False, check_identical=False)
+    assert all(r["runs"] == 1 for r in summary["rows"])
+
+
+def test_plan_workers_shares_the_cores():
+    from rllab_suite import executor
+
+    n, threads = executor.plan_workers(None, 100)
+    assert n == executor.cores() and threads == 1
+    assert executor.plan_workers(None, 1) == (1, executor.cores())
+    assert executor.plan_workers(3, 2)[0] == 2
+
+
+# --------------------------------------------------------------------------- record / replay
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory):
+    lab = rllab.Lab()
+    path = tmp_path_factory.mktemp("rec") / "rec.pt"
+    data = replay.record(None, steps=1, out=path, overrides=[f"{k}={v}" for k, v in SMALL.items()] + ["rollout.prompts_per_step=6"], lab=lab)
+    # give the recorded groups a signal (the tiny warm start rarely solves addition): rewards 0/1
+    b = data["batches"][0]["batch"]
+    b["scores"] = (torch.arange(b["scores"].numel()) % 3 == 0).float()
+    torch.save(data, path)
+    return path
+
+
+def _configs(data, lab, *variants):
+    return [(v, load_config(dict(data["config"]), [p for p in v.split(",") if p], lab=lab).to_dict()) for v in variants]
+
+
+def test_replay_finds_identical_losses_on_an_on_policy_step(recording, lab):
+    data = replay.load_record(recording)
+    assert data["batches"][0]["old_log_prob"].shape == data["batches"][0]["batch"]["response_mask"].shape
+    results = replay.replay_configs(data, _configs(data, lab, "policy_loss=ppo_clip", "policy_loss=ppo_dual_clip", "policy_loss.clip_high=0.28", "advantage=rloo", "policy_loss=vanilla_pg,aggregation=seq-mean-token-sum"), lab=lab)
+    pairs = {(p["a"], p["b"]): p for p in replay.compare(results)}
+    # on one on-policy minibatch the ratio is 1: clipping never acts
+    assert pairs[("policy_loss=ppo_clip", "policy_loss=ppo_dual_clip")]["identical"]
+    assert pairs[("policy_loss=ppo_clip", "policy_loss.clip_high=0.28")]["identical"]
+    # other advantages or aggregations are other gradients
+    p = pairs[("policy_loss=ppo_clip", "advantage=rloo")]
+    assert not p["identical"] and p["max_rel_diff"] > 1e-2
+    assert not pairs[("policy_loss=ppo_clip", "policy_loss=vanilla_pg,aggregation=seq-mean-token-sum")]["identical"]
+    for r in results:
+        assert r.metrics["replay/first_grad_norm"] > 0 and r.metrics["actor/clipfrac"] == 0.0
+    msgs = replay.identical_messages(list(pairs.values()))
+    assert any("ppo_dual_clip" in m["message"] and "one computation" in m["message"] for m in msgs)
+
+
+def test_replay_with_minibatches_runs_the_whole_update(recording, lab):
+    data = replay.load_record(recording)
+    # a large learning rate, so that the later minibatches are off-policy enough for clipping to act
+    results = replay.replay_configs(data, _configs(data, lab, "algorithm.minibatches=3,train.lr=0.02", "algorithm.minibatches=3,policy_loss=cispo,train.lr=0.02"), lab=lab)
+    assert [r.metrics["replay/optimizer_steps"] for r in results] == [3.0, 3.0]
+    (p,) = replay.compare(results)
+    # the first minibatch is on-policy for both; later ones are not, and the two losses part
+    assert p["cosine"] > 0.99 and not p["identical"]
+
+
+def test_record_and_replay_commands(recording, tmp_path, capsys):
+    from rllab.cli import main
+
+    assert main(["replay", str(recording), "policy_loss=ppo_clip", "policy_loss=ppo_dual_clip"]) == 0
+    out = capsys.readouterr().out
+    assert "IDENTICAL policy_loss=ppo_clip ≡ policy_loss=ppo_dual_clip" in out
+    assert main(["replay", str(recording), "policy_loss.clip_hgh=0.3"]) == 1
+    assert "clip_hgh" in capsys.readouterr().err
+    assert main(["replay", str(tmp_path / "missing.pt")]) == 1
+    assert "no recording" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- no learning signal
+
+
+def test_a_run_with_zero_reward_everywhere_warns_loudly(tmp_path, lab, capsys):
+    from rllab_suite import NoLearningSignalWarning
+
+    from rllab.trainer import run_experiment
+
+    # the task's answers cannot be produced in one token: every reward is 0
+    cfg = load_config(None, [f"{k}={v}" for k, v in SMALL.items()] + ["rollout.max_new_tokens=1", "train.steps=5", "train.eval_every=0"], lab=lab)
+    with pytest.warns(NoLearningSignalWarning, match="scored 0"):
+        run_experiment(cfg, lab=lab, run_dir=tmp_path / "run", progress=False)
+    assert "nothing to learn from" in capsys.readouterr().err
