@@ -29,6 +29,8 @@ import math
 
 import torch
 
+from rllab import triton_kernels as _triton  # CUDA fast path; see the dispatch in the public functions
+
 __all__ = ["CHUNK_ELEMENTS", "HIDDEN_CHUNK_TOKENS", "logprobs_from_hidden", "logprobs_from_logits"]
 
 CHUNK_ELEMENTS = 1 << 25
@@ -391,6 +393,9 @@ def logprobs_from_logits(
     tau = _check_temperature(temperature, where)
     if logits.shape[-1] == 0:
         raise ValueError(f"{where}: logits has an empty vocabulary dimension, shape {tuple(logits.shape)}")
+    # CUDA inputs take the Triton kernels (chunk_size does not apply there; RLLAB_TRITON=0 turns them off)
+    if _triton.supports(logits):
+        return _triton.logprobs_from_logits(logits, labels, with_entropy=with_entropy, temperature=tau)
     flat = logits.ndim == 2
     x = logits.unsqueeze(0) if flat else logits
     y = (labels.unsqueeze(0) if flat else labels).long()
@@ -455,6 +460,9 @@ def logprobs_from_hidden(
         raise TypeError(f"{where}: bias is {bias.dtype} but lm_head_weight is {lm_head_weight.dtype}")
     _check_labels(where, labels, tuple(hidden.shape[:-1]), f"hidden of shape {tuple(hidden.shape)}")
     tau = _check_temperature(temperature, where)
+    # CUDA inputs take the Triton kernels (they choose their own tiles; RLLAB_TRITON=0 turns them off)
+    if _triton.supports(hidden, lm_head_weight, bias):
+        return _triton.logprobs_from_hidden(hidden, lm_head_weight, labels, with_entropy=with_entropy, bias=bias, temperature=tau)
     lead = labels.shape
     h = hidden.reshape(-1, hidden.shape[-1])
     rows, cols = _hidden_tile(chunk_size, vocab_chunk_size, h.shape[0], V, where)

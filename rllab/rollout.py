@@ -143,6 +143,7 @@ class RolloutStage:
         gen = torch.Generator().manual_seed(seed_for(self.seed, step, 0))
         examples = self.task.train_examples(P, gen)
         completions = self.generate(examples, self.sampling_params(step, n=G))
+        backend_metrics = self.backend.last_metrics() if hasattr(self.backend, "last_metrics") else {}
         t1 = time.perf_counter()
         raw, keep, errors = self.score(examples, completions)
         t2 = time.perf_counter()
@@ -168,6 +169,7 @@ class RolloutStage:
             "time/rollout": t1 - t0,
             "time/reward": t2 - t1,
             "perf/completions_per_s": len(completions) / max(t1 - t0, 1e-9),
+            **{k: float(v) for k, v in backend_metrics.items()},
         }
         if r.dynamic_sampling:
             keep_t &= ~all_equal

@@ -21,7 +21,13 @@ What is checked, per kind (DESIGN.md, invariant 4):
   masked positions (NaN included) changes nothing; appending padding columns changes nothing;
 - policy losses: with ``log_prob == old_log_prob``, ``actor/approx_kl`` is 0 and
   ``actor/clipfrac`` is 0; all-ones weights equal no weights; metric keys are namespaced scalars;
-- advantage estimators: all-masked rows get 0 and do not change the other rows;
+  the loss is what ``aggregate`` returns (it scales with it) — unless the loss declares its own
+  reduction (see below), when ``aggregate`` must have no effect and the declared reduction is
+  checked instead;
+- advantage estimators: all-masked rows get 0 and do not change the other rows; changing one
+  group's rewards leaves every other group's advantages unchanged — unless the estimator declares
+  a batch-level step (see below), when they may change only by one common map ``x → a·x + b``
+  with ``a > 0`` (whitening, a batch std, a batch-wide rescaling);
 - aggregations: an all-masked batch gives 0; micro-batches aggregated with the global counts
   sum to the whole batch's value;
 - KL penalties: 0 where policy and reference agree;
@@ -31,6 +37,19 @@ What is checked, per kind (DESIGN.md, invariant 4):
 - rollout backends: grouped completions whose log-probs match their tokens, valid finish
   reasons, and repeatable sampling under a seed (on a tiny locally built model);
 - KL controllers, tasks, loggers: their factories build objects that honour their protocols.
+
+Declarations a component makes about itself (attributes of the registered function, read here):
+
+``fn.aggregation`` (policy losses)
+    A loss that does not reduce its per-token loss through the run's ``aggregate`` — because it
+    is defined per sequence, like GMPO — sets this to the reduction it performs instead. Known
+    values: ``"seq-mean"`` (the mean over non-empty rows of one loss per row; the contract
+    checks that the loss of a batch is the row-weighted mean of the losses of its halves).
+    Trainers should warn when such a loss is combined with a non-default aggregation mode.
+``fn.batch_step`` (advantage estimators)
+    A short description of a step that couples every row of the batch (``"whiten"``, ``"batch
+    std"``, ...) or a callable ``config -> description | None`` when a knob turns it on. Without
+    it the group-isolation check applies.
 """
 
 from __future__ import annotations
@@ -137,6 +156,14 @@ def _adv_inputs(comp: Component, B=8, T=7, seed=0):
     kw = dict(token_rewards=rewards, mask=mask, index=index)
     if "values" in comp.spec.requires:
         kw["values"] = torch.randn(B, T, generator=g)
+    if "old_log_prob" in comp.spec.requires:
+        kw["old_log_prob"] = -torch.rand(B, T, generator=g) * 3 - 0.01
+    if "sum_pi_squared" in comp.spec.requires:  # Σ_v π_v² ≥ π_t² of the sampled token
+        pi = torch.exp(kw.get("old_log_prob", torch.zeros(B, T)))
+        kw["sum_pi_squared"] = pi**2 + torch.rand(B, T, generator=g) * (1 - pi**2)
+    unknown = set(comp.spec.requires) - {"values", "old_log_prob", "sum_pi_squared"}
+    if unknown:
+        raise ContractSkip(f"{comp.name} requires inputs the suite cannot make: {sorted(unknown)}")
     return kw
 
 
@@ -156,9 +183,9 @@ def _adv_masked(comp):
     adv, ret = comp(**kw)
     kw2 = dict(kw)
     noise = torch.randn(kw["mask"].shape, generator=_gen(1)) * 5
-    kw2["token_rewards"] = torch.where(kw["mask"], kw["token_rewards"], noise)
-    if "values" in kw:
-        kw2["values"] = torch.where(kw["mask"], kw["values"], noise)
+    for key in ("token_rewards", "values", "old_log_prob", "sum_pi_squared"):
+        if key in kw:
+            kw2[key] = torch.where(kw["mask"], kw[key], noise)
     adv2, ret2 = comp(**kw2)
     m = kw["mask"]
     _close(adv[m], adv2[m], "advantages at valid positions")
@@ -197,6 +224,53 @@ def _adv_all_masked(comp):
     _close(adv2[:B][m], adv[m], "other rows' advantages")
 
 
+def _batch_step(comp) -> str | None:
+    step = getattr(comp.spec.fn, "batch_step", None)
+    return step(comp.config) if callable(step) else step
+
+
+def _other_groups_after_change(comp):
+    """(advantages before, advantages after) at the valid tokens outside group 0, when group 0's rewards change."""
+    kw = _adv_inputs(comp)
+    index, mask = kw["index"], kw["mask"]
+    last = torch.zeros_like(mask)
+    last[torch.arange(mask.shape[0]), mask.long().cumsum(-1).argmax(-1)] = True
+    # continuous scores: no group of equal scores whose advantages are 0 whatever happens elsewhere
+    kw["token_rewards"] = torch.where(last, torch.randn(mask.shape, generator=_gen(5)), 0.0)
+    adv, _ = comp(**kw)
+    group0 = index == index[0]
+    kw2 = dict(kw)
+    # new scores 4.0, −2.5, 4.0, ...: the group's sum, spread and share of non-zero scores all change
+    new = torch.where(torch.arange(mask.shape[0]) % 2 == 0, 4.0, -2.5)[:, None].expand_as(mask)
+    kw2["token_rewards"] = torch.where(group0[:, None] & last, new, kw["token_rewards"])
+    adv2, _ = comp(**kw2)
+    others = mask & ~group0[:, None]
+    return adv[others], adv2[others]
+
+
+@_check("advantage_estimator", "changing one group's rewards leaves the other groups alone")
+def _adv_group_isolation(comp):
+    if _batch_step(comp) is not None:
+        raise ContractSkip(f"{comp.name} declares a batch-level step ({_batch_step(comp)}); checked separately")
+    before, after = _other_groups_after_change(comp)
+    _close(after, before, "other groups' advantages after changing group 0's rewards (an estimator "
+           "whose statistics span the batch must declare fn.batch_step)")
+
+
+@_check("advantage_estimator", "a declared batch-level step moves other groups by one affine map")
+def _adv_batch_step(comp):
+    if _batch_step(comp) is None:
+        raise ContractSkip(f"{comp.name} declares no batch-level step; the group-isolation check applies")
+    x, y = (t.double() for t in _other_groups_after_change(comp))
+    if x.numel() < 2 or float(x.std()) < 1e-9:
+        raise ContractSkip("the other groups' advantages are constant; no map to recover")
+    a = ((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum()
+    b = y.mean() - a * x.mean()
+    if not a > 0:
+        raise AssertionError(f"other groups' advantages were not moved by an increasing map (slope {float(a)})")
+    _close(a * x + b, y, f"other groups' advantages vs one affine map of their old values (a={float(a):.4g})")
+
+
 # --------------------------------------------------------------------------- policy losses
 
 
@@ -210,8 +284,12 @@ def _pl_inputs(B=6, T=9, seed=0):
 
 
 def _pl_call(comp, kw, **extra):
+    return _pl_call_with(comp, kw, _agg, **extra)
+
+
+def _pl_call_with(comp, kw, aggregate, **extra):
     logp = kw["log_prob"].clone().requires_grad_(True)
-    loss, metrics = comp(**{**kw, "log_prob": logp}, aggregate=_agg, **extra)
+    loss, metrics = comp(**{**kw, "log_prob": logp}, aggregate=aggregate, **extra)
     if loss.ndim != 0:
         raise AssertionError(f"loss must be a scalar, got shape {tuple(loss.shape)}")
     loss.backward()
@@ -261,6 +339,37 @@ def _pl_on_policy(comp):
     for key in ("actor/approx_kl", "actor/clipfrac"):
         if float(metrics[key]) != 0.0:
             raise AssertionError(f"{key} = {float(metrics[key])} on the first minibatch (expected exactly 0)")
+
+
+def _double(m: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    return 2.0 * _agg(m, k)
+
+
+@_check("policy_loss", "the loss goes through aggregate, or declares its own reduction")
+def _pl_aggregation(comp):
+    kw = _pl_inputs()
+    declared = getattr(comp.spec.fn, "aggregation", None)
+    calls = []
+
+    def spy(m, k):
+        calls.append(m.shape)
+        return _double(m, k)
+
+    loss, _, _ = _pl_call(comp, kw)
+    loss2, _, _ = _pl_call_with(comp, kw, spy)
+    if declared is None:
+        if not calls:
+            raise AssertionError("the loss never called aggregate; a loss that reduces itself must declare fn.aggregation")
+        _close(loss2, 2 * loss, "loss under an aggregate that doubles (the loss must be what aggregate returns)")
+        return
+    if declared != "seq-mean":
+        raise AssertionError(f"fn.aggregation = {declared!r} is not a reduction the contract knows ('seq-mean')")
+    _close(loss2, loss, f"loss under another aggregate (the loss declares aggregation = {declared!r})")
+    B = kw["mask"].shape[0]
+    halves = [{k: v[: B // 2] for k, v in kw.items()}, {k: v[B // 2 :] for k, v in kw.items()}]
+    rows = [int(h["mask"].any(-1).sum()) for h in halves]
+    parts = [_pl_call(comp, h)[0] for h in halves]
+    _close((rows[0] * parts[0] + rows[1] * parts[1]) / sum(rows), loss, "seq-mean loss vs the row-weighted mean of its halves")
 
 
 @_check("policy_loss", "weights of 1 equal no weights")

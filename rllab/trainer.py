@@ -154,7 +154,8 @@ class Trainer:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.policy = self._load_model(self.device)
         if self.cfg.model.gradient_checkpointing:
-            self.policy.gradient_checkpointing_enable()
+            enable = getattr(self.policy, "activation_checkpointing_enable", None) or self.policy.gradient_checkpointing_enable
+            enable()
             self.policy.config.use_cache = False
         self.policy.train()
         self.reference = None

@@ -110,6 +110,9 @@ class Completion:
     finish_reason: str
     prompt_index: int = 0
     """Which prompt of the ``generate`` call this answers."""
+    weight_version: str | None = None
+    """The weights the server sampled with, when the backend reports it (SGLang's
+    ``meta_info.weight_version``); None for in-process backends."""
 
     def __attrs_post_init__(self):
         if len(self.token_ids) != len(self.log_probs):
@@ -217,9 +220,9 @@ class RolloutBatch:
         """
         B, T = self.response_mask.shape
         lengths = self.response_mask.sum(-1)
-        out = torch.zeros(B, T, dtype=torch.float32)
+        out = torch.zeros(B, T, dtype=torch.float32, device=self.response_mask.device)
         last = (lengths - 1).clamp(min=0)
-        out[torch.arange(B), last] = torch.where(lengths > 0, self.scores, torch.zeros_like(self.scores))
+        out[torch.arange(B, device=out.device), last] = torch.where(lengths > 0, self.scores, torch.zeros_like(self.scores))
         return out
 
     @classmethod
@@ -237,21 +240,18 @@ class RolloutBatch:
                 f"RolloutBatch.from_completions: {len(completions)} completions but {len(scores)} scores"
             )
         B = len(completions)
-        P = max(len(c.prompt_ids) for c in completions)
-        T = max(1, max(len(c.token_ids) for c in completions))
+        p_len = torch.tensor([len(c.prompt_ids) for c in completions], dtype=torch.long)
+        t_len = torch.tensor([len(c.token_ids) for c in completions], dtype=torch.long)
+        P = int(p_len.max())
+        T = max(1, int(t_len.max()))
+        # one flat copy per tensor: the masks come from the lengths, the values fill them row-major
+        col = torch.arange(P + T)
+        attn = ((col >= P - p_len[:, None]) & (col < P)) | ((col >= P) & (col < P + t_len[:, None]))
+        resp = torch.arange(T) < t_len[:, None]
         ids = torch.full((B, P + T), pad_token_id, dtype=torch.long)
-        attn = torch.zeros(B, P + T, dtype=torch.bool)
-        resp = torch.zeros(B, T, dtype=torch.bool)
+        ids[attn] = torch.tensor([x for c in completions for x in (*c.prompt_ids, *c.token_ids)], dtype=torch.long)
         lp = torch.zeros(B, T, dtype=torch.float32)
-        for i, c in enumerate(completions):
-            p, t = len(c.prompt_ids), len(c.token_ids)
-            ids[i, P - p : P] = torch.tensor(c.prompt_ids, dtype=torch.long)
-            attn[i, P - p : P] = True
-            if t:
-                ids[i, P : P + t] = torch.tensor(c.token_ids, dtype=torch.long)
-                attn[i, P : P + t] = True
-                resp[i, :t] = True
-                lp[i, :t] = torch.tensor(c.log_probs, dtype=torch.float32)
+        lp[resp] = torch.tensor([x for c in completions for x in c.log_probs], dtype=torch.float32)
         index = torch.tensor([c.prompt_index for c in completions], dtype=torch.long)
         return cls(
             input_ids=ids,

@@ -15,7 +15,9 @@ _LAB = rllab.Lab()
 # Components whose required knobs need real inputs get them here.
 _DATA = Path(tempfile.mkdtemp(prefix="rllab-contract-")) / "rows.jsonl"
 _DATA.write_text("".join(json.dumps({"prompt": f"{i}*2=", "answer": str(2 * i)}) + "\n" for i in range(40)))
-_KNOBS = {("task", "jsonl"): {"path": str(_DATA)}}
+from tests.sglang_standin import launch_knobs  # noqa: E402  (the sglang backend runs against a stand-in server)
+
+_KNOBS = {("task", "jsonl"): {"path": str(_DATA)}, ("rollout_backend", "sglang"): launch_knobs(), ("policy_loss", "dro"): {"beta": 0.1}}
 
 _CASES = []
 for _spec in _LAB.specs():
@@ -42,3 +44,119 @@ def test_suite_covers_every_tensor_kind():
     kinds = {c.kind for c in _CASES}
     for kind in ("advantage_estimator", "policy_loss", "kl_penalty", "loss_aggregation", "importance_correction", "value_loss", "preference_loss", "kl_controller", "task", "logger", "rollout_backend"):
         assert kind in kinds, f"no {kind} registered"
+
+
+# --------------------------------------------------------------------------- the suite bites
+
+
+class _Impostors:
+    """Test-only components that break a contract on purpose."""
+
+    @staticmethod
+    def batch_baseline(*, token_rewards, mask, index, values=None, config):
+        """Baseline over the whole batch, undeclared: each group's advantages depend on the others."""
+        import torch
+
+        scores = torch.where(mask, token_rewards, 0.0).sum(-1)
+        rows = mask.any(-1)
+        adv = scores - scores[rows].mean()
+        out = torch.where(mask, adv[:, None], 0.0)
+        return out, out.clone()
+
+    @staticmethod
+    def declared_batch_baseline(**kw):
+        """The same estimator, honest about its batch step: x → x + b for the other groups."""
+        return _Impostors.batch_baseline(**kw)
+
+    @staticmethod
+    def squared_batch_baseline(**kw):
+        """Declares a batch step, but moves the other groups by a non-affine map."""
+        adv, _ = _Impostors.batch_baseline(**kw)
+        adv = adv * adv.abs()
+        return adv, adv.clone()
+
+    @staticmethod
+    def self_reducing_loss(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None):
+        """−A·log π averaged over tokens without calling aggregate, undeclared."""
+        import torch
+
+        loss = torch.where(mask, -advantages * log_prob, 0.0).sum() / mask.sum()
+        zero = torch.zeros(())
+        return loss, {"actor/approx_kl": zero, "actor/clipfrac": zero}
+
+    @staticmethod
+    def token_mean_declared_seq_mean(**kw):
+        """Declares a per-sequence mean but computes a token mean."""
+        return _Impostors.self_reducing_loss(**kw)
+
+    @rllab.hookimpl
+    def register_advantage_estimators(self, register):
+        register("batch_baseline", self.batch_baseline)
+        register("declared_batch_baseline", self.declared_batch_baseline)
+        register("squared_batch_baseline", self.squared_batch_baseline)
+
+    @rllab.hookimpl
+    def register_policy_losses(self, register):
+        register("self_reducing_loss", self.self_reducing_loss)
+        register("token_mean_declared_seq_mean", self.token_mean_declared_seq_mean)
+
+
+_Impostors.declared_batch_baseline.batch_step = "batch mean"
+_Impostors.squared_batch_baseline.batch_step = "batch mean"
+_Impostors.token_mean_declared_seq_mean.aggregation = "seq-mean"
+
+
+def _outcome(name, check_prefix):
+    import pytest as _pytest
+
+    lab = rllab.Lab([_Impostors()], entry_points=False)
+    cases = [c for c in contract_cases(lab=lab, names=[name]) if c.check.startswith(check_prefix)]
+    assert len(cases) == 1, [c.check for c in cases]
+    try:
+        cases[0].run()
+    except AssertionError as e:
+        return "failed", str(e)
+    except _pytest.skip.Exception as e:
+        return "skipped", str(e)
+    return "passed", ""
+
+
+def test_an_undeclared_batch_baseline_fails_group_isolation():
+    status, message = _outcome("batch_baseline", "changing one group's rewards")
+    assert status == "failed" and "batch_step" in message
+
+
+def test_a_declared_batch_step_is_checked_separately():
+    assert _outcome("declared_batch_baseline", "changing one group's rewards")[0] == "skipped"
+    assert _outcome("declared_batch_baseline", "a declared batch-level step")[0] == "passed"
+    status, message = _outcome("squared_batch_baseline", "a declared batch-level step")
+    assert status == "failed" and "affine" in message
+
+
+def test_a_loss_that_bypasses_aggregate_must_declare_it():
+    status, message = _outcome("self_reducing_loss", "the loss goes through aggregate")
+    assert status == "failed" and "fn.aggregation" in message
+    status, message = _outcome("token_mean_declared_seq_mean", "the loss goes through aggregate")
+    assert status == "failed" and "halves" in message
+
+
+def test_every_component_is_in_the_components_table():
+    """docs/components.md names every registered component with its reference."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "components.md").read_text()
+    missing = [f"{s.kind} {s.name}" for s in _LAB.specs() if f"`{s.name}`" not in text]
+    assert missing == []
+
+
+@pytest.mark.parametrize(
+    "name, knobs, batch_step",
+    [("grpo", {"scale": "batch"}, True), ("grpo", {"scale": "none"}, False), ("gae", {"whiten": False}, False)],
+)
+def test_batch_step_declarations_follow_the_knobs(name, knobs, batch_step):
+    """A knob that turns a batch-level step on or off moves the estimator between the two checks."""
+    cases = {c.check: c for c in contract_cases(lab=_LAB, names=[name], knobs=knobs) if c.kind == "advantage_estimator"}
+    isolation = cases["changing one group's rewards leaves the other groups alone"]
+    affine = cases["a declared batch-level step moves other groups by one affine map"]
+    ran, skipped = (affine, isolation) if batch_step else (isolation, affine)
+    ran.run()
+    with pytest.raises(pytest.skip.Exception):
+        skipped.run()

@@ -65,12 +65,17 @@ def test_step_metrics_and_first_minibatch_is_on_policy(tmp_path):
     tr.close()
 
 
-def test_micro_batches_do_not_change_the_gradient(tmp_path):
+@pytest.mark.parametrize(
+    "extra",
+    [["aggregation=seq-mean-token-mean"], ["policy_loss=geo_mean"], ["aggregation=seq-mean-token-sum", "aggregation.count_empty_rows=true"]],
+    ids=["seq-mean-token-mean", "geo_mean-reduces-itself", "count-empty-rows"],
+)
+def test_micro_batches_do_not_change_the_gradient(tmp_path, extra):
     from functools import partial
 
     from rllab_rl import Prepared, _aggregate, _logprobs
 
-    tr = Trainer(small_cfg("algorithm.entropy_coef=0.01", "aggregation=seq-mean-token-mean"), run_dir=tmp_path, progress=False)
+    tr = Trainer(small_cfg("algorithm.entropy_coef=0.01", *extra), run_dir=tmp_path, progress=False)
     ctx = tr.context()
     batch = tr.rollout.to_batch(tr.rollout.sample(0))
     with torch.no_grad():
@@ -79,7 +84,10 @@ def test_micro_batches_do_not_change_the_gradient(tmp_path):
     adv = adv + 0.1 * torch.randn_like(adv)  # make every token matter
     mask = batch.response_mask
     prepared = Prepared(batch=batch, old_log_prob=old, ref_log_prob=None, values=None, advantages=adv, returns=ret, weights=torch.ones_like(adv), beta=0.0)
-    agg = partial(_aggregate, tr.components["aggregation"], global_tokens=int(mask.sum()), global_seqs=int(mask.any(-1).sum()))
+    counts = {"global_tokens": int(mask.sum()), "global_seqs": int(mask.any(-1).sum())}
+    if "global_rows" in tr.components["aggregation"].spec.requires:
+        counts["global_rows"] = mask.shape[0]
+    agg = partial(_aggregate, tr.components["aggregation"], **counts)
     params = [p for p in tr.policy.parameters() if p.requires_grad]
 
     def grads(splits):
@@ -363,3 +371,26 @@ def test_preference_losses_with_token_level_inputs_train(tmp_path, loss):
         assert float(tr2.algorithm.bco["bco_reward_count"]) == ms[1]["bco/reward_count"]
         tr2.close()
     tr.close()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["policy_loss=bypass_mode"],
+        ["policy_loss=ppo_clip", "policy_loss.off_policy_mask_threshold=0.5"],
+        ["correction=rejection", "correction.criterion=token_k1", "correction.upper=2.0"],
+    ],
+    ids=["bypass", "off-policy-mask", "rejection"],
+)
+def test_variant_components_train(tmp_path, extra):
+    """Components that need more than the defaults from the step (the rollout log-probs as the
+    old policy, the rollout log-probs beside it) get it."""
+    tr = Trainer(small_cfg(*extra), run_dir=tmp_path, progress=False)
+    for _ in range(2):
+        finite_metrics(tr.train_step())
+    tr.close()
+
+
+def test_bypass_with_a_correction_is_refused(tmp_path):
+    with pytest.raises(rllab.RllabError, match="bypass mode.*set correction = \"none\""):
+        Trainer(small_cfg("policy_loss=bypass_mode", "correction=token_truncate"), run_dir=tmp_path, progress=False)

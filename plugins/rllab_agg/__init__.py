@@ -29,6 +29,14 @@ Edge cases, and where rllab differs from verl 0.9.1 ``agg_loss``:
   ``torch.where``. verl multiplies by the mask, so a NaN under the mask makes its loss NaN.
 * ``seq-mean-token-mean`` divides each row by ``n_b`` exactly; verl adds 1e-8 to ``n_b`` (a
   relative difference of at most 1e-8, below float32 rounding).
+* ``count_empty_rows`` (the three sequence modes; default False): True divides by the number of
+  *rows*, fully masked ones included, instead of the non-empty rows — TRL 1.16's convention for
+  ``loss_type`` ``grpo``/``sapo`` (``seq-mean-token-mean``), ``luspo`` (``seq-mean-token-sum``)
+  and ``dr_grpo`` (``seq-mean-token-sum-norm`` with ``horizon = max_completion_length``), which
+  take ``.mean()`` over the batch dimension. rllab leaves empty rows out by default, as verl does:
+  a row with nothing to train on should not dilute the others. Under micro-batching the global
+  row count must then be passed as ``global_rows`` (a ``global_seqs`` without it is refused: it
+  counts non-empty rows only).
 * ``seq-mean-token-sum-norm`` uses ``horizon`` when set and otherwise the mask width T — verl's
   default (``loss_scale_factor=None``). With the default, appending padding columns changes T
   and therefore the loss; set ``horizon`` (e.g. the maximum response length) for a loss that is
@@ -50,6 +58,28 @@ def _divide(total: torch.Tensor, local_count: torch.Tensor, global_count) -> tor
     if isinstance(count, torch.Tensor):
         return total / count.to(device=total.device, dtype=total.dtype).clamp(min=1)
     return total / max(float(count), 1.0)
+
+
+def _rows(where, nonempty, config, global_seqs, global_rows):
+    """(local row count, global normaliser) for a sequence mean: non-empty rows, or every row."""
+    if not getattr(config, "count_empty_rows", False):  # global_rows, when given, is not the normaliser
+        return nonempty.sum(), global_seqs
+    if global_seqs is not None and global_rows is None:
+        raise ValueError(
+            f"{where}: count_empty_rows = True needs global_rows (the batch's row count, empty rows included); "
+            "global_seqs counts non-empty rows only"
+        )
+    return torch.tensor(nonempty.shape[0], device=nonempty.device), global_rows
+
+
+@attrs.frozen
+class SeqMeanConfig:
+    """Knobs of the sequence-mean aggregations."""
+
+    count_empty_rows: bool = rllab.knob(
+        False, help="divide by every row, fully masked ones included (TRL's grpo/sapo/luspo/dr_grpo); "
+        "False: non-empty rows only (verl)"
+    )
 
 
 def _row_sums(loss_mat: torch.Tensor, mask: torch.Tensor):
@@ -78,27 +108,31 @@ def token_sum(*, loss_mat, mask, config, global_tokens=None, global_seqs=None):
     return ops.masked_sum(loss_mat, mask)
 
 
-def seq_mean_token_sum(*, loss_mat, mask, config, global_tokens=None, global_seqs=None):
-    """Mean over non-empty rows of each row's token sum.
+def seq_mean_token_sum(*, loss_mat, mask, config, global_tokens=None, global_seqs=None, global_rows=None):
+    """Mean over non-empty rows (every row with ``count_empty_rows``) of each row's token sum.
 
-    ``loss_mat`` (B, T) float, ``mask`` (B, T) bool; ``global_seqs`` replaces the number of
-    non-empty rows. Returns a 0-d tensor (0 when every row is empty).
+    ``loss_mat`` (B, T) float, ``mask`` (B, T) bool; ``global_seqs`` (``global_rows``) replaces the
+    number of non-empty rows (of rows). Returns a 0-d tensor (0 when every row is empty).
     """
-    ops.check_token_tensor("loss_aggregation 'seq-mean-token-sum'", "loss_mat", loss_mat, mask)
+    where = "loss_aggregation 'seq-mean-token-sum'"
+    ops.check_token_tensor(where, "loss_mat", loss_mat, mask)
     row_sum, _, nonempty = _row_sums(loss_mat, mask)
-    return _divide(ops.masked_sum(row_sum, nonempty), nonempty.sum(), global_seqs)
+    local, global_count = _rows(where, nonempty, config, global_seqs, global_rows)
+    return _divide(ops.masked_sum(row_sum, nonempty), local, global_count)
 
 
-def seq_mean_token_mean(*, loss_mat, mask, config, global_tokens=None, global_seqs=None):
-    """Mean over non-empty rows of each row's token mean (every sequence weighs the same).
+def seq_mean_token_mean(*, loss_mat, mask, config, global_tokens=None, global_seqs=None, global_rows=None):
+    """Mean over non-empty rows (every row with ``count_empty_rows``) of each row's token mean.
 
-    ``loss_mat`` (B, T) float, ``mask`` (B, T) bool; ``global_seqs`` replaces the number of
-    non-empty rows. Returns a 0-d tensor (0 when every row is empty).
+    ``loss_mat`` (B, T) float, ``mask`` (B, T) bool; ``global_seqs`` (``global_rows``) replaces the
+    number of non-empty rows (of rows). Returns a 0-d tensor (0 when every row is empty).
     """
-    ops.check_token_tensor("loss_aggregation 'seq-mean-token-mean'", "loss_mat", loss_mat, mask)
+    where = "loss_aggregation 'seq-mean-token-mean'"
+    ops.check_token_tensor(where, "loss_mat", loss_mat, mask)
     row_sum, row_len, nonempty = _row_sums(loss_mat, mask)
     row_mean = row_sum / row_len.clamp(min=1).to(row_sum.dtype)
-    return _divide(ops.masked_sum(row_mean, nonempty), nonempty.sum(), global_seqs)
+    local, global_count = _rows(where, nonempty, config, global_seqs, global_rows)
+    return _divide(ops.masked_sum(row_mean, nonempty), local, global_count)
 
 
 @attrs.frozen
@@ -111,24 +145,29 @@ class SeqMeanTokenSumNormConfig:
         "response length); None = the mask width T, as verl",
         gt=0,
     )
+    count_empty_rows: bool = rllab.knob(
+        False, help="divide by every row, fully masked ones included (TRL's dr_grpo); False: non-empty rows (verl)"
+    )
 
 
-def seq_mean_token_sum_norm(*, loss_mat, mask, config, global_tokens=None, global_seqs=None):
+def seq_mean_token_sum_norm(*, loss_mat, mask, config, global_tokens=None, global_seqs=None, global_rows=None):
     """Dr.GRPO: mean over non-empty rows of each row's token sum, divided by a constant horizon.
 
     ``loss_mat`` (B, T) float, ``mask`` (B, T) bool; ``global_seqs`` replaces the number of
     non-empty rows; ``config.horizon`` (None = T). Returns a 0-d tensor (0 when every row is empty).
     """
-    ops.check_token_tensor("loss_aggregation 'seq-mean-token-sum-norm'", "loss_mat", loss_mat, mask)
+    where = "loss_aggregation 'seq-mean-token-sum-norm'"
+    ops.check_token_tensor(where, "loss_mat", loss_mat, mask)
     row_sum, _, nonempty = _row_sums(loss_mat, mask)
     horizon = loss_mat.shape[-1] if config.horizon is None else config.horizon
-    return _divide(ops.masked_sum(row_sum, nonempty), nonempty.sum(), global_seqs) / float(max(horizon, 1))
+    local, global_count = _rows(where, nonempty, config, global_seqs, global_rows)
+    return _divide(ops.masked_sum(row_sum, nonempty), local, global_count) / float(max(horizon, 1))
 
 
 @rllab.hookimpl
 def register_loss_aggregations(register):
     register("token-mean", token_mean)
     register("token-sum", token_sum)
-    register("seq-mean-token-sum", seq_mean_token_sum)
-    register("seq-mean-token-mean", seq_mean_token_mean)
-    register("seq-mean-token-sum-norm", seq_mean_token_sum_norm, config=SeqMeanTokenSumNormConfig)
+    register("seq-mean-token-sum", seq_mean_token_sum, config=SeqMeanConfig, requires=("global_rows",))
+    register("seq-mean-token-mean", seq_mean_token_mean, config=SeqMeanConfig, requires=("global_rows",))
+    register("seq-mean-token-sum-norm", seq_mean_token_sum_norm, config=SeqMeanTokenSumNormConfig, requires=("global_rows",))

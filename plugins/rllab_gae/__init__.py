@@ -300,6 +300,11 @@ def reinforce_plus_plus(*, token_rewards, mask, index=None, values=None, config:
     return advantages, returns
 
 
+# batch-level steps, declared for the contract suite's group-isolation check (rllab.testing)
+gae.batch_step = lambda config: "whiten" if config.whiten else None
+reinforce_plus_plus.batch_step = "whiten"
+
+
 @rllab.hookimpl
 def register_advantage_estimators(register):
     register("gae", gae, config=GAEConfig, requires=("values",))

@@ -7,9 +7,11 @@ Value loss (``register_value_losses``): ``clipped`` (alias ``ppo``), in :mod:`rl
 :mod:`rllab_ppo.fused` computes PPO-clip + KL (k3) + entropy bonus as one autograd node, for
 trainers that want fewer temporaries; it is a plain function, not a registered component.
 
-verl's ``geo_mean`` (GMPO) is not provided: its loss is one number per sequence, averaged over
-rows regardless of the run's aggregation mode, which does not fit the per-token ``aggregate``
-contract every loss here honours.
+More losses — ``geo_mean`` (GMPO), ``dppo_tv``, ``dppo_kl``, ``dro``, ``vespo`` — are in
+:mod:`rllab_ppo.variants`. ``geo_mean`` is one number per sequence, averaged over rows whatever
+the run's aggregation mode; it says so (``geo_mean.aggregation = "seq-mean"``) and the contract
+suite checks it ignores ``aggregate`` instead of honouring it. The off-policy sequence mask
+(``off_policy_mask_threshold``) is in :mod:`rllab_ppo.opsm`.
 """
 
 import rllab
@@ -32,6 +34,7 @@ from .losses import (
     vanilla_pg,
 )
 from .value import ClippedValueConfig, clipped_value_loss
+from .variants import DPPOConfig, DROConfig, GeoMeanConfig, VESPOConfig, dppo_kl, dppo_tv, dro, geo_mean, vespo
 
 __all__ = [
     "CISPOConfig",
@@ -51,6 +54,15 @@ __all__ = [
     "ppo_dual_clip",
     "sapo",
     "vanilla_pg",
+    "DPPOConfig",
+    "DROConfig",
+    "GeoMeanConfig",
+    "VESPOConfig",
+    "dppo_kl",
+    "dppo_tv",
+    "dro",
+    "geo_mean",
+    "vespo",
 ]
 
 
@@ -64,6 +76,11 @@ def register_policy_losses(register):
     register("sapo", sapo, config=SAPOConfig)
     register("clip_cov", clip_cov, config=ClipCovConfig)
     register("kl_cov", kl_cov, config=KLCovConfig)
+    register("geo_mean", geo_mean, config=GeoMeanConfig, aliases=("gmpo",))
+    register("dppo_tv", dppo_tv, config=DPPOConfig)
+    register("dppo_kl", dppo_kl, config=DPPOConfig)
+    register("dro", dro, config=DROConfig)
+    register("vespo", vespo, config=VESPOConfig)
 
 
 @rllab.hookimpl

@@ -73,6 +73,9 @@ Where rllab's defaults differ from the references, and why:
   so the loss stays a pure function of its inputs (reruns, padding and masked values cannot
   change the pick). Its ``actor/clipfrac`` is PPO's; verl's ``pg_clipfrac`` there is rllab's
   ``actor/clip_cov_frac``.
+* ``off_policy_mask_threshold`` (``ppo_clip``, ``gspo``, ``cispo``, ``sapo``; None by default):
+  TRL 1.16's off-policy sequence mask, see :mod:`rllab_ppo.opsm`. These losses accept an optional
+  ``rollout_log_prob`` (B, T) that only the mask reads.
 * ``vanilla_pg``'s value is −A·log_prob, not −A·r: with ``log_prob == old_log_prob`` the two
   have the same gradient (−A·∇log π), not the same value.
 """
@@ -87,6 +90,8 @@ import torch
 import rllab
 from rllab import ops
 from rllab.ops import check_inputs, zero_masked
+
+from .opsm import apply_off_policy_mask, off_policy_mask_knob
 
 LOG_RATIO_CLAMP = 20.0
 
@@ -156,9 +161,10 @@ class PPOClipConfig:
     clip_low: float = rllab.knob(0.2, help="ε_low: the ratio's lower bound is 1 − clip_low", ge=0.0)
     clip_high: float = rllab.knob(0.2, help="ε_high: the ratio's upper bound is 1 + clip_high (DAPO: 0.28)", ge=0.0)
     log_ratio_clamp: float | None = _log_ratio_clamp_knob()
+    off_policy_mask_threshold: float | None = off_policy_mask_knob()
 
 
-def ppo_clip(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None):
+def ppo_clip(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None, rollout_log_prob=None):
     """PPO clipped surrogate: max(−A·r, −A·clip(r, 1 − ε_low, 1 + ε_high)).
 
     All tensors (B, T); returns (0-d loss, metrics). ``actor/clipfrac`` is the share of valid
@@ -174,6 +180,10 @@ def ppo_clip(*, log_prob, old_log_prob, advantages, mask, aggregate, config, wei
 
     metrics = kl_metrics(log_ratio, ratio, mask)
     metrics["actor/clipfrac"] = _frac(pg_losses2 > pg_losses1, mask)
+    pg_losses = apply_off_policy_mask(
+        pg_losses, config=config, log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, mask=mask,
+        rollout_log_prob=rollout_log_prob, metrics=metrics, where="ppo_clip",
+    )
     return _finish(pg_losses, weights, mask, aggregate), metrics
 
 
@@ -229,9 +239,10 @@ class GSPOConfig:
     log_ratio_max: float | None = optional_positive(
         10.0, help="log s_{i,t} is clamped from above at this (verl: 10; None: unclamped)"
     )
+    off_policy_mask_threshold: float | None = off_policy_mask_knob()
 
 
-def gspo(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None):
+def gspo(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None, rollout_log_prob=None):
     """GSPO: PPO-clip on the sequence-level ratio (Zheng et al. 2025, "Group Sequence Policy Optimization").
 
     ``log s_i = Σ_t mask·(log_prob − old_log_prob) / Σ_t mask`` (B,); the token ratio is
@@ -256,6 +267,10 @@ def gspo(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights
     metrics = kl_metrics(kl_log_ratio, torch.exp(kl_log_ratio), mask)
     metrics["actor/approx_kl"] = ops.masked_mean(-token_log_ratio.detach(), mask)
     metrics["actor/clipfrac"] = _frac(pg_losses2 > pg_losses1, mask)
+    pg_losses = apply_off_policy_mask(
+        pg_losses, config=config, log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, mask=mask,
+        rollout_log_prob=rollout_log_prob, metrics=metrics, where="gspo",
+    )
     return _finish(pg_losses, weights, mask, aggregate), metrics
 
 
@@ -283,9 +298,10 @@ class CISPOConfig:
         None, help="relative form only: r ≥ 1 − clip_low (None: no lower bound)", ge=0.0, validator=_check_cispo
     )
     log_ratio_clamp: float | None = _log_ratio_clamp_knob()
+    off_policy_mask_threshold: float | None = off_policy_mask_knob()
 
 
-def cispo(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None):
+def cispo(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None, rollout_log_prob=None):
     """CISPO: REINFORCE weighted by a clipped, detached ratio (MiniMax-M1, arXiv:2506.13585).
 
     Per token ``−sg(clip(r))·A·log_prob``; every token keeps a gradient, the clip only bounds
@@ -305,6 +321,10 @@ def cispo(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weight
 
     metrics = kl_metrics(log_ratio, ratio, mask)
     metrics["actor/clipfrac"] = _frac(clipped_ratio != ratio, mask)
+    pg_losses = apply_off_policy_mask(
+        pg_losses, config=config, log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, mask=mask,
+        rollout_log_prob=rollout_log_prob, metrics=metrics, where="cispo",
+    )
     return _finish(pg_losses, weights, mask, aggregate), metrics
 
 
@@ -338,9 +358,10 @@ class SAPOConfig:
     tau_pos: float = rllab.knob(1.0, help="gate temperature τ where A > 0", gt=0.0)
     tau_neg: float = rllab.knob(1.05, help="gate temperature τ where A ≤ 0", gt=0.0)
     log_ratio_clamp: float | None = _log_ratio_clamp_knob()
+    off_policy_mask_threshold: float | None = off_policy_mask_knob()
 
 
-def sapo(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None):
+def sapo(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None, rollout_log_prob=None):
     """SAPO: a smooth sigmoid gate instead of a hard clip (Gao et al. 2025, arXiv:2511.20347).
 
     Per token ``−A·f(r)`` with ``f(r) = σ(τ·(r − 1))·4/τ`` and τ = τ_pos where A > 0, τ_neg
@@ -360,6 +381,10 @@ def sapo(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights
 
     metrics = kl_metrics(log_ratio, ratio, mask)
     metrics["actor/clipfrac"] = torch.zeros((), dtype=torch.float32, device=log_prob.device)
+    pg_losses = apply_off_policy_mask(
+        pg_losses, config=config, log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, mask=mask,
+        rollout_log_prob=rollout_log_prob, metrics=metrics, where="sapo",
+    )
     return _finish(pg_losses, weights, mask, aggregate), metrics
 
 

@@ -20,6 +20,8 @@ forward.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from functools import partial
 from typing import Any
@@ -98,12 +100,17 @@ class RL:
     """Policy-gradient RL with the run's advantage estimator, policy loss, correction, KL and aggregation."""
 
     uses = frozenset({"task", "backend", "advantage", "policy_loss", "correction", "aggregation", "kl", "kl_controller", "value_loss"})
-    provides = {"advantage_estimator": ("values",)}
+    provides = {"advantage_estimator": ("values",), "loss_aggregation": ("global_rows",)}
 
     def __init__(self, *, config: RLConfig):
         self.config = config
 
     def needs(self, ctx: RunContext) -> set[str]:
+        if _bypass(ctx) and ctx.components["correction"].name != "none":
+            raise rllab.RllabError(
+                f"policy_loss {ctx.components['policy_loss'].name!r} corrects for the sampler itself (bypass mode): "
+                f"set correction = \"none\" (got {ctx.components['correction'].name!r}, which would be applied on top)"
+            )
         out = set()
         if "values" in ctx.components["advantage"].spec.requires:
             out.add("critic")
@@ -116,8 +123,12 @@ class RL:
         self.config = config
 
     def on_policy(self, ctx: RunContext) -> bool:
-        """One update from the step's own rollouts and nothing needing old log-probs before it."""
+        """No separate old-log-prob forward: either one update from the step's own rollouts with
+        nothing needing old log-probs before it (the update's forward, detached, is the old
+        policy), or a bypass-mode loss (the rollout engine's log-probs are the old policy)."""
         c = self.config
+        if _bypass(ctx):
+            return True
         return c.epochs == 1 and c.minibatches == 1 and not (c.kl_in == "reward" and ctx.reference is not None)
 
     # ------------------------------------------------------------------ the step
@@ -193,7 +204,10 @@ class RL:
                     continue
                 mb = mb.to(batch.input_ids.device)
                 mb_mask = batch.response_mask[mb]
-                agg = partial(_aggregate, aggregation, global_tokens=int(mb_mask.sum()), global_seqs=int(mb_mask.any(-1).sum()))
+                counts = {"global_tokens": int(mb_mask.sum()), "global_seqs": int(mb_mask.any(-1).sum())}
+                if "global_rows" in aggregation.spec.requires:
+                    counts["global_rows"] = int(mb_mask.shape[0])
+                agg = partial(_aggregate, aggregation, **counts)
                 micro = c.micro_batch_size or mb.numel()
                 mb_tokens = max(1, int(mb_mask.sum()))
                 mb_metrics: dict[str, float] = {}
@@ -221,7 +235,9 @@ class RL:
         correction = comps["correction"]
         log_prob, entropy = _logprobs(ctx, ctx.policy, batch, rows, with_entropy=True)
         out: dict[str, float] = {}
-        if p.old_log_prob is None:  # on-policy: this forward is the rollout-time policy
+        if _bypass(ctx):  # the loss corrects for the sampler itself, from π_θ / π_rollout
+            old, w = batch.rollout_log_prob[rows], None
+        elif p.old_log_prob is None:  # on-policy: this forward is the rollout-time policy
             old = log_prob.detach()
             w = None
             if correction.name != "none":
@@ -232,15 +248,22 @@ class RL:
         else:
             old = p.old_log_prob[rows]
             w = p.weights[rows] if p.weights is not None else None
-        pg_loss, pg_metrics = comps["policy_loss"](
+        policy_loss = comps["policy_loss"]
+        extra = {"rollout_log_prob": batch.rollout_log_prob[rows]} if _accepts(policy_loss, "rollout_log_prob") else {}
+        pg_loss, pg_metrics = policy_loss(
             log_prob=log_prob,
             old_log_prob=old,
             advantages=p.advantages[rows],
             mask=mask,
             aggregate=agg,
             weights=None if correction.name == "none" else w,
+            **extra,
         )
         loss = checked_loss(pg_loss, ctx, "policy_loss")
+        if getattr(policy_loss.spec.fn, "aggregation", None) == "seq-mean":
+            # a loss that reduces itself to a mean over its rows: weight the micro-batch by its share
+            # of the minibatch's rows, so micro-batching leaves the gradient unchanged
+            loss = loss * (int(mask.any(-1).sum()) / max(1, agg.keywords["global_seqs"]))
         out.update({k: float(v) for k, v in pg_metrics.items()})
         out["loss/policy"] = loss.item()
         if self.config.kl_in == "loss" and p.ref_log_prob is not None and p.beta > 0:
@@ -264,8 +287,23 @@ class RL:
         return out
 
 
-def _aggregate(component: Any, loss_mat, mask, *, global_tokens, global_seqs):
-    return component(loss_mat=loss_mat, mask=mask, global_tokens=global_tokens, global_seqs=global_seqs)
+def _aggregate(component: Any, loss_mat, mask, **counts):
+    return component(loss_mat=loss_mat, mask=mask, **counts)
+
+
+def _bypass(ctx: RunContext) -> bool:
+    """The policy loss wants the rollout engine's log-probs as ``old_log_prob`` (bypass mode)."""
+    return getattr(ctx.components["policy_loss"].spec.fn, "old_log_prob", None) == "rollout"
+
+
+@functools.lru_cache(maxsize=None)
+def _parameters(fn) -> frozenset:
+    return frozenset(inspect.signature(fn).parameters)
+
+
+def _accepts(component: Any, name: str) -> bool:
+    """The component's function takes the optional keyword ``name``."""
+    return name in _parameters(component.spec.fn)
 
 
 def rl(*, config: RLConfig) -> RL:

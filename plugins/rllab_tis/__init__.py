@@ -44,6 +44,13 @@ large enough that trusting it further mostly adds variance — and the sequence 
 are products over hundreds of tokens, reach such values far more often than the token forms. Set
 ``c_max=3.0`` for TRL's behaviour (``vllm_importance_sampling_cap`` / ``..._clip_max``).
 
+Rejection sampling (``rejection``: verl's ``rollout_rs`` criteria token_kN / seq_sum_kN /
+seq_mean_kN (Geo-RS) / seq_max_kN) and the k1/k2/k3 mismatch metrics are in
+:mod:`rllab_tis.rejection`; the bypass-mode policy loss (``bypass_mode``) in :mod:`rllab_tis.bypass`.
+``batch_normalize`` divides any correction's weights by their batch mean, as verl's
+``rollout_is_batch_normalize`` — the mean over the tensors passed in: under data parallelism that
+is the local batch, where verl all-reduces the mean across ranks.
+
 Where the references differ: verl's IcePop mask needs an explicit lower bound and its truncation
 has none; TRL 1.16 applies ``clip_min`` to both truncation and masking, clamps no log-weight and
 multiplies the log-difference by the mask (a NaN under the mask leaks); rllab selects with
@@ -57,6 +64,9 @@ import torch
 
 import rllab
 from rllab import ops
+
+from .bypass import BypassConfig, bypass_mode
+from .rejection import RejectionConfig, rejection
 
 SAFETY_BOUND = 20.0
 
@@ -76,6 +86,10 @@ class CorrectionConfig:
     c_min: float | None = rllab.knob(
         None, help="C_min: weights below are raised to it / masked to 0 (None: no lower bound)", ge=0.0,
         validator=_check_bounds,
+    )
+    batch_normalize: bool = rllab.knob(
+        False, help="divide the weights by their batch mean: over valid tokens (token forms) or non-empty rows "
+        "(sequence forms), when it exceeds 1e-8 (verl's rollout_is_batch_normalize)"
     )
 
 
@@ -113,7 +127,7 @@ def _truncated(where, level, old_log_prob, rollout_log_prob, mask, config):
     weights = torch.clamp(w, min=config.c_min, max=config.c_max)
     changed = weights != w
     weights = ops.zero_masked(weights, mask)
-    return weights, _metrics(weights, changed, old, rollout, mask, level, "truncated")
+    return _normalized(weights, _metrics(weights, changed, old, rollout, mask, level, "truncated"), mask, level, config)
 
 
 def _masked(where, level, old_log_prob, rollout_log_prob, mask, config):
@@ -123,7 +137,20 @@ def _masked(where, level, old_log_prob, rollout_log_prob, mask, config):
     if config.c_min is not None:
         keep = keep & (w >= config.c_min)
     weights = ops.zero_masked(w, mask & keep)
-    return weights, _metrics(weights, ~keep, old, rollout, mask, level, "masked")
+    return _normalized(weights, _metrics(weights, ~keep, old, rollout, mask, level, "masked"), mask, level, config)
+
+
+def _normalized(weights, metrics, mask, level, config):
+    """With ``batch_normalize``: weights / their batch mean (token or row level); metrics before it, as verl."""
+    if not config.batch_normalize:
+        return weights, metrics
+    if level == "token":
+        mean = ops.masked_mean(weights, mask)
+    else:
+        mean = ops.masked_mean(ops.masked_mean(weights, mask, dim=-1), mask.any(-1))
+    scale = torch.where(mean > 1e-8, mean, torch.ones_like(mean))
+    metrics["tis/batch_norm_factor"] = scale.detach()
+    return weights / scale, metrics
 
 
 def token_truncate(*, old_log_prob, rollout_log_prob, mask, config):
@@ -183,3 +210,9 @@ def register_importance_corrections(register):
     register("sequence_truncate", sequence_truncate, config=CorrectionConfig)
     register("sequence_mask", sequence_mask, config=CorrectionConfig)
     register("none", no_correction)
+    register("rejection", rejection, config=RejectionConfig, aliases=("rs",))
+
+
+@rllab.hookimpl
+def register_policy_losses(register):
+    register("bypass_mode", bypass_mode, config=BypassConfig)

@@ -1,0 +1,316 @@
+"""Rejection sampling on the rollout/training mismatch, and the mismatch metrics (verl 0.9.1
+``rollout_corr_helper``).
+
+Liu et al. 2025, "When Speed Kills Stability: Demystifying RL Collapse from the
+Training-Inference Mismatch". Where an importance weight *re-weights* a token whose trainer and
+sampler disagree, rejection sampling *drops* it — or its whole sequence — once a divergence
+estimate between the two policies passes a threshold. With ``lr_t = clamp(old_log_prob_t −
+rollout_log_prob_t, ±20)`` (log π_train/π_rollout) the per-token divergence estimates are::
+
+    k1_t = −lr_t          k2_t = ½·lr_t²          k3_t = exp(lr_t) − 1 − lr_t
+
+and the criteria (verl's ``rollout_rs`` options) are
+
+==================== ============================================================ ===========
+``token_kN``         each token on its own: keep where k_t passes                  token
+``seq_sum_kN``       Σ_t k_t over the row (for k1: log of the sequence ratio, sign  sequence
+                     flipped)
+``seq_mean_kN``      mean_t k_t over the row (for k1: the log of the *geometric     sequence
+                     mean* ratio, sign flipped — "Geo-RS")
+``seq_max_kN``       max_t k_t over the row (N = 2, 3): one bad token vetoes the    sequence
+                     whole sequence
+==================== ============================================================ ===========
+
+The per-token **veto** (``veto_threshold``, off by default) drops every token of a row in which
+some valid token has ``π_train/π_rollout = exp(lr_t) < veto_threshold`` — one catastrophically
+unlikely token under the trainer condemns its sequence. It is the ``rollout_token_veto_threshold``
+of the verl releases before 0.9 (paper value 1e-4); verl 0.9.1 dropped it (``seq_max_k3`` is its
+closest 0.9.1 criterion), so it has no 0.9.1 reference and is tested by hand. It combines with the
+criterion: a token is kept only if it passes both.
+
+A k1 statistic passes where ``log(lower) ≤ stat ≤ log(upper)`` (``lower`` defaults to
+1/``upper``); k2 and k3 statistics are non-negative and pass where ``stat ≤ upper``. A sequence
+criterion keeps or drops every token of a row together. Note that the k1 statistic is −lr, so
+``upper`` bounds π_rollout/π_train from above — verl's convention, kept as is.
+
+Shapes: ``old_log_prob``, ``rollout_log_prob`` (B, T) float, ``mask`` (B, T) bool.
+
+:func:`rejection_mask` returns the (B, T) keep mask (verl's ``modified_response_mask``).
+The registered correction ``rejection`` returns ``keep × w`` as its weights, where ``w`` is an
+optional importance weight (``is_level`` "token"/"sequence", truncated at ``c_max`` or masked
+outside [``c_min``, ``c_max``], optionally batch-normalised) or 1.
+
+**Deliberate difference.** verl removes rejected tokens from the response mask, so they also
+leave the loss's normaliser (token-mean divides by the tokens that survived). A correction can
+only return weights: rejected tokens get weight 0 but still count in the normaliser. A trainer
+that wants verl's normaliser narrows its mask with :func:`rejection_mask` (the same function
+this correction uses) before aggregating.
+
+Metrics (detached 0-d, ``tis/…``): ``tis/rs_masked_frac`` (share of valid tokens rejected),
+``tis/rs_seq_masked_frac`` (share of non-empty rows with a rejected token; verl divides by all
+rows, empty ones included), ``tis/rs_stat_mean`` (the criterion's statistic averaged over valid
+tokens, verl's ``rollout_rs_<option>_mean``) and the mismatch metrics of
+:func:`mismatch_metrics`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import torch
+
+import rllab
+from rllab import ops
+
+SAFETY_BOUND = 20.0
+
+CRITERIA = (
+    "token_k1", "token_k2", "token_k3",
+    "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
+    "seq_mean_k1", "seq_mean_k2", "seq_mean_k3",
+    "seq_max_k2", "seq_max_k3",
+)
+
+__all__ = ["CRITERIA", "divergences", "rejection_mask", "veto_rows", "mismatch_metrics", "rejection", "RejectionConfig"]
+
+
+def _zero(x: torch.Tensor) -> torch.Tensor:
+    return torch.zeros((), dtype=x.dtype, device=x.device)
+
+
+def _prepare(where, old_log_prob, rollout_log_prob, mask):
+    for name, t in (("old_log_prob", old_log_prob), ("rollout_log_prob", rollout_log_prob)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"{where}: {name} must be a floating-point tensor, got {got}")
+    if old_log_prob.ndim != 2:
+        raise ValueError(f"{where}: old_log_prob must be (B, T), got shape {tuple(old_log_prob.shape)}")
+    rllab.check_mask(where, mask)
+    rllab.check_same_shape(where, old_log_prob=old_log_prob, rollout_log_prob=rollout_log_prob, mask=mask)
+    old, rollout = old_log_prob.detach(), rollout_log_prob.detach()
+    ops.check_finite(where, "old_log_prob", old, mask)
+    ops.check_finite(where, "rollout_log_prob", rollout, mask)
+    dtype = torch.promote_types(torch.promote_types(old.dtype, rollout.dtype), torch.float32)
+    zero = torch.zeros((), dtype=dtype, device=old.device)
+    return torch.where(mask, old.to(dtype), zero), torch.where(mask, rollout.to(dtype), zero)
+
+
+def divergences(old_log_prob, rollout_log_prob):
+    """Per-token (k1, k2, k3), each (B, T), from the log-ratio clamped to ±20 (inputs zeroed where masked)."""
+    lr = torch.clamp(old_log_prob - rollout_log_prob, -SAFETY_BOUND, SAFETY_BOUND)
+    return {"k1": -lr, "k2": 0.5 * lr**2, "k3": torch.exp(lr) - 1.0 - lr}
+
+
+def _row_stat(kind: str, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Row sum / mean / max of ``values`` over valid tokens, (B,); 0 for an empty row."""
+    if kind == "sum":
+        return ops.masked_sum(values, mask, dim=-1)
+    if kind == "mean":
+        return ops.masked_mean(values, mask, dim=-1)
+    top = torch.where(mask, values, torch.full_like(values, -math.inf)).amax(-1)
+    return torch.where(mask.any(-1), top, _zero(top))
+
+
+def _statistic(criterion: str, old, rollout, mask):
+    """The criterion's statistic: (B, T) for token criteria, (B, 1) broadcastable for sequence ones."""
+    level, _, estimator = criterion.rpartition("_")
+    per_token = divergences(old, rollout)[estimator]
+    if level == "token":
+        return per_token
+    return _row_stat(level.split("_")[1], per_token, mask)[:, None]
+
+
+def _bounds(criterion: str, upper: float, lower: float | None):
+    if criterion.endswith("k1"):
+        lo = 1.0 / upper if lower is None else lower
+        return math.log(lo), math.log(upper)
+    return None, upper
+
+
+def rejection_mask(*, old_log_prob, rollout_log_prob, mask, criterion: str, upper: float, lower: float | None = None):
+    """(B, T) bool: True on valid tokens that pass ``criterion`` (verl's ``modified_response_mask``).
+
+    ``old_log_prob``, ``rollout_log_prob`` (B, T) float; ``mask`` (B, T) bool; ``criterion`` one
+    of :data:`CRITERIA`; ``upper`` > 0; ``lower`` (k1 criteria only) > 0, default 1/upper.
+    """
+    where = f"rejection_mask({criterion!r})"
+    if criterion not in CRITERIA:
+        raise ValueError(f"{where}: unknown criterion; must be one of {', '.join(CRITERIA)}")
+    old, rollout = _prepare(where, old_log_prob, rollout_log_prob, mask)
+    return _keep(criterion, old, rollout, mask, upper, lower)[0]
+
+
+def _keep(criterion, old, rollout, mask, upper, lower):
+    stat = _statistic(criterion, old, rollout, mask)
+    lo, hi = _bounds(criterion, upper, lower)
+    passes = stat <= hi
+    if lo is not None:
+        passes = passes & (stat >= lo)
+    return mask & passes.expand_as(mask), stat.expand_as(mask)
+
+
+def veto_rows(old_log_prob, rollout_log_prob, mask, threshold: float) -> torch.Tensor:
+    """(B,) bool: rows with a valid token whose ratio exp(clamp(lr_t, ±20)) is below ``threshold``."""
+    lr = torch.clamp(old_log_prob - rollout_log_prob, -SAFETY_BOUND, SAFETY_BOUND)
+    return (mask & (lr < math.log(threshold))).any(-1)
+
+
+def mismatch_metrics(old_log_prob, rollout_log_prob, mask) -> dict[str, torch.Tensor]:
+    """Token- and sequence-level k1/k2/k3 estimates of the mismatch, and the χ² divergences.
+
+    For N in 1, 2, 3 (k_N as in the module docstring; inputs (B, T) zeroed where masked):
+
+    * ``tis/kN_token`` — mean of k_N over valid tokens (verl ``rollout_rs_token_kN_mean``;
+      ``tis/k1_token`` is verl's ``kl``, ``tis/k3_token`` its ``k3_kl`` up to the ±20 clamp);
+    * ``tis/kN_seq_sum`` — mean over non-empty rows of Σ_t k_N (``rollout_rs_seq_sum_kN_seq_mean``);
+    * ``tis/kN_seq_mean`` — mean over non-empty rows of mean_t k_N (``…seq_mean_kN_seq_mean``);
+    * ``tis/kN_seq_max`` (N = 2, 3) — mean over non-empty rows of max_t k_N;
+    * ``tis/chi2_token = mean_t ρ_t² − 1`` and ``tis/chi2_seq = mean_i (Π_t ρ_t)² − 1`` with
+      ρ = π_train/π_rollout, log-ratios clamped to ±20 (verl's ``chi2_token``, ``chi2_seq``; the
+      sequence mean is over non-empty rows, verl's over every row).
+    """
+    rows = mask.any(-1)
+    out = {}
+    for name, per_token in divergences(old_log_prob, rollout_log_prob).items():
+        out[f"tis/{name}_token"] = ops.masked_mean(per_token, mask)
+        for kind in ("sum", "mean", "max"):
+            if kind == "max" and name == "k1":
+                continue
+            out[f"tis/{name}_seq_{kind}"] = ops.masked_mean(_row_stat(kind, per_token, mask), rows)
+    lr = torch.clamp(old_log_prob - rollout_log_prob, -SAFETY_BOUND, SAFETY_BOUND)
+    out["tis/chi2_token"] = ops.masked_mean(torch.exp(lr).square(), mask) - 1.0
+    seq_lr = torch.clamp((old_log_prob - rollout_log_prob).sum(-1), -SAFETY_BOUND, SAFETY_BOUND)
+    out["tis/chi2_seq"] = ops.masked_mean(torch.exp(2.0 * seq_lr), rows) - 1.0
+    return {k: v.detach() for k, v in out.items()}
+
+
+# --------------------------------------------------------------------------- the registered correction
+
+
+def _check_lower(inst, attribute, value):
+    if value is None:
+        return
+    if not inst.criterion.endswith("k1"):
+        raise ValueError(f"lower = {value!r} only applies to k1 criteria, not {inst.criterion!r}")
+    if value > inst.upper:
+        raise ValueError(f"lower = {value!r} must not exceed upper = {inst.upper!r}")
+
+
+DEFAULT_C_MAX = 2.0
+
+
+def _check_c_min(inst, attribute, value):
+    if value is not None and value > (DEFAULT_C_MAX if inst.c_max is None else inst.c_max):
+        raise ValueError(f"c_min = {value!r} must not exceed c_max = {inst.c_max!r}")
+
+
+@attrs.frozen
+class RejectionConfig:
+    """Knobs of ``rejection`` (defaults: verl's Geo-RS preset ``decoupled_geo_rs``, whose bounds are
+    0.999_1.001; the default ``lower`` is 1/upper, symmetric in log space — set ``lower=0.999`` for
+    the preset's exact bounds)."""
+
+    criterion: str = rllab.knob("seq_mean_k1", help="what is thresholded (verl's rollout_rs option)", choices=CRITERIA)
+    upper: float = rllab.knob(1.001, help="upper threshold (k1: on the ratio scale; k2/k3: on the statistic)", gt=0.0)
+    lower: float | None = rllab.knob(
+        None, help="k1 only: lower threshold on the ratio scale (None: 1/upper)", gt=0.0, validator=_check_lower
+    )
+    veto_threshold: float | None = rllab.knob(
+        None, help="drop a whole row when one of its tokens has π_train/π_rollout below this (pre-0.9 verl; "
+        "None: off)", gt=0.0,
+    )
+    is_level: str = rllab.knob(
+        "none", help="importance weight multiplied into the kept tokens: none, token or sequence",
+        choices=("none", "token", "sequence"),
+    )
+    c_max: float | None = rllab.knob(
+        None, help="IS weights above are truncated (or masked with c_min); None: 2.0 (verl's default)", gt=0.0
+    )
+    c_min: float | None = rllab.knob(
+        None, help="with c_min, IS weights outside [c_min, c_max] are zeroed (IcePop) instead of truncated",
+        gt=0.0, validator=_check_c_min,
+    )
+    batch_normalize: bool = rllab.knob(
+        False, help="divide the IS weights by their batch mean (verl's rollout_is_batch_normalize)"
+    )
+
+    def __attrs_post_init__(self):
+        _weight_knobs_need_a_weight(self)
+
+
+def _weight_knobs_need_a_weight(config) -> None:
+    """Refuse c_max / c_min / batch_normalize when ``is_level`` is "none" (they would do nothing)."""
+    if config.is_level != "none":
+        return
+    set_ = {k: getattr(config, k) for k in ("c_max", "c_min") if getattr(config, k) is not None}
+    if config.batch_normalize:
+        set_["batch_normalize"] = True
+    if set_:
+        shown = ", ".join(f"{k} = {v!r}" for k, v in set_.items())
+        raise ValueError(f"{shown} shape(s) the IS weight, which is_level = 'none' turns off: set is_level 'token' or 'sequence'")
+
+
+def importance_weights(old, rollout, mask, *, level: str, c_max: float, c_min: float | None, batch_normalize: bool):
+    """verl's ``compute_rollout_correction_weights`` on zeroed (B, T) inputs: ``(weights, metrics)``.
+
+    Token level ``exp(clamp(lr_t, ±20))``; sequence level ``exp(clamp(Σ_t lr_t, ±20))``
+    broadcast. Truncated at ``c_max`` (``c_min`` None) or zeroed outside [``c_min``, ``c_max``].
+    ``batch_normalize`` divides by the mean weight over valid tokens (token level) or over
+    non-empty rows (sequence level) when that mean exceeds 1e-8 (metric ``tis/batch_norm_factor``).
+    """
+    log_w = old - rollout
+    if level == "sequence":
+        log_w = log_w.sum(-1, keepdim=True).expand_as(log_w)
+    raw = torch.where(mask, torch.exp(torch.clamp(log_w, -SAFETY_BOUND, SAFETY_BOUND)), _zero(log_w))
+    if c_min is None:
+        weights = raw.clamp(max=c_max)
+    else:
+        weights = torch.where((raw >= c_min) & (raw <= c_max), raw, _zero(raw))
+    metrics = {}
+    if batch_normalize:
+        if level == "token":
+            mean = ops.masked_mean(weights, mask)
+        else:
+            mean = ops.masked_mean(ops.masked_mean(weights, mask, dim=-1), mask.any(-1))
+        scale = torch.where(mean > 1e-8, mean, torch.ones_like(mean))
+        weights = weights / scale
+        metrics["tis/batch_norm_factor"] = scale.detach()
+    return weights, metrics
+
+
+def rejection(*, old_log_prob, rollout_log_prob, mask, config):
+    """Rejection sampling on a divergence criterion (verl's ``rollout_rs``), times an optional IS weight.
+
+    ``keep = rejection_mask(...)`` (B, T); weights ``keep × w`` with ``w`` from ``is_level``
+    (1 for "none"). ``old_log_prob``, ``rollout_log_prob`` (B, T) float; ``mask`` (B, T) bool.
+    Returns detached (B, T) weights (0 on masked and rejected tokens) and ``tis/…`` metrics.
+    """
+    old, rollout = _prepare("importance_correction 'rejection'", old_log_prob, rollout_log_prob, mask)
+    keep, stat = _keep(config.criterion, old, rollout, mask, config.upper, config.lower)
+    metrics = {}
+    if config.veto_threshold is not None:
+        vetoed = veto_rows(old, rollout, mask, config.veto_threshold)
+        keep = keep & ~vetoed[:, None]
+        metrics["tis/veto_seq_frac"] = ops.masked_mean(vetoed.to(old.dtype), mask.any(-1))
+    if config.is_level == "none":
+        w = mask.to(old.dtype)
+    else:
+        w, metrics = importance_weights(
+            old, rollout, mask, level=config.is_level, c_max=DEFAULT_C_MAX if config.c_max is None else config.c_max,
+            c_min=config.c_min,
+            batch_normalize=config.batch_normalize,
+        )
+    weights = torch.where(keep, w, _zero(w))
+    rows = mask.any(-1)
+    metrics.update(
+        {
+            "tis/mean_weight": ops.masked_mean(weights, mask),
+            "tis/rs_masked_frac": ops.masked_mean((~keep).to(old.dtype), mask),
+            "tis/rs_seq_masked_frac": ops.masked_mean((mask & ~keep).any(-1).to(old.dtype), rows),
+            "tis/rs_stat_mean": ops.masked_mean(stat, mask),
+            "tis/rollout_kl": ops.masked_mean(rollout - old, mask),
+        }
+    )
+    metrics.update(mismatch_metrics(old, rollout, mask))
+    return weights.detach(), {k: v.detach() for k, v in metrics.items()}

@@ -1,0 +1,566 @@
+"""The sglang rollout backend against a stand-in SGLang server (tests/sglang_standin.py).
+
+Shapes of what goes over the wire (checked by SGLang's own contract in the stand-in), parity with
+the hf backend, n > 1 ordering, every fault, weight sync and staleness, launch, the backend
+contract suite, and a short training run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import rllab
+from rllab import SamplingParams
+from rllab.testing import contract_cases
+from rllab.tinymodel import TinyModelConfig, build_tiny_model
+
+from tests import sglang_standin
+from tests.sglang_standin import StandIn
+
+needs_contract = pytest.mark.skipif(
+    sglang_standin.contract() is None,
+    reason="needs SGLang's JSON contract: pip install --no-deps sglang==0.5.23 (without it the stand-in "
+    "answers unvalidated)",
+)
+
+
+@needs_contract
+def test_the_standin_checks_sglangs_contract(server):
+    assert server.validate
+
+import rllab_sglang as S  # noqa: E402
+
+CFG = TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    model, tok = build_tiny_model(CFG)
+    path = tmp_path_factory.mktemp("tiny")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return model, tok, path
+
+
+@pytest.fixture(scope="module")
+def server(tiny):
+    with StandIn(tiny[2], lifetime_s=600) as s:
+        yield s
+
+
+@pytest.fixture
+def fresh(tiny):
+    """A stand-in of its own, for tests that inject faults or change weights."""
+    with StandIn(tiny[2], lifetime_s=120) as s:
+        yield s
+
+
+_OPEN: list = []
+
+
+@pytest.fixture(autouse=True)
+def close_backends():
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
+
+def make(lab, url, **knobs):
+    b = lab.get("rollout_backend", "sglang", **{"urls": url, "backoff_s": 0.01, **knobs})()
+    _OPEN.append(b)
+    return b
+
+
+@pytest.fixture
+def backend(lab, server):
+    b = make(lab, server.url)
+    yield b
+    b.close()
+
+
+def prompts_of(tok, texts=("1+2=", "12+34=", "999+1=", "7=")):
+    return [tok(t).input_ids for t in texts]
+
+
+def hf(lab, model):
+    b = lab.get("rollout_backend", "hf", num_threads=1)()
+    b.update_weights(model)
+    return b
+
+
+@torch.no_grad()
+def teacher_forced(model, prompt, tokens, temperature=1.0):
+    ids = torch.tensor([list(prompt) + list(tokens)])
+    logits = model(ids).logits[0, len(prompt) - 1 : -1].double() / temperature
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens)[:, None]).squeeze(-1)
+
+
+def generates(server):
+    return [b for p, b in server.requests if p == "/generate"]
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+def test_registered_and_follows_the_protocol(lab, backend):
+    assert "sglang" in lab.names("rollout_backend")
+    assert isinstance(backend, rllab.RolloutBackend)
+
+
+def test_config_errors(lab):
+    with pytest.raises(rllab.ConfigError, match="not an http"):
+        lab.get("rollout_backend", "sglang", urls="localhost:30000")
+    with pytest.raises(S.SGLangError, match="set urls"):
+        lab.get("rollout_backend", "sglang")()
+    with pytest.raises(S.SGLangWeightSyncError, match="NCCL"):
+        lab.get("rollout_backend", "sglang", urls="http://127.0.0.1:1", weight_sync="distributed")()
+
+
+def test_request_body_seeded_fans_out_with_distinct_seeds(lab, server, tiny):
+    tok = tiny[1]
+    backend = make(lab, server.url, prompts_per_request=1)
+    server.requests.clear()
+    prompts = prompts_of(tok)[:2]
+    backend.generate(prompts, SamplingParams(n=3, max_new_tokens=4, temperature=0.9, top_p=0.95, top_k=20,
+                                             stop_token_ids=(tok.eos_token_id,), seed=11))
+    bodies = sorted(generates(server), key=lambda b: b["input_ids"][0])
+    assert len(bodies) == 2  # one request per prompt (prompts_per_request = 1)
+    seeds = set()
+    for body in bodies:
+        assert body["return_logprob"] is True and body["logprob_start_len"] == -1
+        assert "text" not in body and len(body["input_ids"]) == 3 and body["input_ids"][0] in prompts
+        for sp in body["sampling_params"]:
+            seeds.add(sp.pop("sampling_seed"))
+            assert sp == {"n": 1, "max_new_tokens": 4, "temperature": 0.9, "top_p": 0.95, "top_k": 20,
+                          "stop_token_ids": [tok.eos_token_id]}
+    assert len(seeds) == 6
+
+
+def test_request_body_unseeded_asks_for_n(backend, server, tiny):
+    server.requests.clear()
+    out = backend.generate(prompts_of(tiny[1])[:1], SamplingParams(n=4, max_new_tokens=3))
+    [body] = generates(server)
+    assert body["sampling_params"] == {"n": 4, "max_new_tokens": 3, "temperature": 1.0, "top_p": 1.0, "top_k": -1}
+    assert len(out) == 4 and {c.prompt_index for c in out} == {0}
+
+
+@needs_contract
+def test_unknown_sampling_key_is_rejected_with_sglangs_message(backend, server, tiny, monkeypatch):
+    orig = S.sampling_params_json
+    monkeypatch.setattr(S, "sampling_params_json", lambda *a, **k: {**orig(*a, **k), "seed": 3})
+    server.requests.clear()
+    with pytest.raises(S.SGLangRequestError, match=r"HTTP 400.*unknown field `seed`") as e:
+        backend.generate(prompts_of(tiny[1])[:1], SamplingParams(max_new_tokens=2))
+    assert e.value.status == 400 and "unknown field" in e.value.message
+    assert len(generates(server)) == 1  # a 400 is not retried
+
+
+@pytest.mark.parametrize("per_request", [1, 3])
+@pytest.mark.parametrize("seed", [None, 5])
+def test_grouping_order_and_log_probs(lab, server, tiny, per_request, seed):
+    model, tok, _ = tiny
+    b = make(lab, server.url, prompts_per_request=per_request, max_in_flight=2)
+    prompts = prompts_of(tok)
+    out = b.generate(prompts, SamplingParams(n=3, max_new_tokens=6, temperature=1.3, seed=seed,
+                                             stop_token_ids=(tok.eos_token_id,)))
+    b.close()
+    assert [c.prompt_index for c in out] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    for c in out:
+        assert list(c.prompt_ids) == prompts[c.prompt_index]
+        assert c.weight_version == "default"
+        assert 1 <= len(c.token_ids) <= 6 and len(c.log_probs) == len(c.token_ids)
+        if c.finish_reason == "stop":
+            assert c.token_ids[-1] == tok.eos_token_id
+        else:
+            assert c.finish_reason == "length" and len(c.token_ids) == 6
+        want = teacher_forced(model, c.prompt_ids, c.token_ids, 1.3)
+        assert torch.allclose(torch.tensor(c.log_probs, dtype=torch.float64), want, atol=1e-5)
+
+
+def test_seeded_sampling_repeats_and_samples_differ(backend, tiny):
+    prompts = prompts_of(tiny[1])
+    params = SamplingParams(n=4, max_new_tokens=8, temperature=1.5, seed=3)
+    a, b = backend.generate(prompts, params), backend.generate(prompts, params)
+    assert [c.token_ids for c in a] == [c.token_ids for c in b]
+    assert len({c.token_ids for c in a[:4]}) > 1  # n copies of one seed would all be equal
+
+
+def test_greedy_is_indistinguishable_from_the_hf_backend(lab, backend, tiny):
+    model, tok, _ = tiny
+    prompts = prompts_of(tok)
+    params = SamplingParams(n=2, max_new_tokens=8, temperature=0, stop_token_ids=(tok.eos_token_id,))
+    ours, theirs = backend.generate(prompts, params), hf(lab, model).generate(prompts, params)
+    assert [type(c) for c in ours] == [type(c) for c in theirs]
+    for a, b in zip(ours, theirs):
+        assert (a.prompt_ids, a.token_ids, a.finish_reason, a.prompt_index) == (b.prompt_ids, b.token_ids, b.finish_reason, b.prompt_index)
+        assert a.log_probs == pytest.approx(b.log_probs, abs=1e-6)
+
+
+def test_generate_from_inside_a_running_event_loop(backend, tiny):
+    import asyncio
+
+    params = SamplingParams(n=2, max_new_tokens=4, seed=2)
+    plain = backend.generate(prompts_of(tiny[1]), params)
+
+    async def caller():
+        return backend.generate(prompts_of(tiny[1]), params)
+
+    assert [c.token_ids for c in asyncio.run(caller())] == [c.token_ids for c in plain]
+    assert [c.token_ids for c in backend.generate(prompts_of(tiny[1]), params)] == [c.token_ids for c in plain]
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def row(ids, fr, lps=None, version="3"):
+    meta = {"finish_reason": fr, "weight_version": version}
+    meta["output_token_logprobs"] = [[-0.5, t, None] for t in ids] if lps is None else lps
+    return {"text": "", "output_ids": ids, "meta_info": meta}
+
+
+@pytest.mark.parametrize(
+    "fr, want",
+    [
+        ({"type": "stop", "matched": 2}, "stop"),  # a stop token id
+        ({"type": "stop", "matched": "</s>"}, "stop"),  # a stop string
+        ({"type": "stop", "matched": [2, 7]}, "stop"),  # token ids
+        ({"type": "stop", "matched": None}, "stop"),
+        ({"type": "length", "length": 2}, "length"),
+        ("length", "length"),  # older servers: a bare string
+    ],
+)
+def test_finish_reasons_in_every_shape(fr, want):
+    api = sglang_standin.contract()
+    r = row([4, 2], fr)
+    if isinstance(fr, dict) and api is not None:
+        api.decode_GenerateResponse(r)  # the shapes are SGLang's
+    c, abort, _ = S.parse_row(r, (1,), 0, "t")
+    assert (c.finish_reason, abort, c.token_ids, c.log_probs, c.weight_version) == (want, None, (4, 2), (-0.5, -0.5), "3")
+
+
+def test_abort_and_malformed_rows():
+    c, msg, status = S.parse_row(row([4], {"type": "abort", "message": "Abort by pause", "status_code": None}), (1,), 0, "t")
+    assert c.finish_reason == "abort" and msg == "Abort by pause" and status is None
+    with pytest.raises(S.SGLangProtocolError, match="unfinished"):
+        S.parse_row(row([4], None), (1,), 0, "t")
+    with pytest.raises(S.SGLangProtocolError, match=r"\[-0.1, 9, None\] is not a log-prob of token 4"):
+        S.parse_row(row([4], {"type": "length"}, lps=[[-0.1, 9, None]]), (1,), 0, "t")
+    with pytest.raises(S.SGLangProtocolError, match=r"\[1\] = \[None, 5, None\] is not a log-prob of token 5"):
+        S.parse_row(row([4, 5], {"type": "length"}, lps=[[-0.1, 4, None], [None, 5, None]]), (1,), 0, "t")
+    with pytest.raises(S.SGLangProtocolError, match="1 output_ids but no output_token_logprobs"):
+        S.parse_row({"output_ids": [4], "meta_info": {"finish_reason": {"type": "length"}}}, (1,), 0, "t")
+    spans = row([4, 5], {"type": "length"})
+    spans["meta_info"]["weight_versions"] = [{"version": "2", "start": 0, "end": 1}, {"version": "3", "start": 1, "end": 2}]
+    assert S.parse_row(spans, (1,), 0, "t")[0].weight_version == "2|3"
+
+
+def test_error_messages():
+    assert S.error_message(b'{"error": {"message": "Input is too long"}}') == "Input is too long"
+    assert S.error_message(b'{"error": "unknown field `seed`"}') == "unknown field `seed`"
+    assert S.error_message(b"Internal Server Error") == "Internal Server Error"
+
+
+# --------------------------------------------------------------------------- faults
+
+
+def test_connection_refused(lab, tiny):
+    url = f"http://127.0.0.1:{S._free_port()}"  # nothing listens there
+    b = make(lab, url, retries=2)
+    t0 = time.monotonic()
+    with pytest.raises(S.SGLangUnavailableError, match=r"(?s)failed after 3 tries.*cannot connect.*no server answered") as e:
+        b.generate(prompts_of(tiny[1])[:1], SamplingParams(max_new_tokens=2))
+    assert isinstance(e.value, rllab.RllabError) and "resume from its last checkpoint" in str(e.value)
+    assert time.monotonic() - t0 < 5
+    b.close()
+
+
+def test_timeout_then_retry(lab, fresh, tiny):
+    prompts = prompts_of(tiny[1])[:1]
+    b = make(lab, fresh.url, timeout_s=0.3, retries=0)
+    fresh.delay_next(1.0)
+    with pytest.raises(S.SGLangTimeoutError, match="no answer within 0.3 s"):
+        b.generate(prompts, SamplingParams(max_new_tokens=2))
+    b.close()
+    b = make(lab, fresh.url, timeout_s=0.3, retries=1)
+    fresh.delay_next(1.0)
+    fresh.requests.clear()
+    assert len(b.generate(prompts, SamplingParams(n=2, max_new_tokens=2, seed=0))) == 2
+    assert b.last_metrics()["sglang/retries"] == 1
+    first = generates(fresh)[0]["rid"]
+    aborted = [body["rid"] for p, body in fresh.requests if p == "/abort_request"]
+    assert aborted == [f"{first}_0", f"{first}_1"]  # the abandoned rows are stopped before the retry
+    b.close()
+
+
+def test_http_400_shows_sglangs_message(lab, fresh, tiny):
+    b = make(lab, fresh.url)
+    fresh.fail_next(400, "The input (300 tokens) is longer than the model's context length (256 tokens).")
+    with pytest.raises(S.SGLangRequestError, match=r"HTTP 400\): The input \(300 tokens\) is longer"):
+        b.generate(prompts_of(tiny[1])[:1], SamplingParams(max_new_tokens=2))
+    b.close()
+
+
+def test_503_is_retried_then_reported(lab, fresh, tiny):
+    prompts = prompts_of(tiny[1])
+    b = make(lab, fresh.url, retries=2)
+    fresh.fail_next(503, "Service Unavailable", count=2)
+    assert len(b.generate(prompts[:1], SamplingParams(max_new_tokens=2))) == 1
+    assert b.last_metrics()["sglang/retries"] == 2
+    fresh.fail_next(503, "still loading", count=3)
+    with pytest.raises(S.SGLangRequestError, match="HTTP 503: still loading") as e:
+        b.generate(prompts[:1], SamplingParams(max_new_tokens=2))
+    assert e.value.status == 503
+    b.close()
+
+
+def test_503_during_a_weight_update_is_retried(lab, fresh, tiny):
+    b = make(lab, fresh.url, retries=2)
+    fresh.fail_next(503, "Service Unavailable", count=2, path="/update_weights_from_disk")
+    b.update_weights(tiny[0])
+    assert b.version == fresh.weight_version == "1" and len(fresh.updates) == 1
+    fresh.fail_next(503, "still loading", count=3, path="/update_weights_from_disk")
+    with pytest.raises(S.SGLangWeightSyncError, match=r"(?s)failed after 3 tries.*HTTP 503: still loading"):
+        b.update_weights(tiny[0])
+    assert b.version == "1"  # not advanced: completions still have to carry version 1
+
+
+def test_503_just_after_a_weight_update(lab, fresh, tiny):
+    model = tiny[0]
+    b = make(lab, fresh.url, retries=4, backoff_s=0.1)
+    fresh.unavailable_after_update(0.3)
+    b.update_weights(model)
+    out = b.generate(prompts_of(tiny[1]), SamplingParams(n=2, max_new_tokens=3, seed=0))
+    assert len(out) == 8 and all(c.weight_version == "1" for c in out)
+    assert b.last_metrics()["sglang/retries"] >= 1
+    b.close()
+
+
+def test_aborted_samples_are_retried_or_raise(lab, fresh, tiny):
+    prompts = prompts_of(tiny[1])[:2]
+    b = make(lab, fresh.url, retries=1)
+    fresh.abort_next("Abort in waiting queue")
+    out = b.generate(prompts, SamplingParams(n=2, max_new_tokens=3, seed=0))
+    assert len(out) == 4 and all(c.finish_reason in ("stop", "length") for c in out)
+    fresh.abort_next("Abort in waiting queue", count=2)
+    with pytest.raises(S.SGLangAbortError, match="2 of 2 samples aborted: Abort in waiting queue"):
+        b.generate(prompts[:1], SamplingParams(n=2, max_new_tokens=3, seed=0))
+    fresh.requests.clear()
+    fresh.clear_faults()
+    fresh.abort_next("The input is too long", status_code=400)
+    with pytest.raises(S.SGLangAbortError, match=r"status 400\): The input is too long"):
+        b.generate(prompts[:1], SamplingParams(max_new_tokens=3, seed=0))
+    assert len(generates(fresh)) == 1  # a client error is not retried
+    b.close()
+
+
+def test_a_server_that_dies_mid_rollout(lab, tiny):
+    prompts = prompts_of(tiny[1]) * 2
+    params = SamplingParams(n=2, max_new_tokens=3, seed=0)
+    with StandIn(tiny[2]) as a:
+        b = make(lab, a.url, retries=2, max_in_flight=1, prompts_per_request=1)
+        a.die_after(3)
+        with pytest.raises(S.SGLangUnavailableError, match="dropped the connection mid-request"):
+            b.generate(prompts, params)
+        b.close()
+    with StandIn(tiny[2]) as a, StandIn(tiny[2]) as c:
+        b = make(lab, f"{a.url},{c.url}", retries=2, max_in_flight=1, prompts_per_request=1)
+        want = make(lab, c.url).generate(prompts, params)
+        a.die_after(2)
+        got = b.generate(prompts, params)  # the other server finishes the batch
+        assert [(x.prompt_index, x.token_ids) for x in got] == [(x.prompt_index, x.token_ids) for x in want]
+        b.close()
+
+
+# --------------------------------------------------------------------------- weights and staleness
+
+
+def test_disk_sync_is_atomic_and_versions_every_completion(lab, fresh, tiny, tmp_path):
+    model, tok, _ = tiny
+    changed, _ = build_tiny_model(TinyModelConfig(**{**{f: getattr(CFG, f) for f in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size")}, "seed": 9}))
+    b = make(lab, fresh.url, sync_dir=str(tmp_path))
+    prompts = prompts_of(tok)
+    params = SamplingParams(n=2, max_new_tokens=6, temperature=0, stop_token_ids=(tok.eos_token_id,))
+    for version, m in (("1", model), ("2", changed)):
+        b.update_weights(m)
+        assert fresh.weight_version == version and b.version == version
+        body = fresh.updates[-1]
+        assert body["weight_version"] == version and body["flush_cache"] is True
+        assert Path(body["model_path"]) == tmp_path / f"v{version}"
+        assert (tmp_path / f"v{version}" / "model.safetensors").is_file()
+        assert sorted(p.name for p in tmp_path.iterdir()) == [f"v{version}"]  # no temp dir, old ones pruned
+        out = b.generate(prompts, params)
+        want = hf(lab, m).generate(prompts, params)
+        assert [c.token_ids for c in out] == [c.token_ids for c in want]
+        assert {c.weight_version for c in out} == {version}
+    assert b.last_metrics()["sglang/weight_version"] == 2.0
+    b.close()
+
+
+def test_every_server_gets_the_weights(lab, tiny):
+    with StandIn(tiny[2]) as a, StandIn(tiny[2]) as c, StandIn(tiny[2]) as router:
+        # requests go to the "router"; its workers, listed in admin_urls, receive the weights
+        b = make(lab, router.url, admin_urls=f"{a.url}, {c.url}")
+        b.update_weights(tiny[0])
+        assert (a.weight_version, c.weight_version, router.weight_version) == ("1", "1", "default")
+        assert router.updates == []
+        snapshots = b.sync_dir
+        assert snapshots.is_dir()
+        b.close()
+        assert not snapshots.exists()  # a private snapshot directory goes with the backend
+
+
+def test_failed_weight_update_shows_sglangs_message(lab, fresh, tiny):
+    b = make(lab, fresh.url)
+    fresh.fail_update("Failed to update weights: out of memory. Rolling back to the previous weights.")
+    with pytest.raises(S.SGLangWeightSyncError, match="out of memory. Rolling back"):
+        b.update_weights(tiny[0])
+    assert b.version is None
+    b.close()
+
+
+@pytest.mark.parametrize("spans", [False, True])
+def test_stale_samples_are_dropped_kept_or_refused_and_always_counted(lab, fresh, tiny, spans):
+    prompts = prompts_of(tiny[1])[:2]
+    params = SamplingParams(n=2, max_new_tokens=3, seed=0)
+    backends = {m: make(lab, fresh.url, stale=m, max_in_flight=1, prompts_per_request=1) for m in ("drop", "keep", "error")}
+    for b in backends.values():
+        b.update_weights(tiny[2])  # a model directory is sent as it is
+    fresh.weight_version = "1"
+    fresh.stale_next("0", spans=spans)
+    out = backends["drop"].generate(prompts, params)
+    m = backends["drop"].last_metrics()
+    assert len(out) == 2 and {c.prompt_index for c in out} == {1} and all(c.weight_version == "1" for c in out)
+    assert (m["rollout/stale"], m["rollout/stale_dropped"], m["rollout/stale_total"]) == (2.0, 2.0, 2.0)
+    fresh.stale_next("0", spans=spans)
+    out = backends["keep"].generate(prompts, params)
+    m = backends["keep"].last_metrics()
+    assert len(out) == 4 and sum(c.weight_version != "1" for c in out) == 2
+    assert (m["rollout/stale"], m["rollout/stale_dropped"]) == (2.0, 0.0)
+    fresh.stale_next("0", spans=spans)
+    with pytest.raises(S.StaleSampleError, match="not the last pushed '1'"):
+        backends["error"].generate(prompts, params)
+    fresh.stale_next("0", count=2, spans=spans)
+    with pytest.raises(S.StaleSampleError, match="every completion was stale"):
+        backends["drop"].generate(prompts, params)
+    for b in backends.values():
+        b.close()
+
+
+def test_tensor_sync_refuses_a_cpu_policy(lab, fresh, tiny):
+    b = make(lab, fresh.url, weight_sync="tensor")
+    with pytest.raises(S.SGLangWeightSyncError, match="needs the policy on CUDA"):
+        b.update_weights(tiny[0])
+    assert fresh.updates == []
+
+
+def test_tensor_sync_runs_inside_a_weight_update_session(lab, fresh, tiny, monkeypatch):
+    monkeypatch.setattr(S, "tensor_payload", lambda model: "UEFZTE9BRA==")  # CUDA-IPC needs a GPU
+    b = make(lab, fresh.url, weight_sync="tensor", tp_size=2)
+    b.update_weights(tiny[0])
+    routes = [u["route"] for u in fresh.updates]
+    assert routes == ["/begin_weight_update", "/update_weights_from_tensor", "/end_weight_update"]
+    body = fresh.updates[1]
+    assert body["serialized_named_tensors"] == ["UEFZTE9BRA=="] * 2 and body["weight_version"] == "1"
+    assert b.version == fresh.weight_version == "1"
+
+
+# --------------------------------------------------------------------------- launch and contract
+
+
+launch_knobs = sglang_standin.launch_knobs
+
+
+def test_launch_prints_the_command_waits_for_health_and_stops(lab, tiny, capfd):
+    b = lab.get("rollout_backend", "sglang", **launch_knobs(model_path=str(tiny[2])))()
+    proc = b._process
+    assert proc is not None and b.version == "0"
+    assert "rllab sglang: launching" in capfd.readouterr().err
+    out = b.generate(prompts_of(tiny[1])[:1], SamplingParams(n=2, max_new_tokens=3, seed=0))
+    assert [c.weight_version for c in out] == ["0", "0"]
+    b.close()
+    assert proc.poll() is not None
+
+
+def test_launch_failure_is_clear(lab, tiny):
+    knobs = launch_knobs(model_path=str(tiny[2]))
+    knobs["launch_command"] = f"{sys.executable} -c 'raise SystemExit(3)'"
+    with pytest.raises(S.SGLangUnavailableError, match="exited with code 3 before answering /health"):
+        lab.get("rollout_backend", "sglang", **knobs)()
+
+
+@pytest.mark.parametrize("case", contract_cases(names=["sglang"], knobs=launch_knobs()), ids=str)
+def test_contract(case):
+    case.run()
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+SMALL = [
+    "model.tiny.hidden_size=64", "model.tiny.intermediate_size=128", "model.warm_start.eval_limit=0",
+    "rollout.prompts_per_step=4", "rollout.group_size=4", "rollout.max_new_tokens=6", "train.eval_size=16",
+    "train.checkpoint_every=0",
+]
+
+
+def train_both(tmp_path, monkeypatch, *extra):
+    """The same config and seed trained with rollouts from the stand-in and from the hf backend."""
+    from rllab.config import load_config
+    from rllab.trainer import run_experiment
+
+    monkeypatch.setenv("RLLAB_CACHE", str(tmp_path / "cache"))
+    cfg = [*SMALL, *extra]
+    with StandIn(None, lifetime_s=300) as server:
+        sg = run_experiment(load_config(None, [*cfg, "backend=sglang", f"backend.urls={server.url}"]),
+                            run_dir=tmp_path / "sglang", progress=False)
+        versions = [u["weight_version"] for u in server.updates]
+        generated = sum(p == "/generate" for p, _ in server.requests)
+    ref = run_experiment(load_config(None, cfg), run_dir=tmp_path / "hf", progress=False)
+
+    def steps(name):
+        rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        return [r for r in rows if "rollout/reward" in r]
+
+    assert sg.keys() == ref.keys()
+    return steps("sglang"), steps("hf"), versions, generated
+
+
+def test_short_training_run_through_the_standin(tmp_path, monkeypatch):
+    ours, theirs, versions, generated = train_both(tmp_path, monkeypatch, "model.warm_start.steps=60", "train.steps=3")
+    assert versions == ["1", "2", "3", "4"]  # the first sync, then one per optimizer step
+    assert generated >= 3  # every rollout came from the server (4 prompts: one request a step)
+    assert len(ours) == len(theirs) == 3
+    # the same metrics, plus the sglang backend's own counters
+    extra = set(ours[0]) - set(theirs[0])
+    assert set(theirs[0]) <= set(ours[0]) and all(k.startswith(("sglang/", "rollout/stale", "time/")) for k in extra), extra
+    assert "rollout/stale" in extra and "sglang/requests" in extra
+    for r in ours:
+        assert all(math.isfinite(v) for v in r.values() if isinstance(v, float)), r
+
+
+@pytest.mark.slow
+def test_short_training_run_learns_as_the_hf_backend_does(tmp_path, monkeypatch):
+    """A warm-started policy that is sometimes right: with rollouts from the stand-in the run gets
+    rewards and makes updates, and its rewards stay close to the hf backend's under the same
+    seed (the samples differ: seeds are drawn per sample here)."""
+    ours, theirs, versions, _ = train_both(tmp_path, monkeypatch, "model.warm_start.steps=400", "train.steps=4")
+    assert versions == ["1", "2", "3", "4", "5"]
+    for rows in (ours, theirs):
+        assert any(r["rollout/reward"] > 0 for r in rows) and any(r["loss/policy"] != 0 for r in rows)
+    mean = lambda rows: sum(r["rollout/reward"] for r in rows) / len(rows)  # noqa: E731
+    assert abs(mean(ours) - mean(theirs)) < 0.2

@@ -1,0 +1,486 @@
+"""A stand-in SGLang server for tests: SGLang 0.5.23's HTTP wire format, served from a tiny model.
+
+SGLang itself needs a GPU, so the sglang backend is tested against this instead: a real HTTP
+server (``http.server``, one thread per connection, HTTP/1.1 keep-alive) on 127.0.0.1 at a
+free port, that samples with rllab's hf backend (whose default log-prob convention is
+SGLang's: ``log_softmax(z / T)`` before top-k / top-p) and speaks SGLang's native API:
+
+- ``POST /generate``: every request body is decoded with SGLang's own JSON contract,
+  ``sglang/api/v1/api_types.py`` from the installed ``sglang==0.5.23`` wheel, loaded by path
+  (``pip install --no-deps sglang==0.5.23 msgspec``); a violation — e.g. an unknown key in
+  ``sampling_params`` — is answered ``400 {"error": "<serde text>"}`` as the real server does.
+  Every response row is checked against ``GenerateResponse`` before it is sent. ``n > 1`` is
+  answered prompt-major; ``sampling_seed`` is honoured (the real server honours it only with
+  ``--enable-deterministic-inference``).
+- ``GET /health``, ``/health_generate``, ``/get_model_info``, ``/model_info``,
+  ``/get_server_info``; ``POST /update_weights_from_disk``, ``/flush_cache``,
+  ``/pause_generation``, ``/continue_generation``, ``/begin_weight_update``,
+  ``/end_weight_update``, ``/update_weight_version``, ``/abort_request``. The admin bodies are
+  not in api_types.py; their fields below are transcribed from sglang 0.5.23's
+  ``srt/managers/io_struct.py`` (``UpdateWeightFromDiskReqInput`` …).
+
+Faults are injected on demand (:meth:`StandIn.fail_next`, :meth:`delay_next`,
+:meth:`abort_next`, :meth:`stale_next`, :meth:`die_after`, :meth:`unavailable_after_update`,
+:meth:`fail_update`). The server is bounded: it stops by itself after ``lifetime_s`` seconds or
+``max_requests`` requests. Run it as a program to stand in for ``python -m sglang.launch_server``::
+
+    python tests/sglang_standin.py --model-path DIR --port 30000 [--weight-version 0] [--instant 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import socket
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+_CONTRACT = None
+
+# Transcribed from sglang 0.5.23 srt/managers/io_struct.py (these bodies are not in api_types.py).
+UPDATE_FROM_DISK_FIELDS = {
+    "rid", "model_path", "load_format", "abort_all_requests", "weight_version", "is_async", "torch_empty_cache",
+    "keep_pause", "recapture_cuda_graph", "token_step", "flush_cache", "manifest",
+}
+
+_LOAD_LOCK = threading.Lock()
+"""Serialises model loads of every stand-in in this process (several may share one)."""
+
+
+def contract():
+    """SGLang's generated JSON contract (``sglang/api/v1/api_types.py``), loaded by path so that
+    importing it does not import SGLang's GPU runtime. None if the wheel is not installed."""
+    global _CONTRACT
+    if _CONTRACT is None:
+        spec = importlib.util.find_spec("sglang")
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        path = Path(list(spec.submodule_search_locations)[0]) / "api" / "v1" / "api_types.py"
+        if not path.exists():
+            return None
+        mod_spec = importlib.util.spec_from_file_location("_sglang_api_types", path)
+        mod = importlib.util.module_from_spec(mod_spec)
+        sys.modules["_sglang_api_types"] = mod  # dataclass-like structs resolve their module
+        mod_spec.loader.exec_module(mod)
+        _CONTRACT = mod
+    return _CONTRACT
+
+
+def launch_knobs(**extra) -> dict:
+    """Knobs of the sglang backend that make it launch this stand-in instead of SGLang (for the
+    contract suite: ``contract_cases(names=["sglang"], knobs=launch_knobs())``). Without the
+    sglang wheel the stand-in runs unvalidated."""  # validate=None: whenever the wheel is there
+    cmd = f"{sys.executable} {Path(__file__).resolve()} --model-path {{model_path}} --port {{port}} " \
+          f"--weight-version {{weight_version}} --lifetime-s 300"
+    return {"launch": True, "launch_command": cmd, "backoff_s": 0.01, "launch_timeout_s": 120.0, **extra}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 256
+
+
+class StandIn:
+    """The stand-in server; use as a context manager (``with StandIn(path) as s: s.url``)."""
+
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        *,
+        weight_version: str = "default",
+        port: int = 0,
+        seed: int = 0,
+        lifetime_s: float = 300.0,
+        max_requests: int = 100_000,
+        instant_tokens: int | None = None,
+        validate: bool | None = None,
+    ):
+        self.api = contract()
+        if self.api is None and validate:
+            raise RuntimeError("the stand-in validates against sglang's api_types.py: pip install --no-deps sglang==0.5.23 msgspec")
+        self.validate = self.api is not None if validate is None else validate
+        """Check bodies against SGLang's contract (default: whenever the sglang wheel is installed)."""
+        self.weight_version = weight_version
+        self.model_path = None if model_path is None else str(model_path)
+        self.instant_tokens = instant_tokens
+        self.lifetime_s, self.max_requests = lifetime_s, max_requests
+        self.requests: list[tuple[str, Any]] = []
+        """Every request received: ``(path, JSON body or None)``."""
+        self.updates: list[dict] = []
+        self.paused = False
+        self._lock = threading.Lock()  # the model and the fault counters
+        self._faults: dict[str, list] = {"fail": [], "delay": [], "abort": [], "stale": [], "unavailable": []}
+        self._die_after: int | None = None
+        self._fail_update: str | None = None
+        self._dead = False
+        self._backend = None
+        self._seed = seed
+        if model_path is not None and instant_tokens is None:
+            self._load(str(model_path))
+        self._httpd = _Server(("127.0.0.1", port), self._handler())
+        self.port = self._httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._started = time.monotonic()
+        self._thread.start()
+        self._watchdog = threading.Thread(target=self._watch, daemon=True)
+        self._watchdog.start()
+
+    # -- lifecycle
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop listening (new connections are refused) and drop open connections."""
+        if self._dead:
+            return
+        self._dead = True
+        threading.Thread(target=self._httpd.shutdown, daemon=True).start()
+        self._httpd.server_close()
+
+    def _watch(self):
+        while not self._dead:
+            if time.monotonic() - self._started > self.lifetime_s or len(self.requests) > self.max_requests:
+                self.stop()
+            time.sleep(0.2)
+
+    def _load(self, path: str) -> None:
+        from rllab_hf import HFBackend, HFBackendConfig
+
+        b = HFBackend(HFBackendConfig(num_threads=1, seed=self._seed, device="cpu"))
+        with _LOAD_LOCK:  # transformers' loading patches process-wide state: one load at a time per process
+            b.update_weights(path)
+        self._backend = b
+        self.model_path = path
+
+    # -- faults
+
+    def fail_next(self, status: int, message: str, count: int = 1, path: str = "/generate") -> None:
+        """Answer the next ``count`` requests to ``path`` with HTTP ``status`` and SGLang's error body."""
+        key = "fail" if path == "/generate" else f"fail:{path}"
+        self._faults.setdefault(key, [])
+        self._faults[key] += [(status, message)] * count
+
+    def delay_next(self, seconds: float, count: int = 1) -> None:
+        """Sleep ``seconds`` before answering the next ``count`` /generate requests."""
+        self._faults["delay"] += [seconds] * count
+
+    def abort_next(self, message: str, status_code: int | None = None, count: int = 1) -> None:
+        """Finish every row of the next ``count`` /generate answers with ``{"type": "abort"}``."""
+        self._faults["abort"] += [(message, status_code)] * count
+
+    def stale_next(self, version: str, count: int = 1, spans: bool = False) -> None:
+        """Report ``version`` (or, with ``spans``, a change to the current version mid-request)
+        in the next ``count`` /generate answers."""
+        self._faults["stale"] += [(version, spans)] * count
+
+    def unavailable_after_update(self, seconds: float) -> None:
+        """After the next weight update, answer /generate and /health with 503 for ``seconds``."""
+        self._faults["after_update"] = [seconds]
+
+    def die_after(self, served: int) -> None:
+        """Serve ``served`` more /generate requests, then drop the next one's connection without an
+        answer and stop listening (a server that died mid-rollout)."""
+        self._die_after = served
+
+    def fail_update(self, message: str) -> None:
+        """Make the next /update_weights_from_disk fail with ``success: false`` and ``message``."""
+        self._fail_update = message
+
+    def clear_faults(self) -> None:
+        """Forget every fault not yet triggered."""
+        with self._lock:
+            for q in self._faults.values():
+                q.clear()
+            self._die_after = self._fail_update = None
+
+    def _unavailable(self) -> bool:
+        q = self._faults.get("unavailable")
+        return bool(q) and time.monotonic() < q[0]
+
+    def _take(self, name):
+        with self._lock:
+            return self._faults[name].pop(0) if self._faults.get(name) else None
+
+    # -- generation
+
+    def _rows(self, body: dict) -> list[dict]:
+        """Normalise a /generate body as SGLang does (single vs batch, n fan-out) and sample."""
+        from rllab.types import SamplingParams
+
+        ids = body.get("input_ids")
+        if ids is None:
+            raise _HTTPError(400, "stand-in: only input_ids is supported (the server runs with --skip-tokenizer-init)")
+        batch = [ids] if ids and isinstance(ids[0], int) else list(ids)
+        if not batch or any(not p for p in batch):
+            raise _HTTPError(400, "The input_ids is empty.")
+        sps = body.get("sampling_params") or {}
+        sp_list = sps if isinstance(sps, list) else [sps] * len(batch)
+        if len(sp_list) != len(batch):
+            raise _HTTPError(400, "The length of sampling_params must equal the batch size.")
+        ns = {sp.get("n", 1) for sp in sp_list}
+        if len(ns) != 1:
+            raise _HTTPError(400, "The n parameter must be the same for all sampling params.")
+        n = ns.pop()
+        if not body.get("return_logprob"):
+            raise _HTTPError(400, "stand-in: rllab always sends return_logprob")
+        rows = []
+        for p, sp in zip(batch, sp_list):
+            params = SamplingParams(
+                n=n,
+                max_new_tokens=sp.get("max_new_tokens", 128),
+                temperature=sp.get("temperature", 1.0),
+                top_p=sp.get("top_p", 1.0),
+                top_k=sp.get("top_k", -1),
+                stop_token_ids=tuple(sp.get("stop_token_ids") or ()),
+                seed=sp.get("sampling_seed"),
+            )
+            if self.instant_tokens is not None:
+                k = min(self.instant_tokens, params.max_new_tokens)
+                for _ in range(n):
+                    rows.append(((5,) * k, (-1.0,) * k, "length", len(p), params))
+                continue
+            with self._lock:
+                if self._backend is None:
+                    raise _HTTPError(400, "stand-in: no model loaded")
+                out = self._backend.generate([p], params)
+            rows += [(c.token_ids, c.log_probs, c.finish_reason, len(p), params) for c in out]
+        return [self._row(*r) for r in rows]
+
+    def _row(self, tokens, log_probs, finish, prompt_len, params) -> dict:
+        if finish == "stop":
+            fr = {"type": "stop", "matched": int(tokens[-1])}
+        else:
+            fr = {"type": "length", "length": params.max_new_tokens}
+        return {
+            "text": "",
+            "output_ids": list(tokens),
+            "meta_info": {
+                "id": uuid.uuid4().hex,
+                "finish_reason": fr,
+                "prompt_tokens": prompt_len,
+                "completion_tokens": len(tokens),
+                "cached_tokens": 0,
+                "weight_version": self.weight_version,
+                "e2e_latency": 0.0,
+                "output_token_logprobs": [[lp, t, None] for lp, t in zip(log_probs, tokens)],
+                "output_token_logprobs_length": len(tokens),
+            },
+        }
+
+    def _generate(self, body: dict) -> list[dict]:
+        delay = self._take("delay")
+        if delay:
+            time.sleep(delay)
+        fail = self._take("fail")
+        if fail:
+            raise _HTTPError(fail[0], fail[1])
+        if self._unavailable():
+            raise _HTTPError(503, "The server is updating weights; try again.")
+        if self.paused:
+            raise _HTTPError(503, "Generation is paused.")
+        rows = self._rows(body)
+        abort = self._take("abort")
+        if abort:
+            for r in rows:
+                r["meta_info"]["finish_reason"] = {"type": "abort", "message": abort[0], "status_code": abort[1], "err_type": None}
+        stale = self._take("stale")
+        if stale:
+            version, spans = stale
+            for r in rows:
+                m = r["meta_info"]
+                if spans:
+                    k = m["completion_tokens"]
+                    m["weight_versions"] = [{"version": version, "start": 0, "end": k // 2}, {"version": m["weight_version"], "start": k // 2, "end": k}]
+                else:
+                    m["weight_version"] = version
+        if self.validate:
+            for r in rows:
+                self.api.decode_GenerateResponse(r)
+        return rows
+
+    # -- HTTP
+
+    def _handler(self):
+        standin = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out as two writes
+
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _send(self, status: int, payload: Any = None, text: str | None = None):
+                data = text.encode() if text is not None else (b"" if payload is None else json.dumps(payload).encode())
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain" if text is not None else "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up (cancelled, timed out)
+                    self.close_connection = True
+
+            def _drop(self):
+                self.close_connection = True
+                try:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+            def _body(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                return json.loads(raw) if raw.strip() else None
+
+            def do_GET(self):
+                self._route("GET")
+
+            def do_POST(self):
+                self._route("POST")
+
+            def _route(self, method):
+                if standin._dead:
+                    return self._drop()
+                try:
+                    body = self._body()
+                except ValueError as e:
+                    return self._send(400, {"error": {"message": f"invalid JSON: {e}"}})
+                path = self.path.split("?")[0]
+                standin.requests.append((path, body))
+                try:
+                    if path == "/generate":
+                        if standin._die_after is not None:
+                            if standin._die_after == 0:
+                                standin._die_after = None
+                                standin.stop()
+                                return self._drop()
+                            standin._die_after -= 1
+                        if standin.validate:
+                            try:
+                                standin.api.decode_GenerateRequest(body)
+                            except standin.api.JsonContractError as e:
+                                return self._send(400, {"error": str(e)})
+                        rows = standin._generate(body)
+                        single = isinstance(body.get("input_ids", [None])[0], int) and all(
+                            isinstance(sp, dict) and sp.get("n", 1) == 1 for sp in [body.get("sampling_params") or {}]
+                        )
+                        return self._send(200, rows[0] if single and len(rows) == 1 else rows)
+                    fail = standin._take(f"fail:{path}")
+                    if fail:
+                        return self._send(fail[0], {"error": {"message": fail[1]}})
+                    return self._send(*standin._admin(method, path, body or {}))
+                except _HTTPError as e:
+                    return self._send(e.status, {"error": {"message": e.message}})
+
+        return Handler
+
+    def _admin(self, method: str, path: str, body: dict) -> tuple:
+        if path in ("/health", "/health_generate", "/ready"):
+            return (503, None) if self._unavailable() else (200, None)
+        if path in ("/get_model_info", "/model_info"):
+            info = {
+                "model_path": self.model_path or "",
+                "served_model_name": self.model_path or "",
+                "tokenizer_path": "",
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": self.weight_version,
+                "load_format": "auto",
+            }
+            if self.validate:
+                self.api.decode_GetModelInfoResponse(info)
+            return 200, info
+        if path in ("/get_server_info", "/server_info"):
+            return 200, {"version": "0.5.23", "weight_version": self.weight_version, "skip_tokenizer_init": True}
+        if path == "/update_weights_from_disk":
+            unknown = set(body) - UPDATE_FROM_DISK_FIELDS
+            if unknown or not isinstance(body.get("model_path"), str):
+                return 400, {"error": {"message": f"invalid UpdateWeightFromDiskReqInput: unknown {sorted(unknown)} or no model_path"}}
+            self.updates.append(body)
+            if self._fail_update is not None:
+                msg, self._fail_update = self._fail_update, None
+                return 400, {"success": False, "message": msg, "num_paused_requests": 0}
+            try:
+                with self._lock:
+                    self._load(body["model_path"]) if self.instant_tokens is None else None
+            except Exception as e:  # the real server rolls back and reports the loader's message
+                return 400, {"success": False, "message": f"Failed to update weights: {e}. Rolling back to the previous weights.", "num_paused_requests": 0}
+            if body.get("weight_version") is not None:
+                self.weight_version = str(body["weight_version"])
+            q = self._faults.pop("after_update", None)
+            if q:
+                self._faults["unavailable"] = [time.monotonic() + q[0]]
+            return 200, {"success": True, "message": "Succeeded to update model weights.", "num_paused_requests": 0}
+        if path == "/flush_cache":
+            return 200, "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n"
+        if path == "/pause_generation":
+            self.paused = True
+            return 200, {"message": "Generation paused successfully.", "status": "ok"}
+        if path == "/continue_generation":
+            self.paused = False
+            return 200, {"message": "Generation continued successfully.", "status": "ok"}
+        if path in ("/begin_weight_update", "/end_weight_update"):
+            self.updates.append({"route": path, **body})
+            self._session_open = path == "/begin_weight_update"
+            return 200, {"success": True, "message": "ok"}
+        if path == "/update_weights_from_tensor":
+            self.updates.append({"route": path, **body})
+            if not getattr(self, "_session_open", False):  # 0.5.23's scheduler refuses these outside a session
+                return 400, {"success": False, "message": "update_weights_from_tensor requires an open weight update session (call /begin_weight_update first)"}
+            names = body.get("serialized_named_tensors")
+            if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
+                return 400, {"error": {"message": "serialized_named_tensors must be a list of base64 strings, one per TP rank"}}
+            if body.get("weight_version") is not None:
+                self.weight_version = str(body["weight_version"])
+            return 200, {"success": True, "message": "Succeeded to update model weights."}
+        if path == "/update_weight_version":
+            self.weight_version = str(body["new_version"])
+            return 200, {"success": True, "message": "ok", "new_version": self.weight_version}
+        if path == "/abort_request":
+            if self.validate:
+                self.api.decode_AbortRequest(body)
+            return 200, None
+        return 404, {"detail": "Not Found"}
+
+
+class _HTTPError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model-path", default=None)
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--weight-version", default="default")
+    p.add_argument("--instant", type=int, default=None, help="answer with this many fixed tokens, no model")
+    p.add_argument("--lifetime-s", type=float, default=300.0)
+    p.add_argument("--no-validate", action="store_true")
+    args, _unknown = p.parse_known_args(argv)  # sglang's other flags (--host, --skip-tokenizer-init …) are accepted
+    model = None if args.instant is not None else args.model_path
+    s = StandIn(model, weight_version=args.weight_version, port=args.port, lifetime_s=args.lifetime_s,
+                instant_tokens=args.instant, validate=False if args.no_validate else None)
+    print(f"stand-in listening on {s.url}", flush=True)
+    try:
+        while not s._dead:
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        s.stop()
+
+
+if __name__ == "__main__":
+    main()
