@@ -15,6 +15,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
@@ -26,29 +27,19 @@ from rllab_tui import state
 from rllab_tui.kernel import preset_names
 
 HELP = """\
-[b]everywhere[/b]
-  1 2 3 4     registry · grid · live · results      (F2–F5 inside a text field)
-  ?  F1       this help                             t   light / dark theme
-  q  ctrl+q   quit (a running suite is stopped; rllab suite resumes it)
-  tab         next field / table                    esc close this help
+[b]everywhere[/b]  1-4 switch tabs (F2-F5 in a text field) · ? or F1 help · t theme
+            tab next field or table · esc close this help · q or ctrl+q quit
+[b]registry[/b]    ↑↓ pick a component · c contract suite · r reload plugins
+            a use the component as a grid axis
+[b]grid[/b]        ⏎ in "axis" adds it · delete removes the axis under the cursor
+            ctrl+s save · ctrl+o open "file" · ctrl+r save, open and run
+[b]live[/b]        ↑↓ pick a cell · s start/resume · x stop · r retry failed cells
+            + add a seed · l the suite process's log
+[b]results[/b]     o sort by the next column · O reverse · e export report.md,
+            summary.csv, runs.csv, curves.png and final.png
 
-[b]1 registry[/b]  (arrows move, enter folds a kind)
-  c   run the contract suite on the component       r   reload the plugins
-  a   use the component as a grid axis
-
-[b]2 grid[/b]
-  enter (in "axis")  add the axis                   delete  remove the axis under the cursor
-  ctrl+s  save the suite file                       ctrl+o  open the file (or directory) in "file"
-  ctrl+r  save, open in the live view and run it
-
-[b]3 live[/b]  (arrows pick a cell; its metrics and log below)
-  s   start / resume the suite                      x   stop it (cells stay resumable)
-  r   retry the failed cells                        +   add a seed to the suite
-  l   the suite process's own log
-
-[b]4 results[/b]
-  o   sort by the next column                       O   reverse the order
-  e   export report.md, summary.csv, runs.csv, curves.png, final.png
+Quitting stops a running suite; its cells stay resumable:
+rllab suite FILE --dir DIR (or rllab tui DIR, then s) goes on from there.
 """
 
 STATUS_STYLE = {"queued": "dim", "running": "bold yellow", "stopped": "magenta", "done": "green", "failed": "bold red"}
@@ -70,7 +61,7 @@ class HelpScreen(ModalScreen):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(HELP, id="help-text")
+            yield Static(Text.from_markup(HELP), id="help-text")
 
 
 class RegistryPane(Horizontal):
@@ -107,7 +98,7 @@ class RegistryPane(Horizontal):
     def _show(self, event: Tree.NodeHighlighted) -> None:
         spec = event.node.data
         if spec is not None:
-            self.query_one("#reg-detail", Static).update(state.describe(spec))
+            self.query_one("#reg-detail", Static).update(Text.from_markup(state.describe(spec)))
             self.query_one("#reg-scroll").scroll_home(animate=False)
             self.query_one("#reg-contract", DataTable).display = False
 
@@ -152,7 +143,7 @@ class RegistryPane(Horizontal):
             self.app.notify("highlight a component of a kind a config names", severity="warning")
             return
         self.app.show_tab("grid")
-        field = self.app.query_one("#f-axis", Input)
+        field = self.app.main.query_one("#f-axis", Input)
         text = field.value.strip()
         key = text.split("=", 1)[0].strip() if "=" in text else ""
         field.value = f"{text}, {spec.name}" if key == section else f"{section} = {spec.name}"
@@ -240,6 +231,10 @@ class GridPane(Horizontal):
     def _changed(self, event: Input.Changed) -> None:
         if event.input.id == "f-file":
             return
+        if event.input.id == "f-name":  # a file named after the suite follows its name
+            field = self.query_one("#f-file", Input)
+            if field.value == str(Path("suites") / f"{self.grid.name}.toml"):
+                field.value = str(Path("suites") / f"{event.value.strip() or 'my_suite'}.toml")
         self.refresh_preview()
 
     @on(Input.Submitted, "#f-axis")
@@ -311,12 +306,12 @@ class GridPane(Horizontal):
         tasks = list(dict.fromkeys(c.task for c in cells))
         seeds = sorted({c.seed for c in cells})
         lines = [
-            f"[b]{len(cells)} cells[/b] = {len(variants)} variants × {len(tasks)} tasks × {len(seeds)} seeds",
-            f"≈ {state.fmt_seconds(eta)} on {n} worker(s)",
-            f"[dim]{per_step:.3f} s/step, " + (f"median of {n_runs} runs" if n_runs else "a default: no run measured yet") + "[/dim]",
+            f"[b]{len(cells)} cells[/b] ≈ {state.fmt_seconds(eta)} on {n} worker(s)",
+            f"{len(variants)} variants × {len(tasks)} tasks × {len(seeds)} seeds",
+            f"[dim]{per_step:.3f} s/step: " + (f"median of {n_runs} runs" if n_runs else "a default (no run measured)") + "[/dim]",
             "", "[b]variants[/b]",
         ] + [f"  {escape(v)}" for v in variants[:40]] + (["  …"] if len(variants) > 40 else [])
-        self.app.call_from_thread(self.query_one("#grid-preview", Static).update, "\n".join(lines))
+        self.app.call_from_thread(self.query_one("#grid-preview", Static).update, Text.from_markup("\n".join(lines)))
 
     def _file(self) -> Path:
         return Path(self.query_one("#f-file", Input).value.strip() or f"suites/{self.grid.name}.toml")
@@ -411,7 +406,7 @@ class LivePane(Vertical):
             parts.append(f"ETA {state.fmt_seconds(left)}")
         else:
             parts.append(f"[dim]{run}[/]")
-        self.query_one("#live-progress", Static).update("  ".join(parts))
+        self.query_one("#live-progress", Static).update(Text.from_markup("  ".join(parts)))
         self.show_selected(suite, runner)
 
     def _cells(self, c: state.CellView):
@@ -451,7 +446,7 @@ class LivePane(Vertical):
                 rows.append(f"[red]{escape(c.error)}[/]")
             metrics = "\n".join(rows)
             self.query_one("#live-spark", Sparkline).data = c.rewards[-60:] or [0.0]
-        self.query_one("#live-metrics", Static).update(metrics)
+        self.query_one("#live-metrics", Static).update(Text.from_markup(metrics))
         key = (id(c), len(lines), lines[-1] if lines else "")
         if force or getattr(self, "_log_key", None) != key:
             self._log_key = key
@@ -510,10 +505,10 @@ class ResultsPane(Vertical):
         rows = sorted(summary["rows"], key=lambda r: _sort_key(fn(r)), reverse=self.reverse)
         for r in rows:
             table.add_row(*[fn(r) for _, fn in self.COLUMNS])
-        self.query_one("#res-head", Static).update(
-            f"{len(summary['rows'])} (task, variant) rows · sorted by [b]{name}[/b] {'↓' if self.reverse else '↑'} · mean over seeds, "
+        self.query_one("#res-head", Static).update(Text.from_markup(
+            f"sorted by [b]{escape(name)}[/b] {'↓' if self.reverse else '↑'} · {len(summary['rows'])} rows · mean over seeds, "
             f"{int(100 * summary['confidence'])}% bootstrap CI"
-        )
+        ))
         t = Table(title="over tasks: final accuracy", expand=False, title_justify="left")
         for col in ("variant", "runs", "IQM % [95% CI]", f"P(> {summary['baseline']})" if summary["baseline"] else "P(improvement)"):
             t.add_column(col, justify="left" if col == "variant" else "right")
@@ -626,10 +621,15 @@ class SuiteApp(App):
                 yield ResultsPane()
         yield Footer()
 
+    @property
+    def main(self):
+        """The screen with the tabs (``query_one`` on the app searches the help screen when it is open)."""
+        return self.screen_stack[0]
+
     def on_mount(self) -> None:
         self.theme = self._theme_name
-        self.query_one(RegistryPane).fill(self.lab)
-        self.query_one(GridPane).load(state.Grid(), None)
+        self.main.query_one(RegistryPane).fill(self.lab)
+        self.main.query_one(GridPane).load(state.Grid(), None)
         if self.target is not None:
             self.open_target(self.target, directory=self.directory)
         else:
@@ -639,9 +639,9 @@ class SuiteApp(App):
     # ------------------------------------------------------------------ navigation
 
     def show_tab(self, tab: str) -> None:
-        self.query_one(TabbedContent).active = tab
+        self.main.query_one(TabbedContent).active = tab
         focus = {"registry": "#reg-tree", "grid": "#f-name", "live": "#live-cells", "results": "#res-table"}[tab]
-        self.call_after_refresh(self.query_one(focus).focus)
+        self.call_after_refresh(self.main.query_one(focus).focus)
 
     def action_tab(self, tab: str) -> None:
         self.show_tab(tab)
@@ -665,7 +665,7 @@ class SuiteApp(App):
         except RllabError as e:
             self.notify(str(e), severity="error")
             return
-        self.query_one(RegistryPane).fill(self.lab)
+        self.main.query_one(RegistryPane).fill(self.lab)
         self.notify(f"plugins reloaded: {len(self.lab.specs())} components")
 
     # ------------------------------------------------------------------ suites
@@ -698,7 +698,7 @@ class SuiteApp(App):
 
     def _load_grid(self, path: Path) -> None:
         try:
-            self.query_one(GridPane).load(state.Grid.from_file(path), path)
+            self.main.query_one(GridPane).load(state.Grid.from_file(path), path)
         except (RllabError, OSError) as e:
             self.notify(str(e), severity="error")
 
@@ -754,14 +754,17 @@ class SuiteApp(App):
                 self.start_suite()
                 running = True
         self._was_running = running
-        self.refresh_views()
+        try:
+            self.refresh_views()
+        except NoMatches:  # the app is closing: its widgets are being removed
+            pass
 
     def refresh_views(self, results: bool = False) -> None:
-        if self.suite is None:
+        if self.suite is None or not self.main.is_attached:
             return
         running = self.runner is not None and self.runner.running
         changed = self.suite.refresh(running)
-        self.query_one(LivePane).show(self.suite, self.runner)
+        self.main.query_one(LivePane).show(self.suite, self.runner)
         if changed or results:
             self._results(self.suite)
 
@@ -772,4 +775,4 @@ class SuiteApp(App):
         except Exception as e:
             self.call_from_thread(self.notify, f"statistics failed: {type(e).__name__}: {e}", severity="error")
             return
-        self.call_from_thread(self.query_one(ResultsPane).show, summary, identical)
+        self.call_from_thread(self.main.query_one(ResultsPane).show, summary, identical)
