@@ -391,6 +391,7 @@ def test_in_a_real_terminal_under_tmux(suite_dir, tmp_path):
         subprocess.run(["tmux", "send-keys", "-t", session, "?"], check=True)
         wait("r retry failed cells")
         subprocess.run(["tmux", "send-keys", "-t", session, "Escape"], check=True)
+        time.sleep(1.0)  # a lone Escape is told from an escape sequence by the pause after it
         subprocess.run(["tmux", "send-keys", "-t", session, "4"], check=True)
         wait("over tasks")
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
