@@ -209,6 +209,14 @@ def test_results_are_rllab_suites_statistics_sortable_and_exported(suite_dir, la
         assert rows[0][2] == "2 (1 pending)" and rows[0][4] == "55.0 [50.0, 60.0]"
         text = screen_text(app)
         assert "FAILED rloo on addition seed 2" in text and "baseline" in text
+        # the table follows the suite: the interrupted cell ends, and its row is recomputed
+        run = next(c.run_dir for c in app.suite.cells if c.status == "stopped")
+        fake_run_rest = {"step": 4, "eval/accuracy": 0.9, "eval/reward": 0.9}
+        with (run / "metrics.jsonl").open("a") as f:
+            f.write(json.dumps(fake_run_rest) + "\n")
+        (run / "final.json").write_text("{}")
+        await wait_for(pilot, lambda: table_rows(app, "#res-table")[0][2] == "3")
+        assert table_rows(app, "#res-table")[0][4].startswith("66.7 [")
         for _ in range(4):  # task, variant, runs, initial, final
             await pilot.press("o")
         await pilot.press("O")
@@ -246,6 +254,11 @@ def test_registry_browses_components_runs_the_contract_and_sees_a_new_plugin(tmp
         rows = table_rows(app, "#reg-contract")
         assert rows[0] == ["builds with its default config", "pass", ""] and all(r[1] in ("pass", "skip") for r in rows)
         assert "pass" in screen_text(app)
+        await pilot.press("a")  # the component as a grid axis
+        await pilot.pause()
+        assert app.query_one("#tabs").active == "grid" and app.query_one("#f-axis").value == "policy_loss = ppo_clip"
+        await pilot.press("f2")  # "1" would be typed into the field
+        await pilot.pause()
         # a plugin installed while the TUI is open appears on r
         (tmp_path / "tui_fresh_plugin.py").write_text(
             "import rllab\n"
@@ -300,16 +313,6 @@ def test_grid_validates_axes_as_typed_shows_cells_and_saves_a_suite(tmp_path, la
     assert suite.name == "tiny" and suite.seeds == (0, 1) and suite.steps == 2
     assert len(expand(suite, lab=lab)) == 8
     assert dict(suite.overrides)["rollout.prompts_per_step"] == 4
-
-
-class FakeSuiteProcess:
-    """Stands in for the rllab suite command: a process that sleeps until stopped."""
-
-    def __init__(self, runner):
-        self.runner = runner
-
-    def __call__(self):
-        return [sys.executable, "-c", "import time; time.sleep(60)"]
 
 
 def test_start_stop_add_seed_and_reopen(suite_dir, lab, monkeypatch):
