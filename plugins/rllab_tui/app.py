@@ -6,6 +6,7 @@ screens show is computed in :mod:`rllab_tui.state`; this module only lays it out
 
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 from textual import on, work
+from textual.worker import get_current_worker
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.css.query import NoMatches
@@ -22,9 +24,8 @@ from textual.suggester import SuggestFromList
 from textual.widgets import DataTable, Footer, Input, Label, RichLog, Sparkline, Static, TabbedContent, TabPane, Tree
 
 from rllab import Lab, RllabError
-from rllab_suite import report
 from rllab_tui import state
-from rllab_tui.kernel import preset_names
+from rllab_tui.kernel import expand, parse_suite, preset_names, report
 
 HELP = """\
 [b]everywhere[/b]  1-4 switch tabs (F2-F5 in a text field) · ? or F1 help · t theme
@@ -275,7 +276,17 @@ class GridPane(Horizontal):
         except ValueError as e:
             self._error(str(e))
             return
-        axis = self.query_one("#f-axis", Input).value.strip()
+        self._preview(copy.deepcopy(g), g.to_dict(), self.query_one("#f-axis", Input).value.strip(), self.app.run_workers)
+
+    @work(thread=True, exclusive=True, group="preview")
+    def _preview(self, g: state.Grid, data: dict, axis: str, workers: int | None) -> None:
+        """Validate the axis being typed, then expand the grid and estimate its time (off the UI thread)."""
+        worker = get_current_worker()
+
+        def post(fn, *args):  # a newer keystroke's check has the last word
+            if not worker.is_cancelled:
+                self.app.call_from_thread(fn, *args)
+
         if axis:
             try:
                 key, values = state.parse_axis(axis)
@@ -283,20 +294,14 @@ class GridPane(Horizontal):
             except ValueError as e:
                 problems = [str(e)]
             if problems:
-                self._error("\n".join(problems))
+                post(self._error, "\n".join(problems))
                 return
-        self._error("")
-        self._preview(g.to_dict(), self.app.run_workers)
-
-    @work(thread=True, exclusive=True, group="preview")
-    def _preview(self, data: dict, workers: int | None) -> None:
-        from rllab_suite.spec import expand, parse_suite
-
+        post(self._error, "")
         try:
             cells = expand(parse_suite(data), lab=self.app.lab)
         except RllabError as e:
-            self.app.call_from_thread(self._error, str(e))
-            self.app.call_from_thread(self.query_one("#grid-preview", Static).update, Text("no cells: fix the grid", "red"))
+            post(self._error, str(e))
+            post(self.query_one("#grid-preview", Static).update, Text("no cells: fix the grid", "red"))
             return
         dirs = [Path("suites"), Path("runs")] + ([self.app.suite.directory] if self.app.suite else [])
         per_step, n_runs = state.step_seconds(*dirs)
@@ -311,7 +316,7 @@ class GridPane(Horizontal):
             f"[dim]{per_step:.3f} s/step: " + (f"median of {n_runs} runs" if n_runs else "a default (no run measured)") + "[/dim]",
             "", "[b]variants[/b]",
         ] + [f"  {escape(v)}" for v in variants[:40]] + (["  …"] if len(variants) > 40 else [])
-        self.app.call_from_thread(self.query_one("#grid-preview", Static).update, Text.from_markup("\n".join(lines)))
+        post(self.query_one("#grid-preview", Static).update, Text.from_markup("\n".join(lines)))
 
     def _file(self) -> Path:
         return Path(self.query_one("#f-file", Input).value.strip() or f"suites/{self.grid.name}.toml")
@@ -319,8 +324,6 @@ class GridPane(Horizontal):
     def action_save(self) -> Path | None:
         try:
             g = self.read()
-            from rllab_suite.spec import expand, parse_suite
-
             expand(parse_suite(g.to_dict()), lab=self.app.lab)
         except (ValueError, RllabError) as e:
             self._error(str(e))

@@ -23,10 +23,7 @@ from typing import Any
 import attrs
 
 from rllab import RllabError
-from rllab_suite import report
-from rllab_suite.spec import expand, parse_suite
-from rllab_suite.suite import MANIFEST, suite_dir_for
-from rllab_tui.kernel import COMPONENT_SECTIONS, dump_toml, load_config, parse_value
+from rllab_tui.kernel import COMPONENT_SECTIONS, MANIFEST, dump_toml, expand, load_config, parse_suite, parse_value, report, suite_dir_for
 
 DEFAULT_STEP_SECONDS = 0.05
 """Seconds per step when no run has been measured yet (the default job on 2 CPU cores)."""
