@@ -59,7 +59,11 @@ def describe(spec) -> str:
         lines.append(f"aliases:  {', '.join(spec.aliases)}")
     if spec.requires:
         lines.append(f"requires: {', '.join(spec.requires)}")
-    knobs = spec.knobs()
+    try:
+        knobs = spec.knobs()
+    except Exception as e:  # a config class the kernel cannot read: say so, keep browsing
+        lines += ["", f"[red]knobs unreadable: {escape(f'{type(e).__name__}: {e}')}[/red]"]
+        knobs = []
     lines += ["", f"[b]knobs[/b] ({len(knobs)})" if knobs else "[b]knobs[/b]: none"]
     for k in knobs:
         allowed = f"  {escape(str(k.allowed))}" if k.allowed else ""

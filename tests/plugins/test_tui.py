@@ -423,3 +423,29 @@ def test_runs_a_suite_of_short_runs_live(tmp_path, lab, monkeypatch):
 
     run_app(app, body)
     assert app.runner.returncode == 0
+
+
+def test_grid_run_saves_opens_and_starts_and_open_reads_a_directory(suite_dir, tmp_path, lab, monkeypatch):
+    monkeypatch.setattr(state.Runner, "command", lambda self: [sys.executable, "-c", "import time; time.sleep(60)"])
+    monkeypatch.chdir(tmp_path)
+    app = SuiteApp(lab=lab, poll=0.2)
+
+    async def body(pilot):
+        await pilot.press("2")
+        await pilot.pause()
+        await pilot.press("ctrl+u", *"quick", "tab", "tab", "ctrl+u", "2", "tab", "ctrl+u", "1")  # name, steps, seeds
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: app.runner is not None and app.runner.running)
+        assert app.query_one("#tabs").active == "live" and app.suite.file == Path("suites/quick.toml")
+        assert len(table_rows(app, "#live-cells")) == 1 and app.suite.directory == Path("suites/quick")
+        await pilot.press("x")
+        await wait_for(pilot, lambda: not app.runner.running)
+        await pilot.press("f3")
+        await pilot.pause()
+        assert app.focused.id == "f-name"
+        await pilot.press("shift+tab")
+        assert app.focused.id == "f-file"
+        await pilot.press("ctrl+u", *str(suite_dir), "ctrl+o")
+        await wait_for(pilot, lambda: app.suite.directory == suite_dir and "done 4/6" in screen_text(app))
+
+    run_app(app, body)
