@@ -287,18 +287,20 @@ def on_rollout_end(step, batch, metrics):
 
 
 @hookspec
-def on_step_end(step, metrics):
+def on_step_end(step, metrics, run_dir):
     """Called after each training step with that step's metrics (a dict of floats).
 
     :param step: the number of steps completed (1 after the first).
+    :param run_dir: the run directory (several runs may share a process).
     """
 
 
 @hookspec
-def on_eval_end(step, metrics):
+def on_eval_end(step, metrics, run_dir):
     """Called after each held-out evaluation (``eval/accuracy``, ``eval/reward``, …).
 
     :param step: the number of steps completed when it ran (0: before training).
+    :param run_dir: the run directory.
     """
 
 

@@ -284,7 +284,7 @@ class Trainer:
         self.history.append({"step": self.step, **metrics})
         for lg in self.loggers:
             lg.log(self.step, metrics)
-        self.lab.hook.on_step_end(step=self.step, metrics=dict(metrics))
+        self.lab.hook.on_step_end(step=self.step, metrics=dict(metrics), run_dir=self.run_dir)
         return metrics
 
     def _run_algorithm(self, ctx: RunContext) -> tuple[dict, bool]:
@@ -361,7 +361,7 @@ class Trainer:
         self.history.append({"step": self.step, **metrics})
         for lg in self.loggers:
             lg.log(self.step, metrics)
-        self.lab.hook.on_eval_end(step=self.step, metrics=dict(metrics))
+        self.lab.hook.on_eval_end(step=self.step, metrics=dict(metrics), run_dir=self.run_dir)
         return metrics
 
     # ------------------------------------------------------------------ checkpoints

@@ -111,14 +111,16 @@ def on_run_error(run_dir, step, error):
 
 
 @rllab.hookimpl
-def on_step_end(step, metrics):
-    for r in _RUNS.values():
+def on_step_end(step, metrics, run_dir):
+    r = _RUNS.get(Path(run_dir))
+    if r is not None:
         r.step(metrics)
 
 
 @rllab.hookimpl
-def on_eval_end(step, metrics):
-    for r in _RUNS.values():
+def on_eval_end(step, metrics, run_dir):
+    r = _RUNS.get(Path(run_dir))
+    if r is not None:
         r.last_eval = metrics.get("eval/accuracy", r.last_eval)
 
 

@@ -53,10 +53,9 @@ def on_run_start(run_dir, config, start_step, total_steps, progress):
 
 
 @rllab.hookimpl
-def on_step_end(step, metrics):
-    if "rollout/reward" not in metrics:
-        return
-    for run_dir, s in _ACTIVE.items():
+def on_step_end(step, metrics, run_dir):
+    s = _ACTIVE.get(Path(run_dir))
+    if s is not None and "rollout/reward" in metrics:
         s["steps"] += 1
         s["zero"] += metrics["rollout/reward"] == 0.0 and metrics.get("rollout/score", 0.0) == 0.0
         if not s["warned"] and s["zero"] == s["steps"] and s["steps"] >= min(ZERO_REWARD_STEPS, s["total"]):
