@@ -271,8 +271,9 @@ class Trainer:
             t0 = time.perf_counter()
             self._sync_weights()
             metrics["time/sync"] = time.perf_counter() - t0
-        if "kl/policy_ref" in metrics and self.reference is not None:
-            self.kl_controller.update(current_kl=metrics["kl/policy_ref"], n_steps=int(metrics.get("train/rows", 1)))
+        current_kl = metrics.get("kl/current", metrics.get("kl/policy_ref"))  # the algorithm's measure, if it gives one
+        if current_kl is not None and self.reference is not None:
+            self.kl_controller.update(current_kl=current_kl, n_steps=int(metrics.get("train/rows", 1)))
         metrics["time/step"] = time.perf_counter() - t_start
         metrics["perf/peak_rss_mb"] = _peak_rss_mb()
         if self.device.type == "cuda":

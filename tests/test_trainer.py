@@ -394,3 +394,17 @@ def test_variant_components_train(tmp_path, extra):
 def test_bypass_with_a_correction_is_refused(tmp_path):
     with pytest.raises(rllab.RllabError, match="bypass mode.*set correction = \"none\""):
         Trainer(small_cfg("policy_loss=bypass_mode", "correction=token_truncate"), run_dir=tmp_path, progress=False)
+
+
+def test_kl_options_reach_the_step_and_the_controller(tmp_path):
+    tr = Trainer(
+        small_cfg("algorithm.kl_in=reward", "algorithm.kl_measure=penalty_row_mean", "kl_controller=adaptive", "kl=k3"),
+        run_dir=tmp_path, progress=False,
+    )  # fmt: skip
+    beta0 = tr.kl_controller.value
+    m = tr.train_step()
+    assert "kl/current" in m and m["kl/coef"] == beta0 and tr.kl_controller.value != beta0
+    tr.close()
+    tr = Trainer(small_cfg("algorithm.kl_in=loss", "algorithm.kl_importance_ratio=sequence", "kl_controller.kl_coef=0.1"), run_dir=tmp_path / "b", progress=False)
+    finite_metrics(tr.train_step())
+    tr.close()

@@ -45,6 +45,25 @@ class RLConfig:
     entropy_coef: float = rllab.knob(0.0, help="entropy bonus coefficient", ge=0.0)
     vf_coef: float = rllab.knob(0.5, help="value-loss coefficient (critic estimators only)", ge=0.0)
     kl_in: str = rllab.knob("none", help="where the KL penalty to the reference applies", choices=("none", "reward", "loss"))
+    kl_importance_ratio: str = rllab.knob(
+        "none",
+        help="kl_in = loss: multiply the per-token KL by the importance ratio π/π_old, per token or per sequence "
+        "(TRL's use_bias_correction_kl with importance_sampling_level); none: plain KL",
+        choices=("none", "token", "sequence"),
+        validator=lambda i, a, v: _needs_kl_in(i, a, v, "none", "loss"),
+    )
+    kl_measure: str = rllab.knob(
+        "k1_token_mean",
+        help="the KL the controller adapts to: k1_token_mean, mean over valid tokens of old − ref (rllab); "
+        "penalty_row_mean, mean over rows of each row's masked mean of the [kl] penalty, empty rows 0 (verl)",
+        choices=("k1_token_mean", "penalty_row_mean"),
+        validator=lambda i, a, v: _needs_kl_in(i, a, v, "k1_token_mean", "reward"),
+    )
+
+
+def _needs_kl_in(inst, attribute, value, default, kl_in: str) -> None:
+    if value != default and inst.kl_in != kl_in:
+        raise ValueError(f"{attribute.name} = {value!r} applies only with kl_in = {kl_in!r} (kl_in is {inst.kl_in!r})")
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -171,6 +190,8 @@ class RL:
             kl_tok = comps["kl"](log_prob=old, ref_log_prob=ref)
             token_rewards = token_rewards - beta * torch.where(mask, kl_tok, torch.zeros_like(kl_tok))
             metrics["kl/reward_kl"] = ops.masked_mean(kl_tok, mask).item()
+            if self.config.kl_measure == "penalty_row_mean":
+                metrics["kl/current"] = penalty_row_mean(kl_tok, mask).item()
         advantages, returns = comps["advantage"](token_rewards=token_rewards, mask=mask, index=batch.index, values=values)
         weights = None
         if old is not None:  # else computed per micro-batch from the update's forward
@@ -267,7 +288,10 @@ class RL:
         out.update({k: float(v) for k, v in pg_metrics.items()})
         out["loss/policy"] = loss.item()
         if self.config.kl_in == "loss" and p.ref_log_prob is not None and p.beta > 0:
-            kl_loss = checked_loss(agg(comps["kl"](log_prob=log_prob, ref_log_prob=p.ref_log_prob[rows]), mask), ctx, "kl")
+            kl_tok = comps["kl"](log_prob=log_prob, ref_log_prob=p.ref_log_prob[rows])
+            if self.config.kl_importance_ratio != "none":
+                kl_tok = kl_times_ratio(kl_tok, log_prob, old, mask, self.config.kl_importance_ratio)
+            kl_loss = checked_loss(agg(kl_tok, mask), ctx, "kl")
             loss = loss + p.beta * kl_loss
             out["loss/kl"] = kl_loss.item()
         out["actor/entropy"] = ops.masked_mean(entropy.detach(), mask).item()
@@ -285,6 +309,26 @@ class RL:
             out.update({k: float(x) for k, x in v_metrics.items()})
         out["loss/total"] = loss.item()
         return out
+
+
+def kl_times_ratio(kl_tok: torch.Tensor, log_prob: torch.Tensor, old_log_prob: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
+    """TRL's ``use_bias_correction_kl``: the per-token KL times the importance ratio ``π/π_old``.
+
+    ``level = "token"``: ``exp(log_prob − old)`` per token; ``"sequence"``: ``exp`` of the row's
+    mean log-ratio over its valid tokens (GSPO's ``importance_sampling_level = "sequence"``). The
+    ratio keeps its gradient, as TRL's ``coef_1`` does. All tensors (B, T); ``old_log_prob`` is
+    detached by the caller's convention; masked positions are zeroed.
+    """
+    log_ratio = torch.where(mask, log_prob - old_log_prob.detach(), torch.zeros_like(log_prob))
+    if level == "sequence":
+        log_ratio = (log_ratio.sum(-1) / mask.sum(-1).clamp(min=1)).unsqueeze(-1)
+    return torch.where(mask, kl_tok * torch.exp(log_ratio), torch.zeros_like(kl_tok))
+
+
+def penalty_row_mean(kl_tok: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """verl's KL for the controller: the mean over rows of each row's masked mean (empty rows 0)."""
+    rows = ops.masked_sum(kl_tok, mask, dim=-1) / mask.sum(-1).clamp(min=1)
+    return rows.mean()
 
 
 def _aggregate(component: Any, loss_mat, mask, **counts):
