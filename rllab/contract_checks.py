@@ -103,7 +103,9 @@ def _adv_inputs(comp: Component, B=8, T=7, seed=0):
     if "sum_pi_squared" in comp.spec.requires:  # Σ_v π_v² ≥ π_t² of the sampled token
         pi = torch.exp(kw.get("old_log_prob", torch.zeros(B, T)))
         kw["sum_pi_squared"] = pi**2 + torch.rand(B, T, generator=g) * (1 - pi**2)
-    unknown = set(comp.spec.requires) - {"values", "old_log_prob", "sum_pi_squared"}
+    if "reward_baselines" in comp.spec.requires:  # a per-row baseline (ReMax: the greedy response's reward)
+        kw["reward_baselines"] = torch.rand(B, generator=g)
+    unknown = set(comp.spec.requires) - {"values", "old_log_prob", "sum_pi_squared", "reward_baselines"}
     if unknown:
         raise ContractSkip(f"{comp.name} requires inputs the suite cannot make: {sorted(unknown)}")
     return kw
@@ -156,8 +158,8 @@ def _adv_all_masked(comp):
             kw2[k] = torch.cat([v, torch.tensor([v.max().item() + 1])])
         elif k == "mask":
             kw2[k] = torch.cat([v, torch.zeros(1, T, dtype=torch.bool)])
-        else:
-            kw2[k] = torch.cat([v, torch.randn(1, T, generator=_gen(2))])
+        else:  # (B, T) inputs get a row, (B,) inputs an entry
+            kw2[k] = torch.cat([v, torch.randn(1, *v.shape[1:], generator=_gen(2))])
     adv2, _ = comp(**kw2)
     _finite(adv2, "advantages")
     if not torch.all(adv2[B] == 0):

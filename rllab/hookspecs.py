@@ -54,6 +54,9 @@ def register_advantage_estimators(register):
     ``mask`` (B, T) bool: True where a response token counts.
     ``index`` (B,) int64: a group id per row; rows sharing an id were sampled from one prompt.
     ``values`` (B, T) float or None: critic values, for estimators that require them.
+    ``reward_baselines`` (B,) float, only for an estimator registered with
+    ``requires=("reward_baselines",)``: the reward of the policy's greedy response to each row's
+    prompt (ReMax), sampled by the ``rl`` step.
     Returns two (B, T) float tensors.
     """
 

@@ -176,6 +176,15 @@ class RolloutStage:
         metrics["rollout/kept_frac"] = keep_t.float().mean().item()
         return Scored(examples=examples, completions=completions, rewards=rewards, scores=scores, keep=keep_t, metrics=metrics)
 
+    def greedy_rewards(self, examples: Sequence[Example]) -> torch.Tensor:
+        """(P,) float32: the reward of the policy's greedy response to each example (ReMax's
+        baseline), scored under ``reward_errors`` (a failed reward counts 0 unless it raises)."""
+        comps = self.generate(examples, self.sampling_params(0, n=1, greedy=True))
+        rewards, _, _ = self.score(examples, comps)
+        out = torch.zeros(len(examples), dtype=torch.float32)
+        out[torch.tensor([c.prompt_index for c in comps], dtype=torch.long)] = torch.tensor(rewards, dtype=torch.float32)
+        return out
+
     def to_batch(self, scored: Scored) -> RolloutBatch | None:
         """The kept completions as a padded :class:`RolloutBatch` (None when nothing is kept)."""
         kept = [c for c, k in zip(scored.completions, scored.keep.tolist()) if k]

@@ -408,3 +408,20 @@ def test_kl_options_reach_the_step_and_the_controller(tmp_path):
     tr = Trainer(small_cfg("algorithm.kl_in=loss", "algorithm.kl_importance_ratio=sequence", "kl_controller.kl_coef=0.1"), run_dir=tmp_path / "b", progress=False)
     finite_metrics(tr.train_step())
     tr.close()
+
+
+def test_remax_step_samples_a_greedy_baseline_per_prompt(tmp_path):
+    tr = Trainer(small_cfg("advantage=remax"), run_dir=tmp_path, progress=False)
+    seen = {}
+    greedy = tr.rollout.greedy_rewards
+
+    def spy(examples):
+        out = greedy(examples)
+        seen["baselines"] = out
+        return out
+
+    tr.rollout.greedy_rewards = spy
+    m = tr.train_step()
+    finite_metrics(m)
+    assert seen["baselines"].shape == (4,) and m["rollout/greedy_reward"] == pytest.approx(seen["baselines"].mean().item())
+    tr.close()

@@ -305,8 +305,37 @@ gae.batch_step = lambda config: "whiten" if config.whiten else None
 reinforce_plus_plus.batch_step = "whiten"
 
 
+def remax(*, token_rewards, mask, index=None, values=None, reward_baselines=None, config=None):
+    """ReMax (Li et al. 2023): the return minus the reward of the policy's greedy response.
+
+    ``returns_t = Σ_{j ≥ t} r_j`` (undiscounted reward-to-go over the row's valid tokens) and
+    ``advantages = returns − b`` on valid tokens, where ``b`` is the reward of the greedy
+    (argmax) response to the same prompt — a per-prompt baseline that costs one greedy rollout
+    instead of a group (verl 0.9.1 ``compute_remax_outcome_advantage``). Masked positions are 0
+    (verl leaves reward-to-go at observation positions inside a row; no loss reads them).
+
+    :param token_rewards: (B, T) float; :param mask: (B, T) bool.
+    :param reward_baselines: (B,) float, the greedy response's reward for each row's prompt
+        (``requires=("reward_baselines",)``: the ``rl`` step samples it).
+    :returns: ``(advantages, returns)``, both (B, T).
+    """
+    where = "advantage_estimator 'remax'"
+    _check_inputs(where, token_rewards, mask)
+    if reward_baselines is None:
+        raise ValueError(f"{where}: needs reward_baselines (B,), the reward of the greedy response to each row's prompt")
+    if not isinstance(reward_baselines, torch.Tensor) or reward_baselines.shape != token_rewards.shape[:1]:
+        shape = tuple(getattr(reward_baselines, "shape", ()))
+        raise ValueError(f"{where}: reward_baselines must be a ({token_rewards.shape[0]},) tensor, got shape {shape}")
+    with torch.no_grad():
+        rewards = ops.zero_masked(token_rewards, mask)
+        returns = ops.zero_masked(discounted_reverse_cumsum(rewards, 1.0), mask)
+        advantages = ops.zero_masked(returns - reward_baselines.to(returns.dtype)[:, None], mask)
+    return advantages, returns
+
+
 @rllab.hookimpl
 def register_advantage_estimators(register):
     register("gae", gae, config=GAEConfig, requires=("values",))
     register("reinforce", reinforce, config=ReturnConfig)
+    register("remax", remax, requires=("reward_baselines",))
     register("reinforce_plus_plus", reinforce_plus_plus, config=ReturnConfig, aliases=("reinforce++",))

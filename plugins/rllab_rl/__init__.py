@@ -119,7 +119,7 @@ class RL:
     """Policy-gradient RL with the run's advantage estimator, policy loss, correction, KL and aggregation."""
 
     uses = frozenset({"task", "backend", "advantage", "policy_loss", "correction", "aggregation", "kl", "kl_controller", "value_loss"})
-    provides = {"advantage_estimator": ("values",), "loss_aggregation": ("global_rows",)}
+    provides = {"advantage_estimator": ("values", "reward_baselines"), "loss_aggregation": ("global_rows",)}
 
     def __init__(self, *, config: RLConfig):
         self.config = config
@@ -160,8 +160,13 @@ class RL:
             metrics["train/skipped"] = 1.0
             return metrics
         ctx.hook.on_rollout_end(step=ctx.step + 1, batch=batch, metrics=dict(metrics))
+        extra = {}
+        if "reward_baselines" in ctx.components["advantage"].spec.requires:  # ReMax: a greedy rollout per prompt
+            greedy = ctx.rollout.greedy_rewards(scored.examples)
+            metrics["rollout/greedy_reward"] = greedy.mean().item()
+            extra["reward_baselines"] = greedy[batch.index].to(ctx.device)
         batch = _to(batch, ctx.device)
-        prepared, prep_metrics = self.prepare(ctx, batch)
+        prepared, prep_metrics = self.prepare(ctx, batch, extra)
         metrics.update(prep_metrics)
         update = yield from self.update(ctx, prepared)
         metrics.update(update)
@@ -171,8 +176,11 @@ class RL:
         metrics["train/rows"] = float(batch.input_ids.shape[0])
         return metrics
 
-    def prepare(self, ctx: RunContext, batch: rllab.RolloutBatch) -> tuple[Prepared, dict]:
-        """The no-grad forwards, KL in the reward, advantages and importance weights."""
+    def prepare(self, ctx: RunContext, batch: rllab.RolloutBatch, extra: dict | None = None) -> tuple[Prepared, dict]:
+        """The no-grad forwards, KL in the reward, advantages and importance weights.
+
+        ``extra``: optional estimator inputs the step produced (``reward_baselines`` for ReMax).
+        """
         import time
 
         comps = ctx.components
@@ -192,7 +200,7 @@ class RL:
             metrics["kl/reward_kl"] = ops.masked_mean(kl_tok, mask).item()
             if self.config.kl_measure == "penalty_row_mean":
                 metrics["kl/current"] = penalty_row_mean(kl_tok, mask).item()
-        advantages, returns = comps["advantage"](token_rewards=token_rewards, mask=mask, index=batch.index, values=values)
+        advantages, returns = comps["advantage"](token_rewards=token_rewards, mask=mask, index=batch.index, values=values, **(extra or {}))
         weights = None
         if old is not None:  # else computed per micro-batch from the update's forward
             weights, corr_metrics = comps["correction"](old_log_prob=old, rollout_log_prob=batch.rollout_log_prob, mask=mask)

@@ -493,3 +493,20 @@ def test_optimal_token_baseline_default_leaves_empty_rows_out():
     )
     assert_close(ours[0], torch.tensor([1.0, 1.0]), "singleton: advantage = reward-to-go")
     assert_close(ref[0], torch.tensor([0.0, 0.0]), "verl: the empty row makes a group of two")
+
+
+# =========================================================================== remax
+
+
+@pytest.mark.parametrize("cid,B,T,kind,seed", list(cases()))
+def test_remax_matches_verl(cid, B, T, kind, seed):
+    g = gen(seed, "remax", B, T, kind)
+    mask = make_mask(kind, B, T, g)
+    rewards = torch.where(mask, torch.randn(B, T, generator=g), 0.0)  # process rewards on every valid token
+    baselines = torch.rand(B, generator=g)
+    adv, ret = component("advantage_estimator", "remax")(token_rewards=rewards, mask=mask, index=None, reward_baselines=baselines)
+    ref_adv, ref_ret = ca.compute_remax_outcome_advantage(token_level_rewards=rewards, reward_baselines=baselines, response_mask=mask.float())
+    # valid positions agree; rllab zeroes masked positions (verl keeps reward-to-go at observation tokens)
+    assert_close(adv[mask], ref_adv[mask], f"remax advantages {cid}")
+    assert_close(ret[mask], ref_ret[mask], f"remax returns {cid}")
+    assert torch.all(adv[~mask] == 0) and torch.all(ret[~mask] == 0)
