@@ -327,3 +327,33 @@ class CriticModel(nn.Module):
         return self.value_head(hidden)
 
     forward = values
+
+
+def response_log_sum_sq_probs(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_length: int,
+    *,
+    temperature: float = 1.0,
+    rows_per_chunk: int = 8,
+) -> torch.Tensor:
+    """(B, T) float32 ``log Σ_v π(v | prefix)²`` at each response position, without gradient.
+
+    ``π = softmax(logits / temperature)``; ``log Σ π² = logsumexp(2z) − 2·logsumexp(z)`` with
+    ``z = logits / temperature``. Used by WPO weighting and by the optimal-token baselines
+    (``Σ π²`` of the rollout-time policy). Runs ``rows_per_chunk`` rows per forward, so at most
+    that many rows of (T, V) logits exist at once. Padding positions hold 0.
+    """
+    T = _check_sequences("response_log_sum_sq_probs", input_ids, attention_mask, response_length)
+    L = input_ids.shape[1]
+    out = torch.zeros(input_ids.shape[0], T, dtype=torch.float32, device=input_ids.device)
+    with torch.no_grad():
+        for s in range(0, input_ids.shape[0], max(1, rows_per_chunk)):
+            ids, attn = input_ids[s : s + rows_per_chunk], attention_mask[s : s + rows_per_chunk]
+            logits = model(
+                input_ids=ids, attention_mask=attn.long(), position_ids=position_ids_from_mask(attn), use_cache=False
+            ).logits[:, L - T - 1 : L - 1].float() / temperature
+            out[s : s + rows_per_chunk] = torch.logsumexp(2 * logits, dim=-1) - 2 * torch.logsumexp(logits, dim=-1)
+    mask = attention_mask[:, L - T :].bool()
+    return torch.where(mask, out, torch.zeros_like(out))

@@ -763,3 +763,25 @@ def test_grouped_response_logprobs_sliding_window():
     g = torch.Generator().manual_seed(28)
     ids, mask, T = grouped_batch(g, [3, 2], [6, 4])
     assert_grouped_matches(model, ids, mask, T, with_entropy=True, temperature=1.0, seed=29)
+
+
+def test_response_log_sum_sq_probs_matches_dense():
+    from rllab.models import response_log_sum_sq_probs
+    from rllab.tinymodel import TinyModelConfig, build_tiny_model
+
+    torch.manual_seed(0)
+    model, _ = build_tiny_model(TinyModelConfig(hidden_size=32, intermediate_size=64))
+    model.eval()
+    B, P, T = 5, 4, 3
+    ids = torch.randint(3, 50, (B, P + T))
+    attn = torch.ones(B, P + T, dtype=torch.bool)
+    attn[0, :2] = False  # left padding
+    attn[1, -1] = False  # a shorter response
+    out = response_log_sum_sq_probs(model, ids, attn, T, temperature=0.7, rows_per_chunk=2)
+    with torch.no_grad():
+        pos = (attn.long().cumsum(-1) - 1).clamp(min=0)
+        logits = model(input_ids=ids, attention_mask=attn.long(), position_ids=pos).logits[:, P - 1 : P + T - 1].double() / 0.7
+    expected = torch.log((torch.softmax(logits, -1) ** 2).sum(-1)).float()
+    resp = attn[:, P:]
+    torch.testing.assert_close(out[resp], expected[resp], rtol=1e-5, atol=1e-6)
+    assert torch.all(out[~resp] == 0)

@@ -425,3 +425,13 @@ def test_remax_step_samples_a_greedy_baseline_per_prompt(tmp_path):
     finite_metrics(m)
     assert seen["baselines"].shape == (4,) and m["rollout/greedy_reward"] == pytest.approx(seen["baselines"].mean().item())
     tr.close()
+
+
+@pytest.mark.parametrize("estimator", ["optimal_token_baseline", "tir_optimal_token_baseline"])
+def test_optimal_token_baselines_get_the_rollout_time_policy(tmp_path, estimator):
+    """They need old log-probs and Σπ² before the update: the step runs the old forward for them."""
+    tr = Trainer(small_cfg(f"advantage={estimator}"), run_dir=tmp_path, progress=False)
+    assert not tr.algorithm.on_policy(tr.context())
+    for _ in range(2):
+        finite_metrics(tr.train_step())
+    tr.close()

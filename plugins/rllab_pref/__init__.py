@@ -28,7 +28,7 @@ import torch
 import rllab
 from rllab import ops
 from rllab.algorithm import OptimizerStep, RunContext, checked_loss, seed_for
-from rllab.models import position_ids_from_mask, response_logprobs
+from rllab.models import response_log_sum_sq_probs, response_logprobs
 
 
 @attrs.frozen
@@ -67,16 +67,9 @@ def log_sum_sq_probs(ctx: RunContext, model, rows: list[tuple[list[int], list[in
     """(R, T) ``log Σ_v π(v | prefix)²`` at each response position (WPO's weights), no gradient."""
     batch = _batch(ctx, rows)
     home = next(model.parameters()).device
-    L, T = batch.input_ids.shape[1], batch.response_length
-    with torch.no_grad(), ctx.autocast():
-        logits = model(
-            input_ids=batch.input_ids.to(home),
-            attention_mask=batch.attention_mask.to(home).long(),
-            position_ids=position_ids_from_mask(batch.attention_mask.to(home)),
-            use_cache=False,
-        ).logits[:, L - T - 1 : L - 1].float()
-    out = torch.logsumexp(2 * logits, dim=-1) - 2 * torch.logsumexp(logits, dim=-1)
-    return torch.where(batch.response_mask.to(home), out, torch.zeros_like(out)).to(ctx.device)
+    with ctx.autocast():
+        out = response_log_sum_sq_probs(model, batch.input_ids.to(home), batch.attention_mask.to(home), batch.response_length)
+    return out.to(ctx.device)
 
 
 def _batch(ctx: RunContext, rows) -> rllab.RolloutBatch:

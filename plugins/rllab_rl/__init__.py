@@ -32,7 +32,7 @@ import torch
 import rllab
 from rllab import ops
 from rllab.algorithm import OptimizerStep, RunContext, checked_loss, seed_for
-from rllab.models import grouped_response_logprobs
+from rllab.models import grouped_response_logprobs, response_log_sum_sq_probs
 
 
 @attrs.frozen
@@ -119,7 +119,10 @@ class RL:
     """Policy-gradient RL with the run's advantage estimator, policy loss, correction, KL and aggregation."""
 
     uses = frozenset({"task", "backend", "advantage", "policy_loss", "correction", "aggregation", "kl", "kl_controller", "value_loss"})
-    provides = {"advantage_estimator": ("values", "reward_baselines"), "loss_aggregation": ("global_rows",)}
+    provides = {
+        "advantage_estimator": ("values", "reward_baselines", "old_log_prob", "sum_pi_squared"),
+        "loss_aggregation": ("global_rows",),
+    }
 
     def __init__(self, *, config: RLConfig):
         self.config = config
@@ -148,6 +151,8 @@ class RL:
         c = self.config
         if _bypass(ctx):
             return True
+        if {"old_log_prob", "sum_pi_squared"} & set(ctx.components["advantage"].spec.requires):
+            return False  # the estimator reads the rollout-time policy before the update
         return c.epochs == 1 and c.minibatches == 1 and not (c.kl_in == "reward" and ctx.reference is not None)
 
     # ------------------------------------------------------------------ the step
@@ -200,7 +205,17 @@ class RL:
             metrics["kl/reward_kl"] = ops.masked_mean(kl_tok, mask).item()
             if self.config.kl_measure == "penalty_row_mean":
                 metrics["kl/current"] = penalty_row_mean(kl_tok, mask).item()
-        advantages, returns = comps["advantage"](token_rewards=token_rewards, mask=mask, index=batch.index, values=values, **(extra or {}))
+        extra = dict(extra or {})
+        requires = comps["advantage"].spec.requires
+        if "old_log_prob" in requires:
+            extra["old_log_prob"] = old
+        if "sum_pi_squared" in requires:  # Σ_v π_v² of the rollout-time policy (optimal-token baselines)
+            with ctx.autocast():
+                lss = response_log_sum_sq_probs(
+                    ctx.policy, batch.input_ids, batch.attention_mask, batch.response_length, temperature=ctx.config.rollout.temperature
+                )
+            extra["sum_pi_squared"] = torch.where(mask, lss.exp(), torch.zeros_like(lss))
+        advantages, returns = comps["advantage"](token_rewards=token_rewards, mask=mask, index=batch.index, values=values, **extra)
         weights = None
         if old is not None:  # else computed per micro-batch from the update's forward
             weights, corr_metrics = comps["correction"](old_log_prob=old, rollout_log_prob=batch.rollout_log_prob, mask=mask)
