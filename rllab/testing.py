@@ -14,7 +14,7 @@ or from pytest in your own plugin's tests (one test per check)::
     def test_contract(case):
         case.run()
 
-What is checked, per kind (DESIGN.md, invariant 4):
+What is checked, per kind (every registered component must pass these):
 
 - every kind: the component is reachable through the Lab and its default config validates;
 - tensor components: finite values and finite gradients on random inputs; changing values at
@@ -60,6 +60,7 @@ import attrs
 
 from rllab.lab import Lab
 
+from rllab import contract_factories  # noqa: F401  (registers the factory kinds' checks)
 from rllab.contract_checks import _REGISTRY, Check, ContractSkip  # noqa: F401  (ContractSkip: for plugin authors' own checks)
 
 

@@ -14,3 +14,15 @@ def lab():
     import rllab
 
     return rllab.Lab()
+
+
+@pytest.fixture(scope="module")
+def model_cache(tmp_path_factory):
+    """A model cache of the module's own (RLLAB_CACHE): the tiny model is built once per module."""
+    old = os.environ.get("RLLAB_CACHE")
+    os.environ["RLLAB_CACHE"] = str(tmp_path_factory.mktemp("model-cache"))
+    yield
+    if old is None:
+        os.environ.pop("RLLAB_CACHE", None)
+    else:
+        os.environ["RLLAB_CACHE"] = old

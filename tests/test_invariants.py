@@ -1,4 +1,4 @@
-"""DESIGN.md invariants 1 and 2: the kernel never imports a plugin."""
+"""Architecture invariants: the kernel never imports a plugin; built-ins are entry points."""
 
 import ast
 import subprocess

@@ -19,30 +19,15 @@ import rllab
 from rllab.config import ConfigError, load_config, preset_names
 from rllab.trainer import RewardError, Trainer, run_experiment
 
-# A small, fast setup shared by these tests (the tiny model is built and cached once).
-SMALL = [
-    "model.tiny.hidden_size=64",
-    "model.tiny.intermediate_size=128",
-    "model.warm_start.steps=60",
-    "model.warm_start.eval_limit=0",
-    "rollout.prompts_per_step=4",
-    "rollout.group_size=4",
-    "rollout.max_new_tokens=6",
-    "train.steps=3",
-    "train.eval_size=16",
-    "train.checkpoint_every=0",
-]
+from .tiny import TINY, overrides
+
+# A small, fast setup shared by these tests (the tiny model is built and cached once per module).
+SMALL = [*overrides(TINY), "train.steps=3"]
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _cache(tmp_path_factory):
-    old = os.environ.get("RLLAB_CACHE")
-    os.environ["RLLAB_CACHE"] = str(tmp_path_factory.mktemp("model-cache"))
+def _cache(model_cache):
     yield
-    if old is None:
-        os.environ.pop("RLLAB_CACHE", None)
-    else:
-        os.environ["RLLAB_CACHE"] = old
 
 
 def small_cfg(*extra, lab=None, preset=None):

@@ -62,7 +62,7 @@ Where rllab's defaults differ from the references, and why:
   have A < 0 and where the cap bit (divide by the share of A < 0 tokens for a per-negative rate).
 * CISPO: TRL caps the detached ratio at ``epsilon_high`` itself (r ≤ 5 by default); verl and the
   paper clip it to [1 − ε_low, 1 + ε_high]. rllab's default is TRL's absolute cap
-  (``clip_form="absolute"``, ``clip_high=5.0``, the form in ALGORITHMS.md); ``"relative"`` is
+  (``clip_form="absolute"``, ``clip_high=5.0``, the MiniMax-M1 paper's form); ``"relative"`` is
   verl's, with ``clip_low=None`` meaning no lower bound. ``actor/clipfrac`` counts tokens whose
   ratio the clip changed (verl's ``pg_clipfrac``); TRL logs only the A > 0 tokens above the cap.
 * SAPO, GSPO: verl forces/recommends ``seq-mean-token-mean`` for them; here the caller's

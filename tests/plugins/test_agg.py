@@ -113,7 +113,7 @@ def test_horizon_knob_type(lab):
 
 
 def reference(name, loss_mat, mask, horizon=None):
-    """The definitions of ALGORITHMS.md, row by row in float64 Python arithmetic."""
+    """The aggregation definitions, row by row in float64 Python arithmetic."""
     rows = []
     total, n_tok = 0.0, 0
     for b in range(loss_mat.shape[0]):

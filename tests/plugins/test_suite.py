@@ -12,35 +12,19 @@ import numpy as np
 import pytest
 import torch
 
+from tests.tiny import TINY
 import rllab
 from rllab.config import load_config
 from rllab_suite import replay, report, stats
 from rllab_suite.spec import SuiteError, config_key, expand, parse_suite
 from rllab_suite.suite import report_suite, run_suite
 
-SMALL = {
-    "model.tiny.hidden_size": 64,
-    "model.tiny.intermediate_size": 128,
-    "model.warm_start.steps": 60,
-    "model.warm_start.eval_limit": 0,
-    "rollout.prompts_per_step": 4,
-    "rollout.group_size": 4,
-    "rollout.max_new_tokens": 6,
-    "train.eval_size": 16,
-    "train.checkpoint_every": 0,
-    "train.eval_every": 1,
-}
+SMALL = {**TINY, "train.eval_every": 1}
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _cache(tmp_path_factory):
-    old = os.environ.get("RLLAB_CACHE")
-    os.environ["RLLAB_CACHE"] = str(tmp_path_factory.mktemp("model-cache"))
+def _cache(model_cache):
     yield
-    if old is None:
-        os.environ.pop("RLLAB_CACHE", None)
-    else:
-        os.environ["RLLAB_CACHE"] = old
 
 
 def suite(**over):

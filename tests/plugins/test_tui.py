@@ -15,23 +15,13 @@ import pytest
 
 pytest.importorskip("textual")
 
+from tests.tiny import TINY
 from rllab_suite.spec import expand, parse_suite  # noqa: E402
 from rllab_tui import state  # noqa: E402
 from rllab_tui.app import SuiteApp  # noqa: E402
 from rllab_tui.kernel import dump_toml  # noqa: E402
 
-SMALL = {
-    "model.tiny.hidden_size": 64,
-    "model.tiny.intermediate_size": 128,
-    "model.warm_start.steps": 60,
-    "model.warm_start.eval_limit": 0,
-    "rollout.prompts_per_step": 4,
-    "rollout.group_size": 4,
-    "rollout.max_new_tokens": 6,
-    "train.eval_size": 16,
-    "train.checkpoint_every": 0,
-    "train.eval_every": 1,
-}
+SMALL = {**TINY, "train.eval_every": 1}
 
 
 def suite_data(**over) -> dict:

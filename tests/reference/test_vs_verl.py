@@ -4,7 +4,7 @@ Every test feeds the same tensors to an rllab component (``rllab.Lab().get(kind,
 and to the verl function it reproduces, and requires agreement to float32 rounding (≤ 1e-5
 relative) in values, gradients and the metrics both report. Inputs are seeded random tensors over
 several shapes and masks — full, right-padded, with holes, with fully masked rows — looped over
-inside each test (a failure names the case), plus the edge cases ALGORITHMS.md names: groups of
+inside each test (a failure names the case), plus the edge cases the semantics single out: groups of
 one, all-equal groups, non-contiguous and negative group ids, log-ratios beyond the ±20 clamp.
 
 Where rllab's default intentionally differs from verl, verl is compared with the knob that

@@ -1,0 +1,81 @@
+"""The contract checks of factory kinds: KL controllers, tasks, loggers, rollout backends.
+
+Registered with :mod:`rllab.contract_checks`'s registry (see :mod:`rllab.testing`).
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+
+from rllab.contract_checks import _check, _gen
+
+
+@_check("kl_controller", "a finite, non-negative value that updates")
+def _klc(comp):
+    ctl = comp()
+    v0 = float(ctl.value)
+    if not math.isfinite(v0) or v0 < 0:
+        raise AssertionError(f"initial value {v0}")
+    ctl.update(current_kl=0.5, n_steps=1)
+    if not math.isfinite(float(ctl.value)) or float(ctl.value) < 0:
+        raise AssertionError(f"value after update {ctl.value}")
+
+
+@_check("task", "deterministic examples; demonstrations earn reward 1")
+def _task(comp):
+    task = comp()
+    ex1 = task.train_examples(4, _gen(0))
+    ex2 = task.train_examples(4, _gen(0))
+    if [e.prompt for e in ex1] != [e.prompt for e in ex2]:
+        raise AssertionError("train_examples is not deterministic given the generator state")
+    if not task.eval_examples():
+        raise AssertionError("eval_examples is empty")
+    for e in ex1 + task.eval_examples()[:4]:
+        r = task.reward(e, task.demonstration(e))
+        if r != 1.0:
+            raise AssertionError(f"demonstration {task.demonstration(e)!r} for {e.prompt!r} scored {r}")
+        if not math.isfinite(task.reward(e, "")):
+            raise AssertionError("the empty completion's reward is not finite")
+
+
+@_check("logger", "writes metrics and closes")
+def _logger(comp):
+    with tempfile.TemporaryDirectory() as d:
+        lg = comp(run_dir=Path(d))
+        lg.log(0, {"rollout/reward": 0.5})
+        lg.log(1, {"rollout/reward": 0.75})
+        lg.close()
+
+
+@_check("rollout_backend", "grouped completions with per-token log-probs; seeded sampling repeats")
+def _backend(comp):
+    from rllab.tinymodel import TinyModelConfig, build_tiny_model
+    from rllab.types import Completion, SamplingParams
+
+    model, tok = build_tiny_model(TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64))
+    backend = comp()
+    try:
+        backend.update_weights(model)
+        prompts = [tok("12+3=").input_ids, tok("7+80=").input_ids]
+        params = SamplingParams(n=3, max_new_tokens=5, temperature=1.0, stop_token_ids=(tok.eos_token_id,), seed=7)
+        out = backend.generate(prompts, params)
+        if len(out) != 6 or not all(isinstance(c, Completion) for c in out):
+            raise AssertionError(f"expected 6 Completions for 2 prompts × n=3, got {len(out)}")
+        if [c.prompt_index for c in out] != [0, 0, 0, 1, 1, 1]:
+            raise AssertionError(f"completions are not grouped by prompt: {[c.prompt_index for c in out]}")
+        for c in out:
+            if list(c.prompt_ids) != list(prompts[c.prompt_index]):
+                raise AssertionError("a completion's prompt_ids differ from its prompt")
+            if len(c.token_ids) > 5 or len(c.log_probs) != len(c.token_ids):
+                raise AssertionError(f"{len(c.token_ids)} tokens, {len(c.log_probs)} log-probs (max_new_tokens=5)")
+            if c.finish_reason not in ("stop", "length", "abort"):
+                raise AssertionError(f"finish_reason {c.finish_reason!r}")
+            if any(not (lp <= 0.0 and math.isfinite(lp)) for lp in c.log_probs):
+                raise AssertionError(f"log-probs must be finite and ≤ 0: {c.log_probs}")
+        again = backend.generate(prompts, params)
+        if [c.token_ids for c in again] != [c.token_ids for c in out]:
+            raise AssertionError("the same seed gave different samples")
+    finally:
+        backend.close()

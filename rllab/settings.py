@@ -1,0 +1,96 @@
+"""The ``[model]``, ``[rollout]`` and ``[train]`` settings (``rllab settings`` lists them).
+
+Settings that belong to one algorithm are that algorithm's knobs (the ``[algorithm]`` section);
+:data:`MOVED_TRAIN_SETTINGS` names those that used to live in ``[train]``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+
+from rllab.specs import knob
+
+
+@attrs.frozen(kw_only=True)
+class ModelConfig:
+    """Which model to train."""
+
+    path: str | None = knob(None, help="a local Hugging Face model directory; None builds the tiny default model")
+    tiny: dict = knob(factory=dict, help="overrides of the tiny model's architecture (rllab.tinymodel.TinyModelConfig)")
+    warm_start: dict = knob(factory=dict, help="overrides of the supervised warm start (rllab.tinymodel.WarmStartConfig)")
+    device: str = knob("auto", help="where the policy, reference and critic train: auto (CUDA when available), cpu, cuda, cuda:N", validator=lambda i, a, v: _check_device(a.name, v))
+    reference_device: str | None = knob(None, help="where the reference model lives (e.g. cpu to save GPU memory); None: same as device", validator=lambda i, a, v: v is None or _check_device(a.name, v))
+    dtype: str = knob(
+        "auto",
+        help="compute dtype of the forwards: auto (bfloat16 on CUDA, float32 on CPU); parameters and optimizer "
+        "state stay float32 (master weights) and bfloat16/float16 forwards run under torch.autocast",
+        choices=("auto", "float32", "bfloat16", "float16"),
+    )
+    gradient_checkpointing: bool = knob(False, help="recompute activations in backward (less memory, ~30% more compute)")
+    logprob_chunk: int = knob(1024, help="tokens per chunk when computing log-probs and entropy", ge=1)
+
+
+def _check_device(name: str, value: str) -> None:
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
+        raise ValueError(f"{name} = {value!r} is not allowed: must be auto, cpu, cuda or cuda:N")
+
+
+@attrs.frozen(kw_only=True)
+class RolloutConfig:
+    """How completions are sampled for training."""
+
+    prompts_per_step: int = knob(16, help="prompts drawn per step (P)", ge=1)
+    group_size: int = knob(8, help="samples per prompt (G)", ge=1)
+    max_new_tokens: int = knob(8, help="response length cap", ge=1)
+    temperature: float = knob(1.0, help="sampling temperature", gt=0.0)
+    top_p: float = knob(1.0, help="nucleus sampling mass", gt=0.0, le=1.0)
+    top_k: int = knob(-1, help="top-k sampling (-1: off)", ge=-1)
+    dynamic_sampling: bool = knob(False, help="drop groups whose scores are all equal (DAPO)")
+    overlong_buffer: int = knob(0, help="DAPO overlong shaping: penalise the last N tokens before the cap (0: off)", ge=0)
+    overlong_penalty: float = knob(1.0, help="DAPO overlong shaping: the penalty reached at the cap", ge=0.0)
+    reward_errors: str = knob(
+        "raise",
+        help="what a reward that raises or is NaN/inf does: raise, skip the sample's group, or score 0",
+        choices=("raise", "skip", "zero"),
+    )
+
+
+@attrs.frozen(kw_only=True)
+class TrainConfig:
+    """The optimisation loop (settings of the algorithm itself live in ``[algorithm]``)."""
+
+    steps: int = knob(400, help="training steps", ge=0)
+    seed: int = knob(0, help="seed for sampling, data order and initialisation")
+    lr: float = knob(2e-4, help="policy learning rate", gt=0.0)
+    critic_lr: float = knob(1e-3, help="critic learning rate", gt=0.0)
+    weight_decay: float = knob(0.0, help="AdamW weight decay", ge=0.0)
+    lr_schedule: str = knob("cosine", help="learning-rate schedule", choices=("constant", "linear", "cosine"))
+    warmup_steps: int = knob(10, help="linear warm-up steps", ge=0)
+    max_grad_norm: float = knob(1.0, help="gradient clipping norm (0: off; the norm is still measured and checked)", ge=0.0)
+    nonfinite: str = knob(
+        "raise",
+        help="a NaN/inf loss or gradient: raise (stop the run, naming the component and step; no checkpoint is written) "
+        "or skip (drop that update, count it as train/nonfinite, go on)",
+        choices=("raise", "skip"),
+    )
+    eval_every: int = knob(50, help="evaluate every N steps (0: only at start and end)", ge=0)
+    eval_size: int = knob(200, help="held-out examples evaluated", ge=1)
+    checkpoint_every: int = knob(50, help="checkpoint every N steps (0: only at the end)", ge=0)
+
+
+MOVED_TRAIN_SETTINGS = {
+    "algorithm": "the [algorithm] section: algorithm = \"dpo\" (or [algorithm] name = \"dpo\")",
+    "epochs": "[algorithm] epochs (a knob of the rl algorithm)",
+    "minibatches": "[algorithm] minibatches (a knob of the rl algorithm)",
+    "micro_batch_size": "[algorithm] micro_batch_size",
+    "entropy_coef": "[algorithm] entropy_coef (a knob of the rl algorithm)",
+    "vf_coef": "[algorithm] vf_coef (a knob of the rl algorithm)",
+    "kl_in": "[algorithm] kl_in (a knob of the rl algorithm)",
+    "dpo_pairs": "[algorithm] pairs (a knob of the dpo algorithm)",
+    "dpo_batch_size": "[algorithm] batch_size (a knob of the dpo algorithm)",
+    "pairs_file": "[algorithm] pairs_file (a knob of the dpo algorithm)",
+    "rpo_alpha": "[algorithm] rpo_alpha (a knob of the dpo and online_dpo algorithms)",
+}
+"""[train] settings that became knobs of an algorithm; naming one says where it went."""
