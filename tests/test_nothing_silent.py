@@ -258,3 +258,8 @@ def test_run_experiment_python_api_records_everything(tmp_path):
     # every knob, defaults included
     assert "clip_high = " in text and "epsilon = " in text and "[algorithm]" in text
     assert summary["steps"] == 1
+
+
+def test_missing_pairs_file_fails_at_load(tmp_path):
+    with pytest.raises(ConfigError, match=r"pairs_file = '.*nope.jsonl': no such file"):
+        load_config(None, ["algorithm=dpo", f"algorithm.pairs_file={tmp_path / 'nope.jsonl'}"])

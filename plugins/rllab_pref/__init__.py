@@ -37,7 +37,9 @@ class DPOConfig:
 
     pairs: int = rllab.knob(512, help="preference pairs built from the task when no pairs_file is given", ge=1)
     batch_size: int = rllab.knob(32, help="pairs per step", ge=1)
-    pairs_file: str | None = rllab.knob(None, help="a JSONL file of {prompt, chosen, rejected} rows")
+    pairs_file: str | None = rllab.knob(
+        None, help="a JSONL file of {prompt, chosen, rejected} rows", validator=lambda i, a, v: _existing_file(a.name, v)
+    )
     rpo_alpha: float = rllab.knob(0.0, help="add α·(mean per-token NLL of the chosen response): RPO (TRL's rpo_alpha)", ge=0.0)
 
 
@@ -46,6 +48,11 @@ class OnlineDPOConfig:
     """Knobs of online DPO (prompts and group size come from [rollout])."""
 
     rpo_alpha: float = rllab.knob(0.0, help="add α·(mean per-token NLL of the chosen response): RPO (TRL's rpo_alpha)", ge=0.0)
+
+
+def _existing_file(name: str, value: str | None) -> None:
+    if value is not None and not Path(value).expanduser().is_file():
+        raise ValueError(f"{name} = {value!r}: no such file")
 
 
 Pair = tuple[list[int], list[int], list[int]]

@@ -145,6 +145,11 @@ def _urls(value: str) -> tuple[str, ...]:
     return tuple(u.strip().rstrip("/") for u in value.replace(" ", ",").split(",") if u.strip())
 
 
+def _need_a_server(inst, launch: bool) -> None:
+    if not launch and not _urls(inst.urls):
+        raise ValueError("set urls (a server or router, e.g. urls = \"http://127.0.0.1:30000\") or launch = true")
+
+
 def _check_urls(inst, attribute, value):
     for u in _urls(value or ""):
         if not u.startswith(("http://", "https://")):
@@ -167,7 +172,11 @@ class SGLangBackendConfig:
         "list its workers here)",
         validator=_check_urls,
     )
-    launch: bool = rllab.knob(False, help="start an SGLang server for the run, wait for /health, stop it at close()")
+    launch: bool = rllab.knob(
+        False,
+        help="start an SGLang server for the run, wait for /health, stop it at close()",
+        validator=lambda i, a, v: _need_a_server(i, v),
+    )
     launch_command: str = rllab.knob(
         DEFAULT_LAUNCH,
         help="command launch runs (printed); fields {python} {model_path} {host} {port} {weight_version}",
@@ -389,8 +398,6 @@ class SGLangBackend:
         self.config = config
         self.urls: list[str] = list(_urls(config.urls))
         self.admin_urls: list[str] = list(_urls(config.admin_urls))
-        if not self.urls and not config.launch:
-            raise SGLangError("sglang backend: set urls (a server or router) or launch = true")
         self.version: str | None = None
         """The weight version last pushed; completions from any other are stale (None: not checked)."""
         self._syncs = 0
