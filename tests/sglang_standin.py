@@ -15,7 +15,11 @@ SGLang's: ``log_softmax(z / T)`` before top-k / top-p) and speaks SGLang's nativ
 - ``GET /health``, ``/health_generate``, ``/get_model_info``, ``/model_info``,
   ``/get_server_info``; ``POST /update_weights_from_disk``, ``/flush_cache``,
   ``/pause_generation``, ``/continue_generation``, ``/begin_weight_update``,
-  ``/end_weight_update``, ``/update_weight_version``, ``/abort_request``. The admin bodies are
+  ``/end_weight_update``, ``/update_weight_version``, ``/abort_request``, ``/get_weights_by_name``;
+  ``/init_weights_update_group``, ``/update_weights_from_distributed`` and
+  ``/destroy_weights_update_group`` join the trainer's ``torch.distributed`` group and receive
+  its broadcasts as SGLang's ModelRunner does (with ``gloo`` here: the real server uses ``nccl``;
+  run the stand-in as a separate process for these, as ``launch_knobs`` does). The admin bodies are
   not in api_types.py; their fields below are transcribed from sglang 0.5.23's
   ``srt/managers/io_struct.py`` (``UpdateWeightFromDiskReqInput`` …).
 
@@ -47,6 +51,12 @@ _CONTRACT = None
 UPDATE_FROM_DISK_FIELDS = {
     "rid", "model_path", "load_format", "abort_all_requests", "weight_version", "is_async", "torch_empty_cache",
     "keep_pause", "recapture_cuda_graph", "token_step", "flush_cache", "manifest",
+}
+
+INIT_GROUP_FIELDS = {"rid", "master_address", "master_port", "rank_offset", "world_size", "group_name", "backend"}
+UPDATE_FROM_DISTRIBUTED_FIELDS = {
+    "rid", "names", "dtypes", "shapes", "group_name", "flush_cache", "abort_all_requests", "weight_version",
+    "load_format", "selector", "torch_empty_cache",
 }
 
 _LOAD_LOCK = threading.Lock()
@@ -121,6 +131,7 @@ class StandIn:
         self._fail_update: str | None = None
         self._dead = False
         self._backend = None
+        self._groups: dict[str, Any] = {}  # weight_sync = "distributed": group name → process group
         self._seed = seed
         if model_path is not None and instant_tokens is None:
             self._load(str(model_path))
@@ -446,6 +457,23 @@ class StandIn:
             if body.get("weight_version") is not None:
                 self.weight_version = str(body["weight_version"])
             return 200, {"success": True, "message": "Succeeded to update model weights."}
+        if path == "/init_weights_update_group":
+            return self._init_group(body)
+        if path == "/update_weights_from_distributed":
+            return self._update_from_distributed(body)
+        if path == "/destroy_weights_update_group":
+            group = self._groups.pop(body.get("group_name", "weight_update_group"), None)
+            if group is None:
+                return 400, {"success": False, "message": "The group to be destroyed does not exist."}
+            import torch.distributed as dist
+
+            dist.destroy_process_group(group)
+            return 200, {"success": True, "message": "Succeeded to destroy custom process group."}
+        if path == "/get_weights_by_name":
+            params = dict(self._backend.model.named_parameters()) if self._backend is not None else {}
+            if body.get("name") not in params:
+                return 400, {"error": {"message": f"Get parameter by name failed: no parameter {body.get('name')!r}"}}
+            return 200, params[body["name"]].detach().flatten()[: int(body.get("truncate_size", 100))].tolist()
         if path == "/update_weight_version":
             self.weight_version = str(body["new_version"])
             return 200, {"success": True, "message": "ok", "new_version": self.weight_version}
@@ -454,6 +482,64 @@ class StandIn:
                 self.api.decode_AbortRequest(body)
             return 200, None
         return 404, {"detail": "Not Found"}
+
+
+    # -- weight_sync = "distributed": the receiving side, as sglang 0.5.23's ModelRunner does it
+
+    def _init_group(self, body: dict) -> tuple:
+        """Join the trainer's group as rank ``rank_offset`` (one TP rank), blocking until every
+        rank has joined: the rendezvous and the group of its own that SGLang creates
+        (``init_custom_process_group``), here with torch's own calls."""
+        unknown = set(body) - INIT_GROUP_FIELDS
+        missing = {"master_address", "master_port", "rank_offset", "world_size"} - set(body)
+        if unknown or missing:
+            return 400, {"error": {"message": f"invalid InitWeightsUpdateGroupReqInput: unknown {sorted(unknown)}, missing {sorted(missing)}"}}
+        import datetime
+
+        from torch.distributed.distributed_c10d import Backend, PrefixStore, _new_process_group_helper, _world, rendezvous
+
+        name = body.get("group_name", "weight_update_group")
+        try:
+            timeout = datetime.timedelta(seconds=60)
+            url = f"tcp://{body['master_address']}:{body['master_port']}"
+            store, rank, world = next(rendezvous(url, int(body["rank_offset"]), int(body["world_size"]), timeout=timeout))
+            store.set_timeout(timeout)
+            pg, _ = _new_process_group_helper(world, rank, [], Backend(body.get("backend", "nccl")), PrefixStore(name, store),
+                                              group_name=name, timeout=timeout)
+            _world.pg_group_ranks[pg] = {i: i for i in range(world)}
+        except Exception as e:
+            return 400, {"success": False, "message": f"Failed to initialize custom process group: {e}."}
+        self._groups[name] = pg
+        return 200, {"success": True, "message": "Succeeded to initialize custom process group."}
+
+    def _update_from_distributed(self, body: dict) -> tuple:
+        import torch
+        import torch.distributed as dist
+
+        self.updates.append({"route": "/update_weights_from_distributed", **body})
+        unknown = set(body) - UPDATE_FROM_DISTRIBUTED_FIELDS
+        if unknown or not all(isinstance(body.get(k), list) for k in ("names", "dtypes", "shapes")):
+            return 400, {"error": {"message": f"invalid UpdateWeightsFromDistributedReqInput: unknown {sorted(unknown)} or no names/dtypes/shapes"}}
+        if not getattr(self, "_session_open", False):
+            return 400, {"success": False, "message": "update_weights_from_distributed must run between begin_weight_update() and end_weight_update()"}
+        name = body.get("group_name", "weight_update_group")
+        if name not in self._groups:
+            return 400, {"success": False, "message": f"Group {name} not in {list(self._groups)}. Please call `init_weights_update_group` first."}
+        received = []
+        for n, dtype, shape in zip(body["names"], body["dtypes"], body["shapes"]):
+            t = torch.empty(shape, dtype=getattr(torch, dtype))
+            dist.broadcast(t, src=0, group=self._groups[name])
+            received.append((n, t))
+        params = dict(self._backend.model.named_parameters()) if self._backend is not None else {}
+        with self._lock, torch.no_grad():
+            for n, t in received:  # the model's load_weights: each name into its parameter, cast to its dtype
+                if n in params:
+                    params[n].copy_(t)
+                elif self._backend is not None:
+                    return 400, {"success": False, "message": f"Failed to update parameter online: unknown parameter {n!r}"}
+        if body.get("weight_version") is not None:
+            self.weight_version = str(body["weight_version"])
+        return 200, {"success": True, "message": "Succeeded to update parameter online."}
 
 
 class _HTTPError(Exception):

@@ -40,10 +40,14 @@ Weights (``update_weights(policy)``, after every optimizer step) — ``weight_sy
 - ``"tensor"``: a colocated server (same node, CUDA): ``/begin_weight_update`` →
   ``/update_weights_from_tensor`` with CUDA-IPC handles (one payload per TP rank) →
   ``/end_weight_update``. A CPU policy is refused: its tensors cannot cross processes by handle.
-- ``"distributed"``: refused with an explanation. SGLang receives these weights by
-  ``torch.distributed`` broadcast from a trainer that joined its NCCL group
-  (``/init_weights_update_group``) and broadcasts concurrently with the HTTP call; a
-  single-process CPU trainer cannot take part in that.
+- ``"distributed"``: ``torch.distributed`` broadcast (:mod:`rllab_sglang.distributed`). On the
+  first update the trainer hosts a rendezvous at ``distributed_address:distributed_port`` and asks
+  every server in ``admin_urls`` to join (``/init_weights_update_group``; server ``i``'s TP ranks are
+  ``1 + i·tp_size …``); each update is ``/begin_weight_update`` → ``/update_weights_from_distributed``
+  (names, dtypes, shapes) while the trainer broadcasts every tensor in the same order →
+  ``/end_weight_update``. ``distributed_backend = "nccl"`` needs the policy on CUDA and servers
+  that can reach this machine; ``"gloo"`` sends CPU tensors. A failed broadcast is not retried (the
+  group is left half-way): the run stops with the server's message.
 
 Staleness: every completion carries SGLang's ``weight_version`` (and ``weight_versions``
 spans, when the weights changed mid-request). One that differs from the version last pushed is
@@ -189,8 +193,23 @@ class SGLangBackendConfig:
     weight_sync: str = rllab.knob(
         "disk",
         help="how update_weights reaches the servers: 'disk' (safetensors + /update_weights_from_disk), "
-        "'tensor' (colocated, CUDA IPC), 'distributed' (NCCL broadcast; refused, see docs)",
+        "'tensor' (colocated, CUDA IPC), 'distributed' (torch.distributed broadcast from the trainer)",
         choices=("disk", "tensor", "distributed"),
+    )
+    distributed_backend: str = rllab.knob(
+        "nccl",
+        help="weight_sync = 'distributed': the group's backend ('nccl': CUDA policy; 'gloo': CPU tensors)",
+        choices=("nccl", "gloo"),
+    )
+    distributed_address: str = rllab.knob(
+        "", help="weight_sync = 'distributed': the address servers reach the trainer at; empty: 127.0.0.1 for local "
+        "servers, else this machine's address on the route to them"
+    )
+    distributed_port: int = rllab.knob(0, help="weight_sync = 'distributed': rendezvous port on the trainer; 0: a free one", ge=0, le=65535)
+    distributed_dtype: str = rllab.knob(
+        "model",
+        help="weight_sync = 'distributed': dtype on the wire ('model': the policy's own; 'bfloat16' halves float32 traffic)",
+        choices=("model", "bfloat16", "float16", "float32"),
     )
     sync_dir: str | None = rllab.knob(
         None, help="directory for weight snapshots, visible to every server; None: a private temporary directory"
@@ -209,6 +228,14 @@ class SGLangBackendConfig:
         "always counted in rollout/stale",
         choices=("drop", "keep", "error"),
     )
+
+
+    def __attrs_post_init__(self):
+        if self.weight_sync != "distributed":
+            fields = attrs.fields(type(self))
+            set_ = [f.name for f in fields if f.name.startswith("distributed_") and getattr(self, f.name) != f.default]
+            if set_:
+                raise ValueError(f"{', '.join(set_)} only act with weight_sync = 'distributed' (weight_sync is {self.weight_sync!r})")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -348,6 +375,10 @@ def tensor_payload(model: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
+def _is_path(model: Any) -> bool:
+    return isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -387,14 +418,6 @@ class SGLangBackend:
             import aiohttp  # noqa: F401
         except ImportError as e:  # pragma: no cover - the extra is missing
             raise SGLangError("the sglang backend needs aiohttp: pip install 'rllab[sglang]'") from e
-        if config.weight_sync == "distributed":
-            raise SGLangWeightSyncError(
-                "weight_sync = 'distributed' cannot work from this trainer: SGLang receives those weights "
-                "by a torch.distributed (NCCL) broadcast from a trainer process that joined its group via "
-                "/init_weights_update_group and broadcasts every tensor concurrently with "
-                "/update_weights_from_distributed; rllab's single-process trainer does not. "
-                "Use 'disk' (any node) or 'tensor' (colocated CUDA)"
-            )
         self.config = config
         self.urls: list[str] = list(_urls(config.urls))
         self.admin_urls: list[str] = list(_urls(config.admin_urls))
@@ -410,6 +433,8 @@ class SGLangBackend:
         self._sync_metrics: dict[str, float] = {}
         self._totals = {"stale": 0, "retries": 0}
         self._loop = _Loop()
+        self._group = None  # weight_sync = "distributed": rank 0 of the servers' weight-update group
+        self._no_sessions: set[str] = set()  # servers without /begin_weight_update (before sglang 0.5.2x)
         self._session = None
         self._sem: asyncio.Semaphore | None = None
         if config.launch and config.model_path is not None:
@@ -627,26 +652,31 @@ class SGLangBackend:
         model directory the servers can read. ``weight_sync`` picks the route (module docstring).
         """
         t0 = time.perf_counter()
+        self._sync_bytes = 0
         version = str(self._syncs + 1)
         if isinstance(model, Mapping):
             raise SGLangWeightSyncError("sglang backend: give update_weights the policy module or a model directory, not a state dict")
         if self.config.launch and self._process is None:
             path = self._snapshot(model, version)
             self._launch(str(path), version)
-        elif self.config.weight_sync == "tensor":
+        elif self.config.weight_sync == "tensor" and not _is_path(model):
             self._loop.run(self._sync_tensor(model, version))
-        else:
+        elif self.config.weight_sync == "distributed" and not _is_path(model):
+            self._loop.run(self._sync_distributed(model, version))
+        else:  # "disk", or a model directory (any weight_sync): the servers load it themselves
             path = self._snapshot(model, version)
             self._loop.run(self._sync_disk(str(path), version))
             self._prune(keep=path)
         self._syncs += 1
         self.version = version
         self._sync_metrics = {"time/weight_sync": time.perf_counter() - t0, "sglang/weight_version": float(self._syncs)}
+        if self._sync_bytes:
+            self._sync_metrics["sglang/sync_mib"] = self._sync_bytes / 2**20
 
     def _snapshot(self, model: Any, version: str) -> Path:
         """``model`` saved as safetensors in ``sync_dir/v<version>``, written under a temporary
         name and renamed, so a server never reads a half-written directory."""
-        if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
+        if _is_path(model):
             return Path(os.fsdecode(model)).resolve()
         final = self.sync_dir / f"v{version}"
         tmp = self.sync_dir / f".tmp-v{version}-{uuid.uuid4().hex[:8]}"
@@ -664,11 +694,14 @@ class SGLangBackend:
             if p.resolve() != keep and p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
 
-    async def _admin(self, url: str, path: str, body: dict, what: str) -> dict:
-        """POST an admin route with retries on transport faults and 503; ``success: false`` raises."""
+    async def _admin(self, url: str, path: str, body: dict, what: str, missing_ok: bool = False) -> dict | None:
+        """POST an admin route with retries on transport faults and 503; ``success: false`` raises;
+        a route the server does not have (HTTP 404) gives None with ``missing_ok``."""
 
-        async def attempt(u: str) -> dict:
+        async def attempt(u: str) -> dict | None:
             status, raw = await self._call("POST", u, path, body)
+            if status == 404 and missing_ok:
+                return None
             if status in _RETRYABLE_STATUS:
                 msg = error_message(raw)
                 raise _Retry("status", f"{u}{path}: HTTP {status}: {msg}", status, msg)
@@ -692,17 +725,115 @@ class SGLangBackend:
         targets = self.admin_urls or self.urls
         await asyncio.gather(*(self._admin(u, "/update_weights_from_disk", body, "/update_weights_from_disk") for u in targets))
 
+    async def _begin(self, url: str) -> bool:
+        """Open a weight-update session on ``url`` (SGLang ≥ 0.5.2x refuses tensor and distributed
+        updates outside one); False on a server that predates the route (HTTP 404)."""
+        if url in self._no_sessions:
+            return False
+        if await self._admin(url, "/begin_weight_update", {}, "/begin_weight_update", missing_ok=True) is None:
+            self._no_sessions.add(url)
+            return False
+        return True
+
     async def _sync_tensor(self, model: Any, version: str) -> None:
         payload = tensor_payload(model)
         await self._get_session()
         targets = self.admin_urls or self.urls
         body = {"serialized_named_tensors": [payload] * self.config.tp_size, "weight_version": version, "flush_cache": True}
-        for u in targets:  # SGLang 0.5.23 refuses tensor updates outside a begin … end session
-            await self._admin(u, "/begin_weight_update", {}, "/begin_weight_update")
+        for u in targets:
+            session = await self._begin(u)
             try:
                 await self._admin(u, "/update_weights_from_tensor", body, "/update_weights_from_tensor")
             finally:
-                await self._admin(u, "/end_weight_update", {}, "/end_weight_update")
+                if session:
+                    await self._admin(u, "/end_weight_update", {}, "/end_weight_update")
+
+    async def _once(self, url: str, path: str, body: dict) -> dict:
+        """One admin POST, no retry (a broadcast cannot be replayed half-way); failure raises."""
+        try:
+            status, raw = await self._call("POST", url, path, body)
+        except _Retry as e:
+            raise SGLangWeightSyncError(f"sglang: {path} on {url}: {e}") from None
+        try:
+            data = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            data = {}
+        if status != 200 or (isinstance(data, Mapping) and data.get("success") is False):
+            raise SGLangWeightSyncError(f"sglang: {path} failed on {url} (HTTP {status}): {error_message(raw)}")
+        return data if isinstance(data, dict) else {}
+
+    async def _together(self, what: str, blocking, posts: list) -> Any:
+        """Run ``blocking()`` (a rendezvous or a broadcast) in a thread while ``posts`` are open;
+        the first failure raises (a hung peer ends at ``timeout_s``, the group's own timeout)."""
+        from rllab_sglang.distributed import in_thread
+
+        loop = asyncio.get_running_loop()
+        side = in_thread(loop, blocking)
+        tasks = [asyncio.ensure_future(p) for p in posts]
+        try:
+            done = await asyncio.gather(side, *tasks)
+        except BaseException as e:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if isinstance(e, SGLangError):
+                raise
+            raise SGLangWeightSyncError(f"sglang: {what} failed on the trainer's side: {type(e).__name__}: {e}") from e
+        return done[0]
+
+    async def _sync_distributed(self, model: Any, version: str) -> None:
+        from rllab_sglang.distributed import WeightGroup, describe, named_weights, route_address
+
+        c = self.config
+        await self._get_session()
+        targets = self.admin_urls or self.urls
+        named = named_weights(model, c.distributed_dtype)
+        if c.distributed_backend == "nccl":
+            devices = sorted({str(p.device) for p in model.parameters() if p.device.type != "cuda"})
+            if devices:
+                raise SGLangWeightSyncError(
+                    f"sglang: weight_sync = 'distributed' with distributed_backend = 'nccl' needs the policy on CUDA "
+                    f"(it is on {devices}); set [model] device = \"cuda\", distributed_backend = \"gloo\", or weight_sync = \"disk\""
+                )
+        if self._group is None:
+            group = WeightGroup(
+                address=c.distributed_address or route_address(targets),
+                port=c.distributed_port or _free_port(),
+                world_size=1 + c.tp_size * len(targets),
+                group_name=f"rllab-{uuid.uuid4().hex[:8]}",
+                backend=c.distributed_backend,
+                timeout_s=c.timeout_s,
+            )
+            joins = [
+                self._once(u, "/init_weights_update_group", {
+                    "master_address": group.address, "master_port": group.port, "rank_offset": 1 + i * c.tp_size,
+                    "world_size": group.world_size, "group_name": group.group_name, "backend": group.backend,
+                })
+                for i, u in enumerate(targets)
+            ]
+            await self._together(f"joining the weight-update group at {group.address}:{group.port}", group.join, joins)
+            self._group = group
+        body = {**describe(named), "group_name": self._group.group_name, "weight_version": version, "flush_cache": True}
+        sessions = [await self._begin(u) for u in targets]
+        try:
+            posts = [self._once(u, "/update_weights_from_distributed", body) for u in targets]
+            sent = await self._together("broadcasting the weights", lambda: self._group.send(named), posts)
+        except BaseException:
+            self._drop_group()  # half-way through a broadcast the group is unusable
+            raise
+        finally:
+            for u, session in zip(targets, sessions):
+                if session:
+                    await self._admin(u, "/end_weight_update", {}, "/end_weight_update")
+        self._sync_bytes = sent
+
+    def _drop_group(self) -> None:
+        group, self._group = self._group, None
+        if group is not None:
+            try:
+                group.close()
+            except Exception:  # noqa: BLE001 - best effort on a broken group
+                pass
 
     # -- launch
 
@@ -754,11 +885,19 @@ class SGLangBackend:
     def last_metrics(self) -> dict[str, float]:
         """Counters of the last ``generate`` and ``update_weights`` (namespaced, for the step's log):
         ``rollout/stale``, ``rollout/stale_dropped``, ``rollout/stale_total``, ``sglang/retries``,
-        ``sglang/requests``, ``sglang/weight_version``, ``time/sglang_generate``, ``time/weight_sync``."""
+        ``sglang/requests``, ``sglang/weight_version``, ``sglang/sync_mib``, ``time/sglang_generate``,
+        ``time/weight_sync``."""
         return {**self._metrics, **self._sync_metrics}
 
     def close(self) -> None:
         """Close connections, stop a launched server and remove a private snapshot directory."""
+        if self._group is not None and self._session is not None and not self._loop.loop.is_closed():
+            for u in self.admin_urls or self.urls:  # best effort: the servers may be gone already
+                try:
+                    self._loop.run(self._call("POST", u, "/destroy_weights_update_group", {"group_name": self._group.group_name}, timeout=10.0))
+                except _Retry:
+                    pass
+        self._drop_group()
         if self._session is not None and not self._loop.loop.is_closed():
             self._loop.run(self._session.close())
             self._session = None

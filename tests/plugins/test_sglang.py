@@ -117,6 +117,9 @@ def generates(server):
 # --------------------------------------------------------------------------- shapes
 
 
+launch_knobs = sglang_standin.launch_knobs
+
+
 def test_registered_and_follows_the_protocol(lab, backend):
     assert "sglang" in lab.names("rollout_backend")
     assert isinstance(backend, rllab.RolloutBackend)
@@ -127,8 +130,8 @@ def test_config_errors(lab):
         lab.get("rollout_backend", "sglang", urls="localhost:30000")
     with pytest.raises(rllab.ConfigError, match="set urls"):  # refused with the config, before anything starts
         lab.get("rollout_backend", "sglang")
-    with pytest.raises(S.SGLangWeightSyncError, match="NCCL"):
-        lab.get("rollout_backend", "sglang", urls="http://127.0.0.1:1", weight_sync="distributed")()
+    with pytest.raises(rllab.ConfigError, match="distributed_port only act with"):
+        lab.get("rollout_backend", "sglang", urls="http://127.0.0.1:1", distributed_port=29500)
 
 
 def test_request_body_seeded_fans_out_with_distinct_seeds(lab, server, tiny):
@@ -480,10 +483,85 @@ def test_tensor_sync_runs_inside_a_weight_update_session(lab, fresh, tiny, monke
     assert b.version == fresh.weight_version == "1"
 
 
+def test_tensor_sync_skips_sessions_on_servers_without_them(lab, fresh, tiny, monkeypatch):
+    monkeypatch.setattr(S, "tensor_payload", lambda model: "UEFZTE9BRA==")
+    fresh.fail_next(404, "Not Found", path="/begin_weight_update")  # a server from before the session routes
+    fresh._session_open = True  # such a server takes updates without a session
+    b = make(lab, fresh.url, weight_sync="tensor")
+    b.update_weights(tiny[0])
+    assert [u["route"] for u in fresh.updates] == ["/update_weights_from_tensor"]
+    b.update_weights(tiny[0])  # remembered: no second try of the missing route
+    assert [p for p, _ in fresh.requests].count("/begin_weight_update") == 1
+
+
+def _changed_model(seed=9):
+    return build_tiny_model(TinyModelConfig(**{**{f: getattr(CFG, f) for f in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size")}, "seed": seed}))[0]
+
+
+def _weights_on(b, name):
+    import asyncio
+
+    async def get():
+        return await b._call("POST", b.admin_urls[0] if b.admin_urls else b.urls[0], "/get_weights_by_name", {"name": name, "truncate_size": 10**9})
+
+    status, raw = b._loop.run(get())
+    assert status == 200, raw
+    return torch.tensor(json.loads(raw))
+
+
+@pytest.mark.parametrize("dtype", ["model", "bfloat16"])
+def test_distributed_sync_broadcasts_every_tensor_to_a_server_in_another_process(lab, tiny, dtype):
+    """The whole distributed route over gloo: the stand-in (a separate process, as a launched server
+    is) joins the trainer's group, receives each broadcast tensor and loads it; completions then
+    come from the new weights and carry the new version."""
+    _, tok, path = tiny
+    b = lab.get("rollout_backend", "sglang", **launch_knobs(
+        model_path=str(path), weight_sync="distributed", distributed_backend="gloo", distributed_dtype=dtype))()
+    _OPEN.append(b)
+    prompts = prompts_of(tok)
+    params = SamplingParams(n=2, max_new_tokens=6, temperature=0, stop_token_ids=(tok.eos_token_id,))
+    for version, seed in (("1", 9), ("2", 10)):
+        policy = _changed_model(seed)
+        b.update_weights(policy)
+        assert b.version == version and b._group is not None
+        for name, p in policy.named_parameters():
+            got = _weights_on(b, name)
+            want = p.detach().flatten() if dtype == "model" else p.detach().flatten().bfloat16().float()
+            assert torch.equal(got, want), name
+        out = b.generate(prompts, params)
+        assert {c.weight_version for c in out} == {version}
+        if dtype == "model":
+            assert [c.token_ids for c in out] == [c.token_ids for c in hf(lab, policy).generate(prompts, params)]
+        m = b.last_metrics()
+        assert m["sglang/weight_version"] == float(version) and m["sglang/sync_mib"] > 0
+    group = b._group.group_name
+    b.close()
+    assert b._group is None and group
+
+
+def test_distributed_sync_errors_name_the_fix(lab, fresh, tiny):
+    with pytest.raises(rllab.ConfigError, match="distributed_backend only act with weight_sync = 'distributed'"):
+        lab.get("rollout_backend", "sglang", urls=fresh.url, distributed_backend="gloo")
+    b = make(lab, fresh.url, weight_sync="distributed")  # nccl, the default, with a CPU policy
+    with pytest.raises(S.SGLangWeightSyncError, match="needs the policy on CUDA.*distributed_backend"):
+        b.update_weights(tiny[0])
+    assert fresh.updates == [] and b.version is None
+
+
+def test_distributed_sync_shows_the_servers_refusal(lab, fresh, tiny):
+    fresh.fail_next(400, "Failed to initialize custom process group: cannot reach 10.0.0.9:1234.", path="/init_weights_update_group")
+    b = make(lab, fresh.url, weight_sync="distributed", distributed_backend="gloo", timeout_s=5.0)
+    t0 = time.monotonic()
+    with pytest.raises(S.SGLangWeightSyncError, match="init_weights_update_group failed.*cannot reach 10.0.0.9"):
+        b.update_weights(tiny[0])
+    assert time.monotonic() - t0 < 4.0  # the refusal ends the wait; the trainer does not sit out the timeout
+    assert b.version is None and b._group is None
+
+
 # --------------------------------------------------------------------------- launch and contract
 
 
-launch_knobs = sglang_standin.launch_knobs
+
 
 
 def test_launch_prints_the_command_waits_for_health_and_stops(lab, tiny, capfd):
@@ -565,3 +643,24 @@ def test_short_training_run_learns_as_the_hf_backend_does(tmp_path, monkeypatch)
         assert any(r["rollout/reward"] > 0 for r in rows) and any(r["loss/policy"] != 0 for r in rows)
     mean = lambda rows: sum(r["rollout/reward"] for r in rows) / len(rows)  # noqa: E731
     assert abs(mean(ours) - mean(theirs)) < 0.2
+
+
+def test_a_run_with_distributed_weight_sync(tmp_path, monkeypatch):
+    """The trainer's own loop with weight_sync = "distributed" (over gloo, the server a separate
+    process the backend launches): the first sync starts the server from a snapshot, every later
+    one is a broadcast, and every rollout comes from the weights just pushed."""
+    from rllab.config import load_config
+    from rllab.trainer import run_experiment
+
+    monkeypatch.setenv("RLLAB_CACHE", str(tmp_path / "cache"))
+    knobs = launch_knobs(weight_sync="distributed", distributed_backend="gloo")
+    over = [f"backend.{k}={json.dumps(v)}" for k, v in knobs.items()]
+    run_experiment(load_config(None, [*SMALL, "model.warm_start.steps=60", "train.steps=2", "backend=sglang", *over]),
+                   run_dir=tmp_path / "run", progress=False)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "rollout/reward" in r]
+    assert len(steps) == 2
+    assert all(r["rollout/stale"] == 0 for r in steps)
+    # a step's row holds the sync before its rollout: the launch from a snapshot, then a broadcast
+    assert [r.get("sglang/sync_mib", 0) > 0 for r in steps] == [False, True]
+    assert [r["sglang/weight_version"] for r in steps] == [1.0, 2.0]
