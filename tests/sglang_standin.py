@@ -260,21 +260,47 @@ class StandIn:
             if self.instant_tokens is not None:
                 k = min(self.instant_tokens, params.max_new_tokens)
                 for _ in range(n):
-                    rows.append(((5,) * k, (-1.0,) * k, "length", len(p), params))
+                    support = ([[5]] * k, [0.0] * k) if body.get("return_sampling_mask") else None
+                    rows.append(((5,) * k, (-1.0,) * k, "length", len(p), params, support))
                 continue
             with self._lock:
                 if self._backend is None:
                     raise _HTTPError(400, "stand-in: no model loaded")
                 out = self._backend.generate([p], params)
-            rows += [(c.token_ids, c.log_probs, c.finish_reason, len(p), params) for c in out]
+                for c in out:
+                    support = self._support(p, c.token_ids, params) if body.get("return_sampling_mask") else None
+                    rows.append((c.token_ids, c.log_probs, c.finish_reason, len(p), params, support))
         return [self._row(*r) for r in rows]
 
-    def _row(self, tokens, log_probs, finish, prompt_len, params) -> dict:
+    def _support(self, prompt, tokens, params) -> tuple[list, list]:
+        """``return_sampling_mask`` (selected mode): per output token the ids it was drawn from
+        (top-k / top-p support of ``softmax(z / T)``, most likely first) and its log-prob under
+        that truncated, renormalised distribution; greedy: ``[token]`` and 0."""
+        import torch
+        from rllab_hf import _top_k_top_p
+
+        if not tokens:
+            return [], []
+        if params.temperature == 0:
+            return [[int(t)] for t in tokens], [0.0] * len(tokens)
+        model = self._backend.model
+        with torch.no_grad():
+            ids = torch.tensor([list(prompt) + list(tokens)], device=next(model.parameters()).device)
+            z = model(ids).logits[0, len(prompt) - 1 : -1].float() / params.temperature
+            s = _top_k_top_p(z, params.top_k, params.top_p)
+            lp = torch.log_softmax(s, -1).gather(-1, torch.tensor(tokens, device=s.device)[:, None]).squeeze(-1)
+        masks = []
+        for row in s:
+            keep = torch.isfinite(row).nonzero().squeeze(-1)
+            masks.append(keep[row[keep].argsort(descending=True)].tolist())
+        return masks, lp.tolist()
+
+    def _row(self, tokens, log_probs, finish, prompt_len, params, support=None) -> dict:
         if finish == "stop":
             fr = {"type": "stop", "matched": int(tokens[-1])}
         else:
             fr = {"type": "length", "length": params.max_new_tokens}
-        return {
+        row = {
             "text": "",
             "output_ids": list(tokens),
             "meta_info": {
@@ -289,6 +315,13 @@ class StandIn:
                 "output_token_logprobs_length": len(tokens),
             },
         }
+        if support is not None:
+            masks, lps = support
+            row["meta_info"].update(
+                output_token_sampling_mask=masks, output_token_sampling_logprobs=lps,
+                output_token_sampling_mask_length=len(masks),
+            )
+        return row
 
     def _generate(self, body: dict) -> list[dict]:
         delay = self._take("delay")

@@ -273,6 +273,66 @@ def test_abort_and_malformed_rows():
     assert S.parse_row(spans, (1,), 0, "t")[0].weight_version == "2|3"
 
 
+def test_processed_logprobs_are_the_truncated_distributions(lab, server, tiny):
+    """logprobs = "processed": return_sampling_mask goes over the wire (SGLang's contract checks it)
+    and each log-prob is the token's under the top-k / top-p renormalised distribution it was
+    drawn from, computed here by teacher forcing; the default stays log_softmax(z / T)."""
+    from rllab_hf import _top_k_top_p
+
+    model, tok, _ = tiny
+    prompts = prompts_of(tok)[:2]
+    params = SamplingParams(n=3, max_new_tokens=5, temperature=0.8, top_k=6, top_p=0.9, seed=4)
+    sampled = make(lab, server.url, logprobs="processed").generate(prompts, params)
+    plain = make(lab, server.url).generate(prompts, params)
+    assert [c.token_ids for c in sampled] == [c.token_ids for c in plain]  # the same draws (same seeds)
+    assert generates(server)[-2].get("return_sampling_mask") is True and "return_sampling_mask" not in generates(server)[-1]
+    gaps = []
+    for c, d in zip(sampled, plain):
+        if not c.token_ids:
+            continue
+        with torch.no_grad():
+            ids = torch.tensor([list(c.prompt_ids) + list(c.token_ids)])
+            z = model(ids).logits[0, len(c.prompt_ids) - 1 : -1].double() / 0.8
+            s = _top_k_top_p(z, 6, 0.9)
+            want = torch.log_softmax(s, -1).gather(-1, torch.tensor(c.token_ids)[:, None]).squeeze(-1)
+        assert torch.allclose(torch.tensor(c.log_probs, dtype=torch.float64), want, atol=1e-5)
+        assert torch.allclose(torch.tensor(d.log_probs, dtype=torch.float64), teacher_forced(model, c.prompt_ids, c.token_ids, 0.8), atol=1e-5)
+        gaps += [a - b for a, b in zip(c.log_probs, d.log_probs)]
+    assert min(gaps) >= -1e-6 and max(gaps) > 1e-3  # renormalising a truncated distribution raises each log-prob
+    greedy = make(lab, server.url, logprobs="processed").generate(prompts, SamplingParams(n=1, max_new_tokens=3, temperature=0))
+    assert all(lp == 0.0 for c in greedy for lp in c.log_probs)
+
+
+def test_processed_logprobs_need_a_server_that_sends_them():
+    r = row([4, 5], {"type": "length"})
+    with pytest.raises(S.SGLangProtocolError, match="2 output_ids but none output_token_sampling_logprobs.*return_sampling_mask"):
+        S.parse_rows(json.dumps([r]).encode(), [(1,)], [0], 0, "u/generate", sampled=True)
+    r["meta_info"]["output_token_sampling_logprobs"] = [-0.25, -0.5]
+    (c, _, _), = S.parse_rows(json.dumps([r]).encode(), [(1,)], [0], 0, "u/generate", sampled=True)
+    assert c.log_probs == (-0.25, -0.5)
+
+
+def test_parse_rows_fast_and_general_paths_agree(monkeypatch):
+    answer = [row([4, 5], {"type": "stop", "matched": 5}), row([], {"type": "length", "length": 0}),
+              row([6], {"type": "length", "length": 1}, lps=[[0, 6, "x"]])]
+    answer[0]["meta_info"]["weight_version"] = 3  # an int version is taken as its string
+    raw = json.dumps(answer).encode()
+    fast = S.parse_rows(raw, [(1,), (2, 3)], [0, 1, 1], 4, "u/generate")
+    monkeypatch.setattr(S, "_TYPED", None)
+    general = S.parse_rows(raw, [(1,), (2, 3)], [0, 1, 1], 4, "u/generate")
+    assert fast == general
+    assert [c.prompt_index for c, _, _ in fast] == [4, 5, 5] and fast[0][0].weight_version == "3"
+    assert fast[2][0].log_probs == (0.0,) and fast[1][0].token_ids == ()
+    monkeypatch.undo()
+    with pytest.raises(S.SGLangProtocolError, match="u/generate returned 3 results for 2 samples"):
+        S.parse_rows(raw, [(1,)], [0, 0], 0, "u/generate")
+    with pytest.raises(S.SGLangProtocolError, match="u/generate answered with invalid JSON"):
+        S.parse_rows(b"[{", [(1,)], [0], 0, "u/generate")
+    bad = json.dumps([row([4], {"type": "length"}, lps=[[-0.1, 9, None]])]).encode()
+    with pytest.raises(S.SGLangProtocolError, match=r"u/generate result: output_token_logprobs\[0\]"):
+        S.parse_rows(bad, [(1,)], [0], 0, "u/generate")
+
+
 def test_error_messages():
     assert S.error_message(b'{"error": {"message": "Input is too long"}}') == "Input is too long"
     assert S.error_message(b'{"error": "unknown field `seed`"}') == "unknown field `seed`"
