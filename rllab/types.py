@@ -14,6 +14,7 @@ values, so building one never synchronises a device.
 
 from __future__ import annotations
 
+import array
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 import attrs
@@ -240,25 +241,29 @@ class RolloutBatch:
                 f"RolloutBatch.from_completions: {len(completions)} completions but {len(scores)} scores"
             )
         B = len(completions)
-        p_len = torch.tensor([len(c.prompt_ids) for c in completions], dtype=torch.long)
-        t_len = torch.tensor([len(c.token_ids) for c in completions], dtype=torch.long)
-        P = int(p_len.max())
-        T = max(1, int(t_len.max()))
-        # one flat copy per tensor: the masks come from the lengths, the values fill them row-major
+        pl = [len(c.prompt_ids) for c in completions]
+        tl = [len(c.token_ids) for c in completions]
+        P, T = max(pl), max(1, max(tl))
+        # each row is written padded into one flat buffer (C-level extends, no per-token Python
+        # loop), which becomes the tensor without a copy; masks come from the lengths
+        ids, lps = array.array("q"), array.array("f")
+        pad, zeros = array.array("q", [pad_token_id]) * (P + T), array.array("f", [0.0]) * T
+        for c, p, n in zip(completions, pl, tl):
+            ids.extend(pad[: P - p])
+            ids.extend(c.prompt_ids)
+            ids.extend(c.token_ids)
+            ids.extend(pad[: T - n])
+            lps.extend(c.log_probs)
+            lps.extend(zeros[: T - n])
+        p_len, t_len = torch.tensor(pl), torch.tensor(tl)
         col = torch.arange(P + T)
         attn = ((col >= P - p_len[:, None]) & (col < P)) | ((col >= P) & (col < P + t_len[:, None]))
-        resp = torch.arange(T) < t_len[:, None]
-        ids = torch.full((B, P + T), pad_token_id, dtype=torch.long)
-        ids[attn] = torch.tensor([x for c in completions for x in (*c.prompt_ids, *c.token_ids)], dtype=torch.long)
-        lp = torch.zeros(B, T, dtype=torch.float32)
-        lp[resp] = torch.tensor([x for c in completions for x in c.log_probs], dtype=torch.float32)
-        index = torch.tensor([c.prompt_index for c in completions], dtype=torch.long)
         return cls(
-            input_ids=ids,
+            input_ids=torch.frombuffer(ids, dtype=torch.long).view(B, P + T),
             attention_mask=attn,
-            response_mask=resp,
-            rollout_log_prob=lp,
-            index=index,
+            response_mask=attn[:, P:].contiguous(),
+            rollout_log_prob=torch.frombuffer(lps, dtype=torch.float32).view(B, T),
+            index=torch.tensor([c.prompt_index for c in completions], dtype=torch.long),
             scores=torch.tensor(list(scores), dtype=torch.float32),
         )
 

@@ -261,6 +261,22 @@ def _sample_seed(seed: int, prompt_index: int, sample: int) -> int:
     return (x ^ (x >> 31)) & ((1 << 63) - 1)
 
 
+def _sample_seeds(seed: int, first_prompt: int, prompts: int, n: int) -> list[int]:
+    """:func:`_sample_seed` for every (prompt, sample) of a request, prompt-major, in one
+    vectorised pass (uint64 arithmetic wraps modulo 2**64, as the masks above do)."""
+    import numpy as np
+
+    u = np.uint64
+    p = np.arange(first_prompt + 1, first_prompt + prompts + 1, dtype=u)[:, None]
+    j = np.arange(1, n + 1, dtype=u)[None, :]
+    with np.errstate(over="ignore"):
+        x = u(seed % (1 << 64)) * u(0x9E3779B97F4A7C15) + p * u(0xBF58476D1CE4E5B9) + j * u(0x94D049BB133111EB)
+        x = (x ^ (x >> u(30))) * u(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> u(27))) * u(0x94D049BB133111EB)
+        x = (x ^ (x >> u(31))) & u((1 << 63) - 1)
+    return x.reshape(-1).tolist()
+
+
 def sampling_params_json(params: SamplingParams, *, n: int | None = None, seed: int | None = None) -> dict:
     """SGLang's ``sampling_params`` for ``params`` (only keys SGLang knows: it rejects others)."""
     sp: dict[str, Any] = {
@@ -424,13 +440,15 @@ def parse_rows(raw: bytes, prompts: Sequence[tuple[int, ...]], rows: Sequence[in
                 lps = meta.output_token_logprobs
                 ids = r.output_ids
                 slps = meta.output_token_sampling_logprobs
-                if (kind != "stop" and kind != "length") or meta.weight_versions or len(lps) != len(ids) or [e[1] for e in lps] != ids \
+                toks = tuple(ids)
+                values, named, _ = zip(*lps) if lps else ((), (), ())
+                if (kind != "stop" and kind != "length") or meta.weight_versions or named != toks \
                         or (sampled and (slps is None or len(slps) != len(ids))):
                     out = None  # an abort, a span of versions, a mismatch: the general path
                     break
                 version = meta.weight_version
                 out.append((Completion(
-                    prompt_ids=prompts[i], token_ids=tuple(ids), log_probs=tuple(slps if sampled else [e[0] for e in lps]), finish_reason=kind,
+                    prompt_ids=prompts[i], token_ids=toks, log_probs=tuple(slps) if sampled else values, finish_reason=kind,
                     prompt_index=first_index + i, weight_version=None if version is None else str(version),
                 ), None, None))
             if out is not None:
@@ -670,11 +688,7 @@ class SGLangBackend:
             base = sampling_params_json(params, n=1)
             body = {
                 "input_ids": [list(p) for p in prompts for _ in range(n)],
-                "sampling_params": [
-                    {**base, "sampling_seed": _sample_seed(params.seed, first_index + i, j)}
-                    for i in range(len(prompts))
-                    for j in range(n)
-                ],
+                "sampling_params": [{**base, "sampling_seed": x} for x in _sample_seeds(params.seed, first_index, len(prompts), n)],
             }
         body["return_logprob"] = True
         body["logprob_start_len"] = -1

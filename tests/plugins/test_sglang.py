@@ -312,6 +312,12 @@ def test_processed_logprobs_need_a_server_that_sends_them():
     assert c.log_probs == (-0.25, -0.5)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 12345, 2**40 + 7, 2**63 + 5, -3])
+def test_vectorised_seeds_are_the_per_sample_seeds(seed):
+    assert S._sample_seeds(seed, 5, 4, 3) == [S._sample_seed(seed, i, j) for i in range(5, 9) for j in range(3)]
+    assert all(0 <= x < 2**63 for x in S._sample_seeds(seed, 0, 2, 2))
+
+
 def test_parse_rows_fast_and_general_paths_agree(monkeypatch):
     answer = [row([4, 5], {"type": "stop", "matched": 5}), row([], {"type": "length", "length": 0}),
               row([6], {"type": "length", "length": 1}, lps=[[0, 6, "x"]])]
