@@ -226,6 +226,19 @@ for _t in (int, float, bool, str):
     _converter.register_structure_hook(_t, _strict(_t))
 
 
+def _str_or_strs(value, _t):
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise TypeError(f"expected a string or a list of strings, got {type(value).__name__} {value!r}")
+
+
+StrOrStrs = str | tuple[str, ...]
+"""A knob type: one string or a list of them (``urls = "http://a"`` or ``urls = ["http://a", "http://b"]``)."""
+_converter.register_structure_hook(StrOrStrs, _str_or_strs)
+
+
 def build_config(spec: ComponentSpec, values: Mapping[str, Any]) -> Any:
     """Validate ``values`` into ``spec.config``; errors name the plugin, knob, value and range."""
     cls = attrs.resolve_types(spec.config)

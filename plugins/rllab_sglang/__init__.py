@@ -149,8 +149,10 @@ class _Retry(Exception):
 # --------------------------------------------------------------------------- config
 
 
-def _urls(value: str) -> tuple[str, ...]:
-    return tuple(u.strip().rstrip("/") for u in value.replace(" ", ",").split(",") if u.strip())
+def _urls(value: str | tuple[str, ...]) -> tuple[str, ...]:
+    """``"a, b"``, ``"a b"`` or ``["a", "b"]`` → ``("a", "b")`` (no trailing slashes)."""
+    text = value if isinstance(value, str) else ",".join(value)
+    return tuple(u.strip().rstrip("/") for u in text.replace(" ", ",").split(",") if u.strip())
 
 
 def _need_a_server(inst, launch: bool) -> None:
@@ -168,15 +170,15 @@ def _check_urls(inst, attribute, value):
 class SGLangBackendConfig:
     """Knobs of the sglang rollout backend."""
 
-    urls: str = rllab.knob(
+    urls: str | tuple[str, ...] = rllab.knob(
         "",
-        help="where /generate goes: one server, several (comma-separated), or one sglang-router URL; "
+        help="where /generate goes: one server, several (a list, or comma-separated), or one sglang-router URL; "
         "empty with launch = true: the launched server",
         validator=_check_urls,
     )
-    admin_urls: str = rllab.knob(
+    admin_urls: str | tuple[str, ...] = rllab.knob(
         "",
-        help="servers that receive weight updates (comma-separated); empty: urls (behind a router, "
+        help="servers that receive weight updates (a list, or comma-separated); empty: urls (behind a router, "
         "list its workers here)",
         validator=_check_urls,
     )

@@ -125,6 +125,21 @@ def test_registered_and_follows_the_protocol(lab, backend):
     assert isinstance(backend, rllab.RolloutBackend)
 
 
+def test_urls_as_a_list_or_a_string(lab, tmp_path):
+    from rllab.config import load_config
+
+    cfg = load_config(None, ["backend=sglang", 'backend.urls=["http://127.0.0.1:30000", "http://127.0.0.1:30001/"]'])
+    assert cfg.component("backend").config.urls == ("http://127.0.0.1:30000", "http://127.0.0.1:30001/")
+    b = lab.get("rollout_backend", "sglang", **cfg.component("backend").knobs)()
+    _OPEN.append(b)
+    assert b.urls == ["http://127.0.0.1:30000", "http://127.0.0.1:30001"]
+    assert make(lab, "http://a:1, http://b:2").urls == ["http://a:1", "http://b:2"]
+    with pytest.raises(rllab.ConfigError, match="expected a string or a list of strings, got list \\[1, 2\\]"):
+        lab.get("rollout_backend", "sglang", urls=[1, 2])
+    with pytest.raises(rllab.ConfigError, match="'ftp://x' is not an http"):
+        lab.get("rollout_backend", "sglang", urls=["http://a:1", "ftp://x"])
+
+
 def test_config_errors(lab):
     with pytest.raises(rllab.ConfigError, match="not an http"):
         lab.get("rollout_backend", "sglang", urls="localhost:30000")
