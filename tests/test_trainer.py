@@ -420,3 +420,46 @@ def test_optimal_token_baselines_get_the_rollout_time_policy(tmp_path, estimator
     for _ in range(2):
         finite_metrics(tr.train_step())
     tr.close()
+
+
+def test_rejection_narrows_the_step_mask_and_its_global_counts(tmp_path, monkeypatch):
+    """Rejected tokens leave the mask the update trains on and the aggregation's global counts
+    (verl's modified response mask); ``narrow_mask = "off"`` keeps them in the normaliser."""
+    for narrow in ("after_advantage", "off"):
+        tr = Trainer(
+            small_cfg("correction=rejection", "correction.criterion=token_k1", "correction.upper=1.5",
+                      f"correction.narrow_mask={narrow}", "algorithm.micro_batch_size=5"),
+            run_dir=tmp_path / narrow, progress=False,
+        )  # fmt: skip
+        to_batch = tr.rollout.to_batch
+
+        def perturbed(scored):  # every other token looks far likelier to the sampler: rejected
+            b = to_batch(scored)
+            shift = torch.zeros_like(b.rollout_log_prob)
+            shift[:, ::2] = 1.0
+            return attrs.evolve(b, rollout_log_prob=torch.where(b.response_mask, b.rollout_log_prob + shift, 0.0))
+
+        monkeypatch.setattr(tr.rollout, "to_batch", perturbed)
+        seen = []
+        micro_loss = tr.algorithm.micro_loss
+        monkeypatch.setattr(
+            tr.algorithm, "micro_loss", lambda ctx, p, rows, agg: seen.append((p, dict(agg.keywords))) or micro_loss(ctx, p, rows, agg)
+        )
+        m = tr.train_step()
+        finite_metrics(m)
+        p, counts = seen[0]
+        sampled = p.batch.response_mask
+        assert len(seen) > 1  # micro-batched: the counts are the minibatch's
+        if narrow == "off":
+            assert torch.equal(p.mask, sampled) and counts["global_tokens"] == int(sampled.sum())
+            assert m["tis/rs_masked_frac"] > 0
+        else:
+            assert p.old_log_prob is not None, "a narrowing correction runs the old-log-prob forward"
+            corr = tr.components["correction"]
+            keep = corr.spec.fn.keep_mask(old_log_prob=p.old_log_prob, rollout_log_prob=p.batch.rollout_log_prob,
+                                          mask=sampled, config=corr.config)
+            assert torch.equal(p.mask, sampled & keep)
+            assert counts["global_tokens"] == int(p.mask.sum()) < int(sampled.sum())
+            assert counts["global_seqs"] == int(p.mask.any(-1).sum())
+            assert 0 < m["train/kept_token_frac"] < 1
+        tr.close()
