@@ -129,7 +129,7 @@ class RL:
 
     uses = frozenset({"task", "backend", "advantage", "policy_loss", "correction", "aggregation", "kl", "kl_controller", "value_loss"})
     provides = {
-        "advantage_estimator": ("values", "reward_baselines", "old_log_prob", "sum_pi_squared"),
+        "advantage_estimator": ("values", "reward_baselines", "old_log_prob", "sum_pi_squared", "reward_components"),
         "loss_aggregation": ("global_rows",),
     }
 
@@ -228,7 +228,15 @@ class RL:
                 adv_mask = train_mask
             metrics["train/kept_token_frac"] = ops.masked_mean(train_mask.float(), mask).item()
         extra = dict(extra or {})
-        requires = comps["advantage"].spec.requires
+        estimator = comps["advantage"]
+        if batch.reward_components is not None and _accepts(estimator, "reward_components"):
+            extra["reward_components"] = batch.reward_components  # (B, K), one column per named component
+        elif getattr(estimator.spec.fn, "needs_reward_components", False):
+            raise rllab.RllabError(
+                f"advantage {estimator.name!r} normalises each reward component on its own, but the batch has none: "
+                f"the task declares no reward_components (see rllab.types.Task)"
+            )
+        requires = estimator.spec.requires
         if "old_log_prob" in requires:
             extra["old_log_prob"] = old
         if "sum_pi_squared" in requires:  # Σ_v π_v² of the rollout-time policy (optimal-token baselines)
