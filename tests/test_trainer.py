@@ -512,3 +512,15 @@ def test_a_malformed_component_reward_is_a_reward_error(tmp_path):
     with pytest.raises(RewardError, match=r"missing \['format'\]"):
         tr.rollout.sample(0)
     tr.close()
+
+
+def test_gdpo_refuses_a_batch_without_components(tmp_path):
+    """A task whose factory declares nothing is checked on its first batch instead of at load."""
+    tr = Trainer(small_cfg("advantage=gdpo", "task.format_weight=0.1"), run_dir=tmp_path, progress=False)
+    task = tr.rollout.task
+    reward = task.reward
+    task.reward_components = ()
+    task.reward = lambda example, completion: reward(example, completion)["correct"]
+    with pytest.raises(rllab.RllabError, match=r"advantage 'gdpo' normalises each reward component.*declares no reward_components"):
+        tr.train_step()
+    tr.close()
