@@ -519,7 +519,7 @@ def test_gdpo_refuses_a_batch_without_components(tmp_path):
     tr = Trainer(small_cfg("advantage=gdpo", "task.format_weight=0.1"), run_dir=tmp_path, progress=False)
     task = tr.rollout.task
     reward = task.reward
-    task.reward_components = ()
+    task.reward_components, task.reward_weights = (), None
     task.reward = lambda example, completion: reward(example, completion)["correct"]
     with pytest.raises(rllab.RllabError, match=r"advantage 'gdpo' normalises each reward component.*declares no reward_components"):
         tr.train_step()
