@@ -319,6 +319,8 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
 
     components = {sec: _component(lab, sec, kind, data.get(sec, {}), default, text, where) for sec, (kind, default) in COMPONENT_SECTIONS.items()}
     unused = _check_algorithm_fit(lab, components, explicit={sec for sec in COMPONENT_SECTIONS if sec in data}, text=text, where=where)
+    if "advantage" not in unused and "task" not in unused:
+        _check_reward_components(lab, components, plain["rollout"], text=text, where=where)
 
     loggers = data.get("loggers", ("jsonl",))
     if isinstance(loggers, (str, Mapping)):
@@ -394,6 +396,45 @@ def _check_algorithm_fit(lab: Lab, components: dict, *, explicit: set[str], text
                 key=sec,
             )
     return frozenset(unused)
+
+
+def _check_reward_components(lab: Lab, components: dict, rollout: Any, *, text: str, where: str) -> None:
+    """An estimator that normalises each reward component on its own (``fn.needs_reward_components``)
+    needs a task with K ≥ 2 components, its ``reward_weights`` knob K entries, and no overlong
+    penalty (which shapes only the scalar score). K comes from the task factory's
+    ``reward_components(config)``; a task that declares nothing there is checked on its first batch."""
+    adv, task = components["advantage"], components["task"]
+    est = lab.spec("advantage_estimator", adv.name)
+    if not getattr(est.fn, "needs_reward_components", False):
+        return
+    declare = getattr(lab.spec("task", task.name).fn, "reward_components", None)
+    if declare is None:
+        return
+    names = tuple(declare(task.config))
+    who = f"advantage_estimator {adv.name!r} (plugin {est.provider})"
+    if len(names) < 2:
+        raise ConfigError(
+            f"{where}: [advantage]{line_of(text, 'advantage', 'name') or line_of(text, None, 'advantage')} {who} "
+            f"normalises each reward component on its own, but task {task.name!r} has "
+            f"{'one reward' if not names else f'one reward component {names[0]!r}'}: with one component it is GRPO's "
+            f"group normalisation followed by batch whitening. Use a task with several reward components (e.g. "
+            f"task.format_weight = 0.1 on 'addition') or another estimator (grpo, reinforce_plus_plus_baseline).",
+            key="advantage",
+        )
+    weights = getattr(adv.config, "reward_weights", None)
+    if weights is not None and len(weights) != len(names):
+        raise ConfigError(
+            f"{where}: [advantage] reward_weights{line_of(text, 'advantage', 'reward_weights')}: {who} has "
+            f"{len(weights)} weights for the {len(names)} reward components {names!r} of task {task.name!r}.",
+            key="reward_weights",
+        )
+    if getattr(rollout, "overlong_buffer", 0) > 0:
+        raise ConfigError(
+            f"{where}: [rollout] overlong_buffer{line_of(text, 'rollout', 'overlong_buffer')}: the overlong penalty "
+            f"shapes the scalar score, which {who} does not read (it reads task {task.name!r}'s reward components); "
+            f"set rollout.overlong_buffer = 0.",
+            key="overlong_buffer",
+        )
 
 
 def _build_plain(cls: type, sec: str, values: Mapping, text: str, where: str):

@@ -32,11 +32,17 @@ def _task(comp):
         raise AssertionError("train_examples is not deterministic given the generator state")
     if not task.eval_examples():
         raise AssertionError("eval_examples is empty")
+    from rllab.types import is_solved, scalar_reward
+
+    names = tuple(getattr(task, "reward_components", None) or ())
     for e in ex1 + task.eval_examples()[:4]:
-        r = task.reward(e, task.demonstration(e))
-        if r != 1.0:
-            raise AssertionError(f"demonstration {task.demonstration(e)!r} for {e.prompt!r} scored {r}")
-        if not math.isfinite(task.reward(e, "")):
+        out = task.reward(e, task.demonstration(e))
+        if names and (not isinstance(out, dict) or set(out) != set(names)):
+            raise AssertionError(f"reward returned {out!r}, not a dict of its reward_components {names!r}")
+        r = scalar_reward(task, out)
+        if (r != 1.0) if not names else not is_solved(task, e, r):
+            raise AssertionError(f"demonstration {task.demonstration(e)!r} for {e.prompt!r} scored {out!r}")
+        if not math.isfinite(scalar_reward(task, task.reward(e, ""))):
             raise AssertionError("the empty completion's reward is not finite")
 
 

@@ -139,6 +139,14 @@ def register_importance_corrections(register):
 
     ``old_log_prob`` (training engine) and ``rollout_log_prob`` (inference engine): (B, T).
     Returns detached (B, T) weights (0 on masked positions) and scalar metrics (``tis/…``).
+
+    A correction that *rejects* tokens (verl's rejection sampling) may also narrow the training
+    step's response mask, so rejected tokens leave the normaliser, the token/sequence counts and
+    the KL and entropy terms. It declares two attributes on ``fn``:
+    ``fn.narrows_mask(config) -> "after_advantage" | "before_advantage" | None`` (when the step
+    narrows, relative to the advantage estimator; None: never) and
+    ``fn.keep_mask(*, old_log_prob, rollout_log_prob, mask, config) -> (B, T) bool`` (the valid
+    tokens kept). The ``rl`` step then computes the old log-probs before the update.
     """
 
 

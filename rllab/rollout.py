@@ -11,13 +11,19 @@ a :class:`~rllab.errors.RewardError` naming the task, prompt and completion (``r
 the sample's whole group (``skip``) or scores it 0 (``zero``), counted as
 ``rollout/reward_errors``. What "solved" means is the task's: ``task.solved(example, reward)``
 when the task defines it, else ``reward ≥ 1``.
+
+A task with several reward components (``task.reward_components``, see :class:`rllab.types.Task`)
+returns a mapping name → float; the stage checks it has exactly the declared names, keeps the
+(N, K) components beside the scalar reward ``Σ_k w_k·r_k`` (``task.reward_weights``, default all
+1) and logs ``reward/<name>``. A mapping with a missing or extra name, or a non-finite entry, is a
+reward error like any other.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import attrs
 import torch
@@ -25,7 +31,7 @@ import torch
 from rllab import ops
 from rllab.algorithm import seed_for
 from rllab.errors import RewardError
-from rllab.types import Completion, Example, RolloutBatch, SamplingParams
+from rllab.types import Completion, Example, RolloutBatch, SamplingParams, is_solved
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -41,6 +47,9 @@ class Scored:
     keep: torch.Tensor
     """(N,) bool: False for samples dropped by ``reward_errors = "skip"`` or dynamic sampling."""
     metrics: dict
+    components: torch.Tensor | None = None
+    """(N, K) float32 per-component rewards of a multi-component task (0 where a reward failed), else None."""
+    component_names: tuple[str, ...] = ()
 
 
 class RolloutStage:
@@ -96,20 +105,65 @@ class RolloutStage:
         return self.backend.generate([self.encode(e.prompt) for e in examples], params)
 
     def solved(self, example: Example, reward: float) -> bool:
-        fn = getattr(self.task, "solved", None)
-        return bool(fn(example, reward)) if fn is not None else reward >= 1.0
+        return is_solved(self.task, example, reward)
+
+    @property
+    def component_names(self) -> tuple[str, ...]:
+        """The task's reward component names (empty for a single-reward task)."""
+        return tuple(getattr(self.task, "reward_components", None) or ())
+
+    def component_weights(self) -> list[float]:
+        """w_k of the scalar reward Σ_k w_k·r_k: the task's ``reward_weights``, default all 1."""
+        names = self.component_names
+        weights = getattr(self.task, "reward_weights", None)
+        if weights is None:
+            return [1.0] * len(names)
+        weights = [float(w) for w in weights]
+        if len(weights) != len(names):
+            raise RewardError(
+                f"task {self.task_name!r}: reward_weights has {len(weights)} entries for its {len(names)} reward "
+                f"components {names!r}"
+            )
+        return weights
+
+    def _reward(self, ex: Example, text: str, names: tuple[str, ...], weights: list[float]) -> tuple[float, list[float]]:
+        """(scalar reward, component values) of one completion; raises on a malformed reward."""
+        out = self.task.reward(ex, text)
+        if not names:
+            r = float(out)
+            if not math.isfinite(r):
+                raise ValueError(f"returned {r}")
+            return r, []
+        if not isinstance(out, Mapping):
+            raise TypeError(f"returned {type(out).__name__}, not a mapping of its reward components {names!r}")
+        if set(out) != set(names):
+            missing, extra = sorted(set(names) - set(out)), sorted(set(out) - set(names))
+            raise ValueError(f"returned components {sorted(out)!r}; missing {missing!r}, unexpected {extra!r} (declared {names!r})")
+        values = [float(out[n]) for n in names]
+        bad = [n for n, v in zip(names, values) if not math.isfinite(v)]
+        if bad:
+            raise ValueError(f"returned non-finite components {bad!r}: {dict(zip(names, values))!r}")
+        return sum(w * v for w, v in zip(weights, values)), values
 
     def score(self, examples: Sequence[Example], completions: Sequence[Completion]) -> tuple[list[float], list[bool], int]:
         """Rewards for each completion; returns (rewards, keep, n_errors) under ``reward_errors``."""
+        rewards, _, keep, errors = self.score_components(examples, completions)
+        return rewards, keep, errors
+
+    def score_components(
+        self, examples: Sequence[Example], completions: Sequence[Completion]
+    ) -> tuple[list[float], list[list[float]], list[bool], int]:
+        """As :meth:`score`, with each completion's reward components (empty lists for a
+        single-reward task; zeros where a reward failed): ``(rewards, components, keep, n_errors)``."""
         policy = self.config.reward_errors
-        rewards, keep, errors = [], [], 0
+        names = self.component_names
+        weights = self.component_weights()
+        rewards, comps, keep, errors = [], [], [], 0
         for c in completions:
             ex = examples[c.prompt_index]
             text = self.decode(c)
             try:
-                r = float(self.task.reward(ex, text))
-                if not math.isfinite(r):
-                    raise ValueError(f"returned {r}")
+                r, values = self._reward(ex, text, names, weights)
             except Exception as e:
                 if policy == "raise":
                     raise RewardError(
@@ -119,11 +173,13 @@ class RolloutStage:
                     ) from None
                 errors += 1
                 rewards.append(0.0)
+                comps.append([0.0] * len(names))
                 keep.append(policy == "zero")
                 continue
             rewards.append(r)
+            comps.append(values)
             keep.append(True)
-        return rewards, keep, errors
+        return rewards, comps, keep, errors
 
     def overlong_penalty(self, completions: Sequence[Completion]) -> torch.Tensor:
         """DAPO's soft overlong punishment: linear from 0 to −penalty over the last ``buffer`` tokens."""
@@ -145,9 +201,11 @@ class RolloutStage:
         completions = self.generate(examples, self.sampling_params(step, n=G))
         backend_metrics = self.backend.last_metrics() if hasattr(self.backend, "last_metrics") else {}
         t1 = time.perf_counter()
-        raw, keep, errors = self.score(examples, completions)
+        raw, comps, keep, errors = self.score_components(examples, completions)
         t2 = time.perf_counter()
         rewards = torch.tensor(raw, dtype=torch.float32)
+        names = self.component_names
+        components = torch.tensor(comps, dtype=torch.float32).reshape(len(raw), len(names)) if names else None
         scores = rewards + self.overlong_penalty(completions)
         index = torch.tensor([c.prompt_index for c in completions])
         keep_t = torch.tensor(keep, dtype=torch.bool)
@@ -171,10 +229,15 @@ class RolloutStage:
             "perf/completions_per_s": len(completions) / max(t1 - t0, 1e-9),
             **{k: float(v) for k, v in backend_metrics.items()},
         }
+        for k, name in enumerate(names):
+            metrics[f"reward/{name}"] = components[:, k].mean().item()
         if r.dynamic_sampling:
             keep_t &= ~all_equal
         metrics["rollout/kept_frac"] = keep_t.float().mean().item()
-        return Scored(examples=examples, completions=completions, rewards=rewards, scores=scores, keep=keep_t, metrics=metrics)
+        return Scored(
+            examples=examples, completions=completions, rewards=rewards, scores=scores, keep=keep_t, metrics=metrics,
+            components=components, component_names=names,
+        )
 
     def greedy_rewards(self, examples: Sequence[Example]) -> torch.Tensor:
         """(P,) float32: the reward of the policy's greedy response to each example (ReMax's
@@ -190,7 +253,11 @@ class RolloutStage:
         kept = [c for c, k in zip(scored.completions, scored.keep.tolist()) if k]
         if not kept:
             return None
-        return RolloutBatch.from_completions(kept, scored.scores[scored.keep].tolist(), pad_token_id=self.tokenizer.pad_token_id)
+        comps = None if scored.components is None else scored.components[scored.keep]
+        return RolloutBatch.from_completions(
+            kept, scored.scores[scored.keep].tolist(), pad_token_id=self.tokenizer.pad_token_id,
+            reward_components=comps, reward_component_names=scored.component_names,
+        )
 
     def evaluate(self, size: int) -> dict:
         """Greedy accuracy and mean reward on the task's held-out split (its first ``size`` examples)."""

@@ -344,7 +344,10 @@ def _accuracy(model, tokenizer, task, examples, max_new_tokens: int) -> float:
     model.eval()
     texts = greedy_completions(model, tokenizer, [e.prompt for e in examples], max_new_tokens)
     model.train(was_training)
-    return sum(task.reward(e, t) for e, t in zip(examples, texts)) / len(examples)
+    from rllab.types import is_solved, scalar_reward
+
+    solved = (is_solved(task, e, scalar_reward(task, task.reward(e, t))) for e, t in zip(examples, texts))
+    return sum(solved) / len(examples)
 
 
 class _progress_bar:

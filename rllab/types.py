@@ -15,7 +15,7 @@ values, so building one never synchronises a device.
 from __future__ import annotations
 
 import array
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 import attrs
 import torch
@@ -154,6 +154,19 @@ class Task(Protocol):
 
     A task may also define ``solved(example, reward) -> bool``: what counts as solved for
     ``rollout/accuracy`` and ``eval/accuracy``. Without it, a reward ≥ 1 is solved.
+
+    **Several reward components.** A task that scores a completion on several criteria (as TRL's
+    list of ``reward_funcs``) sets ``reward_components``, a tuple of K ≥ 2 names, and its
+    ``reward`` returns a mapping with exactly those names → float. The rollout stage then keeps
+    the (B, K) components on the batch (``RolloutBatch.reward_components``, columns in the
+    declared order), logs each one's mean as ``reward/<name>``, and defines the scalar reward as
+    the weighted sum ``Σ_k w_k·r_k`` with the task's optional ``reward_weights`` (K floats,
+    default all 1 — TRL's default ``sum_then_normalize`` aggregation); the scalar is what
+    ``solved``, the single-reward estimators and the reward metrics see. Estimators that
+    normalise each component on its own (``gdpo``, ``normalize_then_sum``) read the components.
+    So that a config is checked before any model loads, the task's factory declares the names
+    too: ``factory.reward_components = lambda config: (...)`` (empty for one reward).
+    Single-reward tasks set nothing and return a float, as before.
     """
 
     def train_examples(self, n: int, rng: "torch.Generator") -> list[Example]:
@@ -167,6 +180,23 @@ class Task(Protocol):
 
     def demonstration(self, example: Example) -> str:
         """A correct completion for ``example`` (used for a supervised warm start)."""
+
+
+def scalar_reward(task: Any, value: Any) -> float:
+    """The scalar reward of what ``task.reward`` returned: the value itself for a single-reward
+    task; ``Σ_k w_k·r_k`` over ``task.reward_components`` (weights ``task.reward_weights``,
+    default all 1) for a mapping of components."""
+    if not isinstance(value, Mapping):
+        return float(value)
+    names = tuple(getattr(task, "reward_components", None) or value)
+    weights = getattr(task, "reward_weights", None) or (1.0,) * len(names)
+    return sum(float(w) * float(value[n]) for w, n in zip(weights, names))
+
+
+def is_solved(task: Any, example: "Example", reward: float) -> bool:
+    """``task.solved(example, reward)`` when the task defines it, else ``reward ≥ 1``."""
+    fn = getattr(task, "solved", None)
+    return bool(fn(example, reward)) if fn is not None else reward >= 1.0
 
 
 # --------------------------------------------------------------------------- batches
@@ -192,6 +222,10 @@ class RolloutBatch:
     """(B,) int64 group id per row."""
     scores: torch.Tensor = attrs.field(validator=_tensor(ndim=1, dtype=torch.float32))
     """(B,) float32 sequence scores from the task."""
+    reward_components: torch.Tensor | None = attrs.field(default=None, validator=_tensor(ndim=2, dtype=torch.float32, optional=True))
+    """(B, K) float32 per-component rewards of a multi-component task (None: one reward)."""
+    reward_component_names: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    """The K component names, in column order (empty with one reward)."""
 
     def __attrs_post_init__(self):
         B, L = self.input_ids.shape
@@ -207,6 +241,12 @@ class RolloutBatch:
         for name in ("index", "scores"):
             if getattr(self, name).shape != (B,):
                 raise ValueError(f"RolloutBatch: {name} must have shape ({B},), got {tuple(getattr(self, name).shape)}")
+        comps, names = self.reward_components, self.reward_component_names
+        if (comps is None) != (not names) or (comps is not None and comps.shape != (B, len(names))):
+            got = None if comps is None else tuple(comps.shape)
+            raise ValueError(
+                f"RolloutBatch: reward_components {got} must be (B, K) = ({B}, {len(names)}) for the names {names!r}"
+            )
 
     @property
     def response_length(self) -> int:
@@ -228,11 +268,13 @@ class RolloutBatch:
 
     @classmethod
     def from_completions(
-        cls, completions: Sequence[Completion], scores: Sequence[float], pad_token_id: int, group_size: int | None = None
+        cls, completions: Sequence[Completion], scores: Sequence[float], pad_token_id: int, group_size: int | None = None,
+        *, reward_components: "torch.Tensor | None" = None, reward_component_names: Sequence[str] = (),
     ) -> "RolloutBatch":
         """Pad completions into a batch. Rows keep the order given; ``index`` is the prompt index.
 
         :param group_size: unused unless given, when it is checked against the group counts.
+        :param reward_components: (B, K) float per-component rewards, with their K names.
         """
         if len(completions) == 0:
             raise ValueError("RolloutBatch.from_completions: no completions")
@@ -265,6 +307,8 @@ class RolloutBatch:
             rollout_log_prob=torch.frombuffer(lps, dtype=torch.float32).view(B, T),
             index=torch.tensor([c.prompt_index for c in completions], dtype=torch.long),
             scores=torch.tensor(list(scores), dtype=torch.float32),
+            reward_components=None if reward_components is None else torch.as_tensor(reward_components, dtype=torch.float32),
+            reward_component_names=tuple(reward_component_names),
         )
 
     def select(self, rows: torch.Tensor) -> "RolloutBatch":
@@ -277,6 +321,7 @@ class RolloutBatch:
             rollout_log_prob=self.rollout_log_prob[rows],
             index=self.index[rows],
             scores=self.scores[rows],
+            reward_components=None if self.reward_components is None else self.reward_components[rows],
         )
 
 

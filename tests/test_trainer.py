@@ -420,3 +420,107 @@ def test_optimal_token_baselines_get_the_rollout_time_policy(tmp_path, estimator
     for _ in range(2):
         finite_metrics(tr.train_step())
     tr.close()
+
+
+def test_rejection_narrows_the_step_mask_and_its_global_counts(tmp_path, monkeypatch):
+    """Rejected tokens leave the mask the update trains on and the aggregation's global counts
+    (verl's modified response mask); ``narrow_mask = "off"`` keeps them in the normaliser."""
+    for narrow in ("after_advantage", "off"):
+        tr = Trainer(
+            small_cfg("correction=rejection", "correction.criterion=token_k1", "correction.upper=1.5",
+                      f"correction.narrow_mask={narrow}", "algorithm.micro_batch_size=5"),
+            run_dir=tmp_path / narrow, progress=False,
+        )  # fmt: skip
+        to_batch = tr.rollout.to_batch
+
+        def perturbed(scored):  # every other token looks far likelier to the sampler: rejected
+            b = to_batch(scored)
+            shift = torch.zeros_like(b.rollout_log_prob)
+            shift[:, ::2] = 1.0
+            return attrs.evolve(b, rollout_log_prob=torch.where(b.response_mask, b.rollout_log_prob + shift, 0.0))
+
+        monkeypatch.setattr(tr.rollout, "to_batch", perturbed)
+        seen = []
+        micro_loss = tr.algorithm.micro_loss
+        monkeypatch.setattr(
+            tr.algorithm, "micro_loss", lambda ctx, p, rows, agg: seen.append((p, dict(agg.keywords))) or micro_loss(ctx, p, rows, agg)
+        )
+        m = tr.train_step()
+        finite_metrics(m)
+        p, counts = seen[0]
+        sampled = p.batch.response_mask
+        assert len(seen) > 1  # micro-batched: the counts are the minibatch's
+        if narrow == "off":
+            assert torch.equal(p.mask, sampled) and counts["global_tokens"] == int(sampled.sum())
+            assert m["tis/rs_masked_frac"] > 0
+        else:
+            assert p.old_log_prob is not None, "a narrowing correction runs the old-log-prob forward"
+            corr = tr.components["correction"]
+            keep = corr.spec.fn.keep_mask(old_log_prob=p.old_log_prob, rollout_log_prob=p.batch.rollout_log_prob,
+                                          mask=sampled, config=corr.config)
+            assert torch.equal(p.mask, sampled & keep)
+            assert counts["global_tokens"] == int(p.mask.sum()) < int(sampled.sum())
+            assert counts["global_seqs"] == int(p.mask.any(-1).sum())
+            assert 0 < m["train/kept_token_frac"] < 1
+        tr.close()
+
+
+def test_a_multi_component_task_batch_carries_its_components(tmp_path):
+    tr = Trainer(small_cfg("task.format_weight=0.25"), run_dir=tmp_path, progress=False)
+    scored = tr.rollout.sample(0)
+    batch = tr.rollout.to_batch(scored)
+    kept = [c for c, k in zip(scored.completions, scored.keep.tolist()) if k]
+    expected = [tr.rollout.task.reward(scored.examples[c.prompt_index], tr.rollout.decode(c)) for c in kept]
+    assert batch.reward_component_names == ("correct", "format")
+    assert batch.reward_components.shape == (len(kept), 2) and batch.reward_components.dtype == torch.float32
+    assert batch.reward_components.tolist() == [[e["correct"], e["format"]] for e in expected]
+    torch.testing.assert_close(batch.scores, batch.reward_components @ torch.tensor([1.0, 0.25]))
+    assert scored.metrics["reward/correct"] == pytest.approx(scored.components[:, 0].mean().item())
+    assert "reward/format" in scored.metrics
+    sub = batch.select(torch.tensor([2, 0]))
+    assert torch.equal(sub.reward_components, batch.reward_components[[2, 0]])
+    tr.close()
+
+
+def test_gdpo_trains_on_a_multi_component_task(tmp_path, monkeypatch):
+    tr = Trainer(small_cfg("advantage=gdpo", "task.format_weight=0.1", "advantage.reward_weights=[1.0, 0.5]"),
+                 run_dir=tmp_path, progress=False)
+    seen = {}
+    est = tr.components["advantage"]
+    call = type(est).__call__
+    monkeypatch.setattr(type(est), "__call__", lambda self, **kw: seen.update(kw) or call(self, **kw))
+    for _ in range(2):
+        m = tr.train_step()
+        finite_metrics(m)
+    assert seen["reward_components"].shape[1] == 2
+    assert {"reward/correct", "reward/format", "loss/policy"} <= set(m)
+    tr.close()
+
+
+def test_component_estimators_refuse_what_they_cannot_use():
+    with pytest.raises(ConfigError, match=r"'gdpo'.*task 'addition' has one reward.*batch whitening"):
+        small_cfg("advantage=gdpo")
+    with pytest.raises(ConfigError, match=r"reward_weights.*'normalize_then_sum'.*3 weights for the 2 reward components"):
+        small_cfg("advantage=normalize_then_sum", "task.format_weight=0.1", "advantage.reward_weights=[1.0, 1.0, 2.0]")
+    with pytest.raises(ConfigError, match=r"overlong_buffer"):
+        small_cfg("advantage=gdpo", "task.format_weight=0.1", "rollout.overlong_buffer=2")
+
+
+def test_a_malformed_component_reward_is_a_reward_error(tmp_path):
+    tr = Trainer(small_cfg("task.format_weight=0.1"), run_dir=tmp_path, progress=False)
+    tr.rollout.task.reward = lambda example, completion: {"correct": 1.0}
+    with pytest.raises(RewardError, match=r"missing \['format'\]"):
+        tr.rollout.sample(0)
+    tr.close()
+
+
+def test_gdpo_refuses_a_batch_without_components(tmp_path):
+    """A task whose factory declares nothing is checked on its first batch instead of at load."""
+    tr = Trainer(small_cfg("advantage=gdpo", "task.format_weight=0.1"), run_dir=tmp_path, progress=False)
+    task = tr.rollout.task
+    reward = task.reward
+    task.reward_components, task.reward_weights = (), None
+    task.reward = lambda example, completion: reward(example, completion)["correct"]
+    with pytest.raises(rllab.RllabError, match=r"advantage 'gdpo' normalises each reward component.*declares no reward_components"):
+        tr.train_step()
+    tr.close()

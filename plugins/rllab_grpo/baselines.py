@@ -30,6 +30,17 @@ Inputs: ``token_rewards`` (B, T) float, ``mask`` (B, T) bool, ``index`` (B,) int
 (B, T) float (the optimal baselines ``requires`` them: the trainer computes Σ_v π_v² from the
 rollout-time logits); ``weights`` (B, T) float or None, truncated IS weights ρ̄.
 
+**Where the components come from.** A task that declares ``reward_components`` (K names; see
+:class:`rllab.types.Task`, e.g. ``addition`` with ``format_weight``) returns one reward per
+component; the rollout batch carries them as ``reward_components`` (B, K) and the ``rl`` step
+passes them to ``gdpo`` and ``normalize_then_sum`` (verl reads the ``gdpo_reward_keys`` columns of
+its batch; TRL calls each of its ``reward_funcs``). Both declare ``needs_reward_components``: a
+config that pairs them with a single-reward task is refused at load — with one component
+``gdpo`` is GRPO's group normalisation followed by batch whitening, and ``normalize_then_sum``
+TRL's group-then-batch standardisation of one reward, so the choice is almost certainly a
+mistake — as is a ``reward_weights`` knob whose length is not the task's K. Called directly, the
+functions keep verl's fallback (no ``reward_components``: the row score is the one component).
+
 Differences from the references (knob restoring the reference):
 
 * fully masked rows: rllab leaves them out of every group (``count_empty_rows=False``); verl's
@@ -92,7 +103,9 @@ def _components(where, token_rewards, mask, index, reward_components, reward_wei
         comps = torch.where(counted[:, None], comps, _zero(comps))
     K = comps.shape[1]
     if reward_weights is not None and len(reward_weights) != K:
-        raise ValueError(f"{where}: reward_weights has {len(reward_weights)} entries for {K} reward components")
+        raise ValueError(
+            f"{where}: knob reward_weights has {len(reward_weights)} entries for the {K} reward components of the batch"
+        )
     w = torch.ones(K, dtype=dtype, device=mask.device) if reward_weights is None else torch.tensor(
         reward_weights, dtype=dtype, device=mask.device
     )
@@ -154,6 +167,7 @@ def gdpo(*, token_rewards, mask, index, values=None, config: GDPOConfig, reward_
 
 
 gdpo.batch_step = "whiten"
+gdpo.needs_reward_components = True
 
 
 @attrs.frozen
@@ -189,6 +203,7 @@ def normalize_then_sum(*, token_rewards, mask, index, values=None, config: Norma
 
 
 normalize_then_sum.batch_step = "batch std"
+normalize_then_sum.needs_reward_components = True
 
 
 # --------------------------------------------------------------------------- optimal token baselines

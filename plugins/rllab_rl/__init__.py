@@ -16,6 +16,12 @@ aggregation, so splitting a minibatch into micro-batches for gradient accumulati
 the loss or the gradient. A fully on-policy step (1 epoch, 1 minibatch, no KL in the reward)
 reuses the update's own forward, detached, as the old log-probs instead of a separate no-grad
 forward.
+
+A correction that rejects tokens (``rejection``, see :mod:`rllab.hookspecs`) narrows the
+response mask the update trains on, as verl does: rejected tokens leave the loss, the global
+token / sequence counts, the KL and entropy terms and the value loss. The keep mask is computed
+in ``prepare`` from the old log-probs (so such a correction always runs the old-log-prob
+forward), before or after the advantage estimator as the correction says.
 """
 
 from __future__ import annotations
@@ -80,6 +86,9 @@ class Prepared:
     weights: torch.Tensor | None
     """Importance weights from the correction (None: computed per micro-batch, or no correction)."""
     beta: float
+    mask: torch.Tensor = attrs.field(default=attrs.Factory(lambda self: self.batch.response_mask, takes_self=True))
+    """(B, T) bool: the tokens the update trains on — the response mask, narrowed to the tokens a
+    rejecting correction keeps."""
 
 
 def _logprobs(ctx: RunContext, model, batch, rows=None, with_entropy=False):
@@ -120,7 +129,7 @@ class RL:
 
     uses = frozenset({"task", "backend", "advantage", "policy_loss", "correction", "aggregation", "kl", "kl_controller", "value_loss"})
     provides = {
-        "advantage_estimator": ("values", "reward_baselines", "old_log_prob", "sum_pi_squared"),
+        "advantage_estimator": ("values", "reward_baselines", "old_log_prob", "sum_pi_squared", "reward_components"),
         "loss_aggregation": ("global_rows",),
     }
 
@@ -153,6 +162,8 @@ class RL:
             return True
         if {"old_log_prob", "sum_pi_squared"} & set(ctx.components["advantage"].spec.requires):
             return False  # the estimator reads the rollout-time policy before the update
+        if _narrows(ctx) is not None:
+            return False  # the keep mask sets the minibatches' global counts before the update
         return c.epochs == 1 and c.minibatches == 1 and not (c.kl_in == "reward" and ctx.reference is not None)
 
     # ------------------------------------------------------------------ the step
@@ -205,8 +216,27 @@ class RL:
             metrics["kl/reward_kl"] = ops.masked_mean(kl_tok, mask).item()
             if self.config.kl_measure == "penalty_row_mean":
                 metrics["kl/current"] = penalty_row_mean(kl_tok, mask).item()
+        train_mask, adv_mask = mask, mask
+        narrow = _narrows(ctx)
+        if narrow is not None and old is not None:
+            correction = comps["correction"]
+            keep = correction.spec.fn.keep_mask(
+                old_log_prob=old, rollout_log_prob=batch.rollout_log_prob, mask=mask, config=correction.config
+            )
+            train_mask = mask & keep
+            if narrow == "before_advantage":
+                adv_mask = train_mask
+            metrics["train/kept_token_frac"] = ops.masked_mean(train_mask.float(), mask).item()
         extra = dict(extra or {})
-        requires = comps["advantage"].spec.requires
+        estimator = comps["advantage"]
+        if batch.reward_components is not None and _accepts(estimator, "reward_components"):
+            extra["reward_components"] = batch.reward_components  # (B, K), one column per named component
+        elif getattr(estimator.spec.fn, "needs_reward_components", False):
+            raise rllab.RllabError(
+                f"advantage {estimator.name!r} normalises each reward component on its own, but the batch has none: "
+                f"the task declares no reward_components (see rllab.types.Task)"
+            )
+        requires = estimator.spec.requires
         if "old_log_prob" in requires:
             extra["old_log_prob"] = old
         if "sum_pi_squared" in requires:  # Σ_v π_v² of the rollout-time policy (optimal-token baselines)
@@ -215,18 +245,19 @@ class RL:
                     ctx.policy, batch.input_ids, batch.attention_mask, batch.response_length, temperature=ctx.config.rollout.temperature
                 )
             extra["sum_pi_squared"] = torch.where(mask, lss.exp(), torch.zeros_like(lss))
-        advantages, returns = comps["advantage"](token_rewards=token_rewards, mask=mask, index=batch.index, values=values, **extra)
+        advantages, returns = comps["advantage"](token_rewards=token_rewards, mask=adv_mask, index=batch.index, values=values, **extra)
         weights = None
         if old is not None:  # else computed per micro-batch from the update's forward
             weights, corr_metrics = comps["correction"](old_log_prob=old, rollout_log_prob=batch.rollout_log_prob, mask=mask)
             metrics.update({k: float(v) for k, v in corr_metrics.items()})
-        metrics["adv/mean"] = ops.masked_mean(advantages, mask).item()
-        metrics["adv/std"] = math.sqrt(max(ops.masked_var(advantages, mask).item(), 0.0))
-        metrics["adv/zero_frac"] = ops.masked_mean((advantages == 0).float(), mask).item()
+        metrics["adv/mean"] = ops.masked_mean(advantages, train_mask).item()
+        metrics["adv/std"] = math.sqrt(max(ops.masked_var(advantages, train_mask).item(), 0.0))
+        metrics["adv/zero_frac"] = ops.masked_mean((advantages == 0).float(), train_mask).item()
         metrics["time/forward"] = t1 - t0
         metrics["time/advantage"] = time.perf_counter() - t1
         prepared = Prepared(
-            batch=batch, old_log_prob=old, ref_log_prob=ref, values=values, advantages=advantages, returns=returns, weights=weights, beta=beta
+            batch=batch, old_log_prob=old, ref_log_prob=ref, values=values, advantages=advantages, returns=returns, weights=weights,
+            beta=beta, mask=train_mask,
         )
         return prepared, metrics
 
@@ -247,7 +278,7 @@ class RL:
                 if mb.numel() == 0:
                     continue
                 mb = mb.to(batch.input_ids.device)
-                mb_mask = batch.response_mask[mb]
+                mb_mask = p.mask[mb]  # narrowed by a rejecting correction: only kept tokens count
                 counts = {"global_tokens": int(mb_mask.sum()), "global_seqs": int(mb_mask.any(-1).sum())}
                 if "global_rows" in aggregation.spec.requires:
                     counts["global_rows"] = int(mb_mask.shape[0])
@@ -257,7 +288,7 @@ class RL:
                 mb_metrics: dict[str, float] = {}
                 for rows in mb.split(micro):
                     m = self.micro_loss(ctx, p, rows, agg)
-                    token_share = int(batch.response_mask[rows].sum()) / mb_tokens
+                    token_share = int(p.mask[rows].sum()) / mb_tokens
                     for k, v in m.items():
                         # losses add over micro-batches (global normalisers); diagnostics are token-weighted
                         mb_metrics[k] = mb_metrics.get(k, 0.0) + v * (1.0 if k.startswith("loss/") else token_share)
@@ -275,7 +306,7 @@ class RL:
         """Forward and backward of one micro-batch; returns its metrics (losses as floats)."""
         comps = ctx.components
         batch = p.batch
-        mask = batch.response_mask[rows]
+        mask = p.mask[rows]
         correction = comps["correction"]
         log_prob, entropy = _logprobs(ctx, ctx.policy, batch, rows, with_entropy=True)
         out: dict[str, float] = {}
@@ -356,6 +387,13 @@ def penalty_row_mean(kl_tok: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def _aggregate(component: Any, loss_mat, mask, **counts):
     return component(loss_mat=loss_mat, mask=mask, **counts)
+
+
+def _narrows(ctx: RunContext) -> str | None:
+    """When the correction narrows the response mask ("after_advantage", "before_advantage"), or None."""
+    correction = ctx.components["correction"]
+    narrows = getattr(correction.spec.fn, "narrows_mask", None)
+    return None if narrows is None or _bypass(ctx) else narrows(correction.config)
 
 
 def _bypass(ctx: RunContext) -> bool:

@@ -25,6 +25,19 @@ character used)::
     sort       "sort 3a1:"           -> "13a"
     reverse    "reverse abc:"        -> "cba"
     jsonl      row["prompt"]         -> row["answer"], scored by ``exact`` / ``contains`` / ``numeric``
+
+Several reward components
+-------------------------
+``addition`` with ``format_weight`` set scores each completion on two named components, as a
+task with several reward functions does (see :class:`rllab.types.Task`)::
+
+    correct  1.0 when the stripped completion equals the sum, else 0.0
+    format   1.0 when the completion is digits only (no sign, space or other character), else 0.0
+
+and its scalar reward is ``correct + format_weight·format`` (``reward_weights = (1,
+format_weight)``); ``format_weight < 1`` keeps "solved" equal to "correct". ``gdpo`` and
+``normalize_then_sum`` normalise the two components separately; every other estimator sees the
+scalar.
 """
 
 from __future__ import annotations
@@ -144,6 +157,12 @@ class AdditionConfig:
     digits: int = rllab.knob(
         2, help="digits of each operand (uniform over numbers with exactly that many)", ge=1, le=18
     )
+    format_weight: float | None = rllab.knob(
+        None,
+        help="score two reward components, correct and format (digits only), with reward = correct + "
+        "format_weight·format; None: one exact-match reward",
+        ge=0.0, lt=1.0,
+    )
     eval_fraction: float = _eval_fraction()
     eval_size: int = _eval_size()
     seed: int = _seed()
@@ -158,6 +177,12 @@ class AdditionTask(SplitTask):
 
     name = "addition"
 
+    def __init__(self, config):
+        super().__init__(config)
+        if config.format_weight is not None:
+            self.reward_components = COMPONENTS
+            self.reward_weights = (1.0, config.format_weight)
+
     def draw(self, gen, k):
         d = self.config.digits
         lo, hi = (0 if d == 1 else 10 ** (d - 1)), 10**d
@@ -165,13 +190,23 @@ class AdditionTask(SplitTask):
         b = torch.randint(lo, hi, (k,), generator=gen).tolist()
         return [Example(prompt=f"{x}+{y}=", answer=str(x + y), meta={"a": x, "b": y}) for x, y in zip(a, b)]
 
-    def reward(self, example: Example, completion: str) -> float:
-        return 1.0 if completion.strip() == example.answer else 0.0
+    def reward(self, example: Example, completion: str) -> float | dict[str, float]:
+        correct = 1.0 if completion.strip() == example.answer else 0.0
+        if self.config.format_weight is None:
+            return correct
+        return {"correct": correct, "format": 1.0 if _DIGITS.fullmatch(completion) else 0.0}
+
+
+COMPONENTS = ("correct", "format")
+_DIGITS = re.compile(r"[0-9]+")
 
 
 def addition(*, config: AdditionConfig) -> AdditionTask:
-    """Multi-digit addition ("12+34=" -> "46"), exact-match reward."""
+    """Multi-digit addition ("12+34=" -> "46"), exact-match reward (or correct + format components)."""
     return AdditionTask(config)
+
+
+addition.reward_components = lambda config: COMPONENTS if config.format_weight is not None else ()
 
 
 # --------------------------------------------------------------------------- chain

@@ -46,7 +46,8 @@ are products over hundreds of tokens, reach such values far more often than the 
 
 Rejection sampling (``rejection``: verl's ``rollout_rs`` criteria token_kN / seq_sum_kN /
 seq_mean_kN (Geo-RS) / seq_max_kN) and the k1/k2/k3 mismatch metrics are in
-:mod:`rllab_tis.rejection`; the bypass-mode policy loss (``bypass_mode``) in :mod:`rllab_tis.bypass`.
+:mod:`rllab_tis.rejection` (its ``narrow_mask`` knob removes rejected tokens from the ``rl``
+step's response mask, as verl does); the bypass-mode policy loss (``bypass_mode``) in :mod:`rllab_tis.bypass`.
 ``batch_normalize`` divides any correction's weights by their batch mean, as verl's
 ``rollout_is_batch_normalize`` — the mean over the tensors passed in: under data parallelism that
 is the local batch, where verl all-reduces the mean across ranks.

@@ -40,11 +40,31 @@ The registered correction ``rejection`` returns ``keep × w`` as its weights, wh
 optional importance weight (``is_level`` "token"/"sequence", truncated at ``c_max`` or masked
 outside [``c_min``, ``c_max``], optionally batch-normalised) or 1.
 
-**Deliberate difference.** verl removes rejected tokens from the response mask, so they also
-leave the loss's normaliser (token-mean divides by the tokens that survived). A correction can
-only return weights: rejected tokens get weight 0 but still count in the normaliser. A trainer
-that wants verl's normaliser narrows its mask with :func:`rejection_mask` (the same function
-this correction uses) before aggregating.
+**The response mask** (knob ``narrow_mask``). verl removes rejected tokens from the response mask
+(``compute_rollout_correction_and_add_to_batch`` overwrites ``response_mask`` before
+``compute_advantage``), so they leave everything downstream: the loss's normaliser (token-mean
+divides by the tokens that survived), the token and sequence counts of the aggregation, the KL
+and entropy terms and the value loss. rllab's ``rl`` step does the same: the correction declares
+:func:`keep_mask` (``rejection.keep_mask``) and ``rejection.narrows_mask(config)``, and the step
+trains on ``mask & keep`` — the IS weights themselves are computed on the sampled mask, as
+verl's are. When the step narrows:
+
+* ``"after_advantage"`` (default): the advantage estimator sees the sampled mask and the
+  narrowed one applies from the loss on. For the outcome estimators (``grpo``, ``rloo``,
+  ``grpo_passk``, …) this is exactly verl — verl's scores sum the rewards over every position, so
+  a rejected row still counts in its group — whatever ``mask_scores`` says; rllab's default
+  ``mask_scores=True`` would otherwise drop a fully rejected row from its group, and lose the
+  reward of a row whose last token a token criterion rejected. Estimators whose statistics read
+  the mask inside rows or over the batch (``gae``, whitening, ``opo``'s lengths, the optimal
+  token baselines) see every sampled token.
+* ``"before_advantage"``: verl's order literally — the estimator gets the narrowed mask too.
+  Combine it with the estimator's verl knobs (``mask_scores=False``) to reproduce verl's
+  advantages for every estimator.
+* ``"off"``: rejected tokens only get weight 0 and stay in the normaliser and the counts (rllab
+  before this knob existed; a token-mean then shrinks the gradient by the rejected share).
+
+The step needs the old log-probs before the update to narrow the counts, so a narrowing
+correction always runs the old-log-prob forward (never the fused on-policy shortcut).
 
 Metrics (detached 0-d, ``tis/…``): ``tis/rs_masked_frac`` (share of valid tokens rejected),
 ``tis/rs_seq_masked_frac`` (share of non-empty rows with a rejected token; verl divides by all
@@ -65,6 +85,8 @@ from rllab import ops
 
 SAFETY_BOUND = 20.0
 
+NARROW = ("after_advantage", "before_advantage", "off")
+
 CRITERIA = (
     "token_k1", "token_k2", "token_k3",
     "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
@@ -72,7 +94,7 @@ CRITERIA = (
     "seq_max_k2", "seq_max_k3",
 )
 
-__all__ = ["CRITERIA", "divergences", "rejection_mask", "veto_rows", "mismatch_metrics", "rejection", "RejectionConfig"]
+__all__ = ["CRITERIA", "NARROW", "divergences", "rejection_mask", "keep_mask", "veto_rows", "mismatch_metrics", "rejection", "RejectionConfig"]
 
 
 def _zero(x: torch.Tensor) -> torch.Tensor:
@@ -234,6 +256,13 @@ class RejectionConfig:
     batch_normalize: bool = rllab.knob(
         False, help="divide the IS weights by their batch mean (verl's rollout_is_batch_normalize)"
     )
+    narrow_mask: str = rllab.knob(
+        "after_advantage",
+        help="rejected tokens leave the rl step's response mask (normaliser, counts, KL, entropy), as in verl: "
+        "after_advantage (the estimator sees every sampled token), before_advantage (verl's order), "
+        "off (weight 0 only, they stay in the normaliser)",
+        choices=NARROW,
+    )
 
     def __attrs_post_init__(self):
         _weight_knobs_need_a_weight(self)
@@ -279,6 +308,29 @@ def importance_weights(old, rollout, mask, *, level: str, c_max: float, c_min: f
     return weights, metrics
 
 
+def _kept(old, rollout, mask, config):
+    """(keep (B, T) bool, statistic (B, T), vetoed (B,) bool or None) on zeroed inputs."""
+    keep, stat = _keep(config.criterion, old, rollout, mask, config.upper, config.lower)
+    vetoed = None
+    if config.veto_threshold is not None:
+        vetoed = veto_rows(old, rollout, mask, config.veto_threshold)
+        keep = keep & ~vetoed[:, None]
+    return keep, stat, vetoed
+
+
+def keep_mask(*, old_log_prob, rollout_log_prob, mask, config):
+    """(B, T) bool: the valid tokens ``rejection`` keeps (criterion and veto) — verl's
+    ``modified_response_mask``, which a training step uses as its response mask."""
+    old, rollout = _prepare("importance_correction 'rejection'", old_log_prob, rollout_log_prob, mask)
+    return _kept(old, rollout, mask, config)[0]
+
+
+def narrows_mask(config) -> str | None:
+    """When the step narrows its response mask to :func:`keep_mask`: "after_advantage",
+    "before_advantage", or None (``narrow_mask = "off"``)."""
+    return None if config.narrow_mask == "off" else config.narrow_mask
+
+
 def rejection(*, old_log_prob, rollout_log_prob, mask, config):
     """Rejection sampling on a divergence criterion (verl's ``rollout_rs``), times an optional IS weight.
 
@@ -287,11 +339,9 @@ def rejection(*, old_log_prob, rollout_log_prob, mask, config):
     Returns detached (B, T) weights (0 on masked and rejected tokens) and ``tis/…`` metrics.
     """
     old, rollout = _prepare("importance_correction 'rejection'", old_log_prob, rollout_log_prob, mask)
-    keep, stat = _keep(config.criterion, old, rollout, mask, config.upper, config.lower)
+    keep, stat, vetoed = _kept(old, rollout, mask, config)
     metrics = {}
-    if config.veto_threshold is not None:
-        vetoed = veto_rows(old, rollout, mask, config.veto_threshold)
-        keep = keep & ~vetoed[:, None]
+    if vetoed is not None:
         metrics["tis/veto_seq_frac"] = ops.masked_mean(vetoed.to(old.dtype), mask.any(-1))
     if config.is_level == "none":
         w = mask.to(old.dtype)
@@ -314,3 +364,7 @@ def rejection(*, old_log_prob, rollout_log_prob, mask, config):
     )
     metrics.update(mismatch_metrics(old, rollout, mask))
     return weights.detach(), {k: v.detach() for k, v in metrics.items()}
+
+
+rejection.keep_mask = keep_mask
+rejection.narrows_mask = narrows_mask
