@@ -551,6 +551,7 @@ class SGLangBackend:
         self._group = None  # weight_sync = "distributed": rank 0 of the servers' weight-update group
         self._no_sessions: set[str] = set()  # servers without /begin_weight_update (before sglang 0.5.2x)
         self._session = None
+        self._timeouts: dict[float, Any] = {}
         self._sem: asyncio.Semaphore | None = None
         if config.launch and config.model_path is not None:
             self._launch(config.model_path, "0")
@@ -572,7 +573,10 @@ class SGLangBackend:
         import aiohttp
 
         session = await self._get_session()
-        limit = aiohttp.ClientTimeout(total=timeout or self.config.timeout_s)
+        total = timeout or self.config.timeout_s
+        limit = self._timeouts.get(total)
+        if limit is None:
+            limit = self._timeouts[total] = aiohttp.ClientTimeout(total=total)
         try:
             data = None if body is None else _encode(body)
             async with session.request(method, url + path, data=data, headers=_JSON, timeout=limit) as resp:
@@ -629,7 +633,7 @@ class SGLangBackend:
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
         """``params.n`` completions per prompt, grouped: prompt 0's n first (``prompt_index`` set)."""
-        prompts = [tuple(int(t) for t in p) for p in prompts]
+        prompts = [tuple(map(int, p)) for p in prompts]
         for i, p in enumerate(prompts):
             if not p:
                 raise ValueError(f"sglang backend: prompt {i} is empty")
