@@ -35,6 +35,8 @@ solved by the same function, recursively. The result equals verl's loop to float
 
 from __future__ import annotations
 
+import math
+
 import attrs
 import torch
 
@@ -68,7 +70,7 @@ def discounted_reverse_cumsum(x: torch.Tensor, c: float, block: int = _BLOCK) ->
     if T == 0 or B == 0:
         return x.clone()
     if c == 1.0:
-        return x.flip(-1).cumsum(-1).flip(-1)
+        return x.flip(-1).cumsum_(-1).flip(-1)
     if c == 0.0:
         return x.clone()
     if T <= block:
@@ -89,9 +91,10 @@ def _has_holes(mask: torch.Tensor) -> bool:
     """True when some row has a valid token after a masked one (multi-turn observation spans,
     left padding). Without holes every row is a valid prefix plus trailing padding, and the
     scan can run in place on the zero-filled rows, with no compaction."""
-    if mask.shape[1] < 2:
+    if mask.shape[1] < 2 or mask.shape[0] == 0:
         return False
-    return bool((mask[:, 1:] & ~mask[:, :-1]).any())
+    m = mask.view(torch.int8)  # a masked → valid step is the only +1 between neighbours
+    return bool((m[:, 1:] - m[:, :-1]).amax() > 0)
 
 
 def _packing(mask: torch.Tensor):
@@ -131,6 +134,78 @@ def _skip_scan(x: torch.Tensor, mask: torch.Tensor, c: float, packing) -> torch.
     """
     y = discounted_reverse_cumsum(_front_packed(x, mask, packing), c)
     return y if packing is None else torch.gather(y, 1, packing[0])
+
+
+_VAR_BLOCK = 128
+"""Tokens per block of the masked scan (one cumulative product and one cumulative sum per block)."""
+
+_RANGE_BITS = {torch.float32: 40.0, torch.float64: 900.0}
+"""How small (in powers of two) a product of multipliers within one block may get: far from
+the dtype's underflow, so dividing by it and multiplying back keeps full relative precision."""
+
+_MIN_VAR_BLOCK = 8
+"""Smallest useful block; a coefficient that forces a smaller one goes to the packed scan."""
+
+
+def _var_block(bits: float, dtype: torch.dtype) -> int:
+    """Block length for multipliers ≥ 2^−bits: their product over a block stays ≥ 2^−range."""
+    return _VAR_BLOCK if bits <= 0 else min(_VAR_BLOCK, int(_RANGE_BITS.get(dtype, 40.0) // bits))
+
+
+def _forward_scan(x: torch.Tensor, a: torch.Tensor, bits: float) -> torch.Tensor:
+    """``S_u = x_u + a_u·S_{u−1}`` along the last axis (``S_{−1} = 0``), every ``a_u`` in
+    ``[2^−bits, 1]``; ``x`` and ``a`` (B, N), same float dtype, are overwritten.
+
+    Blocked: within a block, with ``W_u`` the running product of ``a`` from the block's start,
+    ``S_u = W_u·(Σ_{v≤u} x_v / W_v + S_before)`` — one cumulative product and one cumulative
+    sum. ``W`` stays ≥ 2^−40 (float32) because the block is short enough for ``bits``. The values
+    at the block ends obey the same recursion with the block products as multipliers; it runs
+    in float64 (range for long blocks) by this same function, or by a loop when only a few
+    blocks remain.
+    """
+    B, N = x.shape
+    block = _var_block(bits, x.dtype)
+    if N <= block:
+        w = torch.cumprod(a, 1)
+        return x.div_(w).cumsum_(1).mul_(w)
+    if block < 2 or N <= 8:
+        out = torch.empty_like(x)
+        h = torch.zeros_like(x[:, 0])
+        for u in range(N):
+            h = torch.addcmul(x[:, u], a[:, u], h)
+            out[:, u] = h
+        return out
+    n_blocks = -(-N // block)
+    if n_blocks * block != N:
+        x = torch.nn.functional.pad(x, (0, n_blocks * block - N))
+        a = torch.nn.functional.pad(a, (0, n_blocks * block - N), value=1.0)
+    w = torch.cumprod(a.view(B, n_blocks, block), -1)
+    y = x.view(B, n_blocks, block).div_(w).cumsum_(-1)
+    w_end = w[:, :, -1].to(torch.float64, copy=True)
+    ends = _forward_scan(y[:, :, -1].to(torch.float64) * w_end, w_end, bits * block)
+    carry = torch.nn.functional.pad(ends[:, :-1], (1, 0)).to(x.dtype)  # S just before each block
+    y.add_(carry[:, :, None]).mul_(w)
+    return y.view(B, n_blocks * block)[:, :N]
+
+
+def _masked_scan_ok(c: float, dtype: torch.dtype) -> bool:
+    """Whether :func:`_masked_reverse_scan` takes coefficient ``c`` (else: the packed scan)."""
+    return 0.0 < c < 1.0 and _var_block(-math.log2(c), dtype) >= _MIN_VAR_BLOCK
+
+
+def _masked_reverse_scan(x: torch.Tensor, mask: torch.Tensor, c: float) -> torch.Tensor:
+    """``y_t = x_t + c·y_{t+1}`` over each row's valid positions, without packing the rows.
+
+    A masked position multiplies by 1 and adds nothing (whatever ``x`` holds there), so it
+    carries the value of the next valid position of its row (0 if none): the same result as
+    ``_skip_scan``. The reversed rows go through :func:`_forward_scan` with multiplier ``c`` on
+    valid tokens and 1 on masked ones. ``_masked_scan_ok(c, x.dtype)`` must hold.
+    """
+    flipped = mask.flip(1)
+    xf = torch.where(flipped, x.flip(1), ops.scalar_zero(x))
+    coef = torch.tensor(c, dtype=x.dtype, device=x.device)
+    af = torch.where(flipped, coef, torch.ones_like(coef))
+    return _forward_scan(xf, af, -math.log2(c)).flip(1)
 
 
 # --------------------------------------------------------------------------- shared helpers
@@ -204,6 +279,8 @@ def gae(*, token_rewards, mask, index=None, values=None, config: GAEConfig):
         holes = _has_holes(mask)
         if holes and config.remask and gamma * lam == 1.0:
             return _gae_telescoped(rewards, values, mask, config.whiten)
+        if holes and config.remask and _masked_scan_ok(gamma * lam, dtype):
+            return _gae_masked_scan(rewards, values, mask, gamma, lam, config.whiten)
         packing = _packing(mask) if holes else None
         r = _front_packed(rewards, mask, packing)  # (B, T): valid tokens packed in front,
         v = _front_packed(values, mask, packing)  # zeros after each row's last valid token
@@ -221,7 +298,9 @@ def gae(*, token_rewards, mask, index=None, values=None, config: GAEConfig):
         else:
             returns = ops.zero_masked(advantages + values, mask)
         if config.whiten:
-            advantages = ops.masked_whiten(advantages, mask, remask=config.remask, masked_are_zero=packing is None)
+            advantages = ops.masked_whiten(
+                advantages, mask, remask=config.remask, masked_are_zero=packing is None, inplace=True
+            )
         elif config.remask and packing is not None:
             advantages = ops.zero_masked(advantages, mask)
     return advantages, returns
@@ -241,7 +320,33 @@ def _gae_telescoped(rewards, values, mask, whiten):
     returns = ops.zero_masked(discounted_reverse_cumsum(ops.zero_masked(rewards, mask), 1.0), mask)
     advantages = ops.zero_masked(returns - values, mask)
     if whiten:
-        advantages = ops.masked_whiten(advantages, mask, remask=True, masked_are_zero=True)
+        advantages = ops.masked_whiten(advantages, mask, remask=True, masked_are_zero=True, inplace=True)
+    return advantages, returns
+
+
+def _gae_masked_scan(rewards, values, mask, gamma, lam, whiten):
+    """``gae`` with masked positions zeroed, for rows with holes, by one masked scan (no packing).
+
+    Writing ``n(k)`` for the valid position after ``k`` and ``c = γλ``, the advantage
+    ``A_k = δ_k + c·A_{n(k)}`` with ``δ_k = r_k − V_k + γ·V_{n(k)}`` unrolls to
+    ``A_k = r_k − V_k + S_{n(k)}``, where ``S_j = z_j + c·S_{n(j)}`` is the skip scan of
+    ``z = c·r + γ(1 − λ)·V`` (each ``V_{n(k)}`` of a δ meets the ``−c·V`` of the next term). The
+    scan's value at ``k + 1`` is ``S_{n(k)}`` whatever lies between, so one masked scan of
+    ``z`` gives every advantage.
+    """
+    c = gamma * lam
+    z = rewards * c
+    if lam != 1.0:
+        z.add_(values, alpha=gamma * (1.0 - lam))
+    scanned = _masked_reverse_scan(z, mask, c)
+    advantages = rewards - values
+    advantages[:, :-1].add_(scanned[:, 1:])
+    zero = ops.scalar_zero(advantages)
+    torch.where(mask, advantages, zero, out=advantages)
+    returns = advantages + values
+    torch.where(mask, returns, zero, out=returns)
+    if whiten:
+        advantages = ops.masked_whiten(advantages, mask, remask=True, masked_are_zero=True, inplace=True)
     return advantages, returns
 
 
@@ -255,11 +360,15 @@ class ReturnConfig:
 def _discounted_return(token_rewards, mask, gamma):
     """G over the valid tokens (observation tokens skipped), 0 at masked positions."""
     rewards = token_rewards.detach().to(_float_dtype(token_rewards))
-    if gamma == 1.0 and _has_holes(mask):
+    holes = _has_holes(mask)
+    if holes and gamma == 1.0:
         # Return-to-go over the valid tokens is a plain reverse cumulative sum of the rewards
         # zeroed at masked positions; no packing needed.
         return ops.zero_masked(discounted_reverse_cumsum(ops.zero_masked(rewards, mask), 1.0), mask)
-    packing = _packing(mask) if _has_holes(mask) else None
+    if holes and _masked_scan_ok(gamma, rewards.dtype):
+        returns = _masked_reverse_scan(rewards, mask, gamma)
+        return torch.where(mask, returns, ops.scalar_zero(returns), out=returns)
+    packing = _packing(mask) if holes else None
     returns = _skip_scan(rewards, mask, gamma, packing)
     # Without holes the scan already left 0 on each row's trailing padding.
     return returns if packing is None else ops.zero_masked(returns, mask)
