@@ -2,7 +2,7 @@
 whitens the same way.
 
 * selection: :func:`scalar_zero`, :func:`zero_masked`;
-* statistics: :func:`masked_sum`, :func:`masked_mean`, :func:`masked_var`, :func:`masked_whiten`,
+* statistics: :func:`masked_sum`, :func:`sum_of_squares`, :func:`masked_mean`, :func:`masked_var`, :func:`masked_whiten`,
   :func:`group_stats`, :func:`row_any`;
 * input checks, whose errors name the component, the argument and the shapes (or the rows):
   :func:`check_token_tensor`, :func:`check_inputs`, :func:`check_finite`.
@@ -28,6 +28,7 @@ __all__ = [
     "check_token_tensor",
     "check_inputs",
     "masked_sum",
+    "sum_of_squares",
     "masked_mean",
     "masked_var",
     "masked_whiten",
@@ -107,10 +108,45 @@ def check_inputs(where: str, mask: torch.Tensor, **tensors: torch.Tensor | None)
     return not bool(bad.any())
 
 
+_CHUNK_ELEMENTS = 1 << 18
+"""Elements per chunk of a chunked reduction: a temporary of this size stays in cache and
+costs no fresh pages, where one the size of a large (B, T) batch costs more than the work."""
+
+
 def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """Σ x over positions where ``mask`` is True (over everything, or along ``dim``)."""
+    if dim is not None and x.ndim == 2 and mask.shape == x.shape and dim in (1, -1) and not x.requires_grad:
+        return _masked_row_sum(x, mask)
     z = zero_masked(x, mask)
     return z.sum() if dim is None else z.sum(dim)
+
+
+def _masked_row_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``zero_masked(x, mask).sum(1)`` for (B, T) ``x``, a block of rows at a time (same values)."""
+    B, T = x.shape
+    rows = max(1, _CHUNK_ELEMENTS // max(T, 1))
+    if B <= rows:
+        return zero_masked(x, mask).sum(1)
+    out = torch.empty(B, dtype=x.dtype, device=x.device)
+    buf = torch.empty(rows, T, dtype=x.dtype, device=x.device)
+    zero = scalar_zero(x)
+    for start in range(0, B, rows):
+        n = min(rows, B - start)
+        torch.where(mask[start : start + n], x[start : start + n], zero, out=buf[:n])
+        torch.sum(buf[:n], 1, out=out[start : start + n])
+    return out
+
+
+def sum_of_squares(x: torch.Tensor) -> torch.Tensor:
+    """Σ x² over all of ``x`` (a 0-d tensor of ``x``'s dtype), a chunk at a time: no temporary
+    the size of ``x``. Chunk sums are added in float64 (float32 and wider inputs)."""
+    if x.requires_grad or x.numel() <= _CHUNK_ELEMENTS or not x.is_floating_point():
+        return (x * x).sum()
+    flat = x.reshape(-1)
+    acc = torch.zeros((), dtype=torch.promote_types(x.dtype, torch.float64), device=x.device)
+    for chunk in flat.split(_CHUNK_ELEMENTS):
+        acc += torch.square(chunk).sum()
+    return acc.to(x.dtype)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
@@ -165,7 +201,7 @@ def masked_whiten(
         centred = torch.where(mask, shifted, scalar_zero(shifted), out=shifted)
     else:
         centred = zero_masked(shifted, mask)
-    var = (centred * centred).sum() / (n - 1).clamp(min=1)
+    var = sum_of_squares(centred) / (n - 1).clamp(min=1)
     scale = torch.where(n > 1, torch.rsqrt(var + eps), torch.ones_like(var))
     out = (centred if remask else shifted).mul_(scale)
     if not shift_mean:

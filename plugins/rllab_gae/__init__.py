@@ -166,7 +166,7 @@ def _forward_scan(x: torch.Tensor, a: torch.Tensor, bits: float) -> torch.Tensor
     B, N = x.shape
     block = _var_block(bits, x.dtype)
     if N <= block:
-        w = torch.cumprod(a, 1)
+        w = a.cumprod_(1)
         return x.div_(w).cumsum_(1).mul_(w)
     if block < 2 or N <= 8:
         out = torch.empty_like(x)
@@ -179,7 +179,7 @@ def _forward_scan(x: torch.Tensor, a: torch.Tensor, bits: float) -> torch.Tensor
     if n_blocks * block != N:
         x = torch.nn.functional.pad(x, (0, n_blocks * block - N))
         a = torch.nn.functional.pad(a, (0, n_blocks * block - N), value=1.0)
-    w = torch.cumprod(a.view(B, n_blocks, block), -1)
+    w = a.view(B, n_blocks, block).cumprod_(-1)
     y = x.view(B, n_blocks, block).div_(w).cumsum_(-1)
     w_end = w[:, :, -1].to(torch.float64, copy=True)
     ends = _forward_scan(y[:, :, -1].to(torch.float64) * w_end, w_end, bits * block)
@@ -202,7 +202,8 @@ def _masked_reverse_scan(x: torch.Tensor, mask: torch.Tensor, c: float) -> torch
     valid tokens and 1 on masked ones. ``_masked_scan_ok(c, x.dtype)`` must hold.
     """
     flipped = mask.flip(1)
-    xf = torch.where(flipped, x.flip(1), ops.scalar_zero(x))
+    xf = x.flip(1)
+    torch.where(flipped, xf, ops.scalar_zero(x), out=xf)
     coef = torch.tensor(c, dtype=x.dtype, device=x.device)
     af = torch.where(flipped, coef, torch.ones_like(coef))
     return _forward_scan(xf, af, -math.log2(c)).flip(1)
