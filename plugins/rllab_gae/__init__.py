@@ -83,8 +83,36 @@ def discounted_reverse_cumsum(x: torch.Tensor, c: float, block: int = _BLOCK) ->
     starts = discounted_reverse_cumsum(local[:, :, 0], c**block, block)
     carry_in = torch.nn.functional.pad(starts[:, 1:], (0, 1))  # value at the start of block b + 1
     decay = torch.tensor(c, dtype=torch.float64).pow(torch.arange(block, 0, -1, dtype=torch.float64))
-    out = local + carry_in[:, :, None] * decay.to(dtype=x.dtype, device=x.device)
-    return out.view(B, n_blocks * block)[:, :T]
+    local.addcmul_(carry_in[:, :, None], decay.to(dtype=x.dtype, device=x.device))
+    return local.view(B, n_blocks * block)[:, :T]
+
+
+def _reverse_scan_into(x: torch.Tensor, c: float, out: torch.Tensor) -> torch.Tensor:
+    """:func:`discounted_reverse_cumsum` of ``x`` (B, T) written into ``out`` (B, T, contiguous,
+    not overlapping ``x``), so that no (B, T) buffer is allocated: the blocked scan (c = 1
+    included: its matmul is as fast as a cumulative sum, and needs no reversed copies)."""
+    B, T = x.shape
+    block = _BLOCK
+    if T % block or T <= block or c == 0.0 or B == 0 or not out.is_contiguous():
+        return out.copy_(discounted_reverse_cumsum(x, c))
+    n_blocks = T // block
+    local = torch.matmul(
+        x.reshape(B, n_blocks, block), _triangular(c, block, x.dtype, x.device), out=out.view(B, n_blocks, block)
+    )
+    starts = discounted_reverse_cumsum(local[:, :, 0], c**block, block)
+    carry_in = torch.nn.functional.pad(starts[:, 1:], (0, 1))
+    decay = torch.tensor(c, dtype=torch.float64).pow(torch.arange(block, 0, -1, dtype=torch.float64))
+    local.addcmul_(carry_in[:, :, None], decay.to(dtype=x.dtype, device=x.device))
+    return out
+
+
+def _valid_reverse_cumsum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``y_t = Σ_{j ≥ t, mask_j} x_j`` along the last axis (NaN or inf at masked positions
+    ignored): the reversed rows are masked and summed in place, so the only (B, T) buffers
+    are the reversed copy and the result."""
+    flipped = x.flip(-1)
+    torch.where(mask.flip(-1), flipped, ops.scalar_zero(x), out=flipped)
+    return flipped.cumsum_(-1).flip(-1)
 
 
 def _has_holes(mask: torch.Tensor) -> bool:
@@ -201,12 +229,21 @@ def _masked_reverse_scan(x: torch.Tensor, mask: torch.Tensor, c: float) -> torch
     ``_skip_scan``. The reversed rows go through :func:`_forward_scan` with multiplier ``c`` on
     valid tokens and 1 on masked ones. ``_masked_scan_ok(c, x.dtype)`` must hold.
     """
-    flipped = mask.flip(1)
-    xf = x.flip(1)
-    torch.where(flipped, xf, ops.scalar_zero(x), out=xf)
-    coef = torch.tensor(c, dtype=x.dtype, device=x.device)
-    af = torch.where(flipped, coef, torch.ones_like(coef))
-    return _forward_scan(xf, af, -math.log2(c)).flip(1)
+    return _masked_scan_of_reversed(x.flip(1), mask, c)
+
+
+def _masked_scan_of_reversed(x_reversed: torch.Tensor, mask: torch.Tensor, c: float) -> torch.Tensor:
+    """:func:`_masked_reverse_scan` of ``x`` given its reversed rows ``x_reversed`` (B, T), a
+    temporary of the caller's that is used as scratch space (its content is lost; it may be
+    reused afterwards). The result is written over the multipliers' buffer, so the scan holds
+    two (B, T) buffers in all."""
+    reversed_mask = mask.flip(1)
+    torch.where(reversed_mask, x_reversed, ops.scalar_zero(x_reversed), out=x_reversed)
+    coef = torch.tensor(c, dtype=x_reversed.dtype, device=x_reversed.device)
+    multipliers = torch.where(reversed_mask, coef, torch.ones_like(coef))
+    scanned = _forward_scan(x_reversed, multipliers, -math.log2(c))
+    backwards = torch.arange(mask.shape[1] - 1, -1, -1, device=mask.device)
+    return torch.index_select(scanned, 1, backwards, out=multipliers)
 
 
 # --------------------------------------------------------------------------- shared helpers
@@ -282,6 +319,8 @@ def gae(*, token_rewards, mask, index=None, values=None, config: GAEConfig):
             return _gae_telescoped(rewards, values, mask, config.whiten)
         if holes and config.remask and _masked_scan_ok(gamma * lam, dtype):
             return _gae_masked_scan(rewards, values, mask, gamma, lam, config.whiten)
+        if not holes and config.remask:
+            return _gae_prefix(rewards, values, mask, gamma, lam, config.whiten)
         packing = _packing(mask) if holes else None
         r = _front_packed(rewards, mask, packing)  # (B, T): valid tokens packed in front,
         v = _front_packed(values, mask, packing)  # zeros after each row's last valid token
@@ -318,8 +357,11 @@ def _gae_telescoped(rewards, values, mask, whiten):
     last one), and ``returns = A + V`` is the plain reward-to-go. A reverse cumulative sum of
     the rewards zeroed at masked positions gives that sum at every valid position directly.
     """
-    returns = ops.zero_masked(discounted_reverse_cumsum(ops.zero_masked(rewards, mask), 1.0), mask)
-    advantages = ops.zero_masked(returns - values, mask)
+    returns = _valid_reverse_cumsum(rewards, mask)
+    zero = ops.scalar_zero(returns)
+    torch.where(mask, returns, zero, out=returns)
+    advantages = returns - values
+    torch.where(mask, advantages, zero, out=advantages)
     if whiten:
         advantages = ops.masked_whiten(advantages, mask, remask=True, masked_are_zero=True, inplace=True)
     return advantages, returns
@@ -333,18 +375,45 @@ def _gae_masked_scan(rewards, values, mask, gamma, lam, whiten):
     ``A_k = r_k − V_k + S_{n(k)}``, where ``S_j = z_j + c·S_{n(j)}`` is the skip scan of
     ``z = c·r + γ(1 − λ)·V`` (each ``V_{n(k)}`` of a δ meets the ``−c·V`` of the next term). The
     scan's value at ``k + 1`` is ``S_{n(k)}`` whatever lies between, so one masked scan of
-    ``z`` gives every advantage.
+    ``z`` gives every advantage. (B, T) buffers are freed as soon as they are spent, so that
+    few are alive at once.
     """
     c = gamma * lam
-    z = rewards * c
+    z_reversed = rewards.flip(1).mul_(c)
     if lam != 1.0:
-        z.add_(values, alpha=gamma * (1.0 - lam))
-    scanned = _masked_reverse_scan(z, mask, c)
-    advantages = rewards - values
+        values_reversed = values.flip(1)
+        z_reversed.add_(values_reversed, alpha=gamma * (1.0 - lam))
+        del values_reversed
+    scanned = _masked_scan_of_reversed(z_reversed, mask, c)
+    advantages = torch.sub(rewards, values, out=z_reversed)  # z's buffer, spent by the scan
     advantages[:, :-1].add_(scanned[:, 1:])
+    return _remask_and_whiten(advantages, values, mask, whiten, spare=scanned)
+
+
+def _gae_prefix(rewards, values, mask, gamma, lam, whiten):
+    """``gae`` with masked positions zeroed, for rows without holes (valid prefix, then padding).
+
+    ``δ_k = r_k − V_k + γ·V_{k+1}`` with ``V_{k+1}`` taken as 0 past a row's last valid token,
+    δ = 0 on the padding, then the constant-coefficient scan; (B, T) buffers are freed as soon
+    as they are spent.
+    """
+    zero = ops.scalar_zero(rewards)
+    following = torch.where(mask, values, zero)  # V, 0 on the padding
+    delta = rewards - values
+    if gamma != 0.0 and delta.shape[1] > 1:
+        delta[:, :-1].add_(following[:, 1:], alpha=gamma)
+    torch.where(mask, delta, zero, out=delta)
+    advantages = _reverse_scan_into(delta, gamma * lam, out=following)
+    return _remask_and_whiten(advantages, values, mask, whiten, spare=delta)
+
+
+def _remask_and_whiten(advantages, values, mask, whiten, spare):
+    """``advantages`` (a temporary) zeroed at masked positions, ``returns = A + V`` likewise
+    (written over ``spare``, a spent (B, T) buffer), then the whitening in place:
+    ``(advantages, returns)``."""
     zero = ops.scalar_zero(advantages)
     torch.where(mask, advantages, zero, out=advantages)
-    returns = advantages + values
+    returns = torch.add(advantages, values, out=spare)
     torch.where(mask, returns, zero, out=returns)
     if whiten:
         advantages = ops.masked_whiten(advantages, mask, remask=True, masked_are_zero=True, inplace=True)
@@ -362,10 +431,11 @@ def _discounted_return(token_rewards, mask, gamma):
     """G over the valid tokens (observation tokens skipped), 0 at masked positions."""
     rewards = token_rewards.detach().to(_float_dtype(token_rewards))
     holes = _has_holes(mask)
-    if holes and gamma == 1.0:
+    if gamma == 1.0:
         # Return-to-go over the valid tokens is a plain reverse cumulative sum of the rewards
         # zeroed at masked positions; no packing needed.
-        return ops.zero_masked(discounted_reverse_cumsum(ops.zero_masked(rewards, mask), 1.0), mask)
+        returns = _valid_reverse_cumsum(rewards, mask)
+        return torch.where(mask, returns, ops.scalar_zero(returns), out=returns) if holes else returns
     if holes and _masked_scan_ok(gamma, rewards.dtype):
         returns = _masked_reverse_scan(rewards, mask, gamma)
         return torch.where(mask, returns, ops.scalar_zero(returns), out=returns)
