@@ -178,6 +178,7 @@ def masked_whiten(
     remask: bool = False,
     masked_are_zero: bool = False,
     inplace: bool = False,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(x − mean) · rsqrt(var + eps) with the masked mean and unbiased variance over all of ``x``.
 
@@ -187,8 +188,9 @@ def masked_whiten(
     too (their values are not part of the statistics), exactly as verl does; ``remask=True``
     zeroes them instead. ``masked_are_zero=True`` tells the function that ``x`` already holds 0
     at every masked position (it saves one pass; the result is the same). ``inplace=True`` lets
-    the function overwrite ``x`` (a temporary of the caller's) and return it, saving (B, T)
-    allocations; the values are the same.
+    the function overwrite ``x`` (a temporary of the caller's) and return it, and ``out`` (a
+    spent buffer of ``x``'s shape and dtype, not overlapping ``x``) receives the result instead
+    of a new tensor: both save (B, T) allocations; the values are the same.
 
     With fewer than two valid entries the variance is undefined (verl raises): the result is
     then only centred (scale 1), so a lone valid entry gets 0 and no masked position is blown up
@@ -196,7 +198,10 @@ def masked_whiten(
     """
     n = torch.count_nonzero(mask)
     mean = (x if masked_are_zero else zero_masked(x, mask)).sum() / n.clamp(min=1)
-    shifted = x.sub_(mean) if inplace else x - mean
+    if out is not None and not x.requires_grad:
+        shifted = torch.sub(x, mean, out=out)
+    else:
+        shifted = x.sub_(mean) if inplace else x - mean
     if remask and not shifted.requires_grad:
         centred = torch.where(mask, shifted, scalar_zero(shifted), out=shifted)
     else:

@@ -379,14 +379,13 @@ def _gae_masked_scan(rewards, values, mask, gamma, lam, whiten):
     few are alive at once.
     """
     c = gamma * lam
-    z_reversed = rewards.flip(1).mul_(c)
-    if lam != 1.0:
-        values_reversed = values.flip(1)
-        z_reversed.add_(values_reversed, alpha=gamma * (1.0 - lam))
-        del values_reversed
-    scanned = _masked_scan_of_reversed(z_reversed, mask, c)
-    advantages = torch.sub(rewards, values, out=z_reversed)  # z's buffer, spent by the scan
-    advantages[:, :-1].add_(scanned[:, 1:])
+    # the scan is linear: scan(c·y) = c·scan(y) with y = r + (1 − λ)/λ·V, so c joins at the end
+    y = torch.add(rewards, values, alpha=(1.0 - lam) / lam) if lam != 1.0 else rewards
+    y_reversed = y.flip(1)
+    del y
+    scanned = _masked_scan_of_reversed(y_reversed, mask, c)
+    advantages = torch.sub(rewards, values, out=y_reversed)  # y's buffer, spent by the scan
+    advantages[:, :-1].add_(scanned[:, 1:], alpha=c)
     return _remask_and_whiten(advantages, values, mask, whiten, spare=scanned)
 
 
@@ -428,21 +427,34 @@ class ReturnConfig:
 
 
 def _discounted_return(token_rewards, mask, gamma):
-    """G over the valid tokens (observation tokens skipped), 0 at masked positions."""
+    """G over the valid tokens (observation tokens skipped), 0 at masked positions.
+
+    Returns ``(returns, spare)``: ``spare`` is a spent (B, T) buffer of the returns' dtype that
+    the caller may overwrite (None when there is none), so that the estimator's second output
+    needs no fresh allocation.
+    """
     rewards = token_rewards.detach().to(_float_dtype(token_rewards))
     holes = _has_holes(mask)
-    if gamma == 1.0:
+    zero = ops.scalar_zero(rewards)
+    if gamma == 1.0 and rewards.numel():
         # Return-to-go over the valid tokens is a plain reverse cumulative sum of the rewards
         # zeroed at masked positions; no packing needed.
-        returns = _valid_reverse_cumsum(rewards, mask)
-        return torch.where(mask, returns, ops.scalar_zero(returns), out=returns) if holes else returns
+        flipped = rewards.flip(1)
+        torch.where(mask.flip(1), flipped, zero, out=flipped)
+        returns = flipped.cumsum_(1).flip(1)
+        if holes:
+            torch.where(mask, returns, zero, out=returns)
+        return returns, flipped
     if holes and _masked_scan_ok(gamma, rewards.dtype):
-        returns = _masked_reverse_scan(rewards, mask, gamma)
-        return torch.where(mask, returns, ops.scalar_zero(returns), out=returns)
-    packing = _packing(mask) if holes else None
-    returns = _skip_scan(rewards, mask, gamma, packing)
-    # Without holes the scan already left 0 on each row's trailing padding.
-    return returns if packing is None else ops.zero_masked(returns, mask)
+        reversed_rewards = rewards.flip(1)
+        returns = _masked_scan_of_reversed(reversed_rewards, mask, gamma)
+        return torch.where(mask, returns, zero, out=returns), reversed_rewards
+    if not holes:
+        # Without holes the scan leaves 0 on each row's trailing padding.
+        zeroed = ops.zero_masked(rewards, mask)
+        return _reverse_scan_into(zeroed, gamma, out=torch.empty_like(zeroed)), zeroed
+    returns = _skip_scan(rewards, mask, gamma, _packing(mask))
+    return ops.zero_masked(returns, mask), None
 
 
 def reinforce(*, token_rewards, mask, index=None, values=None, config: ReturnConfig):
@@ -457,8 +469,9 @@ def reinforce(*, token_rewards, mask, index=None, values=None, config: ReturnCon
     where = "advantage_estimator 'reinforce'"
     _check_inputs(where, token_rewards, mask)
     with torch.no_grad():
-        returns = _discounted_return(token_rewards, mask, config.gamma)
-    return returns, returns.clone()
+        returns, spare = _discounted_return(token_rewards, mask, config.gamma)
+        copy = returns.clone() if spare is None else spare.copy_(returns)
+    return returns, copy
 
 
 def reinforce_plus_plus(*, token_rewards, mask, index=None, values=None, config: ReturnConfig):
@@ -475,8 +488,8 @@ def reinforce_plus_plus(*, token_rewards, mask, index=None, values=None, config:
     where = "advantage_estimator 'reinforce_plus_plus'"
     _check_inputs(where, token_rewards, mask)
     with torch.no_grad():
-        returns = _discounted_return(token_rewards, mask, config.gamma)
-        advantages = ops.masked_whiten(returns, mask, remask=True, masked_are_zero=True)
+        returns, spare = _discounted_return(token_rewards, mask, config.gamma)
+        advantages = ops.masked_whiten(returns, mask, remask=True, masked_are_zero=True, out=spare)
     return advantages, returns
 
 
