@@ -1,7 +1,7 @@
 """Masked tensor helpers shared by plugins: one home, so every component masks, checks and
 whitens the same way.
 
-* selection: :func:`scalar_zero`, :func:`zero_masked`;
+* selection: :func:`scalar_zero`, :func:`zero_masked`, :func:`zero_masked_`;
 * statistics: :func:`masked_sum`, :func:`sum_of_squares`, :func:`masked_mean`, :func:`masked_var`, :func:`masked_whiten`,
   :func:`group_stats`, :func:`row_any`;
 * input checks, whose errors name the component, the argument and the shapes (or the rows):
@@ -25,6 +25,7 @@ from rllab.types import check_mask, check_same_shape, check_tensor
 __all__ = [
     "scalar_zero",
     "zero_masked",
+    "zero_masked_",
     "check_token_tensor",
     "check_inputs",
     "masked_sum",
@@ -55,6 +56,15 @@ def zero_masked(x: torch.Tensor, mask: torch.Tensor, finite: bool = False) -> to
     if finite:
         return x * mask
     return torch.where(mask, x, scalar_zero(x))
+
+
+def zero_masked_(x: torch.Tensor, mask: torch.Tensor, finite: bool = False) -> torch.Tensor:
+    """In-place :func:`zero_masked`: ``x`` (a temporary, no autograd) gets 0 where ``mask`` is
+    False and is returned. With ``finite=True`` (``x`` holds no NaN or inf anywhere) it multiplies
+    by the mask's bytes, about twice as fast as selecting."""
+    if finite and mask.shape == x.shape:
+        return x.mul_(mask.view(torch.uint8))
+    return torch.where(mask, x, scalar_zero(x), out=x)
 
 
 def check_token_tensor(where: str, name: str, x, mask, *, floating: bool = False) -> None:
@@ -179,6 +189,7 @@ def masked_whiten(
     masked_are_zero: bool = False,
     inplace: bool = False,
     out: torch.Tensor | None = None,
+    finite: bool = False,
 ) -> torch.Tensor:
     """(x − mean) · rsqrt(var + eps) with the masked mean and unbiased variance over all of ``x``.
 
@@ -190,7 +201,8 @@ def masked_whiten(
     at every masked position (it saves one pass; the result is the same). ``inplace=True`` lets
     the function overwrite ``x`` (a temporary of the caller's) and return it, and ``out`` (a
     spent buffer of ``x``'s shape and dtype, not overlapping ``x``) receives the result instead
-    of a new tensor: both save (B, T) allocations; the values are the same.
+    of a new tensor: both save (B, T) allocations; the values are the same. ``finite=True`` (``x``
+    holds no NaN or inf anywhere) lets ``remask`` zero by multiplying (faster, same values).
 
     With fewer than two valid entries the variance is undefined (verl raises): the result is
     then only centred (scale 1), so a lone valid entry gets 0 and no masked position is blown up
@@ -203,7 +215,7 @@ def masked_whiten(
     else:
         shifted = x.sub_(mean) if inplace else x - mean
     if remask and not shifted.requires_grad:
-        centred = torch.where(mask, shifted, scalar_zero(shifted), out=shifted)
+        centred = zero_masked_(shifted, mask, finite=finite)
     else:
         centred = zero_masked(shifted, mask)
     var = sum_of_squares(centred) / (n - 1).clamp(min=1)

@@ -232,15 +232,21 @@ def _masked_reverse_scan(x: torch.Tensor, mask: torch.Tensor, c: float) -> torch
     return _masked_scan_of_reversed(x.flip(1), mask, c)
 
 
-def _masked_scan_of_reversed(x_reversed: torch.Tensor, mask: torch.Tensor, c: float) -> torch.Tensor:
+def _masked_scan_of_reversed(x_reversed: torch.Tensor, mask: torch.Tensor, c: float, finite: bool = False) -> torch.Tensor:
     """:func:`_masked_reverse_scan` of ``x`` given its reversed rows ``x_reversed`` (B, T), a
     temporary of the caller's that is used as scratch space (its content is lost; it may be
     reused afterwards). The result is written over the multipliers' buffer, so the scan holds
-    two (B, T) buffers in all."""
+    two (B, T) buffers in all. ``finite``: ``x_reversed`` holds no NaN or inf anywhere."""
     reversed_mask = mask.flip(1)
-    torch.where(reversed_mask, x_reversed, ops.scalar_zero(x_reversed), out=x_reversed)
+    ops.zero_masked_(x_reversed, reversed_mask, finite)
     coef = torch.tensor(c, dtype=x_reversed.dtype, device=x_reversed.device)
-    multipliers = torch.where(reversed_mask, coef, torch.ones_like(coef))
+    if c >= 0.5:
+        # 1 + (c − 1)·m is exactly c or 1: c − 1 is exact for c in [1/2, 1) (Sterbenz), and so
+        # is adding 1 back; from the mask's bytes this is cheaper than a select.
+        multipliers = reversed_mask.view(torch.uint8).to(x_reversed.dtype)
+        multipliers.mul_(coef.item() - 1.0).add_(1.0)
+    else:
+        multipliers = torch.where(reversed_mask, coef, torch.ones_like(coef))
     scanned = _forward_scan(x_reversed, multipliers, -math.log2(c))
     backwards = torch.arange(mask.shape[1] - 1, -1, -1, device=mask.device)
     return torch.index_select(scanned, 1, backwards, out=multipliers)
@@ -257,9 +263,10 @@ def _float_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
     return dtype
 
 
-def _check_inputs(where: str, token_rewards, mask, values=None) -> None:
+def _check_inputs(where: str, token_rewards, mask, values=None) -> bool:
+    """Raise on bad inputs; return True when every input is finite at every position."""
     ops.check_token_tensor(where, "token_rewards", token_rewards, mask, floating=True)
-    ops.check_inputs(where, mask, token_rewards=token_rewards, values=values)
+    return ops.check_inputs(where, mask, token_rewards=token_rewards, values=values)
 
 
 # --------------------------------------------------------------------------- gae
@@ -307,7 +314,7 @@ def gae(*, token_rewards, mask, index=None, values=None, config: GAEConfig):
     where = "advantage_estimator 'gae'"
     if values is None:
         raise ValueError(f"{where} requires values (a critic); got values=None")
-    _check_inputs(where, token_rewards, mask, values)
+    finite = _check_inputs(where, token_rewards, mask, values)
     dtype = _float_dtype(token_rewards, values)
     with torch.no_grad():
         rewards = token_rewards.detach().to(dtype)
@@ -318,9 +325,9 @@ def gae(*, token_rewards, mask, index=None, values=None, config: GAEConfig):
         if holes and config.remask and gamma * lam == 1.0:
             return _gae_telescoped(rewards, values, mask, config.whiten)
         if holes and config.remask and _masked_scan_ok(gamma * lam, dtype):
-            return _gae_masked_scan(rewards, values, mask, gamma, lam, config.whiten)
+            return _gae_masked_scan(rewards, values, mask, gamma, lam, config.whiten, finite)
         if not holes and config.remask:
-            return _gae_prefix(rewards, values, mask, gamma, lam, config.whiten)
+            return _gae_prefix(rewards, values, mask, gamma, lam, config.whiten, finite)
         packing = _packing(mask) if holes else None
         r = _front_packed(rewards, mask, packing)  # (B, T): valid tokens packed in front,
         v = _front_packed(values, mask, packing)  # zeros after each row's last valid token
@@ -367,7 +374,7 @@ def _gae_telescoped(rewards, values, mask, whiten):
     return advantages, returns
 
 
-def _gae_masked_scan(rewards, values, mask, gamma, lam, whiten):
+def _gae_masked_scan(rewards, values, mask, gamma, lam, whiten, finite=False):
     """``gae`` with masked positions zeroed, for rows with holes, by one masked scan (no packing).
 
     Writing ``n(k)`` for the valid position after ``k`` and ``c = γλ``, the advantage
@@ -383,39 +390,39 @@ def _gae_masked_scan(rewards, values, mask, gamma, lam, whiten):
     y = torch.add(rewards, values, alpha=(1.0 - lam) / lam) if lam != 1.0 else rewards
     y_reversed = y.flip(1)
     del y
-    scanned = _masked_scan_of_reversed(y_reversed, mask, c)
+    scanned = _masked_scan_of_reversed(y_reversed, mask, c, finite)
     advantages = torch.sub(rewards, values, out=y_reversed)  # y's buffer, spent by the scan
     advantages[:, :-1].add_(scanned[:, 1:], alpha=c)
-    return _remask_and_whiten(advantages, values, mask, whiten, spare=scanned)
+    return _remask_and_whiten(advantages, values, mask, whiten, spare=scanned, finite=finite)
 
 
-def _gae_prefix(rewards, values, mask, gamma, lam, whiten):
+def _gae_prefix(rewards, values, mask, gamma, lam, whiten, finite=False):
     """``gae`` with masked positions zeroed, for rows without holes (valid prefix, then padding).
 
     ``δ_k = r_k − V_k + γ·V_{k+1}`` with ``V_{k+1}`` taken as 0 past a row's last valid token,
     δ = 0 on the padding, then the constant-coefficient scan; (B, T) buffers are freed as soon
     as they are spent.
     """
-    zero = ops.scalar_zero(rewards)
-    following = torch.where(mask, values, zero)  # V, 0 on the padding
+    # V, 0 on the padding
+    following = torch.mul(values, mask.view(torch.uint8)) if finite else ops.zero_masked(values, mask)
     delta = rewards - values
     if gamma != 0.0 and delta.shape[1] > 1:
         delta[:, :-1].add_(following[:, 1:], alpha=gamma)
-    torch.where(mask, delta, zero, out=delta)
+    ops.zero_masked_(delta, mask, finite)
     advantages = _reverse_scan_into(delta, gamma * lam, out=following)
-    return _remask_and_whiten(advantages, values, mask, whiten, spare=delta)
+    return _remask_and_whiten(advantages, values, mask, whiten, spare=delta, finite=finite)
 
 
-def _remask_and_whiten(advantages, values, mask, whiten, spare):
+def _remask_and_whiten(advantages, values, mask, whiten, spare, finite=False):
     """``advantages`` (a temporary) zeroed at masked positions, ``returns = A + V`` likewise
     (written over ``spare``, a spent (B, T) buffer), then the whitening in place:
     ``(advantages, returns)``."""
-    zero = ops.scalar_zero(advantages)
-    torch.where(mask, advantages, zero, out=advantages)
-    returns = torch.add(advantages, values, out=spare)
-    torch.where(mask, returns, zero, out=returns)
+    ops.zero_masked_(advantages, mask, finite)
+    returns = ops.zero_masked_(torch.add(advantages, values, out=spare), mask, finite)
     if whiten:
-        advantages = ops.masked_whiten(advantages, mask, remask=True, masked_are_zero=True, inplace=True)
+        advantages = ops.masked_whiten(
+            advantages, mask, remask=True, masked_are_zero=True, inplace=True, finite=finite
+        )
     return advantages, returns
 
 
@@ -426,7 +433,7 @@ class ReturnConfig:
     gamma: float = rllab.knob(1.0, help="γ: discount per valid token", ge=0.0, le=1.0)
 
 
-def _discounted_return(token_rewards, mask, gamma):
+def _discounted_return(token_rewards, mask, gamma, finite=False):
     """G over the valid tokens (observation tokens skipped), 0 at masked positions.
 
     Returns ``(returns, spare)``: ``spare`` is a spent (B, T) buffer of the returns' dtype that
@@ -435,20 +442,19 @@ def _discounted_return(token_rewards, mask, gamma):
     """
     rewards = token_rewards.detach().to(_float_dtype(token_rewards))
     holes = _has_holes(mask)
-    zero = ops.scalar_zero(rewards)
     if gamma == 1.0 and rewards.numel():
         # Return-to-go over the valid tokens is a plain reverse cumulative sum of the rewards
         # zeroed at masked positions; no packing needed.
         flipped = rewards.flip(1)
-        torch.where(mask.flip(1), flipped, zero, out=flipped)
+        ops.zero_masked_(flipped, mask.flip(1), finite)
         returns = flipped.cumsum_(1).flip(1)
         if holes:
-            torch.where(mask, returns, zero, out=returns)
+            ops.zero_masked_(returns, mask, finite)
         return returns, flipped
     if holes and _masked_scan_ok(gamma, rewards.dtype):
         reversed_rewards = rewards.flip(1)
-        returns = _masked_scan_of_reversed(reversed_rewards, mask, gamma)
-        return torch.where(mask, returns, zero, out=returns), reversed_rewards
+        returns = _masked_scan_of_reversed(reversed_rewards, mask, gamma, finite)
+        return ops.zero_masked_(returns, mask, finite), reversed_rewards
     if not holes:
         # Without holes the scan leaves 0 on each row's trailing padding.
         zeroed = ops.zero_masked(rewards, mask)
@@ -467,9 +473,9 @@ def reinforce(*, token_rewards, mask, index=None, values=None, config: ReturnCon
     :returns: ``(advantages, returns)``, both (B, T).
     """
     where = "advantage_estimator 'reinforce'"
-    _check_inputs(where, token_rewards, mask)
+    finite = _check_inputs(where, token_rewards, mask)
     with torch.no_grad():
-        returns, spare = _discounted_return(token_rewards, mask, config.gamma)
+        returns, spare = _discounted_return(token_rewards, mask, config.gamma, finite)
         copy = returns.clone() if spare is None else spare.copy_(returns)
     return returns, copy
 
@@ -486,10 +492,10 @@ def reinforce_plus_plus(*, token_rewards, mask, index=None, values=None, config:
     :returns: ``(advantages, returns)``, both (B, T).
     """
     where = "advantage_estimator 'reinforce_plus_plus'"
-    _check_inputs(where, token_rewards, mask)
+    finite = _check_inputs(where, token_rewards, mask)
     with torch.no_grad():
-        returns, spare = _discounted_return(token_rewards, mask, config.gamma)
-        advantages = ops.masked_whiten(returns, mask, remask=True, masked_are_zero=True, out=spare)
+        returns, spare = _discounted_return(token_rewards, mask, config.gamma, finite)
+        advantages = ops.masked_whiten(returns, mask, remask=True, masked_are_zero=True, out=spare, finite=finite)
     return advantages, returns
 
 
