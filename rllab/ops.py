@@ -123,26 +123,33 @@ _CHUNK_ELEMENTS = 1 << 18
 costs no fresh pages, where one the size of a large (B, T) batch costs more than the work."""
 
 
-def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """Σ x over positions where ``mask`` is True (over everything, or along ``dim``)."""
+def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None, finite: bool = False) -> torch.Tensor:
+    """Σ x over positions where ``mask`` is True (over everything, or along ``dim``).
+
+    ``finite=True`` (``x`` holds no NaN or inf anywhere) lets a row sum multiply by the mask's
+    bytes instead of selecting (same values, faster)."""
     if dim is not None and x.ndim == 2 and mask.shape == x.shape and dim in (1, -1) and not x.requires_grad:
-        return _masked_row_sum(x, mask)
+        return _masked_row_sum(x, mask, finite)
     z = zero_masked(x, mask)
     return z.sum() if dim is None else z.sum(dim)
 
 
-def _masked_row_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def _masked_row_sum(x: torch.Tensor, mask: torch.Tensor, finite: bool = False) -> torch.Tensor:
     """``zero_masked(x, mask).sum(1)`` for (B, T) ``x``, a block of rows at a time (same values)."""
     B, T = x.shape
     rows = max(1, _CHUNK_ELEMENTS // max(T, 1))
     if B <= rows:
-        return zero_masked(x, mask).sum(1)
+        return zero_masked(x, mask, finite=finite).sum(1)
     out = torch.empty(B, dtype=x.dtype, device=x.device)
     buf = torch.empty(rows, T, dtype=x.dtype, device=x.device)
     zero = scalar_zero(x)
+    mask_bytes = mask.view(torch.uint8)
     for start in range(0, B, rows):
         n = min(rows, B - start)
-        torch.where(mask[start : start + n], x[start : start + n], zero, out=buf[:n])
+        if finite:
+            torch.mul(x[start : start + n], mask_bytes[start : start + n], out=buf[:n])
+        else:
+            torch.where(mask[start : start + n], x[start : start + n], zero, out=buf[:n])
         torch.sum(buf[:n], 1, out=out[start : start + n])
     return out
 
