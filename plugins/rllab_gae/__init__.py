@@ -20,17 +20,28 @@ out keeps one unbroken chain from its last valid token back to its first. Writin
 and a masked position holds the value of the next valid position to its right (0 if none),
 which is what verl's per-token loop leaves there.
 
-**How it is computed.** No Python loop over tokens: each row is compacted (valid tokens moved to
-the front, in order, by one scatter over the exclusive cumulative sum of the mask), the
-recursion ``y_k = x_k + c·y_{k+1}`` runs on the compacted rows, and one gather brings the result
-back to every position (a masked position's compacted index is that of the next valid token).
-When no row has a valid token after a masked one (plain right padding, one check per call) the
-rows are already compacted and the scan runs on them directly, padding zeroed. With ``c = 1`` the recursion is a reverse cumulative sum. With ``c < 1`` it is a blocked scan:
-the time axis is cut into blocks of ``_BLOCK`` tokens, each block is solved in closed form by
-one matmul with the triangular matrix ``U[j, i] = c^(j−i)`` (entries ≤ 1, so no power of c
-overflows; the ones that underflow are negligible next to the rest), and the carries between
-blocks — the same recursion with coefficient ``c^_BLOCK`` over ``T/_BLOCK`` block heads — are
-solved by the same function, recursively. The result equals verl's loop to float32 rounding.
+**How it is computed.** No Python loop over tokens. On rows with holes (a valid token after a
+masked one: multi-turn observation spans, left padding) the recursion runs on the rows as they
+are, as a scan with a per-position multiplier — ``c`` on a valid token, 1 on a masked one, whose
+input is zeroed — so a masked position carries the next valid token's value. On reversed rows,
+cut into blocks of ``_VAR_BLOCK`` tokens, ``S_u = W_u·(Σ_{v≤u} x_v / W_v + S_before)`` with
+``W`` the running product of the multipliers within the block (one cumulative product and one
+cumulative sum; blocks are short enough that ``W`` stays far from underflow), and the values at
+the block ends — the same recursion with the block products as multipliers — are scanned in
+float64 by the same function (or a loop over a few block heads). GAE needs one such scan: with
+``n(k)`` the valid token after ``k``, ``A_k = r_k − V_k + S_{n(k)}`` where ``S`` scans
+``γλ·r + γ(1 − λ)·V``. When no row has a hole (plain right padding, one check per call) the
+coefficient is constant and the scan is blocked: the time axis is cut into blocks of
+``_BLOCK`` tokens, each block is solved in closed form by one matmul with the triangular matrix
+``U[j, i] = c^(j−i)`` (entries ≤ 1, so no power of c overflows; the ones that underflow are
+negligible next to the rest), and the carries between blocks — the same recursion with
+coefficient ``c^_BLOCK`` over ``T/_BLOCK`` block heads — are solved by the same function,
+recursively. With ``c = 1`` over rows with holes, a reverse cumulative sum of the rewards zeroed
+at masked positions is the whole scan. Coefficients too small for the per-position scan's
+blocks (``γλ < ~1/32``) and ``remask=False`` on rows with holes use compaction instead: valid
+tokens moved to the front of their row by one scatter, the constant-coefficient scan, one
+gather back. Large (B, T) buffers are reused once spent, so a call holds about two of them
+(its outputs). The result equals verl's loop to float32 rounding.
 """
 
 from __future__ import annotations
@@ -382,8 +393,8 @@ def _gae_masked_scan(rewards, values, mask, gamma, lam, whiten, finite=False):
     ``A_k = r_k − V_k + S_{n(k)}``, where ``S_j = z_j + c·S_{n(j)}`` is the skip scan of
     ``z = c·r + γ(1 − λ)·V`` (each ``V_{n(k)}`` of a δ meets the ``−c·V`` of the next term). The
     scan's value at ``k + 1`` is ``S_{n(k)}`` whatever lies between, so one masked scan of
-    ``z`` gives every advantage. (B, T) buffers are freed as soon as they are spent, so that
-    few are alive at once.
+    ``z`` gives every advantage. The scan is linear, so it runs on ``z / (γλ)`` and the factor
+    joins at the end. Spent (B, T) buffers are reused: the call holds two (its outputs).
     """
     c = gamma * lam
     # the scan is linear: scan(c·y) = c·scan(y) with y = r + (1 − λ)/λ·V, so c joins at the end
@@ -400,8 +411,8 @@ def _gae_prefix(rewards, values, mask, gamma, lam, whiten, finite=False):
     """``gae`` with masked positions zeroed, for rows without holes (valid prefix, then padding).
 
     ``δ_k = r_k − V_k + γ·V_{k+1}`` with ``V_{k+1}`` taken as 0 past a row's last valid token,
-    δ = 0 on the padding, then the constant-coefficient scan; (B, T) buffers are freed as soon
-    as they are spent.
+    δ = 0 on the padding, then the constant-coefficient scan; spent (B, T) buffers are reused,
+    so the call holds two (its outputs).
     """
     # V, 0 on the padding
     following = torch.mul(values, mask.view(torch.uint8)) if finite else ops.zero_masked(values, mask)
