@@ -58,12 +58,10 @@ def zero_masked(x: torch.Tensor, mask: torch.Tensor, finite: bool = False) -> to
     return torch.where(mask, x, scalar_zero(x))
 
 
-def zero_masked_(x: torch.Tensor, mask: torch.Tensor, finite: bool = False) -> torch.Tensor:
+def zero_masked_(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """In-place :func:`zero_masked`: ``x`` (a temporary, no autograd) gets 0 where ``mask`` is
-    False and is returned. With ``finite=True`` (``x`` holds no NaN or inf anywhere) it multiplies
-    by the mask's bytes, about twice as fast as selecting."""
-    if finite and mask.shape == x.shape:
-        return x.mul_(mask.view(torch.uint8))
+    False and is returned. (A select, not a multiplication by the mask: multiplying a float
+    tensor by a bool or byte mask first casts the whole mask to a float temporary.)"""
     return torch.where(mask, x, scalar_zero(x), out=x)
 
 
@@ -119,51 +117,49 @@ def check_inputs(where: str, mask: torch.Tensor, **tensors: torch.Tensor | None)
 
 
 _CHUNK_ELEMENTS = 1 << 18
-"""Elements per chunk of a chunked reduction: a temporary of this size stays in cache and
-costs no fresh pages, where one the size of a large (B, T) batch costs more than the work."""
+"""Elements per block of a blocked reduction: a temporary of this size stays in cache and
+costs few fresh pages, where one the size of a large (B, T) batch costs more than the work."""
 
 
-def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None, finite: bool = False) -> torch.Tensor:
-    """Σ x over positions where ``mask`` is True (over everything, or along ``dim``).
-
-    ``finite=True`` (``x`` holds no NaN or inf anywhere) lets a row sum multiply by the mask's
-    bytes instead of selecting (same values, faster)."""
+def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Σ x over positions where ``mask`` is True (over everything, or along ``dim``)."""
     if dim is not None and x.ndim == 2 and mask.shape == x.shape and dim in (1, -1) and not x.requires_grad:
-        return _masked_row_sum(x, mask, finite)
+        return _masked_row_sum(x, mask)
     z = zero_masked(x, mask)
     return z.sum() if dim is None else z.sum(dim)
 
 
-def _masked_row_sum(x: torch.Tensor, mask: torch.Tensor, finite: bool = False) -> torch.Tensor:
+def _masked_row_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``zero_masked(x, mask).sum(1)`` for (B, T) ``x``, a block of rows at a time (same values)."""
     B, T = x.shape
     rows = max(1, _CHUNK_ELEMENTS // max(T, 1))
     if B <= rows:
-        return zero_masked(x, mask, finite=finite).sum(1)
+        return zero_masked(x, mask).sum(1)
     out = torch.empty(B, dtype=x.dtype, device=x.device)
     buf = torch.empty(rows, T, dtype=x.dtype, device=x.device)
     zero = scalar_zero(x)
-    mask_bytes = mask.view(torch.uint8)
     for start in range(0, B, rows):
         n = min(rows, B - start)
-        if finite:
-            torch.mul(x[start : start + n], mask_bytes[start : start + n], out=buf[:n])
-        else:
-            torch.where(mask[start : start + n], x[start : start + n], zero, out=buf[:n])
+        torch.where(mask[start : start + n], x[start : start + n], zero, out=buf[:n])
         torch.sum(buf[:n], 1, out=out[start : start + n])
     return out
 
 
+_SQUARES_CHUNK = 1 << 14
+"""Elements per chunk of :func:`sum_of_squares`: its temporary (64 KiB in float32) comes from
+the heap and is reused chunk after chunk, never a fresh mapping."""
+
+
 def sum_of_squares(x: torch.Tensor) -> torch.Tensor:
-    """Σ x² over all of ``x`` (a 0-d tensor of ``x``'s dtype), a chunk at a time: no temporary
-    the size of ``x``. Chunk sums are added in float64 (float32 and wider inputs)."""
-    if x.requires_grad or x.numel() <= _CHUNK_ELEMENTS or not x.is_floating_point():
+    """Σ x² over all of ``x`` (a 0-d tensor of ``x``'s dtype), a chunk at a time with the chunk
+    sums added in float64: no temporary the size of ``x`` (a large one costs fresh pages, often
+    more than the arithmetic) and no float64 copy of ``x``."""
+    if x.requires_grad or x.numel() <= _SQUARES_CHUNK or not x.is_floating_point():
         return (x * x).sum()
-    flat = x.reshape(-1)
-    acc = torch.zeros((), dtype=torch.promote_types(x.dtype, torch.float64), device=x.device)
-    for chunk in flat.split(_CHUNK_ELEMENTS):
-        acc += torch.square(chunk).sum()
-    return acc.to(x.dtype)
+    total = torch.zeros((), dtype=torch.promote_types(x.dtype, torch.float64), device=x.device)
+    for chunk in x.reshape(-1).split(_SQUARES_CHUNK):
+        total += torch.square(chunk).sum()
+    return total.to(x.dtype)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
@@ -196,7 +192,6 @@ def masked_whiten(
     masked_are_zero: bool = False,
     inplace: bool = False,
     out: torch.Tensor | None = None,
-    finite: bool = False,
 ) -> torch.Tensor:
     """(x − mean) · rsqrt(var + eps) with the masked mean and unbiased variance over all of ``x``.
 
@@ -208,8 +203,7 @@ def masked_whiten(
     at every masked position (it saves one pass; the result is the same). ``inplace=True`` lets
     the function overwrite ``x`` (a temporary of the caller's) and return it, and ``out`` (a
     spent buffer of ``x``'s shape and dtype, not overlapping ``x``) receives the result instead
-    of a new tensor: both save (B, T) allocations; the values are the same. ``finite=True`` (``x``
-    holds no NaN or inf anywhere) lets ``remask`` zero by multiplying (faster, same values).
+    of a new tensor: both save (B, T) allocations; the values are the same.
 
     With fewer than two valid entries the variance is undefined (verl raises): the result is
     then only centred (scale 1), so a lone valid entry gets 0 and no masked position is blown up
@@ -222,7 +216,7 @@ def masked_whiten(
     else:
         shifted = x.sub_(mean) if inplace else x - mean
     if remask and not shifted.requires_grad:
-        centred = zero_masked_(shifted, mask, finite=finite)
+        centred = zero_masked_(shifted, mask)
     else:
         centred = zero_masked(shifted, mask)
     var = sum_of_squares(centred) / (n - 1).clamp(min=1)

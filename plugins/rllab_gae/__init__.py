@@ -243,13 +243,13 @@ def _masked_reverse_scan(x: torch.Tensor, mask: torch.Tensor, c: float) -> torch
     return _masked_scan_of_reversed(x.flip(1), mask, c)
 
 
-def _masked_scan_of_reversed(x_reversed: torch.Tensor, mask: torch.Tensor, c: float, finite: bool = False) -> torch.Tensor:
+def _masked_scan_of_reversed(x_reversed: torch.Tensor, mask: torch.Tensor, c: float) -> torch.Tensor:
     """:func:`_masked_reverse_scan` of ``x`` given its reversed rows ``x_reversed`` (B, T), a
     temporary of the caller's that is used as scratch space (its content is lost; it may be
     reused afterwards). The result is written over the multipliers' buffer, so the scan holds
-    two (B, T) buffers in all. ``finite``: ``x_reversed`` holds no NaN or inf anywhere."""
+    two (B, T) buffers in all."""
     reversed_mask = mask.flip(1)
-    ops.zero_masked_(x_reversed, reversed_mask, finite)
+    ops.zero_masked_(x_reversed, reversed_mask)
     coef = torch.tensor(c, dtype=x_reversed.dtype, device=x_reversed.device)
     if c >= 0.5:
         # 1 + (c − 1)·m is exactly c or 1: c − 1 is exact for c in [1/2, 1) (Sterbenz), and so
@@ -274,10 +274,9 @@ def _float_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
     return dtype
 
 
-def _check_inputs(where: str, token_rewards, mask, values=None) -> bool:
-    """Raise on bad inputs; return True when every input is finite at every position."""
+def _check_inputs(where: str, token_rewards, mask, values=None) -> None:
     ops.check_token_tensor(where, "token_rewards", token_rewards, mask, floating=True)
-    return ops.check_inputs(where, mask, token_rewards=token_rewards, values=values)
+    ops.check_inputs(where, mask, token_rewards=token_rewards, values=values)
 
 
 # --------------------------------------------------------------------------- gae
@@ -325,7 +324,7 @@ def gae(*, token_rewards, mask, index=None, values=None, config: GAEConfig):
     where = "advantage_estimator 'gae'"
     if values is None:
         raise ValueError(f"{where} requires values (a critic); got values=None")
-    finite = _check_inputs(where, token_rewards, mask, values)
+    _check_inputs(where, token_rewards, mask, values)
     dtype = _float_dtype(token_rewards, values)
     with torch.no_grad():
         rewards = token_rewards.detach().to(dtype)
@@ -336,9 +335,9 @@ def gae(*, token_rewards, mask, index=None, values=None, config: GAEConfig):
         if holes and config.remask and gamma * lam == 1.0:
             return _gae_telescoped(rewards, values, mask, config.whiten)
         if holes and config.remask and _masked_scan_ok(gamma * lam, dtype):
-            return _gae_masked_scan(rewards, values, mask, gamma, lam, config.whiten, finite)
+            return _gae_masked_scan(rewards, values, mask, gamma, lam, config.whiten)
         if not holes and config.remask:
-            return _gae_prefix(rewards, values, mask, gamma, lam, config.whiten, finite)
+            return _gae_prefix(rewards, values, mask, gamma, lam, config.whiten)
         packing = _packing(mask) if holes else None
         r = _front_packed(rewards, mask, packing)  # (B, T): valid tokens packed in front,
         v = _front_packed(values, mask, packing)  # zeros after each row's last valid token
@@ -385,7 +384,7 @@ def _gae_telescoped(rewards, values, mask, whiten):
     return advantages, returns
 
 
-def _gae_masked_scan(rewards, values, mask, gamma, lam, whiten, finite=False):
+def _gae_masked_scan(rewards, values, mask, gamma, lam, whiten):
     """``gae`` with masked positions zeroed, for rows with holes, by one masked scan (no packing).
 
     Writing ``n(k)`` for the valid position after ``k`` and ``c = γλ``, the advantage
@@ -401,38 +400,37 @@ def _gae_masked_scan(rewards, values, mask, gamma, lam, whiten, finite=False):
     y = torch.add(rewards, values, alpha=(1.0 - lam) / lam) if lam != 1.0 else rewards
     y_reversed = y.flip(1)
     del y
-    scanned = _masked_scan_of_reversed(y_reversed, mask, c, finite)
+    scanned = _masked_scan_of_reversed(y_reversed, mask, c)
     advantages = torch.sub(rewards, values, out=y_reversed)  # y's buffer, spent by the scan
     advantages[:, :-1].add_(scanned[:, 1:], alpha=c)
-    return _remask_and_whiten(advantages, values, mask, whiten, spare=scanned, finite=finite)
+    return _remask_and_whiten(advantages, values, mask, whiten, spare=scanned)
 
 
-def _gae_prefix(rewards, values, mask, gamma, lam, whiten, finite=False):
+def _gae_prefix(rewards, values, mask, gamma, lam, whiten):
     """``gae`` with masked positions zeroed, for rows without holes (valid prefix, then padding).
 
     ``δ_k = r_k − V_k + γ·V_{k+1}`` with ``V_{k+1}`` taken as 0 past a row's last valid token,
     δ = 0 on the padding, then the constant-coefficient scan; spent (B, T) buffers are reused,
     so the call holds two (its outputs).
     """
-    # V, 0 on the padding
-    following = torch.mul(values, mask.view(torch.uint8)) if finite else ops.zero_masked(values, mask)
+    following = ops.zero_masked(values, mask)  # V, 0 on the padding
     delta = rewards - values
     if gamma != 0.0 and delta.shape[1] > 1:
         delta[:, :-1].add_(following[:, 1:], alpha=gamma)
-    ops.zero_masked_(delta, mask, finite)
+    ops.zero_masked_(delta, mask)
     advantages = _reverse_scan_into(delta, gamma * lam, out=following)
-    return _remask_and_whiten(advantages, values, mask, whiten, spare=delta, finite=finite)
+    return _remask_and_whiten(advantages, values, mask, whiten, spare=delta)
 
 
-def _remask_and_whiten(advantages, values, mask, whiten, spare, finite=False):
+def _remask_and_whiten(advantages, values, mask, whiten, spare):
     """``advantages`` (a temporary) zeroed at masked positions, ``returns = A + V`` likewise
     (written over ``spare``, a spent (B, T) buffer), then the whitening in place:
     ``(advantages, returns)``."""
-    ops.zero_masked_(advantages, mask, finite)
-    returns = ops.zero_masked_(torch.add(advantages, values, out=spare), mask, finite)
+    ops.zero_masked_(advantages, mask)
+    returns = ops.zero_masked_(torch.add(advantages, values, out=spare), mask)
     if whiten:
         advantages = ops.masked_whiten(
-            advantages, mask, remask=True, masked_are_zero=True, inplace=True, finite=finite
+            advantages, mask, remask=True, masked_are_zero=True, inplace=True
         )
     return advantages, returns
 
@@ -444,7 +442,7 @@ class ReturnConfig:
     gamma: float = rllab.knob(1.0, help="γ: discount per valid token", ge=0.0, le=1.0)
 
 
-def _discounted_return(token_rewards, mask, gamma, finite=False):
+def _discounted_return(token_rewards, mask, gamma):
     """G over the valid tokens (observation tokens skipped), 0 at masked positions.
 
     Returns ``(returns, spare)``: ``spare`` is a spent (B, T) buffer of the returns' dtype that
@@ -457,15 +455,15 @@ def _discounted_return(token_rewards, mask, gamma, finite=False):
         # Return-to-go over the valid tokens is a plain reverse cumulative sum of the rewards
         # zeroed at masked positions; no packing needed.
         flipped = rewards.flip(1)
-        ops.zero_masked_(flipped, mask.flip(1), finite)
+        ops.zero_masked_(flipped, mask.flip(1))
         returns = flipped.cumsum_(1).flip(1)
         if holes:
-            ops.zero_masked_(returns, mask, finite)
+            ops.zero_masked_(returns, mask)
         return returns, flipped
     if holes and _masked_scan_ok(gamma, rewards.dtype):
         reversed_rewards = rewards.flip(1)
-        returns = _masked_scan_of_reversed(reversed_rewards, mask, gamma, finite)
-        return ops.zero_masked_(returns, mask, finite), reversed_rewards
+        returns = _masked_scan_of_reversed(reversed_rewards, mask, gamma)
+        return ops.zero_masked_(returns, mask), reversed_rewards
     if not holes:
         # Without holes the scan leaves 0 on each row's trailing padding.
         zeroed = ops.zero_masked(rewards, mask)
@@ -484,9 +482,9 @@ def reinforce(*, token_rewards, mask, index=None, values=None, config: ReturnCon
     :returns: ``(advantages, returns)``, both (B, T).
     """
     where = "advantage_estimator 'reinforce'"
-    finite = _check_inputs(where, token_rewards, mask)
+    _check_inputs(where, token_rewards, mask)
     with torch.no_grad():
-        returns, spare = _discounted_return(token_rewards, mask, config.gamma, finite)
+        returns, spare = _discounted_return(token_rewards, mask, config.gamma)
         copy = returns.clone() if spare is None else spare.copy_(returns)
     return returns, copy
 
@@ -503,10 +501,10 @@ def reinforce_plus_plus(*, token_rewards, mask, index=None, values=None, config:
     :returns: ``(advantages, returns)``, both (B, T).
     """
     where = "advantage_estimator 'reinforce_plus_plus'"
-    finite = _check_inputs(where, token_rewards, mask)
+    _check_inputs(where, token_rewards, mask)
     with torch.no_grad():
-        returns, spare = _discounted_return(token_rewards, mask, config.gamma, finite)
-        advantages = ops.masked_whiten(returns, mask, remask=True, masked_are_zero=True, out=spare, finite=finite)
+        returns, spare = _discounted_return(token_rewards, mask, config.gamma)
+        advantages = ops.masked_whiten(returns, mask, remask=True, masked_are_zero=True, out=spare)
     return advantages, returns
 
 

@@ -83,7 +83,7 @@ def _scores(where: str, token_rewards, mask, index, mask_scores: bool):
     if mask_scores:
         if not all_finite:
             ops.check_finite(where, "token_rewards", rewards, mask)
-        scores = ops.masked_sum(rewards, mask, dim=1, finite=all_finite)
+        scores = ops.masked_sum(rewards, mask, dim=1)
         counted = ops.row_any(mask)
     else:
         if not all_finite:
@@ -105,11 +105,7 @@ def _segment_sum(x: torch.Tensor, inverse: torch.Tensor, n: int) -> torch.Tensor
 
 def _broadcast(per_row: torch.Tensor, mask: torch.Tensor):
     """Row scalars → (B, T) advantages (0 at masked positions); returns = advantages."""
-    if mask.ndim == 2 and bool(torch.isfinite(per_row).all()):
-        # finite row values: multiplying by the mask's bytes gives the same zeros, faster
-        advantages = per_row[:, None] * mask.view(torch.uint8)
-    else:
-        advantages = ops.zero_masked(per_row[:, None].expand(mask.shape), mask)
+    advantages = ops.zero_masked(per_row[:, None].expand(mask.shape), mask)
     return advantages, advantages.clone()
 
 
