@@ -13,7 +13,7 @@ Both sides run on one thread (``torch.set_num_threads(1)``), interleaved repeat 
 load drift hits both; the table gives the median with min/max, the speed-up of the medians, and
 the largest deviation from the loop relative to the loop's largest magnitude (float32 inputs).
 Masks are response masks with random lengths ("prefix"), or with observation spans cut into
-them ("multi-turn", which exercises the compaction path).
+them ("multi-turn", which exercises the scan that skips masked spans in place).
 
     python benchmarks/bench_advantages.py                 # the full table
     python benchmarks/bench_advantages.py --quick         # small sizes, a few seconds

@@ -206,3 +206,24 @@ def test_masked_whiten_valid_entries_have_zero_mean_unit_variance(rows):
         assert w[m].var().item() == pytest.approx(var / (var + 1e-8), rel=1e-9, abs=1e-12)
         # the same as the textbook formula on the valid entries alone
         torch.testing.assert_close(w[m], (valid - valid.mean()) / torch.sqrt(valid.var() + 1e-8), rtol=1e-9, atol=1e-9)
+
+
+def test_buffer_saving_variants_give_the_same_values():
+    """row_any, the blocked masked row sum, sum_of_squares and masked_whiten's inplace / out
+    variants agree with the plain formulas (NaN at masked positions ignored)."""
+    from rllab import ops
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3000, 257, generator=g)  # more rows than one block of the row sum
+    m = torch.rand(3000, 257, generator=g) > 0.4
+    m[5] = False
+    x[~m] = float("nan")
+    torch.testing.assert_close(ops.row_any(m), m.any(dim=1), rtol=0, atol=0)
+    assert ops.row_any(torch.zeros(4, 0, dtype=torch.bool)).tolist() == [False] * 4
+    torch.testing.assert_close(ops.masked_sum(x, m, dim=1), torch.where(m, x, 0.0).sum(1), rtol=0, atol=0)
+    y = torch.where(m, x, 0.0)
+    torch.testing.assert_close(ops.sum_of_squares(y).double(), (y.double() ** 2).sum(), rtol=1e-6, atol=0)
+    ref = ops.masked_whiten(x, m, remask=True)
+    torch.testing.assert_close(ops.masked_whiten(y.clone(), m, remask=True, masked_are_zero=True, inplace=True), ref)
+    torch.testing.assert_close(ops.masked_whiten(y, m, remask=True, out=torch.empty_like(y)), ref)
+    assert not torch.isnan(ref).any() and (ref[~m] == 0).all()

@@ -20,20 +20,33 @@ out keeps one unbroken chain from its last valid token back to its first. Writin
 and a masked position holds the value of the next valid position to its right (0 if none),
 which is what verl's per-token loop leaves there.
 
-**How it is computed.** No Python loop over tokens: each row is compacted (valid tokens moved to
-the front, in order, by one scatter over the exclusive cumulative sum of the mask), the
-recursion ``y_k = x_k + c·y_{k+1}`` runs on the compacted rows, and one gather brings the result
-back to every position (a masked position's compacted index is that of the next valid token).
-When no row has a valid token after a masked one (plain right padding, one check per call) the
-rows are already compacted and the scan runs on them directly, padding zeroed. With ``c = 1`` the recursion is a reverse cumulative sum. With ``c < 1`` it is a blocked scan:
-the time axis is cut into blocks of ``_BLOCK`` tokens, each block is solved in closed form by
-one matmul with the triangular matrix ``U[j, i] = c^(j−i)`` (entries ≤ 1, so no power of c
-overflows; the ones that underflow are negligible next to the rest), and the carries between
-blocks — the same recursion with coefficient ``c^_BLOCK`` over ``T/_BLOCK`` block heads — are
-solved by the same function, recursively. The result equals verl's loop to float32 rounding.
+**How it is computed.** No Python loop over tokens. On rows with holes (a valid token after a
+masked one: multi-turn observation spans, left padding) the recursion runs on the rows as they
+are, as a scan with a per-position multiplier — ``c`` on a valid token, 1 on a masked one, whose
+input is zeroed — so a masked position carries the next valid token's value. On reversed rows,
+cut into blocks of ``_VAR_BLOCK`` tokens, ``S_u = W_u·(Σ_{v≤u} x_v / W_v + S_before)`` with
+``W`` the running product of the multipliers within the block (one cumulative product and one
+cumulative sum; blocks are short enough that ``W`` stays far from underflow), and the values at
+the block ends — the same recursion with the block products as multipliers — are scanned in
+float64 by the same function (or a loop over a few block heads). GAE needs one such scan: with
+``n(k)`` the valid token after ``k``, ``A_k = r_k − V_k + S_{n(k)}`` where ``S`` scans
+``γλ·r + γ(1 − λ)·V``. When no row has a hole (plain right padding, one check per call) the
+coefficient is constant and the scan is blocked: the time axis is cut into blocks of
+``_BLOCK`` tokens, each block is solved in closed form by one matmul with the triangular matrix
+``U[j, i] = c^(j−i)`` (entries ≤ 1, so no power of c overflows; the ones that underflow are
+negligible next to the rest), and the carries between blocks — the same recursion with
+coefficient ``c^_BLOCK`` over ``T/_BLOCK`` block heads — are solved by the same function,
+recursively. With ``c = 1`` over rows with holes, a reverse cumulative sum of the rewards zeroed
+at masked positions is the whole scan. Coefficients too small for the per-position scan's
+blocks (``γλ < ~1/32``) and ``remask=False`` on rows with holes use compaction instead: valid
+tokens moved to the front of their row by one scatter, the constant-coefficient scan, one
+gather back. Large (B, T) buffers are reused once spent, so a call holds about two of them
+(its outputs). The result equals verl's loop to float32 rounding.
 """
 
 from __future__ import annotations
+
+import math
 
 import attrs
 import torch
@@ -68,7 +81,7 @@ def discounted_reverse_cumsum(x: torch.Tensor, c: float, block: int = _BLOCK) ->
     if T == 0 or B == 0:
         return x.clone()
     if c == 1.0:
-        return x.flip(-1).cumsum(-1).flip(-1)
+        return x.flip(-1).cumsum_(-1).flip(-1)
     if c == 0.0:
         return x.clone()
     if T <= block:
@@ -81,17 +94,48 @@ def discounted_reverse_cumsum(x: torch.Tensor, c: float, block: int = _BLOCK) ->
     starts = discounted_reverse_cumsum(local[:, :, 0], c**block, block)
     carry_in = torch.nn.functional.pad(starts[:, 1:], (0, 1))  # value at the start of block b + 1
     decay = torch.tensor(c, dtype=torch.float64).pow(torch.arange(block, 0, -1, dtype=torch.float64))
-    out = local + carry_in[:, :, None] * decay.to(dtype=x.dtype, device=x.device)
-    return out.view(B, n_blocks * block)[:, :T]
+    local.addcmul_(carry_in[:, :, None], decay.to(dtype=x.dtype, device=x.device))
+    return local.view(B, n_blocks * block)[:, :T]
+
+
+def _reverse_scan_into(x: torch.Tensor, c: float, out: torch.Tensor) -> torch.Tensor:
+    """:func:`discounted_reverse_cumsum` of ``x`` (B, T) written into ``out`` (B, T, contiguous,
+    not overlapping ``x``), so that no (B, T) buffer is allocated: the blocked scan (c = 1
+    included: its matmul is as fast as a cumulative sum, and needs no reversed copies)."""
+    B, T = x.shape
+    block = _BLOCK
+    if T % block or T <= block or c == 0.0 or B == 0 or not out.is_contiguous():
+        return out.copy_(discounted_reverse_cumsum(x, c))
+    n_blocks = T // block
+    local = torch.matmul(
+        x.reshape(B, n_blocks, block), _triangular(c, block, x.dtype, x.device), out=out.view(B, n_blocks, block)
+    )
+    starts = discounted_reverse_cumsum(local[:, :, 0], c**block, block)
+    carry_in = torch.nn.functional.pad(starts[:, 1:], (0, 1))
+    decay = torch.tensor(c, dtype=torch.float64).pow(torch.arange(block, 0, -1, dtype=torch.float64))
+    local.addcmul_(carry_in[:, :, None], decay.to(dtype=x.dtype, device=x.device))
+    return out
+
+
+def _valid_reverse_cumsum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``y_t = Σ_{j ≥ t, mask_j} x_j`` along the last axis (NaN or inf at masked positions
+    ignored): the reversed rows are masked and summed in place, so the only (B, T) buffers
+    are the reversed copy and the result."""
+    flipped = x.flip(-1)
+    torch.where(mask.flip(-1), flipped, ops.scalar_zero(x), out=flipped)
+    return flipped.cumsum_(-1).flip(-1)
 
 
 def _has_holes(mask: torch.Tensor) -> bool:
     """True when some row has a valid token after a masked one (multi-turn observation spans,
     left padding). Without holes every row is a valid prefix plus trailing padding, and the
     scan can run in place on the zero-filled rows, with no compaction."""
-    if mask.shape[1] < 2:
+    B, T = mask.shape
+    if T < 2 or B == 0:
         return False
-    return bool((mask[:, 1:] & ~mask[:, :-1]).any())
+    m = mask.view(torch.int8)  # a masked → valid step is the only +1 between neighbours
+    rows = max(1, (1 << 16) // T)  # blocks of rows keep the difference small (no fresh pages)
+    return any(bool((blk[:, 1:] - blk[:, :-1]).amax() > 0) for blk in m.split(rows))
 
 
 def _packing(mask: torch.Tensor):
@@ -131,6 +175,94 @@ def _skip_scan(x: torch.Tensor, mask: torch.Tensor, c: float, packing) -> torch.
     """
     y = discounted_reverse_cumsum(_front_packed(x, mask, packing), c)
     return y if packing is None else torch.gather(y, 1, packing[0])
+
+
+_VAR_BLOCK = 128
+"""Tokens per block of the masked scan (one cumulative product and one cumulative sum per block)."""
+
+_RANGE_BITS = {torch.float32: 40.0, torch.float64: 900.0}
+"""How small (in powers of two) a product of multipliers within one block may get: far from
+the dtype's underflow, so dividing by it and multiplying back keeps full relative precision."""
+
+_MIN_VAR_BLOCK = 8
+"""Smallest useful block; a coefficient that forces a smaller one goes to the packed scan."""
+
+
+def _var_block(bits: float, dtype: torch.dtype) -> int:
+    """Block length for multipliers ≥ 2^−bits: their product over a block stays ≥ 2^−range."""
+    return _VAR_BLOCK if bits <= 0 else min(_VAR_BLOCK, int(_RANGE_BITS.get(dtype, 40.0) // bits))
+
+
+def _forward_scan(x: torch.Tensor, a: torch.Tensor, bits: float) -> torch.Tensor:
+    """``S_u = x_u + a_u·S_{u−1}`` along the last axis (``S_{−1} = 0``), every ``a_u`` in
+    ``[2^−bits, 1]``; ``x`` and ``a`` (B, N), same float dtype, are overwritten.
+
+    Blocked: within a block, with ``W_u`` the running product of ``a`` from the block's start,
+    ``S_u = W_u·(Σ_{v≤u} x_v / W_v + S_before)`` — one cumulative product and one cumulative
+    sum. ``W`` stays ≥ 2^−40 (float32) because the block is short enough for ``bits``. The values
+    at the block ends obey the same recursion with the block products as multipliers; it runs
+    in float64 (range for long blocks) by this same function, or by a loop when only a few
+    blocks remain.
+    """
+    B, N = x.shape
+    block = _var_block(bits, x.dtype)
+    if N <= block:
+        w = a.cumprod_(1)
+        return x.div_(w).cumsum_(1).mul_(w)
+    if block < 2 or N <= 8:
+        out = torch.empty_like(x)
+        h = torch.zeros_like(x[:, 0])
+        for u in range(N):
+            h = torch.addcmul(x[:, u], a[:, u], h)
+            out[:, u] = h
+        return out
+    n_blocks = -(-N // block)
+    if n_blocks * block != N:
+        x = torch.nn.functional.pad(x, (0, n_blocks * block - N))
+        a = torch.nn.functional.pad(a, (0, n_blocks * block - N), value=1.0)
+    w = a.view(B, n_blocks, block).cumprod_(-1)
+    y = x.view(B, n_blocks, block).div_(w).cumsum_(-1)
+    w_end = w[:, :, -1].to(torch.float64, copy=True)
+    ends = _forward_scan(y[:, :, -1].to(torch.float64) * w_end, w_end, bits * block)
+    carry = torch.nn.functional.pad(ends[:, :-1], (1, 0)).to(x.dtype)  # S just before each block
+    y.add_(carry[:, :, None]).mul_(w)
+    return y.view(B, n_blocks * block)[:, :N]
+
+
+def _masked_scan_ok(c: float, dtype: torch.dtype) -> bool:
+    """Whether :func:`_masked_reverse_scan` takes coefficient ``c`` (else: the packed scan)."""
+    return 0.0 < c < 1.0 and _var_block(-math.log2(c), dtype) >= _MIN_VAR_BLOCK
+
+
+def _masked_reverse_scan(x: torch.Tensor, mask: torch.Tensor, c: float) -> torch.Tensor:
+    """``y_t = x_t + c·y_{t+1}`` over each row's valid positions, without packing the rows.
+
+    A masked position multiplies by 1 and adds nothing (whatever ``x`` holds there), so it
+    carries the value of the next valid position of its row (0 if none): the same result as
+    ``_skip_scan``. The reversed rows go through :func:`_forward_scan` with multiplier ``c`` on
+    valid tokens and 1 on masked ones. ``_masked_scan_ok(c, x.dtype)`` must hold.
+    """
+    return _masked_scan_of_reversed(x.flip(1), mask, c)
+
+
+def _masked_scan_of_reversed(x_reversed: torch.Tensor, mask: torch.Tensor, c: float) -> torch.Tensor:
+    """:func:`_masked_reverse_scan` of ``x`` given its reversed rows ``x_reversed`` (B, T), a
+    temporary of the caller's that is used as scratch space (its content is lost; it may be
+    reused afterwards). The result is written over the multipliers' buffer, so the scan holds
+    two (B, T) buffers in all."""
+    reversed_mask = mask.flip(1)
+    ops.zero_masked_(x_reversed, reversed_mask)
+    coef = torch.tensor(c, dtype=x_reversed.dtype, device=x_reversed.device)
+    if c >= 0.5:
+        # 1 + (c − 1)·m is exactly c or 1: c − 1 is exact for c in [1/2, 1) (Sterbenz), and so
+        # is adding 1 back; from the mask's bytes this is cheaper than a select.
+        multipliers = reversed_mask.view(torch.uint8).to(x_reversed.dtype)
+        multipliers.mul_(coef.item() - 1.0).add_(1.0)
+    else:
+        multipliers = torch.where(reversed_mask, coef, torch.ones_like(coef))
+    scanned = _forward_scan(x_reversed, multipliers, -math.log2(c))
+    backwards = torch.arange(mask.shape[1] - 1, -1, -1, device=mask.device)
+    return torch.index_select(scanned, 1, backwards, out=multipliers)
 
 
 # --------------------------------------------------------------------------- shared helpers
@@ -204,6 +336,10 @@ def gae(*, token_rewards, mask, index=None, values=None, config: GAEConfig):
         holes = _has_holes(mask)
         if holes and config.remask and gamma * lam == 1.0:
             return _gae_telescoped(rewards, values, mask, config.whiten)
+        if holes and config.remask and _masked_scan_ok(gamma * lam, dtype):
+            return _gae_masked_scan(rewards, values, mask, gamma, lam, config.whiten)
+        if not holes and config.remask:
+            return _gae_prefix(rewards, values, mask, gamma, lam, config.whiten)
         packing = _packing(mask) if holes else None
         r = _front_packed(rewards, mask, packing)  # (B, T): valid tokens packed in front,
         v = _front_packed(values, mask, packing)  # zeros after each row's last valid token
@@ -221,7 +357,9 @@ def gae(*, token_rewards, mask, index=None, values=None, config: GAEConfig):
         else:
             returns = ops.zero_masked(advantages + values, mask)
         if config.whiten:
-            advantages = ops.masked_whiten(advantages, mask, remask=config.remask, masked_are_zero=packing is None)
+            advantages = ops.masked_whiten(
+                advantages, mask, remask=config.remask, masked_are_zero=packing is None, inplace=True
+            )
         elif config.remask and packing is not None:
             advantages = ops.zero_masked(advantages, mask)
     return advantages, returns
@@ -238,10 +376,64 @@ def _gae_telescoped(rewards, values, mask, whiten):
     last one), and ``returns = A + V`` is the plain reward-to-go. A reverse cumulative sum of
     the rewards zeroed at masked positions gives that sum at every valid position directly.
     """
-    returns = ops.zero_masked(discounted_reverse_cumsum(ops.zero_masked(rewards, mask), 1.0), mask)
-    advantages = ops.zero_masked(returns - values, mask)
+    returns = _valid_reverse_cumsum(rewards, mask)
+    zero = ops.scalar_zero(returns)
+    torch.where(mask, returns, zero, out=returns)
+    advantages = returns - values
+    torch.where(mask, advantages, zero, out=advantages)
     if whiten:
-        advantages = ops.masked_whiten(advantages, mask, remask=True, masked_are_zero=True)
+        advantages = ops.masked_whiten(advantages, mask, remask=True, masked_are_zero=True, inplace=True)
+    return advantages, returns
+
+
+def _gae_masked_scan(rewards, values, mask, gamma, lam, whiten):
+    """``gae`` with masked positions zeroed, for rows with holes, by one masked scan (no packing).
+
+    Writing ``n(k)`` for the valid position after ``k`` and ``c = γλ``, the advantage
+    ``A_k = δ_k + c·A_{n(k)}`` with ``δ_k = r_k − V_k + γ·V_{n(k)}`` unrolls to
+    ``A_k = r_k − V_k + S_{n(k)}``, where ``S_j = z_j + c·S_{n(j)}`` is the skip scan of
+    ``z = c·r + γ(1 − λ)·V`` (each ``V_{n(k)}`` of a δ meets the ``−c·V`` of the next term). The
+    scan's value at ``k + 1`` is ``S_{n(k)}`` whatever lies between, so one masked scan of
+    ``z`` gives every advantage. The scan is linear, so it runs on ``z / (γλ)`` and the factor
+    joins at the end. Spent (B, T) buffers are reused: the call holds two (its outputs).
+    """
+    c = gamma * lam
+    # the scan is linear: scan(c·y) = c·scan(y) with y = r + (1 − λ)/λ·V, so c joins at the end
+    y = torch.add(rewards, values, alpha=(1.0 - lam) / lam) if lam != 1.0 else rewards
+    y_reversed = y.flip(1)
+    del y
+    scanned = _masked_scan_of_reversed(y_reversed, mask, c)
+    advantages = torch.sub(rewards, values, out=y_reversed)  # y's buffer, spent by the scan
+    advantages[:, :-1].add_(scanned[:, 1:], alpha=c)
+    return _remask_and_whiten(advantages, values, mask, whiten, spare=scanned)
+
+
+def _gae_prefix(rewards, values, mask, gamma, lam, whiten):
+    """``gae`` with masked positions zeroed, for rows without holes (valid prefix, then padding).
+
+    ``δ_k = r_k − V_k + γ·V_{k+1}`` with ``V_{k+1}`` taken as 0 past a row's last valid token,
+    δ = 0 on the padding, then the constant-coefficient scan; spent (B, T) buffers are reused,
+    so the call holds two (its outputs).
+    """
+    following = ops.zero_masked(values, mask)  # V, 0 on the padding
+    delta = rewards - values
+    if gamma != 0.0 and delta.shape[1] > 1:
+        delta[:, :-1].add_(following[:, 1:], alpha=gamma)
+    ops.zero_masked_(delta, mask)
+    advantages = _reverse_scan_into(delta, gamma * lam, out=following)
+    return _remask_and_whiten(advantages, values, mask, whiten, spare=delta)
+
+
+def _remask_and_whiten(advantages, values, mask, whiten, spare):
+    """``advantages`` (a temporary) zeroed at masked positions, ``returns = A + V`` likewise
+    (written over ``spare``, a spent (B, T) buffer), then the whitening in place:
+    ``(advantages, returns)``."""
+    ops.zero_masked_(advantages, mask)
+    returns = ops.zero_masked_(torch.add(advantages, values, out=spare), mask)
+    if whiten:
+        advantages = ops.masked_whiten(
+            advantages, mask, remask=True, masked_are_zero=True, inplace=True
+        )
     return advantages, returns
 
 
@@ -253,16 +445,33 @@ class ReturnConfig:
 
 
 def _discounted_return(token_rewards, mask, gamma):
-    """G over the valid tokens (observation tokens skipped), 0 at masked positions."""
+    """G over the valid tokens (observation tokens skipped), 0 at masked positions.
+
+    Returns ``(returns, spare)``: ``spare`` is a spent (B, T) buffer of the returns' dtype that
+    the caller may overwrite (None when there is none), so that the estimator's second output
+    needs no fresh allocation.
+    """
     rewards = token_rewards.detach().to(_float_dtype(token_rewards))
-    if gamma == 1.0 and _has_holes(mask):
+    holes = _has_holes(mask)
+    if gamma == 1.0 and rewards.numel():
         # Return-to-go over the valid tokens is a plain reverse cumulative sum of the rewards
         # zeroed at masked positions; no packing needed.
-        return ops.zero_masked(discounted_reverse_cumsum(ops.zero_masked(rewards, mask), 1.0), mask)
-    packing = _packing(mask) if _has_holes(mask) else None
-    returns = _skip_scan(rewards, mask, gamma, packing)
-    # Without holes the scan already left 0 on each row's trailing padding.
-    return returns if packing is None else ops.zero_masked(returns, mask)
+        flipped = rewards.flip(1)
+        ops.zero_masked_(flipped, mask.flip(1))
+        returns = flipped.cumsum_(1).flip(1)
+        if holes:
+            ops.zero_masked_(returns, mask)
+        return returns, flipped
+    if holes and _masked_scan_ok(gamma, rewards.dtype):
+        reversed_rewards = rewards.flip(1)
+        returns = _masked_scan_of_reversed(reversed_rewards, mask, gamma)
+        return ops.zero_masked_(returns, mask), reversed_rewards
+    if not holes:
+        # Without holes the scan leaves 0 on each row's trailing padding.
+        zeroed = ops.zero_masked(rewards, mask)
+        return _reverse_scan_into(zeroed, gamma, out=torch.empty_like(zeroed)), zeroed
+    returns = _skip_scan(rewards, mask, gamma, _packing(mask))
+    return ops.zero_masked(returns, mask), None
 
 
 def reinforce(*, token_rewards, mask, index=None, values=None, config: ReturnConfig):
@@ -277,8 +486,9 @@ def reinforce(*, token_rewards, mask, index=None, values=None, config: ReturnCon
     where = "advantage_estimator 'reinforce'"
     _check_inputs(where, token_rewards, mask)
     with torch.no_grad():
-        returns = _discounted_return(token_rewards, mask, config.gamma)
-    return returns, returns.clone()
+        returns, spare = _discounted_return(token_rewards, mask, config.gamma)
+        copy = returns.clone() if spare is None else spare.copy_(returns)
+    return returns, copy
 
 
 def reinforce_plus_plus(*, token_rewards, mask, index=None, values=None, config: ReturnConfig):
@@ -295,8 +505,8 @@ def reinforce_plus_plus(*, token_rewards, mask, index=None, values=None, config:
     where = "advantage_estimator 'reinforce_plus_plus'"
     _check_inputs(where, token_rewards, mask)
     with torch.no_grad():
-        returns = _discounted_return(token_rewards, mask, config.gamma)
-        advantages = ops.masked_whiten(returns, mask, remask=True, masked_are_zero=True)
+        returns, spare = _discounted_return(token_rewards, mask, config.gamma)
+        advantages = ops.masked_whiten(returns, mask, remask=True, masked_are_zero=True, out=spare)
     return advantages, returns
 
 

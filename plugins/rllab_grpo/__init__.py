@@ -84,7 +84,7 @@ def _scores(where: str, token_rewards, mask, index, mask_scores: bool):
         if not all_finite:
             ops.check_finite(where, "token_rewards", rewards, mask)
         scores = ops.masked_sum(rewards, mask, dim=1)
-        counted = mask.any(dim=1)
+        counted = ops.row_any(mask)
     else:
         if not all_finite:
             ops.check_finite(where, "token_rewards", rewards)

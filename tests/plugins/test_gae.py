@@ -456,3 +456,38 @@ def test_registration():
 def test_knob_validation(name, knobs, match):
     with pytest.raises(rllab.ConfigError, match=match):
         estimator(name, **knobs)
+
+
+@pytest.mark.parametrize("c", [0.1, 0.5, 0.9, 0.99, 0.9999])
+@pytest.mark.parametrize("T", [100, 1000, 40000])
+def test_masked_scan_on_long_rows_matches_skip_scan(c, T):
+    """The unpacked masked scan (blocked running products, block ends scanned again in float64)
+    agrees with the packed scan to float32 rounding (no worse than a float32 per-token loop),
+    over rows long enough for several levels."""
+    from rllab_gae import _masked_reverse_scan, _masked_scan_ok, _packing, _skip_scan
+
+    g = torch.Generator().manual_seed(T)
+    B = 3
+    x = torch.randn(B, T, generator=g, dtype=torch.float64)
+    m = torch.rand(B, T, generator=g) > 0.3
+    m[:, T // 3 : T // 3 + T // 10] = False  # a long observation span
+    m[0] = False  # an all-masked row
+    ref = _skip_scan(x, m, c, _packing(m))
+    scale = ref.abs().max()
+    loop32 = _loop_skip_scan(x.float(), m, c).double()
+    loop_dev = ((loop32 - ref).abs().max() / scale).item()
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, max(2e-6, 1.5 * loop_dev))):
+        assert _masked_scan_ok(c, dtype)
+        got = _masked_reverse_scan(x.to(dtype), m, c).double()
+        assert ((got - ref).abs().max() / scale).item() < tol, (dtype, c, T)
+        assert (got[0] == 0).all()
+
+
+def _loop_skip_scan(x, m, c):
+    """y_t = x_t + c·y_{t+1} over valid positions, a masked one carrying y, in x's dtype."""
+    out = torch.zeros_like(x)
+    running = torch.zeros(x.shape[0], dtype=x.dtype)
+    for t in reversed(range(x.shape[1])):
+        running = torch.where(m[:, t], x[:, t] + c * running, running)
+        out[:, t] = running
+    return out
