@@ -77,18 +77,17 @@ def _scores(where: str, token_rewards, mask, index, mask_scores: bool):
         raise TypeError(f"{where}: index must hold integer group ids, got {index.dtype}")
     dtype = torch.promote_types(token_rewards.dtype, torch.float32)
     rewards = token_rewards.detach().to(dtype)
-    # A finite total proves every entry finite in one cheap reduction; otherwise (or if the
-    # total merely overflowed) the exact check decides and names the rows.
-    all_finite = bool(torch.isfinite(rewards.sum()))
     if mask_scores:
-        if not all_finite:
-            ops.check_finite(where, "token_rewards", rewards, mask)
+        # the masked row sums are finite exactly when every valid entry is (unless a sum
+        # overflowed: the exact check then decides and names the rows)
         scores = ops.masked_sum(rewards, mask, dim=1)
+        if not bool(torch.isfinite(scores.sum())):
+            ops.check_finite(where, "token_rewards", rewards, mask)
         counted = ops.row_any(mask)
     else:
-        if not all_finite:
-            ops.check_finite(where, "token_rewards", rewards)
         scores = rewards.sum(dim=1)
+        if not bool(torch.isfinite(scores.sum())):
+            ops.check_finite(where, "token_rewards", rewards)
         counted = torch.ones_like(scores, dtype=torch.bool)
     return scores, counted, dtype
 
@@ -104,9 +103,11 @@ def _segment_sum(x: torch.Tensor, inverse: torch.Tensor, n: int) -> torch.Tensor
 
 
 def _broadcast(per_row: torch.Tensor, mask: torch.Tensor):
-    """Row scalars → (B, T) advantages (0 at masked positions); returns = advantages."""
+    """Row scalars → (B, T) advantages (0 at masked positions); returns *is* advantages — the
+    same tensor, as verl's outcome estimators return ``scores, scores`` (a second (B, T) copy
+    costs as much as the rest of the estimator; nothing in rllab writes into either)."""
     advantages = ops.zero_masked(per_row[:, None].expand(mask.shape), mask)
-    return advantages, advantages.clone()
+    return advantages, advantages
 
 
 # --------------------------------------------------------------------------- grpo
