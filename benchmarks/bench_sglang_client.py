@@ -13,6 +13,7 @@ client's own work plus loopback HTTP. Per workload (P prompts × n samples × T 
 
     python benchmarks/bench_sglang_client.py
     python benchmarks/bench_sglang_client.py --repeats 5 --steps 3 --per-request 1 4
+    python benchmarks/bench_sglang_client.py --rounds 5 --per-request 16   # the share, in alternating rounds
 """
 
 from __future__ import annotations
@@ -97,15 +98,36 @@ def embedded_step_time(steps: int) -> float:
     return statistics.median(times)
 
 
+def share_rounds(lab, rounds: int, steps: int, repeats: int, per_request: int) -> None:
+    """The client's share of the default step, measured in alternating rounds (the embedded step,
+    then the client, in the same minute): this machine's speed drifts by up to 2x over minutes,
+    so a ratio from one round is fairer than two numbers taken apart."""
+    shares = []
+    for r in range(rounds):
+        step = embedded_step_time(steps)
+        gcpu, acpu, _, _ = measure_client(lab, 16, 8, 8, per_request, repeats)
+        shares.append(((gcpu + acpu) / step, gcpu / step))
+        print(f"round {r + 1}: embedded step {step * 1e3:.1f} ms, client {gcpu * 1e3:.2f} ms + assembly "
+              f"{acpu * 1e3:.2f} ms = {100 * shares[-1][0]:.2f}% ({100 * shares[-1][1]:.2f}% without assembly)", flush=True)
+    both = sorted(s[0] for s in shares)
+    print(f"share of the default step, client + assembly: median {100 * statistics.median(both):.2f}% "
+          f"[{100 * both[0]:.2f}, {100 * both[-1]:.2f}] over {rounds} rounds")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--steps", type=int, default=3, help="embedded default steps timed")
     ap.add_argument("--per-request", type=int, nargs="+", default=[1, 8, 16])
+    ap.add_argument("--rounds", type=int, default=0, help="only the default workload's share, in this many alternating rounds")
     args = ap.parse_args()
     torch.set_num_threads(1)
     lab = rllab.Lab()
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
+    if args.rounds:
+        share_rounds(lab, args.rounds, args.steps, args.repeats, args.per_request[-1])
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        return
     step = embedded_step_time(args.steps)
     print(f"embedded default (hf backend, 16 prompts x 8 samples x <=8 tokens): {step * 1000:.1f} ms / step")
     print("generate = build + send + parse (CPU of this process, and wall); assembly = RolloutBatch.from_completions")

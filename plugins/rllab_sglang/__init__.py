@@ -222,7 +222,7 @@ class SGLangBackendConfig:
     )
     tp_size: int = rllab.knob(1, help="tensor-parallel ranks of each server (weight_sync = 'tensor' sends one payload per rank)", ge=1)
     prompts_per_request: int = rllab.knob(
-        8, help="prompts batched into one /generate request (× n rows; SGLang warns above 128 rows with n > 1)", ge=1
+        16, help="prompts batched into one /generate request (× n rows; SGLang warns above 128 rows with n > 1)", ge=1
     )
     max_in_flight: int = rllab.knob(64, help="most /generate requests outstanding at once (over all servers)", ge=1)
     timeout_s: float = rllab.knob(600.0, help="per-request time limit in seconds", gt=0.0)
