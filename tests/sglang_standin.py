@@ -132,6 +132,8 @@ class StandIn:
         self._dead = False
         self._backend = None
         self._groups: dict[str, Any] = {}  # weight_sync = "distributed": group name → process group
+        self.tp_size, self.dp_size = 1, 1
+        """What ``/server_info`` reports (the stand-in itself is one rank)."""
         self._seed = seed
         if model_path is not None and instant_tokens is None:
             self._load(str(model_path))
@@ -448,7 +450,8 @@ class StandIn:
                 self.api.decode_GetModelInfoResponse(info)
             return 200, info
         if path in ("/get_server_info", "/server_info"):
-            return 200, {"version": "0.5.23", "weight_version": self.weight_version, "skip_tokenizer_init": True}
+            return 200, {"version": "0.5.23", "weight_version": self.weight_version, "skip_tokenizer_init": True,
+                         "tp_size": self.tp_size, "dp_size": self.dp_size}
         if path == "/update_weights_from_disk":
             unknown = set(body) - UPDATE_FROM_DISK_FIELDS
             if unknown or not isinstance(body.get("model_path"), str):

@@ -220,7 +220,10 @@ class SGLangBackendConfig:
     sync_dir: str | None = rllab.knob(
         None, help="directory for weight snapshots, visible to every server; None: a private temporary directory"
     )
-    tp_size: int = rllab.knob(1, help="tensor-parallel ranks of each server (weight_sync = 'tensor' sends one payload per rank)", ge=1)
+    tp_size: int = rllab.knob(
+        1, help="tensor-parallel ranks of each server ('tensor' sends one payload per rank; 'distributed': each rank "
+        "joins the group, checked against the server's /server_info)", ge=1
+    )
     prompts_per_request: int = rllab.knob(
         16, help="prompts batched into one /generate request (× n rows; SGLang warns above 128 rows with n > 1)", ge=1
     )
@@ -901,6 +904,8 @@ class SGLangBackend:
                     f"(it is on {devices}); set [model] device = \"cuda\", distributed_backend = \"gloo\", or weight_sync = \"disk\""
                 )
         if self._group is None:
+            for u in targets:
+                await self._check_parallelism(u)
             group = WeightGroup(
                 address=c.distributed_address or route_address(targets),
                 port=c.distributed_port or _free_port(),
@@ -931,6 +936,37 @@ class SGLangBackend:
                 if session:
                     await self._admin(u, "/end_weight_update", {}, "/end_weight_update")
         self._sync_bytes = sent
+
+    async def _check_parallelism(self, url: str) -> None:
+        """Refuse before anyone blocks on a rendezvous: a server whose tensor-parallel size is not
+        ``tp_size`` would leave the group short of a rank (or over it) until ``timeout_s``, and
+        SGLang takes distributed updates only with one data-parallel rank. Servers that do not
+        report their arguments are trusted."""
+        info = None
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                status, raw = await self._call("GET", url, path, timeout=min(30.0, self.config.timeout_s))
+            except _Retry:
+                return
+            if status == 200:
+                try:
+                    info = json.loads(raw)
+                except ValueError:
+                    info = None
+                break
+        if not isinstance(info, dict):
+            return
+        tp, dp = info.get("tp_size"), info.get("dp_size")
+        if isinstance(tp, int) and tp != self.config.tp_size:
+            raise SGLangWeightSyncError(
+                f"sglang: {url} runs with tp_size {tp} but the backend's tp_size is {self.config.tp_size}: "
+                f"set backend.tp_size = {tp} (each of its tensor-parallel ranks joins the weight-update group)"
+            )
+        if isinstance(dp, int) and dp > 1:
+            raise SGLangWeightSyncError(
+                f"sglang: {url} runs with dp_size {dp}; SGLang takes weight_sync = 'distributed' only with one "
+                f"data-parallel rank: run one server per replica (list them in admin_urls) or use weight_sync = 'disk'"
+            )
 
     def _drop_group(self) -> None:
         group, self._group = self._group, None

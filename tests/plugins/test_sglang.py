@@ -629,6 +629,17 @@ def test_distributed_sync_errors_name_the_fix(lab, fresh, tiny):
     assert fresh.updates == [] and b.version is None
 
 
+def test_distributed_sync_checks_the_servers_parallelism_first(lab, fresh, tiny):
+    b = make(lab, fresh.url, weight_sync="distributed", distributed_backend="gloo", tp_size=2)
+    with pytest.raises(S.SGLangWeightSyncError, match="runs with tp_size 1 but the backend's tp_size is 2: set backend.tp_size = 1"):
+        b.update_weights(tiny[0])
+    fresh.dp_size = 2
+    b = make(lab, fresh.url, weight_sync="distributed", distributed_backend="gloo")
+    with pytest.raises(S.SGLangWeightSyncError, match="dp_size 2.*one server per replica"):
+        b.update_weights(tiny[0])
+    assert not [p for p, _ in fresh.requests if p == "/init_weights_update_group"]  # nobody was left waiting
+
+
 def test_distributed_sync_shows_the_servers_refusal(lab, fresh, tiny):
     fresh.fail_next(400, "Failed to initialize custom process group: cannot reach 10.0.0.9:1234.", path="/init_weights_update_group")
     b = make(lab, fresh.url, weight_sync="distributed", distributed_backend="gloo", timeout_s=5.0)
