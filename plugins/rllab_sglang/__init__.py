@@ -69,6 +69,7 @@ import asyncio
 import atexit
 import base64
 import concurrent.futures
+import contextlib
 import functools
 import json
 import os
@@ -493,6 +494,23 @@ def tensor_payload(model: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
+@contextlib.contextmanager
+def _quiet_transformers():
+    """transformers' own progress bars off for the duration (restored after)."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # pragma: no cover - a policy saved with save_pretrained comes from transformers
+        yield
+        return
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def _is_path(model: Any) -> bool:
     return isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")
 
@@ -789,7 +807,8 @@ class SGLangBackend:
         final = self.sync_dir / f"v{version}"
         tmp = self.sync_dir / f".tmp-v{version}-{uuid.uuid4().hex[:8]}"
         try:
-            model.save_pretrained(tmp, safe_serialization=True)
+            with _quiet_transformers():  # a sync per step: no "Writing model shards" bar each time
+                model.save_pretrained(tmp, safe_serialization=True)
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)

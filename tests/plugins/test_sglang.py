@@ -496,6 +496,16 @@ def test_disk_sync_is_atomic_and_versions_every_completion(lab, fresh, tiny, tmp
     b.close()
 
 
+def test_disk_sync_prints_no_bar_per_step(lab, fresh, tiny, capfd):
+    from transformers.utils import logging as hf_logging
+
+    b = make(lab, fresh.url)
+    capfd.readouterr()
+    b.update_weights(tiny[0])
+    assert "Writing model shards" not in capfd.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()  # restored for everything else
+
+
 def test_every_server_gets_the_weights(lab, tiny):
     with StandIn(tiny[2]) as a, StandIn(tiny[2]) as c, StandIn(tiny[2]) as router:
         # requests go to the "router"; its workers, listed in admin_urls, receive the weights
