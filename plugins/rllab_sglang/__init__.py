@@ -252,7 +252,8 @@ class SGLangBackendConfig:
             fields = attrs.fields(type(self))
             set_ = [f.name for f in fields if f.name.startswith("distributed_") and getattr(self, f.name) != f.default]
             if set_:
-                raise ValueError(f"{', '.join(set_)} only act with weight_sync = 'distributed' (weight_sync is {self.weight_sync!r})")
+                verb = "acts" if len(set_) == 1 else "act"
+                raise ValueError(f"{', '.join(set_)} {verb} only with weight_sync = 'distributed' (weight_sync is {self.weight_sync!r})")
 
 
 # --------------------------------------------------------------------------- helpers

@@ -145,7 +145,7 @@ def test_config_errors(lab):
         lab.get("rollout_backend", "sglang", urls="localhost:30000")
     with pytest.raises(rllab.ConfigError, match="set urls"):  # refused with the config, before anything starts
         lab.get("rollout_backend", "sglang")
-    with pytest.raises(rllab.ConfigError, match="distributed_port only act with"):
+    with pytest.raises(rllab.ConfigError, match="distributed_port acts only with"):
         lab.get("rollout_backend", "sglang", urls="http://127.0.0.1:1", distributed_port=29500)
 
 
@@ -631,7 +631,7 @@ def test_distributed_sync_broadcasts_every_tensor_to_a_server_in_another_process
 
 
 def test_distributed_sync_errors_name_the_fix(lab, fresh, tiny):
-    with pytest.raises(rllab.ConfigError, match="distributed_backend only act with weight_sync = 'distributed'"):
+    with pytest.raises(rllab.ConfigError, match="distributed_backend acts only with weight_sync = 'distributed'"):
         lab.get("rollout_backend", "sglang", urls=fresh.url, distributed_backend="gloo")
     b = make(lab, fresh.url, weight_sync="distributed")  # nccl, the default, with a CPU policy
     with pytest.raises(S.SGLangWeightSyncError, match="needs the policy on CUDA.*distributed_backend"):
