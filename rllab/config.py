@@ -425,7 +425,7 @@ def _check_reward_components(lab: Lab, components: dict, rollout: Any, *, text: 
     if weights is not None and len(weights) != len(names):
         raise ConfigError(
             f"{where}: [advantage] reward_weights{line_of(text, 'advantage', 'reward_weights')}: {who} has "
-            f"{len(weights)} weights for the {len(names)} reward components {names!r} of task {task.name!r}.",
+            f"{len(weights)} weight{'s' * (len(weights) != 1)} for the {len(names)} reward components {names!r} of task {task.name!r}.",
             key="reward_weights",
         )
     if getattr(rollout, "overlong_buffer", 0) > 0:
