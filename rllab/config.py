@@ -399,16 +399,13 @@ def _check_algorithm_fit(lab: Lab, components: dict, *, explicit: set[str], text
 
 
 def _check_reward_components(lab: Lab, components: dict, rollout: Any, *, text: str, where: str) -> None:
-    """An estimator that normalises each reward component on its own (``fn.needs_reward_components``)
-    needs a task with K ≥ 2 components, its ``reward_weights`` knob K entries, and no overlong
-    penalty (which shapes only the scalar score). K comes from the task factory's
-    ``reward_components(config)``; a task that declares nothing there is checked on its first batch."""
+    """An estimator with ``fn.needs_reward_components`` needs K ≥ 2 task reward components (from the
+    factory's ``reward_components(config)``; else checked on the first batch), K ``reward_weights``
+    and no overlong penalty (it shapes only the scalar score)."""
     adv, task = components["advantage"], components["task"]
     est = lab.spec("advantage_estimator", adv.name)
-    if not getattr(est.fn, "needs_reward_components", False):
-        return
     declare = getattr(lab.spec("task", task.name).fn, "reward_components", None)
-    if declare is None:
+    if not getattr(est.fn, "needs_reward_components", False) or declare is None:
         return
     names = tuple(declare(task.config))
     who = f"advantage_estimator {adv.name!r} (plugin {est.provider})"

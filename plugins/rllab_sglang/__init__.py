@@ -863,18 +863,27 @@ class SGLangBackend:
             return False
         return True
 
+    @contextlib.asynccontextmanager
+    async def _weight_update_sessions(self, targets: list[str]):
+        """Every target inside ``/begin_weight_update`` … ``/end_weight_update`` (where it has them)."""
+        opened = []
+        try:
+            for u in targets:
+                if await self._begin(u):
+                    opened.append(u)
+            yield
+        finally:
+            for u in opened:
+                await self._admin(u, "/end_weight_update", {}, "/end_weight_update")
+
     async def _sync_tensor(self, model: Any, version: str) -> None:
         payload = tensor_payload(model)
         await self._get_session()
         targets = self.admin_urls or self.urls
         body = {"serialized_named_tensors": [payload] * self.config.tp_size, "weight_version": version, "flush_cache": True}
-        for u in targets:
-            session = await self._begin(u)
-            try:
+        async with self._weight_update_sessions(targets):
+            for u in targets:
                 await self._admin(u, "/update_weights_from_tensor", body, "/update_weights_from_tensor")
-            finally:
-                if session:
-                    await self._admin(u, "/end_weight_update", {}, "/end_weight_update")
 
     async def _once(self, url: str, path: str, body: dict) -> dict:
         """One admin POST, no retry (a broadcast cannot be replayed half-way); failure raises."""
@@ -944,18 +953,13 @@ class SGLangBackend:
             await self._together(f"joining the weight-update group at {group.address}:{group.port}", group.join, joins)
             self._group = group
         body = {**describe(named), "group_name": self._group.group_name, "weight_version": version, "flush_cache": True}
-        sessions = [await self._begin(u) for u in targets]
-        try:
-            posts = [self._once(u, "/update_weights_from_distributed", body) for u in targets]
-            sent = await self._together("broadcasting the weights", lambda: self._group.send(named), posts)
-        except BaseException:
-            self._drop_group()  # half-way through a broadcast the group is unusable
-            raise
-        finally:
-            for u, session in zip(targets, sessions):
-                if session:
-                    await self._admin(u, "/end_weight_update", {}, "/end_weight_update")
-        self._sync_bytes = sent
+        async with self._weight_update_sessions(targets):
+            try:
+                posts = [self._once(u, "/update_weights_from_distributed", body) for u in targets]
+                self._sync_bytes = await self._together("broadcasting the weights", lambda: self._group.send(named), posts)
+            except BaseException:
+                self._drop_group()  # half-way through a broadcast the group is unusable
+                raise
 
     async def _check_parallelism(self, url: str) -> None:
         """Refuse before anyone blocks on a rendezvous: a server whose tensor-parallel size is not

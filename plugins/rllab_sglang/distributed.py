@@ -43,48 +43,29 @@ def wire_dtype_name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def named_weights(model: Any, dtype: str = "model") -> list[tuple[str, Any]]:
-    """``model``'s state dict as ``[(name, tensor)]`` in order, a tied tensor once (under its first
-    name, as ``save_pretrained`` keeps it), cast to ``dtype`` unless ``"model"``; nothing is copied
-    here (casts happen as each tensor is sent)."""
+def named_weights(model: Any, dtype: str = "model") -> list[tuple[str, Any, Any]]:
+    """``model``'s state dict as ``[(name, tensor, wire dtype)]`` in order, a tied tensor once
+    (under its first name, as ``save_pretrained`` keeps it); the wire dtype is the tensor's own
+    with ``"model"``. Nothing is copied here: :meth:`WeightGroup.send` casts each tensor as it
+    goes, so a cast copy of a large model never exists all at once."""
     import torch
 
     seen: set[tuple[int, int]] = set()
     out = []
     for name, t in model.state_dict().items():
         key = (t.untyped_storage().data_ptr(), t.storage_offset()) if t.numel() else (id(t), 0)
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append((name, t.detach() if dtype == "model" else _Cast(t.detach(), getattr(torch, dtype))))
+        if key not in seen:
+            seen.add(key)
+            out.append((name, t.detach(), t.dtype if dtype == "model" else getattr(torch, dtype)))
     return out
 
 
-class _Cast:
-    """A tensor to be cast when sent (so a bf16 copy of a large model never exists all at once)."""
-
-    def __init__(self, t, dtype):
-        self.t, self.dtype = t, dtype
-        self.shape = t.shape
-
-    def materialise(self):
-        return self.t.to(self.dtype)
-
-
-def _materialise(t):
-    return t.materialise() if isinstance(t, _Cast) else t
-
-
-def _dtype_of(t):
-    return t.dtype if isinstance(t, _Cast) else t.dtype
-
-
-def describe(named: list[tuple[str, Any]]) -> dict:
+def describe(named: list[tuple[str, Any, Any]]) -> dict:
     """The ``names``, ``dtypes`` and ``shapes`` fields of ``/update_weights_from_distributed``."""
     return {
-        "names": [n for n, _ in named],
-        "dtypes": [wire_dtype_name(_dtype_of(t)) for _, t in named],
-        "shapes": [list(t.shape) for _, t in named],
+        "names": [n for n, _, _ in named],
+        "dtypes": [wire_dtype_name(d) for _, _, d in named],
+        "shapes": [list(t.shape) for _, t, _ in named],
     }
 
 
@@ -113,19 +94,15 @@ class WeightGroup:
         _world.pg_group_ranks[pg] = {i: i for i in range(world)}
         self.pg = pg
 
-    def send(self, named: list[tuple[str, Any]]) -> int:
+    def send(self, named: list[tuple[str, Any, Any]]) -> int:
         """Broadcast every tensor from rank 0, in order; returns the bytes sent."""
         import torch.distributed as dist
 
         if self.pg is None:
             raise RuntimeError("send before join")
-        if self.backend == "nccl":
-            where = {str(_materialise_device(t)) for _, t in named}
-            if any(not d.startswith("cuda") for d in where):
-                raise ValueError(f"distributed_backend = 'nccl' sends CUDA tensors; the policy is on {sorted(where)}")
         pending, held, sent = [], 0, 0
-        for _, t in named:
-            x = _materialise(t).contiguous()
+        for _, t, dtype in named:
+            x = t.to(dtype).contiguous()
             pending.append((dist.broadcast(x, src=0, group=self.pg, async_op=True), x))
             held += x.numel() * x.element_size()
             sent += x.numel() * x.element_size()
@@ -147,10 +124,6 @@ class WeightGroup:
         pg, self.pg = self.pg, None
         if pg is not None:
             dist.destroy_process_group(pg)
-
-
-def _materialise_device(t):
-    return t.t.device if isinstance(t, _Cast) else t.device
 
 
 def in_thread(loop, fn: Callable[[], Any]):
