@@ -286,26 +286,32 @@ class RolloutBatch:
         pl = [len(c.prompt_ids) for c in completions]
         tl = [len(c.token_ids) for c in completions]
         P, T = max(pl), max(1, max(tl))
-        # each row is written padded into one flat buffer (C-level extends, no per-token Python
-        # loop), which becomes the tensor without a copy; masks come from the lengths
-        ids, lps = array.array("q"), array.array("f")
-        pad, zeros = array.array("q", [pad_token_id]) * (P + T), array.array("f", [0.0]) * T
+        # rows are written padded into flat lists (C-level list extends, no per-token Python
+        # loop) that become tensors through one buffer each; the masks come from the lengths:
+        # prompts are left-padded and responses right-padded, so a row's valid columns are the
+        # one range [P - prompt length, P + response length)
+        ids: list[int] = []
+        lps: list[float] = []
+        pad, zeros = [pad_token_id] * (P + T), [0.0] * T
         for c, p, n in zip(completions, pl, tl):
-            ids.extend(pad[: P - p])
-            ids.extend(c.prompt_ids)
-            ids.extend(c.token_ids)
-            ids.extend(pad[: T - n])
-            lps.extend(c.log_probs)
-            lps.extend(zeros[: T - n])
-        p_len, t_len = torch.tensor(pl), torch.tensor(tl)
+            ids += pad[: P - p]
+            ids += c.prompt_ids
+            ids += c.token_ids
+            ids += pad[: T - n]
+            lps += c.log_probs
+            lps += zeros[: T - n]
+        ints = array.array("q", pl)
+        ints.extend(tl)
+        ints.extend([c.prompt_index for c in completions])
+        ints_t = torch.frombuffer(ints, dtype=torch.long).view(3, B)
+        p_len, t_len = ints_t[0, :, None], ints_t[1, :, None]
         col = torch.arange(P + T)
-        attn = ((col >= P - p_len[:, None]) & (col < P)) | ((col >= P) & (col < P + t_len[:, None]))
         return cls(
-            input_ids=torch.frombuffer(ids, dtype=torch.long).view(B, P + T),
-            attention_mask=attn,
-            response_mask=attn[:, P:].contiguous(),
-            rollout_log_prob=torch.frombuffer(lps, dtype=torch.float32).view(B, T),
-            index=torch.tensor([c.prompt_index for c in completions], dtype=torch.long),
+            input_ids=torch.frombuffer(array.array("q", ids), dtype=torch.long).view(B, P + T),
+            attention_mask=(col >= P - p_len) & (col < P + t_len),
+            response_mask=col[:T] < t_len,
+            rollout_log_prob=torch.frombuffer(array.array("f", lps), dtype=torch.float32).view(B, T),
+            index=ints_t[2],
             scores=torch.tensor(list(scores), dtype=torch.float32),
             reward_components=None if reward_components is None else torch.as_tensor(reward_components, dtype=torch.float32),
             reward_component_names=tuple(reward_component_names),

@@ -91,12 +91,13 @@ import rllab
 from rllab import RllabError
 from rllab.types import Completion, SamplingParams
 
+from . import wire
+
 DEFAULT_LAUNCH = (
     "{python} -m sglang.launch_server --model-path {model_path} --host {host} --port {port} "
     "--skip-tokenizer-init --weight-version {weight_version}"
 )
 _RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
-_JSON = {"Content-Type": "application/json"}
 
 
 # --------------------------------------------------------------------------- errors
@@ -409,15 +410,18 @@ except ImportError:  # pragma: no cover - msgspec is in the sglang extra
 
 if msgspec is not None:
 
-    class _Meta(msgspec.Struct):
-        finish_reason: dict
+    class _Finish(msgspec.Struct, gc=False):
+        type: str
+
+    class _Meta(msgspec.Struct, gc=False):
+        finish_reason: _Finish
         output_token_logprobs: list[tuple[float, int, Any]] = []
-        output_token_sampling_logprobs: list[float] | None = None
+        output_token_sampling_logprobs: tuple[float, ...] | None = None
         weight_version: Any = None
         weight_versions: Any = None
 
-    class _Row(msgspec.Struct):
-        output_ids: list[int]
+    class _Row(msgspec.Struct, gc=False):
+        output_ids: tuple[int, ...]
         meta_info: _Meta
 
     _TYPED = msgspec.json.Decoder(list[_Row])
@@ -440,22 +444,24 @@ def parse_rows(raw: bytes, prompts: Sequence[tuple[int, ...]], rows: Sequence[in
             typed = None
         if typed is not None and len(typed) == len(rows):
             out = []
+            append = out.append
             for r, i in zip(typed, rows):
                 meta = r.meta_info
-                fr = meta.finish_reason
-                kind = fr.get("type")
+                kind = meta.finish_reason.type
+                toks = r.output_ids
                 lps = meta.output_token_logprobs
-                ids = r.output_ids
-                slps = meta.output_token_sampling_logprobs
-                toks = tuple(ids)
                 values, named, _ = zip(*lps) if lps else ((), (), ())
-                if (kind != "stop" and kind != "length") or meta.weight_versions or named != toks \
-                        or (sampled and (slps is None or len(slps) != len(ids))):
-                    out = None  # an abort, a span of versions, a mismatch: the general path
+                if (kind != "stop" and kind != "length") or named != toks or meta.weight_versions:
+                    out = None  # an abort, a mismatch, a span of versions: the general path
                     break
+                if sampled:
+                    values = meta.output_token_sampling_logprobs
+                    if values is None or len(values) != len(toks):
+                        out = None
+                        break
                 version = meta.weight_version
-                out.append((Completion(
-                    prompt_ids=prompts[i], token_ids=toks, log_probs=tuple(slps) if sampled else values, finish_reason=kind,
+                append((Completion(
+                    prompt_ids=prompts[i], token_ids=toks, log_probs=values, finish_reason=kind,
                     prompt_index=first_index + i, weight_version=None if version is None else str(version),
                 ), None, None))
             if out is not None:
@@ -551,10 +557,6 @@ class SGLangBackend:
     """Rollouts from SGLang servers (see the module docstring)."""
 
     def __init__(self, config: SGLangBackendConfig):
-        try:
-            import aiohttp  # noqa: F401
-        except ImportError as e:  # pragma: no cover - the extra is missing
-            raise SGLangError("the sglang backend needs aiohttp: pip install 'rllab[sglang]'") from e
         self.config = config
         self.urls: list[str] = list(_urls(config.urls))
         self.admin_urls: list[str] = list(_urls(config.admin_urls))
@@ -572,8 +574,7 @@ class SGLangBackend:
         self._loop = _Loop()
         self._group = None  # weight_sync = "distributed": rank 0 of the servers' weight-update group
         self._no_sessions: set[str] = set()  # servers without /begin_weight_update (before sglang 0.5.2x)
-        self._session = None
-        self._timeouts: dict[float, Any] = {}
+        self._session: wire.Client | None = None
         self._sem: asyncio.Semaphore | None = None
         if config.launch and config.model_path is not None:
             self._launch(config.model_path, "0")
@@ -581,34 +582,26 @@ class SGLangBackend:
 
     # -- HTTP
 
-    async def _get_session(self):
-        import aiohttp
-
+    async def _get_session(self) -> wire.Client:
         if self._session is None:
             self._sem = asyncio.Semaphore(self.config.max_in_flight)
-            connector = aiohttp.TCPConnector(limit=self.config.max_in_flight + 8, force_close=False)
-            self._session = aiohttp.ClientSession(connector=connector)
+            self._session = wire.Client()
         return self._session
 
     async def _call(self, method: str, url: str, path: str, body: Any = None, *, timeout: float | None = None):
         """One HTTP exchange → ``(status, raw body)``; transport failures become :class:`_Retry`."""
-        import aiohttp
-
         session = await self._get_session()
         total = timeout or self.config.timeout_s
-        limit = self._timeouts.get(total)
-        if limit is None:
-            limit = self._timeouts[total] = aiohttp.ClientTimeout(total=total)
         try:
-            data = None if body is None else _encode(body)
-            async with session.request(method, url + path, data=data, headers=_JSON, timeout=limit) as resp:
-                return resp.status, await resp.read()
+            return await session.request(method, url, path, None if body is None else _encode(body), total)
         except asyncio.TimeoutError:
-            raise _Retry("timeout", f"{url}{path}: no answer within {timeout or self.config.timeout_s:g} s") from None
-        except aiohttp.ClientConnectorError as e:
-            raise _Retry("refused", f"{url}{path}: cannot connect ({e.os_error or e})") from None
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError) as e:
-            raise _Retry("died", f"{url}{path}: the server dropped the connection mid-request ({type(e).__name__}: {e})") from None
+            raise _Retry("timeout", f"{url}{path}: no answer within {total:g} s") from None
+        except wire.ConnectError as e:
+            raise _Retry("refused", f"{url}{path}: cannot connect ({e.strerror or e})") from None
+        except (wire.Disconnected, OSError) as e:
+            raise _Retry("died", f"{url}{path}: the server dropped the connection mid-request ({e})") from None
+        except wire.ProtocolError as e:
+            raise SGLangProtocolError(f"sglang: {url}{path} did not answer in HTTP/1.1: {e}") from None
 
     async def _healthy(self, url: str) -> bool:
         try:
@@ -709,13 +702,13 @@ class SGLangBackend:
         n = params.n
         if params.seed is None:
             body = {
-                "input_ids": [list(p) for p in prompts],
+                "input_ids": prompts,  # tuples encode as JSON arrays
                 "sampling_params": sampling_params_json(params),
             }
         else:  # one row per sample, each with its own seed
             base = sampling_params_json(params, n=1)
             body = {
-                "input_ids": [list(p) for p in prompts for _ in range(n)],
+                "input_ids": [p for p in prompts for _ in range(n)],
                 "sampling_params": [{**base, "sampling_seed": x} for x in _sample_seeds(params.seed, first_index, len(prompts), n)],
             }
         body["return_logprob"] = True

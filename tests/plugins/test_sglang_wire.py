@@ -1,0 +1,224 @@
+"""The sglang backend's HTTP/1.1 client against scripted servers (asyncio, on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from rllab_sglang import wire
+
+
+class Scripted:
+    """A server that reads each request (head + Content-Length body) and answers with the next
+    scripted reply: bytes to send, then what to do with the connection ("keep", "close", or
+    "drop" = close without sending anything)."""
+
+    def __init__(self, replies):
+        self.replies = list(replies)
+        self.requests: list[bytes] = []
+        self.connections = 0
+
+    async def handle(self, reader, writer):
+        self.connections += 1
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except asyncio.IncompleteReadError:
+                    return
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                body = await reader.readexactly(length)
+                self.requests.append(head + body)
+                data, then = self.replies.pop(0)
+                if then == "drop":
+                    return
+                writer.write(data)
+                await writer.drain()
+                if then == "close":
+                    return
+        finally:
+            writer.close()
+
+
+def run(replies, calls):
+    """Start a scripted server, run ``calls(client, url)`` and return (its result, the server)."""
+
+    async def main():
+        server = Scripted(replies)
+        srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
+        client = wire.Client()
+        try:
+            return await calls(client, url), server
+        finally:
+            await client.close()
+            srv.close()
+            await srv.wait_closed()
+
+    return asyncio.run(main())
+
+
+def ok(body: bytes, extra: bytes = b"") -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s" % (len(body), extra, body)
+
+
+def test_post_sends_host_length_and_body_and_reuses_the_connection():
+    async def calls(c, url):
+        a = await c.request("POST", url, "/generate", b'{"x": 1}', 5.0)
+        b = await c.request("GET", url, "/health", None, 5.0)
+        return a, b
+
+    (a, b), server = run([(ok(b'{"y": 2}'), "keep"), (ok(b""), "keep")], calls)
+    assert a == (200, b'{"y": 2}') and b == (200, b"")
+    assert server.connections == 1
+    first = server.requests[0]
+    assert first.startswith(b"POST /generate HTTP/1.1\r\nHost: 127.0.0.1:") and first.endswith(b'\r\n\r\n{"x": 1}')
+    assert b"Content-Length: 8\r\n" in first and b"Content-Type: application/json\r\n" in first
+    assert b"Content-Length" not in server.requests[1]
+
+
+def test_a_url_path_prefix_is_kept():
+    async def calls(c, url):
+        return await c.request("GET", url + "/router/", "/health", None, 5.0)
+
+    _, server = run([(ok(b""), "keep")], calls)
+    assert server.requests[0].startswith(b"GET /router/health HTTP/1.1\r\n")
+
+
+def test_chunked_body_with_extension_and_trailer():
+    chunked = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+               b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: 1\r\n\r\n")
+
+    async def calls(c, url):
+        return [await c.request("GET", url, "/x", None, 5.0) for _ in range(2)]
+
+    got, server = run([(chunked, "keep"), (ok(b"again"), "keep")], calls)
+    assert got == [(200, b"hello world"), (200, b"again")] and server.connections == 1
+
+
+def test_connection_close_and_body_to_end_of_stream():
+    to_eof = b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\n\r\nboom"
+
+    async def calls(c, url):
+        a = await c.request("GET", url, "/a", None, 5.0)
+        b = await c.request("GET", url, "/b", None, 5.0)
+        d = await c.request("GET", url, "/c", None, 5.0)
+        return a, b, d
+
+    got, server = run([(ok(b"1", b"Connection: close\r\n"), "close"), (to_eof, "close"), (ok(b"3"), "keep")], calls)
+    assert got == ((200, b"1"), (500, b"boom"), (200, b"3"))
+    assert server.connections == 3  # neither closed connection is reused
+
+
+def test_100_continue_is_skipped():
+    async def calls(c, url):
+        return await c.request("POST", url, "/x", b"{}", 5.0)
+
+    got, _ = run([(b"HTTP/1.1 100 Continue\r\n\r\n" + ok(b"done"), "keep")], calls)
+    assert got == (200, b"done")
+
+
+def test_an_idle_connection_the_server_closed_is_not_reused():
+    async def calls(c, url):
+        a = await c.request("POST", url, "/generate", b"1", 5.0)
+        await asyncio.sleep(0.05)  # the server has closed the idle connection by now
+        b = await c.request("POST", url, "/generate", b"2", 5.0)
+        return a, b
+
+    # answered without "Connection: close", then closed: kept as idle, found closed, not used
+    got, server = run([(ok(b"a"), "close"), (ok(b"b"), "keep")], calls)
+    assert got == ((200, b"a"), (200, b"b"))
+    assert server.connections == 2 and [r[-1:] for r in server.requests] == [b"1", b"2"]
+
+
+def test_a_reused_connection_closed_before_answering_is_replaced_and_the_request_sent_once_more():
+    async def calls(c, url):
+        a = await c.request("POST", url, "/generate", b"1", 5.0)
+        b = await c.request("POST", url, "/generate", b"2", 5.0)
+        return a, b
+
+    got, server = run([(ok(b"a"), "keep"), (b"", "drop"), (ok(b"b"), "keep")], calls)
+    assert got == ((200, b"a"), (200, b"b"))
+    assert server.connections == 2 and [r[-1:] for r in server.requests] == [b"1", b"2", b"2"]
+
+
+def test_a_fresh_connection_dropped_without_an_answer_is_an_error_not_a_resend():
+    async def calls(c, url):
+        with pytest.raises(wire.Disconnected, match="without answering"):
+            await c.request("POST", url, "/generate", b"1", 5.0)
+
+    _, server = run([(b"", "drop")], calls)
+    assert len(server.requests) == 1  # sent once: a fresh connection is not retried here
+
+
+def test_a_reused_connection_dropped_twice_is_an_error():
+    async def calls(c, url):
+        await c.request("POST", url, "/generate", b"1", 5.0)
+        with pytest.raises(wire.Disconnected, match="without answering"):
+            await c.request("POST", url, "/generate", b"2", 5.0)
+
+    _, server = run([(ok(b"a"), "keep"), (b"", "drop"), (b"", "drop")], calls)
+    assert len(server.requests) == 3  # the first try on the reused connection, one resend
+
+
+def test_answer_cut_mid_body():
+    async def calls(c, url):
+        with pytest.raises(wire.Disconnected, match=r"after 3 bytes"):
+            await c.request("GET", url, "/x", None, 5.0)
+
+    run([(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", "close")], calls)
+
+
+def test_not_http_is_a_protocol_error():
+    async def calls(c, url):
+        with pytest.raises(wire.ProtocolError, match="not an HTTP/1.x answer"):
+            await c.request("GET", url, "/x", None, 5.0)
+
+    run([(b"SSH-2.0-OpenSSH\r\n\r\n", "close")], calls)
+
+
+def test_refused_and_timeout():
+    async def refused():
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with pytest.raises(wire.ConnectError, match=f"cannot connect to 127.0.0.1:{port}"):
+            await wire.Client().request("GET", f"http://127.0.0.1:{port}", "/health", None, 5.0)
+
+    asyncio.run(refused())
+
+    async def silent(reader, writer):
+        await asyncio.sleep(5)
+
+    async def timeout():
+        srv = await asyncio.start_server(silent, "127.0.0.1", 0)
+        c = wire.Client()
+        with pytest.raises(asyncio.TimeoutError):
+            await c.request("GET", f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}", "/x", None, 0.1)
+        assert not c._idle.get(("http", "127.0.0.1", srv.sockets[0].getsockname()[1]))  # not kept for reuse
+        srv.close()
+
+    asyncio.run(timeout())
+
+
+def test_connections_idle_too_long_are_not_reused():
+    async def calls(c, url):
+        c.idle_s = 0.0
+        await c.request("GET", url, "/a", None, 5.0)
+        await c.request("GET", url, "/b", None, 5.0)
+
+    _, server = run([(ok(b""), "keep"), (ok(b""), "keep")], calls)
+    assert server.connections == 2
+
+
+def test_bad_urls():
+    with pytest.raises(ValueError, match="not an http"):
+        wire._Target("ftp://x")
+    t = wire._Target("https://user@example.org/base/")
+    assert (t.key, t.prefix, t.host_header) == (("https", "example.org", 443), "/base", b"example.org")
