@@ -434,9 +434,10 @@ else:  # pragma: no cover
 
 def parse_rows(raw: bytes, prompts: Sequence[tuple[int, ...]], rows: Sequence[int], first_index: int, where: str,
                sampled: bool = False):
-    """The answer of ``where`` (``<url>/generate``) → ``[(Completion, abort message, abort status)]``, one per row
-    (``rows[j]``: the prompt of row j). The common answer takes a typed fast path; any other
-    shape goes through :func:`parse_row`, which names what is wrong."""
+    """The answer of ``where`` (``<url>/generate``) → ``(completions, aborts)``: a ``Completion``
+    per row (``rows[j]``: the prompt of row j) and the ``(message, status)`` of every aborted one.
+    The common answer takes a typed fast path; any other shape goes through :func:`parse_row`,
+    which names what is wrong."""
     if _TYPED is not None:
         try:
             typed = _TYPED.decode(raw)
@@ -460,12 +461,12 @@ def parse_rows(raw: bytes, prompts: Sequence[tuple[int, ...]], rows: Sequence[in
                         out = None
                         break
                 version = meta.weight_version
-                append((Completion(
+                append(Completion(
                     prompt_ids=prompts[i], token_ids=toks, log_probs=values, finish_reason=kind,
                     prompt_index=first_index + i, weight_version=None if version is None else str(version),
-                ), None, None))
+                ))
             if out is not None:
-                return out
+                return out, []
     try:
         data = _decode(raw)
     except ValueError as e:
@@ -475,7 +476,8 @@ def parse_rows(raw: bytes, prompts: Sequence[tuple[int, ...]], rows: Sequence[in
     if not isinstance(data, list) or len(data) != len(rows):
         got = len(data) if isinstance(data, list) else type(data).__name__
         raise SGLangProtocolError(f"sglang: {where} returned {got} results for {len(rows)} samples")
-    return [parse_row(row, prompts[i], first_index + i, f"{where} result", sampled) for row, i in zip(data, rows)]
+    parsed = [parse_row(row, prompts[i], first_index + i, f"{where} result", sampled) for row, i in zip(data, rows)]
+    return [c for c, _, _ in parsed], [(m, st) for _, m, st in parsed if m is not None]
 
 
 def tensor_payload(model: Any) -> str:
@@ -657,7 +659,8 @@ class SGLangBackend:
         t0 = time.perf_counter()
         retries0 = self._totals["retries"]
         completions = self._loop.run(self._generate(prompts, params))
-        stale = [c for c in completions if self.version is not None and c.weight_version != self.version]
+        version = self.version
+        stale = [] if version is None else [c for c in completions if c.weight_version != version]
         if stale and self.config.stale == "error":
             raise StaleSampleError(
                 f"sglang: {len(stale)} of {len(completions)} completions were sampled with weight_version "
@@ -687,6 +690,8 @@ class SGLangBackend:
         k = self.config.prompts_per_request
         jobs = [self._generate_request(prompts[s : s + k], s, params) for s in range(0, len(prompts), k)]
         self._requests = len(jobs)
+        if len(jobs) == 1:  # the default step's one request: no task to spawn
+            return await jobs[0]
         tasks = [asyncio.ensure_future(j) for j in jobs]
         try:
             results = await asyncio.gather(*tasks)
@@ -707,10 +712,18 @@ class SGLangBackend:
             }
         else:  # one row per sample, each with its own seed
             base = sampling_params_json(params, n=1)
-            body = {
-                "input_ids": [p for p in prompts for _ in range(n)],
-                "sampling_params": [{**base, "sampling_seed": x} for x in _sample_seeds(params.seed, first_index, len(prompts), n)],
-            }
+            seeds = _sample_seeds(params.seed, first_index, len(prompts), n)
+            if msgspec is None:  # pragma: no cover
+                body = {
+                    "input_ids": [p for p in prompts for _ in range(n)],
+                    "sampling_params": [{**base, "sampling_seed": x} for x in seeds],
+                }
+            else:  # the same JSON, written as bytes: each prompt encoded once, each row's params spliced
+                head = _encode(base)[:-1] + b',"sampling_seed":'
+                body = {
+                    "input_ids": msgspec.Raw(b"[%s]" % b",".join([e for p in prompts for e in [_encode(p)] * n])),
+                    "sampling_params": msgspec.Raw(b"[%s]" % b",".join([b"%s%d}" % (head, x) for x in seeds])),
+                }
         body["return_logprob"] = True
         body["logprob_start_len"] = -1
         if self.config.logprobs == "processed":
@@ -739,9 +752,7 @@ class SGLangBackend:
                 raise SGLangRequestError(
                     f"sglang: {url}/generate rejected the request (HTTP {status}): {msg}", status=status, message=msg
                 )
-            parsed = parse_rows(raw, prompts, rows, first_index, f"{url}/generate", self.config.logprobs == "processed")
-            out = [c for c, _, _ in parsed]
-            aborted = [(m, st) for _, m, st in parsed if m is not None]
+            out, aborted = parse_rows(raw, prompts, rows, first_index, f"{url}/generate", self.config.logprobs == "processed")
             if aborted:
                 msg, st = aborted[0]
                 if st is not None and 400 <= int(st) < 500 and int(st) not in _RETRYABLE_STATUS:

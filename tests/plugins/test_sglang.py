@@ -323,7 +323,8 @@ def test_processed_logprobs_need_a_server_that_sends_them():
     with pytest.raises(S.SGLangProtocolError, match="2 output_ids but none output_token_sampling_logprobs.*return_sampling_mask"):
         S.parse_rows(json.dumps([r]).encode(), [(1,)], [0], 0, "u/generate", sampled=True)
     r["meta_info"]["output_token_sampling_logprobs"] = [-0.25, -0.5]
-    (c, _, _), = S.parse_rows(json.dumps([r]).encode(), [(1,)], [0], 0, "u/generate", sampled=True)
+    (c,), aborts = S.parse_rows(json.dumps([r]).encode(), [(1,)], [0], 0, "u/generate", sampled=True)
+    assert aborts == []
     assert c.log_probs == (-0.25, -0.5)
 
 
@@ -341,9 +342,13 @@ def test_parse_rows_fast_and_general_paths_agree(monkeypatch):
     fast = S.parse_rows(raw, [(1,), (2, 3)], [0, 1, 1], 4, "u/generate")
     monkeypatch.setattr(S, "_TYPED", None)
     general = S.parse_rows(raw, [(1,), (2, 3)], [0, 1, 1], 4, "u/generate")
-    assert fast == general
-    assert [c.prompt_index for c, _, _ in fast] == [4, 5, 5] and fast[0][0].weight_version == "3"
-    assert fast[2][0].log_probs == (0.0,) and fast[1][0].token_ids == ()
+    assert fast == general and fast[1] == []
+    comps = fast[0]
+    assert [c.prompt_index for c in comps] == [4, 5, 5] and comps[0].weight_version == "3"
+    assert comps[2].log_probs == (0.0,) and comps[1].token_ids == ()
+    abort = json.dumps([row([4], {"type": "length"}), row([], {"type": "abort", "message": "Abort by pause", "status_code": 503})]).encode()
+    comps, aborts = S.parse_rows(abort, [(1,)], [0, 0], 0, "u/generate")
+    assert [c.finish_reason for c in comps] == ["length", "abort"] and aborts == [("Abort by pause", 503)]
     monkeypatch.undo()
     with pytest.raises(S.SGLangProtocolError, match="u/generate returned 3 results for 2 samples"):
         S.parse_rows(raw, [(1,)], [0, 0], 0, "u/generate")
