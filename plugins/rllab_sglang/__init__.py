@@ -8,7 +8,8 @@
          "finish_reason": {"type": "stop", "matched": 2}, "weight_version": "3", ...}}, ...]
 
 Prompts are split into requests of ``prompts_per_request`` and sent concurrently, at most
-``max_in_flight`` at a time, spread round-robin over ``urls``. Without a seed a request asks for
+``max_in_flight`` at a time, spread round-robin over ``urls``, on kept-alive HTTP/1.1 connections
+(:mod:`rllab_sglang.wire`). Without a seed a request asks for
 ``n`` samples per prompt (SGLang answers prompt-major, ``p0#0 … p0#n-1, p1#0 …``); with a seed
 the client fans out itself, one row per sample, each with its own ``sampling_seed`` derived from
 ``(seed, prompt index, sample index)`` — one seed for all ``n`` copies would give ``n`` identical
