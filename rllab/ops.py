@@ -299,6 +299,16 @@ def masked_whiten(
     """
     n = torch.count_nonzero(mask)
     mean = (x if masked_are_zero else zero_masked(x, mask)).sum() / n.clamp(min=1)
+    target = x if out is None else out
+    if (
+        remask
+        and shift_mean
+        and (inplace or out is not None)
+        and _bits_dtype(x.dtype) is not None
+        and _fast_select_ok(x, mask)
+        and target.is_contiguous()
+    ):
+        return _whiten_blocked(x, mask, n, mean, eps, target)
     if out is not None and not x.requires_grad:
         shifted = torch.sub(x, mean, out=out)
     else:
@@ -313,6 +323,28 @@ def masked_whiten(
     if not shift_mean:
         out = out.add_(zero_masked(mean.expand_as(out), mask) if remask else mean)
     return out
+
+
+def _whiten_blocked(x, mask, n, mean, eps, out):
+    """:func:`masked_whiten` with ``remask``, written into ``out`` (``x`` itself or a buffer of its
+    shape): the centring, the select and the squares a block at a time (in cache), then one
+    scaling pass. The same values as the unblocked path (same blocks for the sum of squares)."""
+    bits_dtype = _bits_dtype(x.dtype)
+    xf, of, mf = x.reshape(-1), out.reshape(-1), mask.reshape(-1).view(torch.int8)
+    size = max(1, min(_SQUARES_CHUNK, xf.numel()))
+    bits_buf = torch.empty(size, dtype=bits_dtype, device=x.device)
+    squares = torch.empty(size, dtype=x.dtype, device=x.device)
+    starts = range(0, xf.numel(), size)
+    partial = torch.zeros(max(1, len(starts)), dtype=x.dtype, device=x.device)
+    for i, start in enumerate(starts):
+        stop = min(xf.numel(), start + size)
+        centred = torch.sub(xf[start:stop], mean, out=of[start:stop])
+        centred.view(bits_dtype).bitwise_and_(bits_buf[: stop - start].copy_(mf[start:stop]).neg_())
+        torch.sum(torch.mul(centred, centred, out=squares[: stop - start]), 0, out=partial[i])
+    total = partial[0] if len(partial) == 1 else partial.to(torch.promote_types(x.dtype, torch.float64)).sum()
+    var = total.to(x.dtype) / (n - 1).clamp(min=1)
+    scale = torch.where(n > 1, torch.rsqrt(var + eps), torch.ones_like(var))
+    return out.mul_(scale)
 
 
 def row_any(mask: torch.Tensor) -> torch.Tensor:

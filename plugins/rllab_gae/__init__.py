@@ -265,6 +265,59 @@ def _masked_scan_of_reversed(x_reversed: torch.Tensor, mask: torch.Tensor, c: fl
     return torch.index_select(scanned, 1, backwards, out=multipliers)
 
 
+_ROW_CHUNK = 1 << 18
+"""Elements per block of rows of :func:`_scan_rows`: a block's buffers stay in cache, so each
+of its passes costs a fraction of a pass over the whole batch."""
+
+
+def _float_bits(value: float, dtype: torch.dtype, bits_dtype: torch.dtype) -> int:
+    """The bit pattern of ``value`` in ``dtype``, as an integer of ``bits_dtype``."""
+    return int(torch.tensor(value, dtype=dtype).view(bits_dtype).item())
+
+
+def _scan_rows(x, mask, c, out, *, x2=None, alpha=0.0):
+    """``y_t = x_t + c·y_{t+1}`` over each row's valid positions (verl's skip rule), written into
+    ``out`` with 0 at masked positions; ``x2`` adds ``alpha·x2`` to ``x`` first.
+
+    ``x`` (and ``x2``) (B, T) float, read only, NaN or inf at masked positions ignored; ``mask``
+    (B, T) bool; ``c = 1`` or ``_masked_scan_ok(c, dtype)``. ``out`` is a contiguous (B, T)
+    buffer of ``x``'s dtype, not overlapping ``x``: the scan allocates nothing else of the
+    batch's size. A block of rows at a time, so that every
+    pass runs in cache: the reversed rows (``index_select``) are zeroed at masked positions (a
+    bitwise and with the mask's bit pattern), then a cumulative sum (``c = 1``) or
+    :func:`_forward_scan` with multiplier ``c`` on a valid token and 1 on a masked one (its bit
+    pattern picked from the mask's, so exactly ``c``), zeroed again and reversed into ``out``.
+    """
+    B, T = x.shape
+    dtype = out.dtype
+    rows = max(1, _ROW_CHUNK // max(T, 1))
+    small = mask.view(torch.int8)
+    bits_buf = torch.empty(min(rows, B), T, dtype=ops.mask_bits(mask[:0], dtype).dtype, device=x.device)
+    bits_dtype = bits_buf.dtype
+    if c != 1.0:
+        one = _float_bits(1.0, dtype, bits_dtype)
+        flip_to_c = one ^ _float_bits(c, dtype, bits_dtype)
+        range_bits = -math.log2(c)
+    for start in range(0, B, rows):
+        stop = min(B, start + rows)
+        reversed_mask = small[start:stop].flip(1)
+        bits = ops.mask_bits(reversed_mask.view(torch.bool), dtype, out=bits_buf[: stop - start])
+        xr = x[start:stop].flip(1)  # a block-sized temporary: stays in cache
+        if x2 is not None:
+            xr.add_(x2[start:stop].flip(1), alpha=alpha)
+        xr.view(bits_dtype).bitwise_and_(bits)
+        if c == 1.0:
+            y = xr.cumsum_(1)
+        else:
+            # multipliers: the bits of 1.0, with those of c where valid (1 ^ (bits & (1 ^ c)))
+            w = torch.bitwise_and(bits, flip_to_c, out=out[start:stop].view(bits_dtype))
+            w = w.bitwise_xor_(one).view(dtype)
+            y = _forward_scan(xr, w, range_bits)
+        y.view(bits_dtype).bitwise_and_(bits)
+        out[start:stop].copy_(y.flip(1))
+    return out
+
+
 # --------------------------------------------------------------------------- shared helpers
 
 
@@ -452,6 +505,9 @@ def _discounted_return(token_rewards, mask, gamma):
     needs no fresh allocation.
     """
     rewards = token_rewards.detach().to(_float_dtype(token_rewards))
+    if rewards.numel() and (gamma == 1.0 or _masked_scan_ok(gamma, rewards.dtype)):
+        returns = torch.empty_like(rewards, memory_format=torch.contiguous_format)
+        return _scan_rows(rewards, mask, gamma, returns), torch.empty_like(returns)
     holes = _has_holes(mask)
     if gamma == 1.0 and rewards.numel():
         # Return-to-go over the valid tokens is a plain reverse cumulative sum of the rewards

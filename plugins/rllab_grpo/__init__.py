@@ -106,6 +106,13 @@ def _broadcast(per_row: torch.Tensor, mask: torch.Tensor):
     """Row scalars → (B, T) advantages (0 at masked positions); returns *is* advantages — the
     same tensor, as verl's outcome estimators return ``scores, scores`` (a second (B, T) copy
     costs as much as the rest of the estimator; nothing in rllab writes into either)."""
+    if mask.is_contiguous() and not per_row.requires_grad and mask.numel():
+        # the mask's bit pattern, written straight into the output, anded with each row's bits
+        # (no select with a bool condition, no second pass over a broadcast copy)
+        advantages = torch.empty(mask.shape, dtype=per_row.dtype, device=per_row.device)
+        bits = ops.mask_bits(mask, per_row.dtype, out=advantages.view(ops.mask_bits(mask[:0], per_row.dtype).dtype))
+        bits.bitwise_and_(per_row.contiguous().view(bits.dtype)[:, None])
+        return advantages, advantages
     advantages = ops.zero_masked(per_row[:, None].expand(mask.shape), mask)
     return advantages, advantages
 
