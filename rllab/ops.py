@@ -28,6 +28,7 @@ __all__ = [
     "zero_masked",
     "zero_masked_",
     "mask_bits",
+    "bits_dtype",
     "mask_as",
     "check_token_tensor",
     "check_inputs",
@@ -55,8 +56,9 @@ cache and comes from the heap, never a fresh mapping."""
 _INT_OF_WIDTH = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def _bits_dtype(dtype: torch.dtype):
-    """The signed integer dtype as wide as ``dtype`` (None if there is none)."""
+def bits_dtype(dtype: torch.dtype) -> torch.dtype | None:
+    """The signed integer dtype as wide as ``dtype`` (None if there is none): the dtype of
+    :func:`mask_bits` for ``dtype``."""
     return _INT_OF_WIDTH.get(dtype.itemsize)
 
 
@@ -83,7 +85,7 @@ def mask_bits(mask: torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None =
     """
     small = mask.view(torch.int8)
     if out is None:
-        return torch.neg(small).to(_bits_dtype(dtype))
+        return torch.neg(small).to(bits_dtype(dtype))
     return out.copy_(small).neg_()
 
 
@@ -97,14 +99,16 @@ def mask_as(mask: torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = N
 def _select_into(x: torch.Tensor, mask: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """``out = where(mask, x, 0)`` bit for bit, a block of leading rows at a time; ``out`` may
     be ``x``. Needs :func:`_fast_select_ok` and ``out`` contiguous, of ``x``'s shape and dtype."""
-    bits_dtype = _bits_dtype(x.dtype)
-    xv, ov, mv = x.view(bits_dtype), out.view(bits_dtype), mask.view(torch.int8)
+    int_dtype = bits_dtype(x.dtype)
+    xv, ov, mv = x.view(int_dtype), out.view(int_dtype), mask.view(torch.int8)
     if x.numel() <= _SELECT_CHUNK or x.ndim == 1:
-        torch.bitwise_and(xv, torch.neg(mv).to(bits_dtype), out=ov)
+        if out.data_ptr() != x.data_ptr():  # the bit pattern written straight into out
+            return ov.copy_(mv).neg_().bitwise_and_(xv).view(x.dtype)
+        ov.bitwise_and_(torch.empty_like(ov).copy_(mv).neg_())
         return out
     per_row = x[0].numel()
     rows = max(1, _SELECT_CHUNK // max(per_row, 1))
-    buf = torch.empty((rows,) + tuple(x.shape[1:]), dtype=bits_dtype, device=x.device)
+    buf = torch.empty((rows,) + tuple(x.shape[1:]), dtype=int_dtype, device=x.device)
     for start in range(0, x.shape[0], rows):
         n = min(rows, x.shape[0] - start)
         bits = buf[:n].copy_(mv[start : start + n]).neg_()
@@ -122,7 +126,7 @@ def zero_masked(x: torch.Tensor, mask: torch.Tensor, finite: bool = False) -> to
     that ``x`` is finite everywhere (``finite=True``, e.g. from :func:`check_inputs`), the cheaper
     ``x · mask``, which gives the same values and gradients.
     """
-    if _bits_dtype(x.dtype) is not None and _fast_select_ok(x, mask):
+    if bits_dtype(x.dtype) is not None and _fast_select_ok(x, mask):
         return _select_into(x, mask, torch.empty_like(x, memory_format=torch.contiguous_format))
     if finite:
         return x * mask
@@ -135,7 +139,7 @@ def zero_masked_(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     tensor by a bool or byte mask first casts the whole mask to a float temporary. On a
     contiguous ``x`` the select is a bitwise and with the mask's bit pattern, a block of rows
     at a time.)"""
-    if _bits_dtype(x.dtype) is not None and _fast_select_ok(x, mask):
+    if bits_dtype(x.dtype) is not None and _fast_select_ok(x, mask):
         return _select_into(x, mask, x)
     return torch.where(mask, x, scalar_zero(x), out=x)
 
@@ -212,10 +216,10 @@ def _masked_row_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return zero_masked(x, mask).sum(1)
     out = torch.empty(B, dtype=x.dtype, device=x.device)
     buf = torch.empty(rows, T, dtype=x.dtype, device=x.device)
-    bits_dtype = _bits_dtype(x.dtype)
-    if bits_dtype is not None and _fast_select_ok(x, mask):
+    int_dtype = bits_dtype(x.dtype)
+    if int_dtype is not None and _fast_select_ok(x, mask):
         # the select as a bitwise and with the mask's bit pattern (see mask_bits), in cache
-        xv, mv, bits = x.view(bits_dtype), mask.view(torch.int8), buf.view(bits_dtype)
+        xv, mv, bits = x.view(int_dtype), mask.view(torch.int8), buf.view(int_dtype)
         for start in range(0, B, rows):
             n = min(rows, B - start)
             bits[:n].copy_(mv[start : start + n]).neg_().bitwise_and_(xv[start : start + n])
@@ -304,7 +308,7 @@ def masked_whiten(
         remask
         and shift_mean
         and (inplace or out is not None)
-        and _bits_dtype(x.dtype) is not None
+        and bits_dtype(x.dtype) is not None
         and _fast_select_ok(x, mask)
         and target.is_contiguous()
     ):
@@ -329,17 +333,17 @@ def _whiten_blocked(x, mask, n, mean, eps, out):
     """:func:`masked_whiten` with ``remask``, written into ``out`` (``x`` itself or a buffer of its
     shape): the centring, the select and the squares a block at a time (in cache), then one
     scaling pass. The same values as the unblocked path (same blocks for the sum of squares)."""
-    bits_dtype = _bits_dtype(x.dtype)
+    int_dtype = bits_dtype(x.dtype)
     xf, of, mf = x.reshape(-1), out.reshape(-1), mask.reshape(-1).view(torch.int8)
     size = max(1, min(_SQUARES_CHUNK, xf.numel()))
-    bits_buf = torch.empty(size, dtype=bits_dtype, device=x.device)
-    squares = torch.empty(size, dtype=x.dtype, device=x.device)
+    bits_buf = torch.empty(size, dtype=int_dtype, device=x.device)
+    squares = bits_buf.view(x.dtype)  # spent bits of the block hold its squares
     starts = range(0, xf.numel(), size)
     partial = torch.zeros(max(1, len(starts)), dtype=x.dtype, device=x.device)
     for i, start in enumerate(starts):
         stop = min(xf.numel(), start + size)
         centred = torch.sub(xf[start:stop], mean, out=of[start:stop])
-        centred.view(bits_dtype).bitwise_and_(bits_buf[: stop - start].copy_(mf[start:stop]).neg_())
+        centred.view(int_dtype).bitwise_and_(bits_buf[: stop - start].copy_(mf[start:stop]).neg_())
         torch.sum(torch.mul(centred, centred, out=squares[: stop - start]), 0, out=partial[i])
     total = partial[0] if len(partial) == 1 else partial.to(torch.promote_types(x.dtype, torch.float64)).sum()
     var = total.to(x.dtype) / (n - 1).clamp(min=1)

@@ -110,7 +110,7 @@ def _broadcast(per_row: torch.Tensor, mask: torch.Tensor):
         # the mask's bit pattern, written straight into the output, anded with each row's bits
         # (no select with a bool condition, no second pass over a broadcast copy)
         advantages = torch.empty(mask.shape, dtype=per_row.dtype, device=per_row.device)
-        bits = ops.mask_bits(mask, per_row.dtype, out=advantages.view(ops.mask_bits(mask[:0], per_row.dtype).dtype))
+        bits = ops.mask_bits(mask, per_row.dtype, out=advantages.view(ops.bits_dtype(per_row.dtype)))
         bits.bitwise_and_(per_row.contiguous().view(bits.dtype)[:, None])
         return advantages, advantages
     advantages = ops.zero_masked(per_row[:, None].expand(mask.shape), mask)
