@@ -64,11 +64,22 @@ _BLOCK = 16
 # --------------------------------------------------------------------------- the scan
 
 
+@functools.lru_cache(maxsize=64)
 def _triangular(c: float, size: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """U (size, size) with U[j, i] = c^(j − i) for j ≥ i, else 0, so that (x @ U)_i = Σ_{j≥i} c^(j−i)·x_j."""
+    """U (size, size) with U[j, i] = c^(j − i) for j ≥ i, else 0, so that (x @ U)_i = Σ_{j≥i} c^(j−i)·x_j.
+
+    Cached (read only: every caller uses it as a matmul operand)."""
     ar = torch.arange(size, dtype=torch.float64)
     exponent = ar[:, None] - ar[None, :]
     powers = torch.where(exponent >= 0, torch.tensor(c, dtype=torch.float64).pow(exponent.clamp(min=0)), 0.0)
+    return powers.to(dtype=dtype, device=device)
+
+
+@functools.lru_cache(maxsize=64)
+def _decay(c: float, block: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """(c^block, …, c^1): what a carry from the next block contributes to each position of a
+    block (cached, read only)."""
+    powers = torch.tensor(c, dtype=torch.float64).pow(torch.arange(block, 0, -1, dtype=torch.float64))
     return powers.to(dtype=dtype, device=device)
 
 
@@ -94,8 +105,7 @@ def discounted_reverse_cumsum(x: torch.Tensor, c: float, block: int = _BLOCK) ->
     # block-start values obey the same recursion with coefficient c^block.
     starts = discounted_reverse_cumsum(local[:, :, 0], c**block, block)
     carry_in = torch.nn.functional.pad(starts[:, 1:], (0, 1))  # value at the start of block b + 1
-    decay = torch.tensor(c, dtype=torch.float64).pow(torch.arange(block, 0, -1, dtype=torch.float64))
-    local.addcmul_(carry_in[:, :, None], decay.to(dtype=x.dtype, device=x.device))
+    local.addcmul_(carry_in[:, :, None], _decay(c, block, x.dtype, x.device))
     return local.view(B, n_blocks * block)[:, :T]
 
 
@@ -113,8 +123,7 @@ def _reverse_scan_into(x: torch.Tensor, c: float, out: torch.Tensor) -> torch.Te
     )
     starts = discounted_reverse_cumsum(local[:, :, 0], c**block, block)
     carry_in = torch.nn.functional.pad(starts[:, 1:], (0, 1))
-    decay = torch.tensor(c, dtype=torch.float64).pow(torch.arange(block, 0, -1, dtype=torch.float64))
-    local.addcmul_(carry_in[:, :, None], decay.to(dtype=x.dtype, device=x.device))
+    local.addcmul_(carry_in[:, :, None], _decay(c, block, x.dtype, x.device))
     return out
 
 
@@ -464,14 +473,16 @@ def _gae_prefix(rewards, values, mask, gamma, lam, whiten):
         delta[:, :-1].add_(following[:, 1:], alpha=gamma)
     ops.zero_masked_(delta, mask)
     advantages = _reverse_scan_into(delta, gamma * lam, out=following)
-    return _remask_and_whiten(advantages, values, mask, whiten, spare=delta)
+    # nothing valid follows a row's padding, so the scan of δ (0 there) left 0 there already
+    return _remask_and_whiten(advantages, values, mask, whiten, spare=delta, zero_already=True)
 
 
-def _remask_and_whiten(advantages, values, mask, whiten, spare):
-    """``advantages`` (a temporary) zeroed at masked positions, ``returns = A + V`` likewise
-    (written over ``spare``, a spent (B, T) buffer), then the whitening in place:
-    ``(advantages, returns)``."""
-    ops.zero_masked_(advantages, mask)
+def _remask_and_whiten(advantages, values, mask, whiten, spare, zero_already=False):
+    """``advantages`` (a temporary) zeroed at masked positions (unless ``zero_already``),
+    ``returns = A + V`` likewise (written over ``spare``, a spent (B, T) buffer), then the
+    whitening in place: ``(advantages, returns)``."""
+    if not zero_already:
+        ops.zero_masked_(advantages, mask)
     returns = ops.zero_masked_(torch.add(advantages, values, out=spare), mask)
     if whiten:
         advantages = ops.masked_whiten(
