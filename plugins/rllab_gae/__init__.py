@@ -40,8 +40,11 @@ recursively. With ``c = 1`` over rows with holes, a reverse cumulative sum of th
 at masked positions is the whole scan. Coefficients too small for the per-position scan's
 blocks (``γλ < ~1/32``) and ``remask=False`` on rows with holes use compaction instead: valid
 tokens moved to the front of their row by one scatter, the constant-coefficient scan, one
-gather back. Large (B, T) buffers are reused once spent, so a call holds about two of them
-(its outputs). The result equals verl's loop to float32 rounding.
+gather back. The masked scans (and the γ = 1 return on any mask) run a block of rows at a
+time (:func:`_scan_rows`), so every pass stays in cache, and zero masked positions by a bitwise
+and with the mask's bit pattern (``ops.mask_bits``), a vectorised select. Large (B, T) buffers
+are reused once spent, so a call holds about two of them (its outputs). The result equals
+verl's loop to float32 rounding.
 """
 
 from __future__ import annotations
