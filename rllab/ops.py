@@ -1,15 +1,16 @@
 """Masked tensor helpers shared by plugins: one home, so every component masks, checks and
 whitens the same way.
 
-* selection: :func:`scalar_zero`, :func:`zero_masked`, :func:`zero_masked_`;
+* selection: :func:`scalar_zero`, :func:`zero_masked`, :func:`zero_masked_`, :func:`mask_bits`,
+  :func:`mask_as`;
 * statistics: :func:`masked_sum`, :func:`sum_of_squares`, :func:`masked_mean`, :func:`masked_var`, :func:`masked_whiten`,
   :func:`group_stats`, :func:`row_any`;
 * input checks, whose errors name the component, the argument and the shapes (or the rows):
   :func:`check_token_tensor`, :func:`check_inputs`, :func:`check_finite`.
 
 Every statistic is safe on fully masked input (it returns 0, never NaN) and ignores whatever
-values sit at masked positions — NaN and inf included — because it selects with ``torch.where``
-rather than multiplying by the mask.
+values sit at masked positions — NaN and inf included — because it selects (``torch.where``,
+or a bitwise and with the mask's bit pattern) rather than multiplying by the mask.
 
 Definitions (those of verl's ``core_algos``): ``masked_mean(x, m) = Σ x·m / Σ m``;
 ``masked_var`` is the unbiased (Bessel-corrected, ``Σm / (Σm − 1)``) variance;
@@ -26,6 +27,9 @@ __all__ = [
     "scalar_zero",
     "zero_masked",
     "zero_masked_",
+    "mask_bits",
+    "bits_dtype",
+    "mask_as",
     "check_token_tensor",
     "check_inputs",
     "masked_sum",
@@ -45,14 +49,85 @@ def scalar_zero(x: torch.Tensor) -> torch.Tensor:
     return torch.zeros((), dtype=x.dtype, device=x.device)
 
 
+_SELECT_CHUNK = 1 << 18
+"""Elements per block of a blocked select: the block's bit pattern (1 MiB in float32) stays in
+cache and comes from the heap, never a fresh mapping."""
+
+_INT_OF_WIDTH = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def bits_dtype(dtype: torch.dtype) -> torch.dtype | None:
+    """The signed integer dtype as wide as ``dtype`` (None if there is none): the dtype of
+    :func:`mask_bits` for ``dtype``."""
+    return _INT_OF_WIDTH.get(dtype.itemsize)
+
+
+def _fast_select_ok(x: torch.Tensor, mask: torch.Tensor) -> bool:
+    return (
+        not x.requires_grad
+        and x.is_floating_point()
+        and x.ndim >= 1
+        and mask.dtype == torch.bool
+        and mask.shape == x.shape
+        and x.is_contiguous()
+        and mask.is_contiguous()
+        and x.device == mask.device
+    )
+
+
+def mask_bits(mask: torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The select pattern of a bool ``mask`` for a float ``dtype``: every bit set (integer −1)
+    where ``mask`` is True, 0 elsewhere, in the signed integer dtype as wide as ``dtype``.
+
+    ``x.view(bits.dtype) & bits`` is ``torch.where(mask, x, 0)`` bit for bit (NaN, inf and −0
+    included) and runs vectorised, where a select with a bool condition runs element by element
+    on CPU (several times slower). ``out`` (that integer dtype, ``mask``'s shape) receives it.
+    """
+    small = mask.view(torch.int8)
+    if out is None:
+        return torch.neg(small).to(bits_dtype(dtype))
+    return out.copy_(small).neg_()
+
+
+def mask_as(mask: torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``mask.to(dtype)`` (1 where True, 0 elsewhere) through the mask's bytes, a vectorised
+    conversion (from ``bool`` it is not); ``out`` receives it."""
+    small = mask.view(torch.int8)
+    return small.to(dtype) if out is None else out.copy_(small)
+
+
+def _select_into(x: torch.Tensor, mask: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``out = where(mask, x, 0)`` bit for bit, a block of leading rows at a time; ``out`` may
+    be ``x``. Needs :func:`_fast_select_ok` and ``out`` contiguous, of ``x``'s shape and dtype."""
+    int_dtype = bits_dtype(x.dtype)
+    xv, ov, mv = x.view(int_dtype), out.view(int_dtype), mask.view(torch.int8)
+    if x.numel() <= _SELECT_CHUNK or x.ndim == 1:
+        if out.data_ptr() != x.data_ptr():  # the bit pattern written straight into out
+            return ov.copy_(mv).neg_().bitwise_and_(xv).view(x.dtype)
+        ov.bitwise_and_(torch.empty_like(ov).copy_(mv).neg_())
+        return out
+    per_row = x[0].numel()
+    rows = max(1, _SELECT_CHUNK // max(per_row, 1))
+    buf = torch.empty((rows,) + tuple(x.shape[1:]), dtype=int_dtype, device=x.device)
+    for start in range(0, x.shape[0], rows):
+        n = min(rows, x.shape[0] - start)
+        bits = buf[:n].copy_(mv[start : start + n]).neg_()
+        torch.bitwise_and(xv[start : start + n], bits, out=ov[start : start + n])
+    return out
+
+
 def zero_masked(x: torch.Tensor, mask: torch.Tensor, finite: bool = False) -> torch.Tensor:
     """``x`` where ``mask``, 0 elsewhere; same shape as ``x`` (``mask`` broadcastable to it, bool).
 
-    Selects with ``torch.where``, so NaN or inf at a masked position cannot leak into the result
-    or its gradient (masked positions get gradient 0). When the caller has established that ``x``
-    is finite everywhere (``finite=True``, e.g. from :func:`check_inputs`) the cheaper ``x · mask``
-    gives the same values and gradients.
+    Selects, so NaN or inf at a masked position cannot leak into the result or its gradient
+    (masked positions get gradient 0). Without autograd, on a contiguous ``x`` and a mask of its
+    shape, the select is a bitwise and with :func:`mask_bits` (the same bits as ``torch.where``,
+    several times faster on CPU); otherwise ``torch.where``, or, when the caller has established
+    that ``x`` is finite everywhere (``finite=True``, e.g. from :func:`check_inputs`), the cheaper
+    ``x · mask``, which gives the same values and gradients.
     """
+    if bits_dtype(x.dtype) is not None and _fast_select_ok(x, mask):
+        return _select_into(x, mask, torch.empty_like(x, memory_format=torch.contiguous_format))
     if finite:
         return x * mask
     return torch.where(mask, x, scalar_zero(x))
@@ -61,7 +136,11 @@ def zero_masked(x: torch.Tensor, mask: torch.Tensor, finite: bool = False) -> to
 def zero_masked_(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """In-place :func:`zero_masked`: ``x`` (a temporary, no autograd) gets 0 where ``mask`` is
     False and is returned. (A select, not a multiplication by the mask: multiplying a float
-    tensor by a bool or byte mask first casts the whole mask to a float temporary.)"""
+    tensor by a bool or byte mask first casts the whole mask to a float temporary. On a
+    contiguous ``x`` the select is a bitwise and with the mask's bit pattern, a block of rows
+    at a time.)"""
+    if bits_dtype(x.dtype) is not None and _fast_select_ok(x, mask):
+        return _select_into(x, mask, x)
     return torch.where(mask, x, scalar_zero(x), out=x)
 
 
@@ -137,6 +216,15 @@ def _masked_row_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return zero_masked(x, mask).sum(1)
     out = torch.empty(B, dtype=x.dtype, device=x.device)
     buf = torch.empty(rows, T, dtype=x.dtype, device=x.device)
+    int_dtype = bits_dtype(x.dtype)
+    if int_dtype is not None and _fast_select_ok(x, mask):
+        # the select as a bitwise and with the mask's bit pattern (see mask_bits), in cache
+        xv, mv, bits = x.view(int_dtype), mask.view(torch.int8), buf.view(int_dtype)
+        for start in range(0, B, rows):
+            n = min(rows, B - start)
+            bits[:n].copy_(mv[start : start + n]).neg_().bitwise_and_(xv[start : start + n])
+            torch.sum(buf[:n], 1, out=out[start : start + n])
+        return out
     zero = scalar_zero(x)
     for start in range(0, B, rows):
         n = min(rows, B - start)
@@ -145,9 +233,9 @@ def _masked_row_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return out
 
 
-_SQUARES_CHUNK = 1 << 14
-"""Elements per chunk of :func:`sum_of_squares`: its temporary (64 KiB in float32) comes from
-the heap and is reused chunk after chunk, never a fresh mapping."""
+_SQUARES_CHUNK = 1 << 18
+"""Elements per chunk of :func:`sum_of_squares`: its temporary (1 MiB in float32) stays in
+cache, comes from the heap and is reused chunk after chunk, never a fresh mapping."""
 
 
 def sum_of_squares(x: torch.Tensor) -> torch.Tensor:
@@ -156,10 +244,14 @@ def sum_of_squares(x: torch.Tensor) -> torch.Tensor:
     more than the arithmetic) and no float64 copy of ``x``."""
     if x.requires_grad or x.numel() <= _SQUARES_CHUNK or not x.is_floating_point():
         return (x * x).sum()
-    total = torch.zeros((), dtype=torch.promote_types(x.dtype, torch.float64), device=x.device)
-    for chunk in x.reshape(-1).split(_SQUARES_CHUNK):
-        total += torch.square(chunk).sum()
-    return total.to(x.dtype)
+    flat = x.reshape(-1)
+    n_chunks = -(-flat.numel() // _SQUARES_CHUNK)
+    buf = torch.empty(_SQUARES_CHUNK, dtype=x.dtype, device=x.device)
+    partial = torch.empty(n_chunks, dtype=x.dtype, device=x.device)
+    for i, chunk in enumerate(flat.split(_SQUARES_CHUNK)):
+        square = torch.mul(chunk, chunk, out=buf[: chunk.numel()])
+        torch.sum(square, 0, out=partial[i])
+    return partial.to(torch.promote_types(x.dtype, torch.float64)).sum().to(x.dtype)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
@@ -211,6 +303,16 @@ def masked_whiten(
     """
     n = torch.count_nonzero(mask)
     mean = (x if masked_are_zero else zero_masked(x, mask)).sum() / n.clamp(min=1)
+    target = x if out is None else out
+    if (
+        remask
+        and shift_mean
+        and (inplace or out is not None)
+        and bits_dtype(x.dtype) is not None
+        and _fast_select_ok(x, mask)
+        and target.is_contiguous()
+    ):
+        return _whiten_blocked(x, mask, n, mean, eps, target)
     if out is not None and not x.requires_grad:
         shifted = torch.sub(x, mean, out=out)
     else:
@@ -225,6 +327,28 @@ def masked_whiten(
     if not shift_mean:
         out = out.add_(zero_masked(mean.expand_as(out), mask) if remask else mean)
     return out
+
+
+def _whiten_blocked(x, mask, n, mean, eps, out):
+    """:func:`masked_whiten` with ``remask``, written into ``out`` (``x`` itself or a buffer of its
+    shape): the centring, the select and the squares a block at a time (in cache), then one
+    scaling pass. The same values as the unblocked path (same blocks for the sum of squares)."""
+    int_dtype = bits_dtype(x.dtype)
+    xf, of, mf = x.reshape(-1), out.reshape(-1), mask.reshape(-1).view(torch.int8)
+    size = max(1, min(_SQUARES_CHUNK, xf.numel()))
+    bits_buf = torch.empty(size, dtype=int_dtype, device=x.device)
+    squares = bits_buf.view(x.dtype)  # spent bits of the block hold its squares
+    starts = range(0, xf.numel(), size)
+    partial = torch.zeros(max(1, len(starts)), dtype=x.dtype, device=x.device)
+    for i, start in enumerate(starts):
+        stop = min(xf.numel(), start + size)
+        centred = torch.sub(xf[start:stop], mean, out=of[start:stop])
+        centred.view(int_dtype).bitwise_and_(bits_buf[: stop - start].copy_(mf[start:stop]).neg_())
+        torch.sum(torch.mul(centred, centred, out=squares[: stop - start]), 0, out=partial[i])
+    total = partial[0] if len(partial) == 1 else partial.to(torch.promote_types(x.dtype, torch.float64)).sum()
+    var = total.to(x.dtype) / (n - 1).clamp(min=1)
+    scale = torch.where(n > 1, torch.rsqrt(var + eps), torch.ones_like(var))
+    return out.mul_(scale)
 
 
 def row_any(mask: torch.Tensor) -> torch.Tensor:

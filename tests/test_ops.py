@@ -107,10 +107,12 @@ def test_zero_masked_finite_shortcut_equals_select():
     x = torch.randn(4, 5, generator=g)
     m = torch.rand(4, 5, generator=g) > 0.4
     assert torch.equal(ops.zero_masked(x, m, finite=True), ops.zero_masked(x, m))
-    # the shortcut is only valid on finite input: NaN * False is NaN
+    # without autograd both select bit for bit (NaN at a masked position gives +0); with it the
+    # shortcut multiplies, which is only valid on finite input: NaN * False is NaN
     x[0, 0], m[0, 0] = float("nan"), False
     assert ops.zero_masked(x, m)[0, 0].item() == 0.0
-    assert math.isnan(ops.zero_masked(x, m, finite=True)[0, 0].item())
+    assert ops.zero_masked(x, m, finite=True)[0, 0].item() == 0.0
+    assert math.isnan(ops.zero_masked(x.requires_grad_(), m, finite=True)[0, 0].item())
 
 
 def test_check_token_tensor_names_component_argument_and_shapes():

@@ -40,12 +40,16 @@ recursively. With ``c = 1`` over rows with holes, a reverse cumulative sum of th
 at masked positions is the whole scan. Coefficients too small for the per-position scan's
 blocks (``γλ < ~1/32``) and ``remask=False`` on rows with holes use compaction instead: valid
 tokens moved to the front of their row by one scatter, the constant-coefficient scan, one
-gather back. Large (B, T) buffers are reused once spent, so a call holds about two of them
-(its outputs). The result equals verl's loop to float32 rounding.
+gather back. The masked scans (and the γ = 1 return on any mask) run a block of rows at a
+time (:func:`_scan_rows`), so every pass stays in cache, and zero masked positions by a bitwise
+and with the mask's bit pattern (``ops.mask_bits``), a vectorised select. Large (B, T) buffers
+are reused once spent, so a call holds about two of them (its outputs). The result equals
+verl's loop to float32 rounding.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import attrs
@@ -63,11 +67,22 @@ _BLOCK = 16
 # --------------------------------------------------------------------------- the scan
 
 
+@functools.lru_cache(maxsize=64)
 def _triangular(c: float, size: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """U (size, size) with U[j, i] = c^(j − i) for j ≥ i, else 0, so that (x @ U)_i = Σ_{j≥i} c^(j−i)·x_j."""
+    """U (size, size) with U[j, i] = c^(j − i) for j ≥ i, else 0, so that (x @ U)_i = Σ_{j≥i} c^(j−i)·x_j.
+
+    Cached (read only: every caller uses it as a matmul operand)."""
     ar = torch.arange(size, dtype=torch.float64)
     exponent = ar[:, None] - ar[None, :]
     powers = torch.where(exponent >= 0, torch.tensor(c, dtype=torch.float64).pow(exponent.clamp(min=0)), 0.0)
+    return powers.to(dtype=dtype, device=device)
+
+
+@functools.lru_cache(maxsize=64)
+def _decay(c: float, block: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """(c^block, …, c^1): what a carry from the next block contributes to each position of a
+    block (cached, read only)."""
+    powers = torch.tensor(c, dtype=torch.float64).pow(torch.arange(block, 0, -1, dtype=torch.float64))
     return powers.to(dtype=dtype, device=device)
 
 
@@ -93,8 +108,7 @@ def discounted_reverse_cumsum(x: torch.Tensor, c: float, block: int = _BLOCK) ->
     # block-start values obey the same recursion with coefficient c^block.
     starts = discounted_reverse_cumsum(local[:, :, 0], c**block, block)
     carry_in = torch.nn.functional.pad(starts[:, 1:], (0, 1))  # value at the start of block b + 1
-    decay = torch.tensor(c, dtype=torch.float64).pow(torch.arange(block, 0, -1, dtype=torch.float64))
-    local.addcmul_(carry_in[:, :, None], decay.to(dtype=x.dtype, device=x.device))
+    local.addcmul_(carry_in[:, :, None], _decay(c, block, x.dtype, x.device))
     return local.view(B, n_blocks * block)[:, :T]
 
 
@@ -112,18 +126,8 @@ def _reverse_scan_into(x: torch.Tensor, c: float, out: torch.Tensor) -> torch.Te
     )
     starts = discounted_reverse_cumsum(local[:, :, 0], c**block, block)
     carry_in = torch.nn.functional.pad(starts[:, 1:], (0, 1))
-    decay = torch.tensor(c, dtype=torch.float64).pow(torch.arange(block, 0, -1, dtype=torch.float64))
-    local.addcmul_(carry_in[:, :, None], decay.to(dtype=x.dtype, device=x.device))
+    local.addcmul_(carry_in[:, :, None], _decay(c, block, x.dtype, x.device))
     return out
-
-
-def _valid_reverse_cumsum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``y_t = Σ_{j ≥ t, mask_j} x_j`` along the last axis (NaN or inf at masked positions
-    ignored): the reversed rows are masked and summed in place, so the only (B, T) buffers
-    are the reversed copy and the result."""
-    flipped = x.flip(-1)
-    torch.where(mask.flip(-1), flipped, ops.scalar_zero(x), out=flipped)
-    return flipped.cumsum_(-1).flip(-1)
 
 
 def _has_holes(mask: torch.Tensor) -> bool:
@@ -265,6 +269,62 @@ def _masked_scan_of_reversed(x_reversed: torch.Tensor, mask: torch.Tensor, c: fl
     return torch.index_select(scanned, 1, backwards, out=multipliers)
 
 
+_ROW_CHUNK = 1 << 18
+"""Elements per block of rows of :func:`_scan_rows`: a block's buffers stay in cache, so each
+of its passes costs a fraction of a pass over the whole batch."""
+
+
+@functools.lru_cache(maxsize=64)
+def _float_bits(value: float, dtype: torch.dtype, bits_dtype: torch.dtype) -> int:
+    """The bit pattern of ``value`` in ``dtype``, as an integer of ``bits_dtype``."""
+    return int(torch.tensor(value, dtype=dtype).view(bits_dtype).item())
+
+
+def _scan_rows(x, mask, c, out, *, x2=None, alpha=0.0, remask=True):
+    """``y_t = x_t + c·y_{t+1}`` over each row's valid positions (verl's skip rule), written into
+    ``out`` with 0 at masked positions (``remask=False``: the value of the next valid position,
+    0 if none); ``x2`` adds ``alpha·x2`` to ``x`` first.
+
+    ``x`` (and ``x2``) (B, T) float, read only, NaN or inf at masked positions ignored; ``mask``
+    (B, T) bool; ``c = 1`` or ``_masked_scan_ok(c, dtype)``. ``out`` is a contiguous (B, T)
+    buffer of ``x``'s dtype, not overlapping ``x``: the scan allocates nothing else of the
+    batch's size. A block of rows at a time, so that every
+    pass runs in cache: the reversed rows (``index_select``) are zeroed at masked positions (a
+    bitwise and with the mask's bit pattern), then a cumulative sum (``c = 1``) or
+    :func:`_forward_scan` with multiplier ``c`` on a valid token and 1 on a masked one (its bit
+    pattern picked from the mask's, so exactly ``c``), zeroed again and reversed into ``out``.
+    """
+    B, T = x.shape
+    dtype = out.dtype
+    rows = max(1, _ROW_CHUNK // max(T, 1))
+    small = mask.view(torch.int8)
+    bits_buf = torch.empty(min(rows, B), T, dtype=ops.bits_dtype(dtype), device=x.device)
+    bits_dtype = bits_buf.dtype
+    if c != 1.0:
+        one = _float_bits(1.0, dtype, bits_dtype)
+        flip_to_c = one ^ _float_bits(c, dtype, bits_dtype)
+        range_bits = -math.log2(c)
+    for start in range(0, B, rows):
+        stop = min(B, start + rows)
+        reversed_mask = small[start:stop].flip(1)
+        bits = ops.mask_bits(reversed_mask.view(torch.bool), dtype, out=bits_buf[: stop - start])
+        xr = x[start:stop].flip(1)  # a block-sized temporary: stays in cache
+        if x2 is not None:
+            xr.add_(x2[start:stop].flip(1), alpha=alpha)
+        xr.view(bits_dtype).bitwise_and_(bits)
+        if c == 1.0:
+            y = xr.cumsum_(1)
+        else:
+            # multipliers: the bits of 1.0, with those of c where valid (1 ^ (bits & (1 ^ c)))
+            w = torch.bitwise_and(bits, flip_to_c, out=out[start:stop].view(bits_dtype))
+            w = w.bitwise_xor_(one).view(dtype)
+            y = _forward_scan(xr, w, range_bits)
+        if remask:
+            y.view(bits_dtype).bitwise_and_(bits)
+        out[start:stop].copy_(y.flip(1))
+    return out
+
+
 # --------------------------------------------------------------------------- shared helpers
 
 
@@ -333,11 +393,10 @@ def gae(*, token_rewards, mask, index=None, values=None, config: GAEConfig):
         values = values.detach().to(dtype)
         gamma, lam = config.gamma, config.lam
 
+        c = gamma * lam
         holes = _has_holes(mask)
-        if holes and config.remask and gamma * lam == 1.0:
-            return _gae_telescoped(rewards, values, mask, config.whiten)
-        if holes and config.remask and _masked_scan_ok(gamma * lam, dtype):
-            return _gae_masked_scan(rewards, values, mask, gamma, lam, config.whiten)
+        if holes and config.remask and (c == 1.0 or _masked_scan_ok(c, dtype)):
+            return _gae_rows(rewards, values, mask, gamma, lam, config.whiten)
         if not holes and config.remask:
             return _gae_prefix(rewards, values, mask, gamma, lam, config.whiten)
         packing = _packing(mask) if holes else None
@@ -368,44 +427,40 @@ def gae(*, token_rewards, mask, index=None, values=None, config: GAEConfig):
 # --------------------------------------------------------------------------- reinforce
 
 
-def _gae_telescoped(rewards, values, mask, whiten):
-    """``gae`` for γ = λ = 1 with masked positions zeroed, on rows of any mask, without packing.
-
-    With γλ = 1 the δ's of a row telescope over its valid positions: ``A_k = Σ_{valid j ≥ k}
-    r_j − V_k`` (the ``+V`` of each δ cancels the ``−V`` of the next, and ``V = 0`` past the
-    last one), and ``returns = A + V`` is the plain reward-to-go. A reverse cumulative sum of
-    the rewards zeroed at masked positions gives that sum at every valid position directly.
-    """
-    returns = _valid_reverse_cumsum(rewards, mask)
-    zero = ops.scalar_zero(returns)
-    torch.where(mask, returns, zero, out=returns)
-    advantages = returns - values
-    torch.where(mask, advantages, zero, out=advantages)
-    if whiten:
-        advantages = ops.masked_whiten(advantages, mask, remask=True, masked_are_zero=True, inplace=True)
-    return advantages, returns
-
-
-def _gae_masked_scan(rewards, values, mask, gamma, lam, whiten):
-    """``gae`` with masked positions zeroed, for rows with holes, by one masked scan (no packing).
+def _gae_rows(rewards, values, mask, gamma, lam, whiten):
+    """``gae`` with masked positions zeroed, on rows of any mask, by one row-block scan.
 
     Writing ``n(k)`` for the valid position after ``k`` and ``c = γλ``, the advantage
     ``A_k = δ_k + c·A_{n(k)}`` with ``δ_k = r_k − V_k + γ·V_{n(k)}`` unrolls to
-    ``A_k = r_k − V_k + S_{n(k)}``, where ``S_j = z_j + c·S_{n(j)}`` is the skip scan of
-    ``z = c·r + γ(1 − λ)·V`` (each ``V_{n(k)}`` of a δ meets the ``−c·V`` of the next term). The
-    scan's value at ``k + 1`` is ``S_{n(k)}`` whatever lies between, so one masked scan of
-    ``z`` gives every advantage. The scan is linear, so it runs on ``z / (γλ)`` and the factor
-    joins at the end. Spent (B, T) buffers are reused: the call holds two (its outputs).
+    ``A_k = r_k − V_k + c·S_{k+1}``, where ``S`` is the skip scan of ``r + (1 − λ)/λ·V`` (each
+    ``V_{n(k)}`` of a δ meets the ``−c·V`` of the next term; a masked ``k + 1`` carries ``S`` of
+    the next valid token).
+    ``c = 1`` or ``_masked_scan_ok(c, dtype)``. The scan goes into the returns' buffer, then a
+    block of rows at a time (in cache) the advantages, the returns ``A + V`` and the zeroing of
+    masked positions; the call allocates its two outputs and block-sized temporaries only.
     """
+    B, T = rewards.shape
     c = gamma * lam
-    # the scan is linear: scan(c·y) = c·scan(y) with y = r + (1 − λ)/λ·V, so c joins at the end
-    y = torch.add(rewards, values, alpha=(1.0 - lam) / lam) if lam != 1.0 else rewards
-    y_reversed = y.flip(1)
-    del y
-    scanned = _masked_scan_of_reversed(y_reversed, mask, c)
-    advantages = torch.sub(rewards, values, out=y_reversed)  # y's buffer, spent by the scan
-    advantages[:, :-1].add_(scanned[:, 1:], alpha=c)
-    return _remask_and_whiten(advantages, values, mask, whiten, spare=scanned)
+    dtype = rewards.dtype
+    returns = torch.empty((B, T), dtype=dtype, device=rewards.device)
+    extra = None if lam == 1.0 else values
+    scanned = _scan_rows(rewards, mask, c, returns, x2=extra, alpha=(1.0 - lam) / lam, remask=False)
+    advantages = torch.empty_like(returns)
+    rows = max(1, _ROW_CHUNK // max(T, 1))
+    small = mask.view(torch.int8)
+    bits_buf = torch.empty(min(rows, B), T, dtype=ops.bits_dtype(dtype), device=rewards.device)
+    for start in range(0, B, rows):
+        stop = min(B, start + rows)
+        bits = bits_buf[: stop - start].copy_(small[start:stop]).neg_()
+        adv = torch.sub(rewards[start:stop], values[start:stop], out=advantages[start:stop])
+        if T > 1:
+            adv[:, :-1].add_(scanned[start:stop, 1:], alpha=c)
+        adv.view(bits.dtype).bitwise_and_(bits)
+        ret = torch.add(adv, values[start:stop], out=returns[start:stop])  # S is spent here
+        ret.view(bits.dtype).bitwise_and_(bits)
+    if whiten:
+        advantages = ops.masked_whiten(advantages, mask, remask=True, masked_are_zero=True, inplace=True)
+    return advantages, returns
 
 
 def _gae_prefix(rewards, values, mask, gamma, lam, whiten):
@@ -421,14 +476,16 @@ def _gae_prefix(rewards, values, mask, gamma, lam, whiten):
         delta[:, :-1].add_(following[:, 1:], alpha=gamma)
     ops.zero_masked_(delta, mask)
     advantages = _reverse_scan_into(delta, gamma * lam, out=following)
-    return _remask_and_whiten(advantages, values, mask, whiten, spare=delta)
+    # nothing valid follows a row's padding, so the scan of δ (0 there) left 0 there already
+    return _remask_and_whiten(advantages, values, mask, whiten, spare=delta, zero_already=True)
 
 
-def _remask_and_whiten(advantages, values, mask, whiten, spare):
-    """``advantages`` (a temporary) zeroed at masked positions, ``returns = A + V`` likewise
-    (written over ``spare``, a spent (B, T) buffer), then the whitening in place:
-    ``(advantages, returns)``."""
-    ops.zero_masked_(advantages, mask)
+def _remask_and_whiten(advantages, values, mask, whiten, spare, zero_already=False):
+    """``advantages`` (a temporary) zeroed at masked positions (unless ``zero_already``),
+    ``returns = A + V`` likewise (written over ``spare``, a spent (B, T) buffer), then the
+    whitening in place: ``(advantages, returns)``."""
+    if not zero_already:
+        ops.zero_masked_(advantages, mask)
     returns = ops.zero_masked_(torch.add(advantages, values, out=spare), mask)
     if whiten:
         advantages = ops.masked_whiten(
@@ -452,20 +509,12 @@ def _discounted_return(token_rewards, mask, gamma):
     needs no fresh allocation.
     """
     rewards = token_rewards.detach().to(_float_dtype(token_rewards))
-    holes = _has_holes(mask)
-    if gamma == 1.0 and rewards.numel():
-        # Return-to-go over the valid tokens is a plain reverse cumulative sum of the rewards
-        # zeroed at masked positions; no packing needed.
-        flipped = rewards.flip(1)
-        ops.zero_masked_(flipped, mask.flip(1))
-        returns = flipped.cumsum_(1).flip(1)
-        if holes:
-            ops.zero_masked_(returns, mask)
-        return returns, flipped
-    if holes and _masked_scan_ok(gamma, rewards.dtype):
-        reversed_rewards = rewards.flip(1)
-        returns = _masked_scan_of_reversed(reversed_rewards, mask, gamma)
-        return ops.zero_masked_(returns, mask), reversed_rewards
+    holes = gamma == 1.0 or _has_holes(mask)  # the cumulative sum takes any mask
+    if rewards.numel() and holes and (gamma == 1.0 or _masked_scan_ok(gamma, rewards.dtype)):
+        # reverse scan of each row's valid tokens, a block of rows at a time (in cache)
+        returns = torch.empty_like(rewards, memory_format=torch.contiguous_format)
+        return _scan_rows(rewards, mask, gamma, returns), torch.empty_like(returns)
+    holes = holes and _has_holes(mask)
     if not holes:
         # Without holes the scan leaves 0 on each row's trailing padding.
         zeroed = ops.zero_masked(rewards, mask)
