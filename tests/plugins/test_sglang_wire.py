@@ -222,3 +222,31 @@ def test_bad_urls():
         wire._Target("ftp://x")
     t = wire._Target("https://user@example.org/base/")
     assert (t.key, t.prefix, t.host_header) == (("https", "example.org", 443), "/base", b"example.org")
+
+
+def test_the_backend_names_a_server_that_does_not_speak_http():
+    import socket
+    import threading
+
+    import rllab
+    from rllab import SamplingParams
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+
+    def answer():
+        conn, _ = srv.accept()
+        conn.recv(65536)
+        conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+        conn.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.getsockname()[1]}"
+    backend = rllab.Lab().get("rollout_backend", "sglang", urls=url, retries=0)()
+    try:
+        with pytest.raises(rllab.RllabError, match=rf"{url}/generate did not answer in HTTP/1.1: not an HTTP/1.x answer: 'SSH-2.0"):
+            backend.generate([[1, 2]], SamplingParams(max_new_tokens=2))
+    finally:
+        backend.close()
+        srv.close()
