@@ -87,6 +87,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import attrs
+import numpy as np
 
 import rllab
 from rllab import RllabError
@@ -272,18 +273,30 @@ def _sample_seed(seed: int, prompt_index: int, sample: int) -> int:
 
 def _sample_seeds(seed: int, first_prompt: int, prompts: int, n: int) -> list[int]:
     """:func:`_sample_seed` for every (prompt, sample) of a request, prompt-major, in one
-    vectorised pass (uint64 arithmetic wraps modulo 2**64, as the masks above do)."""
-    import numpy as np
+    vectorised pass: uint64 array arithmetic wraps modulo 2**64 as the masks above do (and,
+    unlike numpy's scalar arithmetic, silently), and the prompt/sample term is cached per shape."""
+    u = np.uint64
+    x = _seed_offsets(first_prompt, prompts, n) + u((seed * 0x9E3779B97F4A7C15) & _M64)
+    x ^= x >> u(30)
+    x *= u(0xBF58476D1CE4E5B9)
+    x ^= x >> u(27)
+    x *= u(0x94D049BB133111EB)
+    x ^= x >> u(31)
+    x &= u((1 << 63) - 1)
+    return x.tolist()
 
+
+_M64 = (1 << 64) - 1
+
+
+@functools.lru_cache(maxsize=64)
+def _seed_offsets(first_prompt: int, prompts: int, n: int) -> np.ndarray:
     u = np.uint64
     p = np.arange(first_prompt + 1, first_prompt + prompts + 1, dtype=u)[:, None]
     j = np.arange(1, n + 1, dtype=u)[None, :]
-    with np.errstate(over="ignore"):
-        x = u(seed % (1 << 64)) * u(0x9E3779B97F4A7C15) + p * u(0xBF58476D1CE4E5B9) + j * u(0x94D049BB133111EB)
-        x = (x ^ (x >> u(30))) * u(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> u(27))) * u(0x94D049BB133111EB)
-        x = (x ^ (x >> u(31))) & u((1 << 63) - 1)
-    return x.reshape(-1).tolist()
+    out = (p * u(0xBF58476D1CE4E5B9) + j * u(0x94D049BB133111EB)).reshape(-1)
+    out.flags.writeable = False
+    return out
 
 
 def sampling_params_json(params: SamplingParams, *, n: int | None = None, seed: int | None = None) -> dict:
@@ -445,29 +458,28 @@ def parse_rows(raw: bytes, prompts: Sequence[tuple[int, ...]], rows: Sequence[in
         except msgspec.DecodeError:
             typed = None
         if typed is not None and len(typed) == len(rows):
-            out = []
-            append = out.append
-            for r, i in zip(typed, rows):
+            toks, values, kinds, versions = [], [], [], []
+            for r in typed:
                 meta = r.meta_info
                 kind = meta.finish_reason.type
-                toks = r.output_ids
+                tk = r.output_ids
                 lps = meta.output_token_logprobs
-                values, named, _ = zip(*lps) if lps else ((), (), ())
-                if (kind != "stop" and kind != "length") or named != toks or meta.weight_versions:
-                    out = None  # an abort, a mismatch, a span of versions: the general path
-                    break
+                v, named, _ = zip(*lps) if lps else ((), (), ())
+                if (kind != "stop" and kind != "length") or named != tk or meta.weight_versions:
+                    break  # an abort, a mismatch, a span of versions: the general path
                 if sampled:
-                    values = meta.output_token_sampling_logprobs
-                    if values is None or len(values) != len(toks):
-                        out = None
+                    v = meta.output_token_sampling_logprobs
+                    if v is None or len(v) != len(tk):
                         break
-                version = meta.weight_version
-                append(Completion(
-                    prompt_ids=prompts[i], token_ids=toks, log_probs=values, finish_reason=kind,
-                    prompt_index=first_index + i, weight_version=None if version is None else str(version),
-                ))
-            if out is not None:
-                return out, []
+                toks.append(tk)
+                values.append(v)
+                kinds.append(kind)
+                versions.append(meta.weight_version)
+            else:
+                return Completion.columns(
+                    [prompts[i] for i in rows], toks, values, kinds, [first_index + i for i in rows],
+                    [None if v is None else str(v) for v in versions],
+                ), []
     try:
         data = _decode(raw)
     except ValueError as e:
@@ -591,13 +603,19 @@ class SGLangBackend:
             self._session = wire.Client()
         return self._session
 
-    async def _call(self, method: str, url: str, path: str, body: Any = None, *, timeout: float | None = None):
-        """One HTTP exchange → ``(status, raw body)``; transport failures become :class:`_Retry`."""
+    async def _call(self, method: str, url: str, path: str, body: Any = None, *, timeout: float | None = None,
+                    blocking: bool = False):
+        """One HTTP exchange → ``(status, raw body)``; transport failures become :class:`_Retry`.
+        ``blocking``: on a plain socket in this thread, for an exchange with nothing else in
+        flight (a step's one ``/generate``), skipping the event loop's round trips."""
         session = await self._get_session()
         total = timeout or self.config.timeout_s
+        data = None if body is None else _encode(body)
         try:
-            return await session.request(method, url, path, None if body is None else _encode(body), total)
-        except asyncio.TimeoutError:
+            if blocking:
+                return session.request_blocking(method, url, path, data, total)
+            return await session.request(method, url, path, data, total)
+        except TimeoutError:
             raise _Retry("timeout", f"{url}{path}: no answer within {total:g} s") from None
         except wire.ConnectError as e:
             raise _Retry("refused", f"{url}{path}: cannot connect ({e.strerror or e})") from None
@@ -741,7 +759,7 @@ class SGLangBackend:
             body["rid"] = uuid.uuid4().hex  # SGLang names row i "<rid>_<i>"
             try:
                 async with self._sem:
-                    status, raw = await self._call("POST", url, "/generate", body)
+                    status, raw = await self._call("POST", url, "/generate", body, blocking=self._requests == 1)
             except _Retry as e:
                 if e.kind == "timeout" and params.seed is not None:
                     await self._abort(url, [f"{body['rid']}_{i}" for i in range(len(rows))])

@@ -1,19 +1,27 @@
-"""The sglang backend's HTTP/1.1 client: keep-alive connections on asyncio streams.
+"""The sglang backend's HTTP/1.1 client: keep-alive connections, driven by asyncio or blocking.
 
 SGLang's server (uvicorn) speaks plain HTTP/1.1: one JSON body per request, answered with a
 ``Content-Length`` body (or a chunked one), connections kept alive between requests. This
 client speaks exactly that and nothing more, because the client's CPU per ``/generate`` is
-part of every training step: on the default step's answer (128 completions, 60 KB) one
-exchange costs 0.2–0.5 ms of client CPU here against 0.6–1.3 ms through aiohttp's general
-machinery, measured side by side (``benchmarks/bench_sglang_client.py``).
+part of every training step. One parser (:class:`_Answer`, fed bytes as they arrive) serves
+two drivers:
+
+- ``await request(...)`` on asyncio streams, for many requests in flight at once;
+- ``request_blocking(...)`` on a plain socket, for the one request a step usually sends: no
+  event-loop round trips, about a third of the client CPU of the asyncio driver on the default
+  step's answer (128 completions, 60 KB), measured side by side
+  (``benchmarks/bench_sglang_client.py``). It blocks its thread, so it is only for a caller
+  with nothing else to run meanwhile.
+
+Both drivers behave alike:
 
 - Connections are pooled per server and reused; one idle for more than ``idle_s`` (below
   uvicorn's 5 s keep-alive) is closed instead. A reused connection that the server closed
   while it was idle — end of stream before the first byte of the answer — is replaced by a
   fresh one and the request sent once more: the server never saw it. Any other failure is the
   caller's to handle (:class:`ConnectError`, :class:`Disconnected`, :class:`ProtocolError`;
-  ``asyncio.TimeoutError`` when ``timeout`` runs out); the connection it happened on is closed,
-  never reused.
+  ``TimeoutError`` when ``timeout`` runs out); the connection it happened on is closed, never
+  reused.
 - Bodies: ``Content-Length``, ``Transfer-Encoding: chunked``, or to the end of the stream;
   ``Connection: close`` honoured.
 """
@@ -21,11 +29,14 @@ machinery, measured side by side (``benchmarks/bench_sglang_client.py``).
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl as _ssl
 import time
 from urllib.parse import urlsplit
 
-_LIMIT = 1 << 22  # the reader's buffer: a large answer arrives without pausing the transport
+_LIMIT = 1 << 22  # the stream reader's buffer: a large answer arrives without pausing the transport
+_READ = 1 << 18  # bytes asked for per read
+_MAX_HEAD = 1 << 22
 
 
 class ConnectError(OSError):
@@ -38,6 +49,10 @@ class Disconnected(ConnectionError):
 
 class ProtocolError(Exception):
     """The answer is not HTTP/1.x."""
+
+
+class _ClosedWhileIdle(Exception):
+    """End of stream before the first byte of the answer."""
 
 
 class _Target:
@@ -55,35 +70,159 @@ class _Target:
         self.key = (parts.scheme, self.host, self.port)
 
 
+# --------------------------------------------------------------------------- the parser
+
+_HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK, _TRAILERS, _TO_EOF, _DONE = range(7)
+
+
+class _Answer:
+    """One HTTP/1.x answer, parsed from the bytes fed to it (no I/O here).
+
+    ``feed(data)`` returns True once the answer is complete; ``eof()`` says the stream ended
+    (which completes a body read to the end of the stream and is an error anywhere else). Then
+    ``status``, ``keep`` (the connection may be reused) and ``body`` hold the answer."""
+
+    __slots__ = ("head_only", "buf", "pos", "start", "state", "need", "parts", "status", "keep", "body")
+
+    def __init__(self, head_only: bool = False):
+        self.head_only = head_only
+        self.buf = bytearray()
+        self.pos = self.start = self.need = self.status = 0
+        self.state = _HEAD
+        self.parts: list[bytes] = []
+        self.keep = False
+        self.body = b""
+
+    def feed(self, data: bytes) -> bool:
+        self.buf += data
+        buf = self.buf
+        while True:
+            state = self.state
+            if state == _LENGTH:
+                if len(buf) - self.pos < self.need:
+                    return False
+                self.body = bytes(buf[self.pos : self.pos + self.need])
+                self.state = _DONE
+            elif state == _HEAD:
+                end = buf.find(b"\r\n\r\n", self.pos)
+                if end < 0:
+                    if len(buf) - self.pos > _MAX_HEAD:
+                        raise ProtocolError("an answer's headers exceed 4 MiB")
+                    return False
+                head, self.pos = bytes(buf[self.pos : end]), end + 4
+                self._head(head)
+                self.start = self.pos
+            elif state == _CHUNK_SIZE or state == _TRAILERS:
+                end = buf.find(b"\r\n", self.pos)
+                if end < 0:
+                    if len(buf) - self.pos > _MAX_HEAD:
+                        raise ProtocolError("a chunk size or trailer line exceeds 4 MiB")
+                    return False
+                line, self.pos = bytes(buf[self.pos : end]), end + 2
+                if state == _TRAILERS:
+                    if not line:
+                        self.body = b"".join(self.parts)
+                        self.state = _DONE
+                    continue
+                try:
+                    self.need = int(line.split(b";", 1)[0].strip(), 16)
+                except ValueError:
+                    raise ProtocolError(f"bad chunk size line {line[:40]!r}") from None
+                self.state = _CHUNK if self.need else _TRAILERS
+            elif state == _CHUNK:
+                if len(buf) - self.pos < self.need + 2:
+                    return False
+                end = self.pos + self.need
+                if buf[end : end + 2] != b"\r\n":
+                    raise ProtocolError("a chunk does not end with CRLF")
+                self.parts.append(bytes(buf[self.pos : end]))
+                self.pos, self.state = end + 2, _CHUNK_SIZE
+            else:
+                return state == _DONE
+
+    def _head(self, raw: bytes) -> None:
+        lines = raw.decode("latin-1").split("\r\n")
+        version, _, rest = lines[0].partition(" ")
+        if not version.startswith("HTTP/1."):
+            raise ProtocolError(f"not an HTTP/1.x answer: {lines[0][:80]!r}")
+        try:
+            status = int(rest[:3])
+        except ValueError:
+            raise ProtocolError(f"bad status line: {lines[0][:80]!r}") from None
+        if status == 100:  # 100 Continue precedes the real answer
+            return
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if sep:
+                headers[name.strip().lower()] = value.strip()
+        connection = headers.get("connection", "").lower()
+        self.status = status
+        self.keep = connection != "close" and (version == "HTTP/1.1" or connection == "keep-alive")
+        if self.head_only or status in (204, 304) or 100 <= status < 200:
+            self.state = _DONE
+        elif "chunked" in headers.get("transfer-encoding", "").lower():
+            self.state = _CHUNK_SIZE
+        elif (length := headers.get("content-length")) is not None:
+            try:
+                self.need = int(length)
+            except ValueError:
+                raise ProtocolError(f"bad Content-Length {length!r}") from None
+            self.state = _LENGTH
+        else:
+            self.keep, self.state = False, _TO_EOF
+
+    def eof(self) -> None:
+        if self.state == _TO_EOF:
+            self.body, self.state = bytes(self.buf[self.pos :]), _DONE
+        elif self.state == _HEAD:
+            if not self.buf:
+                raise _ClosedWhileIdle
+            raise Disconnected("the server closed the connection in the middle of its answer's headers")
+        elif self.state != _DONE:
+            raise Disconnected(f"the server closed the connection after {len(self.buf) - self.start} bytes of its answer")
+
+
+# --------------------------------------------------------------------------- the client
+
+
 class Client:
-    """``await request(method, url, path, body, timeout)`` → ``(status, body bytes)``."""
+    """``await request(method, url, path, body, timeout)`` or ``request_blocking(...)`` →
+    ``(status, body bytes)``."""
 
     def __init__(self, idle_s: float = 3.0):
         self.idle_s = idle_s
         self._targets: dict[str, _Target] = {}
         self._idle: dict[tuple, list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]]] = {}
+        self._idle_sockets: dict[tuple, list[tuple[socket.socket, float]]] = {}
         self._ssl: _ssl.SSLContext | None = None
 
-    def _target(self, url: str) -> _Target:
+    def _prepare(self, method: str, url: str, path: str, body: bytes | None, content_type: str) -> tuple[_Target, bytes]:
         t = self._targets.get(url)
         if t is None:
             t = self._targets[url] = _Target(url)
-        return t
-
-    async def request(self, method: str, url: str, path: str, body: bytes | None = None,
-                      timeout: float | None = None, content_type: str = "application/json") -> tuple[int, bytes]:
-        t = self._target(url)
         head = b"%s %s HTTP/1.1\r\nHost: %s\r\n" % (method.encode(), (t.prefix + path).encode(), t.host_header)
         if body is not None:
             head += b"Content-Type: %s\r\nContent-Length: %d\r\n" % (content_type.encode(), len(body))
-        message = head + b"\r\n" + (body or b"")
+        return t, head + b"\r\n" + (body or b"")
+
+    def _ssl_context(self) -> _ssl.SSLContext:
+        if self._ssl is None:
+            self._ssl = _ssl.create_default_context()
+        return self._ssl
+
+    # -- asyncio
+
+    async def request(self, method: str, url: str, path: str, body: bytes | None = None,
+                      timeout: float | None = None, content_type: str = "application/json") -> tuple[int, bytes]:
+        t, message = self._prepare(method, url, path, body, content_type)
         if timeout is None:
             return await self._exchange(t, message, method == "HEAD")
         async with asyncio.timeout(timeout):  # in this task: no task per request, as wait_for makes
             return await self._exchange(t, message, method == "HEAD")
 
     async def _exchange(self, t: _Target, message: bytes, head_only: bool) -> tuple[int, bytes]:
-        conn = self._take(t.key)
+        conn = self._take(self._idle, t.key)
         resent = False
         while True:
             reused = conn is not None
@@ -91,53 +230,122 @@ class Client:
                 try:
                     conn = await self._connect(t)
                 except ConnectError as e:
-                    if resent:  # it closed the idle connection and now refuses new ones: it went away
-                        raise Disconnected(f"the server closed the connection without answering, then refused a new one ({e})") from None
+                    _refused_after_resend(e, resent)
                     raise
             reader, writer = conn
+            answer = _Answer(head_only)
             try:
                 writer.write(message)
                 await writer.drain()
-                status, keep, data = await _read_response(reader, head_only)
+                while True:
+                    data = await reader.read(_READ)
+                    if not data:
+                        answer.eof()
+                        break
+                    if answer.feed(data):
+                        break
             except (_ClosedWhileIdle, ConnectionResetError, BrokenPipeError) as e:
                 writer.close()
-                if reused and not resent:  # closed by the server while idle: it never saw this request
+                if _resend(e, reused, resent):
                     conn, resent = None, True
                     continue
-                if isinstance(e, _ClosedWhileIdle):
-                    raise Disconnected("the server closed the connection without answering") from None
-                raise Disconnected(f"the server reset the connection ({e})") from None
             except BaseException:  # a failure, a timeout, a cancellation: this connection is done
                 writer.close()
                 raise
-            if keep:
+            if answer.keep:
                 self._idle.setdefault(t.key, []).append((reader, writer, time.monotonic()))
             else:
                 writer.close()
-            return status, data
-
-    def _take(self, key: tuple):
-        idle = self._idle.get(key)
-        now = time.monotonic()
-        while idle:
-            reader, writer, since = idle.pop()
-            if now - since < self.idle_s and not reader.at_eof() and not writer.is_closing():
-                return reader, writer
-            writer.close()
-        return None
+            return answer.status, answer.body
 
     async def _connect(self, t: _Target):
-        ssl = None
-        if t.ssl:
-            if self._ssl is None:
-                self._ssl = _ssl.create_default_context()
-            ssl = self._ssl
         try:
-            return await asyncio.open_connection(t.host, t.port, ssl=ssl, limit=_LIMIT)
+            return await asyncio.open_connection(t.host, t.port, ssl=self._ssl_context() if t.ssl else None, limit=_LIMIT)
         except OSError as e:
             raise ConnectError(e.errno, f"cannot connect to {t.host}:{t.port} ({e.strerror or e})") from None
 
+    # -- blocking
+
+    def request_blocking(self, method: str, url: str, path: str, body: bytes | None = None,
+                         timeout: float | None = None, content_type: str = "application/json") -> tuple[int, bytes]:
+        """As :meth:`request`, on a plain socket in the calling thread (its own pool)."""
+        t, message = self._prepare(method, url, path, body, content_type)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        sock = self._take(self._idle_sockets, t.key)
+        resent = False
+        while True:
+            reused = sock is not None
+            if sock is None:
+                try:
+                    sock = self._connect_blocking(t, deadline)
+                except ConnectError as e:
+                    _refused_after_resend(e, resent)
+                    raise
+            answer = _Answer(method == "HEAD")
+            try:
+                _settimeout(sock, deadline)
+                sock.sendall(message)
+                while True:
+                    _settimeout(sock, deadline)
+                    data = sock.recv(_READ)
+                    if not data:
+                        answer.eof()
+                        break
+                    if answer.feed(data):
+                        break
+            except (_ClosedWhileIdle, ConnectionResetError, BrokenPipeError) as e:
+                sock.close()
+                if _resend(e, reused, resent):
+                    sock, resent = None, True
+                    continue
+            except BaseException:
+                sock.close()
+                raise
+            if answer.keep:
+                self._idle_sockets.setdefault(t.key, []).append((sock, time.monotonic()))
+            else:
+                sock.close()
+            return answer.status, answer.body
+
+    def _connect_blocking(self, t: _Target, deadline: float | None) -> socket.socket:
+        try:
+            sock = socket.create_connection((t.host, t.port), timeout=_remaining(deadline))
+        except TimeoutError:
+            raise
+        except OSError as e:
+            raise ConnectError(e.errno, f"cannot connect to {t.host}:{t.port} ({e.strerror or e})") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if t.ssl:
+            try:
+                sock = self._ssl_context().wrap_socket(sock, server_hostname=t.host)
+            except BaseException:
+                sock.close()
+                raise
+        return sock
+
+    # -- both
+
+    def _take(self, pool: dict, key: tuple):
+        """An idle connection to ``key`` that is young enough and still open, or None."""
+        idle = pool.get(key)
+        now = time.monotonic()
+        while idle:
+            *conn, since = idle.pop()
+            if now - since < self.idle_s and _open(conn):
+                return conn[0] if len(conn) == 1 else tuple(conn)
+            _close(conn)
+        return None
+
+    def close_blocking(self) -> None:
+        """Close the blocking driver's idle sockets."""
+        for conns in self._idle_sockets.values():
+            for sock, _ in conns:
+                sock.close()
+        self._idle_sockets.clear()
+
     async def close(self) -> None:
+        """Close every idle connection (both drivers')."""
+        self.close_blocking()
         writers = [w for conns in self._idle.values() for _, w, _ in conns]
         self._idle.clear()
         for w in writers:
@@ -149,66 +357,40 @@ class Client:
                 pass
 
 
-class _ClosedWhileIdle(Exception):
-    pass
+def _open(conn: list) -> bool:
+    if len(conn) == 1:
+        return conn[0].fileno() >= 0
+    reader, writer = conn
+    return not reader.at_eof() and not writer.is_closing()
 
 
-async def _read_response(reader: asyncio.StreamReader, head_only: bool) -> tuple[int, bool, bytes]:
-    """``(status, keep the connection, body)`` of one answer."""
-    try:
-        while True:
-            try:
-                raw = await reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError as e:
-                if not e.partial:
-                    raise _ClosedWhileIdle from None
-                raise Disconnected("the server closed the connection in the middle of its answer's headers") from None
-            except asyncio.LimitOverrunError:
-                raise ProtocolError("an answer's headers exceed 4 MiB") from None
-            lines = raw.decode("latin-1").split("\r\n")
-            version, _, rest = lines[0].partition(" ")
-            if not version.startswith("HTTP/1."):
-                raise ProtocolError(f"not an HTTP/1.x answer: {lines[0][:80]!r}")
-            try:
-                status = int(rest[:3])
-            except ValueError:
-                raise ProtocolError(f"bad status line: {lines[0][:80]!r}") from None
-            if status != 100:  # 100 Continue precedes the real answer
-                break
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, sep, value = line.partition(":")
-            if sep:
-                headers[name.strip().lower()] = value.strip()
-        connection = headers.get("connection", "").lower()
-        keep = connection != "close" and (version == "HTTP/1.1" or connection == "keep-alive")
-        if head_only or status in (204, 304) or 100 <= status < 200:
-            return status, keep, b""
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            return status, keep, await _read_chunked(reader)
-        length = headers.get("content-length")
-        if length is not None:
-            try:
-                n = int(length)
-            except ValueError:
-                raise ProtocolError(f"bad Content-Length {length!r}") from None
-            return status, keep, await reader.readexactly(n)
-        return status, False, await reader.read()  # to the end of the stream
-    except asyncio.IncompleteReadError as e:
-        raise Disconnected(f"the server closed the connection after {len(e.partial)} bytes of its answer") from None
+def _close(conn: list) -> None:
+    conn[-1].close()  # the socket, or the stream writer
 
 
-async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    parts = []
-    while True:
-        line = await reader.readuntil(b"\r\n")
-        try:
-            size = int(line.split(b";", 1)[0].strip(), 16)
-        except ValueError:
-            raise ProtocolError(f"bad chunk size line {line[:40]!r}") from None
-        if size == 0:
-            while await reader.readuntil(b"\r\n") != b"\r\n":  # trailers
-                pass
-            return b"".join(parts)
-        parts.append(await reader.readexactly(size))
-        await reader.readexactly(2)
+def _resend(e: BaseException, reused: bool, resent: bool) -> bool:
+    """True when a failed exchange is sent once more on a fresh connection (a reused connection
+    the server closed while idle: it never saw the request); otherwise raises what it was."""
+    if reused and not resent:
+        return True
+    if isinstance(e, _ClosedWhileIdle):
+        raise Disconnected("the server closed the connection without answering") from None
+    raise Disconnected(f"the server reset the connection ({e})") from None
+
+
+def _refused_after_resend(e: ConnectError, resent: bool) -> None:
+    if resent:  # it closed the idle connection and now refuses new ones: it went away
+        raise Disconnected(f"the server closed the connection without answering, then refused a new one ({e})") from None
+
+
+def _remaining(deadline: float | None) -> float | None:
+    if deadline is None:
+        return None
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the request's time ran out")
+    return left
+
+
+def _settimeout(sock: socket.socket, deadline: float | None) -> None:
+    sock.settimeout(_remaining(deadline))
