@@ -13,7 +13,7 @@ client's own work plus loopback HTTP. Per workload (P prompts × n samples × T 
 
     python benchmarks/bench_sglang_client.py
     python benchmarks/bench_sglang_client.py --repeats 5 --steps 3 --per-request 1 4
-    python benchmarks/bench_sglang_client.py --rounds 5 --per-request 16   # the share, in alternating rounds
+    python benchmarks/bench_sglang_client.py --rounds 3 --steps 40 --per-request 16   # the share, side by side
 """
 
 from __future__ import annotations
@@ -99,19 +99,49 @@ def embedded_step_time(steps: int) -> float:
 
 
 def share_rounds(lab, rounds: int, steps: int, repeats: int, per_request: int) -> None:
-    """The client's share of the default step, measured in alternating rounds (the embedded step,
-    then the client, in the same minute): this machine's speed drifts by up to 2x over minutes,
-    so a ratio from one round is fairer than two numbers taken apart."""
-    shares = []
+    """The client's share of the default step, measured side by side: each round builds the
+    embedded default trainer and an sglang backend on the stand-in, then alternates one training
+    step and one client step (``generate`` + the padded batch), ``steps`` pairs, so every ratio
+    compares two things timed within the same ~0.1 s (this machine's speed drifts by up to 2x
+    over minutes). The client step runs right after a training step, cache-cold, as it does in
+    a real run."""
+    from rllab.config import load_config
+    from rllab.trainer import Trainer
+
+    ratios, per_round = [], []
     for r in range(rounds):
-        step = embedded_step_time(steps)
-        gcpu, acpu, _, _ = measure_client(lab, 16, 8, 8, per_request, repeats)
-        shares.append(((gcpu + acpu) / step, gcpu / step))
-        print(f"round {r + 1}: embedded step {step * 1e3:.1f} ms, client {gcpu * 1e3:.2f} ms + assembly "
-              f"{acpu * 1e3:.2f} ms = {100 * shares[-1][0]:.2f}% ({100 * shares[-1][1]:.2f}% without assembly)", flush=True)
-    both = sorted(s[0] for s in shares)
-    print(f"share of the default step, client + assembly: median {100 * statistics.median(both):.2f}% "
-          f"[{100 * both[0]:.2f}, {100 * both[-1]:.2f}] over {rounds} rounds")
+        proc, url = start_standin(8)
+        try:
+            backend = lab.get("rollout_backend", "sglang", urls=url, prompts_per_request=per_request)()
+            prompts = [[1] + [4 + (i % 10)] * 12 for i in range(16)]
+            params = SamplingParams(n=8, max_new_tokens=8, seed=1)
+            with tempfile.TemporaryDirectory() as d:
+                tr = Trainer(load_config(None, ["train.checkpoint_every=0", "train.eval_size=16"]), run_dir=Path(d), progress=False)
+                tr.train_step()  # warm-up
+                timed_step(backend, prompts, params)
+                rows = []
+                for _ in range(steps):
+                    t0 = time.perf_counter()
+                    tr.train_step()
+                    step = time.perf_counter() - t0
+                    _, (gcpu, acpu, _, _) = timed_step(backend, prompts, params)
+                    rows.append((step, gcpu, acpu))
+                tr.close()
+            backend.close()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+        mine = [(g + a) / s for s, g, a in rows]
+        ratios += mine
+        med = lambda i: statistics.median(x[i] for x in rows)  # noqa: E731
+        per_round.append(statistics.median(mine))
+        print(f"round {r + 1}: {steps} pairs, embedded step {med(0) * 1e3:.1f} ms, client {med(1) * 1e3:.2f} ms + assembly "
+              f"{med(2) * 1e3:.2f} ms; share median {100 * per_round[-1]:.2f}% "
+              f"({100 * statistics.median(g / s for s, g, _ in rows):.2f}% without assembly)", flush=True)
+    ratios.sort()
+    print(f"share of the default step, client + assembly: median {100 * statistics.median(ratios):.2f}% "
+          f"[{100 * ratios[0]:.2f}, {100 * ratios[-1]:.2f}] over {len(ratios)} pairs in {rounds} rounds; "
+          f"round medians {', '.join(f'{100 * x:.2f}%' for x in per_round)}")
 
 
 def main():
@@ -119,7 +149,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--steps", type=int, default=3, help="embedded default steps timed")
     ap.add_argument("--per-request", type=int, nargs="+", default=[1, 8, 16])
-    ap.add_argument("--rounds", type=int, default=0, help="only the default workload's share, in this many alternating rounds")
+    ap.add_argument("--rounds", type=int, default=0, help="only the default workload's share: this many rounds of --steps pairs")
     args = ap.parse_args()
     torch.set_num_threads(1)
     lab = rllab.Lab()

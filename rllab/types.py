@@ -234,17 +234,6 @@ def is_solved(task: Any, example: "Example", reward: float) -> bool:
 # --------------------------------------------------------------------------- batches
 
 
-def _scatter_rows(out: np.ndarray, lengths: np.ndarray, values, first: np.ndarray | int = 0) -> None:
-    """Write ``values`` (every row's entries, concatenated) into the C-contiguous ``out`` (R, W),
-    row r's ``lengths[r]`` entries from column ``first[r]`` on, in one scatter."""
-    R, W = out.shape
-    n = int(lengths.sum())
-    if n:
-        before = np.cumsum(lengths) - lengths  # entries of the rows above
-        pos = np.arange(n) + np.repeat(np.arange(0, R * W, W) + first - before, lengths)
-        out.reshape(-1)[pos] = np.fromiter(values, out.dtype, n)
-
-
 @attrs.frozen(kw_only=True, eq=False)
 class RolloutBatch:
     """A padded batch of scored completions, ready for the training forwards.
@@ -327,33 +316,39 @@ class RolloutBatch:
             )
         if pad_token_id is None:
             raise ValueError("RolloutBatch.from_completions: pad_token_id is None (give the tokenizer a pad token)")
-        # No per-token Python loop: each distinct prompt (a group's rows share one) and every
-        # response are converted once into flat arrays and scattered to their padded places;
-        # the masks come from the lengths (prompts left-padded, responses right-padded, so a
-        # row's valid columns are the one range [P - prompt length, P + response length)).
+        # No per-token Python loop: each distinct prompt (a group's rows share one tuple) and
+        # every response are converted once, as flat arrays, and written through boolean masks
+        # (a mask assignment fills in row-major order: the order of the concatenated rows).
+        # Prompts are left-padded and responses right-padded, so the masks are comparisons of
+        # column numbers with lengths, and they are the attention and response masks too.
         B = len(completions)
         ps = [c.prompt_ids for c in completions]
+        ts = [c.token_ids for c in completions]
         slots: dict[int, int] = {}  # id(prompt) -> its row in pm, in order of first appearance
         slot = np.fromiter([slots.setdefault(id(p), len(slots)) for p in ps], np.int64, B)
-        prompts = list({id(p): p for p in ps}.values())  # a group's rows share one tuple
-        upl = np.fromiter(map(len, prompts), np.int64, len(prompts))
-        tl = np.fromiter([len(c.token_ids) for c in completions], np.int64, B)
-        P, T = int(upl.max()), max(1, int(tl.max()))
-        L = P + T
-        pm = np.full((len(prompts), P), pad_token_id, dtype=np.int64)
-        _scatter_rows(pm, upl, chain.from_iterable(prompts), P - upl)
-        ids = np.empty((B, L), dtype=np.int64)
+        prompts = list({id(p): p for p in ps}.values())
+        upl, tl = list(map(len, prompts)), list(map(len, ts))
+        P, T = max(upl), max(1, max(tl))
+        pmask = np.arange(P) >= np.subtract(P, upl)[:, None]  # (U, P)
+        rmask = np.arange(T) < np.array(tl)[:, None]  # (B, T)
+        pm = np.empty((len(prompts), P), dtype=np.int64)
+        pm.fill(pad_token_id)
+        pm[pmask] = np.fromiter(chain.from_iterable(prompts), np.int64, sum(upl))
+        ids = np.empty((B, P + T), dtype=np.int64)
         ids[:, :P] = pm[slot]
-        ids[:, P:] = pad_token_id
-        _scatter_rows(ids, tl, chain.from_iterable([c.token_ids for c in completions]), P)
+        response = ids[:, P:]
+        response.fill(pad_token_id)
+        n = sum(tl)
+        response[rmask] = np.fromiter(chain.from_iterable(ts), np.int64, n)
         lps = np.zeros((B, T), dtype=np.float32)
-        _scatter_rows(lps, tl, chain.from_iterable([c.log_probs for c in completions]))
-        pl = upl[slot][:, None]
-        col = np.arange(L)
+        lps[rmask] = np.fromiter(chain.from_iterable([c.log_probs for c in completions]), np.float32, n)
+        attention = np.empty((B, P + T), dtype=bool)
+        attention[:, :P] = pmask[slot]
+        attention[:, P:] = rmask
         return cls(
             input_ids=torch.from_numpy(ids),
-            attention_mask=torch.from_numpy((col >= P - pl) & (col < P + tl[:, None])),
-            response_mask=torch.from_numpy(col[:T] < tl[:, None]),
+            attention_mask=torch.from_numpy(attention),
+            response_mask=torch.from_numpy(rmask),
             rollout_log_prob=torch.from_numpy(lps),
             index=torch.from_numpy(np.fromiter([c.prompt_index for c in completions], np.int64, B)),
             scores=torch.tensor(list(scores), dtype=torch.float32),

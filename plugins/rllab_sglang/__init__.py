@@ -543,6 +543,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _transport_error(e: BaseException, where: str, total: float) -> Exception:
+    """What a failed HTTP exchange with ``where`` means to the backend: a :class:`_Retry` of
+    kind timeout, refused or died, or a protocol error."""
+    if isinstance(e, TimeoutError):
+        return _Retry("timeout", f"{where}: no answer within {total:g} s")
+    if isinstance(e, wire.ConnectError):
+        return _Retry("refused", f"{where}: cannot connect ({e.strerror or e})")
+    if isinstance(e, wire.ProtocolError):
+        return SGLangProtocolError(f"sglang: {where} did not answer in HTTP/1.1: {e}")
+    return _Retry("died", f"{where}: the server dropped the connection mid-request ({e})")
+
+
 class _Loop:
     """The backend's private event loop, driven by whoever calls ``generate``: in the caller's
     thread, or — when that thread already runs an event loop — in a short-lived worker thread.
@@ -597,32 +609,28 @@ class SGLangBackend:
 
     # -- HTTP
 
-    async def _get_session(self) -> wire.Client:
+    def _client(self) -> wire.Client:
         if self._session is None:
             self._sem = asyncio.Semaphore(self.config.max_in_flight)
             self._session = wire.Client()
         return self._session
 
-    async def _call(self, method: str, url: str, path: str, body: Any = None, *, timeout: float | None = None,
-                    blocking: bool = False):
-        """One HTTP exchange → ``(status, raw body)``; transport failures become :class:`_Retry`.
-        ``blocking``: on a plain socket in this thread, for an exchange with nothing else in
-        flight (a step's one ``/generate``), skipping the event loop's round trips."""
-        session = await self._get_session()
+    async def _call(self, method: str, url: str, path: str, body: Any = None, *, timeout: float | None = None):
+        """One HTTP exchange → ``(status, raw body)``; transport failures become :class:`_Retry`."""
         total = timeout or self.config.timeout_s
-        data = None if body is None else _encode(body)
         try:
-            if blocking:
-                return session.request_blocking(method, url, path, data, total)
-            return await session.request(method, url, path, data, total)
-        except TimeoutError:
-            raise _Retry("timeout", f"{url}{path}: no answer within {total:g} s") from None
-        except wire.ConnectError as e:
-            raise _Retry("refused", f"{url}{path}: cannot connect ({e.strerror or e})") from None
-        except (wire.Disconnected, OSError) as e:
-            raise _Retry("died", f"{url}{path}: the server dropped the connection mid-request ({e})") from None
-        except wire.ProtocolError as e:
-            raise SGLangProtocolError(f"sglang: {url}{path} did not answer in HTTP/1.1: {e}") from None
+            return await self._client().request(method, url, path, None if body is None else _encode(body), total)
+        except (OSError, wire.ProtocolError) as e:
+            raise _transport_error(e, url + path, total) from None
+
+    def _call_blocking(self, method: str, url: str, path: str, body: Any = None):
+        """:meth:`_call` on a plain socket in this thread: for an exchange with nothing else in
+        flight (a step's one ``/generate``), without the event loop's round trips."""
+        total = self.config.timeout_s
+        try:
+            return self._client().request_blocking(method, url, path, None if body is None else _encode(body), total)
+        except (OSError, wire.ProtocolError) as e:
+            raise _transport_error(e, url + path, total) from None
 
     async def _healthy(self, url: str) -> bool:
         try:
@@ -631,14 +639,19 @@ class SGLangBackend:
             return False
         return status == 200
 
-    async def _with_retries(self, what: str, attempt_fn, servers: list[str]):
+    async def _with_retries(self, what: str, attempt_fn, servers: list[str], first: tuple[int, _Retry] | None = None):
         """Run ``attempt_fn(url)`` until it returns, retrying :class:`_Retry` with backoff on the
-        next server that passes ``/health``."""
+        next server that passes ``/health``. ``first``: ``(start, failure)`` of a first try
+        already made (on ``servers[start % len(servers)]``); the retries go on from it."""
         failures: list[str] = []
         last: _Retry = _Retry("refused", "no server answered /health")
-        start = self._rr
-        self._rr += 1
-        for attempt in range(self.config.retries + 1):
+        if first is None:
+            start, begin = self._rr, 0
+            self._rr += 1
+        else:
+            (start, last), begin = first, 1
+            failures.append(f"try 1: {last}")
+        for attempt in range(begin, self.config.retries + 1):
             url = servers[(start + attempt) % len(servers)]
             if attempt:
                 self._totals["retries"] += 1
@@ -677,7 +690,10 @@ class SGLangBackend:
             raise SGLangError("sglang backend has no server yet: launch needs model_path or update_weights(model) first")
         t0 = time.perf_counter()
         retries0 = self._totals["retries"]
-        completions = self._loop.run(self._generate(prompts, params))
+        if len(prompts) <= self.config.prompts_per_request:
+            completions = self._generate_one(prompts, params)
+        else:
+            completions = self._loop.run(self._generate(prompts, params))
         version = self.version
         stale = [] if version is None else [c for c in completions if c.weight_version != version]
         if stale and self.config.stale == "error":
@@ -704,13 +720,31 @@ class SGLangBackend:
         }
         return kept
 
+    def _generate_one(self, prompts: list[tuple[int, ...]], params: SamplingParams) -> list[Completion]:
+        """A step that fits one request (the default): its first try runs in this thread on a
+        blocking socket, with no event loop; a failed first try goes on in the loop's retries."""
+        self._requests = 1
+        what, attempt, blocking_attempt, rids = self._request(prompts, 0, params)
+        start = self._rr
+        self._rr += 1
+        url = self.urls[start % len(self.urls)]
+        try:
+            return blocking_attempt(url)
+        except _Retry as e:
+            failed = e
+
+        async def retries():
+            if failed.kind == "timeout" and params.seed is not None:
+                await self._abort(url, rids())
+            return await self._with_retries(what, attempt, self.urls, first=(start, failed))
+
+        return self._loop.run(retries())
+
     async def _generate(self, prompts: list[tuple[int, ...]], params: SamplingParams) -> list[Completion]:
-        await self._get_session()
+        self._client()
         k = self.config.prompts_per_request
         jobs = [self._generate_request(prompts[s : s + k], s, params) for s in range(0, len(prompts), k)]
         self._requests = len(jobs)
-        if len(jobs) == 1:  # the default step's one request: no task to spawn
-            return await jobs[0]
         tasks = [asyncio.ensure_future(j) for j in jobs]
         try:
             results = await asyncio.gather(*tasks)
@@ -750,20 +784,18 @@ class SGLangBackend:
         rows = [i for i in range(len(prompts)) for _ in range(n)]
         return body, rows
 
-    async def _generate_request(self, prompts: list[tuple[int, ...]], first_index: int, params: SamplingParams):
+    def _request(self, prompts: list[tuple[int, ...]], first_index: int, params: SamplingParams):
+        """One ``/generate`` request: ``(what, attempt, blocking_attempt, rids)``, its description,
+        one try of it on a server (``await attempt(url)`` in the event loop, or
+        ``blocking_attempt(url)`` in this thread), and the row ids of the last try."""
         body, rows = self.request_body(prompts, first_index, params)
         what = f"/generate for prompts {first_index}..{first_index + len(prompts) - 1}"
+        sampled = self.config.logprobs == "processed"
 
-        async def attempt(url: str) -> list[Completion]:
-            assert self._sem is not None
-            body["rid"] = uuid.uuid4().hex  # SGLang names row i "<rid>_<i>"
-            try:
-                async with self._sem:
-                    status, raw = await self._call("POST", url, "/generate", body, blocking=self._requests == 1)
-            except _Retry as e:
-                if e.kind == "timeout" and params.seed is not None:
-                    await self._abort(url, [f"{body['rid']}_{i}" for i in range(len(rows))])
-                raise
+        def rids() -> list[str]:  # SGLang names row i "<rid>_<i>"
+            return [f"{body['rid']}_{i}" for i in range(len(rows))]
+
+        def answer(url: str, status: int, raw: bytes) -> list[Completion]:
             if status != 200:
                 msg = error_message(raw)
                 if status in _RETRYABLE_STATUS:
@@ -771,7 +803,7 @@ class SGLangBackend:
                 raise SGLangRequestError(
                     f"sglang: {url}/generate rejected the request (HTTP {status}): {msg}", status=status, message=msg
                 )
-            out, aborted = parse_rows(raw, prompts, rows, first_index, f"{url}/generate", self.config.logprobs == "processed")
+            out, aborted = parse_rows(raw, prompts, rows, first_index, f"{url}/generate", sampled)
             if aborted:
                 msg, st = aborted[0]
                 if st is not None and 400 <= int(st) < 500 and int(st) not in _RETRYABLE_STATUS:
@@ -781,6 +813,26 @@ class SGLangBackend:
                 raise _Retry("abort", f"{url}: {len(aborted)} of {len(rows)} samples aborted: {msg}")
             return out
 
+        def blocking_attempt(url: str) -> list[Completion]:
+            body["rid"] = uuid.uuid4().hex
+            return answer(url, *self._call_blocking("POST", url, "/generate", body))
+
+        async def attempt(url: str) -> list[Completion]:
+            assert self._sem is not None
+            body["rid"] = uuid.uuid4().hex
+            try:
+                async with self._sem:
+                    status, raw = await self._call("POST", url, "/generate", body)
+            except _Retry as e:
+                if e.kind == "timeout" and params.seed is not None:
+                    await self._abort(url, rids())
+                raise
+            return answer(url, status, raw)
+
+        return what, attempt, blocking_attempt, rids
+
+    async def _generate_request(self, prompts: list[tuple[int, ...]], first_index: int, params: SamplingParams):
+        what, attempt, _, _ = self._request(prompts, first_index, params)
         return await self._with_retries(what, attempt, self.urls)
 
     async def _abort(self, url: str, rids: list[str]) -> None:
@@ -871,7 +923,7 @@ class SGLangBackend:
             raise SGLangWeightSyncError(str(e)) from e
 
     async def _sync_disk(self, path: str, version: str) -> None:
-        await self._get_session()
+        self._client()
         body = {"model_path": path, "weight_version": version, "flush_cache": True, "abort_all_requests": False}
         targets = self.admin_urls or self.urls
         await asyncio.gather(*(self._admin(u, "/update_weights_from_disk", body, "/update_weights_from_disk") for u in targets))
@@ -901,7 +953,7 @@ class SGLangBackend:
 
     async def _sync_tensor(self, model: Any, version: str) -> None:
         payload = tensor_payload(model)
-        await self._get_session()
+        self._client()
         targets = self.admin_urls or self.urls
         body = {"serialized_named_tensors": [payload] * self.config.tp_size, "weight_version": version, "flush_cache": True}
         async with self._weight_update_sessions(targets):
@@ -945,7 +997,7 @@ class SGLangBackend:
         from rllab_sglang.distributed import WeightGroup, describe, named_weights, route_address
 
         c = self.config
-        await self._get_session()
+        self._client()
         targets = self.admin_urls or self.urls
         named = named_weights(model, c.distributed_dtype)
         if c.distributed_backend == "nccl":

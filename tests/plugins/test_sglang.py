@@ -476,6 +476,23 @@ def test_a_server_that_dies_mid_rollout(lab, tiny):
         b.close()
 
 
+def test_a_server_that_dies_under_a_steps_single_request(lab, tiny):
+    """The default step is one request, whose first try runs on a blocking socket outside the
+    event loop: a server dying under it hands over to the retries, which finish on the other."""
+    prompts = prompts_of(tiny[1])
+    params = SamplingParams(n=2, max_new_tokens=3, seed=0)
+    with StandIn(tiny[2]) as a, StandIn(tiny[2]) as c:
+        b = make(lab, f"{a.url},{c.url}", retries=1, backoff_s=0.05)
+        want = make(lab, c.url).generate(prompts, params)
+        assert len(b.generate(prompts, params)) == len(want)  # first try on a, connection kept
+        a.die_after(0)
+        b._rr = 0  # the next first try goes to a again
+        got = b.generate(prompts, params)
+        assert [(x.prompt_index, x.token_ids) for x in got] == [(x.prompt_index, x.token_ids) for x in want]
+        assert b.last_metrics()["sglang/retries"] == 1 and b.last_metrics()["sglang/requests"] == 1
+        b.close()
+
+
 # --------------------------------------------------------------------------- weights and staleness
 
 
