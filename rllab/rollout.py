@@ -255,7 +255,7 @@ class RolloutStage:
             return None
         comps = None if scored.components is None else scored.components[scored.keep]
         return RolloutBatch.from_completions(
-            kept, scored.scores[scored.keep].tolist(), pad_token_id=self.tokenizer.pad_token_id,
+            kept, scored.scores[scored.keep], pad_token_id=self.tokenizer.pad_token_id,
             reward_components=comps, reward_component_names=scored.component_names,
         )
 

@@ -316,42 +316,37 @@ class RolloutBatch:
             )
         if pad_token_id is None:
             raise ValueError("RolloutBatch.from_completions: pad_token_id is None (give the tokenizer a pad token)")
-        # No per-token Python loop: each distinct prompt (a group's rows share one tuple) and
-        # every response are converted once, as flat arrays, and written through boolean masks
-        # (a mask assignment fills in row-major order: the order of the concatenated rows).
-        # Prompts are left-padded and responses right-padded, so the masks are comparisons of
-        # column numbers with lengths, and they are the attention and response masks too.
+        # No per-token Python loop: the rows' prompts and responses, concatenated, are converted
+        # once and written through the attention mask (a mask assignment fills in row-major
+        # order, the order of the concatenation). Prompts are left-padded and responses
+        # right-padded, so a row's valid columns are the one range
+        # [P - prompt length, P + response length) and the masks are comparisons with lengths.
         B = len(completions)
         ps = [c.prompt_ids for c in completions]
         ts = [c.token_ids for c in completions]
-        slots: dict[int, int] = {}  # id(prompt) -> its row in pm, in order of first appearance
-        slot = np.fromiter([slots.setdefault(id(p), len(slots)) for p in ps], np.int64, B)
-        prompts = list({id(p): p for p in ps}.values())
-        upl, tl = list(map(len, prompts)), list(map(len, ts))
-        P, T = max(upl), max(1, max(tl))
-        pmask = np.arange(P) >= np.subtract(P, upl)[:, None]  # (U, P)
-        rmask = np.arange(T) < np.array(tl)[:, None]  # (B, T)
-        pm = np.empty((len(prompts), P), dtype=np.int64)
-        pm.fill(pad_token_id)
-        pm[pmask] = np.fromiter(chain.from_iterable(prompts), np.int64, sum(upl))
+        pl, tl = list(map(len, ps)), list(map(len, ts))
+        P, T = max(pl), max(1, max(tl))
+        col = np.arange(P + T)
+        attention = (col >= np.subtract(P, pl)[:, None]) & (col < np.add(P, tl)[:, None])
+        rows = [None] * (2 * B)
+        rows[0::2], rows[1::2] = ps, ts
         ids = np.empty((B, P + T), dtype=np.int64)
-        ids[:, :P] = pm[slot]
-        response = ids[:, P:]
-        response.fill(pad_token_id)
-        n = sum(tl)
-        response[rmask] = np.fromiter(chain.from_iterable(ts), np.int64, n)
+        ids.fill(pad_token_id)
+        ids[attention] = np.fromiter(chain.from_iterable(rows), np.int64, sum(pl) + sum(tl))
+        response = attention[:, P:].copy()
         lps = np.zeros((B, T), dtype=np.float32)
-        lps[rmask] = np.fromiter(chain.from_iterable([c.log_probs for c in completions]), np.float32, n)
-        attention = np.empty((B, P + T), dtype=bool)
-        attention[:, :P] = pmask[slot]
-        attention[:, P:] = rmask
+        lps[response] = np.fromiter(chain.from_iterable([c.log_probs for c in completions]), np.float32, sum(tl))
+        if isinstance(scores, torch.Tensor):
+            scores_t = scores.detach().to("cpu", torch.float32, copy=True)
+        else:
+            scores_t = torch.from_numpy(np.array(scores, dtype=np.float32))
         return cls(
             input_ids=torch.from_numpy(ids),
             attention_mask=torch.from_numpy(attention),
-            response_mask=torch.from_numpy(rmask),
+            response_mask=torch.from_numpy(response),
             rollout_log_prob=torch.from_numpy(lps),
             index=torch.from_numpy(np.fromiter([c.prompt_index for c in completions], np.int64, B)),
-            scores=torch.tensor(list(scores), dtype=torch.float32),
+            scores=scores_t,
             reward_components=None if reward_components is None else torch.as_tensor(reward_components, dtype=torch.float32),
             reward_component_names=tuple(reward_component_names),
         )

@@ -772,10 +772,10 @@ class SGLangBackend:
                     "sampling_params": [{**base, "sampling_seed": x} for x in seeds],
                 }
             else:  # the same JSON, written as bytes: each prompt encoded once, each row's params spliced
-                head = _encode(base)[:-1] + b',"sampling_seed":'
+                head = _encode(base)[:-1].decode() + ',"sampling_seed":'
                 body = {
-                    "input_ids": msgspec.Raw(b"[%s]" % b",".join([e for p in prompts for e in [_encode(p)] * n])),
-                    "sampling_params": msgspec.Raw(b"[%s]" % b",".join([b"%s%d}" % (head, x) for x in seeds])),
+                    "input_ids": msgspec.Raw(b"[%s]" % b",".join([b",".join([_encode(p)] * n) for p in prompts])),
+                    "sampling_params": msgspec.Raw(f"[{head}{('},' + head).join(map(str, seeds))}}}]".encode()),
                 }
         body["return_logprob"] = True
         body["logprob_start_len"] = -1

@@ -35,7 +35,7 @@ import time
 from urllib.parse import urlsplit
 
 _LIMIT = 1 << 22  # the stream reader's buffer: a large answer arrives without pausing the transport
-_READ = 1 << 18  # bytes asked for per read
+_READ = 1 << 16  # bytes asked for per read (a larger buffer would be mmapped afresh by every recv)
 _MAX_HEAD = 1 << 22
 
 
@@ -82,27 +82,55 @@ class _Answer:
     (which completes a body read to the end of the stream and is an error anywhere else). Then
     ``status``, ``keep`` (the connection may be reused) and ``body`` hold the answer."""
 
-    __slots__ = ("head_only", "buf", "pos", "start", "state", "need", "parts", "status", "keep", "body")
+    __slots__ = ("head_only", "buf", "pos", "start", "state", "need", "parts", "status", "keep", "body", "out", "got")
 
     def __init__(self, head_only: bool = False):
         self.head_only = head_only
         self.buf = bytearray()
-        self.pos = self.start = self.need = self.status = 0
+        self.pos = self.start = self.need = self.status = self.got = 0
         self.state = _HEAD
         self.parts: list[bytes] = []
         self.keep = False
         self.body = b""
+        self.out: bytearray | None = None  # a Content-Length body, filled in place
+
+    def space(self) -> memoryview | None:
+        """Where the rest of a ``Content-Length`` body goes (for ``recv_into``), else None."""
+        return memoryview(self.out)[self.got :] if self.state == _LENGTH else None
+
+    def filled(self, n: int) -> bool:
+        """``n`` more body bytes were written into :meth:`space`; True once the body is complete."""
+        self.got += n
+        if self.got < self.need:
+            return False
+        self.body, self.state = bytes(self.out), _DONE
+        return True
 
     def feed(self, data: bytes) -> bool:
+        if self.state == _LENGTH:
+            k = min(len(data), self.need - self.got)
+            self.out[self.got : self.got + k] = data[:k] if k < len(data) else data
+            return self.filled(k)
+        if self.state == _HEAD and not self.buf:  # the common answer, whole in one read: one copy
+            end = data.find(b"\r\n\r\n")
+            if end >= 0:
+                self._head(data[:end])
+                rest = end + 4
+                if self.state == _DONE:
+                    return True
+                if self.state == _LENGTH and len(data) - rest >= self.need:
+                    self.body, self.state = data[rest : rest + self.need], _DONE
+                    return True
+                data = data[rest:]  # a body to come, or the answer after a 100 Continue
         self.buf += data
         buf = self.buf
         while True:
             state = self.state
             if state == _LENGTH:
-                if len(buf) - self.pos < self.need:
-                    return False
-                self.body = bytes(buf[self.pos : self.pos + self.need])
-                self.state = _DONE
+                k = min(len(buf) - self.pos, self.need)
+                self.out = bytearray(self.need)
+                self.out[:k] = memoryview(buf)[self.pos : self.pos + k]
+                return self.filled(k)
             elif state == _HEAD:
                 end = buf.find(b"\r\n\r\n", self.pos)
                 if end < 0:
@@ -135,7 +163,7 @@ class _Answer:
                 end = self.pos + self.need
                 if buf[end : end + 2] != b"\r\n":
                     raise ProtocolError("a chunk does not end with CRLF")
-                self.parts.append(bytes(buf[self.pos : end]))
+                self.parts.append(bytes(memoryview(buf)[self.pos : end]))
                 self.pos, self.state = end + 2, _CHUNK_SIZE
             else:
                 return state == _DONE
@@ -179,6 +207,8 @@ class _Answer:
             if not self.buf:
                 raise _ClosedWhileIdle
             raise Disconnected("the server closed the connection in the middle of its answer's headers")
+        elif self.state == _LENGTH:
+            raise Disconnected(f"the server closed the connection after {self.got} bytes of its answer")
         elif self.state != _DONE:
             raise Disconnected(f"the server closed the connection after {len(self.buf) - self.start} bytes of its answer")
 
@@ -287,12 +317,21 @@ class Client:
                 sock.sendall(message)
                 while True:
                     _settimeout(sock, deadline)
-                    data = sock.recv(_READ)
-                    if not data:
-                        answer.eof()
-                        break
-                    if answer.feed(data):
-                        break
+                    space = answer.space()
+                    if space is None:
+                        data = sock.recv(_READ)
+                        if not data:
+                            answer.eof()
+                            break
+                        if answer.feed(data):
+                            break
+                    else:  # the body's bytes go straight to their place
+                        n = sock.recv_into(space)
+                        if not n:
+                            answer.eof()
+                            break
+                        if answer.filled(n):
+                            break
             except (_ClosedWhileIdle, ConnectionResetError, BrokenPipeError) as e:
                 sock.close()
                 if _resend(e, reused, resent):

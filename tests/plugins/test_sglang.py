@@ -169,6 +169,26 @@ def test_request_body_seeded_fans_out_with_distinct_seeds(lab, server, tiny):
     assert len(seeds) == 6
 
 
+def test_the_seeded_body_written_as_bytes_is_the_plain_json_one(lab):
+    """The seeded body is spliced as bytes (each prompt encoded once, each row's seed written
+    into the shared params): it decodes to exactly the body built the plain way."""
+    import json
+
+    b = make(lab, "http://127.0.0.1:1")
+    prompts = [(1, 2, 3), (4,), (5, 6)]
+    params = SamplingParams(n=3, max_new_tokens=4, temperature=0.7, top_p=0.9, top_k=5, stop_token_ids=(2, 9), seed=123)
+    body, rows = b.request_body(prompts, 7, params)
+    base = S.sampling_params_json(params, n=1)
+    seeds = [S._sample_seed(123, 7 + i, j) for i in range(3) for j in range(3)]
+    assert json.loads(S._encode(body)) == {
+        "input_ids": [list(p) for p in prompts for _ in range(3)],
+        "sampling_params": [{**base, "sampling_seed": x} for x in seeds],
+        "return_logprob": True, "logprob_start_len": -1,
+    }
+    assert rows == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    b.close()
+
+
 def test_request_body_unseeded_asks_for_n(backend, server, tiny):
     server.requests.clear()
     out = backend.generate(prompts_of(tiny[1])[:1], SamplingParams(n=4, max_new_tokens=3))
