@@ -15,7 +15,12 @@ the largest deviation from the loop relative to the loop's largest magnitude (fl
 Masks are response masks with random lengths ("prefix"), or with observation spans cut into
 them ("multi-turn", which exercises the scan that skips masked spans in place).
 
+The process keeps freed memory for reuse, as the trainer does (``[train] keep_freed_memory``):
+otherwise glibc returns the memory the loop frees to the OS, and each output of ours lands on
+fresh pages whose faults cost more than its arithmetic (``--malloc-defaults`` measures that).
+
     python benchmarks/bench_advantages.py                 # the full table
+    python benchmarks/bench_advantages.py --malloc-defaults   # glibc's malloc as it comes
     python benchmarks/bench_advantages.py --quick         # small sizes, a few seconds
     pytest benchmarks/bench_advantages.py                 # pytest-benchmark smoke runs
 """
@@ -31,6 +36,7 @@ from collections import defaultdict
 import torch
 
 import rllab
+from rllab.memory import keep_freed_memory
 
 # --------------------------------------------------------------------------- verl-style baselines
 
@@ -201,11 +207,18 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per row (default 5)")
     parser.add_argument("--quick", action="store_true", help="small sizes only")
+    parser.add_argument(
+        "--malloc-defaults", action="store_true",
+        help="leave glibc malloc as it is (by default the process keeps freed memory, as the trainer does: "
+        "[train] keep_freed_memory)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     lab = rllab.Lab()
+    kept = False if args.malloc_defaults else keep_freed_memory()
 
-    print(f"torch {torch.__version__}, 1 thread, float32, repeats={args.repeats}")
+    print(f"torch {torch.__version__}, 1 thread, float32, repeats={args.repeats}, "
+          f"freed memory {'kept for reuse (as the trainer does)' if kept else 'returned to the OS (glibc defaults)'}")
     print(f"load average before: {os.getloadavg()}")
     print(HEADER)
     Bs, Ts = ((16,), (256, 1024)) if args.quick else ((64, 256), (512, 2048, 8192))

@@ -78,6 +78,11 @@ class TrainConfig:
     eval_every: int = knob(50, help="evaluate every N steps (0: only at start and end)", ge=0)
     eval_size: int = knob(200, help="held-out examples evaluated", ge=1)
     checkpoint_every: int = knob(50, help="checkpoint every N steps (0: only at the end)", ge=0)
+    keep_freed_memory: bool = knob(
+        True,
+        help="keep freed memory for reuse (glibc malloc thresholds raised at start, process-wide): each step's "
+        "large tensors land on pages already mapped instead of faulting in fresh ones; false leaves malloc as it is",
+    )
 
 
 MOVED_TRAIN_SETTINGS = {

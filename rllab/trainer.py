@@ -35,7 +35,7 @@ from typing import Any
 import attrs
 import torch
 
-from rllab import checkpoint
+from rllab import checkpoint, memory
 from rllab.algorithm import OptimizerStep, RunContext
 from rllab.config import COMPONENT_SECTIONS, ExperimentConfig, apply_schedule, dump_toml, validate
 from rllab.errors import NonFiniteError, RewardError, RllabError  # noqa: F401  (RewardError: re-exported)
@@ -78,6 +78,8 @@ class Trainer:
         self.step = 0
         self.run_dir = Path(run_dir) if run_dir else Path(cfg.output_dir) / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if cfg.train.keep_freed_memory:
+            memory.keep_freed_memory()
         torch.manual_seed(cfg.train.seed)
         random.seed(cfg.train.seed)
         self.device = resolve_device(cfg.model.device)
