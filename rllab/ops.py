@@ -156,7 +156,7 @@ def check_token_tensor(where: str, name: str, x, mask, *, floating: bool = False
     check_mask(where, mask, like=x)
 
 
-def check_inputs(where: str, mask: torch.Tensor, *, finite: bool = True, **tensors: torch.Tensor | None) -> bool:
+def check_inputs(where: str, mask: torch.Tensor, **tensors: torch.Tensor | None) -> bool:
     """Shapes, dtypes and finiteness of (B, T) float inputs; errors name the argument and both shapes.
 
     ``tensors`` are the float inputs in order (the first is the reference shape; None entries are
@@ -169,9 +169,7 @@ def check_inputs(where: str, mask: torch.Tensor, *, finite: bool = True, **tenso
 
     Cost: one device sync. The common all-finite case is recognised from the inputs' sums (a sum
     is finite only if every term is — an overflowing sum merely sends us to the exact test), which
-    is far cheaper than a per-element ``isfinite``. ``finite=False`` checks types and shapes only
-    (no pass over the data) and returns False: for a caller that checks finiteness later, from
-    its results (see ``gae``).
+    is far cheaper than a per-element ``isfinite``.
     """
     present = {k: v for k, v in tensors.items() if v is not None}
     first_name, first = next(iter(present.items()))
@@ -184,8 +182,6 @@ def check_inputs(where: str, mask: torch.Tensor, *, finite: bool = True, **tenso
         raise ValueError(f"{where}: {first_name} must be (B, T), got shape {tuple(first.shape)}")
     check_mask(where, mask)
     check_same_shape(where, **present, mask=mask)
-    if not finite:
-        return False
     sums = torch.stack([t.detach().sum().to(torch.float64) for t in present.values()])
     if bool(torch.isfinite(sums.sum())):
         return True

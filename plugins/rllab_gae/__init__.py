@@ -336,9 +336,9 @@ def _float_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
     return dtype
 
 
-def _check_inputs(where: str, token_rewards, mask, values=None, finite: bool = True) -> None:
+def _check_inputs(where: str, token_rewards, mask, values=None) -> None:
     ops.check_token_tensor(where, "token_rewards", token_rewards, mask, floating=True)
-    ops.check_inputs(where, mask, token_rewards=token_rewards, values=values, finite=finite)
+    ops.check_inputs(where, mask, token_rewards=token_rewards, values=values)
 
 
 # --------------------------------------------------------------------------- gae
@@ -386,18 +386,7 @@ def gae(*, token_rewards, mask, index=None, values=None, config: GAEConfig):
     where = "advantage_estimator 'gae'"
     if values is None:
         raise ValueError(f"{where} requires values (a critic); got values=None")
-    # Types and shapes now; finiteness from the results: a NaN or inf at a valid position
-    # reaches the advantages (and their whitening), so finite results are the common case's
-    # proof, read from data still in cache. Only otherwise are the inputs checked, to name the
-    # rows (or, when only masked positions were non-finite, to let the results through).
-    _check_inputs(where, token_rewards, mask, values, finite=False)
-    advantages, returns = _gae(token_rewards, mask, values, config)
-    if not bool(torch.isfinite(advantages.sum() + returns.sum())):
-        _check_inputs(where, token_rewards, mask, values)
-    return advantages, returns
-
-
-def _gae(token_rewards, mask, values, config: GAEConfig):
+    _check_inputs(where, token_rewards, mask, values)
     dtype = _float_dtype(token_rewards, values)
     with torch.no_grad():
         rewards = token_rewards.detach().to(dtype)

@@ -495,27 +495,6 @@ def _loop_skip_scan(x, m, c):
 
 @pytest.mark.parametrize("remask", [True, False])
 @pytest.mark.parametrize("holes", [False, True])
-def test_finiteness_is_read_from_the_results_and_only_valid_positions_count(remask, holes):
-    """gae checks finiteness after computing (the results' sums), and only then the inputs:
-    non-finite values at masked positions pass (with remask=False they show up in the results,
-    as in verl), one at a valid position names its row."""
-    r, v, m = _batch(6, 12, seed=3, holes=holes)
-    m[:, 0] = True
-    m[:, -1] = False
-    est = estimator("gae", gamma=0.9, lam=0.8, remask=remask)
-    v_masked = v.clone()
-    v_masked[:, -1] = float("nan")
-    adv, ret = est(token_rewards=r, values=v_masked, mask=m, index=None)
-    assert torch.isfinite(adv[m]).all() and torch.isfinite(ret[m]).all()
-    assert remask == bool(torch.isfinite(ret).all())
-    v_valid = v.clone()
-    v_valid[4, 0] = float("nan")
-    with pytest.raises(RowError, match=r"values.*\[4\]"):
-        est(token_rewards=r, values=v_valid, mask=m, index=None)
-
-
-@pytest.mark.parametrize("remask", [True, False])
-@pytest.mark.parametrize("holes", [False, True])
 def test_non_finite_values_count_only_at_valid_positions(remask, holes):
     """Non-finite values at masked positions pass (with remask=False they show up in the
     results, as in verl); one at a valid position names its row."""
