@@ -106,6 +106,14 @@ class _Answer:
         self.body, self.state = bytes(self.out), _DONE
         return True
 
+    def take(self, read: bytes | int) -> bool:
+        """One read: its bytes, or how many bytes it wrote into :meth:`space`; empty or 0 when
+        the stream ended. True once the answer is complete."""
+        if not read:
+            self.eof()
+            return True
+        return self.filled(read) if type(read) is int else self.feed(read)
+
     def feed(self, data: bytes) -> bool:
         if self.state == _LENGTH:
             k = min(len(data), self.need - self.got)
@@ -132,21 +140,15 @@ class _Answer:
                 self.out[:k] = memoryview(buf)[self.pos : self.pos + k]
                 return self.filled(k)
             elif state == _HEAD:
-                end = buf.find(b"\r\n\r\n", self.pos)
-                if end < 0:
-                    if len(buf) - self.pos > _MAX_HEAD:
-                        raise ProtocolError("an answer's headers exceed 4 MiB")
+                head = self._until(b"\r\n\r\n", "an answer's headers exceed 4 MiB")
+                if head is None:
                     return False
-                head, self.pos = bytes(buf[self.pos : end]), end + 4
                 self._head(head)
                 self.start = self.pos
             elif state == _CHUNK_SIZE or state == _TRAILERS:
-                end = buf.find(b"\r\n", self.pos)
-                if end < 0:
-                    if len(buf) - self.pos > _MAX_HEAD:
-                        raise ProtocolError("a chunk size or trailer line exceeds 4 MiB")
+                line = self._until(b"\r\n", "a chunk size or trailer line exceeds 4 MiB")
+                if line is None:
                     return False
-                line, self.pos = bytes(buf[self.pos : end]), end + 2
                 if state == _TRAILERS:
                     if not line:
                         self.body = b"".join(self.parts)
@@ -167,6 +169,17 @@ class _Answer:
                 self.pos, self.state = end + 2, _CHUNK_SIZE
             else:
                 return state == _DONE
+
+    def _until(self, sep: bytes, too_long: str) -> bytes | None:
+        """The buffered bytes up to the next ``sep`` (the position moves past it), or None when
+        ``sep`` has not arrived yet."""
+        end = self.buf.find(sep, self.pos)
+        if end < 0:
+            if len(self.buf) - self.pos > _MAX_HEAD:
+                raise ProtocolError(too_long)
+            return None
+        found, self.pos = bytes(self.buf[self.pos : end]), end + len(sep)
+        return found
 
     def _head(self, raw: bytes) -> None:
         lines = raw.decode("latin-1").split("\r\n")
@@ -267,13 +280,8 @@ class Client:
             try:
                 writer.write(message)
                 await writer.drain()
-                while True:
-                    data = await reader.read(_READ)
-                    if not data:
-                        answer.eof()
-                        break
-                    if answer.feed(data):
-                        break
+                while not answer.take(await reader.read(_READ)):
+                    pass
             except (_ClosedWhileIdle, ConnectionResetError, BrokenPipeError) as e:
                 writer.close()
                 if _resend(e, reused, resent):
@@ -315,23 +323,11 @@ class Client:
             try:
                 _settimeout(sock, deadline)
                 sock.sendall(message)
-                while True:
+                done = False
+                while not done:
                     _settimeout(sock, deadline)
-                    space = answer.space()
-                    if space is None:
-                        data = sock.recv(_READ)
-                        if not data:
-                            answer.eof()
-                            break
-                        if answer.feed(data):
-                            break
-                    else:  # the body's bytes go straight to their place
-                        n = sock.recv_into(space)
-                        if not n:
-                            answer.eof()
-                            break
-                        if answer.filled(n):
-                            break
+                    space = answer.space()  # a body's bytes go straight to their place
+                    done = answer.take(sock.recv(_READ) if space is None else sock.recv_into(space))
             except (_ClosedWhileIdle, ConnectionResetError, BrokenPipeError) as e:
                 sock.close()
                 if _resend(e, reused, resent):
