@@ -138,7 +138,7 @@ def _has_holes(mask: torch.Tensor) -> bool:
     if T < 2 or B == 0:
         return False
     m = mask.view(torch.int8)  # a masked → valid step is the only +1 between neighbours
-    rows = max(1, (1 << 16) // T)  # blocks of rows keep the difference small (no fresh pages)
+    rows = max(1, (1 << 18) // T)  # blocks of rows keep the difference (int8) small: heap, not fresh pages
     return any(bool((blk[:, 1:] - blk[:, :-1]).amax() > 0) for blk in m.split(rows))
 
 
