@@ -96,11 +96,15 @@ def mask_as(mask: torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = N
     return small.to(dtype) if out is None else out.copy_(small)
 
 
-def _select_into(x: torch.Tensor, mask: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+def _select_into(x: torch.Tensor, mask: torch.Tensor, out: torch.Tensor, bits: torch.Tensor | None = None) -> torch.Tensor:
     """``out = where(mask, x, 0)`` bit for bit, a block of leading rows at a time; ``out`` may
-    be ``x``. Needs :func:`_fast_select_ok` and ``out`` contiguous, of ``x``'s shape and dtype."""
+    be ``x``. Needs :func:`_fast_select_ok` and ``out`` contiguous, of ``x``'s shape and dtype.
+    ``bits``: the mask's :func:`mask_bits` for ``x``'s dtype, made once by a caller that selects
+    several tensors by one mask (then one operation here, not three)."""
     int_dtype = bits_dtype(x.dtype)
     xv, ov, mv = x.view(int_dtype), out.view(int_dtype), mask.view(torch.int8)
+    if bits is not None and bits.dtype == int_dtype and bits.shape == x.shape:
+        return torch.bitwise_and(xv, bits, out=ov).view(x.dtype)
     if x.numel() <= _SELECT_CHUNK or x.ndim == 1:
         if out.data_ptr() != x.data_ptr():  # the bit pattern written straight into out
             return ov.copy_(mv).neg_().bitwise_and_(xv).view(x.dtype)
@@ -116,7 +120,7 @@ def _select_into(x: torch.Tensor, mask: torch.Tensor, out: torch.Tensor) -> torc
     return out
 
 
-def zero_masked(x: torch.Tensor, mask: torch.Tensor, finite: bool = False) -> torch.Tensor:
+def zero_masked(x: torch.Tensor, mask: torch.Tensor, finite: bool = False, bits: torch.Tensor | None = None) -> torch.Tensor:
     """``x`` where ``mask``, 0 elsewhere; same shape as ``x`` (``mask`` broadcastable to it, bool).
 
     Selects, so NaN or inf at a masked position cannot leak into the result or its gradient
@@ -127,20 +131,20 @@ def zero_masked(x: torch.Tensor, mask: torch.Tensor, finite: bool = False) -> to
     ``x · mask``, which gives the same values and gradients.
     """
     if bits_dtype(x.dtype) is not None and _fast_select_ok(x, mask):
-        return _select_into(x, mask, torch.empty_like(x, memory_format=torch.contiguous_format))
+        return _select_into(x, mask, torch.empty_like(x, memory_format=torch.contiguous_format), bits)
     if finite:
         return x * mask
     return torch.where(mask, x, scalar_zero(x))
 
 
-def zero_masked_(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def zero_masked_(x: torch.Tensor, mask: torch.Tensor, bits: torch.Tensor | None = None) -> torch.Tensor:
     """In-place :func:`zero_masked`: ``x`` (a temporary, no autograd) gets 0 where ``mask`` is
     False and is returned. (A select, not a multiplication by the mask: multiplying a float
     tensor by a bool or byte mask first casts the whole mask to a float temporary. On a
     contiguous ``x`` the select is a bitwise and with the mask's bit pattern, a block of rows
     at a time.)"""
     if bits_dtype(x.dtype) is not None and _fast_select_ok(x, mask):
-        return _select_into(x, mask, x)
+        return _select_into(x, mask, x, bits)
     return torch.where(mask, x, scalar_zero(x), out=x)
 
 
@@ -287,6 +291,7 @@ def masked_whiten(
     masked_are_zero: bool = False,
     inplace: bool = False,
     out: torch.Tensor | None = None,
+    bits: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(x − mean) · rsqrt(var + eps) with the masked mean and unbiased variance over all of ``x``.
 
@@ -302,7 +307,7 @@ def masked_whiten(
 
     With fewer than two valid entries the variance is undefined (verl raises): the result is
     then only centred (scale 1), so a lone valid entry gets 0 and no masked position is blown up
-    by ``rsqrt(eps)``.
+    by ``rsqrt(eps)``. ``bits``: the mask's :func:`mask_bits`, when the caller has it already.
     """
     n = torch.count_nonzero(mask)
     mean = (x if masked_are_zero else zero_masked(x, mask)).sum() / n.clamp(min=1)
@@ -315,13 +320,13 @@ def masked_whiten(
         and _fast_select_ok(x, mask)
         and target.is_contiguous()
     ):
-        return _whiten_blocked(x, mask, n, mean, eps, target)
+        return _whiten_blocked(x, mask, n, mean, eps, target, bits)
     if out is not None and not x.requires_grad:
         shifted = torch.sub(x, mean, out=out)
     else:
         shifted = x.sub_(mean) if inplace else x - mean
     if remask and not shifted.requires_grad:
-        centred = zero_masked_(shifted, mask)
+        centred = zero_masked_(shifted, mask, bits)
     else:
         centred = zero_masked(shifted, mask)
     var = sum_of_squares(centred) / (n - 1).clamp(min=1)
@@ -332,13 +337,14 @@ def masked_whiten(
     return out
 
 
-def _whiten_blocked(x, mask, n, mean, eps, out):
+def _whiten_blocked(x, mask, n, mean, eps, out, bits=None):
     """:func:`masked_whiten` with ``remask``, written into ``out`` (``x`` itself or a buffer of its
     shape): the centring, the select and the squares a block at a time (in cache), then one
     scaling pass. The same values as the unblocked path (same blocks for the sum of squares)."""
     int_dtype = bits_dtype(x.dtype)
     xf, of, mf = x.reshape(-1), out.reshape(-1), mask.reshape(-1).view(torch.int8)
     size = max(1, min(_SQUARES_CHUNK, xf.numel()))
+    given = bits is not None and bits.dtype == int_dtype and bits.shape == x.shape
     bits_buf = torch.empty(size, dtype=int_dtype, device=x.device)
     squares = bits_buf.view(x.dtype)  # spent bits of the block hold its squares
     starts = range(0, xf.numel(), size)
@@ -346,7 +352,8 @@ def _whiten_blocked(x, mask, n, mean, eps, out):
     for i, start in enumerate(starts):
         stop = min(xf.numel(), start + size)
         centred = torch.sub(xf[start:stop], mean, out=of[start:stop])
-        centred.view(int_dtype).bitwise_and_(bits_buf[: stop - start].copy_(mf[start:stop]).neg_())
+        block = bits.reshape(-1)[start:stop] if given else bits_buf[: stop - start].copy_(mf[start:stop]).neg_()
+        centred.view(int_dtype).bitwise_and_(block)
         torch.sum(torch.mul(centred, centred, out=squares[: stop - start]), 0, out=partial[i])
     total = partial[0] if len(partial) == 1 else partial.to(torch.promote_types(x.dtype, torch.float64)).sum()
     var = total.to(x.dtype) / (n - 1).clamp(min=1)

@@ -229,3 +229,24 @@ def test_buffer_saving_variants_give_the_same_values():
     torch.testing.assert_close(ops.masked_whiten(y.clone(), m, remask=True, masked_are_zero=True, inplace=True), ref)
     torch.testing.assert_close(ops.masked_whiten(y, m, remask=True, out=torch.empty_like(y)), ref)
     assert not torch.isnan(ref).any() and (ref[~m] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_a_shared_select_pattern_gives_the_same_bits(dtype):
+    """zero_masked, zero_masked_ and masked_whiten given the mask's bit pattern (made once by a
+    caller with several selects) return exactly what they return without it, NaN and -0 included."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(7, 33, generator=g).to(dtype)
+    x[0, 0], x[1, 1], x[2, 2] = float("nan"), float("-inf"), -0.0
+    mask = torch.rand(7, 33, generator=g) > 0.3
+    mask[0, 0] = False
+    bits = ops.mask_bits(mask, dtype)
+    same = lambda a, b: torch.equal(a.view(ops.bits_dtype(dtype)), b.view(ops.bits_dtype(dtype)))  # noqa: E731
+    assert same(ops.zero_masked(x, mask, bits=bits), ops.zero_masked(x, mask))
+    assert same(ops.zero_masked_(x.clone(), mask, bits), ops.zero_masked_(x.clone(), mask))
+    finite = ops.zero_masked(torch.randn(7, 33, generator=g).to(dtype), mask)
+    with_bits = ops.masked_whiten(finite.clone(), mask, remask=True, masked_are_zero=True, inplace=True, bits=bits)
+    without = ops.masked_whiten(finite.clone(), mask, remask=True, masked_are_zero=True, inplace=True)
+    assert same(with_bits, without)
+    wrong = ops.mask_bits(mask[:, :5], dtype)  # a pattern of another shape is not used
+    assert same(ops.zero_masked(x, mask, bits=wrong), ops.zero_masked(x, mask))

@@ -124,7 +124,8 @@ def _reverse_scan_into(x: torch.Tensor, c: float, out: torch.Tensor) -> torch.Te
     local = torch.matmul(
         x.reshape(B, n_blocks, block), _triangular(c, block, x.dtype, x.device), out=out.view(B, n_blocks, block)
     )
-    starts = discounted_reverse_cumsum(local[:, :, 0], c**block, block)
+    # the blocks' carries: one matmul when there are few blocks, else the blocked scan again
+    starts = discounted_reverse_cumsum(local[:, :, 0], c**block, max(block, n_blocks if n_blocks <= 64 else block))
     carry_in = torch.nn.functional.pad(starts[:, 1:], (0, 1))
     local.addcmul_(carry_in[:, :, None], _decay(c, block, x.dtype, x.device))
     return out
@@ -328,6 +329,12 @@ def _scan_rows(x, mask, c, out, *, x2=None, alpha=0.0, remask=True):
 # --------------------------------------------------------------------------- shared helpers
 
 
+def _as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x.detach().to(dtype)``, without an operation for each that has nothing to do."""
+    x = x.detach() if x.requires_grad else x
+    return x if x.dtype == dtype else x.to(dtype)
+
+
 def _float_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
     dtype = torch.float32
     for t in tensors:
@@ -389,8 +396,8 @@ def gae(*, token_rewards, mask, index=None, values=None, config: GAEConfig):
     _check_inputs(where, token_rewards, mask, values)
     dtype = _float_dtype(token_rewards, values)
     with torch.no_grad():
-        rewards = token_rewards.detach().to(dtype)
-        values = values.detach().to(dtype)
+        rewards = _as(token_rewards, dtype)
+        values = _as(values, dtype)
         gamma, lam = config.gamma, config.lam
 
         c = gamma * lam
@@ -470,26 +477,33 @@ def _gae_prefix(rewards, values, mask, gamma, lam, whiten):
     δ = 0 on the padding, then the constant-coefficient scan; spent (B, T) buffers are reused,
     so the call holds two (its outputs).
     """
-    following = ops.zero_masked(values, mask)  # V, 0 on the padding
+    # A small batch shares one select pattern among its four selects (the cost of a small call
+    # is its operation count); a large one makes it a block at a time, in cache.
+    bits = ops.mask_bits(mask, rewards.dtype) if 0 < rewards.numel() <= _SHARED_BITS and ops.bits_dtype(rewards.dtype) else None
+    following = ops.zero_masked(values, mask, bits=bits)  # V, 0 on the padding
     delta = rewards - values
     if gamma != 0.0 and delta.shape[1] > 1:
         delta[:, :-1].add_(following[:, 1:], alpha=gamma)
-    ops.zero_masked_(delta, mask)
+    ops.zero_masked_(delta, mask, bits)
     advantages = _reverse_scan_into(delta, gamma * lam, out=following)
     # nothing valid follows a row's padding, so the scan of δ (0 there) left 0 there already
-    return _remask_and_whiten(advantages, values, mask, whiten, spare=delta, zero_already=True)
+    return _remask_and_whiten(advantages, values, mask, whiten, spare=delta, zero_already=True, bits=bits)
 
 
-def _remask_and_whiten(advantages, values, mask, whiten, spare, zero_already=False):
+_SHARED_BITS = 1 << 18
+"""Up to this many entries, ``_gae_prefix`` makes the mask's select pattern once for all its selects."""
+
+
+def _remask_and_whiten(advantages, values, mask, whiten, spare, zero_already=False, bits=None):
     """``advantages`` (a temporary) zeroed at masked positions (unless ``zero_already``),
     ``returns = A + V`` likewise (written over ``spare``, a spent (B, T) buffer), then the
-    whitening in place: ``(advantages, returns)``."""
+    whitening in place: ``(advantages, returns)``. ``bits``: the mask's select pattern, if made."""
     if not zero_already:
-        ops.zero_masked_(advantages, mask)
-    returns = ops.zero_masked_(torch.add(advantages, values, out=spare), mask)
+        ops.zero_masked_(advantages, mask, bits)
+    returns = ops.zero_masked_(torch.add(advantages, values, out=spare), mask, bits)
     if whiten:
         advantages = ops.masked_whiten(
-            advantages, mask, remask=True, masked_are_zero=True, inplace=True
+            advantages, mask, remask=True, masked_are_zero=True, inplace=True, bits=bits
         )
     return advantages, returns
 
