@@ -19,6 +19,8 @@ Definitions (those of verl's ``core_algos``): ``masked_mean(x, m) = Σ x·m / Σ
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from rllab.types import check_mask, check_same_shape, check_tensor
@@ -186,11 +188,10 @@ def check_inputs(where: str, mask: torch.Tensor, **tensors: torch.Tensor | None)
         raise ValueError(f"{where}: {first_name} must be (B, T), got shape {tuple(first.shape)}")
     check_mask(where, mask)
     check_same_shape(where, **present, mask=mask)
-    total = None
-    for t in present.values():  # float32 sums (float64 for float64 inputs): a cast per element costs 2x
-        s = t.detach().sum(dtype=torch.float64 if t.dtype == torch.float64 else torch.float32)
-        total = s if total is None else total + s
-    if bool(torch.isfinite(total)):
+    total = 0.0  # float32 sums (float64 for float64 inputs: a cast per element costs 2x), added in Python
+    for t in present.values():
+        total += (t.detach() if t.requires_grad else t).sum(dtype=torch.float64 if t.dtype == torch.float64 else torch.float32).item()
+    if math.isfinite(total):
         return True
     bad = None
     for t in present.values():
@@ -309,9 +310,14 @@ def masked_whiten(
     then only centred (scale 1), so a lone valid entry gets 0 and no masked position is blown up
     by ``rsqrt(eps)``. ``bits``: the mask's :func:`mask_bits`, when the caller has it already.
     """
+    target = x if out is None else out
+    if (
+        remask and shift_mean and masked_are_zero and (inplace or out is not None) and x.numel() <= _SQUARES_CHUNK
+        and bits_dtype(x.dtype) is not None and _fast_select_ok(x, mask) and target.is_contiguous()
+    ):
+        return _whiten_small(x, mask, eps, target, bits)
     n = torch.count_nonzero(mask)
     mean = (x if masked_are_zero else zero_masked(x, mask)).sum() / n.clamp(min=1)
-    target = x if out is None else out
     if (
         remask
         and shift_mean
@@ -335,6 +341,19 @@ def masked_whiten(
     if not shift_mean:
         out = out.add_(zero_masked(mean.expand_as(out), mask) if remask else mean)
     return out
+
+
+def _whiten_small(x, mask, eps, out, bits=None):
+    """:func:`masked_whiten` with ``remask`` of an ``x`` that fits one block of the blocked path
+    and holds 0 at masked positions, into ``out``: the same operations, in the same order, as
+    that path's one block, with the count as a Python number (half the operations: a small
+    call's cost is its operation count)."""
+    n = int(torch.count_nonzero(mask))
+    centred = torch.sub(x, x.sum() / max(n, 1), out=out)
+    _select_into(centred, mask, centred, bits)
+    flat = centred.reshape(-1)
+    var = torch.sum(torch.mul(flat, flat), 0) / max(n - 1, 1)
+    return centred.mul_(torch.rsqrt(var + eps)) if n > 1 else centred
 
 
 def _whiten_blocked(x, mask, n, mean, eps, out, bits=None):

@@ -250,3 +250,15 @@ def test_a_shared_select_pattern_gives_the_same_bits(dtype):
     assert same(with_bits, without)
     wrong = ops.mask_bits(mask[:, :5], dtype)  # a pattern of another shape is not used
     assert same(ops.zero_masked(x, mask, bits=wrong), ops.zero_masked(x, mask))
+
+
+@pytest.mark.parametrize("valid", [0, 1, 2, 50])
+def test_the_small_whitening_is_the_blocked_one_bit_for_bit(valid):
+    g = torch.Generator().manual_seed(valid)
+    mask = torch.zeros(6, 20, dtype=torch.bool)
+    mask.view(-1)[torch.randperm(120, generator=g)[:valid]] = True
+    x = ops.zero_masked(torch.randn(6, 20, generator=g) * 3 + 1, mask)
+    n = torch.count_nonzero(mask)
+    blocked = ops._whiten_blocked(x.clone(), mask, n, x.sum() / n.clamp(min=1), 1e-8, torch.empty_like(x))
+    small = ops.masked_whiten(x.clone(), mask, remask=True, masked_are_zero=True, inplace=True)
+    assert torch.equal(small.view(torch.int32), blocked.view(torch.int32))

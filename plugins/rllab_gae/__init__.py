@@ -138,9 +138,11 @@ def _has_holes(mask: torch.Tensor) -> bool:
     B, T = mask.shape
     if T < 2 or B == 0:
         return False
-    m = mask.view(torch.int8)  # a masked → valid step is the only +1 between neighbours
-    rows = max(1, (1 << 18) // T)  # blocks of rows keep the difference (int8) small: heap, not fresh pages
-    return any(bool((blk[:, 1:] - blk[:, :-1]).amax() > 0) for blk in m.split(rows))
+    m = mask.view(torch.int8)  # a masked → valid step is the only place a column exceeds the one before
+    rows = max(1, (1 << 18) // T)  # blocks of rows keep the comparison small: heap, not fresh pages
+    if rows >= B:
+        return bool((m[:, 1:] > m[:, :-1]).any())
+    return any(bool((blk[:, 1:] > blk[:, :-1]).any()) for blk in m.split(rows))
 
 
 def _packing(mask: torch.Tensor):
