@@ -1,4 +1,4 @@
-"""Actor loss: separate components (as a trainer builds it) vs ``rllab_ppo.fused.fused_ppo_loss``.
+"""Actor loss: separate components (as a trainer builds it) vs ``rllab_policy_losses.fused.fused_ppo_loss``.
 
 Both sides compute, for B × T response tokens, forward *and* backward of
 
@@ -61,7 +61,7 @@ def build(args):
         policy_loss = lab.get("policy_loss", "ppo_dual_clip", clip_low=0.2, clip_high=args.clip_high, clip_c=args.clip_c)
     k3 = lab.get("kl_penalty", "k3")
 
-    from rllab_ppo.fused import fused_ppo_loss
+    from rllab_policy_losses.fused import fused_ppo_loss
 
     def separate(x):
         log_prob = x["log_prob"].clone().requires_grad_(True)

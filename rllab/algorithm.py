@@ -104,7 +104,7 @@ class Algorithm(Protocol):
 
 
 def describe(component: Any, section: str) -> str:
-    """``policy_loss 'ppo_clip' (plugin rllab_ppo)`` for error messages."""
+    """``policy_loss 'ppo_clip' (plugin rllab_policy_losses)`` for error messages."""
     spec = getattr(component, "spec", None)
     if spec is None:
         return f"[{section}]"

@@ -25,6 +25,7 @@ import importlib.util
 import os
 import sys
 import traceback
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -62,10 +63,43 @@ ENV_ALLOW = "RLLAB_PLUGINS"
 ENV_BUILTINS = "RLLAB_BUILTINS"
 BUILTIN_DISTRIBUTION = "rllab"
 
+RENAMED_BUILTINS = {
+    "rllab_gae": "rllab_advantages",
+    "rllab_grpo": "rllab_advantages",
+    "rllab_ppo": ("rllab_policy_losses", "rllab_value_losses"),
+    "rllab_tis": "rllab_corrections",
+    "rllab_agg": "rllab_aggregations",
+    "rllab_dpo": "rllab_preference_losses",
+    "rllab_rl": "rllab_algorithms",
+    "rllab_pref": "rllab_algorithms",
+    "rllab_hf": "rllab_backends",
+    "rllab_sglang": "rllab_backends",
+}
+"""Built-in plugin names before the plugins were named by role; ``RLLAB_BUILTINS`` still accepts them."""
+
 
 def _env_set(name: str) -> set[str] | None:
     raw = os.environ.get(name)
     return None if raw is None else {s.strip() for s in raw.split(",") if s.strip()}
+
+
+def _renamed(names: set[str]) -> set[str]:
+    """``names`` with the old built-in names replaced by the new ones, each with a FutureWarning."""
+    out = set()
+    for name in sorted(names):
+        new = RENAMED_BUILTINS.get(name)
+        if new is None:
+            out.add(name)
+            continue
+        new = (new,) if isinstance(new, str) else new
+        warnings.warn(
+            f"{ENV_BUILTINS}: the built-in plugin {name!r} is now {' and '.join(map(repr, new))}; "
+            "the old name will stop working in a future release",
+            FutureWarning,
+            stacklevel=4,
+        )
+        out.update(new)
+    return out
 
 
 # --------------------------------------------------------------------------- the Lab
@@ -104,6 +138,8 @@ class Lab:
         builtins = _env_set(ENV_BUILTINS)
         if builtins is not None and builtins & {"1", "all", "true"}:
             builtins = None
+        if builtins is not None:
+            builtins = _renamed(builtins)
         for ep in importlib.metadata.entry_points(group=hookspecs.PROJECT):
             dist = getattr(ep, "dist", None)
             dist_name = dist.metadata["Name"] if dist is not None else None

@@ -169,7 +169,7 @@ class StandIn:
             time.sleep(0.2)
 
     def _load(self, path: str) -> None:
-        from rllab_hf import HFBackend, HFBackendConfig
+        from rllab_backends.hf import HFBackend, HFBackendConfig
 
         b = HFBackend(HFBackendConfig(num_threads=1, seed=self._seed, device="cpu"))
         with _LOAD_LOCK:  # transformers' loading patches process-wide state: one load at a time per process
@@ -279,7 +279,7 @@ class StandIn:
         (top-k / top-p support of ``softmax(z / T)``, most likely first) and its log-prob under
         that truncated, renormalised distribution; greedy: ``[token]`` and 0."""
         import torch
-        from rllab_hf import _top_k_top_p
+        from rllab_backends.hf import _top_k_top_p
 
         if not tokens:
             return [], []

@@ -12,7 +12,7 @@ def run(capsys, *argv):
 def test_plugins_lists_builtins_with_providers(capsys):
     code, out, _ = run(capsys, "plugins")
     assert code == 0
-    for name in ("token-mean", "rllab_agg"):
+    for name in ("token-mean", "rllab_aggregations"):
         assert name in out
 
 
@@ -51,7 +51,7 @@ def test_broken_plugin_is_shown(capsys, tmp_path):
 def test_show_ppo_dual_clip_has_equation_and_knobs(capsys):
     code, out, _ = run(capsys, "plugins", "show", "ppo_dual_clip")
     assert code == 0
-    for part in ("clip_c", "clip_low", "clip_high", "3.0", "> 1", "rllab_ppo"):
+    for part in ("clip_c", "clip_low", "clip_high", "3.0", "> 1", "rllab_policy_losses"):
         assert part in out, part
 
 
@@ -74,9 +74,9 @@ def test_plugins_show_puts_the_component_first_and_module_notes_behind_a_flag(ca
     assert code == 0
     # the component's own summary and equation, then its knobs; the module's notes only on --doc
     assert out.index("Dual-clip PPO") < out.index("clip_c") and "--doc" in out
-    import rllab_ppo.losses
+    import rllab_policy_losses.ppo
 
-    module_notes = rllab_ppo.losses.__doc__.strip().splitlines()[0]
+    module_notes = rllab_policy_losses.ppo.__doc__.strip().splitlines()[0]
     assert module_notes not in out
     code, out_doc, _ = run(capsys, "plugins", "show", "ppo_dual_clip", "--doc")
     assert code == 0 and module_notes in out_doc

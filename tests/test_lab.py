@@ -206,7 +206,7 @@ def test_register_validates_its_arguments():
 
 def test_env_allow_list_restricts_third_party_plugins_only(monkeypatch):
     builtins = {p.name for p in Lab().plugins}
-    assert {"rllab_agg", "rllab_ppo", "rllab_gae"} <= builtins
+    assert {"rllab_aggregations", "rllab_policy_losses", "rllab_advantages"} <= builtins
     # RLLAB_PLUGINS names third-party plugins; the built-ins stay
     monkeypatch.setenv("RLLAB_PLUGINS", "")
     assert {p.name for p in Lab().plugins} == builtins
@@ -214,15 +214,15 @@ def test_env_allow_list_restricts_third_party_plugins_only(monkeypatch):
     assert {p.name for p in Lab().plugins} == builtins
     assert Lab().spec("task", "addition").provider == "rllab_tasks"
     # RLLAB_BUILTINS restricts the built-ins
-    monkeypatch.setenv("RLLAB_BUILTINS", "rllab_agg")
-    assert [p.name for p in Lab().plugins] == ["rllab_agg"]
+    monkeypatch.setenv("RLLAB_BUILTINS", "rllab_aggregations")
+    assert [p.name for p in Lab().plugins] == ["rllab_aggregations"]
     monkeypatch.setenv("RLLAB_BUILTINS", "0")
     assert Lab().plugins == []
 
 
 def test_unknown_name_says_which_variable_left_plugins_out(monkeypatch):
-    monkeypatch.setenv("RLLAB_BUILTINS", "rllab_agg")
-    with pytest.raises(UnknownComponentError, match=r"RLLAB_BUILTINS='rllab_agg' left out the installed plugins .*rllab_tasks"):
+    monkeypatch.setenv("RLLAB_BUILTINS", "rllab_aggregations")
+    with pytest.raises(UnknownComponentError, match=r"RLLAB_BUILTINS='rllab_aggregations' left out the installed plugins .*rllab_tasks"):
         Lab().get("task", "addition")
 
 
@@ -231,3 +231,10 @@ def test_builtins_come_from_entry_points_with_distribution():
     for p in lab.plugins:
         if p.name.startswith("rllab_"):
             assert p.source == "entry point" and p.distribution == "rllab"
+
+
+def test_builtins_env_accepts_the_old_plugin_names_with_a_warning(monkeypatch):
+    monkeypatch.setenv("RLLAB_BUILTINS", "rllab_ppo,rllab_agg")
+    with pytest.warns(FutureWarning, match=r"'rllab_ppo' is now 'rllab_policy_losses' and 'rllab_value_losses'"):
+        names = {p.name for p in Lab().plugins}
+    assert names == {"rllab_policy_losses", "rllab_value_losses", "rllab_aggregations"}

@@ -58,7 +58,7 @@ def test_step_metrics_and_first_minibatch_is_on_policy(tmp_path):
 def test_micro_batches_do_not_change_the_gradient(tmp_path, extra):
     from functools import partial
 
-    from rllab_rl import Prepared, _aggregate, _logprobs
+    from rllab_algorithms.rl import Prepared, _aggregate, _logprobs
 
     tr = Trainer(small_cfg("algorithm.entropy_coef=0.01", *extra), run_dir=tmp_path, progress=False)
     ctx = tr.context()

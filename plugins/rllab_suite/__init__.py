@@ -145,7 +145,7 @@ def cmd_record(args) -> int:
 def cmd_replay(args) -> int:
     import copy
 
-    from rllab_suite.kernel import load_config, parse_overrides
+    from rllab.config import load_config, parse_overrides
     from rllab_suite import replay
 
     data = replay.load_record(Path(args.file))

@@ -43,15 +43,15 @@ def run_cell(job: dict) -> dict:
     with open(run_dir / "log.txt", "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         try:
             from rllab import Lab
-            from rllab_suite.kernel import load_config
+            from rllab.config import load_config
 
             lab = Lab()
             if (run_dir / "config.toml").is_file() and not (run_dir / "final.json").is_file():
-                from rllab_suite.kernel import resume_run
+                from rllab.runs import resume_run
 
                 summary = resume_run(run_dir, lab=lab, progress=False)
             else:
-                from rllab_suite.kernel import run_experiment
+                from rllab.trainer import run_experiment
 
                 cfg = load_config(job["config"], lab=lab)
                 summary = run_experiment(cfg, lab=lab, run_dir=run_dir, progress=False)

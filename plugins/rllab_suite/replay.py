@@ -7,9 +7,9 @@ together with the policy (and reference) weights they came from and the resolved
 
 ``rllab replay FILE policy_loss=a policy_loss=b …`` rebuilds each variant's components on that
 recorded config and runs the ``rl`` algorithm's own computation on every recorded batch:
-:meth:`rllab_rl.RL.prepare` (old/ref forwards, KL in the reward, advantages, importance weights)
-and :meth:`rllab_rl.RL.update` (epochs × minibatches × micro-batches, each through
-:meth:`~rllab_rl.RL.micro_loss`), answering its optimizer steps here as the trainer would
+:meth:`rllab_algorithms.rl.RL.prepare` (old/ref forwards, KL in the reward, advantages, importance weights)
+and :meth:`rllab_algorithms.rl.RL.update` (epochs × minibatches × micro-batches, each through
+:meth:`~rllab_algorithms.rl.RL.micro_loss`), answering its optimizer steps here as the trainer would
 (measure, clip, AdamW step) from the recorded weights — and, when recorded from a run's
 checkpoint, from its optimizer state (AdamW's moments), at the learning rate the run's schedule had
 at that step (warm-up and decay included; ``train.lr`` of the variant × the recorded factor).
@@ -49,7 +49,9 @@ def record(source: str | Path | None, *, steps: int, out: Path, overrides=(), pr
     """Sample ``steps`` rollout batches from one checkpoint and save them to ``out``."""
     from rllab import Lab
     from rllab.models import grouped_response_logprobs
-    from rllab_suite.kernel import Trainer, latest_checkpoint, load_config
+    from rllab.trainer import Trainer
+    from rllab.checkpoint import latest as latest_checkpoint
+    from rllab.config import load_config
 
     lab = lab or Lab()
     ckpt = None
@@ -150,7 +152,7 @@ def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> 
     """Run each (name, resolved config) on every recorded batch; see the module docstring."""
     from rllab import Component, Lab, OptimizerStep, RolloutBatch, RunContext
     from rllab.models import CriticModel
-    from rllab_suite.kernel import COMPONENT_SECTIONS, load_config
+    from rllab.config import COMPONENT_SECTIONS, load_config
 
     lab = lab or Lab()
     results = []

@@ -38,7 +38,7 @@ from typing import Any
 import attrs
 
 from rllab import ConfigError, RllabError
-from rllab_suite.kernel import load_config, parse_overrides
+from rllab.config import load_config, parse_overrides
 
 SUITE_KEYS = {"name", "preset", "config", "steps", "seeds", "tasks", "baseline", "overrides", "variants", "axes", "description"}
 VARIANT_KEYS = {"preset", "config"}

@@ -25,7 +25,7 @@ def prebuild_models(cells: list[Cell], *, lab, console=None) -> None:
     """Build each distinct warm-started tiny model once, before the workers start."""
     from rllab import tinymodel
     from rllab import Component
-    from rllab_suite.kernel import COMPONENT_SECTIONS, load_config
+    from rllab.config import COMPONENT_SECTIONS, load_config
 
     from transformers.utils import logging as hf_logging
 

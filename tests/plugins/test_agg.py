@@ -1,4 +1,4 @@
-"""Loss aggregation modes (plugin rllab_agg): hand values, verl semantics, masking, splitting."""
+"""Loss aggregation modes (plugin rllab_aggregations): hand values, verl semantics, masking, splitting."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""rllab_agg's ``count_empty_rows``: TRL's sequence means over every row, fully masked ones included."""
+"""rllab_aggregations's ``count_empty_rows``: TRL's sequence means over every row, fully masked ones included."""
 
 from __future__ import annotations
 

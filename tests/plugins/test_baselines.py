@@ -1,4 +1,4 @@
-"""rllab_grpo.baselines: gdpo, normalize_then_sum and the optimal token baselines, by hand."""
+"""rllab_advantages.baselines: gdpo, normalize_then_sum and the optimal token baselines, by hand."""
 
 from __future__ import annotations
 

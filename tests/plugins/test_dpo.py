@@ -1,4 +1,4 @@
-"""Preference losses (plugin rllab_dpo): hand values, DPO identities, metrics, knob and input errors."""
+"""Preference losses (plugin rllab_preference_losses): hand values, DPO identities, metrics, knob and input errors."""
 
 import math
 
@@ -692,7 +692,7 @@ def test_bco_running_mean_state(lab):
 def test_trl_knob_errors(lab, name, knobs, match):
     with pytest.raises(rllab.ConfigError, match=match) as info:
         lab.get("preference_loss", name, **knobs)
-    assert f"'{name}'" in str(info.value) and "rllab_dpo" in str(info.value)
+    assert f"'{name}'" in str(info.value) and "rllab_preference_losses" in str(info.value)
 
 
 def test_token_input_errors_name_component_and_argument(lab):

@@ -304,7 +304,7 @@ def test_default_knobs_on_holes_match_loop(gamma, lam):
 @pytest.mark.parametrize("T", [1, 15, 16, 17, 63, 64, 65, 257, 4097])
 @pytest.mark.parametrize("block", [None, 4, 64])
 def test_discounted_reverse_cumsum_block_boundaries(c, T, block):
-    from rllab_gae import discounted_reverse_cumsum
+    from rllab_advantages.gae import discounted_reverse_cumsum
 
     x = torch.randn(3, T, dtype=torch.float64, generator=torch.Generator().manual_seed(T))
     ref = loop_return(x, torch.ones(3, T, dtype=torch.bool), c)
@@ -435,7 +435,7 @@ def test_no_gradient_flows():
 def test_registration():
     spec = LAB.spec("advantage_estimator", "gae")
     assert spec.requires == ("values",)
-    assert spec.provider == "rllab_gae"
+    assert spec.provider == "rllab_advantages"
     assert LAB.spec("advantage_estimator", "reinforce++").name == "reinforce_plus_plus"
     assert LAB.spec("advantage_estimator", "reinforce").requires == ()
     knobs = {k.name: k.default for k in spec.knobs()}
@@ -464,7 +464,7 @@ def test_masked_scan_on_long_rows_matches_skip_scan(c, T):
     """The unpacked masked scan (blocked running products, block ends scanned again in float64)
     agrees with the packed scan to float32 rounding (no worse than a float32 per-token loop),
     over rows long enough for several levels."""
-    from rllab_gae import _masked_reverse_scan, _masked_scan_ok, _packing, _skip_scan
+    from rllab_advantages.gae import _masked_reverse_scan, _masked_scan_ok, _packing, _skip_scan
 
     g = torch.Generator().manual_seed(T)
     B = 3

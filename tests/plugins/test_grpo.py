@@ -427,7 +427,7 @@ def test_float64_in_float64_out():
 def test_registration():
     for name in NAMES:
         spec = LAB.spec("advantage_estimator", name)
-        assert spec.provider == "rllab_grpo" and spec.requires == ()
+        assert spec.provider == "rllab_advantages" and spec.requires == ()
     knobs = {k.name: k.default for k in LAB.spec("advantage_estimator", "grpo").knobs()}
     assert knobs == {"epsilon": 1e-6, "norm_by_std": True, "scale": "group", "singleton": "score", "mask_scores": True}
 

@@ -1,4 +1,4 @@
-"""rllab_ppo: policy losses and the clipped value loss.
+"""rllab_policy_losses: policy losses and the clipped value loss.
 
 Expected numbers are worked out by hand in the comments next to them (r is the ratio, A the
 advantage, ε_low/ε_high the clip bounds); aggregation is token-mean unless a test says otherwise.
@@ -75,7 +75,7 @@ def test_everything_is_registered_with_aliases():
         assert n in names
     assert LAB.spec("policy_loss", "ppo").name == "ppo_clip"
     assert LAB.spec("policy_loss", "dual_clip").name == "ppo_dual_clip"
-    assert LAB.spec("value_loss", "clipped").provider == "rllab_ppo"
+    assert LAB.spec("value_loss", "clipped").provider == "rllab_value_losses"
     assert LAB.get("policy_loss", "ppo_dual_clip").config.clip_c == 3.0
     assert LAB.get("value_loss", "clipped").config.value_clip == 0.5
 
@@ -557,7 +557,7 @@ def _separate(lp, old, adv, mask, agg, ent, ref, beta, c_h, weights=None, clip_c
 
 
 def _fused(lp, old, adv, mask, agg, ent, ref, beta, c_h, weights=None, clip_c=None, clip_high=0.2):
-    from rllab_ppo.fused import fused_ppo_loss
+    from rllab_policy_losses.fused import fused_ppo_loss
 
     lp = lp.clone().requires_grad_(True)
     ent = None if ent is None else ent.clone().requires_grad_(True)
@@ -618,7 +618,7 @@ def test_fused_without_kl_or_entropy_and_with_masked_nan():
     # an entropy that does not need a gradient: the bonus enters the value only
     ent = torch.rand(lp.shape, dtype=lp.dtype)
     c = _separate(lp, old, adv, mask, agg, ent, None, 0.0, 0.5)
-    from rllab_ppo.fused import fused_ppo_loss
+    from rllab_policy_losses.fused import fused_ppo_loss
 
     lp_g = lp.clone().requires_grad_(True)
     total, m = fused_ppo_loss(log_prob=lp_g, old_log_prob=old, advantages=adv, mask=mask, aggregate=agg,
@@ -630,7 +630,7 @@ def test_fused_without_kl_or_entropy_and_with_masked_nan():
 
 
 def test_fused_rejects_bad_input():
-    from rllab_ppo.fused import fused_ppo_loss
+    from rllab_policy_losses.fused import fused_ppo_loss
 
     lp, old, adv, mask = random_batch(14)
     mask[3, 3] = True
@@ -647,7 +647,7 @@ def test_fused_rejects_bad_input():
 
 
 def test_fused_all_masked_is_zero():
-    from rllab_ppo.fused import fused_ppo_loss
+    from rllab_policy_losses.fused import fused_ppo_loss
 
     lp, old, adv, _ = random_batch(15)
     lp = lp.requires_grad_(True)
@@ -665,7 +665,7 @@ def test_fused_compiled_matches_to_float_rounding():
     ent = torch.rand(lp.shape)
     agg = _lab_aggregate("seq-mean-token-mean")
     a = _separate(lp, old, adv, mask, agg, ent, ref, 0.1, 0.01, clip_c=3.0)
-    from rllab_ppo.fused import fused_ppo_loss
+    from rllab_policy_losses.fused import fused_ppo_loss
 
     lp_g, ent_g = lp.clone().requires_grad_(True), ent.clone().requires_grad_(True)
     total, m = fused_ppo_loss(log_prob=lp_g, old_log_prob=old, advantages=adv, mask=mask, aggregate=agg, entropy=ent_g,

@@ -1,4 +1,4 @@
-"""rllab_tis.rejection and rllab_tis.bypass: hand-computed rejection masks, weights and losses.
+"""rllab_corrections.rejection and rllab_corrections.bypass: hand-computed rejection masks, weights and losses.
 
 lr = old_log_prob − rollout_log_prob (log π_train/π_rollout); k1 = −lr, k2 = ½lr², k3 = e^lr − 1 − lr.
 """
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import rllab
 from rllab import ops
-from rllab_tis.rejection import rejection_mask
+from rllab_corrections.rejection import rejection_mask
 
 LAB = rllab.Lab()
 
@@ -162,7 +162,7 @@ def test_weight_knobs_need_a_weight():
 def test_mismatch_metrics_by_hand():
     # row 0: lr [0.2, −0.4]; row 1: lr [0.6] (one valid token); row 2 empty
     # k1 = −lr; k2 = ½lr²; k3 = e^lr − 1 − lr
-    from rllab_tis.rejection import mismatch_metrics
+    from rllab_corrections.rejection import mismatch_metrics
 
     lr = t([[0.2, -0.4], [0.6, 9.0], [5.0, 5.0]])
     mask = torch.tensor([[True, True], [True, False], [False, False]])

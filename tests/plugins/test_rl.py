@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rllab_rl import kl_times_ratio, penalty_row_mean
+from rllab_algorithms.rl import kl_times_ratio, penalty_row_mean
 
 import rllab
 

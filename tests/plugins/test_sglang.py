@@ -35,7 +35,7 @@ needs_contract = pytest.mark.skipif(
 def test_the_standin_checks_sglangs_contract(server):
     assert server.validate
 
-import rllab_sglang as S  # noqa: E402
+import rllab_backends.sglang as S  # noqa: E402
 
 CFG = TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
 
@@ -312,7 +312,7 @@ def test_processed_logprobs_are_the_truncated_distributions(lab, server, tiny):
     """logprobs = "processed": return_sampling_mask goes over the wire (SGLang's contract checks it)
     and each log-prob is the token's under the top-k / top-p renormalised distribution it was
     drawn from, computed here by teacher forcing; the default stays log_softmax(z / T)."""
-    from rllab_hf import _top_k_top_p
+    from rllab_backends.hf import _top_k_top_p
 
     model, tok, _ = tiny
     prompts = prompts_of(tok)[:2]

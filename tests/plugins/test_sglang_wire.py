@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from rllab_sglang import wire
+from rllab_backends.sglang import wire
 
 
 class Scripted:

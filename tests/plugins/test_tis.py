@@ -1,4 +1,4 @@
-"""rllab_tis: importance corrections for the rollout/training mismatch.
+"""rllab_corrections: importance corrections for the rollout/training mismatch.
 
 The hand case: per-token weights w = exp(old − rollout) are
 row 0: [3, 0.5, 1.5], row 1: [0.25, 2.5, (masked)]; sequence weights are the row products

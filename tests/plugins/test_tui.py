@@ -238,7 +238,7 @@ def test_registry_browses_components_runs_the_contract_and_sees_a_new_plugin(tmp
             await pilot.press("down")
         await pilot.pause()
         text = screen_text(app)
-        assert "ppo_clip" in text and "clip_high" in text and "provider: rllab_ppo" in text
+        assert "ppo_clip" in text and "clip_high" in text and "provider: rllab_policy_losses" in text
         await pilot.press("c")
         await wait_for(pilot, lambda: any(r[1] == "pass" for r in table_rows(app, "#reg-contract")))
         rows = table_rows(app, "#reg-contract")

@@ -1,4 +1,4 @@
-"""rllab_ppo.variants and the off-policy sequence mask: hand-computed values and identities.
+"""rllab_policy_losses.variants and the off-policy sequence mask: hand-computed values and identities.
 
 r is the ratio, lr = log r, A the advantage; aggregation is token-mean unless a test says
 otherwise. Every expected number is worked out in the comment beside it.

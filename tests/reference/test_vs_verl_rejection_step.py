@@ -46,7 +46,7 @@ def _trainer(tmp_path, *extra):
 def _batch(tr, old):
     """The step's batch with random scores and rollout log-probs that reject some tokens (a row's
     last token among them), one row whole, and leave one row with a token far below the others."""
-    from rllab_rl import _logprobs
+    from rllab_algorithms.rl import _logprobs
 
     batch = tr.rollout.to_batch(tr.rollout.sample(0))
     mask = batch.response_mask
@@ -79,7 +79,7 @@ def _rllab(tr, batch):
 
 
 def _verl(tr, batch, prepared, *, veto=None, estimator="grpo"):
-    from rllab_rl import _logprobs
+    from rllab_algorithms.rl import _logprobs
 
     mask = batch.response_mask
     old = prepared.old_log_prob
@@ -154,7 +154,7 @@ def test_off_keeps_rejected_tokens_in_the_normaliser(tmp_path):
                                   config=corr.config)
     assert (batch.response_mask & ~keep).any()
     tr.policy.zero_grad(set_to_none=True)
-    from rllab_rl import _logprobs
+    from rllab_algorithms.rl import _logprobs
 
     adv, _ = ca.compute_grpo_outcome_advantage(batch.token_rewards, batch.response_mask.float(), batch.index.numpy())
     log_prob = _logprobs(tr.context(), tr.policy, batch)

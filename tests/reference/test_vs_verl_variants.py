@@ -238,7 +238,7 @@ def _ic_inputs(B, T, kind, seed, spread=0.3):
 
 @pytest.mark.parametrize("criterion, upper, lower", RS_CRITERIA)
 def test_rejection_mask_matches_verl(criterion, upper, lower):
-    from rllab_tis.rejection import rejection_mask
+    from rllab_corrections.rejection import rejection_mask
 
     kept_any = rejected_any = False
     for cid, B, T, kind, seed in cases(seeds=(0, 1)):

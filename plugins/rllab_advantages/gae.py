@@ -1,4 +1,4 @@
-"""Backward-scan advantage estimators: GAE, REINFORCE (return-to-go) and REINFORCE++.
+"""Backward-scan advantage estimators: GAE, REINFORCE (return-to-go), REINFORCE++ and ReMax.
 
 GAE — Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized Advantage
 Estimation" (https://arxiv.org/abs/1506.02438). REINFORCE++ — Hu 2025,
@@ -606,11 +606,3 @@ def remax(*, token_rewards, mask, index=None, values=None, reward_baselines=None
         returns = ops.zero_masked(discounted_reverse_cumsum(rewards, 1.0), mask)
         advantages = ops.zero_masked(returns - reward_baselines.to(returns.dtype)[:, None], mask)
     return advantages, returns
-
-
-@rllab.hookimpl
-def register_advantage_estimators(register):
-    register("gae", gae, config=GAEConfig, requires=("values",))
-    register("reinforce", reinforce, config=ReturnConfig)
-    register("remax", remax, requires=("reward_baselines",))
-    register("reinforce_plus_plus", reinforce_plus_plus, config=ReturnConfig, aliases=("reinforce++",))

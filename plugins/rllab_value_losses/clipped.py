@@ -19,18 +19,21 @@ from __future__ import annotations
 import attrs
 import torch
 
+import rllab
 from rllab import ops
 from rllab.ops import check_inputs, zero_masked
 
-from .losses import optional_positive
 
 
 @attrs.frozen
 class ClippedValueConfig:
     """Knobs of the ``clipped`` value loss."""
 
-    value_clip: float | None = optional_positive(
-        0.5, help="c: V is kept within V_old ± c in the clipped term (verl cliprange_value; None: no clipping)"
+    value_clip: float | None = rllab.knob(
+        0.5,
+        help="c: V is kept within V_old ± c in the clipped term (verl cliprange_value; None: no clipping)",
+        gt=0.0,
+        optional=True,
     )
 
 

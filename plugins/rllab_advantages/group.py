@@ -19,7 +19,7 @@ valid tokens. ``returns`` equal the advantages (there is no critic).
 * GRPO pass@k — Chen et al. 2025 (https://arxiv.org/abs/2503.19595): only the best row of a
   group gets a non-zero advantage, ``(s_max − s_second) / (std_g + ε)``.
 
-GDPO, TRL's normalize-then-sum and the optimal token baselines are in :mod:`rllab_grpo.baselines`.
+GDPO, TRL's normalize-then-sum and the optimal token baselines are in :mod:`rllab_advantages.baselines`.
 
 Shapes: ``token_rewards`` (B, T) float, ``mask`` (B, T) bool, ``index`` (B,) integer group ids
 (any values, not necessarily contiguous). Outputs: (B, T), 0 at masked positions.
@@ -357,21 +357,3 @@ def grpo_passk(*, token_rewards, mask, index, values=None, config: PassKConfig):
 grpo.batch_step = lambda config: "batch std" if config.scale == "batch" and config.norm_by_std else None
 reinforce_plus_plus_baseline.batch_step = "whiten"
 gpg.batch_step = "α = B / #non-zero scores"
-
-
-@rllab.hookimpl
-def register_advantage_estimators(register):
-    register("grpo", grpo, config=GRPOConfig)
-    register("rloo", rloo, config=RLOOConfig)
-    register("reinforce_plus_plus_baseline", reinforce_plus_plus_baseline, config=MaskScoresConfig)
-    register("opo", opo, config=MaskScoresConfig)
-    register("gpg", gpg, config=GPGConfig)
-    register("grpo_passk", grpo_passk, config=PassKConfig)
-
-    from . import baselines as b  # imported here: it builds on this module's helpers
-
-    register("gdpo", b.gdpo, config=b.GDPOConfig)
-    register("normalize_then_sum", b.normalize_then_sum, config=b.NormalizeThenSumConfig)
-    otb_inputs = ("old_log_prob", "sum_pi_squared")
-    register("optimal_token_baseline", b.optimal_token_baseline, config=b.OTBConfig, requires=otb_inputs)
-    register("tir_optimal_token_baseline", b.tir_optimal_token_baseline, config=b.OTBConfig, requires=otb_inputs)

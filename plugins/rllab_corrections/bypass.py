@@ -13,7 +13,7 @@ being trained. Bypass mode skips the extra forward: the trainer passes the rollo
   IS weight of π_θ/π_rollout at token or sequence level (``is_level``), computed from the
   detached current log-probs on every call, optionally batch-normalised.
 
-Both can reject tokens or sequences first with any :data:`rllab_tis.rejection.CRITERIA`
+Both can reject tokens or sequences first with any :data:`rllab_corrections.rejection.CRITERIA`
 (``rs_criterion``) on the same ratio; rejected tokens leave the mask the loss is aggregated over
 (``aggregate(loss, keep)``), as verl's ``effective_mask``.
 

@@ -42,7 +42,7 @@ import torch
 
 from rllab.ops import check_inputs, zero_masked
 
-from .losses import LOG_RATIO_CLAMP
+from .ppo import LOG_RATIO_CLAMP
 
 __all__ = ["aggregation_weights", "fused_ppo_loss"]
 

@@ -9,7 +9,7 @@
 
 Prompts are split into requests of ``prompts_per_request`` and sent concurrently, at most
 ``max_in_flight`` at a time, spread round-robin over ``urls``, on kept-alive HTTP/1.1 connections
-(:mod:`rllab_sglang.wire`). Without a seed a request asks for
+(:mod:`rllab_backends.sglang.wire`). Without a seed a request asks for
 ``n`` samples per prompt (SGLang answers prompt-major, ``p0#0 … p0#n-1, p1#0 …``); with a seed
 the client fans out itself, one row per sample, each with its own ``sampling_seed`` derived from
 ``(seed, prompt index, sample index)`` — one seed for all ``n`` copies would give ``n`` identical
@@ -45,7 +45,7 @@ Weights (``update_weights(policy)``, after every optimizer step) — ``weight_sy
 - ``"tensor"``: a colocated server (same node, CUDA): ``/begin_weight_update`` →
   ``/update_weights_from_tensor`` with CUDA-IPC handles (one payload per TP rank) →
   ``/end_weight_update``. A CPU policy is refused: its tensors cannot cross processes by handle.
-- ``"distributed"``: ``torch.distributed`` broadcast (:mod:`rllab_sglang.distributed`). On the
+- ``"distributed"``: ``torch.distributed`` broadcast (:mod:`rllab_backends.sglang.distributed`). On the
   first update the trainer hosts a rendezvous at ``distributed_address:distributed_port`` and asks
   every server in ``admin_urls`` to join (``/init_weights_update_group``; server ``i``'s TP ranks are
   ``1 + i·tp_size …``); each update is ``/begin_weight_update`` → ``/update_weights_from_distributed``
@@ -977,7 +977,7 @@ class SGLangBackend:
     async def _together(self, what: str, blocking, posts: list) -> Any:
         """Run ``blocking()`` (a rendezvous or a broadcast) in a thread while ``posts`` are open;
         the first failure raises (a hung peer ends at ``timeout_s``, the group's own timeout)."""
-        from rllab_sglang.distributed import in_thread
+        from .distributed import in_thread
 
         loop = asyncio.get_running_loop()
         side = in_thread(loop, blocking)
@@ -994,7 +994,7 @@ class SGLangBackend:
         return done[0]
 
     async def _sync_distributed(self, model: Any, version: str) -> None:
-        from rllab_sglang.distributed import WeightGroup, describe, named_weights, route_address
+        from .distributed import WeightGroup, describe, named_weights, route_address
 
         c = self.config
         self._client()
@@ -1165,8 +1165,3 @@ def _stop(proc: subprocess.Popen) -> None:
 def sglang(*, config: SGLangBackendConfig) -> SGLangBackend:
     """SGLang servers over HTTP: token-id /generate, weight sync after each step, retries, staleness checks."""
     return SGLangBackend(config)
-
-
-@rllab.hookimpl
-def register_rollout_backends(register):
-    register("sglang", sglang, config=SGLangBackendConfig)

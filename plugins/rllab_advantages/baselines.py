@@ -60,7 +60,7 @@ import torch
 import rllab
 from rllab import ops
 
-from . import _MASK_SCORES_HELP, _scores
+from .group import _MASK_SCORES_HELP, _scores
 
 __all__ = ["gdpo", "normalize_then_sum", "optimal_token_baseline", "tir_optimal_token_baseline"]
 

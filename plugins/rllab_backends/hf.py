@@ -304,8 +304,3 @@ def _pad_id(model) -> int:
 def hf(*, config: HFBackendConfig) -> HFBackend:
     """In-process transformers sampling with a KV cache (temperature, top-k, top-p, n per prompt)."""
     return HFBackend(config)
-
-
-@rllab.hookimpl
-def register_rollout_backends(register):
-    register("hf", hf, config=HFBackendConfig, aliases=("transformers",))

@@ -1,45 +1,42 @@
-"""rllab_ppo — policy-gradient losses and PPO's clipped value loss.
+"""rllab_policy_losses — policy-gradient losses (``register_policy_losses``).
 
-Policy losses (``register_policy_losses``): ``ppo_clip`` (alias ``ppo``), ``ppo_dual_clip``
-(alias ``dual_clip``), ``gspo``, ``cispo``, ``vanilla_pg``, ``sapo``, ``clip_cov``, ``kl_cov``;
-their equations, shapes and the differences from verl and TRL are in :mod:`rllab_ppo.losses`.
-Value loss (``register_value_losses``): ``clipped`` (alias ``ppo``), in :mod:`rllab_ppo.value`.
-:mod:`rllab_ppo.fused` computes PPO-clip + KL (k3) + entropy bonus as one autograd node, for
-trainers that want fewer temporaries; it is a plain function, not a registered component.
+One module per family; each gives its equations, shapes and the differences from verl and TRL:
 
-More losses — ``geo_mean`` (GMPO), ``dppo_tv``, ``dppo_kl``, ``dro``, ``vespo`` — are in
-:mod:`rllab_ppo.variants`. ``geo_mean`` is one number per sequence, averaged over rows whatever
-the run's aggregation mode; it says so (``geo_mean.aggregation = "seq-mean"``) and the contract
-suite checks it ignores ``aggregate`` instead of honouring it. The off-policy sequence mask
-(``off_policy_mask_threshold``) is in :mod:`rllab_ppo.opsm`.
+* :mod:`rllab_policy_losses.ppo` — ``ppo_clip`` (alias ``ppo``), ``ppo_dual_clip`` (alias
+  ``dual_clip``), ``gspo``, ``cispo``, ``vanilla_pg``, ``sapo``;
+* :mod:`rllab_policy_losses.covariance` — ``clip_cov``, ``kl_cov``;
+* :mod:`rllab_policy_losses.variants` — ``geo_mean`` (GMPO), ``dppo_tv``, ``dppo_kl``, ``dro``,
+  ``vespo``. ``geo_mean`` is one number per sequence, averaged over rows whatever the run's
+  aggregation mode; it declares so and the contract suite checks it ignores ``aggregate``;
+* :mod:`rllab_policy_losses.opsm` — TRL's off-policy sequence mask (``off_policy_mask_threshold``);
+* :mod:`rllab_policy_losses.fused` — PPO-clip + KL (k3) + entropy bonus as one autograd node, for
+  trainers that want fewer temporaries (a plain function, not a registered component).
+
+Critic losses are in ``rllab_value_losses``; the bypass-mode loss, which is an importance
+correction folded into the policy loss, in ``rllab_corrections``.
 """
 
 import rllab
 
-from .losses import (
+from .covariance import ClipCovConfig, KLCovConfig, clip_cov, kl_cov
+from .ppo import (
     CISPOConfig,
-    ClipCovConfig,
     GSPOConfig,
-    KLCovConfig,
     PPOClipConfig,
     PPODualClipConfig,
     SAPOConfig,
     cispo,
-    clip_cov,
     gspo,
-    kl_cov,
     ppo_clip,
     ppo_dual_clip,
     sapo,
     vanilla_pg,
 )
-from .value import ClippedValueConfig, clipped_value_loss
 from .variants import DPPOConfig, DROConfig, GeoMeanConfig, VESPOConfig, dppo_kl, dppo_tv, dro, geo_mean, vespo
 
 __all__ = [
     "CISPOConfig",
     "ClipCovConfig",
-    "ClippedValueConfig",
     "GSPOConfig",
     "KLCovConfig",
     "PPOClipConfig",
@@ -47,7 +44,6 @@ __all__ = [
     "SAPOConfig",
     "cispo",
     "clip_cov",
-    "clipped_value_loss",
     "gspo",
     "kl_cov",
     "ppo_clip",
@@ -81,8 +77,3 @@ def register_policy_losses(register):
     register("dppo_kl", dppo_kl, config=DPPOConfig)
     register("dro", dro, config=DROConfig)
     register("vespo", vespo, config=VESPOConfig)
-
-
-@rllab.hookimpl
-def register_value_losses(register):
-    register("clipped", clipped_value_loss, config=ClippedValueConfig, aliases=("ppo",))

@@ -264,9 +264,3 @@ def online_dpo(*, config: OnlineDPOConfig) -> OnlineDPO:
 for _f in (dpo, online_dpo):
     _f.uses = _Preference.uses
     _f.provides = _Preference.provides
-
-
-@rllab.hookimpl
-def register_algorithms(register):
-    register("dpo", dpo, config=DPOConfig)
-    register("online_dpo", online_dpo, config=OnlineDPOConfig)

@@ -1,6 +1,6 @@
 """More policy-gradient losses: GMPO (``geo_mean``), DPPO (``dppo_tv``, ``dppo_kl``), DRO and VESPO.
 
-Same signature as :mod:`rllab_ppo.losses`::
+Same signature as :mod:`rllab_policy_losses.ppo`::
 
     fn(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None) -> (loss, metrics)
 
@@ -8,7 +8,7 @@ Same signature as :mod:`rllab_ppo.losses`::
 (B, T) float or None (detached importance-correction weights). ``vespo`` also takes
 ``rollout_log_prob`` (B, T) float or None, the inference engine's log-probs, which only its
 off-policy sequence mask reads. Inputs are
-checked and zeroed at masked positions exactly as in :mod:`rllab_ppo.losses`, so NaN there
+checked and zeroed at masked positions exactly as in :mod:`rllab_policy_losses.ppo`, so NaN there
 changes nothing; ``log r = log_prob − old_log_prob``.
 
 =============== =====================================================================
@@ -61,7 +61,7 @@ Where rllab differs from the references, and the knob that restores them:
   tokens). TRL's advantages are one per row; rllab picks k, λ per token by the sign of A_t (the
   same for broadcast outcome advantages).
 * ``off_policy_mask_threshold`` (TRL; ``vespo`` here, and ``ppo_clip``, ``gspo``, ``cispo``,
-  ``sapo`` in :mod:`rllab_ppo.losses`): see :mod:`rllab_ppo.opsm`.
+  ``sapo`` in :mod:`rllab_policy_losses.ppo`): see :mod:`rllab_policy_losses.opsm`.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ import torch
 import rllab
 from rllab import ops
 
-from .losses import LOG_RATIO_CLAMP, _frac, _log_ratio_clamp_knob, _prepare, kl_metrics, log_ratio_of
+from .ppo import LOG_RATIO_CLAMP, _frac, _log_ratio_clamp_knob, _prepare, kl_metrics, log_ratio_of
 from .opsm import apply_off_policy_mask, off_policy_mask_knob
 
 __all__ = ["geo_mean", "dppo_tv", "dppo_kl", "dro", "vespo"]

@@ -1,4 +1,4 @@
-"""rllab_tis — importance corrections for the rollout/training mismatch (TIS, MIS and sequence forms).
+"""Importance weights for the rollout/training mismatch: TIS, MIS and their sequence forms.
 
 The rollout engine samples with its own numerics (kernels, precision, batching), so the
 log-probabilities it reports, ``rollout_log_prob``, differ from the training engine's
@@ -46,8 +46,8 @@ are products over hundreds of tokens, reach such values far more often than the 
 
 Rejection sampling (``rejection``: verl's ``rollout_rs`` criteria token_kN / seq_sum_kN /
 seq_mean_kN (Geo-RS) / seq_max_kN) and the k1/k2/k3 mismatch metrics are in
-:mod:`rllab_tis.rejection` (its ``narrow_mask`` knob removes rejected tokens from the ``rl``
-step's response mask, as verl does); the bypass-mode policy loss (``bypass_mode``) in :mod:`rllab_tis.bypass`.
+:mod:`rllab_corrections.rejection` (its ``narrow_mask`` knob removes rejected tokens from the ``rl``
+step's response mask, as verl does); the bypass-mode policy loss (``bypass_mode``) in :mod:`rllab_corrections.bypass`.
 ``batch_normalize`` divides any correction's weights by their batch mean, as verl's
 ``rollout_is_batch_normalize`` — the mean over the tensors passed in: under data parallelism that
 is the local batch, where verl all-reduces the mean across ranks.
@@ -66,8 +66,6 @@ import torch
 import rllab
 from rllab import ops
 
-from .bypass import BypassConfig, bypass_mode
-from .rejection import RejectionConfig, rejection
 
 SAFETY_BOUND = 20.0
 
@@ -202,18 +200,3 @@ def no_correction(*, old_log_prob, rollout_log_prob=None, mask, config):
     weights = mask.to(old.dtype)
     changed = torch.zeros_like(mask)
     return weights, _metrics(weights, changed, old, rollout, mask, "token", "truncated")
-
-
-@rllab.hookimpl
-def register_importance_corrections(register):
-    register("token_truncate", token_truncate, config=CorrectionConfig, aliases=("tis",))
-    register("token_mask", token_mask, config=CorrectionConfig, aliases=("mis",))
-    register("sequence_truncate", sequence_truncate, config=CorrectionConfig)
-    register("sequence_mask", sequence_mask, config=CorrectionConfig)
-    register("none", no_correction)
-    register("rejection", rejection, config=RejectionConfig, aliases=("rs",))
-
-
-@rllab.hookimpl
-def register_policy_losses(register):
-    register("bypass_mode", bypass_mode, config=BypassConfig)

@@ -28,7 +28,7 @@ the default, leaves them unchanged); see ``rllab plugins show sigmoid_norm`` for
 TRL 1.16's other loss types (``exo_pair``, ``nca_pair``, ``bco_pair``, ``sppo_hard``, ``aot``,
 ``aot_unpaired``, ``apo_zero``, ``apo_down``, ``discopop``, ``sft``, ``sigmoid_norm``), its
 weighted loss-type list (``combined``, ``mpo``), LD-DPO's ``ld_alpha`` and WPO's weighting live in
-``rllab_dpo.trl``.
+:mod:`rllab_preference_losses.trl`.
 
 β (``beta``, default 0.1, must be > 0) is the inverse temperature; for ``ipo`` it is the paper's τ.
 ε (``label_smoothing``) is the assumed probability that a preference label is flipped.
@@ -205,14 +205,3 @@ def simpo(*, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps,
     logits = logits - config.gamma / config.beta
     losses = smoothed(config.beta * logits, config.label_smoothing)
     return losses, metrics(chosen_avg - rejected_avg, config.beta * chosen_avg, config.beta * rejected_avg)
-
-
-@rllab.hookimpl
-def register_preference_losses(register):
-    register("dpo", dpo, config=DPOConfig, aliases=("sigmoid",))
-    register("cdpo", cdpo, config=CDPOConfig)
-    register("ipo", ipo, config=IPOConfig)
-    register("hinge", hinge, config=DPOConfig)
-    register("robust", robust, config=RobustConfig)
-    register("simpo", simpo, config=SimPOConfig)
-    trl.register(register)

@@ -418,8 +418,3 @@ def rl(*, config: RLConfig) -> RL:
 
 rl.uses = RL.uses
 rl.provides = RL.provides
-
-
-@rllab.hookimpl
-def register_algorithms(register):
-    register("rl", rl, config=RLConfig)

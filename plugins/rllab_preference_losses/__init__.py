@@ -1,0 +1,25 @@
+"""rllab_preference_losses — preference losses, the DPO family (``register_preference_losses``).
+
+* :mod:`rllab_preference_losses.dpo` — ``dpo`` (alias ``sigmoid``), ``cdpo``, ``ipo``,
+  ``hinge``, ``robust``, ``simpo``: the inputs, the equations and where rllab departs from TRL;
+* :mod:`rllab_preference_losses.trl` — TRL 1.16's other loss types, its weighted loss-type list
+  (``combined``, ``mpo``), LD-DPO's ``ld_alpha`` and WPO's weighting;
+* :mod:`rllab_preference_losses.common` — the shared knobs, input checks and metrics.
+
+The steps that train with them (``dpo``, ``online_dpo``) are algorithms, in ``rllab_algorithms``.
+"""
+
+import rllab
+
+from . import dpo, trl
+
+
+@rllab.hookimpl
+def register_preference_losses(register):
+    register("dpo", dpo.dpo, config=dpo.DPOConfig, aliases=("sigmoid",))
+    register("cdpo", dpo.cdpo, config=dpo.CDPOConfig)
+    register("ipo", dpo.ipo, config=dpo.IPOConfig)
+    register("hinge", dpo.hinge, config=dpo.DPOConfig)
+    register("robust", dpo.robust, config=dpo.RobustConfig)
+    register("simpo", dpo.simpo, config=dpo.SimPOConfig)
+    trl.register(register)
