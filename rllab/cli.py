@@ -6,7 +6,7 @@
     rllab new-plugin NAME --kind K      scaffold a pip-installable plugin package
     rllab presets [show NAME]           list the bundled experiment presets, or print one
     rllab settings [SECTION]            every [model] / [rollout] / [train] setting, default, range
-    rllab run [exp.toml] [key=value …]  train (``--preset grpo``, ``--resume RUN_DIR``)
+    rllab run [exp.toml] [key=value …]  train (``--preset grpo``, ``--resume RUN_DIR``, ``--run-dir D [--overwrite]``)
 
 ``--plugin PATH_OR_MODULE`` (repeatable, anywhere on the line) loads extra plugins. Plugins may
 add subcommands through the ``register_commands`` hook.
@@ -228,16 +228,18 @@ def cmd_run(args) -> int:
             if "=" not in args.config:
                 raise RllabError(f"--resume takes its configuration from the run directory; drop {args.config!r}")
             overrides.insert(0, args.config)
-        if args.preset or args.run_dir:
-            raise RllabError("--resume continues the run in RUN_DIR with its own config: --preset and --run-dir do not apply")
+        if args.preset or args.run_dir or args.overwrite:
+            raise RllabError("--resume continues the run in RUN_DIR with its own config: --preset, --run-dir and --overwrite do not apply")
         resume_run(Path(args.resume), lab=lab, overrides=overrides, progress=not args.quiet)
         return 0
+    if args.overwrite and not args.run_dir:
+        raise RllabError("--overwrite replaces the run in --run-dir DIR; without --run-dir every run gets a new directory")
     source = args.config
     if source is not None and "=" in source and not Path(source).exists():
         overrides.insert(0, source)
         source = None
     cfg = load_config(source, overrides, lab=lab, preset=args.preset)
-    run_experiment(cfg, lab=lab, run_dir=Path(args.run_dir) if args.run_dir else None, progress=not args.quiet)
+    run_experiment(cfg, lab=lab, run_dir=Path(args.run_dir) if args.run_dir else None, progress=not args.quiet, overwrite=args.overwrite)
     return 0
 
 
@@ -287,7 +289,8 @@ def build_parser(lab: Lab | None = None) -> argparse.ArgumentParser:
     sr.add_argument("--preset", help="start from a bundled preset (see 'rllab presets')")
     sr.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint (train.steps=N extends it)")
     sr.add_argument("--steps", type=int, help="shortcut for train.steps=N")
-    sr.add_argument("--run-dir", help="where to write the run (default: OUTPUT_DIR/NAME-TIMESTAMP)")
+    sr.add_argument("--run-dir", help="where to write the run (default: OUTPUT_DIR/NAME-TIMESTAMP); one that holds a run is refused")
+    sr.add_argument("--overwrite", action="store_true", help="with --run-dir: remove the run already there first (to continue it instead: --resume)")
     sr.add_argument("-q", "--quiet", action="store_true", help="no progress bar (the final summary line is still printed)")
     sr.set_defaults(func=cmd_run)
 

@@ -227,9 +227,15 @@ def load_config(
         data = copy.deepcopy(dict(source))
     elif source is not None:
         path = Path(source)
+        if path.is_dir():
+            hint = f"; it is a run directory: continue it with --resume {path}, or start from its config: {path / 'config.toml'}" if (path / "config.toml").is_file() else ""
+            raise ConfigError(f"config file {path} is a directory{hint}")
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
-        text = path.read_text()
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            raise ConfigError(f"config file {path} is not text (a recording or checkpoint .pt?): a config is a TOML file") from None
         where = str(path)
         base_dir = path.resolve().parent
         try:

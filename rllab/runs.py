@@ -4,11 +4,20 @@
 plugins it loaded and, under ``[provenance]``, the versions that ran it: ``rllab run
 RUN_DIR/config.toml`` reproduces the run, and ``rllab run --resume RUN_DIR`` continues it from its
 last checkpoint (``train.steps=N`` extends it).
+
+A new run never starts in a directory that already holds one (:func:`prepare_run_dir`): its
+metrics would mix with the old run's and its checkpoints and ``final.json`` would be overwritten.
+``--overwrite`` replaces the old run first (the whole directory, by one rename, so a crash leaves
+either the old run or the new one, never a mix); an empty or unrelated directory is used as it is.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import time
+import tomllib
 from pathlib import Path
 
 import torch
@@ -48,6 +57,83 @@ def recorded_config(cfg, lab) -> dict:
         ],
     }
     return data
+
+
+RUN_MARKERS = (CONFIG_FILE, "final.json", checkpoint.CHECKPOINTS, "metrics.jsonl")
+"""What a run writes into its directory; any of them there means the directory holds a run."""
+
+
+def run_markers(run_dir: Path) -> list[str]:
+    """The :data:`RUN_MARKERS` present in ``run_dir`` (an empty ``metrics.jsonl`` does not count)."""
+    run_dir = Path(run_dir)
+    found = []
+    for name in RUN_MARKERS:
+        p = run_dir / name
+        if p.is_dir() or (p.is_file() and (name != "metrics.jsonl" or p.stat().st_size > 0)):
+            found.append(name)
+    return found
+
+
+def _recorded_by_a_run(path: Path) -> bool:
+    """Whether ``path`` is a ``config.toml`` a run wrote (it carries a ``[provenance]`` table)."""
+    try:
+        return isinstance(tomllib.loads(path.read_text()).get("provenance"), dict)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+
+
+def prepare_run_dir(run_dir: Path, *, overwrite: bool = False) -> Path:
+    """Make ``run_dir`` ready for a new run: absent or empty (or holding no run) is fine; a
+    directory that holds a run is refused, or with ``overwrite`` replaced by an empty one.
+
+    Only a directory whose ``config.toml`` a run wrote (it has ``[provenance]``) is ever removed.
+    The old directory is renamed aside in one step and then deleted, so an interruption leaves
+    the old run whole (or a hidden ``.NAME.replaced`` beside the new one), never a mix of two runs.
+    """
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RllabError(f"run directory {run_dir} is a file, not a directory: choose another --run-dir")
+    found = run_markers(run_dir) if run_dir.is_dir() else []
+    if not found:
+        return run_dir
+    cfg = run_dir / CONFIG_FILE
+    is_run = cfg.is_file() and _recorded_by_a_run(cfg)
+    if found == [CONFIG_FILE] and not is_run:
+        raise RllabError(
+            f"{cfg} is not a config a run recorded (no [provenance]); a run writes its own {CONFIG_FILE} into its "
+            f"directory and would replace this file: choose another --run-dir"
+        )
+    if not is_run:
+        raise RllabError(
+            f"{run_dir} holds {', '.join(found)} but no {CONFIG_FILE} recorded by a run: it does not look like a run "
+            f"directory, so it is neither reused nor removed; choose another --run-dir"
+        )
+    if not overwrite:
+        raise RllabError(
+            f"{run_dir} already holds a run ({', '.join(found)}): a new run there would append to its metrics and "
+            f"overwrite its checkpoints and final.json. Continue it with: rllab run --resume {run_dir} (train.steps=N "
+            f"extends it); replace it with --overwrite; or choose another --run-dir"
+        )
+    here = Path.cwd().resolve()
+    target = run_dir.resolve()
+    if here == target or target in here.parents:
+        raise RllabError(f"--overwrite would remove {run_dir}, which holds the current directory: run from elsewhere")
+    aside = target.with_name(f".{target.name}.replaced")
+    shutil.rmtree(aside, ignore_errors=True)  # left by an interrupted replacement
+    os.replace(target, aside)
+    target.mkdir()
+    shutil.rmtree(aside)
+    return run_dir
+
+
+def default_run_dir(cfg) -> Path:
+    """``OUTPUT_DIR/NAME-TIMESTAMP``, with ``-2``, ``-3``… when runs start within the same second."""
+    base = Path(cfg.output_dir) / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, n = base, 1
+    while path.exists() and any(path.iterdir()):
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
 
 
 def resume_run(run_dir: Path, *, lab: Lab | None = None, overrides: list[str] = (), progress: bool = True) -> dict:

@@ -42,7 +42,7 @@ from rllab.errors import NonFiniteError, RewardError, RllabError  # noqa: F401  
 from rllab.lab import Lab
 from rllab.models import CriticModel
 from rllab.rollout import RolloutStage
-from rllab.runs import CONFIG_FILE, recorded_config
+from rllab.runs import CONFIG_FILE, default_run_dir, prepare_run_dir, recorded_config
 from rllab.specs import Component
 
 
@@ -483,6 +483,13 @@ def _restore_controller(ctl, state: dict) -> None:
 # --------------------------------------------------------------------------- entry points
 
 
-def run_experiment(cfg: ExperimentConfig, *, lab: Lab | None = None, run_dir: Path | None = None, progress: bool = True) -> dict:
-    """Train from scratch; returns the summary also written to ``RUN_DIR/final.json``."""
+def run_experiment(cfg: ExperimentConfig, *, lab: Lab | None = None, run_dir: Path | None = None, progress: bool = True,
+                   overwrite: bool = False) -> dict:
+    """Train from scratch; returns the summary also written to ``RUN_DIR/final.json``.
+
+    A ``run_dir`` that already holds a run is refused (continue it with
+    :func:`rllab.runs.resume_run`), or with ``overwrite=True`` replaced: see
+    :func:`rllab.runs.prepare_run_dir`. None picks a new ``OUTPUT_DIR/NAME-TIMESTAMP``.
+    """
+    run_dir = prepare_run_dir(run_dir, overwrite=overwrite) if run_dir is not None else default_run_dir(cfg)
     return Trainer(cfg, lab=lab, run_dir=run_dir, progress=progress).run()

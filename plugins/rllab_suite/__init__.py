@@ -126,6 +126,7 @@ def cmd_compare(args) -> int:
 
 def cmd_record(args) -> int:
     from rllab_suite import replay
+    from rllab_suite.checks import check_record_args
 
     source = None
     overrides = []
@@ -136,6 +137,7 @@ def cmd_record(args) -> int:
             source = item
         else:
             raise rllab.RllabError(f"rllab record takes one run directory or config file; also got {item!r}")
+    check_record_args(source, out=Path(args.out), preset=args.preset)
     data = replay.record(source, steps=args.steps, out=Path(args.out), overrides=overrides, preset=args.preset, lab=args.lab, progress=not args.quiet)
     rows = sum(b["batch"]["input_ids"].shape[0] for b in data["batches"])
     _console().print(f"recorded {len(data['batches'])} batch(es), {rows} rows, from step {data['step']} → {args.out}", highlight=False)
@@ -147,11 +149,16 @@ def cmd_replay(args) -> int:
 
     from rllab.config import load_config, parse_overrides
     from rllab_suite import replay
+    from rllab_suite.checks import check_replay_overrides, open_record
 
-    data = replay.load_record(Path(args.file))
-    configs = []
+    pending = []
     for item in args.variants:
         pairs = parse_overrides([p for p in item.split(",") if p.strip()])
+        check_replay_overrides(item, pairs)
+        pending.append((item, pairs))
+    data = open_record(Path(args.file))
+    configs = []
+    for item, pairs in pending:
         try:
             cfg = load_config(copy.deepcopy(data["config"]), pairs, lab=args.lab)
         except rllab.RllabError as e:
@@ -182,7 +189,7 @@ def register_commands(subparsers):
     p.add_argument("target", metavar="SUITE.toml|report", help="the suite file, or 'report'")
     p.add_argument("dir_positional", nargs="?", metavar="DIR", help="with 'report': the suite directory")
     p.add_argument("--executor", choices=EXECUTORS, default="local", help="local process pool (default) or Ray")
-    p.add_argument("--workers", type=int, default=None, help="runs at a time (default: one per core)")
+    p.add_argument("--workers", type=_at_least_one, default=None, help="runs at a time, at least 1 (default: one per core)")
     p.add_argument("--address", default=None, help="Ray cluster address for --executor ray (default: start a local instance)")
     p.add_argument("--dir", default=None, help="the suite directory (default: suites/NAME)")
     p.add_argument("-q", "--quiet", action="store_true", help="no live progress display")
@@ -197,7 +204,7 @@ def register_commands(subparsers):
 
     p = subparsers.add_parser("record", help="save rollout batches and the checkpoint they came from, for rllab replay")
     p.add_argument("items", nargs="*", metavar="RUN_DIR_or_config|key=value", help="a run directory or config file (optional), then overrides")
-    p.add_argument("--steps", type=int, default=1, help="batches to record (no training between them)")
+    p.add_argument("--steps", type=_at_least_one, default=1, help="batches to record, at least 1 (no training between them)")
     p.add_argument("--out", required=True, help="the recording file")
     p.add_argument("--preset", default=None, help="start from a preset when no file is given")
     p.add_argument("-q", "--quiet", action="store_true")
@@ -208,6 +215,19 @@ def register_commands(subparsers):
     p.add_argument("variants", nargs="*", metavar="VARIANT", help="overrides of one variant, comma-separated (policy_loss=cispo,algorithm.minibatches=4)")
     p.add_argument("--variants", dest="suite", default=None, metavar="SUITE.toml", help="replay a suite's variants")
     p.set_defaults(func=cmd_replay)
+
+
+def _at_least_one(text: str) -> int:
+    """An argparse type: a whole number ≥ 1 (``--workers 0`` is refused, not read as "auto")."""
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
 
 
 def _suite_entry(args) -> int:

@@ -86,6 +86,12 @@ def run_suite(source, *, directory=None, executor_name: str = "local", workers: 
 
     if executor_name not in executor.EXECUTORS:
         raise RllabError(f"unknown executor {executor_name!r}; known: {', '.join(executor.EXECUTORS)}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise RllabError(f"workers must be a whole number of at least 1 (runs at a time), got {workers!r}; leave it out for one per core")
+    if address is not None and executor_name != "ray":
+        raise RllabError(f"--address {address} is a Ray cluster address: it needs --executor ray")
+    if address is not None and workers is not None:
+        raise RllabError(f"--workers {workers} does not apply with --address: the Ray cluster's CPUs decide how many runs go at a time")
     console = console or Console()
     lab = lab or Lab()
     suite = parse_suite(source)
