@@ -263,3 +263,75 @@ def test_run_experiment_python_api_records_everything(tmp_path):
 def test_missing_pairs_file_fails_at_load(tmp_path):
     with pytest.raises(ConfigError, match=r"pairs_file = '.*nope.jsonl': no such file"):
         load_config(None, ["algorithm=dpo", f"algorithm.pairs_file={tmp_path / 'nope.jsonl'}"])
+
+
+# a second run into a directory that already holds one is refused, or replaced with --overwrite
+
+
+def test_a_run_dir_that_holds_a_run_is_refused_unless_resumed_or_overwritten(tmp_path):
+    """Mistake: reusing --run-dir D for a new run (it used to mix both runs' metrics and overwrite
+    the first run's checkpoints and final.json without a word)."""
+    run = tmp_path / "run"
+    assert cli("run", *SMALL, "train.steps=1", "--run-dir", run, "-q").returncode == 0
+    first = (run / "final.json").read_text()
+    again = cli("run", *SMALL, "train.steps=1", "--run-dir", run, "-q")
+    assert again.returncode == 1 and "already holds a run" in again.stderr and "--resume" in again.stderr and "--overwrite" in again.stderr
+    assert (run / "final.json").read_text() == first
+    (run / "stale.txt").write_text("from the old run")
+    over = cli("run", *SMALL, "train.steps=2", "--run-dir", run, "--overwrite", "-q")
+    assert over.returncode == 0, over.stderr
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in rows if "rollout/reward" in x] == [1, 2]  # the new run's rows only
+    assert not (run / "stale.txt").exists() and not list(tmp_path.glob(".run.replaced*"))
+    # --overwrite never removes a directory that does not look like a run directory
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "config.toml").write_text("[train]\nsteps = 1\n")
+    r = cli("run", *SMALL, "train.steps=1", "--run-dir", other, "--overwrite", "-q")
+    assert r.returncode == 1 and "not a config a run recorded" in r.stderr and (other / "config.toml").read_text() == "[train]\nsteps = 1\n"
+
+
+def test_run_dir_checks_in_the_python_api(tmp_path):
+    """Mistake: run_experiment into a used directory (the suite and TUI call it too); an empty
+    directory, or one holding only a suite cell's log, is fine."""
+    from rllab.runs import prepare_run_dir
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert prepare_run_dir(empty) == empty
+    (empty / "log.txt").write_text("a suite cell's log\n")
+    assert prepare_run_dir(empty) == empty
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(rllab.RllabError, match="is a file, not a directory"):
+        prepare_run_dir(tmp_path / "file")
+    used = tmp_path / "used"
+    (used / "checkpoints").mkdir(parents=True)
+    with pytest.raises(rllab.RllabError, match="does not look like a run directory"):
+        prepare_run_dir(used, overwrite=True)
+    assert (used / "checkpoints").is_dir()
+    (used / "config.toml").write_text('name = "x"\n[provenance]\nrllab = "0"\n')
+    with pytest.raises(rllab.RllabError, match="already holds a run"):
+        run_experiment(small_cfg("train.steps=1"), run_dir=used, progress=False)
+    assert prepare_run_dir(used, overwrite=True) == used and not any(used.iterdir())
+
+
+def test_run_and_resume_flags_that_do_not_combine_are_refused(tmp_path):
+    """Mistake: --overwrite without --run-dir, or with --resume (it would be ignored)."""
+    r = cli("run", *SMALL, "--overwrite", "-q")
+    assert r.returncode == 1 and "--overwrite replaces the run in --run-dir" in r.stderr
+    r = cli("run", "--resume", tmp_path, "--overwrite", "-q")
+    assert r.returncode == 1 and "--overwrite do not apply" in r.stderr
+
+
+def test_a_config_argument_that_is_not_a_config_says_what_it_is(tmp_path):
+    """Mistake: `rllab run RUN_DIR` or `rllab run rec.pt` (a directory or a binary file where a
+    TOML config goes; the binary file used to end in a UnicodeDecodeError traceback)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text("")
+    with pytest.raises(ConfigError, match=r"is a directory; it is a run directory: continue it with --resume"):
+        load_config(run)
+    pt = tmp_path / "rec.pt"
+    torch.save({"x": torch.zeros(3)}, pt)
+    with pytest.raises(ConfigError, match=r"is not text \(a recording or checkpoint"):
+        load_config(pt)

@@ -168,7 +168,9 @@ def compare_runs(run_dirs: list, *, out: Path, baseline: str | None = None, cons
     dirs = [Path(d) for d in run_dirs]
     missing = [str(d) for d in dirs if not (d / "config.toml").is_file()]
     if missing:
-        raise RllabError(f"not run directories (no config.toml): {', '.join(missing)}")
+        suites = [d for d in missing if (Path(d) / MANIFEST).is_file()]
+        hint = f"; {', '.join(suites)} is a suite directory: its report comes from rllab suite report DIR" if suites else ""
+        raise RllabError(f"not run directories (no config.toml): {', '.join(missing)}{hint}")
     labels = report.label_runs(dirs)
     if baseline is not None and baseline not in labels:
         raise RllabError(f"--baseline {baseline!r} is not one of the groups: {', '.join(dict.fromkeys(labels))}")

@@ -349,3 +349,120 @@ def test_a_run_with_zero_reward_everywhere_warns_loudly(tmp_path, lab, capsys):
     with pytest.warns(NoLearningSignalWarning, match="scored 0"):
         run_experiment(cfg, lab=lab, run_dir=tmp_path / "run", progress=False)
     assert "nothing to learn from" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- careless use of the commands
+
+
+def test_replay_of_a_file_that_is_not_a_recording_says_what_it_is(recording, tmp_path, capsys):
+    """Mistake: `rllab replay FILE` on a config, a run directory, an empty or truncated file, a
+    checkpoint, or a missing file (a config used to end in a raw UnpicklingError traceback)."""
+    from rllab.cli import main
+
+    def err(path):
+        assert main(["replay", str(path), "policy_loss=cispo"]) == 1
+        return " ".join(capsys.readouterr().err.split())  # unwrapped
+
+    toml = tmp_path / "a.toml"
+    toml.write_text("[train]\nsteps = 2\n")
+    assert "a TOML file (an experiment config?), not a recording" in err(toml) and f"rllab record {toml} --steps 1" in err(toml)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text("")
+    assert "is a run directory" in err(run) and f"rllab record {run} --steps 1" in err(run)
+    (tmp_path / "empty.pt").write_bytes(b"")
+    assert "is empty" in err(tmp_path / "empty.pt")
+    blob = recording.read_bytes()
+    (tmp_path / "cut.pt").write_bytes(blob[: len(blob) // 2])
+    assert "truncated or corrupt" in err(tmp_path / "cut.pt")
+    state = run / "checkpoints" / "step_000003" / "state.pt"
+    state.parent.mkdir(parents=True)
+    torch.save({"step": 3, "policy": {}, "optimizer": {}, "config": {}}, state)
+    text = err(state)
+    assert "training checkpoint" in text and "after step 3" in text and f"rllab record {run}" in text
+    torch.save({"format": "rllab-record/0", "batches": []}, tmp_path / "old.pt")
+    assert "'rllab-record/0'" in err(tmp_path / "old.pt")
+    assert "no recording at" in err(tmp_path / "missing.pt")
+
+
+def test_replay_refuses_overrides_it_cannot_honour(recording, capsys):
+    """Mistake: a replay variant that changes the model, task, rollout or anything else a replay
+    does not rerun (it used to print a row as if it were a variant), or another algorithm."""
+    from rllab.cli import main
+
+    for variant, named in (("model.path=/nonexistent", "model.path"), ("task=sort", "task"),
+                           ("policy_loss=cispo,rollout.temperature=0.5,train.steps=9", "rollout.temperature, train.steps"),
+                           ("backend=sglang", "backend"), ("train.lr_schedule=constant", "train.lr_schedule")):
+        assert main(["replay", str(recording), "policy_loss=ppo_clip", variant]) == 1
+        text = capsys.readouterr().err
+        assert f"rllab replay cannot vary {named}:" in text and "policy_loss" in text and "train.lr" in text, text
+    assert main(["replay", str(recording), "algorithm=dpo"]) == 1
+    assert "supports the rl algorithm only" in capsys.readouterr().err
+    from rllab_suite.checks import check_replay_overrides
+
+    check_replay_overrides("ok", [("algorithm", "rl"), ("algorithm.minibatches", 2), ("advantage", "rloo"), ("train.lr", 0.1),
+                                  ("train.seed", 3), ("kl.coef", 0.1), ("model.logprob_chunk", 64)])
+
+
+def test_suite_workers_must_be_at_least_one(tmp_path, lab, capsys):
+    """Mistake: `rllab suite S.toml --workers 0` (or negative) used to run on one worker per core
+    without a word; --address without the Ray executor was ignored."""
+    from rllab.cli import main
+
+    for n in ("0", "-2", "two"):
+        with pytest.raises(SystemExit) as e:
+            main(["suite", "s.toml", "--workers", n])
+        assert e.value.code == 2 and "--workers" in capsys.readouterr().err
+    with pytest.raises(rllab.RllabError, match="workers must be a whole number of at least 1"):
+        run_suite(suite(), directory=tmp_path / "s", workers=0, lab=lab, progress=False)
+    with pytest.raises(rllab.RllabError, match="needs --executor ray"):
+        run_suite(suite(), directory=tmp_path / "s", address="auto", lab=lab, progress=False)
+    assert not (tmp_path / "s").exists()
+
+
+def test_record_options_that_would_be_ignored_or_destroy_something(tmp_path, capsys):
+    """Mistake: `rllab record` with --out a directory or an existing config (it would be replaced),
+    --preset with a run directory (ignored), --steps 0."""
+    from rllab.cli import main
+
+    cfg = tmp_path / "a.toml"
+    cfg.write_text("[train]\nsteps = 2\n")
+    assert main(["record", str(cfg), "--out", str(cfg)]) == 1
+    assert "is not a recording (a config?)" in capsys.readouterr().err and cfg.read_text() == "[train]\nsteps = 2\n"
+    assert main(["record", "--out", str(tmp_path)]) == 1
+    assert "is a directory" in capsys.readouterr().err
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.toml").write_text("")
+    assert main(["record", str(tmp_path / "run"), "--preset", "grpo", "--out", str(tmp_path / "r.pt")]) == 1
+    assert "--preset grpo does not apply to a run directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["record", "--steps", "0", "--out", str(tmp_path / "r.pt")])
+
+
+def test_compare_of_a_suite_directory_points_at_suite_report(tmp_path, capsys):
+    """Mistake: `rllab compare SUITE_DIR` (a suite directory instead of its runs)."""
+    from rllab.cli import main
+
+    (tmp_path / "suite.json").write_text("{}")
+    assert main(["compare", str(tmp_path)]) == 1
+    assert "is a suite directory: its report comes from rllab suite report DIR" in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_suite_cell_resumes_in_its_own_directory_and_never_restarts_over_a_finished_one(tmp_path, lab):
+    """Mistake guarded: the run-directory check must not stop a suite from continuing its own
+    interrupted cells; a finished cell is never silently rerun into the same directory."""
+    from rllab_suite.executor import run_cell
+
+    cfg = load_config(None, [f"{k}={v}" for k, v in SMALL.items()] + ["train.steps=2"], lab=lab).to_dict()
+    job = {"key": "k", "config": cfg, "run_dir": str(tmp_path / "cell"), "threads": 1}
+    assert run_cell(job)["status"] == "done"
+    # interrupted before its checkpoint and final.json: the suite continues it (from the start)
+    import shutil
+
+    shutil.rmtree(tmp_path / "cell" / "checkpoints")
+    (tmp_path / "cell" / "final.json").unlink()
+    assert run_cell(job)["status"] == "done"
+    rows = [json.loads(x) for x in (tmp_path / "cell" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in rows if "rollout/reward" in x] == [1, 2]
+    r = run_cell(job)  # finished: run_cell would have to start afresh over it, and is refused
+    assert r["status"] == "failed" and "already holds a run" in r["error"]
