@@ -135,11 +135,20 @@ def check_replay_overrides(variant: str, pairs: list[tuple[str, object]]) -> Non
 def check_record_args(source: str | None, *, out: Path, preset: str | None) -> None:
     """Refuse ``rllab record`` options that would be ignored or destroy something.
 
-    ``--preset`` with a run directory (its recorded config is used as it is), and an
+    ``--preset`` with a run directory (its recorded config is used as it is), a run directory
+    without a checkpoint (the batches would not come from the run's weights), and an
     ``--out`` that is a directory or an existing file other than a recording (it would be replaced).
     """
-    if preset and source is not None and Path(source).is_dir():
-        raise RllabError(f"--preset {preset} does not apply to a run directory: {source} is recorded with its own config")
+    if source is not None and Path(source).is_dir() and (Path(source) / "config.toml").is_file():
+        from rllab.checkpoint import latest
+
+        if preset:
+            raise RllabError(f"--preset {preset} does not apply to a run directory: {source} is recorded with its own config")
+        if latest(Path(source)) is None:
+            raise RllabError(
+                f"{source} has no checkpoint: the batches would come from the config's warm-started model, not from this "
+                f"run's weights. To record from that model on purpose: rllab record {Path(source) / 'config.toml'} --out {out}"
+            )
     out = Path(out)
     if out.is_dir():
         raise RllabError(f"--out {out} is a directory; give the recording's file name, e.g. --out {out / 'rec.pt'}")

@@ -422,7 +422,8 @@ def test_suite_workers_must_be_at_least_one(tmp_path, lab, capsys):
 
 def test_record_options_that_would_be_ignored_or_destroy_something(tmp_path, capsys):
     """Mistake: `rllab record` with --out a directory or an existing config (it would be replaced),
-    --preset with a run directory (ignored), --steps 0."""
+    --preset with a run directory (ignored), a run directory without a checkpoint (the batches
+    would come from the warm start, not the run), --steps 0."""
     from rllab.cli import main
 
     cfg = tmp_path / "a.toml"
@@ -435,6 +436,8 @@ def test_record_options_that_would_be_ignored_or_destroy_something(tmp_path, cap
     (tmp_path / "run" / "config.toml").write_text("")
     assert main(["record", str(tmp_path / "run"), "--preset", "grpo", "--out", str(tmp_path / "r.pt")]) == 1
     assert "--preset grpo does not apply to a run directory" in capsys.readouterr().err
+    assert main(["record", str(tmp_path / "run"), "--out", str(tmp_path / "r.pt")]) == 1
+    assert "has no checkpoint" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["record", "--steps", "0", "--out", str(tmp_path / "r.pt")])
 
