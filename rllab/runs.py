@@ -127,13 +127,18 @@ def prepare_run_dir(run_dir: Path, *, overwrite: bool = False) -> Path:
 
 
 def default_run_dir(cfg) -> Path:
-    """``OUTPUT_DIR/NAME-TIMESTAMP``, with ``-2``, ``-3``… when runs start within the same second."""
+    """A new ``OUTPUT_DIR/NAME-TIMESTAMP``, created here so that no other run takes it; ``-2``,
+    ``-3``… when runs start within the same second."""
     base = Path(cfg.output_dir) / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    base.parent.mkdir(parents=True, exist_ok=True)
     path, n = base, 1
-    while path.exists() and any(path.iterdir()):
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
+    while True:
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
 
 
 def resume_run(run_dir: Path, *, lab: Lab | None = None, overrides: list[str] = (), progress: bool = True) -> dict:

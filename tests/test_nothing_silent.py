@@ -313,6 +313,11 @@ def test_run_dir_checks_in_the_python_api(tmp_path):
     with pytest.raises(rllab.RllabError, match="already holds a run"):
         run_experiment(small_cfg("train.steps=1"), run_dir=used, progress=False)
     assert prepare_run_dir(used, overwrite=True) == used and not any(used.iterdir())
+    # two runs started within the same second without --run-dir get two directories
+    from rllab.runs import default_run_dir
+
+    cfg = load_config(None, [f"output_dir={tmp_path / 'out'}"])
+    assert len({default_run_dir(cfg), default_run_dir(cfg)}) == 2
 
 
 def test_run_and_resume_flags_that_do_not_combine_are_refused(tmp_path):
