@@ -273,7 +273,6 @@ class SGLangBackend(Transport, WeightSync, Launch):
             shutil.rmtree(self.sync_dir, ignore_errors=True)
 
 
-
 def sglang(*, config: SGLangBackendConfig) -> SGLangBackend:
     """SGLang servers over HTTP: token-id /generate, weight sync after each step, retries, staleness checks."""
     return SGLangBackend(config)
