@@ -36,6 +36,7 @@ def test_the_standin_checks_sglangs_contract(server):
     assert server.validate
 
 import rllab_backends.sglang as S  # noqa: E402
+from rllab_backends.sglang import launch, protocol, sync  # noqa: E402
 
 CFG = TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
 
@@ -169,18 +170,18 @@ def test_request_body_seeded_fans_out_with_distinct_seeds(lab, server, tiny):
     assert len(seeds) == 6
 
 
-def test_the_seeded_body_written_as_bytes_is_the_plain_json_one(lab):
-    """The seeded body is spliced as bytes (each prompt encoded once, each row's seed written
-    into the shared params): it decodes to exactly the body built the plain way."""
+def test_the_seeded_body_is_one_row_per_sample_with_its_own_seed(lab):
+    """The seeded body repeats each prompt n times, each row with the shared params and its own
+    ``sampling_seed`` (prompt-major), and encodes to exactly that JSON."""
     import json
 
     b = make(lab, "http://127.0.0.1:1")
     prompts = [(1, 2, 3), (4,), (5, 6)]
     params = SamplingParams(n=3, max_new_tokens=4, temperature=0.7, top_p=0.9, top_k=5, stop_token_ids=(2, 9), seed=123)
     body, rows = b.request_body(prompts, 7, params)
-    base = S.sampling_params_json(params, n=1)
-    seeds = [S._sample_seed(123, 7 + i, j) for i in range(3) for j in range(3)]
-    assert json.loads(S._encode(body)) == {
+    base = protocol.sampling_params_json(params, n=1)
+    seeds = [protocol.sample_seed(123, 7 + i, j) for i in range(3) for j in range(3)]
+    assert json.loads(protocol.encode(body)) == {
         "input_ids": [list(p) for p in prompts for _ in range(3)],
         "sampling_params": [{**base, "sampling_seed": x} for x in seeds],
         "return_logprob": True, "logprob_start_len": -1,
@@ -199,8 +200,8 @@ def test_request_body_unseeded_asks_for_n(backend, server, tiny):
 
 @needs_contract
 def test_unknown_sampling_key_is_rejected_with_sglangs_message(backend, server, tiny, monkeypatch):
-    orig = S.sampling_params_json
-    monkeypatch.setattr(S, "sampling_params_json", lambda *a, **k: {**orig(*a, **k), "seed": 3})
+    orig = protocol.sampling_params_json
+    monkeypatch.setattr(protocol, "sampling_params_json", lambda *a, **k: {**orig(*a, **k), "seed": 3})
     server.requests.clear()
     with pytest.raises(S.SGLangRequestError, match=r"HTTP 400.*unknown field `seed`") as e:
         backend.generate(prompts_of(tiny[1])[:1], SamplingParams(max_new_tokens=2))
@@ -288,24 +289,24 @@ def test_finish_reasons_in_every_shape(fr, want):
     r = row([4, 2], fr)
     if isinstance(fr, dict) and api is not None:
         api.decode_GenerateResponse(r)  # the shapes are SGLang's
-    c, abort, _ = S.parse_row(r, (1,), 0, "t")
+    c, abort, _ = protocol.parse_row(r, (1,), 0, "t")
     assert (c.finish_reason, abort, c.token_ids, c.log_probs, c.weight_version) == (want, None, (4, 2), (-0.5, -0.5), "3")
 
 
 def test_abort_and_malformed_rows():
-    c, msg, status = S.parse_row(row([4], {"type": "abort", "message": "Abort by pause", "status_code": None}), (1,), 0, "t")
+    c, msg, status = protocol.parse_row(row([4], {"type": "abort", "message": "Abort by pause", "status_code": None}), (1,), 0, "t")
     assert c.finish_reason == "abort" and msg == "Abort by pause" and status is None
     with pytest.raises(S.SGLangProtocolError, match="unfinished"):
-        S.parse_row(row([4], None), (1,), 0, "t")
+        protocol.parse_row(row([4], None), (1,), 0, "t")
     with pytest.raises(S.SGLangProtocolError, match=r"\[-0.1, 9, None\] is not a log-prob of token 4"):
-        S.parse_row(row([4], {"type": "length"}, lps=[[-0.1, 9, None]]), (1,), 0, "t")
+        protocol.parse_row(row([4], {"type": "length"}, lps=[[-0.1, 9, None]]), (1,), 0, "t")
     with pytest.raises(S.SGLangProtocolError, match=r"\[1\] = \[None, 5, None\] is not a log-prob of token 5"):
-        S.parse_row(row([4, 5], {"type": "length"}, lps=[[-0.1, 4, None], [None, 5, None]]), (1,), 0, "t")
+        protocol.parse_row(row([4, 5], {"type": "length"}, lps=[[-0.1, 4, None], [None, 5, None]]), (1,), 0, "t")
     with pytest.raises(S.SGLangProtocolError, match="1 output_ids but no output_token_logprobs"):
-        S.parse_row({"output_ids": [4], "meta_info": {"finish_reason": {"type": "length"}}}, (1,), 0, "t")
+        protocol.parse_row({"output_ids": [4], "meta_info": {"finish_reason": {"type": "length"}}}, (1,), 0, "t")
     spans = row([4, 5], {"type": "length"})
     spans["meta_info"]["weight_versions"] = [{"version": "2", "start": 0, "end": 1}, {"version": "3", "start": 1, "end": 2}]
-    assert S.parse_row(spans, (1,), 0, "t")[0].weight_version == "2|3"
+    assert protocol.parse_row(spans, (1,), 0, "t")[0].weight_version == "2|3"
 
 
 def test_processed_logprobs_are_the_truncated_distributions(lab, server, tiny):
@@ -341,55 +342,54 @@ def test_processed_logprobs_are_the_truncated_distributions(lab, server, tiny):
 def test_processed_logprobs_need_a_server_that_sends_them():
     r = row([4, 5], {"type": "length"})
     with pytest.raises(S.SGLangProtocolError, match="2 output_ids but none output_token_sampling_logprobs.*return_sampling_mask"):
-        S.parse_rows(json.dumps([r]).encode(), [(1,)], [0], 0, "u/generate", sampled=True)
+        protocol.parse_rows(json.dumps([r]).encode(), [(1,)], [0], 0, "u/generate", sampled=True)
     r["meta_info"]["output_token_sampling_logprobs"] = [-0.25, -0.5]
-    (c,), aborts = S.parse_rows(json.dumps([r]).encode(), [(1,)], [0], 0, "u/generate", sampled=True)
+    (c,), aborts = protocol.parse_rows(json.dumps([r]).encode(), [(1,)], [0], 0, "u/generate", sampled=True)
     assert aborts == []
     assert c.log_probs == (-0.25, -0.5)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 12345, 2**40 + 7, 2**63 + 5, -3])
-def test_vectorised_seeds_are_the_per_sample_seeds(seed):
-    assert S._sample_seeds(seed, 5, 4, 3) == [S._sample_seed(seed, i, j) for i in range(5, 9) for j in range(3)]
-    assert all(0 <= x < 2**63 for x in S._sample_seeds(seed, 0, 2, 2))
+def test_seeds_are_per_sample_prompt_major_and_int64(seed):
+    seeds = protocol.sample_seeds(seed, 5, 4, 3)
+    assert seeds == [protocol.sample_seed(seed, i, j) for i in range(5, 9) for j in range(3)]
+    assert len(set(seeds)) == 12 and all(0 <= x < 2**63 for x in seeds)
+    assert protocol.sample_seed(seed, 5, 0) == protocol.sample_seed(seed + 2**64, 5, 0)  # taken modulo 2**64
 
 
-def test_parse_rows_fast_and_general_paths_agree(monkeypatch):
+def test_parse_rows():
     answer = [row([4, 5], {"type": "stop", "matched": 5}), row([], {"type": "length", "length": 0}),
               row([6], {"type": "length", "length": 1}, lps=[[0, 6, "x"]])]
     answer[0]["meta_info"]["weight_version"] = 3  # an int version is taken as its string
     raw = json.dumps(answer).encode()
-    fast = S.parse_rows(raw, [(1,), (2, 3)], [0, 1, 1], 4, "u/generate")
-    monkeypatch.setattr(S, "_TYPED", None)
-    general = S.parse_rows(raw, [(1,), (2, 3)], [0, 1, 1], 4, "u/generate")
-    assert fast == general and fast[1] == []
-    comps = fast[0]
+    comps, aborts = protocol.parse_rows(raw, [(1,), (2, 3)], [0, 1, 1], 4, "u/generate")
+    assert comps == [protocol.parse_row(r, p, i, "t")[0] for r, p, i in zip(answer, [(1,), (2, 3), (2, 3)], [4, 5, 5])]
+    assert aborts == []
     assert [c.prompt_index for c in comps] == [4, 5, 5] and comps[0].weight_version == "3"
     assert comps[2].log_probs == (0.0,) and comps[1].token_ids == ()
     abort = json.dumps([row([4], {"type": "length"}), row([], {"type": "abort", "message": "Abort by pause", "status_code": 503})]).encode()
-    comps, aborts = S.parse_rows(abort, [(1,)], [0, 0], 0, "u/generate")
+    comps, aborts = protocol.parse_rows(abort, [(1,)], [0, 0], 0, "u/generate")
     assert [c.finish_reason for c in comps] == ["length", "abort"] and aborts == [("Abort by pause", 503)]
-    monkeypatch.undo()
     with pytest.raises(S.SGLangProtocolError, match="u/generate returned 3 results for 2 samples"):
-        S.parse_rows(raw, [(1,)], [0, 0], 0, "u/generate")
+        protocol.parse_rows(raw, [(1,)], [0, 0], 0, "u/generate")
     with pytest.raises(S.SGLangProtocolError, match="u/generate answered with invalid JSON"):
-        S.parse_rows(b"[{", [(1,)], [0], 0, "u/generate")
+        protocol.parse_rows(b"[{", [(1,)], [0], 0, "u/generate")
     bad = json.dumps([row([4], {"type": "length"}, lps=[[-0.1, 9, None]])]).encode()
     with pytest.raises(S.SGLangProtocolError, match=r"u/generate result: output_token_logprobs\[0\]"):
-        S.parse_rows(bad, [(1,)], [0], 0, "u/generate")
+        protocol.parse_rows(bad, [(1,)], [0], 0, "u/generate")
 
 
 def test_error_messages():
-    assert S.error_message(b'{"error": {"message": "Input is too long"}}') == "Input is too long"
-    assert S.error_message(b'{"error": "unknown field `seed`"}') == "unknown field `seed`"
-    assert S.error_message(b"Internal Server Error") == "Internal Server Error"
+    assert protocol.error_message(b'{"error": {"message": "Input is too long"}}') == "Input is too long"
+    assert protocol.error_message(b'{"error": "unknown field `seed`"}') == "unknown field `seed`"
+    assert protocol.error_message(b"Internal Server Error") == "Internal Server Error"
 
 
 # --------------------------------------------------------------------------- faults
 
 
 def test_connection_refused(lab, tiny):
-    url = f"http://127.0.0.1:{S._free_port()}"  # nothing listens there
+    url = f"http://127.0.0.1:{launch.free_port()}"  # nothing listens there
     b = make(lab, url, retries=2)
     t0 = time.monotonic()
     with pytest.raises(S.SGLangUnavailableError, match=r"(?s)failed after 3 tries.*cannot connect.*no server answered") as e:
@@ -606,7 +606,7 @@ def test_tensor_sync_refuses_a_cpu_policy(lab, fresh, tiny):
 
 
 def test_tensor_sync_runs_inside_a_weight_update_session(lab, fresh, tiny, monkeypatch):
-    monkeypatch.setattr(S, "tensor_payload", lambda model: "UEFZTE9BRA==")  # CUDA-IPC needs a GPU
+    monkeypatch.setattr(sync, "tensor_payload", lambda model: "UEFZTE9BRA==")  # CUDA-IPC needs a GPU
     b = make(lab, fresh.url, weight_sync="tensor", tp_size=2)
     b.update_weights(tiny[0])
     routes = [u["route"] for u in fresh.updates]
@@ -617,7 +617,7 @@ def test_tensor_sync_runs_inside_a_weight_update_session(lab, fresh, tiny, monke
 
 
 def test_tensor_sync_skips_sessions_on_servers_without_them(lab, fresh, tiny, monkeypatch):
-    monkeypatch.setattr(S, "tensor_payload", lambda model: "UEFZTE9BRA==")
+    monkeypatch.setattr(sync, "tensor_payload", lambda model: "UEFZTE9BRA==")
     fresh.fail_next(404, "Not Found", path="/begin_weight_update")  # a server from before the session routes
     fresh._session_open = True  # such a server takes updates without a session
     b = make(lab, fresh.url, weight_sync="tensor")
@@ -632,8 +632,6 @@ def _changed_model(seed=9):
 
 
 def _weights_on(b, name):
-    import asyncio
-
     async def get():
         return await b._call("POST", b.admin_urls[0] if b.admin_urls else b.urls[0], "/get_weights_by_name", {"name": name, "truncate_size": 10**9})
 

@@ -78,73 +78,43 @@ _HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK, _TRAILERS, _TO_EOF, _DONE = range(7)
 class _Answer:
     """One HTTP/1.x answer, parsed from the bytes fed to it (no I/O here).
 
-    ``feed(data)`` returns True once the answer is complete; ``eof()`` says the stream ended
-    (which completes a body read to the end of the stream and is an error anywhere else). Then
+    ``take(data)`` gets each read's bytes as they arrive — empty when the stream ended — and
+    returns True once the answer is complete. It is ``feed(data)`` (bytes) or ``eof()`` (the end,
+    which completes a body read to the end of the stream and is an error anywhere else). Then
     ``status``, ``keep`` (the connection may be reused) and ``body`` hold the answer."""
 
-    __slots__ = ("head_only", "buf", "pos", "start", "state", "need", "parts", "status", "keep", "body", "out", "got")
+    __slots__ = ("head_only", "buf", "pos", "start", "state", "need", "parts", "status", "keep", "body")
 
     def __init__(self, head_only: bool = False):
         self.head_only = head_only
         self.buf = bytearray()
-        self.pos = self.start = self.need = self.status = self.got = 0
+        self.pos = self.start = self.need = self.status = 0
         self.state = _HEAD
         self.parts: list[bytes] = []
         self.keep = False
         self.body = b""
-        self.out: bytearray | None = None  # a Content-Length body, filled in place
 
-    def space(self) -> memoryview | None:
-        """Where the rest of a ``Content-Length`` body goes (for ``recv_into``), else None."""
-        return memoryview(self.out)[self.got :] if self.state == _LENGTH else None
-
-    def filled(self, n: int) -> bool:
-        """``n`` more body bytes were written into :meth:`space`; True once the body is complete."""
-        self.got += n
-        if self.got < self.need:
-            return False
-        self.body, self.state = bytes(self.out), _DONE
-        return True
-
-    def take(self, read: bytes | int) -> bool:
-        """One read: its bytes, or how many bytes it wrote into :meth:`space`; empty or 0 when
-        the stream ended. True once the answer is complete."""
-        if not read:
+    def take(self, data: bytes) -> bool:
+        if not data:
             self.eof()
             return True
-        return self.filled(read) if type(read) is int else self.feed(read)
+        return self.feed(data)
 
     def feed(self, data: bytes) -> bool:
-        if self.state == _LENGTH:
-            k = min(len(data), self.need - self.got)
-            self.out[self.got : self.got + k] = data[:k] if k < len(data) else data
-            return self.filled(k)
-        if self.state == _HEAD and not self.buf:  # the common answer, whole in one read: one copy
-            end = data.find(b"\r\n\r\n")
-            if end >= 0:
-                self._head(data[:end])
-                rest = end + 4
-                if self.state == _DONE:
-                    return True
-                if self.state == _LENGTH and len(data) - rest >= self.need:
-                    self.body, self.state = data[rest : rest + self.need], _DONE
-                    return True
-                data = data[rest:]  # a body to come, or the answer after a 100 Continue
         self.buf += data
         buf = self.buf
         while True:
             state = self.state
-            if state == _LENGTH:
-                k = min(len(buf) - self.pos, self.need)
-                self.out = bytearray(self.need)
-                self.out[:k] = memoryview(buf)[self.pos : self.pos + k]
-                return self.filled(k)
-            elif state == _HEAD:
+            if state == _HEAD:
                 head = self._until(b"\r\n\r\n", "an answer's headers exceed 4 MiB")
                 if head is None:
                     return False
                 self._head(head)
                 self.start = self.pos
+            elif state == _LENGTH:
+                if len(buf) - self.pos < self.need:
+                    return False
+                self.body, self.state = bytes(buf[self.pos : self.pos + self.need]), _DONE
             elif state == _CHUNK_SIZE or state == _TRAILERS:
                 line = self._until(b"\r\n", "a chunk size or trailer line exceeds 4 MiB")
                 if line is None:
@@ -165,7 +135,7 @@ class _Answer:
                 end = self.pos + self.need
                 if buf[end : end + 2] != b"\r\n":
                     raise ProtocolError("a chunk does not end with CRLF")
-                self.parts.append(bytes(memoryview(buf)[self.pos : end]))
+                self.parts.append(bytes(buf[self.pos : end]))
                 self.pos, self.state = end + 2, _CHUNK_SIZE
             else:
                 return state == _DONE
@@ -220,8 +190,6 @@ class _Answer:
             if not self.buf:
                 raise _ClosedWhileIdle
             raise Disconnected("the server closed the connection in the middle of its answer's headers")
-        elif self.state == _LENGTH:
-            raise Disconnected(f"the server closed the connection after {self.got} bytes of its answer")
         elif self.state != _DONE:
             raise Disconnected(f"the server closed the connection after {len(self.buf) - self.start} bytes of its answer")
 
@@ -326,8 +294,7 @@ class Client:
                 done = False
                 while not done:
                     _settimeout(sock, deadline)
-                    space = answer.space()  # a body's bytes go straight to their place
-                    done = answer.take(sock.recv(_READ) if space is None else sock.recv_into(space))
+                    done = answer.take(sock.recv(_READ))
             except (_ClosedWhileIdle, ConnectionResetError, BrokenPipeError) as e:
                 sock.close()
                 if _resend(e, reused, resent):

@@ -1,0 +1,278 @@
+"""The sglang rollout backend: :class:`SGLangBackend`, the parts put together.
+
+``generate(prompts, params)`` splits the prompts into requests of ``prompts_per_request`` (the
+body: :mod:`~rllab_backends.sglang.protocol`), sent concurrently, at most ``max_in_flight`` at a
+time, spread round-robin over ``urls``, on kept-alive HTTP/1.1 connections
+(:mod:`~rllab_backends.sglang.wire`); a step that fits one request sends it on a blocking socket
+in the caller's thread. Failed requests are retried (:mod:`~rllab_backends.sglang.transport`; the
+rows of a timed-out seeded request are first stopped with ``/abort_request``). When retries run
+out the whole ``generate`` call fails: a partial batch is never returned, so the run stops and can
+resume from its last checkpoint. ``update_weights`` pushes the policy by the ``weight_sync`` route
+(:mod:`~rllab_backends.sglang.sync`); ``launch`` starts a server (:mod:`~rllab_backends.sglang.launch`).
+
+Staleness: every completion carries SGLang's ``weight_version`` (and ``weight_versions``
+spans, when the weights changed mid-request). One that differs from the version last pushed is
+stale: ``stale = "drop"`` removes it, ``"keep"`` keeps it, ``"error"`` stops the run; every case
+is counted in :meth:`SGLangBackend.last_metrics` (``rollout/stale`` …), so no stale sample is
+trained on silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from rllab.types import Completion, SamplingParams
+
+from . import protocol, wire
+from .config import SGLangBackendConfig, parse_urls
+from .errors import (
+    RETRYABLE_STATUS,
+    Retry,
+    SGLangAbortError,
+    SGLangError,
+    SGLangRequestError,
+    SGLangWeightSyncError,
+    StaleSampleError,
+)
+from .launch import Launch
+from .protocol import error_message, parse_rows
+from .sync import WeightSync, _is_path
+from .transport import Loop, Transport
+
+
+class SGLangBackend(Transport, WeightSync, Launch):
+    """Rollouts from SGLang servers (see the module docstring and docs/sglang.md)."""
+
+    def __init__(self, config: SGLangBackendConfig):
+        self.config = config
+        self.urls: list[str] = list(parse_urls(config.urls))
+        self.admin_urls: list[str] = list(parse_urls(config.admin_urls))
+        self.version: str | None = None
+        """The weight version last pushed; completions from any other are stale (None: not checked)."""
+        self._syncs = 0
+        self._rr = 0
+        self._requests = 0
+        self._process: subprocess.Popen | None = None
+        self._own_sync_dir = config.sync_dir is None
+        self.sync_dir = Path(config.sync_dir or tempfile.mkdtemp(prefix="rllab-sglang-"))
+        self._metrics: dict[str, float] = {}
+        self._sync_metrics: dict[str, float] = {}
+        self._totals = {"stale": 0, "retries": 0}
+        self._loop = Loop()
+        self._group = None  # weight_sync = "distributed": rank 0 of the servers' weight-update group
+        self._no_sessions: set[str] = set()  # servers without /begin_weight_update (before sglang 0.5.2x)
+        self._session: wire.Client | None = None
+        self._sem: asyncio.Semaphore | None = None
+        if config.launch and config.model_path is not None:
+            self._launch(config.model_path, "0")
+            self.version = "0"
+
+    # -- generation
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
+        """``params.n`` completions per prompt, grouped: prompt 0's n first (``prompt_index`` set)."""
+        prompts = [tuple(map(int, p)) for p in prompts]
+        for i, p in enumerate(prompts):
+            if not p:
+                raise ValueError(f"sglang backend: prompt {i} is empty")
+        if not self.urls:
+            raise SGLangError("sglang backend has no server yet: launch needs model_path or update_weights(model) first")
+        t0 = time.perf_counter()
+        retries0 = self._totals["retries"]
+        if len(prompts) <= self.config.prompts_per_request:
+            completions = self._generate_one(prompts, params)
+        else:
+            completions = self._loop.run(self._generate(prompts, params))
+        version = self.version
+        stale = [] if version is None else [c for c in completions if c.weight_version != version]
+        if stale and self.config.stale == "error":
+            raise StaleSampleError(
+                f"sglang: {len(stale)} of {len(completions)} completions were sampled with weight_version "
+                f"{sorted({str(c.weight_version) for c in stale})}, not the last pushed {self.version!r}"
+            )
+        self._totals["stale"] += len(stale)
+        kept = completions
+        if stale and self.config.stale == "drop":
+            kept = [c for c in completions if c.weight_version == self.version]
+            if not kept:
+                raise StaleSampleError(
+                    f"sglang: every completion was stale (weight_version {sorted({str(c.weight_version) for c in stale})}, "
+                    f"expected {self.version!r}); is every server in admin_urls?"
+                )
+        self._metrics = {
+            "rollout/stale": float(len(stale)),
+            "rollout/stale_dropped": float(len(completions) - len(kept)),
+            "rollout/stale_total": float(self._totals["stale"]),
+            "sglang/retries": float(self._totals["retries"] - retries0),
+            "sglang/requests": float(self._requests),
+            "time/sglang_generate": time.perf_counter() - t0,
+        }
+        return kept
+
+    def _generate_one(self, prompts: list[tuple[int, ...]], params: SamplingParams) -> list[Completion]:
+        """A step that fits one request (the default): its first try runs in this thread on a
+        blocking socket, with no event loop; a failed first try goes on in the loop's retries."""
+        self._requests = 1
+        what, attempt, blocking_attempt, rids = self._request(prompts, 0, params)
+        start = self._rr
+        self._rr += 1
+        url = self.urls[start % len(self.urls)]
+        try:
+            return blocking_attempt(url)
+        except Retry as e:
+            failed = e
+
+        async def retries():
+            if failed.kind == "timeout" and params.seed is not None:
+                await self._abort(url, rids())
+            return await self._with_retries(what, attempt, self.urls, first=(start, failed))
+
+        return self._loop.run(retries())
+
+    async def _generate(self, prompts: list[tuple[int, ...]], params: SamplingParams) -> list[Completion]:
+        self._client()
+        k = self.config.prompts_per_request
+        jobs = [self._generate_request(prompts[s : s + k], s, params) for s in range(0, len(prompts), k)]
+        self._requests = len(jobs)
+        tasks = [asyncio.ensure_future(j) for j in jobs]
+        try:
+            results = await asyncio.gather(*tasks)
+        except BaseException:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        return [c for r in results for c in r]
+
+    def request_body(self, prompts: list[tuple[int, ...]], first_index: int, params: SamplingParams) -> tuple[dict, list[int]]:
+        """The ``/generate`` body for ``prompts`` and the prompt (offset) of every row it returns."""
+        return protocol.request_body(prompts, first_index, params, processed=self.config.logprobs == "processed")
+
+    def _request(self, prompts: list[tuple[int, ...]], first_index: int, params: SamplingParams):
+        """One ``/generate`` request: ``(what, attempt, blocking_attempt, rids)``, its description,
+        one try of it on a server (``await attempt(url)`` in the event loop, or
+        ``blocking_attempt(url)`` in this thread), and the row ids of the last try."""
+        body, rows = self.request_body(prompts, first_index, params)
+        what = f"/generate for prompts {first_index}..{first_index + len(prompts) - 1}"
+        sampled = self.config.logprobs == "processed"
+
+        def rids() -> list[str]:  # SGLang names row i "<rid>_<i>"
+            return [f"{body['rid']}_{i}" for i in range(len(rows))]
+
+        def answer(url: str, status: int, raw: bytes) -> list[Completion]:
+            if status != 200:
+                msg = error_message(raw)
+                if status in RETRYABLE_STATUS:
+                    raise Retry("status", f"{url}/generate: HTTP {status}: {msg}", status, msg)
+                raise SGLangRequestError(
+                    f"sglang: {url}/generate rejected the request (HTTP {status}): {msg}", status=status, message=msg
+                )
+            out, aborted = parse_rows(raw, prompts, rows, first_index, f"{url}/generate", sampled)
+            if aborted:
+                msg, st = aborted[0]
+                if st is not None and 400 <= int(st) < 500 and int(st) not in RETRYABLE_STATUS:
+                    raise SGLangAbortError(
+                        f"sglang: {url} aborted {len(aborted)} of {len(rows)} samples (status {st}): {msg}"
+                    )
+                raise Retry("abort", f"{url}: {len(aborted)} of {len(rows)} samples aborted: {msg}")
+            return out
+
+        def blocking_attempt(url: str) -> list[Completion]:
+            body["rid"] = uuid.uuid4().hex
+            return answer(url, *self._call_blocking("POST", url, "/generate", body))
+
+        async def attempt(url: str) -> list[Completion]:
+            assert self._sem is not None
+            body["rid"] = uuid.uuid4().hex
+            try:
+                async with self._sem:
+                    status, raw = await self._call("POST", url, "/generate", body)
+            except Retry as e:
+                if e.kind == "timeout" and params.seed is not None:
+                    await self._abort(url, rids())
+                raise
+            return answer(url, status, raw)
+
+        return what, attempt, blocking_attempt, rids
+
+    async def _generate_request(self, prompts: list[tuple[int, ...]], first_index: int, params: SamplingParams):
+        what, attempt, _, _ = self._request(prompts, first_index, params)
+        return await self._with_retries(what, attempt, self.urls)
+
+    async def _abort(self, url: str, rids: list[str]) -> None:
+        """Best effort: ask ``url`` to stop rows we gave up on (a timed-out request), so a retry
+        does not run beside them. Exact rids only: SGLang ignores rids it does not know, and with
+        ``n > 1`` it renames rows, so only seeded (one row per sample) requests are aborted."""
+        for rid in rids:
+            try:
+                await self._call("POST", url, "/abort_request", {"rid": rid}, timeout=5.0)
+            except Retry:
+                return
+
+    # -- weights
+
+    def update_weights(self, model: Any) -> None:
+        """Push ``model``'s weights to every server; later completions must carry the new version.
+
+        ``model`` is the policy (a ``transformers`` module: saved with ``save_pretrained``) or a
+        model directory the servers can read. ``weight_sync`` picks the route (module docstring).
+        """
+        t0 = time.perf_counter()
+        self._sync_bytes = 0
+        version = str(self._syncs + 1)
+        if isinstance(model, Mapping):
+            raise SGLangWeightSyncError("sglang backend: give update_weights the policy module or a model directory, not a state dict")
+        if self.config.launch and self._process is None:
+            path = self._snapshot(model, version)
+            self._launch(str(path), version)
+        elif self.config.weight_sync == "tensor" and not _is_path(model):
+            self._loop.run(self._sync_tensor(model, version))
+        elif self.config.weight_sync == "distributed" and not _is_path(model):
+            self._loop.run(self._sync_distributed(model, version))
+        else:  # "disk", or a model directory (any weight_sync): the servers load it themselves
+            path = self._snapshot(model, version)
+            self._loop.run(self._sync_disk(str(path), version))
+            self._prune(keep=path)
+        self._syncs += 1
+        self.version = version
+        self._sync_metrics = {"time/weight_sync": time.perf_counter() - t0, "sglang/weight_version": float(self._syncs)}
+        if self._sync_bytes:
+            self._sync_metrics["sglang/sync_mib"] = self._sync_bytes / 2**20
+
+    # -- the rest of the protocol
+
+    def last_metrics(self) -> dict[str, float]:
+        """Counters of the last ``generate`` and ``update_weights`` (namespaced, for the step's log):
+        ``rollout/stale``, ``rollout/stale_dropped``, ``rollout/stale_total``, ``sglang/retries``,
+        ``sglang/requests``, ``sglang/weight_version``, ``sglang/sync_mib``, ``time/sglang_generate``,
+        ``time/weight_sync``."""
+        return {**self._metrics, **self._sync_metrics}
+
+    def close(self) -> None:
+        """Close connections, stop a launched server and remove a private snapshot directory."""
+        if self._group is not None and self._session is not None and not self._loop.loop.is_closed():
+            for u in self.admin_urls or self.urls:  # best effort: the servers may be gone already
+                try:
+                    self._loop.run(self._call("POST", u, "/destroy_weights_update_group", {"group_name": self._group.group_name}, timeout=10.0))
+                except Retry:
+                    pass
+        self._drop_group()
+        if self._session is not None and not self._loop.loop.is_closed():
+            self._loop.run(self._session.close())
+            self._session = None
+        self._loop.close()
+        self._stop_process()
+        if self._own_sync_dir:
+            shutil.rmtree(self.sync_dir, ignore_errors=True)
+
+
+def sglang(*, config: SGLangBackendConfig) -> SGLangBackend:
+    """SGLang servers over HTTP: token-id /generate, weight sync after each step, retries, staleness checks."""
+    return SGLangBackend(config)
