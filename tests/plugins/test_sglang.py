@@ -633,7 +633,6 @@ def _changed_model(seed=9):
 
 
 def _weights_on(b, name):
-    import asyncio
 
     async def get():
         return await b._call("POST", b.admin_urls[0] if b.admin_urls else b.urls[0], "/get_weights_by_name", {"name": name, "truncate_size": 10**9})
