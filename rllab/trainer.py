@@ -2,15 +2,17 @@
 
 It is orchestration only. What a step *does* is the algorithm's (a plugin of kind ``algorithm``:
 ``rl``, ``dpo``, ``online_dpo``, …); generation and scoring are the rollout stage's
-(:mod:`rllab.rollout`); checkpoint files are :mod:`rllab.checkpoint`'s; the console, loggers and
-plots listen to events. The trainer alone owns what changes the run's state: the optimizer
-steps (checked for non-finite gradients, clipped), the LR schedule, the KL controller, the
-rollout backend's weights, the schedule of component swaps and the run directory::
+(:mod:`rllab.rollout`); the optimizer step is :mod:`rllab.optimizer`'s; checkpoint files are
+:mod:`rllab.checkpoint`'s; the console, loggers (:mod:`rllab.listeners`) and plots listen to
+events. The trainer alone owns what changes the run's state: the optimizer steps, the LR
+schedule, the KL controller, the rollout backend's weights, the schedule of component swaps and
+the run directory::
 
     for step in range(start, steps):
         apply [[schedule]] entries for this step
-        algorithm.step(ctx)  ──yield OptimizerStep──►  check, clip, optimizer.step()  ──► …
-        scheduler.step(); kl_controller.update(); backend.update_weights(policy)
+        algorithm.step(ctx)  ──yield OptimizerStep──►  Optimizers: check, clip, optimizer.step()  ──► …
+                             ──return StepReport (metrics, KLSample)
+        scheduler.step(); kl_controller.update(report.kl); row += backend.update_weights(policy)
         events: on_step_end (loggers, console); eval and checkpoint every N steps
 
 Steps are counted as completed steps: metric rows, eval rows and checkpoints after the k-th step
