@@ -20,7 +20,7 @@ import os as _os
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from rllab import algorithm, ops  # noqa: E402
-from rllab.algorithm import Algorithm, OptimizerStep, RunContext  # noqa: E402
+from rllab.algorithm import Algorithm, KLSample, OptimizerStep, RunContext, StepReport  # noqa: E402
 from rllab.errors import NonFiniteError, RewardError  # noqa: E402
 from rllab.hookspecs import hookimpl  # noqa: E402
 from rllab.lab import (  # noqa: E402
@@ -37,6 +37,8 @@ from rllab.lab import (  # noqa: E402
     knob,
 )
 from rllab.ops import RowError  # noqa: E402
+from rllab.optimizer import Optimizers, StepOutcome  # noqa: E402
+from rllab.rollout import RecordedRollout  # noqa: E402
 from rllab.types import (  # noqa: E402
     Completion,
     Example,
@@ -55,10 +57,15 @@ __version__ = "0.1.0"
 __all__ = [
     "KINDS",
     "Algorithm",
+    "KLSample",
     "NonFiniteError",
     "OptimizerStep",
+    "Optimizers",
+    "RecordedRollout",
     "RewardError",
     "RunContext",
+    "StepOutcome",
+    "StepReport",
     "algorithm",
     "Completion",
     "Component",

@@ -1,10 +1,10 @@
-"""What an algorithm plugin sees and returns: the run context, the optimizer-step request, and
-the checks every algorithm applies to what its components return.
+"""What an algorithm plugin sees and returns: the run context, the optimizer-step request, the
+step's report, and the checks every algorithm applies to what its components return.
 
 An algorithm (``register_algorithms``) is the step a run repeats. It reads the run through a
 :class:`RunContext` and never steps an optimizer itself: its ``step`` is a generator that yields
 an :class:`OptimizerStep` after each backward pass, and the trainer answers by checking,
-clipping and applying the gradients::
+clipping and applying the gradients (:class:`rllab.optimizer.Optimizers`)::
 
     class SFT:
         uses = {"task", "backend"}            # config sections it reads
@@ -22,6 +22,12 @@ clipping and applying the gradients::
             loss.backward()
             grad = yield OptimizerStep()      # the trainer clips and steps; grad metrics back
             return {"loss/sft": loss.item(), **grad}
+
+The step returns its metrics (a flat dict of floats: logged, never read by the trainer) or a
+:class:`StepReport`: the metrics plus what the trainer acts on, a :class:`KLSample` (the KL to the
+reference that the KL controller adapts β to, and the number of samples it was measured on)::
+
+            return StepReport(metrics=metrics, kl=KLSample(value=kl, samples=rows))
 """
 
 from __future__ import annotations
@@ -48,6 +54,38 @@ class OptimizerStep:
     """
 
     critic: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class KLSample:
+    """The step's KL to the reference, for the KL controller (``controller.update(current_kl=value,
+    n_steps=samples)``; an adaptive controller scales its horizon by ``samples``)."""
+
+    value: float
+    """The KL measure (e.g. the mean over valid tokens of ``old − ref`` log-probs)."""
+    samples: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    """How many samples (rows) it was measured on."""
+
+
+@attrs.frozen(kw_only=True)
+class StepReport:
+    """What an algorithm's step returns: its metrics, and the KL measure for the controller.
+
+    ``metrics`` go to the run's row (loggers, ``on_step_end``) and are never read for control;
+    ``kl`` steers the KL controller when the run has a reference model (None: β stays).
+    """
+
+    metrics: Mapping[str, Any] = attrs.field(factory=dict)
+    kl: KLSample | None = None
+
+    @classmethod
+    def of(cls, value: Any, *, algorithm: str) -> StepReport:
+        """``value`` as a report: a StepReport as it is, a dict (or None) as metrics without a KL."""
+        if isinstance(value, StepReport):
+            return value
+        if value is None or isinstance(value, Mapping):
+            return cls(metrics=dict(value or {}))
+        raise RllabError(f"algorithm {algorithm!r}: its step returned a {type(value).__name__}; return a dict of metrics or an rllab.StepReport")
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -99,8 +137,9 @@ class Algorithm(Protocol):
     def needs(self, ctx: RunContext) -> set[str]:
         """The extra models this run needs: a subset of {"reference", "critic"}."""
 
-    def step(self, ctx: RunContext) -> Generator[OptimizerStep, dict, dict]:
-        """One training step; yields after each backward pass, returns the step's metrics."""
+    def step(self, ctx: RunContext) -> Generator[OptimizerStep, dict, StepReport | dict]:
+        """One training step; yields after each backward pass (the answer: the gradient norms),
+        returns a :class:`StepReport` (metrics and the KL measure) or just the metrics dict."""
 
 
 def describe(component: Any, section: str) -> str:

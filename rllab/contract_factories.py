@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import tempfile
 from pathlib import Path
+from typing import Mapping
 
 from rllab.contract_checks import _check, _gen
 
@@ -55,7 +56,7 @@ def _logger(comp):
         lg.close()
 
 
-@_check("rollout_backend", "grouped completions with per-token log-probs; seeded sampling repeats")
+@_check("rollout_backend", "grouped completions with per-token log-probs; seeded sampling repeats; last_metrics() a dict")
 def _backend(comp):
     from rllab.tinymodel import TinyModelConfig, build_tiny_model
     from rllab.types import Completion, SamplingParams
@@ -83,5 +84,8 @@ def _backend(comp):
         again = backend.generate(prompts, params)
         if [c.token_ids for c in again] != [c.token_ids for c in out]:
             raise AssertionError("the same seed gave different samples")
+        metrics = backend.last_metrics()
+        if not isinstance(metrics, Mapping) or not all(isinstance(k, str) and isinstance(v, (int, float)) for k, v in metrics.items()):
+            raise AssertionError(f"last_metrics() must return a dict of str → float ({{}} when there is nothing), got {metrics!r}")
     finally:
         backend.close()

@@ -120,8 +120,10 @@ def register_rollout_backends(register):
     """Register rollout backends (where completions come from).
 
     ``fn(*, config) -> backend`` is a factory; the backend follows
-    :class:`rllab.types.RolloutBackend`: ``generate(prompts, params)``,
-    ``update_weights(model)`` and ``close()``.
+    :class:`rllab.types.RolloutBackend`: ``generate(prompts, params)``, ``last_metrics()`` (the
+    last ``generate``'s counters for the step's row; ``{}`` when there are none),
+    ``update_weights(model)`` (returns the sync's metrics, added to the row of the step it
+    follows, or None) and ``close()``. A backend missing one is refused when a run builds it.
 
     :param register: call ``register(name, factory, config=...)`` once per backend.
     """
@@ -203,7 +205,10 @@ def register_tasks(register):
 def register_loggers(register):
     """Register metric loggers (JSONL, TensorBoard, ...).
 
-    ``fn(*, config, run_dir) -> logger`` with ``log(step, metrics)`` and ``close()``.
+    ``fn(*, config, run_dir) -> logger`` with ``log(step, metrics)`` and ``close()``. A run
+    builds the loggers its config names and subscribes them to its own ``on_step_end`` and
+    ``on_eval_end`` events (:mod:`rllab.listeners`): ``log`` receives exactly what those events
+    carry, before the other listeners; ``close`` runs when the run ends.
 
     :param register: call ``register(name, factory, config=...)`` once per logger.
     """
@@ -214,7 +219,9 @@ def register_kl_controllers(register):
     """Register KL-coefficient controllers (fixed, adaptive, ...).
 
     ``fn(*, config) -> controller`` with a float attribute ``value`` (the current β) and
-    ``update(current_kl, n_steps)`` called once per training step.
+    ``update(current_kl, n_steps)`` called once per training step in which the algorithm reported
+    a KL (``StepReport.kl``, a :class:`rllab.KLSample`: ``current_kl = value``,
+    ``n_steps = samples``) and the run has a reference model.
 
     :param register: call ``register(name, factory, config=...)`` once per controller.
     """
@@ -249,10 +256,13 @@ def register_algorithms(register):
     section, the rollout stage, the models, the KL coefficient). ``step`` is a generator: after
     each backward pass it yields an :class:`rllab.OptimizerStep`; the trainer then checks the
     gradients, clips them, steps the optimizer(s), zeroes the gradients and sends back a dict of
-    metrics (``actor/grad_norm``, …). When the generator returns, its value is the step's
-    metrics (a flat dict of floats); the trainer then advances the LR schedule and syncs the
-    rollout backend's weights. Algorithms never step an optimizer or touch the backend's
-    weights themselves.
+    metrics (``actor/grad_norm``, …) — :class:`rllab.Optimizers`, the same step ``rllab replay``
+    uses. When the generator returns, its value is a :class:`rllab.StepReport`: the step's
+    metrics (a flat dict of floats, only logged) and ``kl``, a :class:`rllab.KLSample` (the KL to
+    the reference and the samples it was measured on) that the KL controller adapts to, or None;
+    returning a plain dict means metrics without a KL. The trainer then advances the LR schedule,
+    updates the KL controller and syncs the rollout backend's weights. Algorithms never step an
+    optimizer or touch the backend's weights themselves.
 
     :param register: call ``register(name, factory, config=...)`` once per algorithm.
     """

@@ -30,7 +30,7 @@ import torch
 
 from rllab import ops
 from rllab.algorithm import seed_for
-from rllab.errors import RewardError
+from rllab.errors import RewardError, RllabError
 from rllab.types import Completion, Example, RolloutBatch, SamplingParams, is_solved
 
 
@@ -199,7 +199,7 @@ class RolloutStage:
         gen = torch.Generator().manual_seed(seed_for(self.seed, step, 0))
         examples = self.task.train_examples(P, gen)
         completions = self.generate(examples, self.sampling_params(step, n=G))
-        backend_metrics = self.backend.last_metrics() if hasattr(self.backend, "last_metrics") else {}
+        backend_metrics = self.backend.last_metrics()
         t1 = time.perf_counter()
         raw, comps, keep, errors = self.score_components(examples, completions)
         t2 = time.perf_counter()
@@ -271,3 +271,37 @@ class RolloutStage:
             "eval/n": float(len(rewards)),
             "time/eval": time.perf_counter() - t0,
         }
+
+
+class RecordedRollout:
+    """A rollout stage that hands out one recorded :class:`RolloutBatch` instead of sampling.
+
+    ``rllab replay`` puts one in a :class:`rllab.RunContext` (``rollout=``) so that an algorithm's
+    own ``step(ctx)`` trains on recorded rollouts: :meth:`sample` gives a :class:`Scored` with no
+    completions (a recording keeps the batch, not the texts) and the recorded ``metrics``;
+    :meth:`to_batch` gives the batch. Anything that would generate (ReMax's greedy baselines,
+    evaluation) raises :class:`rllab.RllabError`.
+    """
+
+    def __init__(self, *, batch: RolloutBatch, metrics: Mapping[str, float] | None = None):
+        self.batch = batch
+        self.metrics = dict(metrics or {})
+
+    def sample(self, step: int, **_: Any) -> Scored:
+        empty = torch.zeros(0, dtype=torch.float32)
+        return Scored(examples=[], completions=[], rewards=empty, scores=empty, keep=torch.zeros(0, dtype=torch.bool), metrics=dict(self.metrics))
+
+    def to_batch(self, scored: Scored) -> RolloutBatch:
+        return self.batch
+
+    def _cannot(self, what: str):
+        raise RllabError(f"a recorded rollout cannot {what}: it holds one batch and no model to sample from")
+
+    def greedy_rewards(self, examples: Sequence[Example]) -> torch.Tensor:
+        self._cannot("sample greedy baselines (an estimator that requires reward_baselines)")
+
+    def generate(self, examples: Sequence[Example], params: SamplingParams):
+        self._cannot("generate")
+
+    def evaluate(self, size: int) -> dict:
+        self._cannot("evaluate")

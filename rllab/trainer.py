@@ -2,15 +2,17 @@
 
 It is orchestration only. What a step *does* is the algorithm's (a plugin of kind ``algorithm``:
 ``rl``, ``dpo``, ``online_dpo``, …); generation and scoring are the rollout stage's
-(:mod:`rllab.rollout`); checkpoint files are :mod:`rllab.checkpoint`'s; the console, loggers and
-plots listen to events. The trainer alone owns what changes the run's state: the optimizer
-steps (checked for non-finite gradients, clipped), the LR schedule, the KL controller, the
-rollout backend's weights, the schedule of component swaps and the run directory::
+(:mod:`rllab.rollout`); the optimizer step is :mod:`rllab.optimizer`'s; checkpoint files are
+:mod:`rllab.checkpoint`'s; the console, loggers (:mod:`rllab.listeners`) and plots listen to
+events. The trainer alone owns what changes the run's state: the optimizer steps, the LR
+schedule, the KL controller, the rollout backend's weights, the schedule of component swaps and
+the run directory::
 
     for step in range(start, steps):
         apply [[schedule]] entries for this step
-        algorithm.step(ctx)  ──yield OptimizerStep──►  check, clip, optimizer.step()  ──► …
-        scheduler.step(); kl_controller.update(); backend.update_weights(policy)
+        algorithm.step(ctx)  ──yield OptimizerStep──►  Optimizers: check, clip, optimizer.step()  ──► …
+                             ──return StepReport (metrics, KLSample)
+        scheduler.step(); kl_controller.update(report.kl); row += backend.update_weights(policy)
         events: on_step_end (loggers, console); eval and checkpoint every N steps
 
 Steps are counted as completed steps: metric rows, eval rows and checkpoints after the k-th step
@@ -36,11 +38,13 @@ import attrs
 import torch
 
 from rllab import checkpoint, memory
-from rllab.algorithm import OptimizerStep, RunContext
+from rllab.algorithm import RunContext
 from rllab.config import COMPONENT_SECTIONS, ExperimentConfig, apply_schedule, dump_toml, validate
 from rllab.errors import NonFiniteError, RewardError, RllabError  # noqa: F401  (RewardError: re-exported)
 from rllab.lab import Lab
+from rllab.listeners import RunLoggers
 from rllab.models import CriticModel
+from rllab.optimizer import Optimizers, StepOutcome
 from rllab.rollout import RolloutStage
 from rllab.runs import CONFIG_FILE, default_run_dir, prepare_run_dir, recorded_config
 from rllab.specs import Component
@@ -91,7 +95,8 @@ class Trainer:
         self._build_components()
         self._build_models()
         self._build_optimizers()
-        self.loggers = [Component(spec=self.lab.spec("logger", ref.name), config=ref.config)(run_dir=self.run_dir) for ref in cfg.loggers]
+        loggers = [Component(spec=self.lab.spec("logger", ref.name), config=ref.config)(run_dir=self.run_dir) for ref in cfg.loggers]
+        self.loggers = RunLoggers(lab=self.lab, loggers=loggers, run_dir=self.run_dir)
         self.history: list[dict] = []
 
     # ------------------------------------------------------------------ setup
@@ -165,6 +170,12 @@ class Trainer:
         self._ensure_models()
         backend = self._component("backend")
         self.backend = backend()
+        missing = [m for m in ("generate", "update_weights", "last_metrics", "close") if not callable(getattr(self.backend, m, None))]
+        if missing:
+            raise RllabError(
+                f"rollout backend {backend.name!r} (plugin {backend.spec.provider}) has no {', '.join(m + '()' for m in missing)}; "
+                f"a backend follows rllab.RolloutBackend (last_metrics() returns {{}} when it has nothing to report)"
+            )
         self.rollout = self._rollout_stage()
         self._sync_weights()
 
@@ -201,8 +212,9 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, partial(_lr_factor, t))
         self.critic_optimizer = self._adamw(self.critic.parameters(), t.critic_lr) if self.critic is not None else None
 
-    def _sync_weights(self) -> None:
-        self.backend.update_weights(self.policy)
+    def _sync_weights(self) -> dict[str, float]:
+        """Push the policy's weights to the backend; the sync's metrics (e.g. ``time/weight_sync``)."""
+        return {k: float(v) for k, v in (self.backend.update_weights(self.policy) or {}).items()}
 
     # ------------------------------------------------------------------ swapping
 
@@ -267,15 +279,15 @@ class Trainer:
         """One step of the configured algorithm; returns its metrics."""
         t_start = time.perf_counter()
         changed = self._apply_schedule()
-        metrics, stepped = self._run_algorithm(self.context())
+        outcome = self._run_algorithm(self.context())
+        metrics = outcome.metrics
         self._scheduler_step()
-        if stepped:
+        if outcome.stepped:
             t0 = time.perf_counter()
-            self._sync_weights()
+            metrics.update(self._sync_weights())  # the sync after this step's update belongs to this step
             metrics["time/sync"] = time.perf_counter() - t0
-        current_kl = metrics.get("kl/current", metrics.get("kl/policy_ref"))  # the algorithm's measure, if it gives one
-        if current_kl is not None and self.reference is not None:
-            self.kl_controller.update(current_kl=current_kl, n_steps=int(metrics.get("train/rows", 1)))
+        if outcome.kl is not None and self.reference is not None:
+            self.kl_controller.update(current_kl=outcome.kl.value, n_steps=outcome.kl.samples)
         metrics["time/step"] = time.perf_counter() - t_start
         metrics["perf/peak_rss_mb"] = _peak_rss_mb()
         if self.device.type == "cuda":
@@ -285,67 +297,25 @@ class Trainer:
             metrics["schedule/changed"] = 1.0
         self.step += 1
         self.history.append({"step": self.step, **metrics})
-        for lg in self.loggers:
-            lg.log(self.step, metrics)
         self.lab.hook.on_step_end(step=self.step, metrics=dict(metrics), run_dir=self.run_dir)
         return metrics
 
-    def _run_algorithm(self, ctx: RunContext) -> tuple[dict, bool]:
-        """Drive the algorithm's generator, answering each OptimizerStep; (metrics, stepped)."""
-        gen = self.algorithm.step(ctx)
-        stepped = False
-        self._zero_grad()
-        try:
-            request = next(gen)
-            while True:
-                if not isinstance(request, OptimizerStep):
-                    raise RllabError(f"algorithm {self.cfg.component('algorithm').name!r} yielded {request!r}; expected rllab.OptimizerStep")
-                answer = self._optimizer_step(request, ctx)
-                stepped = True
-                request = gen.send(answer)
-        except StopIteration as done:
-            metrics = dict(done.value or {})
-        except NonFiniteError as e:
-            gen.close()
-            self._zero_grad()
-            if self.cfg.train.nonfinite != "skip":
-                raise
-            metrics = {"train/nonfinite": 1.0, "train/skipped": 1.0}
+    def optimizers(self, *, observe=None) -> Optimizers:
+        """The run's models and optimizers, answering the algorithm's :class:`OptimizerStep` requests."""
+        return Optimizers(
+            policy=self.policy, optimizer=self.optimizer, critic=self.critic, critic_optimizer=self.critic_optimizer,
+            max_grad_norm=self.cfg.train.max_grad_norm, observe=observe,
+        )
+
+    def _run_algorithm(self, ctx: RunContext) -> StepOutcome:
+        """Drive the algorithm's step through the kernel's optimizer step (``train.nonfinite`` applies)."""
+        outcome = self.optimizers().drive(
+            self.algorithm.step(ctx), step=ctx.step, algorithm=self.cfg.component("algorithm").name, nonfinite=self.cfg.train.nonfinite
+        )
+        if outcome.nonfinite is not None:
             self.nonfinite_skipped = getattr(self, "nonfinite_skipped", 0) + 1
-            self._last_nonfinite = str(e)
-        else:  # pragma: no cover - a generator that never returns
-            raise RllabError("algorithm step did not finish")
-        if not stepped:
-            metrics.setdefault("train/skipped", 1.0)
-        return metrics, stepped
-
-    def _zero_grad(self) -> None:
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.critic_optimizer is not None:
-            self.critic_optimizer.zero_grad(set_to_none=True)
-
-    def _optimizer_step(self, request: OptimizerStep, ctx: RunContext) -> dict:
-        """Check, clip and apply the accumulated gradients; the metrics go back to the algorithm."""
-        t = self.cfg.train
-        out = {}
-        pairs = [("policy", self.policy, self.optimizer, "actor/grad_norm")]
-        if request.critic and self.critic is not None:
-            pairs.append(("critic", self.critic, self.critic_optimizer, "critic/grad_norm"))
-        for what, model, opt, key in pairs:
-            params = [p for p in model.parameters() if p.grad is not None]
-            norm = torch.nn.utils.clip_grad_norm_(params, t.max_grad_norm if t.max_grad_norm > 0 else math.inf) if params else torch.zeros(())
-            norm = float(norm)
-            if not math.isfinite(norm):
-                raise NonFiniteError(
-                    f"the {what}'s gradient is non-finite ({norm}) at step {ctx.step + 1} (the losses were finite: look at "
-                    f"the components' gradients — `rllab check NAME` tests them); set train.nonfinite = \"skip\" to drop such updates",
-                    step=ctx.step + 1,
-                )
-            out[key] = norm
-        for _, _, opt, _ in pairs:
-            opt.step()
-        self._zero_grad()
-        return out
+            self._last_nonfinite = outcome.nonfinite
+        return outcome
 
     def _scheduler_step(self) -> None:
         """Advance the LR schedule once per step (also a skipped one: the schedule counts steps)."""
@@ -362,8 +332,6 @@ class Trainer:
         """Greedy accuracy and mean reward on the task's held-out split; logged and announced."""
         metrics = self.rollout.evaluate(self.cfg.train.eval_size)
         self.history.append({"step": self.step, **metrics})
-        for lg in self.loggers:
-            lg.log(self.step, metrics)
         self.lab.hook.on_eval_end(step=self.step, metrics=dict(metrics), run_dir=self.run_dir)
         return metrics
 
@@ -415,8 +383,7 @@ class Trainer:
         self._sync_weights()
 
     def close(self) -> None:
-        for lg in self.loggers:
-            lg.close()
+        self.loggers.close()
         self.backend.close()
 
     # ------------------------------------------------------------------ the run

@@ -156,13 +156,24 @@ _COMPLETION_SLOTS = tuple(Completion.__dict__[f.name].__set__ for f in attrs.fie
 
 @runtime_checkable
 class RolloutBackend(Protocol):
-    """Where completions come from (in-process transformers, SGLang servers, ...)."""
+    """Where completions come from (in-process transformers, SGLang servers, ...).
+
+    Its metrics reach the step's row through two typed channels, never through attributes the
+    trainer looks for: ``last_metrics()`` (what the last ``generate`` measured, read by the
+    rollout stage right after it) and the return value of ``update_weights`` (what the weight
+    sync after a step measured, added by the trainer to that same step's row). Keys are
+    namespaced (``sglang/retries``, ``time/weight_sync``); values are floats.
+    """
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
         """Sample ``params.n`` completions for each prompt, grouped: prompt 0's n first."""
 
-    def update_weights(self, model: Any) -> None:
-        """Make later ``generate`` calls sample from ``model``'s current weights."""
+    def last_metrics(self) -> Mapping[str, float]:
+        """Counters of the last ``generate`` call for the step's row; ``{}`` when there are none."""
+
+    def update_weights(self, model: Any) -> Mapping[str, float] | None:
+        """Make later ``generate`` calls sample from ``model``'s current weights; returns the
+        sync's metrics for the step it follows (or None: nothing to report)."""
 
     def close(self) -> None:
         """Release whatever the backend holds (servers, threads, memory)."""

@@ -61,7 +61,26 @@ def test_plugins_import_only_rllab_public_api():
                         offenders.append(f"{f.relative_to(ROOT)}: {m}")
                     if top.startswith("rllab_") and top != d.name and top not in PLUGIN_DEPENDENCIES.get(d.name, ()):
                         offenders.append(f"{f.relative_to(ROOT)}: imports another plugin {m}")
+                    elif top.startswith("rllab_") and top != d.name and m != top:
+                        offenders.append(f"{f.relative_to(ROOT)}: imports {m}, inside plugin {top} (use its public names)")
     assert offenders == []
+
+
+def test_a_plugin_builds_on_another_only_through_its_public_names():
+    """``from rllab_suite import X`` in the TUI: X is in ``rllab_suite.__all__`` (its documented API)."""
+    import importlib
+
+    offenders = []
+    for plugin, deps in PLUGIN_DEPENDENCIES.items():
+        for f in (ROOT / "plugins" / plugin).rglob("*.py"):
+            for node in ast.walk(ast.parse(f.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.module in deps and node.level == 0:
+                    public = set(importlib.import_module(node.module).__all__)
+                    offenders += [f"{f.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names if a.name not in public]
+                elif isinstance(node, ast.Import):
+                    offenders += [f"{f.relative_to(ROOT)}: import {a.name}" for a in node.names if a.name.split(".")[0] in deps]
+    assert offenders == []
+    assert not (ROOT / "plugins" / "rllab_tui" / "kernel.py").exists()
 
 
 def test_every_plugin_package_is_an_entry_point():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import types
 
 import attrs
+import pytest
 import torch
 
 import rllab
@@ -135,3 +136,119 @@ def test_cli_command_from_a_plugin_file(tmp_path, capsys):
     assert main(["--plugin", str(plugin), "hello", "world"]) == 0
     assert capsys.readouterr().out.strip() == "hello world True"
     assert main(["hello", "world", "--plugin", str(plugin)]) == 0
+
+
+# --------------------------------------------------------------------------- typed channels
+
+
+@attrs.frozen
+class SteerConfig:
+    report: bool = rllab.knob(True, help="return a StepReport (else a dict with the old metric names)")
+
+
+class Steer:
+    """An algorithm that only reports a KL: 1.0 measured on 1000 samples."""
+
+    uses = frozenset({"task", "backend", "kl_controller"})
+    provides: dict = {}
+
+    def __init__(self, *, config):
+        self.config = config
+
+    def needs(self, ctx):
+        return {"reference"}
+
+    def step(self, ctx):
+        if self.config.report:
+            return rllab.StepReport(metrics={"steer/beta": ctx.kl_coef}, kl=rllab.KLSample(value=1.0, samples=1000))
+        return {"steer/beta": ctx.kl_coef, "kl/current": 1.0, "kl/policy_ref": 1.0, "train/rows": 1000.0}
+        yield  # a generator with no optimizer step
+
+
+class Counting:
+    """An hf backend that counts its syncs: ``update_weights`` returns the count, ``last_metrics``
+    the count the last ``generate`` saw."""
+
+    def __init__(self, inner):
+        self.inner, self.syncs, self.seen = inner, 0, -1
+
+    def generate(self, prompts, params):
+        self.seen = self.syncs
+        return self.inner.generate(prompts, params)
+
+    def last_metrics(self):
+        return {"count/seen_by_generate": float(self.seen)}
+
+    def update_weights(self, model):
+        self.inner.update_weights(model)
+        self.syncs += 1
+        return {"count/syncs": float(self.syncs)}
+
+    def close(self):
+        self.inner.close()
+
+
+class Legacy(Counting):
+    """A backend written before ``last_metrics`` was part of the protocol."""
+
+    last_metrics = None
+
+
+def channel_plugin():
+    from rllab_backends import hf
+
+    mod = types.ModuleType("channel_plugin")
+
+    @rllab.hookimpl
+    def register_algorithms(register):
+        def steer(*, config):
+            """Reports a KL and nothing else."""
+            return Steer(config=config)
+
+        steer.uses, steer.provides = Steer.uses, Steer.provides
+        register("steer", steer, config=SteerConfig)
+
+    @rllab.hookimpl
+    def register_rollout_backends(register):
+        register("counting", lambda *, config: Counting(hf.hf(config=config)), config=hf.HFBackendConfig, summary="hf, counting its syncs")
+        register("legacy", lambda *, config: Legacy(hf.hf(config=config)), config=hf.HFBackendConfig, summary="hf, no last_metrics")
+
+    mod.register_algorithms, mod.register_rollout_backends = register_algorithms, register_rollout_backends
+    return mod
+
+
+def test_a_step_report_steers_the_kl_controller_and_metric_names_do_not(tmp_path):
+    from rllab.trainer import Trainer
+
+    lab = rllab.Lab([channel_plugin()])
+    knobs = ["algorithm=steer", "kl_controller=adaptive", "kl_controller.kl_coef=0.1", "kl_controller.horizon=1000"]
+    tr = Trainer(load_config(None, [*SMALL, *knobs], lab=lab), lab=lab, run_dir=tmp_path / "a", progress=False)
+    m = tr.train_step()
+    # KL 1.0 ≫ target 0.1: e = +0.2, over 1000 samples / horizon 1000 → β × 1.2
+    assert tr.kl_controller.value == pytest.approx(0.12) and m["steer/beta"] == 0.1 and m["train/skipped"] == 1.0
+    tr.close()
+    # the same numbers under the metric names the trainer once read: β stays
+    tr = Trainer(load_config(None, [*SMALL, *knobs, "algorithm.report=false"], lab=lab), lab=lab, run_dir=tmp_path / "b", progress=False)
+    tr.train_step()
+    assert tr.kl_controller.value == 0.1
+    tr.close()
+
+
+def test_backend_metrics_come_through_the_protocol_and_syncs_land_in_their_step(tmp_path):
+    import json
+
+    lab = rllab.Lab([channel_plugin()])
+    run_experiment(load_config(None, [*SMALL, "train.steps=2", "backend=counting"], lab=lab), lab=lab, run_dir=tmp_path / "run", progress=False)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "rollout/reward" in r]
+    # sync 1 precedes step 1; step k's rollout saw k syncs, and the sync after its update (k + 1) is in its own row
+    assert [r["count/seen_by_generate"] for r in steps] == [1.0, 2.0]
+    assert [r["count/syncs"] for r in steps] == [2.0, 3.0]
+
+
+def test_a_backend_without_last_metrics_is_refused_by_name(tmp_path):
+    from rllab.trainer import Trainer
+
+    lab = rllab.Lab([channel_plugin()])
+    with pytest.raises(rllab.RllabError, match=r"rollout backend 'legacy' \(plugin channel_plugin\) has no last_metrics\(\).*returns \{\}"):
+        Trainer(load_config(None, [*SMALL, "backend=legacy"], lab=lab), lab=lab, run_dir=tmp_path / "run", progress=False)

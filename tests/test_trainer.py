@@ -184,8 +184,11 @@ class EmptyBackend:
         out = self.inner.generate(prompts, params)
         return [attrs.evolve(c, token_ids=(), log_probs=(), finish_reason="abort") if i % 3 == 0 else c for i, c in enumerate(out)]
 
+    def last_metrics(self):
+        return self.inner.last_metrics()
+
     def update_weights(self, model):
-        self.inner.update_weights(model)
+        return self.inner.update_weights(model)
 
     def close(self):
         self.inner.close()

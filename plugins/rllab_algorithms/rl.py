@@ -10,6 +10,7 @@ One step::
                     + β·aggregate(kl(log_prob, ref_log_prob))            (kl_in = "loss")
                     − c_H·aggregate(entropy) + c_V·value_loss            (critic estimators)
                backward; yield OptimizerStep (the trainer checks, clips and steps)
+        ─► StepReport: the metrics, and the KL to the reference for the KL controller (a KLSample)
 
 Every minibatch is normalised by its *global* token and sequence counts, passed to the
 aggregation, so splitting a minibatch into micro-batches for gradient accumulation never changes
@@ -189,8 +190,11 @@ class RL:
         if prepared.ref_log_prob is not None and prepared.old_log_prob is not None:
             metrics["kl/policy_ref"] = ops.masked_mean(prepared.old_log_prob - prepared.ref_log_prob, batch.response_mask).item()
         metrics["kl/coef"] = prepared.beta
-        metrics["train/rows"] = float(batch.input_ids.shape[0])
-        return metrics
+        rows = int(batch.input_ids.shape[0])
+        metrics["train/rows"] = float(rows)
+        # the controller's measure: verl's penalty mean (kl_measure = penalty_row_mean), else old − ref per token
+        kl = prep_metrics.get("kl/current", metrics.get("kl/policy_ref"))
+        return rllab.StepReport(metrics=metrics, kl=None if kl is None else rllab.KLSample(value=kl, samples=rows))
 
     def prepare(self, ctx: RunContext, batch: rllab.RolloutBatch, extra: dict | None = None) -> tuple[Prepared, dict]:
         """The no-grad forwards, KL in the reward, advantages and importance weights.

@@ -131,6 +131,10 @@ class HFBackend:
             with torch.no_grad():
                 self.model.load_state_dict(model.state_dict())
 
+    def last_metrics(self) -> dict[str, float]:
+        """Nothing to report: in-process generation has no retries, versions or servers."""
+        return {}
+
     def close(self) -> None:
         self.model = None
 

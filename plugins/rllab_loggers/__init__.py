@@ -1,8 +1,9 @@
 """Metric loggers: JSON lines (always available) and TensorBoard (``pip install rllab[tensorboard]``).
 
-A logger is built once per run with ``factory(config=..., run_dir=...)`` and receives
-``log(step, metrics)`` after every step (metrics: a flat dict of floats with namespaced keys such
-as ``rollout/reward`` or ``actor/clipfrac``) and ``close()`` at the end.
+A logger is built once per run with ``factory(config=..., run_dir=...)`` and subscribed to the
+run's ``on_step_end`` and ``on_eval_end`` events (:mod:`rllab.listeners`): it receives
+``log(step, metrics)`` for every step and evaluation (metrics: a flat dict of floats with
+namespaced keys such as ``rollout/reward`` or ``actor/clipfrac``) and ``close()`` at the end.
 """
 
 from __future__ import annotations

@@ -18,6 +18,22 @@ The plugin also listens to every run's ``on_step_end``: a run whose rollouts sco
 group for its first steps — a warm start that leaves nothing to learn from, every advantage 0 —
 is announced loudly on stderr instead of producing a silent flat line.
 
+Public API, for front ends such as ``rllab tui`` (importable from ``rllab_suite`` itself; its
+modules are loaded on first use, so loading the plugin stays cheap)::
+
+    parse_suite(file_or_dict) -> Suite         a suite file, checked
+    expand(suite, lab=...) -> list[Cell]       its cells (variant × task × seed), configs validated
+    suite_dir_for(suite, directory) -> Path    where a suite's runs live (``suites/NAME`` or DIR)
+    MANIFEST                                   the suite directory's manifest file name
+    read_run(run_dir, variant=, task=, seed=)  one run's record (curves, final numbers)
+    summarize(records, baseline=, variants=)   statistics over seeds (CIs, IQM, P(improvement))
+    write_all(records, out_dir, title=, ...)   report.md, summary.csv/json, runs.csv, plots
+    notes(summary, identical)                  the report's notes (identical variants, …)
+    REPORT_COLUMNS                             the summary table's (label, row -> text) columns
+    format_percent(stat), format_probability(stat)   a statistic as the report prints it
+
+Everything else in the package is internal.
+
 See docs/suites.md.
 """
 
@@ -28,6 +44,38 @@ import warnings
 from pathlib import Path
 
 import rllab
+
+__all__ = [
+    "MANIFEST",
+    "REPORT_COLUMNS",
+    "expand",
+    "format_percent",
+    "format_probability",
+    "notes",
+    "parse_suite",
+    "read_run",
+    "suite_dir_for",
+    "summarize",
+    "write_all",
+]
+_PUBLIC = {
+    "expand": ("spec", "expand"), "parse_suite": ("spec", "parse_suite"),
+    "MANIFEST": ("suite", "MANIFEST"), "suite_dir_for": ("suite", "suite_dir_for"),
+    "read_run": ("report", "read_run"), "summarize": ("report", "summarize"), "write_all": ("report", "write_all"),
+    "notes": ("report", "notes"), "REPORT_COLUMNS": ("report", "COLUMNS"),
+    "format_percent": ("report", "format_percent"), "format_probability": ("report", "format_probability"),
+}  # fmt: skip
+
+
+def __getattr__(name: str):
+    """The public API's names, from their modules on first use (see the module docstring)."""
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'rllab_suite' has no attribute {name!r}")
+    import importlib
+
+    module, attr = _PUBLIC[name]
+    return getattr(importlib.import_module(f"rllab_suite.{module}"), attr)
+
 
 ZERO_REWARD_STEPS = 5
 """Warn once a run's first this-many steps all scored 0 in every group."""

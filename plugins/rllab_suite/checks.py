@@ -19,10 +19,12 @@ from rllab.config import COMPONENT_SECTIONS, PLAIN_SECTIONS
 
 REPLAY_VARIES = (
     "algorithm.*", "advantage", "policy_loss", "correction", "aggregation", "kl", "kl_controller", "value_loss",
-    "train.lr", "train.critic_lr", "train.weight_decay", "train.max_grad_norm", "train.seed", "model.logprob_chunk", "plugins",
+    "train.lr", "train.critic_lr", "train.weight_decay", "train.max_grad_norm", "train.nonfinite", "train.seed",
+    "model.logprob_chunk", "plugins",
 )
 """What a replay variant may change: the ``rl`` algorithm's knobs, the loss-side components (name and
 knobs), the optimizer step's settings (``train.lr`` is scaled by the recorded schedule factor;
+``train.nonfinite`` decides whether a non-finite update stops the replay or is skipped;
 ``train.seed`` orders the minibatches), the log-prob chunk size, and extra plugins. Everything else
 — model, task, backend, rollout, the rest of train, schedule — is the recording's."""
 

@@ -6,15 +6,17 @@ saves each batch (token ids, masks, scores, rollout log-probs, the old and refer
 together with the policy (and reference) weights they came from and the resolved config.
 
 ``rllab replay FILE policy_loss=a policy_loss=b …`` rebuilds each variant's components on that
-recorded config and runs the ``rl`` algorithm's own computation on every recorded batch:
-:meth:`rllab_algorithms.rl.RL.prepare` (old/ref forwards, KL in the reward, advantages, importance weights)
-and :meth:`rllab_algorithms.rl.RL.update` (epochs × minibatches × micro-batches, each through
-:meth:`~rllab_algorithms.rl.RL.micro_loss`), answering its optimizer steps here as the trainer would
-(measure, clip, AdamW step) from the recorded weights — and, when recorded from a run's
-checkpoint, from its optimizer state (AdamW's moments), at the learning rate the run's schedule had
-at that step (warm-up and decay included; ``train.lr`` of the variant × the recorded factor).
-Nothing is duplicated: a change to the RL
-step shows up in replay.
+recorded config and runs the ``rl`` algorithm's own ``step(ctx)`` on every recorded batch, its
+rollout stage a :class:`rllab.RecordedRollout` that hands out the batch (so everything after the
+rollout — old/ref forwards, KL in the reward, advantages, importance weights, epochs ×
+minibatches × micro-batches — is the algorithm's), and answers its optimizer steps with the
+trainer's own :class:`rllab.Optimizers` (measure, non-finite check under ``train.nonfinite``,
+clip, AdamW step) from the recorded weights — and, when recorded from a run's checkpoint, from its
+optimizer state (AdamW's moments), at the learning rate the run's schedule had at that step
+(warm-up and decay included; ``train.lr`` of the variant × the recorded factor). Nothing is
+duplicated: a change to the RL step or to the optimizer step shows up in replay, and a replayed
+loss or gradient that goes non-finite stops the replay with :class:`rllab.NonFiniteError` as it
+would stop a run.
 
 It reports each variant's loss, gradient norm, clip fraction and approximate KL, the cosine
 between the variants' first gradients, and flags two variants as **identical** when every
@@ -150,7 +152,7 @@ def _model(data: dict, key: str):
 
 def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> list[ReplayResult]:
     """Run each (name, resolved config) on every recorded batch; see the module docstring."""
-    from rllab import Component, Lab, OptimizerStep, RolloutBatch, RunContext
+    from rllab import Component, Lab, Optimizers, RecordedRollout, RolloutBatch, RunContext
     from rllab.models import CriticModel
     from rllab.config import COMPONENT_SECTIONS, load_config
 
@@ -178,9 +180,8 @@ def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> 
             needs = algorithm.needs(ctx)
             reference = _model(data, "reference" if data.get("reference") is not None else "policy").eval().requires_grad_(False) if "reference" in needs else None
             critic = CriticModel.from_causal_lm(policy) if "critic" in needs else None
-            ctx = attrs.evolve(ctx, reference=reference, critic=critic)
-            batch = RolloutBatch(**rec["batch"])
-            prepared, metrics = algorithm.prepare(ctx, batch)
+            # the algorithm's own step, its rollout stage handing out the recorded batch
+            ctx = attrs.evolve(ctx, reference=reference, critic=critic, rollout=RecordedRollout(batch=RolloutBatch(**rec["batch"])))
             params = [p for p in policy.parameters()]
             opt = torch.optim.AdamW(params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
             if data.get("optimizer") is not None:
@@ -189,26 +190,14 @@ def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> 
                 group["lr"] = cfg.train.lr * data.get("lr_factor", 1.0)
             copt = torch.optim.AdamW(critic.parameters(), lr=cfg.train.critic_lr) if critic is not None else None
             grads = []
-            gen = algorithm.update(ctx, prepared)
-            try:
-                request = next(gen)
-                while True:
-                    assert isinstance(request, OptimizerStep)
-                    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
-                    grads.append(flat.clone())
-                    norm = float(flat.norm())
-                    if cfg.train.max_grad_norm > 0:
-                        torch.nn.utils.clip_grad_norm_(params, cfg.train.max_grad_norm)
-                        if critic is not None:
-                            torch.nn.utils.clip_grad_norm_(list(critic.parameters()), cfg.train.max_grad_norm)
-                    opt.step()
-                    opt.zero_grad(set_to_none=True)
-                    if copt is not None:
-                        copt.step()
-                        copt.zero_grad(set_to_none=True)
-                    request = gen.send({"actor/grad_norm": norm})
-            except StopIteration as done:
-                metrics.update(done.value or {})
+
+            def keep_gradient(request, params=params, grads=grads):  # before the step checks and clips it
+                grads.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params]).clone())
+
+            optimizers = Optimizers(policy=policy, optimizer=opt, critic=critic, critic_optimizer=copt,
+                                    max_grad_norm=cfg.train.max_grad_norm, observe=keep_gradient)
+            outcome = optimizers.drive(algorithm.step(ctx), step=ctx.step, algorithm=algo_name, nonfinite=cfg.train.nonfinite)
+            metrics = dict(outcome.metrics)
             metrics["replay/first_grad_norm"] = float(grads[0].norm()) if grads else math.nan
             metrics["replay/optimizer_steps"] = float(len(grads))
             per_batch_grads.append(grads)

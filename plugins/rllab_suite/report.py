@@ -161,7 +161,8 @@ def summarize(records: list[RunRecord], *, baseline: str | None = None, variants
 # --------------------------------------------------------------------------- rendering
 
 
-def _pct(d: dict | None) -> str:
+def format_percent(d: dict | None) -> str:
+    """A statistic ``{"mean", "low", "high"}`` of a fraction as ``"62.5 [55.0, 70.0]"`` (percent, 95% CI); "—" when absent."""
     if not d or d["mean"] is None or not math.isfinite(d["mean"]):
         return "—"
     s = f"{100 * d['mean']:.1f}"
@@ -170,7 +171,8 @@ def _pct(d: dict | None) -> str:
     return s
 
 
-def _prob(d: dict | None) -> str:
+def format_probability(d: dict | None) -> str:
+    """A probability with its 95% CI as ``"0.71 [0.55, 0.86]"``; "—" when absent."""
     if not d:
         return "—"
     return f"{d['mean']:.2f} [{d['low']:.2f}, {d['high']:.2f}]"
@@ -180,10 +182,10 @@ COLUMNS = (
     ("variant", lambda r: r["variant"]),
     ("runs", lambda r: str(r["runs"]) + (f" ({r['failed']} failed)" if r["failed"] else "") + (f" ({r['pending']} pending)" if r["pending"] else "")),
     ("initial acc %", lambda r: "—" if not math.isfinite(r["initial_accuracy"]) else f"{100 * r['initial_accuracy']:.1f}"),
-    ("final acc % [95% CI]", lambda r: _pct(r["final_accuracy"])),
-    ("AUC acc % [95% CI]", lambda r: _pct(r["auc_accuracy"])),
-    ("final reward % [95% CI]", lambda r: _pct(r["final_reward"])),
-    ("AUC reward % [95% CI]", lambda r: _pct(r["auc_reward"])),
+    ("final acc % [95% CI]", lambda r: format_percent(r["final_accuracy"])),
+    ("AUC acc % [95% CI]", lambda r: format_percent(r["auc_accuracy"])),
+    ("final reward % [95% CI]", lambda r: format_percent(r["final_reward"])),
+    ("AUC reward % [95% CI]", lambda r: format_percent(r["auc_reward"])),
 )
 
 
@@ -223,7 +225,7 @@ def render_terminal(summary: dict, console, *, title: str = "", identical: list 
     for col in ("variant", "runs", "IQM % [95% CI]", f"P(> {summary['baseline']}) [95% CI]" if summary["baseline"] else "P(improvement)"):
         t.add_column(col, justify="left" if col == "variant" else "right")
     for o in summary["overall"]:
-        t.add_row(escape(o["variant"]), str(o["runs"]), escape(_pct(o["iqm_final_accuracy"])), "baseline" if o["variant"] == summary["baseline"] else escape(_prob(o["p_improvement"])))
+        t.add_row(escape(o["variant"]), str(o["runs"]), escape(format_percent(o["iqm_final_accuracy"])), "baseline" if o["variant"] == summary["baseline"] else escape(format_probability(o["p_improvement"])))
     console.print(t)
     for n in notes(summary, identical):
         style = "red" if n.startswith(("FAILED", "NO SIGNAL")) else "yellow" if n.startswith("IDENTICAL") else "dim"
@@ -246,7 +248,7 @@ def markdown(summary: dict, *, title: str = "", identical: list | None = None, i
     base = summary["baseline"]
     lines += ["## over tasks (final accuracy)", "", f"| variant | runs | IQM % [95% CI] | P(> {base or 'baseline'}) [95% CI] |", "|---|---|---|---|"]
     for o in summary["overall"]:
-        lines.append(f"| {o['variant']} | {o['runs']} | {_pct(o['iqm_final_accuracy'])} | {'baseline' if o['variant'] == base else _prob(o['p_improvement'])} |")
+        lines.append(f"| {o['variant']} | {o['runs']} | {format_percent(o['iqm_final_accuracy'])} | {'baseline' if o['variant'] == base else format_probability(o['p_improvement'])} |")
     lines.append("")
     ns = notes(summary, identical)
     if ns:

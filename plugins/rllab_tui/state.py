@@ -23,7 +23,9 @@ from typing import Any
 import attrs
 
 from rllab import RllabError
-from rllab_tui.kernel import COMPONENT_SECTIONS, MANIFEST, dump_toml, expand, load_config, parse_suite, parse_value, report, suite_dir_for
+from rllab.config import COMPONENT_SECTIONS, load_config, parse_value
+from rllab.tomlio import dump_toml
+from rllab_suite import MANIFEST, expand, parse_suite, read_run, suite_dir_for, summarize, write_all
 
 DEFAULT_STEP_SECONDS = 0.05
 """Seconds per step when no run has been measured yet (the default job on 2 CPU cores)."""
@@ -392,7 +394,7 @@ class SuiteDir:
         return (done / total if total else 1.0), left * per_step / max(1, min(workers, sum(c.status not in ("done", "failed") for c in self.cells) or 1))
 
     def records(self) -> list:
-        return [report.read_run(c.run_dir, variant=c.variant, task=c.task, seed=c.seed) for c in self.cells]
+        return [read_run(c.run_dir, variant=c.variant, task=c.task, seed=c.seed) for c in self.cells]
 
     def identical(self) -> list:
         p = self.directory / "identical.json"
@@ -400,12 +402,12 @@ class SuiteDir:
 
     def summary(self) -> dict:
         """rllab_suite's statistics of the cells as they stand."""
-        return report.summarize(self.records(), baseline=self.baseline, variants=self.variants)
+        return summarize(self.records(), baseline=self.baseline, variants=self.variants)
 
     def export(self) -> dict:
         """rllab_suite's report writer: report.md, summary.csv/json, runs.csv, curves.png, final.png."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        return report.write_all(self.records(), self.directory, title=f"suite {self.name}", baseline=self.baseline,
+        return write_all(self.records(), self.directory, title=f"suite {self.name}", baseline=self.baseline,
                                 variants=self.variants, identical=self.identical())
 
     def add_seeds(self, n: int = 1) -> list[int]:

@@ -523,8 +523,9 @@ def test_disk_sync_is_atomic_and_versions_every_completion(lab, fresh, tiny, tmp
     prompts = prompts_of(tok)
     params = SamplingParams(n=2, max_new_tokens=6, temperature=0, stop_token_ids=(tok.eos_token_id,))
     for version, m in (("1", model), ("2", changed)):
-        b.update_weights(m)
+        synced = b.update_weights(m)
         assert fresh.weight_version == version and b.version == version
+        assert synced["sglang/weight_version"] == float(version) and synced["time/weight_sync"] >= 0
         body = fresh.updates[-1]
         assert body["weight_version"] == version and body["flush_cache"] is True
         assert Path(body["model_path"]) == tmp_path / f"v{version}"
@@ -534,7 +535,7 @@ def test_disk_sync_is_atomic_and_versions_every_completion(lab, fresh, tiny, tmp
         want = hf(lab, m).generate(prompts, params)
         assert [c.token_ids for c in out] == [c.token_ids for c in want]
         assert {c.weight_version for c in out} == {version}
-    assert b.last_metrics()["sglang/weight_version"] == 2.0
+    assert "sglang/weight_version" not in b.last_metrics()  # the sync's metrics are update_weights' return value
     b.close()
 
 
@@ -653,7 +654,7 @@ def test_distributed_sync_broadcasts_every_tensor_to_a_server_in_another_process
     params = SamplingParams(n=2, max_new_tokens=6, temperature=0, stop_token_ids=(tok.eos_token_id,))
     for version, seed in (("1", 9), ("2", 10)):
         policy = _changed_model(seed)
-        b.update_weights(policy)
+        m = b.update_weights(policy)
         assert b.version == version and b._group is not None
         for name, p in policy.named_parameters():
             got = _weights_on(b, name)
@@ -663,7 +664,6 @@ def test_distributed_sync_broadcasts_every_tensor_to_a_server_in_another_process
         assert {c.weight_version for c in out} == {version}
         if dtype == "model":
             assert [c.token_ids for c in out] == [c.token_ids for c in hf(lab, policy).generate(prompts, params)]
-        m = b.last_metrics()
         assert m["sglang/weight_version"] == float(version) and m["sglang/sync_mib"] > 0
     group = b._group.group_name
     b.close()
@@ -803,6 +803,7 @@ def test_a_run_with_distributed_weight_sync(tmp_path, monkeypatch):
     steps = [r for r in rows if "rollout/reward" in r]
     assert len(steps) == 2
     assert all(r["rollout/stale"] == 0 for r in steps)
-    # a step's row holds the sync before its rollout: the launch from a snapshot, then a broadcast
-    assert [r.get("sglang/sync_mib", 0) > 0 for r in steps] == [False, True]
-    assert [r["sglang/weight_version"] for r in steps] == [1.0, 2.0]
+    # a step's row holds the sync after its update (the launch from a snapshot, version 1, came
+    # before step 1 and has no row): a broadcast each, versions 2 and 3
+    assert [r.get("sglang/sync_mib", 0) > 0 for r in steps] == [True, True]
+    assert [r["sglang/weight_version"] for r in steps] == [2.0, 3.0]

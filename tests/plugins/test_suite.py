@@ -324,6 +324,40 @@ def test_replay_with_minibatches_runs_the_whole_update(recording, lab):
     assert p["cosine"] > 0.99 and not p["identical"]
 
 
+def _nan_gradient_lab():
+    """A Lab with ``nan_grad``: a policy loss whose value is 0 and whose gradient is NaN (√|x| at 0)."""
+    import types
+
+    mod = types.ModuleType("nan_grad_plugin")
+
+    def nan_grad(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None):
+        """A finite loss with a non-finite gradient."""
+        return aggregate((log_prob - log_prob.detach()).abs().sqrt(), mask), {}
+
+    @rllab.hookimpl
+    def register_policy_losses(register):
+        register("nan_grad", nan_grad)
+
+    mod.register_policy_losses = register_policy_losses
+    return rllab.Lab([mod])
+
+
+def test_replay_takes_the_trainers_optimizer_step_a_non_finite_gradient_stops_it(recording, monkeypatch):
+    lab = _nan_gradient_lab()
+    data = replay.load_record(recording)
+    with pytest.raises(rllab.NonFiniteError, match="the policy's gradient is non-finite"):
+        replay.replay_configs(data, _configs(data, lab, "policy_loss=nan_grad"), lab=lab)
+    # train.nonfinite = "skip" drops the update, as in a run
+    (r,) = replay.replay_configs(data, _configs(data, lab, "policy_loss=nan_grad,train.nonfinite=skip"), lab=lab)
+    assert r.metrics["train/nonfinite"] == 1.0 and r.metrics["train/skipped"] == 1.0
+    # every optimizer step goes through rllab.Optimizers.apply, the trainer's own
+    calls = []
+    real = rllab.Optimizers.apply
+    monkeypatch.setattr(rllab.Optimizers, "apply", lambda self, request, *, step: calls.append(step) or real(self, request, step=step))
+    (r,) = replay.replay_configs(data, _configs(data, lab, "algorithm.minibatches=2"), lab=lab)
+    assert len(calls) == 2 == r.metrics["replay/optimizer_steps"]
+
+
 def test_record_and_replay_commands(recording, tmp_path, capsys):
     from rllab.cli import main
 

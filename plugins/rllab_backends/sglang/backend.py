@@ -218,11 +218,13 @@ class SGLangBackend(Transport, WeightSync, Launch):
 
     # -- weights
 
-    def update_weights(self, model: Any) -> None:
+    def update_weights(self, model: Any) -> dict[str, float]:
         """Push ``model``'s weights to every server; later completions must carry the new version.
 
         ``model`` is the policy (a ``transformers`` module: saved with ``save_pretrained``) or a
         model directory the servers can read. ``weight_sync`` picks the route (module docstring).
+        Returns the sync's metrics for the step it follows: ``time/weight_sync``,
+        ``sglang/weight_version``, ``sglang/sync_mib``.
         """
         t0 = time.perf_counter()
         self._sync_bytes = 0
@@ -245,15 +247,15 @@ class SGLangBackend(Transport, WeightSync, Launch):
         self._sync_metrics = {"time/weight_sync": time.perf_counter() - t0, "sglang/weight_version": float(self._syncs)}
         if self._sync_bytes:
             self._sync_metrics["sglang/sync_mib"] = self._sync_bytes / 2**20
+        return dict(self._sync_metrics)
 
     # -- the rest of the protocol
 
     def last_metrics(self) -> dict[str, float]:
-        """Counters of the last ``generate`` and ``update_weights`` (namespaced, for the step's log):
-        ``rollout/stale``, ``rollout/stale_dropped``, ``rollout/stale_total``, ``sglang/retries``,
-        ``sglang/requests``, ``sglang/weight_version``, ``sglang/sync_mib``, ``time/sglang_generate``,
-        ``time/weight_sync``."""
-        return {**self._metrics, **self._sync_metrics}
+        """Counters of the last ``generate`` (namespaced, for the step's log): ``rollout/stale``,
+        ``rollout/stale_dropped``, ``rollout/stale_total``, ``sglang/retries``, ``sglang/requests``,
+        ``time/sglang_generate``. The weight sync's own metrics are ``update_weights``' return value."""
+        return dict(self._metrics)
 
     def close(self) -> None:
         """Close connections, stop a launched server and remove a private snapshot directory."""

@@ -1,0 +1,129 @@
+"""The optimizer step: how every :class:`rllab.OptimizerStep` an algorithm yields is answered.
+
+One object, :class:`Optimizers`, holds a run's models and optimizers and answers the requests of
+one algorithm step; the trainer builds one per step, and ``rllab replay`` builds one per recorded
+batch, so a replayed step is checked, clipped and applied exactly as a trained one::
+
+    optimizers = Optimizers(policy=policy, optimizer=opt, critic=critic, critic_optimizer=copt, max_grad_norm=1.0)
+    outcome = optimizers.drive(algorithm.step(ctx), step=ctx.step, algorithm="rl", nonfinite="raise")
+    outcome.metrics   # the step's metrics (a flat dict of floats)
+    outcome.kl        # the algorithm's KL measure for the controller (a KLSample), or None
+    outcome.stepped   # whether any optimizer step was applied
+
+Each request: measure each model's gradient norm (L2 over the parameters that have a gradient);
+a non-finite norm raises :class:`rllab.NonFiniteError`; clip to ``max_grad_norm`` (0: no clip);
+step the policy's optimizer and, when the request asks (``OptimizerStep(critic=True)``) and there
+is a critic, the critic's; zero the gradients; send ``{"actor/grad_norm", "critic/grad_norm"}``
+(the norms before clipping) back into the algorithm's generator.
+
+A :class:`rllab.NonFiniteError` raised while the step runs (a non-finite loss from
+:func:`rllab.algorithm.checked_loss`, or a non-finite gradient here) follows ``train.nonfinite``:
+``"raise"`` stops with it; ``"skip"`` closes the generator, drops the accumulated gradients and
+reports the step as skipped (``train/nonfinite = train/skipped = 1``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Generator
+
+import attrs
+import torch
+
+from rllab.algorithm import KLSample, OptimizerStep, StepReport
+from rllab.errors import NonFiniteError, RllabError
+
+
+@attrs.frozen(kw_only=True)
+class StepOutcome:
+    """What one driven algorithm step gave the trainer (or replay)."""
+
+    metrics: dict
+    """The step's metrics: the algorithm's, or ``train/nonfinite``/``train/skipped`` for a skipped
+    step; ``train/skipped = 1`` when no optimizer step was applied."""
+    kl: KLSample | None = None
+    """The algorithm's KL measure for the controller, or None."""
+    stepped: bool = False
+    """Whether at least one optimizer step was applied (the backend's weights then change)."""
+    nonfinite: str | None = None
+    """The error's message when ``train.nonfinite = "skip"`` dropped the step, else None."""
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Optimizers:
+    """A run's models and optimizers, and the one optimizer step (see the module docstring).
+
+    ``observe``, when given, is called with each request before its gradients are measured,
+    clipped or applied (``rllab replay`` records the raw gradients there); it must not change them.
+    """
+
+    policy: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    critic: torch.nn.Module | None = None
+    critic_optimizer: torch.optim.Optimizer | None = None
+    max_grad_norm: float = 0.0
+    """Clip each model's gradient to this L2 norm; 0: measure only."""
+    observe: Callable[[OptimizerStep], None] | None = None
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.critic_optimizer is not None:
+            self.critic_optimizer.zero_grad(set_to_none=True)
+
+    def apply(self, request: OptimizerStep, *, step: int) -> dict[str, float]:
+        """Check, clip and apply the accumulated gradients; returns the norms before clipping.
+
+        ``step``: the 0-based index of the step being taken (errors name ``step + 1``).
+        """
+        if self.observe is not None:
+            self.observe(request)
+        out = {}
+        pairs = [("policy", self.policy, self.optimizer, "actor/grad_norm")]
+        if request.critic and self.critic is not None:
+            pairs.append(("critic", self.critic, self.critic_optimizer, "critic/grad_norm"))
+        limit = self.max_grad_norm if self.max_grad_norm > 0 else math.inf
+        for what, model, _, key in pairs:
+            params = [p for p in model.parameters() if p.grad is not None]
+            norm = float(torch.nn.utils.clip_grad_norm_(params, limit)) if params else 0.0
+            if not math.isfinite(norm):
+                raise NonFiniteError(
+                    f"the {what}'s gradient is non-finite ({norm}) at step {step + 1} (the losses were finite: look at "
+                    f"the components' gradients — `rllab check NAME` tests them); set train.nonfinite = \"skip\" to drop such updates",
+                    step=step + 1,
+                )
+            out[key] = norm
+        for _, _, opt, _ in pairs:
+            opt.step()
+        self.zero_grad()
+        return out
+
+    def drive(self, steps: Generator[OptimizerStep, dict, Any], *, step: int, algorithm: str, nonfinite: str) -> StepOutcome:
+        """Run one algorithm step to its end, answering each request with :meth:`apply`.
+
+        ``steps``: the generator ``algorithm.step(ctx)`` returned; ``step``: ``ctx.step``;
+        ``algorithm``: its name, for errors; ``nonfinite``: ``train.nonfinite`` (``"raise"`` or
+        ``"skip"``). The generator's return value is a :class:`rllab.StepReport` or a plain dict
+        of metrics (a report without a KL measure).
+        """
+        stepped = False
+        self.zero_grad()
+        try:
+            request = next(steps)
+            while True:
+                if not isinstance(request, OptimizerStep):
+                    raise RllabError(f"algorithm {algorithm!r} yielded {request!r}; expected rllab.OptimizerStep")
+                answer = self.apply(request, step=step)
+                stepped = True
+                request = steps.send(answer)
+        except StopIteration as done:
+            report = StepReport.of(done.value, algorithm=algorithm)
+        except NonFiniteError as e:
+            steps.close()
+            self.zero_grad()
+            if nonfinite != "skip":
+                raise
+            return StepOutcome(metrics={"train/nonfinite": 1.0, "train/skipped": 1.0}, nonfinite=str(e))
+        metrics = dict(report.metrics)
+        if not stepped:
+            metrics.setdefault("train/skipped", 1.0)
+        return StepOutcome(metrics=metrics, kl=report.kl, stepped=stepped)
