@@ -63,8 +63,7 @@ def room_plugin(events: list, logged: list):
             """Supervised fine-tuning on demonstrations."""
             return SFT(config=config)
 
-        sft.uses, sft.provides = SFT.uses, SFT.provides
-        register("sft", sft, config=SFTConfig)
+        register("sft", sft, config=SFTConfig, uses=SFT.uses, provides=SFT.provides)
 
     @rllab.hookimpl
     def register_loggers(register):
