@@ -171,7 +171,7 @@ replaces each. A registered function that still carries one is refused."""
 
 def _kind_traits(kind: str) -> str:
     names = TRAITS.get(kind, {})
-    return f"the traits of a {kind}: {', '.join(names)}" if names else f"a {kind} takes no traits"
+    return f"allowed traits for {kind}: {', '.join(names)}" if names else f"{kind} takes no traits"
 
 
 def check_traits(kind: str, who: str, fn: Any, traits: Mapping[str, Any], *, kinds) -> Mapping[str, Any]:
