@@ -7,8 +7,8 @@ an :class:`OptimizerStep` after each backward pass, and the trainer answers by c
 clipping and applying the gradients (:class:`rllab.optimizer.Optimizers`)::
 
     class SFT:
-        uses = {"task", "backend"}            # config sections it reads
-        provides = {}                         # optional inputs it passes to components
+        uses = {"task", "backend"}            # register(..., uses=SFT.uses): config sections it reads
+        provides = {}                         # register(..., provides=SFT.provides): inputs it passes on
 
         def __init__(self, *, config):
             self.config = config

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Mapping
 
 from rich import box
 from rich.console import Console
@@ -25,6 +26,7 @@ from rich.table import Table
 
 from rllab.errors import RllabError
 from rllab.lab import KINDS, Lab
+from rllab.traits import TRAITS
 
 # Piped output (files, CI logs, tests) gets wide tables instead of 80 columns of folded text.
 console = Console(width=None if sys.stdout.isatty() else 200)
@@ -100,6 +102,14 @@ def _show(lab: Lab, name: str, kind: str | None, doc: bool = False) -> int:
             console.print(f"aliases: {', '.join(spec.aliases)}")
         if spec.requires:
             console.print(f"requires: {', '.join(spec.requires)}")
+        for trait, value in spec.traits.items():
+            if callable(value):
+                value = "a function of the config" if TRAITS[spec.kind][trait].per_config else "a function"
+            elif isinstance(value, frozenset):
+                value = ", ".join(sorted(value))
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            console.print(escape(f"trait {trait}: {value}"), highlight=False)
         console.print(escape(spec.doc or spec.summary), highlight=False)
         knobs = spec.knobs()
         t = Table(box=box.SIMPLE_HEAVY, title=f"knobs ({spec.config.__name__})")

@@ -375,9 +375,8 @@ def _check_algorithm_fit(lab: Lab, components: dict, *, explicit: set[str], text
     the config set it), or a component that requires an input the algorithm does not provide.
     Returns the sections the algorithm does not use."""
     algo = components["algorithm"]
-    factory = lab.spec("algorithm", algo.name).fn
-    uses = getattr(factory, "uses", None)
-    provides = getattr(factory, "provides", {})
+    algo_spec = lab.spec("algorithm", algo.name)
+    uses, provides = algo_spec.trait("uses"), algo_spec.trait("provides")
     unused: set[str] = set()
     for sec, ref in components.items():
         if sec == "algorithm":
@@ -405,15 +404,16 @@ def _check_algorithm_fit(lab: Lab, components: dict, *, explicit: set[str], text
 
 
 def _check_reward_components(lab: Lab, components: dict, rollout: Any, *, text: str, where: str) -> None:
-    """An estimator with ``fn.needs_reward_components`` needs K ≥ 2 task reward components (from the
-    factory's ``reward_components(config)``; else checked on the first batch), K ``reward_weights``
-    and no overlong penalty (it shapes only the scalar score)."""
+    """An estimator that ``requires=("reward_components",)`` needs K ≥ 2 task reward components (the
+    task's ``reward_components`` trait; when undeclared, checked on the first batch), K
+    ``reward_weights`` and no overlong penalty (it shapes only the scalar score)."""
     adv, task = components["advantage"], components["task"]
     est = lab.spec("advantage_estimator", adv.name)
-    declare = getattr(lab.spec("task", task.name).fn, "reward_components", None)
-    if not getattr(est.fn, "needs_reward_components", False) or declare is None:
+    if "reward_components" not in est.requires:
         return
-    names = tuple(declare(task.config))
+    names = lab.spec("task", task.name).trait("reward_components", task.config)
+    if names is None:
+        return
     who = f"advantage_estimator {adv.name!r} (plugin {est.provider})"
     if len(names) < 2:
         raise ConfigError(

@@ -102,7 +102,8 @@ def _adv_inputs(comp: Component, B=8, T=7, seed=0):
         kw["sum_pi_squared"] = pi**2 + torch.rand(B, T, generator=g) * (1 - pi**2)
     if "reward_baselines" in comp.spec.requires:  # a per-row baseline (ReMax: the greedy response's reward)
         kw["reward_baselines"] = torch.rand(B, generator=g)
-    unknown = set(comp.spec.requires) - {"values", "old_log_prob", "sum_pi_squared", "reward_baselines"}
+    # reward_components is left out: the estimator's fallback (one component, the row score) is checked
+    unknown = set(comp.spec.requires) - {"values", "old_log_prob", "sum_pi_squared", "reward_baselines", "reward_components"}
     if unknown:
         raise ContractSkip(f"{comp.name} requires inputs the suite cannot make: {sorted(unknown)}")
     return kw
@@ -166,8 +167,7 @@ def _adv_all_masked(comp):
 
 
 def _batch_step(comp) -> str | None:
-    step = getattr(comp.spec.fn, "batch_step", None)
-    return step(comp.config) if callable(step) else step
+    return comp.trait("batch_step")
 
 
 def _other_groups_after_change(comp):
@@ -195,7 +195,7 @@ def _adv_group_isolation(comp):
         raise ContractSkip(f"{comp.name} declares a batch-level step ({_batch_step(comp)}); checked separately")
     before, after = _other_groups_after_change(comp)
     _close(after, before, "other groups' advantages after changing group 0's rewards (an estimator "
-           "whose statistics span the batch must declare fn.batch_step)")
+           "whose statistics span the batch must register with batch_step=...)")
 
 
 @_check("advantage_estimator", "a declared batch-level step moves other groups by one affine map")
@@ -289,7 +289,7 @@ def _double(m: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 @_check("policy_loss", "the loss goes through aggregate, or declares its own reduction")
 def _pl_aggregation(comp):
     kw = _pl_inputs()
-    declared = getattr(comp.spec.fn, "aggregation", None)
+    declared = comp.trait("aggregation")
     calls = []
 
     def spy(m, k):
@@ -300,11 +300,13 @@ def _pl_aggregation(comp):
     loss2, _, _ = _pl_call_with(comp, kw, spy)
     if declared is None:
         if not calls:
-            raise AssertionError("the loss never called aggregate; a loss that reduces itself must declare fn.aggregation")
+            raise AssertionError(
+                "the loss never called aggregate; a loss that reduces itself must register with aggregation=..."
+            )
         _close(loss2, 2 * loss, "loss under an aggregate that doubles (the loss must be what aggregate returns)")
         return
     if declared != "seq-mean":
-        raise AssertionError(f"fn.aggregation = {declared!r} is not a reduction the contract knows ('seq-mean')")
+        raise AssertionError(f"aggregation = {declared!r} is not a reduction the contract knows ('seq-mean')")
     _close(loss2, loss, f"loss under another aggregate (the loss declares aggregation = {declared!r})")
     B = kw["mask"].shape[0]
     halves = [{k: v[: B // 2] for k, v in kw.items()}, {k: v[B // 2 :] for k, v in kw.items()}]

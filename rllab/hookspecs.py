@@ -10,12 +10,27 @@ provides and returns nothing::
     def register_policy_losses(register):
         register("my_loss", my_loss, config=MyLossConfig)
 
-``register(name, fn, *, config=None, summary=None, aliases=(), requires=())`` records a
-:class:`rllab.ComponentSpec`. ``fn`` is called with keyword arguments only (see each hook for
+``register(name, fn, *, config=None, summary=None, aliases=(), requires=(), **traits)`` records
+a :class:`rllab.ComponentSpec`. ``fn`` is called with keyword arguments only (see each hook for
 the signature it must accept) plus ``config=`` — an instance of the frozen ``config`` class
 holding the component's knobs. ``summary`` defaults to the first line of ``fn.__doc__``;
-``aliases`` are extra names; ``requires`` lists optional inputs the component needs from the
-trainer (``"values"`` for a critic, ``"logits"`` for full-vocabulary KL).
+``aliases`` are extra names.
+
+``requires`` is the one way to ask for an optional input: it lists the inputs the component
+needs from the algorithm (``"values"`` for a critic, ``"logits"`` for full-vocabulary KL, ...;
+each hook below lists its kind's), and the algorithm passes each one, as a keyword argument,
+only to the components that require it. A config that pairs a component with an algorithm that
+does not provide one of its requirements is refused at load.
+
+``traits`` are what a component declares about itself (how it reduces, whether its statistics
+span the batch, ...), as further keywords: each hook below lists the traits its kind accepts
+(see also :data:`rllab.traits.TRAITS`). They are recorded on ``ComponentSpec.traits`` and read
+with ``spec.trait(name, config)`` or ``component.trait(name)``. A trait marked *per config* may
+be a value or a callable of the component's frozen config. An unknown trait, a trait of another
+kind or a value of the wrong type makes the plugin fail to load, with an error that names the
+plugin, the component and the trait. So does a function that still carries a trait as an
+attribute (``fn.batch_step = ...``, the old style): the error names the ``register`` keyword that
+replaces it.
 
 **Event hooks** (``on_*``) are called by the trainer as a run progresses. Their return values
 are ignored; an exception in one aborts the run (a logger that cannot write must not silently
@@ -57,7 +72,17 @@ def register_advantage_estimators(register):
     ``reward_baselines`` (B,) float, only for an estimator registered with
     ``requires=("reward_baselines",)``: the reward of the policy's greedy response to each row's
     prompt (ReMax), sampled by the ``rl`` step.
+    ``old_log_prob``, ``sum_pi_squared`` (B, T) float, only with ``requires=("old_log_prob",
+    "sum_pi_squared")``: the rollout-time policy's log-probs and Σ_v π_v² (optimal baselines).
+    ``reward_components`` (B, K) float, only with ``requires=("reward_components",)``: one column
+    per named reward component of the task; such an estimator is refused at load with a task that
+    declares fewer than two, and the ``rl`` step raises on a batch that has none.
     Returns two (B, T) float tensors.
+
+    Traits: ``batch_step=`` (per config) — a few words naming a step that couples every row of
+    the batch (``"whiten"``, ``"batch std"``), or None: the estimator's statistics stay within
+    each group. The contract suite then checks that other groups move by one affine map instead
+    of not at all.
     """
 
 
@@ -79,6 +104,14 @@ def register_policy_losses(register):
     correction; multiply them into the per-token loss before aggregating.
     Returns a scalar loss and a dict of scalar metric tensors with namespaced keys
     (``actor/clipfrac``, ``actor/approx_kl``, ...).
+    ``rollout_log_prob`` (B, T) float, only for a loss registered with
+    ``requires=("rollout_log_prob",)``: the inference engine's log-probs of the sampled tokens.
+
+    Traits: ``aggregation="seq-mean"`` — the loss reduces itself to the mean over non-empty rows
+    of one loss per row instead of calling ``aggregate`` (the ``rl`` step then weights each
+    micro-batch by its share of rows); ``old_log_prob="rollout"`` — the loss receives the
+    inference engine's log-probs as ``old_log_prob`` (default ``"trainer"``: a forward of the
+    policy at rollout time), and the ``rl`` step skips its old-log-prob forward.
     """
 
 
@@ -95,6 +128,8 @@ def register_kl_penalties(register):
     ``log_prob``, ``ref_log_prob``: (B, T) float. Returns the per-token estimate, (B, T).
     A penalty that ``requires=("logits",)`` also receives ``logits`` and ``ref_logits``
     (B, T, V) float.
+
+    Traits: none.
     """
 
 
@@ -112,6 +147,10 @@ def register_loss_aggregations(register):
     given, replace the local count of valid tokens / non-empty rows as the normaliser, so that
     a loss summed over micro-batches equals the loss of the whole batch.
     Masked positions must not influence the result even if they hold NaN.
+    ``global_rows`` int, only for a mode registered with ``requires=("global_rows",)``: the
+    number of rows of the whole minibatch, empty rows included.
+
+    Traits: none.
     """
 
 
@@ -126,6 +165,8 @@ def register_rollout_backends(register):
     follows, or None) and ``close()``. A backend missing one is refused when a run builds it.
 
     :param register: call ``register(name, factory, config=...)`` once per backend.
+
+    Traits: none.
     """
 
 
@@ -142,13 +183,13 @@ def register_importance_corrections(register):
     ``old_log_prob`` (training engine) and ``rollout_log_prob`` (inference engine): (B, T).
     Returns detached (B, T) weights (0 on masked positions) and scalar metrics (``tis/…``).
 
-    A correction that *rejects* tokens (verl's rejection sampling) may also narrow the training
-    step's response mask, so rejected tokens leave the normaliser, the token/sequence counts and
-    the KL and entropy terms. It declares two attributes on ``fn``:
-    ``fn.narrows_mask(config) -> "after_advantage" | "before_advantage" | None`` (when the step
-    narrows, relative to the advantage estimator; None: never) and
-    ``fn.keep_mask(*, old_log_prob, rollout_log_prob, mask, config) -> (B, T) bool`` (the valid
-    tokens kept). The ``rl`` step then computes the old log-probs before the update.
+    Traits: a correction that *rejects* tokens (verl's rejection sampling) may also narrow the
+    training step's response mask, so rejected tokens leave the normaliser, the token/sequence
+    counts and the KL and entropy terms. It declares both ``narrows_mask=`` (per config):
+    ``"after_advantage"``, ``"before_advantage"`` (when the step narrows, relative to the advantage
+    estimator) or None (never); and ``keep_mask=``, a function
+    ``(*, old_log_prob, rollout_log_prob, mask, config) -> (B, T) bool`` (the valid tokens kept).
+    The ``rl`` step then computes the old log-probs before the update.
     """
 
 
@@ -188,6 +229,8 @@ def register_preference_losses(register):
         ``bco_pair``'s reward shift before this step (0 and 0 at the first step). The loss
         returns the updated state as the metrics ``bco/reward_mean`` and ``bco/reward_count``;
         pass those back at the next step (and checkpoint them). Read only with the shift on.
+
+    Traits: none.
     """
 
 
@@ -198,6 +241,10 @@ def register_tasks(register):
     ``fn(*, config) -> task`` is a factory; the task follows :class:`rllab.types.Task`.
 
     :param register: call ``register(name, factory, config=...)`` once per task.
+
+    Traits: ``reward_components=`` (per config) — the names of the reward components the task's
+    instances declare (empty for a single reward), so a config is checked before any model loads;
+    undeclared, the check waits for the first batch.
     """
 
 
@@ -211,6 +258,8 @@ def register_loggers(register):
     carry, before the other listeners; ``close`` runs when the run ends.
 
     :param register: call ``register(name, factory, config=...)`` once per logger.
+
+    Traits: none.
     """
 
 
@@ -224,6 +273,8 @@ def register_kl_controllers(register):
     ``n_steps = samples``) and the run has a reference model.
 
     :param register: call ``register(name, factory, config=...)`` once per controller.
+
+    Traits: none.
     """
 
 
@@ -238,6 +289,8 @@ def register_value_losses(register):
     :param register: call ``register(name, fn, config=...)`` once per loss.
 
     ``values`` (current critic), ``old_values`` (critic at rollout time), ``returns``: (B, T).
+
+    Traits: none.
     """
 
 
@@ -265,6 +318,12 @@ def register_algorithms(register):
     optimizer or touch the backend's weights themselves.
 
     :param register: call ``register(name, factory, config=...)`` once per algorithm.
+
+    Traits: ``uses=`` — the config sections the algorithm reads (a set of names such as
+    ``{"task", "backend", "policy_loss"}``; a section it does not use is refused when a config
+    sets it; None: every section); ``provides=`` — the optional inputs it passes to components,
+    by kind (``{"advantage_estimator": ("values", ...)}``): a component whose ``requires`` names
+    an input its algorithm does not provide is refused at load.
     """
 
 

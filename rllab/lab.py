@@ -42,6 +42,7 @@ from rllab.errors import (  # noqa: F401  (re-exported: rllab.lab is where users
     UnknownKindError,
 )
 from rllab.specs import Component, ComponentSpec, KnobInfo, NoConfig, PluginInfo, build_config, knob  # noqa: F401
+from rllab.traits import check_traits
 
 # kind -> registration hook
 KINDS: dict[str, str] = {
@@ -255,6 +256,7 @@ class Lab:
             summary: str | None = None,
             aliases: Iterable[str] = (),
             requires: Iterable[str] = (),
+            **traits: Any,
         ) -> None:
             if not isinstance(name, str) or not name:
                 raise TypeError(f"{kind} names must be non-empty strings, got {name!r}")
@@ -262,6 +264,10 @@ class Lab:
                 raise TypeError(f"{kind} {name!r}: fn must be callable, got {fn!r}")
             if config is not None and not attrs.has(config):
                 raise TypeError(f"{kind} {name!r}: config must be an attrs class, got {config!r}")
+            requires = (requires,) if isinstance(requires, str) else tuple(requires)
+            if not all(isinstance(r, str) and r for r in requires):
+                raise TypeError(f"{kind} {name!r}: requires must be a tuple of input names, got {requires!r}")
+            checked = check_traits(kind, f"plugin {provider!r}: {kind} {name!r}", fn, traits, kinds=tuple(KINDS))
             doc_line = (fn.__doc__ or "").strip().splitlines()
             spec = ComponentSpec(
                 kind=kind,
@@ -271,6 +277,7 @@ class Lab:
                 summary=summary or (doc_line[0] if doc_line else ""),
                 aliases=tuple(aliases),
                 requires=tuple(requires),
+                traits=checked,
                 provider=provider,
                 distribution=self._dists.get(provider, (None, None))[0],
             )

@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 from rllab.lab import KINDS, ConfigError
+from rllab.traits import TRAITS
 
 _HOOK = KINDS
 
@@ -123,6 +124,21 @@ def _identifier(name: str) -> str:
     return ident
 
 
+def _register_comment(kind: str) -> str:
+    """Comment lines above the generated ``register`` call: the optional inputs and the traits
+    this kind may declare there (all keywords of ``register``, checked when the plugin loads)."""
+    lines = [
+        "# requires=(...): optional inputs this component needs from the algorithm (see rllab.hookspecs).",
+    ]
+    traits = TRAITS.get(kind, {})
+    if traits:
+        lines.append("# Traits this component may declare, as keywords of register (see rllab.traits):")
+        for trait_name, trait in traits.items():
+            wrapped = textwrap.wrap(f"{trait_name}=... : {trait.help}", 92, break_on_hyphens=False)
+            lines.extend(["#   " + wrapped[0], *("#     " + w for w in wrapped[1:])])
+    return "\n".join("    " + line for line in lines)
+
+
 def scaffold(name: str, kind: str, directory: Path) -> Path:
     """Write a plugin package for a component ``name`` of ``kind`` under ``directory``."""
     if kind not in _BODIES:
@@ -159,6 +175,7 @@ class {cfg_cls}:
 
 @rllab.hookimpl
 def {_HOOK[kind]}(register):
+{_register_comment(kind)}
     register("{name}", {ident}, config={cfg_cls})
 '''
     (root / pkg / "__init__.py").write_text(module)

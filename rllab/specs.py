@@ -8,12 +8,14 @@ no unknown keys), with errors that name the plugin, the knob, the value and the 
 from __future__ import annotations
 
 import difflib
+from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping
 
 import attrs
 import cattrs
 
 from rllab.errors import ConfigError
+from rllab.traits import resolve
 
 # --------------------------------------------------------------------------- knobs
 
@@ -93,6 +95,10 @@ class ComponentSpec:
     summary: str = ""
     aliases: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
+    """Optional inputs the component needs from the algorithm (``"values"``, ``"reward_components"``, ...)."""
+    traits: Mapping[str, Any] = attrs.field(factory=lambda: MappingProxyType({}), hash=False)
+    """What the component declared about itself in ``register(...)``, checked against
+    :data:`rllab.traits.TRAITS` (undeclared traits are absent: read them with :meth:`trait`)."""
     provider: str = ""
     """The plugin that registered it (entry-point name, module name or file path)."""
     distribution: str | None = None
@@ -101,6 +107,12 @@ class ComponentSpec:
     @property
     def doc(self) -> str:
         return (self.fn.__doc__ or "").strip()
+
+    def trait(self, name: str, config: Any = None) -> Any:
+        """The declared value of trait ``name`` (the kind's default when undeclared); a per-config
+        trait given as a callable is called with ``config``. ``ValueError`` if ``name`` is not a
+        trait of this kind."""
+        return resolve(self.kind, self.name, self.traits, name, config)
 
     def knobs(self) -> list["KnobInfo"]:
         """Every knob of the config class, with default, type, allowed range and help."""
@@ -179,6 +191,10 @@ class Component:
 
     def __call__(self, **kwargs):
         return self.spec.fn(**kwargs, config=self.config)
+
+    def trait(self, name: str) -> Any:
+        """The component's trait ``name`` under its own config (see :meth:`ComponentSpec.trait`)."""
+        return self.spec.trait(name, self.config)
 
     def __repr__(self):
         return f"<{self.spec.kind} {self.spec.name!r} {self.config!r}>"

@@ -38,18 +38,22 @@ What is checked, per kind (every registered component must pass these):
   reasons, and repeatable sampling under a seed (on a tiny locally built model);
 - KL controllers, tasks, loggers: their factories build objects that honour their protocols.
 
-Declarations a component makes about itself (attributes of the registered function, read here):
+Declarations a component makes about itself (traits, keywords of its ``register(...)`` call, read
+here; see :mod:`rllab.traits`):
 
-``fn.aggregation`` (policy losses)
+``aggregation=`` (policy losses)
     A loss that does not reduce its per-token loss through the run's ``aggregate`` — because it
     is defined per sequence, like GMPO — sets this to the reduction it performs instead. Known
     values: ``"seq-mean"`` (the mean over non-empty rows of one loss per row; the contract
     checks that the loss of a batch is the row-weighted mean of the losses of its halves).
     Trainers should warn when such a loss is combined with a non-default aggregation mode.
-``fn.batch_step`` (advantage estimators)
+``batch_step=`` (advantage estimators)
     A short description of a step that couples every row of the batch (``"whiten"``, ``"batch
     std"``, ...) or a callable ``config -> description | None`` when a knob turns it on. Without
     it the group-isolation check applies.
+
+An advantage estimator that ``requires=("reward_components",)`` is checked without them: its
+fallback, the row score as the one component, must pass the checks.
 """
 
 from __future__ import annotations

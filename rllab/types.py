@@ -207,8 +207,9 @@ class Task(Protocol):
     default all 1 — TRL's default ``sum_then_normalize`` aggregation); the scalar is what
     ``solved``, the single-reward estimators and the reward metrics see. Estimators that
     normalise each component on its own (``gdpo``, ``normalize_then_sum``) read the components.
-    So that a config is checked before any model loads, the task's factory declares the names
-    too: ``factory.reward_components = lambda config: (...)`` (empty for one reward).
+    So that a config is checked before any model loads, the task's registration declares the
+    names too: ``register(name, factory, reward_components=...)``, a tuple or a callable
+    ``config -> tuple`` (empty for one reward).
     Single-reward tasks set nothing and return a float, as before.
     """
 

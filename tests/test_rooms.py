@@ -64,8 +64,7 @@ def room_plugin(events: list, logged: list):
             """Supervised fine-tuning on demonstrations."""
             return SFT(config=config)
 
-        sft.uses, sft.provides = SFT.uses, SFT.provides
-        register("sft", sft, config=SFTConfig)
+        register("sft", sft, config=SFTConfig, uses=SFT.uses, provides=SFT.provides)
 
     @rllab.hookimpl
     def register_loggers(register):
@@ -205,8 +204,7 @@ def channel_plugin():
             """Reports a KL and nothing else."""
             return Steer(config=config)
 
-        steer.uses, steer.provides = Steer.uses, Steer.provides
-        register("steer", steer, config=SteerConfig)
+        register("steer", steer, config=SteerConfig, uses=Steer.uses, provides=Steer.provides)
 
     @rllab.hookimpl
     def register_rollout_backends(register):

@@ -459,8 +459,8 @@ def test_rejection_narrows_the_step_mask_and_its_global_counts(tmp_path, monkeyp
         else:
             assert p.old_log_prob is not None, "a narrowing correction runs the old-log-prob forward"
             corr = tr.components["correction"]
-            keep = corr.spec.fn.keep_mask(old_log_prob=p.old_log_prob, rollout_log_prob=p.batch.rollout_log_prob,
-                                          mask=sampled, config=corr.config)
+            keep = corr.trait("keep_mask")(old_log_prob=p.old_log_prob, rollout_log_prob=p.batch.rollout_log_prob,
+                                           mask=sampled, config=corr.config)
             assert torch.equal(p.mask, sampled & keep)
             assert counts["global_tokens"] == int(p.mask.sum()) < int(sampled.sum())
             assert counts["global_seqs"] == int(p.mask.any(-1).sum())

@@ -19,18 +19,36 @@ from . import baselines, gae, group
 
 @rllab.hookimpl
 def register_advantage_estimators(register):
-    register("gae", gae.gae, config=gae.GAEConfig, requires=("values",))
+    # batch_step: a step that couples every row of the batch, for the contract suite's
+    # group-isolation check (rllab.testing)
+    register(
+        "gae", gae.gae, config=gae.GAEConfig, requires=("values",),
+        batch_step=lambda config: "whiten" if config.whiten else None,
+    )
     register("reinforce", gae.reinforce, config=gae.ReturnConfig)
     register("remax", gae.remax, requires=("reward_baselines",))
-    register("reinforce_plus_plus", gae.reinforce_plus_plus, config=gae.ReturnConfig, aliases=("reinforce++",))
-    register("grpo", group.grpo, config=group.GRPOConfig)
+    register(
+        "reinforce_plus_plus", gae.reinforce_plus_plus, config=gae.ReturnConfig, aliases=("reinforce++",),
+        batch_step="whiten",
+    )
+    register(
+        "grpo", group.grpo, config=group.GRPOConfig,
+        batch_step=lambda config: "batch std" if config.scale == "batch" and config.norm_by_std else None,
+    )
     register("rloo", group.rloo, config=group.RLOOConfig)
-    register("reinforce_plus_plus_baseline", group.reinforce_plus_plus_baseline, config=group.MaskScoresConfig)
+    register(
+        "reinforce_plus_plus_baseline", group.reinforce_plus_plus_baseline, config=group.MaskScoresConfig,
+        batch_step="whiten",
+    )
     register("opo", group.opo, config=group.MaskScoresConfig)
-    register("gpg", group.gpg, config=group.GPGConfig)
+    register("gpg", group.gpg, config=group.GPGConfig, batch_step="α = B / #non-zero scores")
     register("grpo_passk", group.grpo_passk, config=group.PassKConfig)
-    register("gdpo", baselines.gdpo, config=baselines.GDPOConfig)
-    register("normalize_then_sum", baselines.normalize_then_sum, config=baselines.NormalizeThenSumConfig)
+    components = ("reward_components",)
+    register("gdpo", baselines.gdpo, config=baselines.GDPOConfig, requires=components, batch_step="whiten")
+    register(
+        "normalize_then_sum", baselines.normalize_then_sum, config=baselines.NormalizeThenSumConfig,
+        requires=components, batch_step="batch std",
+    )
     otb_inputs = ("old_log_prob", "sum_pi_squared")
     register("optimal_token_baseline", baselines.optimal_token_baseline, config=baselines.OTBConfig, requires=otb_inputs)
     register(

@@ -34,7 +34,8 @@ rollout-time logits); ``weights`` (B, T) float or None, truncated IS weights ρ�
 :class:`rllab.types.Task`, e.g. ``addition`` with ``format_weight``) returns one reward per
 component; the rollout batch carries them as ``reward_components`` (B, K) and the ``rl`` step
 passes them to ``gdpo`` and ``normalize_then_sum`` (verl reads the ``gdpo_reward_keys`` columns of
-its batch; TRL calls each of its ``reward_funcs``). Both declare ``needs_reward_components``: a
+its batch; TRL calls each of its ``reward_funcs``). Both register with
+``requires=("reward_components",)``: a
 config that pairs them with a single-reward task is refused at load — with one component
 ``gdpo`` is GRPO's group normalisation followed by batch whitening, and ``normalize_then_sum``
 TRL's group-then-batch standardisation of one reward, so the choice is almost certainly a
@@ -166,10 +167,6 @@ def gdpo(*, token_rewards, mask, index, values=None, config: GDPOConfig, reward_
         return advantages, advantages.clone()
 
 
-gdpo.batch_step = "whiten"
-gdpo.needs_reward_components = True
-
-
 @attrs.frozen
 class NormalizeThenSumConfig:
     """Knobs of normalize_then_sum (TRL's constants)."""
@@ -200,10 +197,6 @@ def normalize_then_sum(*, token_rewards, mask, index, values=None, config: Norma
         adv = torch.where(counted, (s - mean) / (std + config.epsilon), _zero(s))
         advantages = torch.where(mask, adv[:, None], _zero(adv))
         return advantages, advantages.clone()
-
-
-normalize_then_sum.batch_step = "batch std"
-normalize_then_sum.needs_reward_components = True
 
 
 # --------------------------------------------------------------------------- optimal token baselines

@@ -575,11 +575,6 @@ def reinforce_plus_plus(*, token_rewards, mask, index=None, values=None, config:
     return advantages, returns
 
 
-# batch-level steps, declared for the contract suite's group-isolation check (rllab.testing)
-gae.batch_step = lambda config: "whiten" if config.whiten else None
-reinforce_plus_plus.batch_step = "whiten"
-
-
 def remax(*, token_rewards, mask, index=None, values=None, reward_baselines=None, config=None):
     """ReMax (Li et al. 2023): the return minus the reward of the policy's greedy response.
 

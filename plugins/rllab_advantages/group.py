@@ -351,9 +351,3 @@ def grpo_passk(*, token_rewards, mask, index, values=None, config: PassKConfig):
             gap = gap / (std + config.epsilon)
         advantage = torch.where(is_best & (count > 1), gap, ops.scalar_zero(scores))
         return _broadcast(advantage, mask)
-
-
-# batch-level steps, declared for the contract suite's group-isolation check (rllab.testing)
-grpo.batch_step = lambda config: "batch std" if config.scale == "batch" and config.norm_by_std else None
-reinforce_plus_plus_baseline.batch_step = "whiten"
-gpg.batch_step = "α = B / #non-zero scores"

@@ -13,6 +13,9 @@ from . import preference, rl
 
 @rllab.hookimpl
 def register_algorithms(register):
-    register("rl", rl.rl, config=rl.RLConfig)
-    register("dpo", preference.dpo, config=preference.DPOConfig)
-    register("online_dpo", preference.online_dpo, config=preference.OnlineDPOConfig)
+    register("rl", rl.rl, config=rl.RLConfig, uses=rl.RL.uses, provides=rl.RL.provides)
+    for name, factory, cls, config in (
+        ("dpo", preference.dpo, preference.DPO, preference.DPOConfig),
+        ("online_dpo", preference.online_dpo, preference.OnlineDPO, preference.OnlineDPOConfig),
+    ):
+        register(name, factory, config=config, uses=cls.uses, provides=cls.provides)

@@ -259,8 +259,3 @@ def dpo(*, config: DPOConfig) -> DPO:
 def online_dpo(*, config: OnlineDPOConfig) -> OnlineDPO:
     """Online DPO: sample a group per prompt, pair the best with the worst."""
     return OnlineDPO(config=config)
-
-
-for _f in (dpo, online_dpo):
-    _f.uses = _Preference.uses
-    _f.provides = _Preference.provides

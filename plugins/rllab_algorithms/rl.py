@@ -27,8 +27,6 @@ forward), before or after the advantage estimator as the correction says.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import math
 from functools import partial
 from typing import Any
@@ -132,6 +130,7 @@ class RL:
     provides = {
         "advantage_estimator": ("values", "reward_baselines", "old_log_prob", "sum_pi_squared", "reward_components"),
         "loss_aggregation": ("global_rows",),
+        "policy_loss": ("rollout_log_prob",),
     }
 
     def __init__(self, *, config: RLConfig):
@@ -224,7 +223,7 @@ class RL:
         narrow = _narrows(ctx)
         if narrow is not None and old is not None:
             correction = comps["correction"]
-            keep = correction.spec.fn.keep_mask(
+            keep = correction.trait("keep_mask")(
                 old_log_prob=old, rollout_log_prob=batch.rollout_log_prob, mask=mask, config=correction.config
             )
             train_mask = mask & keep
@@ -233,14 +232,14 @@ class RL:
             metrics["train/kept_token_frac"] = ops.masked_mean(train_mask.float(), mask).item()
         extra = dict(extra or {})
         estimator = comps["advantage"]
-        if batch.reward_components is not None and _accepts(estimator, "reward_components"):
-            extra["reward_components"] = batch.reward_components  # (B, K), one column per named component
-        elif getattr(estimator.spec.fn, "needs_reward_components", False):
-            raise rllab.RllabError(
-                f"advantage {estimator.name!r} normalises each reward component on its own, but the batch has none: "
-                f"the task declares no reward_components (see rllab.types.Task)"
-            )
         requires = estimator.spec.requires
+        if "reward_components" in requires:
+            if batch.reward_components is None:
+                raise rllab.RllabError(
+                    f"advantage {estimator.name!r} normalises each reward component on its own, but the batch has none: "
+                    f"the task declares no reward_components (see rllab.types.Task)"
+                )
+            extra["reward_components"] = batch.reward_components  # (B, K), one column per named component
         if "old_log_prob" in requires:
             extra["old_log_prob"] = old
         if "sum_pi_squared" in requires:  # Σ_v π_v² of the rollout-time policy (optimal-token baselines)
@@ -328,7 +327,7 @@ class RL:
             old = p.old_log_prob[rows]
             w = p.weights[rows] if p.weights is not None else None
         policy_loss = comps["policy_loss"]
-        extra = {"rollout_log_prob": batch.rollout_log_prob[rows]} if _accepts(policy_loss, "rollout_log_prob") else {}
+        extra = {"rollout_log_prob": batch.rollout_log_prob[rows]} if "rollout_log_prob" in policy_loss.spec.requires else {}
         pg_loss, pg_metrics = policy_loss(
             log_prob=log_prob,
             old_log_prob=old,
@@ -339,7 +338,7 @@ class RL:
             **extra,
         )
         loss = checked_loss(pg_loss, ctx, "policy_loss")
-        if getattr(policy_loss.spec.fn, "aggregation", None) == "seq-mean":
+        if policy_loss.trait("aggregation") == "seq-mean":
             # a loss that reduces itself to a mean over its rows: weight the micro-batch by its share
             # of the minibatch's rows, so micro-batching leaves the gradient unchanged
             loss = loss * (int(mask.any(-1).sum()) / max(1, agg.keywords["global_seqs"]))
@@ -395,30 +394,15 @@ def _aggregate(component: Any, loss_mat, mask, **counts):
 
 def _narrows(ctx: RunContext) -> str | None:
     """When the correction narrows the response mask ("after_advantage", "before_advantage"), or None."""
-    correction = ctx.components["correction"]
-    narrows = getattr(correction.spec.fn, "narrows_mask", None)
-    return None if narrows is None or _bypass(ctx) else narrows(correction.config)
+    return None if _bypass(ctx) else ctx.components["correction"].trait("narrows_mask")
 
 
 def _bypass(ctx: RunContext) -> bool:
     """The policy loss wants the rollout engine's log-probs as ``old_log_prob`` (bypass mode)."""
-    return getattr(ctx.components["policy_loss"].spec.fn, "old_log_prob", None) == "rollout"
-
-
-@functools.lru_cache(maxsize=None)
-def _parameters(fn) -> frozenset:
-    return frozenset(inspect.signature(fn).parameters)
-
-
-def _accepts(component: Any, name: str) -> bool:
-    """The component's function takes the optional keyword ``name``."""
-    return name in _parameters(component.spec.fn)
+    return ctx.components["policy_loss"].trait("old_log_prob") == "rollout"
 
 
 def rl(*, config: RLConfig) -> RL:
     """Policy-gradient RL: rollouts, advantages, clipped/corrected policy loss, optional KL and critic."""
     return RL(config=config)
 
-
-rl.uses = RL.uses
-rl.provides = RL.provides

@@ -14,7 +14,7 @@ components re-weight, reject or bypass accordingly (``register_importance_correc
 import rllab
 
 from .bypass import BypassConfig, bypass_mode
-from .rejection import RejectionConfig, rejection
+from .rejection import RejectionConfig, keep_mask, narrows_mask, rejection
 from .tis import CorrectionConfig, no_correction, sequence_mask, sequence_truncate, token_mask, token_truncate
 
 
@@ -25,9 +25,12 @@ def register_importance_corrections(register):
     register("sequence_truncate", sequence_truncate, config=CorrectionConfig)
     register("sequence_mask", sequence_mask, config=CorrectionConfig)
     register("none", no_correction)
-    register("rejection", rejection, config=RejectionConfig, aliases=("rs",))
+    register(
+        "rejection", rejection, config=RejectionConfig, aliases=("rs",), keep_mask=keep_mask, narrows_mask=narrows_mask
+    )
 
 
 @rllab.hookimpl
 def register_policy_losses(register):
-    register("bypass_mode", bypass_mode, config=BypassConfig)
+    # the rl step passes the rollout engine's log-probs as old_log_prob and skips the old-log-prob forward
+    register("bypass_mode", bypass_mode, config=BypassConfig, old_log_prob="rollout")

@@ -156,8 +156,3 @@ def bypass_mode(*, log_prob, old_log_prob, advantages, mask, aggregate, config, 
     if weights is not None:
         pg_losses = pg_losses * torch.where(mask, weights.detach(), _zero(log_prob))
     return aggregate(pg_losses, keep), {k: v.detach() for k, v in metrics.items()}
-
-
-bypass_mode.old_log_prob = "rollout"
-"""Read by the rl algorithm: pass the rollout engine's log-probs as ``old_log_prob`` and skip the
-old-log-prob forward pass."""

@@ -44,8 +44,8 @@ outside [``c_min``, ``c_max``], optionally batch-normalised) or 1.
 (``compute_rollout_correction_and_add_to_batch`` overwrites ``response_mask`` before
 ``compute_advantage``), so they leave everything downstream: the loss's normaliser (token-mean
 divides by the tokens that survived), the token and sequence counts of the aggregation, the KL
-and entropy terms and the value loss. rllab's ``rl`` step does the same: the correction declares
-:func:`keep_mask` (``rejection.keep_mask``) and ``rejection.narrows_mask(config)``, and the step
+and entropy terms and the value loss. rllab's ``rl`` step does the same: the correction registers
+with the traits ``keep_mask=`` :func:`keep_mask` and ``narrows_mask=`` :func:`narrows_mask`, and the step
 trains on ``mask & keep`` — the IS weights themselves are computed on the sampled mask, as
 verl's are. When the step narrows:
 
@@ -364,7 +364,3 @@ def rejection(*, old_log_prob, rollout_log_prob, mask, config):
     )
     metrics.update(mismatch_metrics(old, rollout, mask))
     return weights.detach(), {k: v.detach() for k, v in metrics.items()}
-
-
-rejection.keep_mask = keep_mask
-rejection.narrows_mask = narrows_mask

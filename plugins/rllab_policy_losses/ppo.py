@@ -76,7 +76,8 @@ Where rllab's defaults differ from the references, and why:
   ``actor/clip_cov_frac``.
 * ``off_policy_mask_threshold`` (``ppo_clip``, ``gspo``, ``cispo``, ``sapo``; None by default):
   TRL 1.16's off-policy sequence mask, see :mod:`rllab_policy_losses.opsm`. These losses accept an optional
-  ``rollout_log_prob`` (B, T) that only the mask reads.
+  ``rollout_log_prob`` (B, T) that only the mask reads (registered with
+  ``requires=("rollout_log_prob",)``, so the ``rl`` step passes it).
 * ``vanilla_pg``'s value is −A·log_prob, not −A·r: with ``log_prob == old_log_prob`` the two
   have the same gradient (−A·∇log π), not the same value.
 """

@@ -7,7 +7,7 @@ Same signature as :mod:`rllab_policy_losses.ppo`::
 ``log_prob``, ``old_log_prob``, ``advantages`` (B, T) float, ``mask`` (B, T) bool, ``weights``
 (B, T) float or None (detached importance-correction weights). ``vespo`` also takes
 ``rollout_log_prob`` (B, T) float or None, the inference engine's log-probs, which only its
-off-policy sequence mask reads. Inputs are
+off-policy sequence mask reads (it registers with ``requires=("rollout_log_prob",)``). Inputs are
 checked and zeroed at masked positions exactly as in :mod:`rllab_policy_losses.ppo`, so NaN there
 changes nothing; ``log r = log_prob − old_log_prob``.
 
@@ -133,9 +133,6 @@ def geo_mean(*, log_prob, old_log_prob, advantages, mask, aggregate, config, wei
     metrics["actor/clipfrac"] = _frac(clipped & (advantages > 0), mask)
     metrics["actor/clipfrac_lower"] = _frac(clipped & (advantages < 0), mask)
     return loss, metrics
-
-
-geo_mean.aggregation = "seq-mean"  # read by rllab.testing: this loss reduces itself, per sequence
 
 
 # --------------------------------------------------------------------------- DPPO

@@ -206,9 +206,6 @@ def addition(*, config: AdditionConfig) -> AdditionTask:
     return AdditionTask(config)
 
 
-addition.reward_components = lambda config: COMPONENTS if config.format_weight is not None else ()
-
-
 # --------------------------------------------------------------------------- chain
 
 
@@ -591,7 +588,10 @@ def jsonl(*, config: JsonlConfig) -> JsonlTask:
 
 @rllab.hookimpl
 def register_tasks(register):
-    register("addition", addition, config=AdditionConfig)
+    register(
+        "addition", addition, config=AdditionConfig,
+        reward_components=lambda config: COMPONENTS if config.format_weight is not None else (),
+    )
     register("chain", chain, config=ChainConfig)
     register("countdown", countdown, config=CountdownConfig)
     register("sort", sort, config=StringTaskConfig)

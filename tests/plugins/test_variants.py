@@ -120,8 +120,8 @@ def test_geo_mean_on_one_token_rows_is_ppo_clip_with_log_bounds(lr, adv, eps_low
 
 
 def test_geo_mean_declares_its_reduction():
-    assert LAB.spec("policy_loss", "geo_mean").fn.aggregation == "seq-mean"
-    assert getattr(LAB.spec("policy_loss", "ppo_clip").fn, "aggregation", None) is None
+    assert LAB.spec("policy_loss", "geo_mean").trait("aggregation") == "seq-mean"
+    assert LAB.spec("policy_loss", "ppo_clip").trait("aggregation") is None
 
 
 # --------------------------------------------------------------------------- dppo

@@ -150,8 +150,8 @@ def test_off_keeps_rejected_tokens_in_the_normaliser(tmp_path):
     assert torch.equal(prepared.mask, batch.response_mask)
     old = seen["lp"]
     corr = tr.components["correction"]
-    keep = corr.spec.fn.keep_mask(old_log_prob=old, rollout_log_prob=batch.rollout_log_prob, mask=batch.response_mask,
-                                  config=corr.config)
+    keep = corr.trait("keep_mask")(old_log_prob=old, rollout_log_prob=batch.rollout_log_prob, mask=batch.response_mask,
+                                   config=corr.config)
     assert (batch.response_mask & ~keep).any()
     tr.policy.zero_grad(set_to_none=True)
     from rllab_algorithms.rl import _logprobs

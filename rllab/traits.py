@@ -1,0 +1,232 @@
+"""Component traits: what a component declares about itself, once, in its registration.
+
+A trait is a keyword of ``register(name, fn, ...)`` beside ``config``, ``requires`` and the
+rest; the :class:`rllab.Lab` checks it (a known trait of the component's kind, a value of the
+right type) and records it on :attr:`rllab.ComponentSpec.traits`. Readers ask the spec, or the
+bound component::
+
+    register("grpo", grpo, config=GRPOConfig, batch_step=lambda config: ... )
+    lab.get("advantage_estimator", "grpo", scale="batch").trait("batch_step")   # "batch std"
+
+A trait marked *per config* may be given as a value or as a callable of the component's frozen
+config; :meth:`rllab.ComponentSpec.trait` calls it with the config. :data:`TRAITS` lists every
+trait of every kind (``rllab.hookspecs`` documents them with their kind's hook).
+
+Optional *inputs* are not traits: a component that wants one lists it in ``requires=(...)``.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+import attrs
+
+
+@attrs.frozen(kw_only=True)
+class Trait:
+    """One trait of a kind: its meaning, its default and how its value is checked."""
+
+    help: str
+    expected: str
+    """What a valid value is, in words (shown in errors)."""
+    normalize: Callable[[Any], Any]
+    """The checked, frozen value; raises ``TypeError`` or ``ValueError`` on a wrong one. A per-config
+    trait's callable is checked by this on what it returns."""
+    default: Any = None
+    per_config: bool = False
+    """May be a callable ``config -> value``, resolved by :meth:`rllab.ComponentSpec.trait`."""
+
+
+def _choice(*allowed: Any) -> Callable[[Any], Any]:
+    def normalize(value):
+        if value not in allowed:
+            raise ValueError(f"got {value!r}")
+        return value
+
+    return normalize
+
+
+def _text(value):
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"got {type(value).__name__} {value!r}")
+    return value
+
+
+def _function(value):
+    if not callable(value):
+        raise TypeError(f"got {type(value).__name__} {value!r}")
+    return value
+
+
+def _strs(value) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (tuple, list, set, frozenset)):
+        raise TypeError(f"got {type(value).__name__} {value!r}")
+    if not all(isinstance(v, str) and v for v in value):
+        raise TypeError(f"got {value!r}, with an item that is not a non-empty string")
+    return tuple(value)
+
+
+def _optional(normalize: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def check(value):
+        return None if value is None else normalize(value)
+
+    return check
+
+
+def _sections(value) -> frozenset[str] | None:
+    return None if value is None else frozenset(_strs(value))
+
+
+def _provides(value) -> Mapping[str, tuple[str, ...]]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"got {type(value).__name__} {value!r}")
+    out = {}
+    for kind, inputs in value.items():
+        if not isinstance(kind, str):
+            raise TypeError(f"got the key {kind!r}, not a component kind")
+        out[kind] = _strs(inputs)
+    return MappingProxyType(out)
+
+
+NARROWS = ("after_advantage", "before_advantage")
+
+TRAITS: dict[str, dict[str, Trait]] = {
+    "advantage_estimator": {
+        "batch_step": Trait(
+            help="a step that couples every row of the batch (whitening, a batch std, ...), in a few words; "
+            "None: the estimator's statistics stay within each group. Read by the contract checks.",
+            expected="a non-empty string, None, or a callable config -> one of those",
+            normalize=_optional(_text),
+            per_config=True,
+        ),
+    },
+    "policy_loss": {
+        "aggregation": Trait(
+            help="the reduction the loss performs itself instead of calling aggregate ('seq-mean': the mean "
+            "over non-empty rows of one loss per row); None: the loss goes through aggregate.",
+            expected="'seq-mean' or None",
+            normalize=_optional(_choice("seq-mean")),
+        ),
+        "old_log_prob": Trait(
+            help="whose log-probs the loss receives as old_log_prob: 'trainer' (a forward of the policy at "
+            "rollout time) or 'rollout' (the inference engine's; the rl step skips the old-log-prob forward).",
+            expected="'trainer' or 'rollout'",
+            normalize=_choice("trainer", "rollout"),
+            default="trainer",
+        ),
+    },
+    "importance_correction": {
+        "narrows_mask": Trait(
+            help="when the rl step narrows its response mask to keep_mask: 'after_advantage', "
+            "'before_advantage' (the estimator sees the narrowed mask) or None (never). Needs keep_mask.",
+            expected="'after_advantage', 'before_advantage', None, or a callable config -> one of those",
+            normalize=_optional(_choice(*NARROWS)),
+            per_config=True,
+        ),
+        "keep_mask": Trait(
+            help="fn(*, old_log_prob, rollout_log_prob, mask, config) -> (B, T) bool, the valid tokens the "
+            "correction keeps. Needs narrows_mask.",
+            expected="a callable",
+            normalize=_optional(_function),
+        ),
+    },
+    "task": {
+        "reward_components": Trait(
+            help="the names of the task's reward components (empty for a single reward), so a config is "
+            "checked before any model loads; None: not declared, checked on the first batch.",
+            expected="a tuple of strings, or a callable config -> one",
+            normalize=_optional(_strs),
+            per_config=True,
+        ),
+    },
+    "algorithm": {
+        "uses": Trait(
+            help="the config sections the algorithm reads (a section it does not use is refused when set); "
+            "None: every section.",
+            expected="a set of section names, or None",
+            normalize=_sections,
+        ),
+        "provides": Trait(
+            help="the optional inputs the algorithm passes to components, by kind: a component whose "
+            "requires=(...) names an input missing here is refused at load.",
+            expected="a mapping of component kind -> tuple of input names",
+            normalize=_provides,
+            default=MappingProxyType({}),
+        ),
+    },
+}
+"""Every trait, by component kind. Kinds not listed take none."""
+
+LEGACY = {
+    "advantage_estimator": {"batch_step": "batch_step=...", "needs_reward_components": 'requires=("reward_components",)'},
+    "policy_loss": {"aggregation": "aggregation=...", "old_log_prob": 'old_log_prob="rollout"'},
+    "importance_correction": {"narrows_mask": "narrows_mask=...", "keep_mask": "keep_mask=..."},
+    "task": {"reward_components": "reward_components=..."},
+    "algorithm": {"uses": "uses=...", "provides": "provides=..."},
+}
+"""Function attributes that once declared a trait, by kind, and the ``register`` keyword that
+replaces each. A registered function that still carries one is refused."""
+
+
+def _kind_traits(kind: str) -> str:
+    names = TRAITS.get(kind, {})
+    return f"allowed traits for {kind}: {', '.join(names)}" if names else f"{kind} takes no traits"
+
+
+def check_traits(kind: str, who: str, fn: Any, traits: Mapping[str, Any], *, kinds) -> Mapping[str, Any]:
+    """The checked, frozen traits of a registration; ``TypeError`` naming ``who`` (the plugin and
+    the component) and the trait when one is unknown, not of ``kind``, or of the wrong type."""
+    import difflib
+
+    allowed = TRAITS.get(kind, {})
+    legacy = LEGACY.get(kind, {})
+    if kind == "task" and isinstance(fn, type):  # a Task class as its own factory: reward_components is protocol data
+        legacy = {}
+    stale = [(a, kw) for a, kw in legacy.items() if hasattr(fn, a)]
+    if stale:
+        attr, kw = stale[0]
+        raise TypeError(
+            f"{who}: declares {attr!r} as an attribute of its function; traits are declared in the registration "
+            f"now: register(..., {kw}) (the attribute is not read)"
+        )
+    out = {}
+    for name, value in traits.items():
+        if name not in allowed:
+            owners = [k for k, t in TRAITS.items() if name in t]
+            close = difflib.get_close_matches(name, list(allowed), n=1)
+            if owners:
+                why = f"{name!r} is a trait of {' and '.join(owners)}, not of {kind}"
+            else:
+                why = f"unknown trait {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+            raise TypeError(f"{who}: {why}; {_kind_traits(kind)}.")
+        if allowed[name].per_config and callable(value):
+            out[name] = value
+            continue
+        try:
+            out[name] = allowed[name].normalize(value)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"{who}: trait {name} must be {allowed[name].expected}; {e}") from None
+    if kind == "importance_correction" and ("narrows_mask" in out) != ("keep_mask" in out):
+        given, missing = ("narrows_mask", "keep_mask") if "narrows_mask" in out else ("keep_mask", "narrows_mask")
+        raise TypeError(f"{who}: trait {given} needs trait {missing} too (the rl step narrows its mask to keep_mask)")
+    for key in out.get("provides", {}):
+        if key not in kinds:
+            raise TypeError(f"{who}: trait provides names {key!r}, which is not a component kind ({', '.join(kinds)})")
+    return MappingProxyType(out)
+
+
+def resolve(kind: str, name: str, traits: Mapping[str, Any], trait: str, config: Any) -> Any:
+    """The value of ``trait`` from declared ``traits`` (the kind's default when undeclared),
+    called with ``config`` when it is a per-config trait given as a callable."""
+    spec = TRAITS.get(kind, {}).get(trait)
+    if spec is None:
+        raise ValueError(f"{kind} {name!r}: {trait!r} is not a trait of {kind}; {_kind_traits(kind)}")
+    value = traits.get(trait, spec.default)
+    if not (spec.per_config and callable(value)):
+        return value
+    got = value(config)
+    try:
+        return spec.normalize(got)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{kind} {name!r}: trait {trait} returned {got!r} for {config!r}; it must be {spec.expected} [{e}]") from None
