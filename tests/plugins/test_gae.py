@@ -460,11 +460,11 @@ def test_knob_validation(name, knobs, match):
 
 @pytest.mark.parametrize("c", [0.1, 0.5, 0.9, 0.99, 0.9999])
 @pytest.mark.parametrize("T", [100, 1000, 40000])
-def test_masked_scan_on_long_rows_matches_skip_scan(c, T):
-    """The unpacked masked scan (blocked running products, block ends scanned again in float64)
-    agrees with the packed scan to float32 rounding (no worse than a float32 per-token loop),
-    over rows long enough for several levels."""
-    from rllab_advantages.gae import _masked_reverse_scan, _masked_scan_ok, _packing, _skip_scan
+def test_every_scan_path_matches_the_reference_loop_on_long_rows(c, T):
+    """The masked scan (blocked running products, block ends scanned again in float64) and the
+    compaction fallback agree with the reference loop to float32 rounding (no worse than the loop
+    itself in float32), over rows long enough for several levels."""
+    from rllab_advantages.scan import _packed_skip_scan, masked_reverse_scan, reference_skip_scan, skip_scan
 
     g = torch.Generator().manual_seed(T)
     B = 3
@@ -472,25 +472,35 @@ def test_masked_scan_on_long_rows_matches_skip_scan(c, T):
     m = torch.rand(B, T, generator=g) > 0.3
     m[:, T // 3 : T // 3 + T // 10] = False  # a long observation span
     m[0] = False  # an all-masked row
-    ref = _skip_scan(x, m, c, _packing(m))
+    x[~m] = float("nan")  # ignored wherever it sits
+    ref = reference_skip_scan(torch.where(m, x, 0.0), m, c)
     scale = ref.abs().max()
-    loop32 = _loop_skip_scan(x.float(), m, c).double()
+    loop32 = reference_skip_scan(torch.where(m, x, 0.0).float(), m, c).double()
     loop_dev = ((loop32 - ref).abs().max() / scale).item()
     for dtype, tol in ((torch.float64, 1e-12), (torch.float32, max(2e-6, 1.5 * loop_dev))):
-        assert _masked_scan_ok(c, dtype)
-        got = _masked_reverse_scan(x.to(dtype), m, c).double()
-        assert ((got - ref).abs().max() / scale).item() < tol, (dtype, c, T)
-        assert (got[0] == 0).all()
+        for scan in (skip_scan, masked_reverse_scan, _packed_skip_scan):
+            got = scan(x.to(dtype), m, c).double()
+            assert ((got - ref).abs().max() / scale).item() < tol, (scan.__name__, dtype, c, T)
+            assert (got[0] == 0).all()
 
 
-def _loop_skip_scan(x, m, c):
-    """y_t = x_t + c·y_{t+1} over valid positions, a masked one carrying y, in x's dtype."""
-    out = torch.zeros_like(x)
-    running = torch.zeros(x.shape[0], dtype=x.dtype)
-    for t in reversed(range(x.shape[1])):
-        running = torch.where(m[:, t], x[:, t] + c * running, running)
-        out[:, t] = running
-    return out
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(st.lists(st.booleans(), min_size=1, max_size=70), min_size=1, max_size=4),
+    c=st.one_of(st.sampled_from([0.0, 1e-30, 0.01, 2.0**-5, 0.5, 1.0]), st.floats(0.0, 1.0)),
+    seed=st.integers(0, 3),
+)
+def test_skip_scan_is_the_reference_recurrence(rows, c, seed):
+    """skip_scan, whichever path the mask and c pick, equals the documented per-token loop."""
+    from rllab_advantages.scan import discounted_reverse_cumsum, reference_skip_scan, skip_scan
+
+    T = max(len(r) for r in rows)
+    m = torch.tensor([r + [False] * (T - len(r)) for r in rows])
+    x = torch.randn(m.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    ref = reference_skip_scan(x, m, c)
+    torch.testing.assert_close(skip_scan(x, m, c), ref, rtol=1e-9, atol=1e-9)
+    all_valid = torch.ones_like(m)
+    torch.testing.assert_close(discounted_reverse_cumsum(x, c), reference_skip_scan(x, all_valid, c), rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.parametrize("remask", [True, False])
