@@ -115,7 +115,9 @@ def gae(*, token_rewards, mask, index=None, values=None, config: GAEConfig):
         rewards, values = _as(token_rewards, dtype), _as(values, dtype)
         gamma, lam = config.gamma, config.lam
         holes = has_holes(mask)
-        x = rewards * (gamma * lam) if lam == 1.0 else rewards * (gamma * lam) + values * (gamma * (1.0 - lam))
+        x = rewards * (gamma * lam)
+        if lam != 1.0:
+            x.add_(values, alpha=gamma * (1.0 - lam))
         scanned = skip_scan(x, mask, gamma * lam, holes=holes)  # S_t: S of the first valid token ≥ t
         advantages = rewards - values  # A_k = r_k − V_k + S_{n(k)}, S_{n(k)} the scan at k + 1
         advantages[:, :-1] += scanned[:, 1:]
