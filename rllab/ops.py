@@ -138,8 +138,8 @@ def check_inputs(where: str, mask: torch.Tensor, **tensors: torch.Tensor | None)
     check_mask(where, mask)
     check_same_shape(where, **present, mask=mask)
     # float32 sums (float64 for float64 inputs: a cast per element costs 2x), added on the device
-    sums = [t.detach().sum(dtype=torch.float64 if t.dtype == torch.float64 else torch.float32) for t in present.values()]
-    if math.isfinite(torch.stack([s.double() for s in sums]).sum().item()):
+    total = sum(t.detach().sum(dtype=torch.float64 if t.dtype == torch.float64 else torch.float32) for t in present.values())
+    if math.isfinite(total.item()):
         return True
     bad = None
     for t in present.values():
@@ -197,13 +197,15 @@ def masked_whiten(
     then only centred (scale 1), so a lone valid entry gets 0 and no masked position is blown up
     by ``rsqrt(eps)``.
     """
-    n = torch.count_nonzero(mask)
-    mean = masked_sum(x, mask) / n.clamp(min=1)
+    n = int(torch.count_nonzero(mask))
+    mean = masked_sum(x, mask) / max(n, 1)
     shifted = x - mean
     centred = zero_masked(shifted, mask)
-    var = sum_of_squares(centred) / (n - 1).clamp(min=1)
-    scale = torch.where(n > 1, torch.rsqrt(var + eps), torch.ones_like(var))
-    out = (centred if remask else shifted) * scale
+    if n > 1:
+        scale = torch.rsqrt(sum_of_squares(centred) / (n - 1) + eps)
+        out = (centred if remask else shifted) * scale
+    else:
+        out = centred if remask else shifted
     if not shift_mean:
         out = out + (zero_masked(mean.expand_as(out), mask) if remask else mean)
     return out
