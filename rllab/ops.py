@@ -195,19 +195,17 @@ def masked_whiten(
 
     With fewer than two valid entries the variance is undefined (verl raises): the result is
     then only centred (scale 1), so a lone valid entry gets 0 and no masked position is blown up
-    by ``rsqrt(eps)``.
+    by ``rsqrt(eps)``. No gradient flows through it (a batch statistic applied to advantages).
     """
-    n = int(torch.count_nonzero(mask))
-    mean = masked_sum(x, mask) / max(n, 1)
-    shifted = x - mean
-    centred = zero_masked(shifted, mask)
-    if n > 1:
-        scale = torch.rsqrt(sum_of_squares(centred) / (n - 1) + eps)
-        out = (centred if remask else shifted) * scale
-    else:
-        out = centred if remask else shifted
-    if not shift_mean:
-        out = out + (zero_masked(mean.expand_as(out), mask) if remask else mean)
+    with torch.no_grad():
+        n = int(torch.count_nonzero(mask))
+        centred = zero_masked(x, mask)
+        mean = centred.sum() / max(n, 1)
+        centred = zero_masked_(centred.sub_(mean), mask)
+        scale = torch.rsqrt(sum_of_squares(centred) / (n - 1) + eps) if n > 1 else 1.0
+        out = centred.mul_(scale) if remask else (x - mean).mul_(scale)
+        if not shift_mean:
+            out = out.add_(zero_masked(mean.expand_as(out), mask) if remask else mean)
     return out
 
 

@@ -85,7 +85,8 @@ def skip_scan(x: torch.Tensor, mask: torch.Tensor, c: float, *, holes: bool | No
     if c == 1.0:
         scanned = reversed_x.cumsum_(1)
     elif holes:
-        multipliers = reversed_mask.to(x.dtype).mul_(c - 1.0).add_(1.0)  # c where valid, 1 where masked
+        # c where valid, 1 where masked (from the mask's bytes: a cast from bool is 7× slower on CPU)
+        multipliers = reversed_mask.view(torch.int8).to(x.dtype).mul_(c - 1.0).add_(1.0)
         scanned = _forward_scan(reversed_x, multipliers, -math.log2(c))
     else:
         scanned = _forward_scan(reversed_x, c, -math.log2(c))
