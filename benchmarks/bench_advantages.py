@@ -15,7 +15,7 @@ min/max, the speed-up of the medians over the loop, the ratio of the two-thread 
 one-thread median (≤ 1: more threads are no slower), and the largest deviation from the loop
 relative to the loop's largest magnitude (float32 inputs).
 Masks are response masks with random lengths ("prefix"), or with observation spans cut into
-them ("multi-turn", which exercises the scan that skips masked spans in place).
+them ("multi-turn": the scan's multipliers then come from the mask).
 
 The process keeps freed memory for reuse, as the trainer does (``[train] keep_freed_memory``):
 otherwise glibc returns the memory the loop frees to the OS, and each output of ours lands on
@@ -24,6 +24,7 @@ fresh pages whose faults cost more than its arithmetic (``--malloc-defaults`` me
     python benchmarks/bench_advantages.py                 # the full table
     python benchmarks/bench_advantages.py --malloc-defaults   # glibc's malloc as it comes
     python benchmarks/bench_advantages.py --quick         # small sizes, a few seconds
+    python benchmarks/bench_advantages.py --threads 1,2 --only gae   # thread counts; some estimators
     pytest benchmarks/bench_advantages.py                 # pytest-benchmark smoke runs
 """
 
@@ -160,17 +161,17 @@ def fmt(ts):
 
 
 def header(threads):
-    cols = "".join(f"{f'rllab {n}t ms median [min, max]':>29}{f'x{n}t':>7}" for n in threads)
+    cols = "".join(f"{f'rllab {n}t ms median [min, max]':>31}{f'x{n}t':>7}" for n in threads)
     ratio = f"{f'{threads[-1]}t/{threads[0]}t':>8}" if len(threads) > 1 else ""
-    return f"{'estimator':<20}{'B':>6}{'T':>6} {'knobs':<12}{'mask':<11}{'loop ms median [min, max]':>29}{cols}{ratio}{'max dev':>9}"
+    return f"{'estimator':<12}{'B':>6}{'T':>6} {'knobs':<12}{'mask':<11}{'loop ms median [min, max]':>30}{cols}{ratio}{'max dev':>9}"
 
 
 def row(name, B, T, knobs, mask_kind, tb, to, dev):
     base = statistics.median(tb)
-    cols = "".join(f"{fmt(ts):>29}{base / statistics.median(ts):>6.1f}x" for ts in to.values())
+    cols = "".join(f"{fmt(ts):>31}{base / statistics.median(ts):>6.1f}x" for ts in to.values())
     medians = [statistics.median(ts) for ts in to.values()]
     ratio = f"{medians[-1] / medians[0]:>8.2f}" if len(medians) > 1 else ""
-    return f"{name:<20}{B:>6}{T:>6} {knobs:<12}{mask_kind:<11}{fmt(tb):>29}{cols}{ratio}{dev:>9.1e}"
+    return f"{name:<12}{B:>6}{T:>6} {knobs:<12}{mask_kind:<11}{fmt(tb):>30}{cols}{ratio}{dev:>9.1e}"
 
 
 def bench_gae(lab, B, T, lam, holes, repeats, threads, gamma=1.0):
