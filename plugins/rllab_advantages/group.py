@@ -106,7 +106,12 @@ def _broadcast(per_row: torch.Tensor, mask: torch.Tensor):
     """Row scalars (B,) → (B, T) advantages, 0 at masked positions; returns *is* advantages — the
     same tensor, as verl's outcome estimators return ``scores, scores`` (a second (B, T) copy
     costs as much as the rest of the estimator; nothing in rllab writes into either)."""
-    advantages = ops.zero_masked_(per_row[:, None].expand(mask.shape).contiguous(), mask)
+    if bool(torch.isfinite(per_row).all()):
+        # verl's scores × mask: exact for finite rows (a masked position gets ±0), and the
+        # cheapest broadcast (the mask's bytes cast, one multiplication)
+        advantages = mask.view(torch.int8).to(per_row.dtype).mul_(per_row[:, None])
+    else:  # NaN or inf in a row (ε = 0 and a constant group): still 0 at masked positions
+        advantages = ops.zero_masked_(per_row[:, None].expand(mask.shape).contiguous(), mask)
     return advantages, advantages
 
 
