@@ -9,11 +9,13 @@ Baselines, written the way verl 0.9.1 writes them:
   groups for the statistics, a loop over rows to apply them (verl's ``compute_grpo_outcome_
   advantage`` / ``compute_rloo_outcome_advantage``).
 
-Both sides run on one thread (``torch.set_num_threads(1)``), interleaved repeat by repeat so a
-load drift hits both; the table gives the median with min/max, the speed-up of the medians, and
-the largest deviation from the loop relative to the loop's largest magnitude (float32 inputs).
+The loop runs on one thread; rllab runs on one and on two torch threads (``--threads``), all
+interleaved repeat by repeat so a load drift hits every column; the table gives the median with
+min/max, the speed-up of the medians over the loop, the ratio of the two-thread median to the
+one-thread median (≤ 1: more threads are no slower), and the largest deviation from the loop
+relative to the loop's largest magnitude (float32 inputs).
 Masks are response masks with random lengths ("prefix"), or with observation spans cut into
-them ("multi-turn", which exercises the scan that skips masked spans in place).
+them ("multi-turn": the scan's multipliers then come from the mask).
 
 The process keeps freed memory for reuse, as the trainer does (``[train] keep_freed_memory``):
 otherwise glibc returns the memory the loop frees to the OS, and each output of ours lands on
@@ -22,6 +24,7 @@ fresh pages whose faults cost more than its arithmetic (``--malloc-defaults`` me
     python benchmarks/bench_advantages.py                 # the full table
     python benchmarks/bench_advantages.py --malloc-defaults   # glibc's malloc as it comes
     python benchmarks/bench_advantages.py --quick         # small sizes, a few seconds
+    python benchmarks/bench_advantages.py --threads 1,2 --only gae   # thread counts; some estimators
     pytest benchmarks/bench_advantages.py                 # pytest-benchmark smoke runs
 """
 
@@ -131,61 +134,72 @@ def rel_dev(a, b, mask):
 # --------------------------------------------------------------------------- timing
 
 
-def time_pair(baseline, ours, repeats):
-    """Interleaved timings (seconds) of two callables; returns (baseline_times, our_times)."""
-    ours()  # warm-up (allocator, first-call dispatch)
-    tb, to = [], []
+def time_interleaved(baseline, ours, repeats, threads):
+    """Interleaved timings (seconds): the baseline on one thread, ours on each thread count.
+    Returns ``(baseline_times, {threads: our_times})``."""
+    for n in threads:  # warm-up (allocator, first-call dispatch, thread pool)
+        torch.set_num_threads(n)
+        ours()
+    tb, to = [], {n: [] for n in threads}
     for _ in range(repeats):
+        torch.set_num_threads(1)
         t0 = time.perf_counter()
         baseline()
         tb.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        ours()
-        to.append(time.perf_counter() - t0)
+        for n in threads:
+            torch.set_num_threads(n)
+            t0 = time.perf_counter()
+            ours()
+            to[n].append(time.perf_counter() - t0)
+    torch.set_num_threads(1)
     return tb, to
 
 
 def fmt(ts):
     ms = [t * 1e3 for t in ts]
-    return f"{statistics.median(ms):9.2f} [{min(ms):8.2f}, {max(ms):8.2f}]"
+    return f"{statistics.median(ms):8.2f} [{min(ms):7.2f}, {max(ms):7.2f}]"
 
 
-HEADER = (
-    f"{'estimator':<22}{'B':>6}{'T':>6} {'knobs':<18}{'mask':<11}"
-    f"{'loop ms median [min, max]':>30}{'rllab ms median [min, max]':>30}{'speed-up':>10}{'max rel dev':>13}"
-)
+def header(threads):
+    cols = "".join(f"{f'rllab {n}t ms median [min, max]':>31}{f'x{n}t':>7}" for n in threads)
+    ratio = f"{f'{threads[-1]}t/{threads[0]}t':>8}" if len(threads) > 1 else ""
+    return f"{'estimator':<12}{'B':>6}{'T':>6} {'knobs':<12}{'mask':<11}{'loop ms median [min, max]':>30}{cols}{ratio}{'max dev':>9}"
 
 
 def row(name, B, T, knobs, mask_kind, tb, to, dev):
-    ratio = statistics.median(tb) / statistics.median(to)
-    return f"{name:<22}{B:>6}{T:>6} {knobs:<18}{mask_kind:<11}{fmt(tb):>30}{fmt(to):>30}{ratio:>9.1f}x{dev:>13.1e}"
+    base = statistics.median(tb)
+    cols = "".join(f"{fmt(ts):>31}{base / statistics.median(ts):>6.1f}x" for ts in to.values())
+    medians = [statistics.median(ts) for ts in to.values()]
+    ratio = f"{medians[-1] / medians[0]:>8.2f}" if len(medians) > 1 else ""
+    return f"{name:<12}{B:>6}{T:>6} {knobs:<12}{mask_kind:<11}{fmt(tb):>30}{cols}{ratio}{dev:>9.1e}"
 
 
-def bench_gae(lab, B, T, lam, holes, repeats, gamma=1.0):
+def bench_gae(lab, B, T, lam, holes, repeats, threads, gamma=1.0):
     r, v, m = make_batch(B, T, holes)
     est = lab.get("advantage_estimator", "gae", gamma=gamma, lam=lam)
     ref_adv, ref_ret = loop_gae(r, v, m, gamma, lam)
     adv, ret = est(token_rewards=r, values=v, mask=m, index=None)
     dev = max(rel_dev(adv, ref_adv, m), rel_dev(ret, ref_ret, m))
-    tb, to = time_pair(
-        lambda: loop_gae(r, v, m, gamma, lam), lambda: est(token_rewards=r, values=v, mask=m, index=None), repeats
+    tb, to = time_interleaved(
+        lambda: loop_gae(r, v, m, gamma, lam), lambda: est(token_rewards=r, values=v, mask=m, index=None), repeats,
+        threads,
     )
     return row("gae", B, T, f"γ={gamma:g} λ={lam:g}", "multi-turn" if holes else "prefix", tb, to, dev)
 
 
-def bench_reinforce_pp(lab, B, T, gamma, holes, repeats):
+def bench_reinforce_pp(lab, B, T, gamma, holes, repeats, threads):
     r, _, m = make_batch(B, T, holes)
     est = lab.get("advantage_estimator", "reinforce_plus_plus", gamma=gamma)
     ref_adv, ref_ret = loop_reinforce_pp(r, m, gamma)
     adv, ret = est(token_rewards=r, mask=m, index=None)
     dev = max(rel_dev(adv, ref_adv, m), rel_dev(ret, ref_ret, m))
-    tb, to = time_pair(
-        lambda: loop_reinforce_pp(r, m, gamma), lambda: est(token_rewards=r, mask=m, index=None), repeats
+    tb, to = time_interleaved(
+        lambda: loop_reinforce_pp(r, m, gamma), lambda: est(token_rewards=r, mask=m, index=None), repeats, threads
     )
-    return row("reinforce_plus_plus", B, T, f"γ={gamma:g}", "multi-turn" if holes else "prefix", tb, to, dev)
+    return row("reinforce++", B, T, f"γ={gamma:g}", "multi-turn" if holes else "prefix", tb, to, dev)
 
 
-def bench_group(lab, name, B, T, G, repeats):
+def bench_group(lab, name, B, T, G, repeats, threads):
     g = torch.Generator().manual_seed(1)
     lengths = torch.randint(1, T + 1, (B,), generator=g)
     m = torch.arange(T)[None, :] < lengths[:, None]
@@ -199,7 +213,9 @@ def bench_group(lab, name, B, T, G, repeats):
     ref = loop(r, m, index_np)
     adv, _ = est(token_rewards=r, mask=m, index=index)
     dev = rel_dev(adv, ref, m)
-    tb, to = time_pair(lambda: loop(r, m, index_np), lambda: est(token_rewards=r, mask=m, index=index), repeats)
+    tb, to = time_interleaved(
+        lambda: loop(r, m, index_np), lambda: est(token_rewards=r, mask=m, index=index), repeats, threads
+    )
     return row(name, B, T, f"G={G}", "prefix", tb, to, dev)
 
 
@@ -212,29 +228,37 @@ def main(argv=None):
         help="leave glibc malloc as it is (by default the process keeps freed memory, as the trainer does: "
         "[train] keep_freed_memory)",
     )
+    parser.add_argument("--threads", default="1,2", help="torch thread counts for rllab's column(s) (default 1,2)")
+    parser.add_argument("--only", default="", help="run only the estimators named here (comma-separated)")
     args = parser.parse_args(argv)
+    threads = tuple(int(n) for n in args.threads.split(","))
+    only = set(filter(None, args.only.split(",")))
+    wanted = lambda name: not only or name in only  # noqa: E731
     torch.set_num_threads(1)
     lab = rllab.Lab()
     kept = False if args.malloc_defaults else keep_freed_memory()
 
-    print(f"torch {torch.__version__}, 1 thread, float32, repeats={args.repeats}, "
+    print(f"torch {torch.__version__}, {os.cpu_count()} cores, float32, repeats={args.repeats}, "
           f"freed memory {'kept for reuse (as the trainer does)' if kept else 'returned to the OS (glibc defaults)'}")
     print(f"load average before: {os.getloadavg()}")
-    print(HEADER)
+    print(header(threads))
     Bs, Ts = ((16,), (256, 1024)) if args.quick else ((64, 256), (512, 2048, 8192))
-    for B in Bs:
-        for T in Ts:
-            for lam in (1.0, 0.95):
-                print(bench_gae(lab, B, T, lam, holes=False, repeats=args.repeats), flush=True)
     big_B, big_T = Bs[-1], Ts[-1]
-    for lam in (1.0, 0.95):
-        print(bench_gae(lab, big_B, big_T, lam, holes=True, repeats=args.repeats), flush=True)
-    for gamma in (1.0, 0.99):
-        for holes in (False, True):
-            print(bench_reinforce_pp(lab, big_B, big_T, gamma, holes, args.repeats), flush=True)
+    if wanted("gae"):
+        for B in Bs:
+            for T in Ts:
+                for lam in (1.0, 0.95):
+                    print(bench_gae(lab, B, T, lam, False, args.repeats, threads), flush=True)
+        for lam in (1.0, 0.95):
+            print(bench_gae(lab, big_B, big_T, lam, True, args.repeats, threads), flush=True)
+    if wanted("reinforce++"):
+        for gamma in (1.0, 0.99):
+            for holes in (False, True):
+                print(bench_reinforce_pp(lab, big_B, big_T, gamma, holes, args.repeats, threads), flush=True)
     group_B = 1024 if args.quick else 16384
     for name in ("grpo", "rloo"):
-        print(bench_group(lab, name, group_B, 256, 16, args.repeats), flush=True)
+        if wanted(name):
+            print(bench_group(lab, name, group_B, 256, 16, args.repeats, threads), flush=True)
     print(f"load average after:  {os.getloadavg()}")
 
 

@@ -176,9 +176,9 @@ def test_masked_whiten_remask_shift_and_zero_hint():
     full = ops.masked_whiten(x, m)
     assert full[0, 2].item() == pytest.approx((99 - mean) * scale, rel=1e-12)
     assert math.isnan(full[1, 1].item())
-    # the masked_are_zero hint changes nothing when it is true
+    # what sits at masked positions changes nothing
     z = torch.where(m, x, 0.0)
-    torch.testing.assert_close(ops.masked_whiten(z, m, remask=True, masked_are_zero=True), w, rtol=0, atol=0)
+    torch.testing.assert_close(ops.masked_whiten(z, m, remask=True), w, rtol=0, atol=0)
     # shift_mean=False adds the mean back at valid positions (and keeps masked zeros when remasked)
     s = ops.masked_whiten(x, m, shift_mean=False, remask=True)
     torch.testing.assert_close(s, torch.where(m, w + mean, 0.0), rtol=1e-12, atol=1e-12)
@@ -210,13 +210,11 @@ def test_masked_whiten_valid_entries_have_zero_mean_unit_variance(rows):
         torch.testing.assert_close(w[m], (valid - valid.mean()) / torch.sqrt(valid.var() + 1e-8), rtol=1e-9, atol=1e-9)
 
 
-def test_buffer_saving_variants_give_the_same_values():
-    """row_any, the blocked masked row sum, sum_of_squares and masked_whiten's inplace / out
-    variants agree with the plain formulas (NaN at masked positions ignored)."""
-    from rllab import ops
-
+def test_row_helpers_agree_with_the_plain_formulas():
+    """row_any, the masked row sum, sum_of_squares and masked_whiten agree with the plain
+    formulas (NaN at masked positions ignored)."""
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(3000, 257, generator=g)  # more rows than one block of the row sum
+    x = torch.randn(3000, 257, generator=g)
     m = torch.rand(3000, 257, generator=g) > 0.4
     m[5] = False
     x[~m] = float("nan")
@@ -226,39 +224,21 @@ def test_buffer_saving_variants_give_the_same_values():
     y = torch.where(m, x, 0.0)
     torch.testing.assert_close(ops.sum_of_squares(y).double(), (y.double() ** 2).sum(), rtol=1e-6, atol=0)
     ref = ops.masked_whiten(x, m, remask=True)
-    torch.testing.assert_close(ops.masked_whiten(y.clone(), m, remask=True, masked_are_zero=True, inplace=True), ref)
-    torch.testing.assert_close(ops.masked_whiten(y, m, remask=True, out=torch.empty_like(y)), ref)
+    torch.testing.assert_close(ops.masked_whiten(y, m, remask=True), ref)
     assert not torch.isnan(ref).any() and (ref[~m] == 0).all()
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-def test_a_shared_select_pattern_gives_the_same_bits(dtype):
-    """zero_masked, zero_masked_ and masked_whiten given the mask's bit pattern (made once by a
-    caller with several selects) return exactly what they return without it, NaN and -0 included."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_zero_masked_is_torch_where_bit_for_bit(dtype):
+    """zero_masked and zero_masked_ (a bitwise select on a contiguous tensor without autograd)
+    return exactly ``torch.where(mask, x, 0)``, NaN, inf and -0 included."""
     g = torch.Generator().manual_seed(5)
     x = torch.randn(7, 33, generator=g).to(dtype)
-    x[0, 0], x[1, 1], x[2, 2] = float("nan"), float("-inf"), -0.0
+    x[0, 0], x[1, 1], x[2, 2], x[3, 3] = float("nan"), float("-inf"), -0.0, float("nan")
     mask = torch.rand(7, 33, generator=g) > 0.3
-    mask[0, 0] = False
-    bits = ops.mask_bits(mask, dtype)
-    same = lambda a, b: torch.equal(a.view(ops.bits_dtype(dtype)), b.view(ops.bits_dtype(dtype)))  # noqa: E731
-    assert same(ops.zero_masked(x, mask, bits=bits), ops.zero_masked(x, mask))
-    assert same(ops.zero_masked_(x.clone(), mask, bits), ops.zero_masked_(x.clone(), mask))
-    finite = ops.zero_masked(torch.randn(7, 33, generator=g).to(dtype), mask)
-    with_bits = ops.masked_whiten(finite.clone(), mask, remask=True, masked_are_zero=True, inplace=True, bits=bits)
-    without = ops.masked_whiten(finite.clone(), mask, remask=True, masked_are_zero=True, inplace=True)
-    assert same(with_bits, without)
-    wrong = ops.mask_bits(mask[:, :5], dtype)  # a pattern of another shape is not used
-    assert same(ops.zero_masked(x, mask, bits=wrong), ops.zero_masked(x, mask))
-
-
-@pytest.mark.parametrize("valid", [0, 1, 2, 50])
-def test_the_small_whitening_is_the_blocked_one_bit_for_bit(valid):
-    g = torch.Generator().manual_seed(valid)
-    mask = torch.zeros(6, 20, dtype=torch.bool)
-    mask.view(-1)[torch.randperm(120, generator=g)[:valid]] = True
-    x = ops.zero_masked(torch.randn(6, 20, generator=g) * 3 + 1, mask)
-    n = torch.count_nonzero(mask)
-    blocked = ops._whiten_blocked(x.clone(), mask, n, x.sum() / n.clamp(min=1), 1e-8, torch.empty_like(x))
-    small = ops.masked_whiten(x.clone(), mask, remask=True, masked_are_zero=True, inplace=True)
-    assert torch.equal(small.view(torch.int32), blocked.view(torch.int32))
+    mask[0, 0], mask[2, 2], mask[3, 3] = False, True, True
+    ref = torch.where(mask, x, torch.zeros((), dtype=dtype))
+    bits = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
+    assert torch.equal(ops.zero_masked(x, mask).view(bits), ref.view(bits))
+    assert torch.equal(ops.zero_masked_(x.clone(), mask).view(bits), ref.view(bits))
+    assert torch.equal(ops.zero_masked(x.t(), mask.t()).view(bits), ref.t().view(bits))  # not contiguous: torch.where

@@ -61,23 +61,13 @@ import torch
 import rllab
 from rllab import ops
 
-from .group import _MASK_SCORES_HELP, _scores
+from .group import _MASK_SCORES_HELP, _group_ids, _scores, _segment_sum
 
 __all__ = ["gdpo", "normalize_then_sum", "optimal_token_baseline", "tir_optimal_token_baseline"]
 
 
 def _zero(x: torch.Tensor) -> torch.Tensor:
     return torch.zeros((), dtype=x.dtype, device=x.device)
-
-
-def _group_ids(index: torch.Tensor, device: torch.device):
-    """Contiguous group ids 0..n−1 for arbitrary integer ids: ``(inverse (B,), n)``."""
-    _, inverse = torch.unique(index.to(device), return_inverse=True)
-    return inverse, (int(inverse.max()) + 1 if inverse.numel() else 0)
-
-
-def _segment_sum(x: torch.Tensor, inverse: torch.Tensor, n: int) -> torch.Tensor:
-    return torch.zeros(n, dtype=x.dtype, device=x.device).index_add_(0, inverse, x)
 
 
 # --------------------------------------------------------------------------- components

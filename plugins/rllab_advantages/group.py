@@ -102,30 +102,16 @@ def _segment_sum(x: torch.Tensor, inverse: torch.Tensor, n: int) -> torch.Tensor
     return torch.zeros(n, dtype=x.dtype, device=x.device).index_add_(0, inverse, x)
 
 
-_BLOCK_ELEMENTS = 1 << 18
-"""Mask bytes per block of :func:`_broadcast` (a temporary that stays in cache)."""
-
-
 def _broadcast(per_row: torch.Tensor, mask: torch.Tensor):
-    """Row scalars → (B, T) advantages (0 at masked positions); returns *is* advantages — the
+    """Row scalars (B,) → (B, T) advantages, 0 at masked positions; returns *is* advantages — the
     same tensor, as verl's outcome estimators return ``scores, scores`` (a second (B, T) copy
     costs as much as the rest of the estimator; nothing in rllab writes into either)."""
-    if mask.is_contiguous() and not per_row.requires_grad and mask.numel():
-        # the mask's bit pattern, written straight into the output, anded with each row's bits
-        # (no select with a bool condition, no second pass over a broadcast copy)
-        advantages = torch.empty(mask.shape, dtype=per_row.dtype, device=per_row.device)
-        bits = advantages.view(ops.bits_dtype(per_row.dtype))
-        row_bits = per_row.contiguous().view(bits.dtype)[:, None]
-        small = mask.view(torch.int8)
-        rows = max(1, _BLOCK_ELEMENTS // max(mask.shape[1], 1))
-        negated = torch.empty(min(rows, mask.shape[0]), mask.shape[1], dtype=torch.int8, device=mask.device)
-        for start in range(0, mask.shape[0], rows):
-            stop = min(mask.shape[0], start + rows)
-            # −1 / 0 bytes (in cache), widened into the output, two passes over it in all
-            block = bits[start:stop].copy_(torch.neg(small[start:stop], out=negated[: stop - start]))
-            block.bitwise_and_(row_bits[start:stop])
-        return advantages, advantages
-    advantages = ops.zero_masked(per_row[:, None].expand(mask.shape), mask)
+    if bool(torch.isfinite(per_row).all()):
+        # verl's scores × mask: exact for finite rows (a masked position gets ±0), and the
+        # cheapest broadcast (the mask's bytes cast, one multiplication)
+        advantages = mask.view(torch.int8).to(per_row.dtype).mul_(per_row[:, None])
+    else:  # NaN or inf in a row (ε = 0 and a constant group): still 0 at masked positions
+        advantages = ops.zero_masked_(per_row[:, None].expand(mask.shape).contiguous(), mask)
     return advantages, advantages
 
 

@@ -300,16 +300,19 @@ def test_default_knobs_on_holes_match_loop(gamma, lam):
 
 
 
-@pytest.mark.parametrize("c", [0.0, 0.3, 0.95, 0.999, 1.0])
-@pytest.mark.parametrize("T", [1, 15, 16, 17, 63, 64, 65, 257, 4097])
-@pytest.mark.parametrize("block", [None, 4, 64])
-def test_discounted_reverse_cumsum_block_boundaries(c, T, block):
+@pytest.mark.parametrize("c", [0.0, 0.01, 0.3, 0.95, 0.999, 1.0])
+@pytest.mark.parametrize("T", [1, 7, 8, 9, 33, 127, 128, 129, 257, 4097, 16385, 16513])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_discounted_reverse_cumsum_block_boundaries(c, T, dtype):
+    """Lengths around the blocks of the blocked scan (128 tokens near c = 1, 40 / log2(1/c)
+    otherwise, then 128² at the next level) and of the log-step scan."""
     from rllab_advantages.gae import discounted_reverse_cumsum
 
     x = torch.randn(3, T, dtype=torch.float64, generator=torch.Generator().manual_seed(T))
     ref = loop_return(x, torch.ones(3, T, dtype=torch.bool), c)
-    got = discounted_reverse_cumsum(x, c) if block is None else discounted_reverse_cumsum(x, c, block)
-    torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-10)
+    got = discounted_reverse_cumsum(x.to(dtype), c).double()
+    tol = 1e-10 if dtype == torch.float64 else 2e-5
+    assert rel_err(got, ref) < tol
 
 
 @pytest.mark.parametrize("gamma,lam", [(1.0, 1.0), (1.0, 0.95), (0.999, 0.95), (0.99, 0.999)])
@@ -458,39 +461,54 @@ def test_knob_validation(name, knobs, match):
         estimator(name, **knobs)
 
 
-@pytest.mark.parametrize("c", [0.1, 0.5, 0.9, 0.99, 0.9999])
-@pytest.mark.parametrize("T", [100, 1000, 40000])
-def test_masked_scan_on_long_rows_matches_skip_scan(c, T):
-    """The unpacked masked scan (blocked running products, block ends scanned again in float64)
-    agrees with the packed scan to float32 rounding (no worse than a float32 per-token loop),
-    over rows long enough for several levels."""
-    from rllab_advantages.gae import _masked_reverse_scan, _masked_scan_ok, _packing, _skip_scan
+@pytest.mark.parametrize("c", [0.01, 0.1, 0.5, 0.9, 0.99, 0.9999])
+@pytest.mark.parametrize("T", [100, 1000, 20000])
+@pytest.mark.parametrize("holes", [True, False])
+def test_every_scan_path_matches_the_reference_loop_on_long_rows(c, T, holes):
+    """The blocked scan (running products or powers, block ends scanned again in float64) and
+    the log-step scan agree with the reference loop to float32 rounding (no worse than the loop
+    itself in float32), over rows long enough for several levels."""
+    from rllab_advantages.scan import _log_step_skip_scan, reference_skip_scan, skip_scan
 
     g = torch.Generator().manual_seed(T)
     B = 3
     x = torch.randn(B, T, generator=g, dtype=torch.float64)
-    m = torch.rand(B, T, generator=g) > 0.3
-    m[:, T // 3 : T // 3 + T // 10] = False  # a long observation span
+    if holes:
+        m = torch.rand(B, T, generator=g) > 0.3
+        m[:, T // 3 : T // 3 + T // 10] = False  # a long observation span
+    else:
+        m = torch.arange(T)[None, :] < torch.tensor([[T], [T // 2], [1]])
     m[0] = False  # an all-masked row
-    ref = _skip_scan(x, m, c, _packing(m))
+    x[~m] = float("nan")  # ignored wherever it sits
+    ref = reference_skip_scan(torch.where(m, x, 0.0), m, c)
     scale = ref.abs().max()
-    loop32 = _loop_skip_scan(x.float(), m, c).double()
+    loop32 = reference_skip_scan(torch.where(m, x, 0.0).float(), m, c).double()
     loop_dev = ((loop32 - ref).abs().max() / scale).item()
+    paths = {"skip_scan": lambda x: skip_scan(x, m, c), "log-step": lambda x: _log_step_skip_scan(x, m, c, holes)}
     for dtype, tol in ((torch.float64, 1e-12), (torch.float32, max(2e-6, 1.5 * loop_dev))):
-        assert _masked_scan_ok(c, dtype)
-        got = _masked_reverse_scan(x.to(dtype), m, c).double()
-        assert ((got - ref).abs().max() / scale).item() < tol, (dtype, c, T)
-        assert (got[0] == 0).all()
+        for name, scan in paths.items():
+            got = scan(x.to(dtype)).double()
+            assert ((got - ref).abs().max() / scale).item() < tol, (name, dtype, c, T)
+            assert (got[0] == 0).all()
 
 
-def _loop_skip_scan(x, m, c):
-    """y_t = x_t + c·y_{t+1} over valid positions, a masked one carrying y, in x's dtype."""
-    out = torch.zeros_like(x)
-    running = torch.zeros(x.shape[0], dtype=x.dtype)
-    for t in reversed(range(x.shape[1])):
-        running = torch.where(m[:, t], x[:, t] + c * running, running)
-        out[:, t] = running
-    return out
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(st.lists(st.booleans(), min_size=1, max_size=70), min_size=1, max_size=4),
+    c=st.one_of(st.sampled_from([0.0, 1e-30, 0.01, 2.0**-5, 0.5, 1.0]), st.floats(0.0, 1.0)),
+    seed=st.integers(0, 3),
+)
+def test_skip_scan_is_the_reference_recurrence(rows, c, seed):
+    """skip_scan, whichever path the mask and c pick, equals the documented per-token loop."""
+    from rllab_advantages.scan import discounted_reverse_cumsum, reference_skip_scan, skip_scan
+
+    T = max(len(r) for r in rows)
+    m = torch.tensor([r + [False] * (T - len(r)) for r in rows])
+    x = torch.randn(m.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    ref = reference_skip_scan(x, m, c)
+    torch.testing.assert_close(skip_scan(x, m, c), ref, rtol=1e-9, atol=1e-9)
+    all_valid = torch.ones_like(m)
+    torch.testing.assert_close(discounted_reverse_cumsum(x, c), reference_skip_scan(x, all_valid, c), rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.parametrize("remask", [True, False])
