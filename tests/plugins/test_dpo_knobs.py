@@ -8,6 +8,8 @@ Regenerate the snapshot only for an intended change of a knob:
 import json
 import pathlib
 
+import pytest
+
 import rllab
 
 SNAPSHOT = pathlib.Path(__file__).with_name("preference_knobs.json")
@@ -33,6 +35,15 @@ def describe() -> dict:
 
 def test_preference_knobs_match_the_snapshot():
     assert describe() == json.loads(SNAPSHOT.read_text(encoding="utf-8"))
+
+
+def test_settings_a_loss_does_not_expose_are_not_knobs():
+    """The base config's fixed values (reverse KL, no smoothing, ...) are read by the formula but
+    refused as knobs, as before they had a shared base."""
+    lab = rllab.Lab()
+    for name, knob in (("nca_pair", "f_divergence_type"), ("aot", "discopop_tau"), ("cdpo", "running_mean")):
+        with pytest.raises(rllab.ConfigError, match=f"has no knob {knob!r}"):
+            lab.get("preference_loss", name, **{knob: "x"})
 
 
 if __name__ == "__main__":
