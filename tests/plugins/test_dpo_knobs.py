@@ -38,8 +38,8 @@ def test_preference_knobs_match_the_snapshot():
 
 
 def test_settings_a_loss_does_not_expose_are_not_knobs():
-    """The base config's fixed values (reverse KL, no smoothing, ...) are read by the formula but
-    refused as knobs, as before they had a shared base."""
+    """The base config's fixed values (reverse KL, no smoothing, ...) are read by the formulas but
+    are refused as knobs of a loss whose config does not declare them."""
     lab = rllab.Lab()
     for name, knob in (("nca_pair", "f_divergence_type"), ("aot", "discopop_tau"), ("cdpo", "running_mean")):
         with pytest.raises(rllab.ConfigError, match=f"has no knob {knob!r}"):
