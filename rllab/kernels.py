@@ -158,7 +158,41 @@ def _grad_z(d: torch.Tensor, labels, entropy, g_lp, g_ent, scratch: _Scratch, in
 
 
 def _upstream(g: torch.Tensor | None, index) -> torch.Tensor | None:
-    return None if g is None else g[index].float()
+    return None if g is None else g[index]
+
+
+# --------------------------------------------------------------------------- autograd hand-over
+# Shared with rllab.triton_kernels: every log-prob autograd.Function (logits or hidden states,
+# torch or Triton) ends its forward with ``_keep`` and starts its backward with ``_backward_start``.
+
+
+def _keep(ctx, tensors, **settings) -> None:
+    """End of a forward: save ``tensors`` (``None`` allowed) and plain ``settings`` on ``ctx``.
+
+    Gradients are not materialised: an output that gets no upstream gradient (the entropy, most
+    often) reaches backward as ``None`` instead of a tensor of zeros.
+    """
+    ctx.set_materialize_grads(False)
+    for name, value in settings.items():
+        setattr(ctx, name, value)
+    ctx.save_for_backward(*tensors)
+
+
+def _backward_start(ctx, g_lp, g_ent, n_diff: int):
+    """Start of a backward: what it works on, or ``None`` when there is nothing to compute.
+
+    ``n_diff``: how many leading forward inputs can take a gradient (1: the logits; 3: hidden,
+    weight, bias). Nothing to compute: no upstream gradient reached ``log_prob`` or ``entropy``,
+    or none of those inputs needs one; the backward then returns ``None`` for every input.
+    Otherwise returns ``(saved, needs, g_lp, g_ent)``: the tensors :func:`_keep` saved, the
+    ``n_diff`` flags of ``ctx.needs_input_grad``, and the upstream gradients in float32 (the
+    outputs' shapes, ``None`` where absent).
+    """
+    needs = tuple(ctx.needs_input_grad[:n_diff])
+    if (g_lp is None and g_ent is None) or not any(needs):
+        return None
+    g_lp, g_ent = (None if g is None else g.float() for g in (g_lp, g_ent))
+    return ctx.saved_tensors, needs, g_lp, g_ent
 
 
 class _LogitsLogProb(torch.autograd.Function):
@@ -184,17 +218,16 @@ class _LogitsLogProb(torch.autograd.Function):
             if with_entropy:
                 entropy[b0:b1, t0:t1] = ent
         del scratch
-        ctx.set_materialize_grads(False)
-        ctx.rows, ctx.temperature = rows, temperature
-        ctx.save_for_backward(logits, labels, lse, entropy)
+        _keep(ctx, (logits, labels, lse, entropy), rows=rows, temperature=temperature)
         return (log_prob, entropy) if with_entropy else log_prob
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_lp, g_ent=None):
-        logits, labels, lse, entropy = ctx.saved_tensors
-        if g_lp is None and g_ent is None:
+        start = _backward_start(ctx, g_lp, g_ent, n_diff=1)
+        if start is None:
             return None, None, None, None, None
+        (logits, labels, lse, entropy), _, g_lp, g_ent = start
         B, T, V = logits.shape
         tau = ctx.temperature
         grad = torch.empty(B, T, V, dtype=logits.dtype, device=logits.device)
@@ -307,18 +340,16 @@ class _HiddenLogProb(torch.autograd.Function):
             if with_entropy:
                 entropy[s:e] = ent
         del scratch
-        ctx.set_materialize_grads(False)
-        ctx.rows, ctx.cols, ctx.temperature = rows, cols, temperature
-        ctx.save_for_backward(hidden, weight, bias, labels, lse, entropy)
+        _keep(ctx, (hidden, weight, bias, labels, lse, entropy), rows=rows, cols=cols, temperature=temperature)
         return (log_prob, entropy) if with_entropy else log_prob
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_lp, g_ent=None):
-        hidden, weight, bias, labels, lse, entropy = ctx.saved_tensors
-        need_h, need_w, need_b = ctx.needs_input_grad[:3]
-        if (g_lp is None and g_ent is None) or not (need_h or need_w or need_b):
+        start = _backward_start(ctx, g_lp, g_ent, n_diff=3)
+        if start is None:
             return (None,) * 8
+        (hidden, weight, bias, labels, lse, entropy), (need_h, need_w, need_b), g_lp, g_ent = start
         N, V = hidden.shape[0], weight.shape[0]
         rows, cols, tau = ctx.rows, min(ctx.cols, V), ctx.temperature
         acc = torch.float32  # gradients accumulate in float32 whatever the parameter dtype

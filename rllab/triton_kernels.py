@@ -31,6 +31,10 @@ import os
 
 import torch
 
+# the autograd hand-over (_keep, _backward_start) shared with the torch path; read at call time,
+# as rllab.kernels imports this module in turn
+from rllab import kernels as _kernels
+
 try:  # Triton is optional: without it (or on CPU) rllab.kernels keeps its torch path
     import triton
     import triton.language as tl
@@ -197,7 +201,8 @@ def _grad(z, n_inner, stride_outer, stride_inner, g, stride_g, n_rows, n_cols, v
 
 
 def _upstream(g: torch.Tensor | None) -> torch.Tensor | None:
-    return None if g is None else g.reshape(-1).float().contiguous()
+    """A float32 upstream gradient (from ``_backward_start``) as the kernels read it: flat, contiguous."""
+    return None if g is None else g.reshape(-1).contiguous()
 
 
 # --------------------------------------------------------------------------- logits path
@@ -211,18 +216,17 @@ class _LogitsLogProb(torch.autograd.Function):
         stats = _new_stats(B * T, logits.device, with_entropy)
         _fold(x, T, x.stride(0), x.stride(1), B * T, V, 0, labels, stats, 1.0 / temperature, True, with_entropy)
         log_prob, lse, entropy = _finish(stats, with_entropy)
-        ctx.set_materialize_grads(False)
-        ctx.temperature = temperature
-        ctx.save_for_backward(x, labels, lse, entropy)
+        _kernels._keep(ctx, (x, labels, lse, entropy), temperature=temperature)
         log_prob = log_prob.view(B, T)
         return (log_prob, entropy.view(B, T)) if with_entropy else log_prob
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_lp, g_ent=None):
-        x, labels, lse, entropy = ctx.saved_tensors
-        if g_lp is None and g_ent is None:
+        start = _kernels._backward_start(ctx, g_lp, g_ent, n_diff=1)
+        if start is None:
             return None, None, None, None
+        (x, labels, lse, entropy), _, g_lp, g_ent = start
         B, T, V = x.shape
         grad = torch.empty((B, T, V), dtype=x.dtype, device=x.device)
         _grad(
@@ -311,18 +315,16 @@ class _HiddenLogProb(torch.autograd.Function):
                 _fold(z, n, 0, v1 - v0, n, v1 - v0, v0, y, part, inv_tau, v0 == 0, with_entropy)
         del buf
         log_prob, lse, entropy = _finish(stats, with_entropy)
-        ctx.set_materialize_grads(False)
-        ctx.temperature, ctx.rows, ctx.cols = temperature, rows, cols
-        ctx.save_for_backward(hidden, weight, bias, labels, lse, entropy)
+        _kernels._keep(ctx, (hidden, weight, bias, labels, lse, entropy), temperature=temperature, rows=rows, cols=cols)
         return (log_prob, entropy) if with_entropy else log_prob
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_lp, g_ent=None):
-        hidden, weight, bias, labels, lse, entropy = ctx.saved_tensors
-        need_h, need_w, need_b = ctx.needs_input_grad[:3]
-        if (g_lp is None and g_ent is None) or not (need_h or need_w or need_b):
+        start = _kernels._backward_start(ctx, g_lp, g_ent, n_diff=3)
+        if start is None:
             return (None,) * 8
+        (hidden, weight, bias, labels, lse, entropy), (need_h, need_w, need_b), g_lp, g_ent = start
         N, V, D = hidden.shape[0], weight.shape[0], hidden.shape[1]
         rows, cols, inv_tau = ctx.rows, ctx.cols, 1.0 / ctx.temperature
         g_lp, g_ent = _upstream(g_lp), _upstream(g_ent)

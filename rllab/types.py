@@ -14,9 +14,6 @@ values, so building one never synchronises a device.
 
 from __future__ import annotations
 
-import collections
-import itertools
-import operator
 from itertools import chain
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
@@ -131,27 +128,21 @@ class Completion:
         log_probs: Sequence[tuple[float, ...]], finish_reason: Sequence[str], prompt_index: Sequence[int],
         weight_version: Sequence[str | None],
     ) -> list["Completion"]:
-        """One completion per row of equal-length columns — what ``Completion(...)`` per row
-        gives, with the same check, at about a quarter of the cost per row (a backend parsing
-        thousands of rows a step calls this): the rows are built and filled by C-level maps."""
+        """One completion per row of equal-length columns (a backend parsing a batch of responses
+        calls this): ``Completion(...)`` per row, whose errors name the row."""
         B = len(token_ids)
         cols = (prompt_ids, token_ids, log_probs, finish_reason, prompt_index, weight_version)
         if any(len(c) != B for c in cols):
             raise ValueError(f"Completion.columns: columns of lengths {[len(c) for c in cols]}")
-        bad = next(itertools.compress(itertools.count(), map(operator.ne, map(len, token_ids), map(len, log_probs))), None)
-        if bad is not None:
-            raise ValueError(
-                f"Completion: {len(token_ids[bad])} token_ids but {len(log_probs[bad])} log_probs (row {bad})"
-            )
-        rows = list(map(object.__new__, itertools.repeat(cls, B)))
-        for slot, column in zip(_COMPLETION_SLOTS, cols):
-            collections.deque(map(slot, rows, column), maxlen=0)
+        rows = []
+        for row, (p, t, lp, f, i, w) in enumerate(zip(*cols)):
+            try:
+                rows.append(
+                    cls(prompt_ids=p, token_ids=t, log_probs=lp, finish_reason=f, prompt_index=i, weight_version=w)
+                )
+            except ValueError as e:
+                raise ValueError(f"{e} (row {row})") from None
         return rows
-
-
-if any(f.validator or f.converter or f.on_setattr for f in attrs.fields(Completion)):  # pragma: no cover
-    raise TypeError("Completion.columns fills slots directly: give it the fields' validators and converters")
-_COMPLETION_SLOTS = tuple(Completion.__dict__[f.name].__set__ for f in attrs.fields(Completion))
 
 
 @runtime_checkable
@@ -312,12 +303,11 @@ class RolloutBatch:
 
     @classmethod
     def from_completions(
-        cls, completions: Sequence[Completion], scores: Sequence[float], pad_token_id: int, group_size: int | None = None,
+        cls, completions: Sequence[Completion], scores: Sequence[float], pad_token_id: int,
         *, reward_components: "torch.Tensor | None" = None, reward_component_names: Sequence[str] = (),
     ) -> "RolloutBatch":
         """Pad completions into a batch. Rows keep the order given; ``index`` is the prompt index.
 
-        :param group_size: unused unless given, when it is checked against the group counts.
         :param reward_components: (B, K) float per-component rewards, with their K names.
         """
         if len(completions) == 0:

@@ -2,16 +2,17 @@
 
 * :mod:`rllab_preference_losses.dpo` — ``dpo`` (alias ``sigmoid``), ``cdpo``, ``ipo``,
   ``hinge``, ``robust``, ``simpo``: the inputs, the equations and where rllab departs from TRL;
-* :mod:`rllab_preference_losses.trl` — TRL 1.16's other loss types, its weighted loss-type list
-  (``combined``, ``mpo``), LD-DPO's ``ld_alpha`` and WPO's weighting;
-* :mod:`rllab_preference_losses.common` — the shared knobs, input checks and metrics.
+* :mod:`rllab_preference_losses.trl` — TRL 1.16's other loss types;
+* :mod:`rllab_preference_losses.combined` — TRL's weighted loss-type list (``combined``, ``mpo``),
+  LD-DPO's ``ld_alpha`` and WPO's weighting;
+* :mod:`rllab_preference_losses.common` — the shared knobs and base configs, input checks and metrics.
 
 The steps that train with them (``dpo``, ``online_dpo``) are algorithms, in ``rllab_algorithms``.
 """
 
 import rllab
 
-from . import dpo, trl
+from . import combined, dpo, trl
 
 
 @rllab.hookimpl
@@ -23,3 +24,4 @@ def register_preference_losses(register):
     register("robust", dpo.robust, config=dpo.RobustConfig)
     register("simpo", dpo.simpo, config=dpo.SimPOConfig)
     trl.register(register)
+    combined.register(register)

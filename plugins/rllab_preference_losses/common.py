@@ -19,12 +19,19 @@ from rllab import ops
 F_DIVERGENCES = ("reverse_kl", "forward_kl", "js_divergence", "alpha_divergence")
 TRL_ALPHA = 0.5
 """TRL 1.16's default ``f_alpha_divergence_coef``."""
+DISCOPOP_TAU = 0.05
+"""τ of ``discopop`` (the DiscoPOP paper's and TRL's)."""
 
 # --------------------------------------------------------------------------- knobs
 
 
 def beta_knob(help_extra: str = ""):
     return rllab.knob(0.1, help="β, inverse temperature of the implicit reward" + help_extra, gt=0.0)
+
+
+def smoothing_knob(default: float, help_extra: str = "", **bounds):
+    """``label_smoothing``: ε with ``bounds`` (``ge``/``gt``/``le``/``lt``) and a loss's remark."""
+    return rllab.knob(default, help="ε, probability that a preference label is flipped" + help_extra, **bounds)
 
 
 def _check_alpha(inst, attribute, value):
@@ -50,6 +57,48 @@ def f_alpha_knob():
         help=f"α of alpha_divergence (None: TRL's {TRL_ALPHA}); refused with the other divergences",
         validator=_check_alpha,
     )
+
+
+# --------------------------------------------------------------------------- configs
+
+F_DIVERGENCE_KNOBS = ("f_divergence_type", "f_alpha_divergence_coef")
+
+
+def _knob_order(cls, fields):
+    """``beta`` first, the f-divergence pair last, every other knob as declared (base classes first)."""
+    head = [f for f in fields if f.name == "beta"]
+    tail = [f for f in fields if f.name in F_DIVERGENCE_KNOBS]
+    return head + [f for f in fields if f.name != "beta" and f.name not in F_DIVERGENCE_KNOBS] + tail
+
+
+def preference_config(cls):
+    """``attrs.frozen`` for the config of a single preference loss: its knobs show (and take
+    positional arguments) in the order β, the loss's own knobs, the f-divergence pair, whichever
+    class in the hierarchy declares them."""
+    return attrs.frozen(cls, field_transformer=_knob_order)
+
+
+@preference_config
+class BetaConfig:
+    """Knobs of nca_pair, sppo_hard, apo_zero, apo_down."""
+
+    beta: float = beta_knob()
+
+    # The base of every single-loss config. A setting that a loss does not expose as a knob keeps
+    # this fixed value (TRL's default); a subclass that declares the knob overrides it.
+    f_divergence_type = "reverse_kl"
+    f_alpha_divergence_coef = None
+    label_smoothing = 0.0
+    running_mean = False
+    discopop_tau = DISCOPOP_TAU
+
+
+@preference_config
+class FDivergenceConfig(BetaConfig):
+    """β and TRL's f-divergence (``f_divergence_type``, ``f_alpha_divergence_coef``)."""
+
+    f_divergence_type: str = f_divergence_knob()
+    f_alpha_divergence_coef: float | None = f_alpha_knob()
 
 
 # --------------------------------------------------------------------------- checks

@@ -26,9 +26,9 @@ each loss returns per-pair losses (P,) (the trainer averages them) and the metri
 ``f_alpha_divergence_coef``): their log-ratios u become f'(e^u) before the formula (reverse KL,
 the default, leaves them unchanged); see ``rllab plugins show sigmoid_norm`` for the definitions.
 TRL 1.16's other loss types (``exo_pair``, ``nca_pair``, ``bco_pair``, ``sppo_hard``, ``aot``,
-``aot_unpaired``, ``apo_zero``, ``apo_down``, ``discopop``, ``sft``, ``sigmoid_norm``), its
-weighted loss-type list (``combined``, ``mpo``), LD-DPO's ``ld_alpha`` and WPO's weighting live in
-:mod:`rllab_preference_losses.trl`.
+``aot_unpaired``, ``apo_zero``, ``apo_down``, ``discopop``, ``sft``, ``sigmoid_norm``) live in
+:mod:`rllab_preference_losses.trl`; its weighted loss-type list (``combined``, ``mpo``), LD-DPO's
+``ld_alpha`` and WPO's weighting in :mod:`rllab_preference_losses.combined`.
 
 β (``beta``, default 0.1, must be > 0) is the inverse temperature; for ``ipo`` it is the paper's τ.
 ε (``label_smoothing``) is the assumed probability that a preference label is flipped.
@@ -56,67 +56,59 @@ Log-probs that are NaN or inf raise :class:`rllab.RowError` naming the pairs.
 
 from __future__ import annotations
 
-import attrs
-
 import rllab
 
 from . import trl
-from .common import beta_knob, check_inputs, f_alpha_knob, f_divergence_knob, metrics, per_token, smoothed
+from .common import (
+    BetaConfig,
+    FDivergenceConfig,
+    beta_knob,
+    check_inputs,
+    metrics,
+    per_token,
+    preference_config,
+    smoothed,
+    smoothing_knob,
+)
 
 # --------------------------------------------------------------------------- configs
 
 
-@attrs.frozen
-class DPOConfig:
+@preference_config
+class DPOConfig(FDivergenceConfig):
     """Knobs of dpo, hinge."""
 
-    beta: float = beta_knob()
-    f_divergence_type: str = f_divergence_knob()
-    f_alpha_divergence_coef: float | None = f_alpha_knob()
 
-
-@attrs.frozen
-class CDPOConfig:
+@preference_config
+class CDPOConfig(BetaConfig):
     """Knobs of cdpo (conservative DPO)."""
 
-    beta: float = beta_knob()
-    label_smoothing: float = rllab.knob(
-        0.1, help="ε, probability that a preference label is flipped (TRL default 0.0 = dpo)", ge=0.0, le=0.5
-    )
+    label_smoothing: float = smoothing_knob(0.1, " (TRL default 0.0 = dpo)", ge=0.0, le=0.5)
 
 
-@attrs.frozen
-class IPOConfig:
+@preference_config
+class IPOConfig(FDivergenceConfig):
     """Knobs of ipo."""
 
     beta: float = beta_knob(" (IPO's τ: the target log-ratio gap per token is 1/(2τ))")
-    f_divergence_type: str = f_divergence_knob()
-    f_alpha_divergence_coef: float | None = f_alpha_knob()
 
 
-@attrs.frozen
-class RobustConfig:
+@preference_config
+class RobustConfig(FDivergenceConfig):
     """Knobs of robust (provably robust DPO)."""
 
-    beta: float = beta_knob()
-    label_smoothing: float = rllab.knob(
-        0.1,
-        help="ε, probability that a preference label is flipped; must be < 0.5 (the loss divides by 1 − 2ε); "
-        "TRL default 0.0 = dpo",
-        ge=0.0,
-        lt=0.5,
+    label_smoothing: float = smoothing_knob(
+        0.1, "; must be < 0.5 (the loss divides by 1 − 2ε); TRL default 0.0 = dpo", ge=0.0, lt=0.5
     )
-    f_divergence_type: str = f_divergence_knob()
-    f_alpha_divergence_coef: float | None = f_alpha_knob()
 
 
-@attrs.frozen
-class SimPOConfig:
+@preference_config
+class SimPOConfig(BetaConfig):
     """Knobs of simpo (reference-free, length-normalised)."""
 
     beta: float = beta_knob(" (SimPO paper: about 2–2.5)")
     gamma: float = rllab.knob(0.5, help="γ, target reward margin (TRL's simpo_gamma)", ge=0.0)
-    label_smoothing: float = rllab.knob(0.0, help="ε, probability that a preference label is flipped", ge=0.0, le=0.5)
+    label_smoothing: float = smoothing_knob(0.0, ge=0.0, le=0.5)
 
 
 # --------------------------------------------------------------------------- losses

@@ -1,4 +1,4 @@
-"""Preference losses — TRL 1.16 ``DPOTrainer``'s other loss types, and their weighted combination.
+"""Preference losses — TRL 1.16 ``DPOTrainer``'s other loss types.
 
 Inputs, each (P,) over P (chosen w, rejected l) pairs, as for every preference loss:
 ``chosen_logps`` / ``rejected_logps`` = log π(y|x) summed over the response under the policy,
@@ -40,17 +40,8 @@ as TRL). Like TRL, only the losses built on Δs accept a divergence other than r
 (``sigmoid``, ``sigmoid_norm``, ``hinge``, ``ipo``, ``exo_pair``, ``robust``, ``discopop``; ``sft``
 ignores it): the f-DPO reparameterisation leaves a β·log Z(x) term that cancels only in Δs.
 
-``combined`` is TRL's ``loss_type`` list with ``loss_weights``: Σ_k w_k·loss_k per pair (the
-trainer's mean over pairs then equals TRL's Σ_k w_k·mean(loss_k)). ``mpo`` is the same with the
-MPO recipe as defaults (Wang et al. 2024, Mixed Preference Optimization: ``sigmoid``, ``bco_pair``,
-``sft`` weighted 0.8, 0.2, 1.0). Both also offer
-
-* ``ld_alpha`` — LD-DPO (Liu et al. 2024, "Length Desensitization"): each sequence log-prob, of the
-  policy and of the reference, becomes Σ over its first min(|w|, |l|) tokens + α·Σ over the rest;
-  it needs the per-token log-probs and masks (``requires`` ``token_logps``);
-* ``use_weighting`` — WPO (Zhou et al. 2024, Eq. 2): each pair's loss is multiplied by the detached
-  w(w)·w(l), w(y) = exp(mean_t (log π(y_t) − log Σ_v π(v)²)); it needs the per-token log-probs and
-  log Σ_v π(v)² of the policy (``requires`` ``token_logps``, ``log_sum_sq_probs``).
+TRL's weighted loss-type list (``combined``, ``mpo``), with LD-DPO's ``ld_alpha`` and WPO's
+weighting, lives in :mod:`rllab_preference_losses.combined`; it reuses :func:`formula` below.
 
 Reference (TRL 1.16.0, ``DPOTrainer._compute_loss``): the formulas are evaluated in TRL's order of
 operations, with TRL's knob names and defaults. Differences, all documented on the knobs:
@@ -81,22 +72,22 @@ from __future__ import annotations
 
 import math
 
-import attrs
 import torch
 import torch.nn.functional as F
 
 import rllab
 
 from .common import (
+    DISCOPOP_TAU,
+    BetaConfig,
+    FDivergenceConfig,
     beta_knob,
-    check_token_side,
-    f_alpha_knob,
-    f_divergence_knob,
     metrics,
     per_token,
+    preference_config,
     prepare,
     smoothed,
-    wpo_weight,
+    smoothing_knob,
 )
 
 # Loss types whose TRL formula reads the f-divergence scores (TRL's ``f_divergence_loss_types``).
@@ -107,7 +98,6 @@ LOSS_TYPES = (
 )  # fmt: skip
 SMOOTHED = ("robust", "exo_pair", "aot", "aot_unpaired")
 """Loss types that read ``label_smoothing``."""
-DISCOPOP_TAU = 0.05
 
 
 # --------------------------------------------------------------------------- the formulas
@@ -210,33 +200,17 @@ def bco_running_mean(where: str, p, beta: float, reward_mean, reward_count):
 # --------------------------------------------------------------------------- single losses
 
 
-def _check_smoothing_for(loss_type: str):
-    def check(inst, attribute, value):
-        if loss_type == "exo_pair" and not 0.0 < value < 1.0:
-            raise ValueError(f"label_smoothing = {value!r} is out of range for exo_pair: must be > 0 and < 1 (log ε)")
-
-    return check
-
-
-@attrs.frozen
-class BetaConfig:
-    """Knobs of nca_pair, sppo_hard, apo_zero, apo_down."""
-
-    beta: float = beta_knob()
-
-
-@attrs.frozen
-class SFTConfig:
+@preference_config
+class SFTConfig(BetaConfig):
     """Knobs of sft."""
 
     beta: float = beta_knob(" (sft's loss ignores it; it scales the logged implicit rewards only)")
 
 
-@attrs.frozen
-class BCOConfig:
+@preference_config
+class BCOConfig(BetaConfig):
     """Knobs of bco_pair."""
 
-    beta: float = beta_knob()
     running_mean: bool = rllab.knob(
         False,
         help="shift the implicit rewards by their running mean (TRL ≤ 0.x, the BCO paper's δ); needs the "
@@ -244,11 +218,10 @@ class BCOConfig:
     )
 
 
-@attrs.frozen
-class ExoConfig:
+@preference_config
+class ExoConfig(FDivergenceConfig):
     """Knobs of exo_pair."""
 
-    beta: float = beta_knob()
     label_smoothing: float = rllab.knob(
         1e-3,
         help="ε of the target distribution (1 − ε, ε); must be in (0, 1), EXO's recommended 1e-3 "
@@ -256,39 +229,27 @@ class ExoConfig:
         gt=0.0,
         lt=1.0,
     )
-    f_divergence_type: str = f_divergence_knob()
-    f_alpha_divergence_coef: float | None = f_alpha_knob()
 
 
-@attrs.frozen
-class AOTConfig:
+@preference_config
+class AOTConfig(BetaConfig):
     """Knobs of aot, aot_unpaired."""
 
-    beta: float = beta_knob()
-    label_smoothing: float = rllab.knob(
-        0.0, help="ε, probability that a preference label is flipped (TRL default 0.0)", ge=0.0, le=0.5
-    )
+    label_smoothing: float = smoothing_knob(0.0, " (TRL default 0.0)", ge=0.0, le=0.5)
 
 
-@attrs.frozen
-class DiscoPOPConfig:
+@preference_config
+class DiscoPOPConfig(FDivergenceConfig):
     """Knobs of discopop."""
 
-    beta: float = beta_knob()
     discopop_tau: float = rllab.knob(
         DISCOPOP_TAU, help="τ, temperature of the logistic/exponential mixing (paper and TRL: 0.05)", gt=0.0
     )
-    f_divergence_type: str = f_divergence_knob()
-    f_alpha_divergence_coef: float | None = f_alpha_knob()
 
 
-@attrs.frozen
-class SigmoidNormConfig:
+@preference_config
+class SigmoidNormConfig(FDivergenceConfig):
     """Knobs of sigmoid_norm."""
-
-    beta: float = beta_knob()
-    f_divergence_type: str = f_divergence_knob()
-    f_alpha_divergence_coef: float | None = f_alpha_knob()
 
 
 def _single(loss_type: str, doc: str, module: str = __name__, name: str | None = None):
@@ -316,20 +277,20 @@ def _single(loss_type: str, doc: str, module: str = __name__, name: str | None =
             ref_rejected_logps=ref_rejected_logps,
             chosen_lengths=chosen_lengths,
             rejected_lengths=rejected_lengths,
-            f_divergence_type=getattr(config, "f_divergence_type", "reverse_kl"),
-            f_alpha_divergence_coef=getattr(config, "f_alpha_divergence_coef", None),
+            f_divergence_type=config.f_divergence_type,
+            f_alpha_divergence_coef=config.f_alpha_divergence_coef,
         )
         extra = {}
         shift = None
-        if getattr(config, "running_mean", False):
+        if config.running_mean:
             shift, count = bco_running_mean(where, p, config.beta, bco_reward_mean, bco_reward_count)
             extra = {"bco/reward_mean": shift, "bco/reward_count": count}
         losses = formula(
             loss_type,
             p,
             beta=config.beta,
-            label_smoothing=getattr(config, "label_smoothing", 0.0),
-            discopop_tau=getattr(config, "discopop_tau", DISCOPOP_TAU),
+            label_smoothing=config.label_smoothing,
+            discopop_tau=config.discopop_tau,
             bco_shift=shift,
             sft=sft_loss(p.chosen_logps, p.chosen_lengths) if loss_type == "sft" else None,
         )
@@ -400,192 +361,6 @@ sigmoid_norm = _single("sigmoid_norm", f"""Length-normalised DPO (TRL's sigmoid_
     """)
 
 
-# --------------------------------------------------------------------------- combined (TRL's loss_type list)
-
-
-def _check_combined(inst, attribute, value):
-    """Cross-knob checks of combined / mpo (run once, on the last field)."""
-    types = inst.loss_types
-    if not types:
-        raise ValueError("loss_types must name at least one loss type")
-    unknown = [t for t in types if t not in LOSS_TYPES]
-    if unknown:
-        raise ValueError(f"loss_types {unknown} are not TRL loss types: must be among {LOSS_TYPES}")
-    if inst.loss_weights is not None and len(inst.loss_weights) != len(types):
-        raise ValueError(
-            f"loss_weights has {len(inst.loss_weights)} weights for {len(types)} loss types {list(types)}: "
-            "give one weight per loss type"
-        )
-    if inst.f_divergence_type != "reverse_kl" and not set(types) <= set(F_DIVERGENCE_LOSSES):
-        raise ValueError(
-            f"f_divergence_type = {inst.f_divergence_type!r} is only defined for {list(F_DIVERGENCE_LOSSES)}; "
-            f"loss_types {list(types)} include others (use 'reverse_kl')"
-        )
-    eps = inst.label_smoothing
-    if "exo_pair" in types and not 0.0 < eps < 1.0:
-        raise ValueError(f"label_smoothing = {eps!r}: exo_pair needs 0 < ε < 1 (it takes log ε); EXO recommends 1e-3")
-    if "robust" in types and not eps < 0.5:
-        raise ValueError(f"label_smoothing = {eps!r}: robust needs ε < 0.5 (it divides by 1 − 2ε)")
-    if eps != 0.0 and not set(types) & set(SMOOTHED):
-        raise ValueError(
-            f"label_smoothing = {eps!r} has no effect: none of {list(types)} reads it ({list(SMOOTHED)} do)"
-        )
-    if inst.discopop_tau is not None and "discopop" not in types:
-        raise ValueError(f"discopop_tau = {inst.discopop_tau!r} has no effect without 'discopop' in loss_types")
-    if inst.use_weighting and set(types) & {"aot", "aot_unpaired"}:
-        raise ValueError(
-            "use_weighting (WPO) does not combine with aot / aot_unpaired: they sort the pairs, which would "
-            "misalign the weights"
-        )
-    if inst.bco_running_mean and "bco_pair" not in types:
-        raise ValueError("bco_running_mean = True has no effect without 'bco_pair' in loss_types")
-
-
-def _combined_config(name: str, doc: str, types: tuple[str, ...], weights: tuple[float, ...] | None):
-    @attrs.frozen
-    class Config:
-        loss_types: tuple[str, ...] = rllab.knob(types, help="TRL loss types to combine (TRL's loss_type list)")
-        loss_weights: tuple[float, ...] | None = rllab.knob(
-            weights, help="one weight per loss type (None: all 1.0, as TRL)"
-        )
-        beta: float = beta_knob()
-        label_smoothing: float = rllab.knob(
-            0.0,
-            help="ε for robust, exo_pair, aot, aot_unpaired (TRL default 0.0; exo_pair needs > 0, robust < 0.5)",
-            ge=0.0,
-            lt=1.0,
-        )
-        discopop_tau: float | None = rllab.knob(
-            None, help=f"τ of discopop (None: {DISCOPOP_TAU}, the paper's and TRL's)", gt=0.0
-        )
-        f_divergence_type: str = f_divergence_knob()
-        f_alpha_divergence_coef: float | None = f_alpha_knob()
-        ld_alpha: float | None = rllab.knob(
-            None,
-            help="LD-DPO α in [0, 1]: weight of the tokens beyond the shorter response of the pair (None: off, "
-            "1.0 = no effect); needs the token_logps inputs",
-            ge=0.0,
-            le=1.0,
-        )
-        use_weighting: bool = rllab.knob(
-            False,
-            help="WPO weighting of each pair by its detached policy probability; needs token_logps and "
-            "log_sum_sq_probs",
-        )
-        bco_running_mean: bool = rllab.knob(
-            False,
-            help="bco_pair shifts rewards by their running mean (TRL ≤ 0.x); needs bco_reward_mean / bco_reward_count",
-            validator=_check_combined,
-        )
-
-    Config.__name__ = Config.__qualname__ = name
-    Config.__doc__ = doc
-    return Config
-
-
-CombinedConfig = _combined_config(
-    "CombinedConfig", "Knobs of combined (TRL DPOConfig's loss settings; defaults are TRL's).", ("sigmoid",), None
-)
-MPOConfig = _combined_config(
-    "MPOConfig",
-    "Knobs of mpo (combined with the MPO recipe as defaults).",
-    ("sigmoid", "bco_pair", "sft"),
-    (0.8, 0.2, 1.0),
-)
-
-
-def combined(
-    *,
-    chosen_logps,
-    rejected_logps,
-    ref_chosen_logps,
-    ref_rejected_logps,
-    chosen_lengths,
-    rejected_lengths,
-    config,
-    chosen_token_logps=None,
-    rejected_token_logps=None,
-    ref_chosen_token_logps=None,
-    ref_rejected_token_logps=None,
-    chosen_mask=None,
-    rejected_mask=None,
-    chosen_log_sum_sq_probs=None,
-    rejected_log_sum_sq_probs=None,
-    bco_reward_mean=None,
-    bco_reward_count=None,
-):
-    """TRL's loss-type list: Σ_k w_k·loss_k per pair, with optional LD-DPO α, f-divergence and WPO.
-
-    Sequence inputs (P,) as every preference loss. Token-level inputs, read only when a knob asks
-    for them: ``chosen_token_logps`` / ``ref_chosen_token_logps`` / ``chosen_log_sum_sq_probs``
-    (P, T_w) float, ``chosen_mask`` (P, T_w) bool (row sums = ``chosen_lengths``), the rejected
-    ones (P, T_l); ``bco_reward_mean`` / ``bco_reward_count`` 0-d. Returns losses (P,) and the
-    ``dpo/…`` metrics plus ``dpo/loss_<type>`` (and ``dpo/wpo_weight``, ``bco/…`` when used).
-    """
-    cfg = config
-    where = f"preference_loss '{'mpo' if isinstance(cfg, MPOConfig) else 'combined'}'"
-    p = prepare(
-        where,
-        chosen_logps=chosen_logps,
-        rejected_logps=rejected_logps,
-        ref_chosen_logps=ref_chosen_logps,
-        ref_rejected_logps=ref_rejected_logps,
-        chosen_lengths=chosen_lengths,
-        rejected_lengths=rejected_lengths,
-        f_divergence_type=cfg.f_divergence_type,
-        f_alpha_divergence_coef=cfg.f_alpha_divergence_coef,
-        ld_alpha=cfg.ld_alpha,
-        token_inputs=dict(
-            chosen_token_logps=chosen_token_logps,
-            rejected_token_logps=rejected_token_logps,
-            ref_chosen_token_logps=ref_chosen_token_logps,
-            ref_rejected_token_logps=ref_rejected_token_logps,
-            chosen_mask=chosen_mask,
-            rejected_mask=rejected_mask,
-        ),
-    )
-    extra = {}
-    weight = None
-    if cfg.use_weighting:
-        weight_inputs = {}
-        for side, lengths in (("chosen", chosen_lengths), ("rejected", rejected_lengths)):
-            tok = chosen_token_logps if side == "chosen" else rejected_token_logps
-            lssp = chosen_log_sum_sq_probs if side == "chosen" else rejected_log_sum_sq_probs
-            mask = chosen_mask if side == "chosen" else rejected_mask
-            check_token_side(
-                where, side, lengths, mask, **{f"{side}_token_logps": tok, f"{side}_log_sum_sq_probs": lssp}
-            )
-            weight_inputs[side] = wpo_weight(tok, lssp, mask)
-        weight = (weight_inputs["chosen"] * weight_inputs["rejected"]).to(p.chosen_lr.dtype)
-        extra["dpo/wpo_weight"] = weight.detach().sum() / max(weight.numel(), 1)
-    shift = None
-    if cfg.bco_running_mean:
-        shift, count = bco_running_mean(where, p, cfg.beta, bco_reward_mean, bco_reward_count)
-        extra.update({"bco/reward_mean": shift, "bco/reward_count": count})
-    sft_value = None
-    if "sft" in cfg.loss_types:
-        sft_value = sft_loss(chosen_logps, chosen_lengths)  # TRL's sft reads the plain per-token log-probs
-    weights = cfg.loss_weights or (1.0,) * len(cfg.loss_types)
-    total = None
-    for loss_type, w in zip(cfg.loss_types, weights):
-        per_pair = formula(
-            loss_type,
-            p,
-            beta=cfg.beta,
-            label_smoothing=cfg.label_smoothing,
-            discopop_tau=DISCOPOP_TAU if cfg.discopop_tau is None else cfg.discopop_tau,
-            bco_shift=shift,
-            sft=sft_value,
-        )
-        if weight is not None:
-            per_pair = per_pair * weight
-        extra[f"dpo/loss_{loss_type}"] = per_pair.detach().sum() / max(per_pair.numel(), 1)
-        term = per_pair * w
-        total = term if total is None else total + term
-    beta = cfg.beta
-    return total, {**metrics(p.chosen_lr - p.rejected_lr, beta * p.chosen_lr, beta * p.rejected_lr), **extra}
-
-
 def register(register_fn) -> None:
     """Register every loss of this module through the hook's ``register`` callable."""
     register_fn("exo_pair", exo_pair, config=ExoConfig)
@@ -599,12 +374,3 @@ def register(register_fn) -> None:
     register_fn("discopop", discopop, config=DiscoPOPConfig)
     register_fn("sft", sft, config=SFTConfig)
     register_fn("sigmoid_norm", sigmoid_norm, config=SigmoidNormConfig)
-    requires = ("token_logps", "log_sum_sq_probs", "bco_running_mean")
-    register_fn("combined", combined, config=CombinedConfig, requires=requires)
-    register_fn(
-        "mpo",
-        combined,
-        config=MPOConfig,
-        requires=requires,
-        summary="MPO (Wang et al. 2024): combined with sigmoid 0.8, bco_pair 0.2, sft 1.0",
-    )

@@ -1,0 +1,156 @@
+"""``jsonl``: prompts and answers read from a JSON-lines file, and its reward functions.
+
+Each row gives ``row["prompt"]`` and ``row["answer"]``; a completion is scored 1.0 or 0.0 by
+``exact`` / ``contains`` / ``numeric`` (the ``reward`` knob). Rows are split into training and
+evaluation by a salted hash of the prompt (:mod:`rllab_tasks.split`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import attrs
+import torch
+
+import rllab
+from rllab.types import Example
+
+from .split import eval_fraction_knob, in_eval_split, seed_knob
+
+_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def first_number(text: str) -> float | None:
+    """The first number written in ``text`` (``-3``, ``2.5``, ``1e3``), or None."""
+    m = _NUMBER.search(text)
+    if m is None:
+        return None
+    try:
+        return float(m.group())
+    except ValueError:
+        return None
+
+
+def reward_exact(answer: str, completion: str, tolerance: float) -> float:
+    """1.0 iff the completion, stripped of surrounding whitespace, equals the stripped answer."""
+    return 1.0 if completion.strip() == answer.strip() else 0.0
+
+
+def reward_contains(answer: str, completion: str, tolerance: float) -> float:
+    """1.0 iff the stripped answer occurs anywhere in the completion."""
+    return 1.0 if answer.strip() in completion else 0.0
+
+
+def reward_numeric(answer: str, completion: str, tolerance: float) -> float:
+    """1.0 iff the first number in the completion is within ``tolerance`` of the answer:
+    ``|x − y| ≤ tolerance · max(1, |y|)`` (absolute near zero, relative for large answers)."""
+    x, y = first_number(completion), float(answer)
+    if x is None or not math.isfinite(x):
+        return 0.0
+    return 1.0 if abs(x - y) <= tolerance * max(1.0, abs(y)) else 0.0
+
+
+REWARD_FNS = {"exact": reward_exact, "contains": reward_contains, "numeric": reward_numeric}
+
+
+@attrs.frozen
+class JsonlConfig:
+    """Knobs of the jsonl task."""
+
+    path: str = rllab.knob(help='JSONL file with one {"prompt": ..., "answer": ...} object per line (required)')
+    reward: str = rllab.knob("exact", help="how a completion is scored", choices=tuple(REWARD_FNS))
+    tolerance: float = rllab.knob(1e-6, help="numeric reward: |x − y| ≤ tolerance·max(1, |y|)", ge=0.0)
+    eval_fraction: float = eval_fraction_knob()
+    eval_size: int = rllab.knob(1_000_000, help="at most this many held-out rows", ge=1)
+    seed: int = seed_knob()
+
+
+class JsonlTask:
+    """Prompts and answers from a JSONL file, scored by a named reward function.
+
+    Each line is an object with string ``prompt`` and ``answer`` (a number is accepted as the
+    answer and kept as its text). Optional keys: ``demonstration`` (used by the warm start
+    instead of the answer) and ``split`` (``"train"`` or ``"eval"``, overriding the hash split);
+    every other key lands in ``Example.meta``. Blank lines are skipped.
+    """
+
+    name = "jsonl"
+
+    def __init__(self, config: JsonlConfig):
+        self.config = config
+        path = Path(config.path).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(f"task 'jsonl': no such file: {path}")
+        if config.reward not in REWARD_FNS:
+            raise ValueError(f"task 'jsonl': unknown reward {config.reward!r}; known: {', '.join(REWARD_FNS)}")
+        self.reward_fn = REWARD_FNS[config.reward]
+        self.train: list[Example] = []
+        self.eval: list[Example] = []
+        with path.open(encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                ex, split = self._parse(path, lineno, line)
+                is_eval = split == "eval" if split is not None else in_eval_split(
+                    ex.prompt, seed=config.seed, eval_fraction=config.eval_fraction
+                )
+                (self.eval if is_eval else self.train).append(ex)
+        if not self.train:
+            raise ValueError(f"task 'jsonl': {path} has no training rows ({len(self.eval)} eval rows)")
+        self.eval = self.eval[: config.eval_size]
+
+    def _parse(self, path: Path, lineno: int, line: str) -> tuple[Example, str | None]:
+        where = f"task 'jsonl': {path}:{lineno}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: not valid JSON ({e.msg})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: expected an object, got {type(row).__name__}")
+        for key in ("prompt", "answer"):
+            if key not in row:
+                raise ValueError(f"{where}: missing key {key!r}")
+        prompt, answer = row.pop("prompt"), row.pop("answer")
+        if isinstance(answer, (int, float)) and not isinstance(answer, bool):
+            answer = str(answer)
+        if not isinstance(prompt, str) or not isinstance(answer, str):
+            raise ValueError(f"{where}: prompt and answer must be strings")
+        if self.config.reward == "numeric":
+            try:
+                float(answer)
+            except ValueError:
+                raise ValueError(f"{where}: answer {answer!r} is not a number (reward 'numeric')") from None
+        split = row.pop("split", None)
+        if split not in (None, "train", "eval"):
+            raise ValueError(f"{where}: split must be 'train' or 'eval', got {split!r}")
+        demo = row.pop("demonstration", None)
+        if demo is not None:
+            row["demonstration"] = str(demo)
+        return Example(prompt=prompt, answer=answer, meta=row), split
+
+    def train_examples(self, n: int, rng: torch.Generator) -> list[Example]:
+        """``n`` training rows drawn uniformly with replacement using ``rng``."""
+        idx = torch.randint(0, len(self.train), (n,), generator=rng).tolist()
+        return [self.train[i] for i in idx]
+
+    def eval_examples(self) -> list[Example]:
+        """The held-out rows, in file order."""
+        return list(self.eval)
+
+    def reward(self, example: Example, completion: str) -> float:
+        return self.reward_fn(example.answer, completion, self.config.tolerance)
+
+    def demonstration(self, example: Example) -> str:
+        """The row's ``demonstration`` if it has one, else its answer."""
+        return example.meta.get("demonstration", example.answer)
+
+    def __repr__(self):
+        return f"<task 'jsonl' {self.config!r}>"
+
+
+def jsonl(*, config: JsonlConfig) -> JsonlTask:
+    """Prompt/answer rows from a JSONL file, scored by exact, contains or numeric match."""
+    return JsonlTask(config)
