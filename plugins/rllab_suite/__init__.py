@@ -2,7 +2,7 @@
 
 Commands (added through ``register_commands``)::
 
-    rllab suite SUITE.toml [--executor local|ray] [--workers N] [--dir DIR]
+    rllab suite SUITE.toml|DIR [--executor local|ray] [--workers N] [--dir DIR] [--replace]
     rllab suite report DIR                 regenerate a suite's tables and plots
     rllab compare RUN_DIR… [--out DIR]     the same report for loose runs
     rllab record RUN_DIR_or_config --steps K --out FILE [key=value …]
@@ -151,14 +151,41 @@ def cmd_suite(args) -> int:
     if args.target == "report":
         if not args.dir:
             raise rllab.RllabError("usage: rllab suite report DIR")
+        _check_report_dir(Path(args.dir))
         report_suite(args.dir, console=console)
         console.print(f"report written to {Path(args.dir) / 'report.md'}", highlight=False)
         return 0
     if args.dir_positional:
         raise rllab.RllabError(f"unexpected argument {args.dir_positional!r}; the suite directory is given with --dir")
-    summary = run_suite(args.target, directory=args.dir, executor_name=args.executor, workers=args.workers, address=args.address,
+    target = Path(args.target)
+    if target.is_dir():  # a suite directory: run (resume) the suite it keeps
+        if not (target / "suite.toml").is_file():
+            raise rllab.RllabError(
+                f"{target} is a directory without a suite.toml; rllab suite takes a suite file (rllab suite SUITE.toml --dir {target}) "
+                "or a suite directory that keeps one"
+            )
+        args.dir = args.dir or str(target)
+        target = target / "suite.toml"
+    summary = run_suite(target, directory=args.dir, replace=args.replace, executor_name=args.executor, workers=args.workers, address=args.address,
                         lab=args.lab, console=console, progress=not args.quiet, check_identical=not args.no_identical_check)
     return 1 if summary["failed"] else 0
+
+
+def _check_report_dir(given: Path) -> None:
+    """``rllab suite report`` takes a suite directory; a suite file is answered with its directory."""
+    if given.is_file() and given.suffix == ".toml":
+        from rllab_suite.spec import parse_suite
+        from rllab_suite.suite import suite_dir_for
+
+        try:
+            out = suite_dir_for(parse_suite(given), None)
+            where = f"; its runs go to {out} unless run with --dir: rllab suite report {out}"
+        except rllab.RllabError:
+            where = ""
+        raise rllab.RllabError(
+            f"rllab suite report takes a suite directory (where a suite's runs and suite.json are), not the suite file {given}{where}; "
+            f"to run the suite: rllab suite {given}"
+        )
 
 
 def cmd_compare(args) -> int:
@@ -217,7 +244,9 @@ def cmd_replay(args) -> int:
 
         cells = expand(parse_suite(args.suite), lab=args.lab)
         task = data["config"]["task"]["name"]
-        cells = [c for c in cells if c.task == task]
+        same = [c for c in cells if c.config["task"] == data["config"]["task"]]  # the recording's task config, else its name
+        named = [c for c in cells if c.config["task"]["name"] == task]
+        cells = same or [c for c in named if c.task == named[0].task]
         if not cells:
             raise rllab.RllabError(f"{args.suite} has no cell on the recording's task {task!r}")
         seed = min(c.seed for c in cells)
@@ -234,12 +263,13 @@ def register_commands(subparsers):
     from rllab_suite.executor import EXECUTORS
 
     p = subparsers.add_parser("suite", help="run a suite of variants × tasks × seeds and compare them with statistics; 'suite report DIR' regenerates a report")
-    p.add_argument("target", metavar="SUITE.toml|report", help="the suite file, or 'report'")
+    p.add_argument("target", metavar="SUITE.toml|DIR|report", help="the suite file, a suite directory (runs the suite.toml it keeps), or 'report'")
     p.add_argument("dir_positional", nargs="?", metavar="DIR", help="with 'report': the suite directory")
     p.add_argument("--executor", choices=EXECUTORS, default="local", help="local process pool (default) or Ray")
     p.add_argument("--workers", type=_at_least_one, default=None, help="runs at a time, at least 1 (default: one per core)")
     p.add_argument("--address", default=None, help="Ray cluster address for --executor ray (default: start a local instance)")
-    p.add_argument("--dir", default=None, help="the suite directory (default: suites/NAME)")
+    p.add_argument("--dir", default=None, help="the suite directory (default: suites/NAME, or the directory of a kept DIR/suite.toml)")
+    p.add_argument("--replace", action="store_true", help="let the suite take over a --dir that holds another suite (refused otherwise)")
     p.add_argument("-q", "--quiet", action="store_true", help="no live progress display")
     p.add_argument("--no-identical-check", action="store_true", help="skip replaying the variants on a recorded batch")
     p.set_defaults(func=_suite_entry)

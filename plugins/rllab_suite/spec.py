@@ -40,9 +40,13 @@ import attrs
 from rllab import ConfigError, RllabError
 from rllab.config import load_config, parse_overrides
 
+MANIFEST = "suite.json"
+"""A suite directory's manifest: its name, cells and where its suite file came from."""
 SUITE_KEYS = {"name", "preset", "config", "steps", "seeds", "tasks", "baseline", "overrides", "variants", "axes", "description"}
 VARIANT_KEYS = {"preset", "config"}
 HASH_EXCLUDE = ("name", "output_dir", "provenance")
+SUITE_OWNED = {"train.seed": "seeds", "train.steps": "steps"}
+"""Config keys a suite sets in every cell itself (from ``seeds`` / ``steps``), never from overrides."""
 """Config keys that do not change the computation and stay out of a cell's hash."""
 
 
@@ -64,6 +68,7 @@ class Cell:
 
     variant: str
     task: str
+    """The task's label: its name, or ``name[knob=value,…]`` when the suite has that task in several configs."""
     seed: int
     config: dict
     """The resolved config (``ExperimentConfig.to_dict()``), what the worker re-validates and runs."""
@@ -87,9 +92,15 @@ class Suite:
     overrides: tuple[tuple[str, Any], ...]
     variants: tuple[Variant, ...]
     tasks: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
+    """(name, (("task.KNOB", value), …)) per task; name "" means the base config's task."""
+    task_labels: tuple[str, ...]
+    """Per task, what cells and reports call it ("" means the resolved task's name)."""
     seeds: tuple[int, ...]
     steps: int | None
     baseline: str | None
+    base_dir: Path | None = None
+    """Where a relative ``config`` is looked for after the suite file's own directory: the original
+    suite file's directory, for the copy a suite directory keeps (recorded in its manifest)."""
 
     @property
     def variant_names(self) -> list[str]:
@@ -161,6 +172,8 @@ def parse_suite(source: str | Path | dict) -> Suite:
     steps = data.get("steps")
     if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
         raise SuiteError(f"{where}: steps must be a positive integer, got {steps!r}")
+    if data.get("tasks", [None]) == []:
+        raise SuiteError(f"{where}: tasks = []: no cells to run; name at least one task, or leave tasks out for the base config's task")
     tasks = []
     for t in data.get("tasks", [None]):
         if t is None:
@@ -172,6 +185,7 @@ def parse_suite(source: str | Path | dict) -> Suite:
             tasks.append((t["name"], knobs))
         else:
             raise SuiteError(f"{where}: a task is a name or a table with a name, got {t!r}")
+    labels = _task_labels(tasks, where)
     variants = []
     raw_variants = data.get("variants") or {"base": {}}
     if not isinstance(raw_variants, dict):
@@ -189,6 +203,9 @@ def parse_suite(source: str | Path | dict) -> Suite:
     for k, vals in axes.items():
         if not isinstance(vals, list) or not vals:
             raise SuiteError(f"{where}: axis {k!r} must be a non-empty list of values, got {vals!r}")
+        repeated = _repeated(vals)
+        if repeated:
+            raise SuiteError(f"{where}: axis {k!r} repeats {', '.join(map(repr, repeated))}: two cells would be one run; give each value once")
     if axes:
         grid = []
         keys = list(axes)
@@ -199,6 +216,18 @@ def parse_suite(source: str | Path | dict) -> Suite:
                 grid.append(attrs.evolve(v, name=name, overrides=v.overrides + tuple(zip(keys, combo))))
         variants = grid
     names = [v.name for v in variants]
+    repeated = _repeated(names)
+    if repeated:
+        raise SuiteError(f"{where}: variant name(s) {', '.join(map(repr, repeated))} occur more than once; name each variant once")
+    overrides = tuple(_pairs(data.get("overrides"), f"{where}: [overrides]"))
+    owned = [("[overrides]", k) for k, _ in overrides] + [(f"variant {v.name!r}", k) for v in variants for k, _ in v.overrides]
+    for what, key in owned:
+        if key in SUITE_OWNED and (key != "train.steps" or steps is not None):
+            field = SUITE_OWNED[key]
+            raise SuiteError(
+                f"{where}: {what} sets {key}, which the suite sets in every cell from its {field!r} "
+                f"(it would be replaced); use the suite's {field} = …"
+            )
     baseline = data.get("baseline")
     if baseline is not None and baseline not in names:
         raise SuiteError(f"{where}: baseline {baseline!r} is not a variant; variants: {', '.join(names)}")
@@ -207,21 +236,67 @@ def parse_suite(source: str | Path | dict) -> Suite:
         path=path,
         base_preset=data.get("preset"),
         base_config=data.get("config"),
-        overrides=tuple(_pairs(data.get("overrides"), f"{where}: [overrides]")),
+        overrides=overrides,
         variants=tuple(variants),
         tasks=tuple(tasks),
+        task_labels=labels,
         seeds=tuple(seeds),
         steps=steps,
         baseline=baseline,
+        base_dir=_kept_copy_source(path),
     )
 
 
+def _repeated(values: list) -> list:
+    """The values that occur more than once (each once, in order)."""
+    seen, out = [], []
+    for v in values:
+        if v in seen and v not in out:
+            out.append(v)
+        seen.append(v)
+    return out
+
+
+def _task_labels(tasks: list, where: str) -> tuple[str, ...]:
+    """Each task's label: its name, or ``name[knob=value,…]`` when the name occurs with several
+    configs, so that no report pools two different tasks under one name; a repeated task is refused."""
+    keys = [(name, tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in knobs))) for name, knobs in tasks]
+    repeated = _repeated(keys)
+    if repeated:
+        shown = ", ".join(name or "(the base config's task)" for name, _ in repeated)
+        raise SuiteError(f"{where}: tasks repeat {shown} with the same knobs: two cells would be one run; give each task once")
+    names = [name for name, _ in tasks]
+    labels = []
+    for name, knobs in tasks:
+        if names.count(name) > 1 and knobs:
+            name = name + "[" + ",".join(f"{k.removeprefix('task.')}={v}" for k, v in sorted(knobs, key=lambda kv: kv[0])) + "]"
+        labels.append(name)
+    return tuple(labels)
+
+
+def _kept_copy_source(path: Path | None) -> Path | None:
+    """For ``DIR/suite.toml`` next to ``DIR/suite.json``: the directory of the suite file it was
+    copied from, where its relative ``config`` paths point."""
+    if path is None or path.name != "suite.toml" or not (path.parent / MANIFEST).is_file():
+        return None
+    try:
+        source = json.loads((path.parent / MANIFEST).read_text()).get("source_dir")
+    except (OSError, ValueError):
+        return None
+    return Path(source) if source else None
+
+
 def _resolve(path: str | None, suite: Suite) -> str | None:
+    """A ``config`` path: relative to the suite file, else (for a suite directory's kept copy) to
+    the suite file it was copied from."""
     if path is None:
         return None
     p = Path(path).expanduser()
     if not p.is_absolute() and suite.path is not None:
-        p = suite.path.resolve().parent / p
+        here = suite.path.resolve().parent / p
+        if not here.is_file() and suite.base_dir is not None and (suite.base_dir / p).is_file():
+            return str(suite.base_dir / p)
+        p = here
     return str(p)
 
 
@@ -246,7 +321,7 @@ def expand(suite: Suite, *, lab=None) -> list[Cell]:
     cells: list[Cell] = []
     problems: dict[str, str] = {}
     for v in suite.variants:
-        for task in suite.tasks:
+        for task, label in zip(suite.tasks, suite.task_labels):
             for seed in suite.seeds:
                 preset = v.preset or (None if v.config else suite.base_preset)
                 source = _resolve(v.config or (None if v.preset else suite.base_config), suite)
@@ -257,13 +332,18 @@ def expand(suite: Suite, *, lab=None) -> list[Cell]:
                     continue
                 data = cfg.to_dict()
                 data["name"] = _slug(f"{suite.name}-{v.name}")
-                cells.append(Cell(variant=v.name, task=cfg.component("task").name, seed=seed, config=data, key=config_key(data)))
+                cells.append(Cell(variant=v.name, task=label or cfg.component("task").name, seed=seed, config=data, key=config_key(data)))
     if problems:
         lines = "\n".join(f"  variant {name!r}: {msg}" for name, msg in problems.items())
         raise SuiteError(f"suite {suite.name!r}: {len(problems)} variant(s) do not validate (nothing was run):\n{lines}")
     seen: dict[str, Cell] = {}
     for c in cells:
         other = seen.get(c.key)
+        if other is not None and other.variant == c.variant:
+            raise SuiteError(
+                f"suite {suite.name!r}: tasks {other.task!r} and {c.task!r} resolve to the same config "
+                f"(variant {c.variant}, seed {c.seed}): two cells would be one run; give each task once"
+            )
         if other is not None and other.variant != c.variant:
             raise SuiteError(
                 f"suite {suite.name!r}: variants {other.variant!r} and {c.variant!r} resolve to the same config "

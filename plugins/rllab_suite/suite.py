@@ -10,15 +10,40 @@ from pathlib import Path
 
 from rllab import RllabError
 from rllab_suite import executor, replay, report
-from rllab_suite.spec import Cell, Suite, SuiteError, expand, parse_suite
+from rllab_suite.spec import MANIFEST, Cell, Suite, SuiteError, _slug, config_key, expand, parse_suite
 
-MANIFEST = "suite.json"
 RECORD_STEPS = 2
 """Batches recorded for the identical-variant check."""
 
 
 def suite_dir_for(suite: Suite, directory: str | Path | None) -> Path:
-    return Path(directory) if directory else Path("suites") / suite.name
+    """``directory``; else the suite directory whose kept copy ``suite.toml`` this is; else ``suites/NAME``."""
+    if directory:
+        return Path(directory)
+    if suite.path is not None and suite.path.name == "suite.toml" and (suite.path.parent / MANIFEST).is_file():
+        return suite.path.parent
+    return Path("suites") / suite.name
+
+
+def check_directory(suite: Suite, out: Path, *, replace: bool = False) -> dict:
+    """The manifest ``out`` already holds (``{}`` for none); another suite's is refused unless
+    ``replace``, and then forgotten (its notes and recordings do not carry into this suite's report)."""
+    path = out / MANIFEST
+    if not path.is_file():
+        return {}
+    previous = json.loads(path.read_text())
+    own_copy = suite.path is not None and suite.path.resolve() == (out / "suite.toml").resolve()
+    if previous.get("name") == suite.name or own_copy:
+        return previous
+    if not replace:
+        raise SuiteError(
+            f"{out} holds suite {previous.get('name')!r}, not {suite.name!r}: running here would overwrite its suite.json, "
+            f"suite.toml and report. Give another --dir (default: suites/{suite.name}), or --replace to make {out} "
+            f"suite {suite.name!r}'s (the other suite's finished runs with the same config are reused)"
+        )
+    (out / "identical.json").unlink(missing_ok=True)
+    shutil.rmtree(out / "replay", ignore_errors=True)
+    return {}
 
 
 def prebuild_models(cells: list[Cell], *, lab, console=None) -> None:
@@ -58,13 +83,13 @@ def identical_variants(cells: list[Cell], *, lab, out_dir: Path, console=None) -
         group = [c for c in cells if c.task == task and c.seed == first_seed and c.config.get("algorithm", {}).get("name") == "rl" and c.variant not in failed]
         if len(group) < 2:
             continue
-        rec_path = out_dir / "replay" / f"{task}.pt"
+        rec_path = out_dir / "replay" / f"{_slug(task)}-{config_key(group[0].config)[:12]}.pt"  # a changed config records afresh
         if console is not None:
             console.print(f"[dim]checking for identical variants on task {task}: replaying {len(group)} variants on one recorded batch…[/]", highlight=False)
         data = replay.record(group[0].config, steps=RECORD_STEPS, out=rec_path, lab=lab) if not rec_path.is_file() else replay.load_record(rec_path)
         results = replay.replay_configs(data, [(c.variant, c.config) for c in group], lab=lab)
         pairs = replay.compare(results)
-        (out_dir / "replay" / f"{task}.json").write_text(json.dumps({"pairs": pairs, "metrics": {r.name: r.metrics for r in results}}, indent=2, default=str) + "\n")
+        rec_path.with_suffix(".json").write_text(json.dumps({"pairs": pairs, "metrics": {r.name: r.metrics for r in results}}, indent=2, default=str) + "\n")
         if pairs and all(p["inconclusive"] for p in pairs):
             found.append({"task": task, "identical": False, "message": (
                 f"identical-variant check inconclusive on task {task}: the recorded batch scored alike in every group, "
@@ -77,7 +102,7 @@ def identical_variants(cells: list[Cell], *, lab, out_dir: Path, console=None) -
     return found
 
 
-def run_suite(source, *, directory=None, executor_name: str = "local", workers: int | None = None, address: str | None = None,
+def run_suite(source, *, directory=None, executor_name: str = "local", workers: int | None = None, address: str | None = None, replace: bool = False,
               lab=None, console=None, progress: bool = True, check_identical: bool = True) -> dict:
     """Expand, validate, run the missing cells and report. Returns the summary."""
     from rich.console import Console
@@ -97,11 +122,14 @@ def run_suite(source, *, directory=None, executor_name: str = "local", workers: 
     suite = parse_suite(source)
     cells = expand(suite, lab=lab)  # every cell validated before anything runs
     out = suite_dir_for(suite, directory)
+    previous = check_directory(suite, out, replace=replace)
     (out / "runs").mkdir(parents=True, exist_ok=True)
+    manifest = {"name": suite.name, "baseline": suite.baseline, "variants": suite.variant_names, "cells": [c.to_dict() for c in cells]}
     if suite.path is not None and suite.path.resolve() != (out / "suite.toml").resolve():
         shutil.copyfile(suite.path, out / "suite.toml")
-    manifest = {"name": suite.name, "baseline": suite.baseline, "variants": suite.variant_names, "cells": [c.to_dict() for c in cells]}
-    previous = json.loads((out / MANIFEST).read_text()) if (out / MANIFEST).is_file() else {}
+        manifest["source_dir"] = str(suite.path.resolve().parent)  # where the copy's relative config paths point
+    elif previous.get("source_dir"):
+        manifest["source_dir"] = previous["source_dir"]
     manifest["load_average"] = previous.get("load_average", [])
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     todo = [c for c in cells if not (out / "runs" / c.slug / "final.json").is_file()]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import textwrap
 from pathlib import Path
 
@@ -503,3 +504,132 @@ def test_a_suite_cell_resumes_in_its_own_directory_and_never_restarts_over_a_fin
     assert [x["step"] for x in rows if "rollout/reward" in x] == [1, 2]
     r = run_cell(job)  # finished: run_cell would have to start afresh over it, and is refused
     assert r["status"] == "failed" and "already holds a run" in r["error"]
+
+
+# --------------------------------------------------------------------------- suites that are not what they claim
+
+
+@pytest.mark.parametrize(
+    "over,needle",
+    [
+        ({"tasks": ["addition", "addition"]}, "tasks repeat addition"),
+        ({"tasks": [{"name": "sort", "max_length": 4}, {"max_length": 4, "name": "sort"}]}, "tasks repeat sort"),
+        ({"axes": {"policy_loss.clip_high": [0.2, 0.28, 0.2]}}, "axis 'policy_loss.clip_high' repeats 0.2"),
+        ({"tasks": []}, "no cells"),
+    ],
+)
+def test_repeated_cells_and_empty_suites_are_refused(over, needle):
+    """Class: a suite whose cells are not what it claims — two cells with one slug (a repeated task
+    or axis value) used to run at once into one run directory and report "2 runs" from one seed;
+    `tasks = []` ran "0 cells" with exit 0."""
+    with pytest.raises(SuiteError, match=re.escape(needle)):
+        parse_suite(suite(**over))
+
+
+def test_tasks_that_resolve_to_one_config_are_refused(lab):
+    """Class: two cells with one slug — a task table that only restates the defaults is the same
+    task as its bare name."""
+    with pytest.raises(SuiteError, match=r"tasks 'addition' and 'addition\[digits=2\]' resolve to the same config"):
+        expand(parse_suite(suite(tasks=["addition", {"name": "addition", "digits": 2}])), lab=lab)
+
+
+@pytest.mark.parametrize(
+    "over,needle",
+    [
+        ({"variants": {"a": {"train.steps": 5}}}, "variant 'a' sets train.steps"),
+        ({"variants": {"a": {"train": {"seed": 7}}}}, "variant 'a' sets train.seed"),
+        ({"overrides": {**SMALL, "train.seed": 3}}, "[overrides] sets train.seed"),
+        ({"overrides": [f"{k}={v}" for k, v in SMALL.items()] + ["train.steps=9"]}, "[overrides] sets train.steps"),
+    ],
+)
+def test_overrides_the_suite_would_replace_are_refused(over, needle):
+    """Class: settings silently replaced — a variant or [overrides] setting train.steps or
+    train.seed was overwritten by the suite's steps / seeds without a word."""
+    with pytest.raises(SuiteError) as e:
+        parse_suite(suite(**over))
+    assert needle in str(e.value) and "use the suite's" in str(e.value)
+    parse_suite(suite(steps=None, variants={"a": {"train.steps": 5}}))  # no suite budget: the variant's is used
+
+
+def test_one_task_name_in_two_configs_is_reported_as_two_tasks(lab, tmp_path, monkeypatch):
+    """Class: reports that pool different experiments — `tasks = ["addition", {name = "addition",
+    digits = 1}]` was reported as one task "addition" (one CI over two tasks), and the
+    identical-variant check replayed both tasks' cells together (`grpo ≡ grpo`)."""
+    from rllab_suite import suite as suite_mod
+
+    cells = expand(parse_suite(suite(tasks=["addition", {"name": "addition", "digits": 1}])), lab=lab)
+    assert sorted({c.task for c in cells}) == ["addition", "addition[digits=1]"]
+    assert {c.config["task"]["digits"] for c in cells if c.task == "addition[digits=1]"} == {1}
+    groups = []
+    monkeypatch.setattr(replay, "record", lambda config, **kw: {"step": 0, "config": config})
+    monkeypatch.setattr(replay, "replay_configs", lambda data, configs, **kw: groups.append([n for n, _ in configs]) or [])
+    (tmp_path / "replay").mkdir()
+    suite_mod.identical_variants(cells, lab=lab, out_dir=tmp_path)
+    assert groups == [["grpo", "rloo"], ["grpo", "rloo"]]
+
+
+def test_a_changed_suite_records_its_identical_variant_batch_afresh(lab, tmp_path, monkeypatch):
+    """Class: stale results reused — a suite directory copied and run with changed tasks replayed
+    the old config's `replay/TASK.pt` recording."""
+    from rllab_suite import suite as suite_mod
+
+    recorded = []
+
+    def fake_record(config, *, out, **kw):
+        recorded.append(config["task"]["digits"])
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("x")
+        return {"step": 0}
+
+    monkeypatch.setattr(replay, "record", fake_record)
+    monkeypatch.setattr(replay, "load_record", lambda path: {"step": 0})
+    monkeypatch.setattr(replay, "replay_configs", lambda data, configs, **kw: [])
+    for digits in (2, 2, 1):
+        cells = expand(parse_suite(suite(tasks=[{"name": "addition", "digits": digits}])), lab=lab)
+        suite_mod.identical_variants(cells, lab=lab, out_dir=tmp_path)
+    assert recorded == [2, 1]
+
+
+def _suite_file(path: Path, name: str, config: str | None = None) -> Path:
+    base = f'config = "{config}"' if config else 'preset = "grpo"'
+    path.write_text(f'name = "{name}"\n{base}\nsteps = 1\nseeds = 1\ntasks = ["addition"]\n[overrides]\n'
+                    + "".join(f'"{k}" = {json.dumps(v)}\n' for k, v in SMALL.items()))
+    return path
+
+
+def test_a_suite_directory_is_resumed_as_given_and_never_taken_over(tmp_path, capsys):
+    """Class: one suite overwriting another, and unclear messages — `rllab suite other.toml --dir D`
+    overwrote D's suite.json, suite.toml and report; the kept `D/suite.toml` failed on its relative
+    `config = "base.toml"`; `rllab suite D` said "suite file not found"; `rllab suite report S.toml`
+    suggested `--dir S.toml`."""
+    from rllab.cli import main
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "base.toml").write_text('preset = "grpo"\n')
+    f = _suite_file(src / "a.toml", "a", config="base.toml")
+    d = tmp_path / "D"
+    flags = ["-q", "--no-identical-check", "--workers", "1"]
+    assert main(["suite", str(f), "--dir", str(d), *flags]) == 0
+    manifest = (d / "suite.json").read_text()
+    # the kept copy resumes, from the copy or from the directory, with its config found where it was
+    assert main(["suite", str(d / "suite.toml"), *flags]) == 0
+    assert "1 already done" in capsys.readouterr().out
+    assert main(["suite", str(d), *flags]) == 0
+    assert "1 already done" in capsys.readouterr().out
+    # another suite into D is refused, naming both, and D is untouched
+    other = _suite_file(tmp_path / "b.toml", "b")
+    assert main(["suite", str(other), "--dir", str(d), *flags]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "holds suite 'a', not 'b'" in err and "--replace" in err
+    assert (d / "suite.json").read_text() == manifest and 'name = "a"' in (d / "suite.toml").read_text()
+    # a directory without a suite, and a suite file given to `suite report`, say what is wanted
+    assert main(["suite", str(src), *flags]) == 1
+    assert "without a suite.toml" in capsys.readouterr().err
+    assert main(["suite", "report", str(f)]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "takes a suite directory" in err and "rllab suite report suites/a" in err and "--dir" not in err.split("unless")[0]
+    # --replace: b takes D over, without a's notes
+    (d / "identical.json").write_text("[]")
+    assert main(["suite", str(other), "--dir", str(d), "--replace", *flags]) == 0
+    assert json.loads((d / "suite.json").read_text())["name"] == "b" and not (d / "identical.json").exists()
