@@ -526,6 +526,15 @@ def test_repeated_cells_and_empty_suites_are_refused(over, needle):
         parse_suite(suite(**over))
 
 
+def test_the_tui_grid_refuses_a_repeated_axis_value(lab):
+    """Class: two cells with one slug — the TUI's grid builder accepted `clip_high = [0.2, 0.2]`."""
+    from rllab_tui import state
+
+    g = state.Grid(name="g", preset="grpo", steps=2, seeds=[0], overrides=dict(SMALL), axes={"policy_loss.clip_high": [0.2, 0.2]})
+    with pytest.raises(SuiteError, match="repeats 0.2"):
+        state.expand_grid(lab, g)
+
+
 def test_tasks_that_resolve_to_one_config_are_refused(lab):
     """Class: two cells with one slug — a task table that only restates the defaults is the same
     task as its bare name."""
