@@ -503,3 +503,18 @@ def test_a_suite_cell_resumes_in_its_own_directory_and_never_restarts_over_a_fin
     assert [x["step"] for x in rows if "rollout/reward" in x] == [1, 2]
     r = run_cell(job)  # finished: run_cell would have to start afresh over it, and is refused
     assert r["status"] == "failed" and "already holds a run" in r["error"]
+
+
+def test_compare_never_pools_runs_of_different_task_settings(tmp_path):
+    """Class: comparisons pool different experiments. Two runs of `addition` that differ in
+    `task.digits` are different tasks; `rllab compare` must not report them as one group."""
+    for name, digits in (("a", 1), ("b", 3)):
+        path = tmp_path / name
+        _fake_run(path, seed=0, acc=[0.1, 0.2, 0.3])
+        (path / "config.toml").write_text(f'[task]\nname = "addition"\ndigits = {digits}\n[train]\nseed = 0\n')
+    from rllab_suite.suite import compare_runs
+
+    summary = compare_runs([tmp_path / "a", tmp_path / "b"], out=tmp_path / "cmp")
+    assert summary["tasks"] == ["addition digits=1", "addition digits=3"]
+    assert [r["runs"] for r in summary["rows"]] == [1, 1]
+    assert report.task_labels([tmp_path / "a", tmp_path / "a"]) == ["addition", "addition"]
