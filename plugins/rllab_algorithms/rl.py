@@ -398,12 +398,13 @@ def _task_weighted(estimator, rollout):
     reward, e.g. ``(1, format_weight)``), as TRL's one ``reward_weights`` serves both aggregations;
     an explicit ``reward_weights`` knob wins (``[1, 1]`` is verl's equal weighting)."""
     config = estimator.config
-    weights = getattr(rollout, "component_weights", None)
-    if weights is None or not attrs.has(type(config)) or "reward_weights" not in attrs.fields_dict(type(config)):
+    of_task = getattr(rollout, "component_weights", None)
+    if of_task is None or not attrs.has(type(config)) or "reward_weights" not in attrs.fields_dict(type(config)):
         return estimator
-    if config.reward_weights is not None:
+    weights = of_task() if config.reward_weights is None else None
+    if not weights:
         return estimator
-    return attrs.evolve(estimator, config=attrs.evolve(config, reward_weights=tuple(weights())))
+    return attrs.evolve(estimator, config=attrs.evolve(config, reward_weights=tuple(weights)))
 
 
 def _narrows(ctx: RunContext) -> str | None:
