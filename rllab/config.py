@@ -27,6 +27,8 @@ A ``[[schedule]]`` entry switches components or knobs at a given step::
     [[schedule]]
     step = 50
     set = { "policy_loss" = "cispo", "train.entropy_coef" = 0.0 }
+
+(checked at load: see :mod:`rllab.schedule`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import attrs
 
 from rllab.errors import ConfigError
 from rllab.lab import Lab
+from rllab.schedule import check_schedule_applies
 from rllab.settings import MOVED_TRAIN_SETTINGS, ModelConfig, RolloutConfig, TrainConfig
 from rllab.specs import ComponentSpec, build_config
 from rllab.tomlio import dump_toml, line_of, parse_value  # noqa: F401  (dump_toml, parse_value: re-exported)
@@ -367,6 +370,7 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
             apply_schedule(cfg, entry, lab=lab)
         except ConfigError as e:
             raise ConfigError(f"{where}: schedule at step {entry.step}: {e}") from None
+    check_schedule_applies(cfg.schedule, steps=cfg.train.steps, where=where)
     return cfg
 
 

@@ -283,9 +283,16 @@ class RecordedRollout:
     evaluation) raises :class:`rllab.RllabError`.
     """
 
-    def __init__(self, *, batch: RolloutBatch, metrics: Mapping[str, float] | None = None):
+    def __init__(self, *, batch: RolloutBatch, metrics: Mapping[str, float] | None = None,
+                 component_weights: Sequence[float] | None = None):
         self.batch = batch
         self.metrics = dict(metrics or {})
+        self._weights = None if component_weights is None else [float(w) for w in component_weights]
+
+    def component_weights(self) -> list[float] | None:
+        """The recorded task's ``reward_weights`` (None: not given, all 1), as
+        :meth:`RolloutStage.component_weights`."""
+        return None if self._weights is None else list(self._weights)
 
     def sample(self, step: int, **_: Any) -> Scored:
         empty = torch.zeros(0, dtype=torch.float32)

@@ -93,10 +93,16 @@ class Trainer:
         self.algorithm = self._component("algorithm")()
         self.kl_controller = self._component("kl_controller")()
         self._build_components()
-        self._build_models()
-        self._build_optimizers()
-        loggers = [Component(spec=self.lab.spec("logger", ref.name), config=ref.config)(run_dir=self.run_dir) for ref in cfg.loggers]
-        self.loggers = RunLoggers(lab=self.lab, loggers=loggers, run_dir=self.run_dir)
+        try:
+            self._build_models()
+            self._build_optimizers()
+            loggers = [Component(spec=self.lab.spec("logger", ref.name), config=ref.config)(run_dir=self.run_dir) for ref in cfg.loggers]
+            self.loggers = RunLoggers(lab=self.lab, loggers=loggers, run_dir=self.run_dir)
+        except BaseException:  # a backend built before the failure releases what it holds (servers, snapshots)
+            backend = getattr(self, "backend", None)
+            if backend is not None and callable(getattr(backend, "close", None)):
+                backend.close()
+            raise
         self.history: list[dict] = []
 
     # ------------------------------------------------------------------ setup
@@ -383,8 +389,10 @@ class Trainer:
         self._sync_weights()
 
     def close(self) -> None:
-        self.loggers.close()
-        self.backend.close()
+        try:
+            self.loggers.close()
+        finally:
+            self.backend.close()  # whatever the loggers raise: a backend may hold servers and snapshots
 
     # ------------------------------------------------------------------ the run
 
@@ -407,8 +415,10 @@ class Trainer:
             final = self.evaluate()
             self.save_checkpoint()
         except BaseException as e:
-            self.lab.hook.on_run_error(run_dir=self.run_dir, step=self.step, error=e)
-            self.close()
+            try:
+                self.lab.hook.on_run_error(run_dir=self.run_dir, step=self.step, error=e)
+            finally:
+                self.close()
             raise
         initial = next((h for h in self.history if h["step"] == 0 and "eval/accuracy" in h), {})
         summary = {

@@ -129,3 +129,21 @@ def test_dump_roundtrip(lab):
     cfg = load_config(None, ["policy_loss.clip_high=0.28"], preset="dapo", lab=lab)
     again = load_config(tomllib.loads(dump_toml(cfg.to_dict())), lab=lab)
     assert again.to_dict() == cfg.to_dict()
+
+
+@pytest.mark.parametrize(
+    "schedule, match",
+    [
+        ([{"step": 10, "set": {"train.lr": 1e-5}}], r"schedule entry at step 10 .*can never apply: train.steps = 10 runs steps 0 … 9"),
+        ([{"step": 3, "set": {}}], r"schedule entry at step 3 sets nothing"),
+        ([{"step": 2, "set": {"policy_loss": "cispo"}}, {"step": 2, "set": {"policy_loss": "gspo", "train.lr": 1e-5}}],
+         r"two schedule entries at step 2 set 'policy_loss'.*only the later would apply"),
+    ],
+)
+def test_a_schedule_entry_that_would_do_nothing_is_refused(lab, schedule, match):
+    """Class: a knob that does nothing. A `[[schedule]]` entry the run never reaches, or one whose
+    key another entry at the same step overwrites, was accepted and silently dropped."""
+    with pytest.raises(ConfigError, match=match):
+        load_config({"schedule": schedule}, ["train.steps=10"], lab=lab)
+    ok = [{"step": 2, "set": {"policy_loss": "cispo"}}, {"step": 2, "set": {"train.lr": 1e-5}}, {"step": 9, "set": {"train.lr": 2e-5}}]
+    assert len(load_config({"schedule": ok}, ["train.steps=10"], lab=lab).schedule) == 3

@@ -500,6 +500,22 @@ def test_gdpo_trains_on_a_multi_component_task(tmp_path, monkeypatch):
     tr.close()
 
 
+@pytest.mark.parametrize("explicit", [None, (1.0, 1.0)])
+def test_gdpo_weights_components_as_the_task_scores_them(tmp_path, monkeypatch, explicit):
+    """Class: a knob that does nothing. `advantage=gdpo task.format_weight=0.1` must weight the
+    normalised components (1, 0.1) — the task's scalar reward — unless `advantage.reward_weights`
+    is given; before, format_weight changed nothing under gdpo."""
+    extra = [f"advantage.reward_weights=[{explicit[0]}, {explicit[1]}]"] if explicit else []
+    tr = Trainer(small_cfg("advantage=gdpo", "task.format_weight=0.1", *extra), run_dir=tmp_path, progress=False)
+    seen = []
+    est = tr.components["advantage"]
+    call = type(est).__call__
+    monkeypatch.setattr(type(est), "__call__", lambda self, **kw: (self is est or self.name == "gdpo") and seen.append(self.config.reward_weights) or call(self, **kw))
+    tr.train_step()
+    assert seen == [explicit or (1.0, 0.1)]
+    tr.close()
+
+
 def test_component_estimators_refuse_what_they_cannot_use():
     with pytest.raises(ConfigError, match=r"'gdpo'.*task 'addition' has one reward.*batch whitening"):
         small_cfg("advantage=gdpo")

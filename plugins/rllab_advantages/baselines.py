@@ -39,8 +39,12 @@ its batch; TRL calls each of its ``reward_funcs``). Both register with
 config that pairs them with a single-reward task is refused at load — with one component
 ``gdpo`` is GRPO's group normalisation followed by batch whitening, and ``normalize_then_sum``
 TRL's group-then-batch standardisation of one reward, so the choice is almost certainly a
-mistake — as is a ``reward_weights`` knob whose length is not the task's K. Called directly, the
-functions keep verl's fallback (no ``reward_components``: the row score is the one component).
+mistake — as is a ``reward_weights`` knob whose length is not the task's K. Without a
+``reward_weights`` knob the ``rl`` step weights the components as the task's scalar reward does
+(the task's ``reward_weights``, ``(1, format_weight)`` for ``addition``; TRL's one ``reward_weights``
+serves both of its aggregations), so ``task.format_weight`` matters; ``reward_weights = [1, 1]``
+restores verl's equal weighting. Called directly, the functions keep verl's fallback (no
+``reward_components``: the row score is the one component) and weight all 1 without the knob.
 
 Differences from the references (knob restoring the reference):
 
@@ -121,7 +125,7 @@ def _per_group_normalised(comps, index, counted, eps, singleton_std_one, divide=
 
 def _weights_knob():
     return rllab.knob(
-        None, help="w_k per reward component (None: all 1); needs reward_components with K columns", optional=True
+        None, help="w_k per reward component (None: the task's reward_weights, e.g. (1, format_weight); all 1 when it has none); needs reward_components with K columns", optional=True
     )
 
 

@@ -240,6 +240,7 @@ class RL:
                     f"the task declares no reward_components (see rllab.types.Task)"
                 )
             extra["reward_components"] = batch.reward_components  # (B, K), one column per named component
+            estimator = _task_weighted(estimator, ctx.rollout)
         if "old_log_prob" in requires:
             extra["old_log_prob"] = old
         if "sum_pi_squared" in requires:  # Σ_v π_v² of the rollout-time policy (optimal-token baselines)
@@ -248,7 +249,7 @@ class RL:
                     ctx.policy, batch.input_ids, batch.attention_mask, batch.response_length, temperature=ctx.config.rollout.temperature
                 )
             extra["sum_pi_squared"] = torch.where(mask, lss.exp(), torch.zeros_like(lss))
-        advantages, returns = comps["advantage"](token_rewards=token_rewards, mask=adv_mask, index=batch.index, values=values, **extra)
+        advantages, returns = estimator(token_rewards=token_rewards, mask=adv_mask, index=batch.index, values=values, **extra)
         weights = None
         if old is not None:  # else computed per micro-batch from the update's forward
             weights, corr_metrics = comps["correction"](old_log_prob=old, rollout_log_prob=batch.rollout_log_prob, mask=mask)
@@ -390,6 +391,20 @@ def penalty_row_mean(kl_tok: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def _aggregate(component: Any, loss_mat, mask, **counts):
     return component(loss_mat=loss_mat, mask=mask, **counts)
+
+
+def _task_weighted(estimator, rollout):
+    """The estimator with ``reward_weights`` defaulting to the task's (``Σ_k w_k·r_k`` of its scalar
+    reward, e.g. ``(1, format_weight)``), as TRL's one ``reward_weights`` serves both aggregations;
+    an explicit ``reward_weights`` knob wins (``[1, 1]`` is verl's equal weighting)."""
+    config = estimator.config
+    of_task = getattr(rollout, "component_weights", None)
+    if of_task is None or not attrs.has(type(config)) or "reward_weights" not in attrs.fields_dict(type(config)):
+        return estimator
+    weights = of_task() if config.reward_weights is None else None
+    if not weights:
+        return estimator
+    return attrs.evolve(estimator, config=attrs.evolve(config, reward_weights=tuple(weights)))
 
 
 def _narrows(ctx: RunContext) -> str | None:

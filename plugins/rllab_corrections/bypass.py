@@ -32,7 +32,10 @@ import torch
 import rllab
 from rllab import ops
 
-from .rejection import CRITERIA, DEFAULT_C_MAX, _keep, _weight_knobs_need_a_weight, importance_weights
+from .rejection import (
+    CRITERIA, DEFAULT_C_MAX, _keep, _weight_knobs_need_a_weight, check_on_policy_weight_kept, check_rejects_something_only,
+    importance_weights,
+)
 
 LOG_RATIO_CLAMP = 20.0
 
@@ -82,6 +85,8 @@ class BypassConfig:
                 f"is_level = {self.is_level!r} applies to loss_type = 'reinforce' only (PPO's ratio is the correction)"
             )
         _weight_knobs_need_a_weight(self)
+        check_rejects_something_only(self.rs_criterion, self.rs_upper, self.rs_lower, names=("rs_upper", "rs_lower", ""))
+        check_on_policy_weight_kept(self.c_min, self.c_max)
         if self.loss_type == "reinforce" and any(
             getattr(self, k) != d for k, d in (("clip_low", 0.2), ("clip_high", 0.2), ("clip_c", 3.0))
         ):

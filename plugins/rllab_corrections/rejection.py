@@ -29,7 +29,9 @@ closest 0.9.1 criterion), so it has no 0.9.1 reference and is tested by hand. It
 criterion: a token is kept only if it passes both.
 
 A k1 statistic passes where ``log(lower) ≤ stat ≤ log(upper)`` (``lower`` defaults to
-1/``upper``); k2 and k3 statistics are non-negative and pass where ``stat ≤ upper``. A sequence
+1/``upper``; an empty interval — ``upper`` < 1 with the default ``lower`` — is refused, as is a
+``veto_threshold`` ≥ 1: both would reject every token); k2 and k3 statistics are non-negative and
+pass where ``stat ≤ upper``. A sequence
 criterion keeps or drops every token of a row together. Note that the k1 statistic is −lr, so
 ``upper`` bounds π_rollout/π_train from above — verl's convention, kept as is.
 
@@ -215,8 +217,43 @@ def _check_lower(inst, attribute, value):
         return
     if not inst.criterion.endswith("k1"):
         raise ValueError(f"lower = {value!r} only applies to k1 criteria, not {inst.criterion!r}")
-    if value > inst.upper:
-        raise ValueError(f"lower = {value!r} must not exceed upper = {inst.upper!r}")
+
+
+def check_rejects_something_only(criterion: str | None, upper: float | None, lower: float | None, veto: float | None = None,
+                                 *, names: tuple[str, str, str] = ("upper", "lower", "veto_threshold")) -> None:
+    """Refuse thresholds under which every token is rejected (a gradient of 0 at every step): a k1
+    interval [lower, upper] that is empty — ``lower`` given or implied as 1/``upper`` — and a veto
+    at or above ratio 1 (an on-policy token has π_train/π_rollout = 1; a row survives a veto ``v``
+    only when every token is at least ``v``× likelier under the trainer). ``names``: the knobs as
+    the user spells them."""
+    if criterion is not None and criterion.endswith("k1") and upper is not None:
+        lo = 1.0 / upper if lower is None else lower
+        if lo > upper:
+            said = f"{names[1]} = {lower!r}" if lower is not None else f"{names[1]} (unset: 1/{names[0]} = {lo:g})"
+            raise ValueError(
+                f"{said} exceeds {names[0]} = {upper!r}: criterion {criterion!r} keeps a token only where "
+                f"{names[1]} ≤ ratio ≤ {names[0]}, an empty interval, so every token would be rejected. "
+                f"Set {names[0]} > 1 (e.g. 1.001) or an explicit {names[1]} ≤ {names[0]}."
+            )
+    if veto is not None and veto >= 1.0:
+        raise ValueError(
+            f"{names[2]} = {veto!r} ≥ 1: a row is dropped when one of its tokens has π_train/π_rollout below it, and "
+            f"an on-policy token's ratio is 1, so every row would be rejected. It is meant for catastrophically "
+            f"unlikely tokens (e.g. 1e-4)."
+        )
+
+
+def check_on_policy_weight_kept(c_min: float | None, c_max: float | None) -> None:
+    """Refuse IcePop bounds [c_min, c_max] that exclude 1: every on-policy token's weight
+    (π_train/π_rollout = 1) would be zeroed."""
+    if c_min is None:
+        return
+    hi = DEFAULT_C_MAX if c_max is None else c_max
+    if not c_min <= 1.0 <= hi:
+        raise ValueError(
+            f"c_min = {c_min!r}, c_max = {c_max!r}: weights outside [{c_min:g}, {hi:g}] are zeroed and an on-policy "
+            f"token's weight is 1, so every on-policy token would be rejected; the interval must contain 1."
+        )
 
 
 DEFAULT_C_MAX = 2.0
@@ -266,6 +303,8 @@ class RejectionConfig:
 
     def __attrs_post_init__(self):
         _weight_knobs_need_a_weight(self)
+        check_rejects_something_only(self.criterion, self.upper, self.lower, self.veto_threshold)
+        check_on_policy_weight_kept(self.c_min, self.c_max)
 
 
 def _weight_knobs_need_a_weight(config) -> None:

@@ -181,7 +181,10 @@ def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> 
             reference = _model(data, "reference" if data.get("reference") is not None else "policy").eval().requires_grad_(False) if "reference" in needs else None
             critic = CriticModel.from_causal_lm(policy) if "critic" in needs else None
             # the algorithm's own step, its rollout stage handing out the recorded batch
-            ctx = attrs.evolve(ctx, reference=reference, critic=critic, rollout=RecordedRollout(batch=RolloutBatch(**rec["batch"])))
+            batch = RolloutBatch(**rec["batch"])
+            # the recorded task's reward_weights, which gdpo / normalize_then_sum default to
+            weights = getattr(comp("task")(), "reward_weights", None) if batch.reward_components is not None else None
+            ctx = attrs.evolve(ctx, reference=reference, critic=critic, rollout=RecordedRollout(batch=batch, component_weights=weights))
             params = [p for p in policy.parameters()]
             opt = torch.optim.AdamW(params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
             if data.get("optimizer") is not None:

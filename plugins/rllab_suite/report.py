@@ -104,6 +104,24 @@ def label_runs(run_dirs: list[Path]) -> list[str]:
     return out
 
 
+def task_labels(run_dirs: list[Path]) -> list[str]:
+    """A task label per run: the task's name, plus the task knobs on which runs of that task differ
+    (``addition[digits=1]``, as a suite labels them), so runs of different task settings are never
+    pooled as one task."""
+    flat = []
+    for d in run_dirs:
+        data = tomllib.loads((Path(d) / "config.toml").read_text()) if (Path(d) / "config.toml").is_file() else {}
+        flat.append({k[len("task."):]: v for k, v in _flat(data) if k.startswith("task.")})
+    out = []
+    for f in flat:
+        name = f.get("name", "?")
+        same = [g for g in flat if g.get("name", "?") == name]
+        keys = sorted({k for g in same for k in g if k != "name"})
+        differ = [k for k in keys if len({json.dumps(g.get(k), default=str) for g in same}) > 1]
+        out.append(f"{name}[" + ",".join(f"{k}={f.get(k)}" for k in differ) + "]" if differ else str(name))
+    return out
+
+
 def _flat(d: dict, prefix: str = ""):
     for k, v in d.items():
         if isinstance(v, dict):

@@ -192,7 +192,9 @@ def report_suite(directory, *, console=None) -> dict:
 
 
 def compare_runs(run_dirs: list, *, out: Path, baseline: str | None = None, console=None) -> dict:
-    """The same report for loose run directories, grouped by the config keys on which they differ."""
+    """The same report for loose run directories, grouped by the config keys on which they differ:
+    the task's knobs make separate tasks (one table each), every other key separate variants; only
+    the seed, the name and the output directory are pooled over."""
     dirs = [Path(d) for d in run_dirs]
     missing = [str(d) for d in dirs if not (d / "config.toml").is_file()]
     if missing:
@@ -202,5 +204,6 @@ def compare_runs(run_dirs: list, *, out: Path, baseline: str | None = None, cons
     labels = report.label_runs(dirs)
     if baseline is not None and baseline not in labels:
         raise RllabError(f"--baseline {baseline!r} is not one of the groups: {', '.join(dict.fromkeys(labels))}")
-    records = [report.read_run(d, variant=lab_) for d, lab_ in zip(dirs, labels)]
+    tasks = report.task_labels(dirs)
+    records = [report.read_run(d, variant=lab_, task=task) for d, lab_, task in zip(dirs, labels, tasks)]
     return report.write_all(records, out, title="compare", baseline=baseline, console=console)

@@ -217,3 +217,23 @@ def test_veto_drops_rows_with_one_catastrophic_token():
         old_log_prob=rollout + lr, rollout_log_prob=rollout, mask=mask
     )
     close(w, mask.double())
+
+
+@pytest.mark.parametrize(
+    "name, knobs, match",
+    [
+        ("rejection", {"upper": 0.5}, r"lower \(unset: 1/upper = 2\) exceeds upper = 0.5.*every token would be rejected"),
+        ("rejection", {"upper": 1.5, "lower": 2.0}, r"lower = 2.0 exceeds upper = 1.5"),
+        ("rejection", {"criterion": "token_k2", "upper": 1.0, "veto_threshold": 2.0}, r"veto_threshold = 2.0 ≥ 1.*every row"),
+        ("rejection", {"is_level": "token", "c_min": 0.1, "c_max": 0.5}, r"c_min = 0.1, c_max = 0.5.*must contain 1"),
+        ("bypass_mode", {"rs_criterion": "token_k1", "rs_upper": 0.5}, r"rs_lower \(unset: 1/rs_upper = 2\) exceeds rs_upper"),
+        ("bypass_mode", {"rs_criterion": "seq_mean_k1", "rs_upper": 1.5, "rs_lower": 2.0}, r"rs_lower = 2.0 exceeds"),
+    ],
+)
+def test_thresholds_that_reject_every_token_are_refused(name, knobs, match):
+    """Class: a knob that trains nothing. Thresholds under which every on-policy token is rejected
+    (gradient 0 at every step, exit 0) are refused at config load, naming the knob and the bound."""
+    kind = "importance_correction" if name == "rejection" else "policy_loss"
+    with pytest.raises(rllab.ConfigError, match=match):
+        LAB.get(kind, name, **knobs)
+    LAB.get("importance_correction", "rejection", upper=1.0)  # lower = upper = 1: exact on-policy tokens pass

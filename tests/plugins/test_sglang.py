@@ -807,3 +807,51 @@ def test_a_run_with_distributed_weight_sync(tmp_path, monkeypatch):
     # before step 1 and has no row): a broadcast each, versions 2 and 3
     assert [r.get("sglang/sync_mib", 0) > 0 for r in steps] == [True, True]
     assert [r["sglang/weight_version"] for r in steps] == [2.0, 3.0]
+
+
+# --------------------------------------------------------------------------- no litter
+
+
+@pytest.mark.parametrize("fault", ["first_sync", "generate"])
+def test_a_failed_run_leaves_no_weight_snapshot_behind(tmp_path, monkeypatch, fault):
+    """Class: litter. A run with backend=sglang that fails — at its first weight sync (while the
+    trainer is still being built) or in a step's rollout — removes its private
+    rllab-sglang-* snapshot directory (model-sized in general), as a successful run does."""
+    import tempfile
+
+    from rllab.config import load_config
+    from rllab.trainer import run_experiment
+
+    monkeypatch.setenv("RLLAB_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    with StandIn(None, lifetime_s=120) as server:
+        if fault == "first_sync":
+            server.fail_update("Failed to update weights: out of memory.")
+        else:
+            server.fail_next(400, "bad request", count=50)
+        cfg = load_config(None, [*SMALL, "model.warm_start.steps=0", "train.steps=2", "backend=sglang", f"backend.urls={server.url}", "backend.retries=0"])
+        with pytest.raises(S.SGLangError):
+            run_experiment(cfg, run_dir=tmp_path / "run", progress=False)
+    assert not list((tmp_path / "tmp").glob("rllab-sglang-*"))
+
+
+def test_close_removes_the_snapshot_directory_even_when_closing_connections_fails(lab, tiny, monkeypatch):
+    """Class: litter. A failed launch, or a close() whose first steps raise, still removes the
+    backend's private snapshot directory; a directory the user gave (sync_dir) is never removed."""
+    knobs = launch_knobs(model_path=str(tiny[2]))
+    knobs["launch_command"] = f"{sys.executable} -c 'raise SystemExit(3)'"
+    made = []
+    real = S.backend.tempfile.mkdtemp
+    monkeypatch.setattr(S.backend.tempfile, "mkdtemp", lambda **kw: made.append(real(**kw)) or made[-1])
+    with pytest.raises(S.SGLangUnavailableError):
+        lab.get("rollout_backend", "sglang", **knobs)()
+    assert made and not Path(made[-1]).exists()
+    b = make(lab, "http://127.0.0.1:9")
+    assert b.sync_dir.is_dir()
+    monkeypatch.setattr(b._loop, "close", lambda: (_ for _ in ()).throw(RuntimeError("loop")))
+    with pytest.raises(RuntimeError, match="loop"):
+        b.close()
+    assert not b.sync_dir.exists()
+    monkeypatch.undo()
+    b.close()

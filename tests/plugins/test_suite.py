@@ -642,3 +642,35 @@ def test_a_suite_directory_is_resumed_as_given_and_never_taken_over(tmp_path, ca
     (d / "identical.json").write_text("[]")
     assert main(["suite", str(other), "--dir", str(d), "--replace", *flags]) == 0
     assert json.loads((d / "suite.json").read_text())["name"] == "b" and not (d / "identical.json").exists()
+
+
+def test_compare_never_pools_runs_of_different_task_settings(tmp_path):
+    """Class: comparisons pool different experiments. Two runs of `addition` that differ in
+    `task.digits` are different tasks; `rllab compare` must not report them as one group."""
+    for name, digits in (("a", 1), ("b", 3)):
+        path = tmp_path / name
+        _fake_run(path, seed=0, acc=[0.1, 0.2, 0.3])
+        (path / "config.toml").write_text(f'[task]\nname = "addition"\ndigits = {digits}\n[train]\nseed = 0\n')
+    from rllab_suite.suite import compare_runs
+
+    summary = compare_runs([tmp_path / "a", tmp_path / "b"], out=tmp_path / "cmp")
+    assert summary["tasks"] == ["addition[digits=1]", "addition[digits=3]"]
+    assert [r["runs"] for r in summary["rows"]] == [1, 1]
+    assert report.task_labels([tmp_path / "a", tmp_path / "a"]) == ["addition", "addition"]
+
+
+def test_replay_weights_gdpo_components_as_the_recorded_task_does(tmp_path, lab):
+    """Class: a knob that does nothing. A replayed gdpo step weights the components with the
+    recorded task's reward_weights (1, format_weight), as the training step does."""
+    path = tmp_path / "rec.pt"
+    over = [f"{k}={v}" for k, v in SMALL.items()] + ["task.format_weight=0.1", "advantage=gdpo"]
+    data = replay.record(None, steps=1, out=path, overrides=over, lab=lab)
+    b = data["batches"][0]["batch"]
+    n = b["scores"].numel()
+    b["reward_components"] = torch.stack([(torch.arange(n) % 3 == 0).float(), (torch.arange(n) % 2 == 0).float()], 1)
+    torch.save(data, path)
+    data = replay.load_record(path)
+    names = ["advantage.epsilon=1e-6", "advantage.reward_weights=[1.0, 0.1]", "advantage.reward_weights=[1.0, 1.0]"]
+    configs = [(v, load_config(dict(data["config"]), [v], lab=lab).to_dict()) for v in names]
+    pairs = {(p["a"], p["b"]): p for p in replay.compare(replay.replay_configs(data, configs, lab=lab))}
+    assert pairs[(names[0], names[1])]["identical"] and not pairs[(names[0], names[2])]["identical"]

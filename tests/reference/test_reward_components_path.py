@@ -61,7 +61,8 @@ def test_gdpo_through_the_rl_step_matches_verl(tmp_path, weights):
     mask = batch.response_mask
     B = mask.shape[0]
     names = list(batch.reward_component_names)
-    cfg = {"gdpo_reward_keys": names, "gdpo_reward_weights": list(weights) if weights else None}
+    # no reward_weights knob: the task's (1, format_weight), given to verl explicitly
+    cfg = {"gdpo_reward_keys": names, "gdpo_reward_weights": list(weights or (1.0, 0.25))}
     verl_batch = {"prompts": torch.zeros(B, 3), "attention_mask": torch.cat([torch.ones(B, 3, dtype=torch.long), mask.long()], 1)}
     non_tensor = {n: batch.reward_components[:, k].numpy() for k, n in enumerate(names)}
     ref, _ = ca.compute_gdpo_outcome_advantage(
@@ -79,7 +80,7 @@ def test_normalize_then_sum_through_the_rl_step_matches_trl(tmp_path, weights):
     tr, batch = _sampled(tmp_path, *extra)
     assert torch.equal(batch.index, torch.arange(16) // 4), "TRL's groups are consecutive rows"
     prepared, _ = tr.algorithm.prepare(tr.context(), batch)
-    w = torch.tensor(weights or (1.0, 1.0), dtype=torch.float64)
+    w = torch.tensor(weights or (1.0, 0.25), dtype=torch.float64)  # TRL's one reward_weights: the task's
     ref = trl_normalize_then_sum(batch.reward_components.double(), w, 4)
     mask = batch.response_mask
     assert_close(prepared.advantages, torch.where(mask, ref[:, None].float(), 0.0), f"normalize_then_sum (weights {weights})")

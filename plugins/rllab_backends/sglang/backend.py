@@ -20,6 +20,8 @@ trained on silently.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import functools
 import shutil
 import subprocess
 import tempfile
@@ -61,7 +63,6 @@ class SGLangBackend(Transport, WeightSync, Launch):
         self._requests = 0
         self._process: subprocess.Popen | None = None
         self._own_sync_dir = config.sync_dir is None
-        self.sync_dir = Path(config.sync_dir or tempfile.mkdtemp(prefix="rllab-sglang-"))
         self._metrics: dict[str, float] = {}
         self._sync_metrics: dict[str, float] = {}
         self._totals = {"stale": 0, "retries": 0}
@@ -70,8 +71,18 @@ class SGLangBackend(Transport, WeightSync, Launch):
         self._no_sessions: set[str] = set()  # servers without /begin_weight_update (before sglang 0.5.2x)
         self._session: wire.Client | None = None
         self._sem: asyncio.Semaphore | None = None
+        # a private snapshot directory goes on every exit path: close(), a failed launch here, and
+        # interpreter exit for a run that dies without close() (snapshots are model-sized)
+        self.sync_dir = Path(config.sync_dir or tempfile.mkdtemp(prefix="rllab-sglang-"))
+        self._remove_sync_dir = functools.partial(shutil.rmtree, self.sync_dir, ignore_errors=True)
+        if self._own_sync_dir:
+            atexit.register(self._remove_sync_dir)
         if config.launch and config.model_path is not None:
-            self._launch(config.model_path, "0")
+            try:
+                self._launch(config.model_path, "0")
+            except BaseException:
+                self.close()
+                raise
             self.version = "0"
 
     # -- generation
@@ -258,21 +269,27 @@ class SGLangBackend(Transport, WeightSync, Launch):
         return dict(self._metrics)
 
     def close(self) -> None:
-        """Close connections, stop a launched server and remove a private snapshot directory."""
-        if self._group is not None and self._session is not None and not self._loop.loop.is_closed():
-            for u in self.admin_urls or self.urls:  # best effort: the servers may be gone already
-                try:
-                    self._loop.run(self._call("POST", u, "/destroy_weights_update_group", {"group_name": self._group.group_name}, timeout=10.0))
-                except Retry:
-                    pass
-        self._drop_group()
-        if self._session is not None and not self._loop.loop.is_closed():
-            self._loop.run(self._session.close())
-            self._session = None
-        self._loop.close()
-        self._stop_process()
-        if self._own_sync_dir:
-            shutil.rmtree(self.sync_dir, ignore_errors=True)
+        """Close connections, stop a launched server and remove a private snapshot directory —
+        the last two whatever the first steps raise."""
+        try:
+            if self._group is not None and self._session is not None and not self._loop.loop.is_closed():
+                for u in self.admin_urls or self.urls:  # best effort: the servers may be gone already
+                    try:
+                        self._loop.run(self._call("POST", u, "/destroy_weights_update_group", {"group_name": self._group.group_name}, timeout=10.0))
+                    except Retry:
+                        pass
+            self._drop_group()
+            if self._session is not None and not self._loop.loop.is_closed():
+                self._loop.run(self._session.close())
+                self._session = None
+            self._loop.close()
+        finally:
+            try:
+                self._stop_process()
+            finally:
+                if self._own_sync_dir:
+                    self._remove_sync_dir()
+                    atexit.unregister(self._remove_sync_dir)
 
 
 def sglang(*, config: SGLangBackendConfig) -> SGLangBackend:
