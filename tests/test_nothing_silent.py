@@ -385,3 +385,19 @@ def test_a_run_that_fails_before_its_first_step_leaves_no_run_directory(tmp_path
     with pytest.raises(rllab.RllabError, match="broken before"):
         run_experiment(cfg, run_dir=tmp_path / "new", progress=False)  # after the step-0 eval, before step 1
     assert not (tmp_path / "new").exists()
+
+
+def test_the_summary_names_the_components_a_schedule_switched_to(tmp_path, capsys):
+    """Stale report: after a step-0 ``[[schedule]]`` switch the run summary still named the
+    starting components (``rl: grpo + …``). It names those actually used, and each later switch
+    with its step."""
+    from rllab_console import components_used, timeline
+
+    sched = [{"step": 0, "set": {"advantage": "rloo"}}]
+    cfg = load_config({"schedule": sched}, [*SMALL, "train.steps=1"])
+    run_experiment(cfg, run_dir=tmp_path / "r", progress=False)
+    out = capsys.readouterr().out
+    assert "(rl: rloo + " in out and "grpo" not in out
+    parts = {"advantage": "grpo", "policy_loss": "ppo_clip", "preference_loss": "dpo"}
+    later = [type("E", (), {"step": 5, "set": {"policy_loss.name": "cispo"}}), type("E", (), {"step": 9, "set": {"advantage": "rloo"}})]
+    assert components_used("rl", timeline(parts, later, total=8)) == "rl: grpo + ppo_clip → grpo + cispo from step 5"
