@@ -8,7 +8,8 @@
     rllab settings [SECTION]            every [model] / [rollout] / [train] setting, default, range
     rllab run [exp.toml] [key=value …]  train (``--preset grpo``, ``--resume RUN_DIR``, ``--run-dir D [--overwrite]``)
 
-``--plugin PATH_OR_MODULE`` (repeatable, anywhere on the line) loads extra plugins. Plugins may
+``--plugin PATH_OR_MODULE`` (repeatable, anywhere on the line) loads extra plugins; ``key=value``
+overrides may stand anywhere on the line too (before or after options). Plugins may
 add subcommands through the ``register_commands`` hook.
 """
 
