@@ -8,13 +8,15 @@
     rllab settings [SECTION]            every [model] / [rollout] / [train] setting, default, range
     rllab run [exp.toml] [key=value …]  train (``--preset grpo``, ``--resume RUN_DIR``, ``--run-dir D [--overwrite]``)
 
-``--plugin PATH_OR_MODULE`` (repeatable, anywhere on the line) loads extra plugins. Plugins may
+``--plugin PATH_OR_MODULE`` (repeatable, anywhere on the line) loads extra plugins; ``key=value``
+overrides may stand anywhere on the line too (before or after options). Plugins may
 add subcommands through the ``register_commands`` hook.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Mapping
@@ -136,7 +138,8 @@ def _show(lab: Lab, name: str, kind: str | None, doc: bool = False) -> int:
 
 def cmd_check(args) -> int:
     from rllab.config import parse_value
-    from rllab.testing import run_contract
+    from rllab.errors import ConfigError
+    from rllab.testing import check_knobs, run_contract
 
     lab = _lab(args)
     _problems(lab)
@@ -145,8 +148,15 @@ def cmd_check(args) -> int:
         lab.spec("policy_loss", args.name)  # raises the helpful unknown-name error
     knobs = {}
     for item in args.knob or ():
-        k, _, v = item.partition("=")
-        knobs[k] = parse_value(v)
+        k, eq, v = item.partition("=")
+        if not eq or not k.strip():
+            raise RllabError(f"--knob {item!r}: give KEY=VALUE (e.g. --knob clip_ratio=0.2); 'rllab plugins show {args.name}' lists the knobs")
+        knobs[k.strip()] = parse_value(v)
+    for spec in specs:  # a bad knob is the caller's mistake: refused before any check runs
+        try:
+            check_knobs(lab, spec.kind, spec.name, knobs)
+        except ConfigError as e:
+            raise ConfigError(f"--knob: {e}", key=e.key) from None
     failed = 0
     for spec in specs:
         results = run_contract(lab, spec.kind, spec.name, knobs)
@@ -326,6 +336,37 @@ def _plugin_options(argv: list[str]) -> tuple[list[str], list[str]]:
     return plugins, rest
 
 
+_OVERRIDE = re.compile(r"[A-Za-z_][\w.\-]*=")
+"""What a ``key=value`` override looks like: a (dotted) name, then ``=``."""
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parser.parse_args`` that accepts ``key=value`` overrides anywhere on the line.
+
+    argparse fills a command's positionals from the first run of them only, so overrides after
+    an option (``rllab run a=1 --steps 2 b=2``) are left over. Left-over words that look like
+    overrides go, in order, to the command's list positional (``overrides`` of ``run``, ``items``
+    of ``record``, ``variants`` of ``replay``, ...); anything else — an unknown ``--flag``, a stray
+    word, an override for a command that takes none — is refused under that command's usage line."""
+    args, extra = parser.parse_known_args(argv)
+    if not extra:
+        return args
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    command = sub.choices[args.command]
+    lists = [a for a in command._actions if not a.option_strings and a.nargs in ("*", "+")]
+    stray = [w for w in extra if w.startswith("-") or not _OVERRIDE.match(w)]
+    if stray or len(lists) != 1:
+        hint = ""
+        if not stray:
+            hint = f" (rllab {args.command} takes no key=value overrides)"
+        elif any(w.startswith("-") for w in stray):
+            hint = f" (see rllab {args.command} --help for its options)"
+        command.error(f"unrecognized arguments: {' '.join(stray or extra)}{hint}")
+    dest = lists[0].dest
+    setattr(args, dest, list(getattr(args, dest) or ()) + extra)
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -333,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         strict = not (rest[:1] == ["plugins"])  # `rllab plugins` shows conflicts instead of failing on them
         lab = Lab(plugins=plugins, strict=strict)
         parser = build_parser(lab)
-        args = parser.parse_args(rest)
+        args = _parse(parser, rest)
         args.lab, args.plugin = lab, plugins
         return int(args.func(args) or 0)
     except RllabError as e:

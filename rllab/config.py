@@ -42,6 +42,7 @@ from typing import Any, Mapping
 
 import attrs
 
+from rllab.config_checks import check_config_only
 from rllab.errors import ConfigError
 from rllab.lab import Lab
 from rllab.schedule import check_schedule_applies
@@ -330,6 +331,7 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
     unused = _check_algorithm_fit(lab, components, explicit={sec for sec in COMPONENT_SECTIONS if sec in data}, text=text, where=where)
     if "advantage" not in unused and "task" not in unused:
         _check_reward_components(lab, components, plain["rollout"], text=text, where=where)
+    check_config_only(lab, components, plain["model"], unused=unused, text=text, where=where)
 
     loggers = data.get("loggers", ("jsonl",))
     if isinstance(loggers, (str, Mapping)):

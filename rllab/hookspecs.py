@@ -166,7 +166,8 @@ def register_rollout_backends(register):
 
     :param register: call ``register(name, factory, config=...)`` once per backend.
 
-    Traits: none.
+    Traits: ``needs_cuda=`` — why the backend needs the policy on CUDA (a string, or a callable
+    ``config -> str | None``); a config with ``[model] device`` on the CPU is then refused at load.
     """
 
 

@@ -126,6 +126,27 @@ def prepare_run_dir(run_dir: Path, *, overwrite: bool = False) -> Path:
     return run_dir
 
 
+def discard_unstarted(run_dir: Path, before: frozenset[str] | None) -> None:
+    """Undo what a run that failed before its first step wrote: nothing in it can be resumed
+    (``--resume`` would start over) and its partial files would pass for a run. ``before``: the
+    entries the directory held when the run began (they are kept), or None when the run created
+    the directory (it is removed)."""
+    import shutil
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return
+    if before is None:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return
+    for entry in run_dir.iterdir():
+        if entry.name not in before:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+
+
 def default_run_dir(cfg) -> Path:
     """A new ``OUTPUT_DIR/NAME-TIMESTAMP``, created here so that no other run takes it; ``-2``,
     ``-3``… when runs start within the same second."""

@@ -140,19 +140,46 @@ def contract_cases(
     return out
 
 
+def check_knobs(lab: Lab, kind: str, name: str, knobs: dict) -> None:
+    """Raise :class:`~rllab.errors.ConfigError` when ``knobs`` (given to build the component
+    with) are not a valid config of it: an unknown knob or a value out of range is a mistake in
+    the call, not a contract failure of the component. Required knobs left out are not checked
+    here (``run_contract`` reports them as a skip)."""
+    from rllab.errors import ConfigError
+    from rllab.specs import build_config
+
+    spec = lab.spec(kind, name)
+    fields = attrs.fields_dict(spec.config)
+    if required_knobs(lab, kind, spec.name, knobs):
+        knobs = {k: v for k, v in knobs.items() if k not in fields}  # unknown names only
+    if not knobs and not required_knobs(lab, kind, spec.name, {}):
+        return
+    try:
+        build_config(spec, knobs)
+    except ConfigError as e:
+        raise ConfigError(f"the knobs given to build it are not a valid config: {e}", key=e.key) from None
+
+
 def run_contract(lab: Lab, kind: str, name: str, knobs: dict | None = None) -> list[CheckResult]:
-    """Run every check for one component, collecting results (used by ``rllab check``)."""
+    """Run every check for one component, collecting results (used by ``rllab check``).
+
+    Knobs that do not make a valid config raise :class:`~rllab.errors.ConfigError` before any
+    check runs (see :func:`check_knobs`); a default config that does not validate is a failed check."""
     spec = lab.spec(kind, name)
     results = []
-    missing = required_knobs(lab, kind, spec.name, knobs or {})
+    knobs = dict(knobs or {})
+    missing = required_knobs(lab, kind, spec.name, knobs)
+    builds = "builds with the given knobs" if knobs else "builds with its default config"
+    if knobs:
+        check_knobs(lab, kind, spec.name, knobs)
     if missing:
         msg = f"required knobs {missing} not given (rllab check NAME --knob key=value)"
-        return [CheckResult(kind, spec.name, "builds with its default config", True, msg, skipped=True)]
+        return [CheckResult(kind, spec.name, builds, True, msg, skipped=True)]
     try:
-        comp = lab.get(kind, spec.name, **(knobs or {}))
+        comp = lab.get(kind, spec.name, **knobs)
     except Exception as e:
-        return [CheckResult(kind, spec.name, "builds with its default config", False, f"{type(e).__name__}: {e}")]
-    results.append(CheckResult(kind, spec.name, "builds with its default config", True))
+        return [CheckResult(kind, spec.name, builds, False, f"{type(e).__name__}: {e}")]
+    results.append(CheckResult(kind, spec.name, builds, True))
     for check_name, fn in checks_for(kind):
         try:
             fn(comp)

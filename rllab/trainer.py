@@ -46,7 +46,8 @@ from rllab.listeners import RunLoggers
 from rllab.models import CriticModel
 from rllab.optimizer import Optimizers, StepOutcome
 from rllab.rollout import RolloutStage
-from rllab.runs import CONFIG_FILE, default_run_dir, prepare_run_dir, recorded_config
+from rllab.config_checks import check_backend_device
+from rllab.runs import CONFIG_FILE, default_run_dir, discard_unstarted, prepare_run_dir, recorded_config
 from rllab.specs import Component
 
 
@@ -87,6 +88,7 @@ class Trainer:
         torch.manual_seed(cfg.train.seed)
         random.seed(cfg.train.seed)
         self.device = resolve_device(cfg.model.device)
+        check_backend_device(self.lab, cfg.components, self.device.type, where="[model] device = 'auto'")
         dtype = cfg.model.dtype if cfg.model.dtype != "auto" else ("bfloat16" if self.device.type == "cuda" else "float32")
         self.autocast_dtype = None if dtype == "float32" else getattr(torch, dtype)
         self.task = self._component("task")()
@@ -467,6 +469,18 @@ def run_experiment(cfg: ExperimentConfig, *, lab: Lab | None = None, run_dir: Pa
     A ``run_dir`` that already holds a run is refused (continue it with
     :func:`rllab.runs.resume_run`), or with ``overwrite=True`` replaced: see
     :func:`rllab.runs.prepare_run_dir`. None picks a new ``OUTPUT_DIR/NAME-TIMESTAMP``.
+
+    A run that fails before its first step completes leaves no run directory behind: one it
+    created is removed, and in one that existed only what the run added is.
     """
+    existed = run_dir is not None and Path(run_dir).is_dir()
     run_dir = prepare_run_dir(run_dir, overwrite=overwrite) if run_dir is not None else default_run_dir(cfg)
-    return Trainer(cfg, lab=lab, run_dir=run_dir, progress=progress).run()
+    before = frozenset(p.name for p in run_dir.iterdir()) if existed and run_dir.is_dir() else None
+    trainer = None
+    try:
+        trainer = Trainer(cfg, lab=lab, run_dir=run_dir, progress=progress)
+        return trainer.run()
+    except BaseException:
+        if trainer is None or trainer.step == 0:
+            discard_unstarted(run_dir, before)
+        raise

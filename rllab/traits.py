@@ -140,6 +140,15 @@ TRAITS: dict[str, dict[str, Trait]] = {
             per_config=True,
         ),
     },
+    "rollout_backend": {
+        "needs_cuda": Trait(
+            help="why the backend needs the policy on CUDA for a config (e.g. weight sync by CUDA-IPC handles), "
+            "in a few words; None: it does not. A config whose [model] device is the CPU is refused at load.",
+            expected="a non-empty string, None, or a callable config -> one of those",
+            normalize=_optional(_text),
+            per_config=True,
+        ),
+    },
     "algorithm": {
         "uses": Trait(
             help="the config sections the algorithm reads (a section it does not use is refused when set); "

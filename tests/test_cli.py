@@ -89,3 +89,41 @@ def test_presets_show(capsys):
     assert code == 1 and "Did you mean 'dapo'" in err
     code, out, _ = run(capsys, "presets")
     assert code == 0 and "rllab presets show NAME" in out
+
+
+def test_overrides_after_an_option_are_accepted_and_unknown_options_still_refused(capsys, monkeypatch):
+    """Unclear message: overrides placed after an option (``rllab run a=1 --steps 2 b=2``) ended in
+    argparse's "unrecognized arguments" under the top-level usage line. They are accepted anywhere
+    on the line (run, record, replay); an unknown ``--flag`` or stray word is still an error, under
+    the command's own usage line."""
+    import rllab.trainer
+
+    seen = {}
+    monkeypatch.setattr(rllab.trainer, "run_experiment", lambda cfg, **kw: seen.setdefault("cfg", cfg))
+    code, _, err = run(capsys, "run", "train.lr=1e-4", "--steps", "2", "advantage=rloo", "-q")
+    assert code == 0, err
+    cfg = seen["cfg"]
+    assert cfg.train.lr == 1e-4 and cfg.train.steps == 2 and cfg.components["advantage"].name == "rloo"
+    for argv, bad in ((("run", "a.b=1", "--steps", "2", "--bogus"), "--bogus"), (("run", "--steps", "2", "x.y=1", "--nope=3"), "--nope=3")):
+        try:
+            main(list(argv))
+        except SystemExit as e:
+            assert e.code == 2
+        else:
+            raise AssertionError(f"{argv} was accepted")
+        err = capsys.readouterr().err
+        assert f"unrecognized arguments: {bad}" in err and "usage: rllab run" in err
+
+
+def test_a_bad_knob_is_a_config_error_before_any_check(capsys):
+    """Unclear message: ``rllab check NAME --knob singleton=bogus`` was reported as a failed
+    "builds with its default config" check, and ``--knob singleton`` (no ``=``) became an empty
+    string. A knob that is not a valid config is refused before the checks run; ``--knob`` needs
+    KEY=VALUE."""
+    code, out, err = run(capsys, "check", "grpo", "--knob", "singleton=bogus")
+    assert code == 1 and "--knob" in err and "singleton = 'bogus' is not allowed" in err
+    assert "default config" not in out + err and "contract:" not in out
+    code, out, err = run(capsys, "check", "grpo", "--knob", "singleton")
+    assert code == 1 and "KEY=VALUE" in err and "contract:" not in out
+    code, out, err = run(capsys, "check", "grpo", "--knob", "singleton=zero")
+    assert code == 0 and "builds with the given knobs" in out and "all checks passed" in out

@@ -340,3 +340,64 @@ def test_a_config_argument_that_is_not_a_config_says_what_it_is(tmp_path):
     torch.save({"x": torch.zeros(3)}, pt)
     with pytest.raises(ConfigError, match=r"is not text \(a recording or checkpoint"):
         load_config(pt)
+
+
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        (("backend=sglang", "backend.urls=http://127.0.0.1:9", "backend.weight_sync=tensor", "model.device=cpu"), "needs the policy on CUDA"),
+        (("advantage=gdpo", "task=sort"), "task 'sort' has one reward"),
+        (("policy_loss=bypass_mode", "correction=tis"), r"bypass mode.*set correction = \"none\""),
+    ],
+    ids=["tensor-sync-on-cpu", "gdpo-single-reward-task", "bypass-with-correction"],
+)
+def test_config_only_mistakes_are_refused_at_load(extra, match):
+    """Slow and noisy refusal: mistakes visible in the config alone (weight_sync = 'tensor' with a
+    CPU policy, gdpo on a task with one reward, a bypass-mode loss under a correction) were found
+    only after the model was built, and left a partial run directory. They are refused when the
+    config loads, before anything runs."""
+    with pytest.raises(ConfigError, match=match):
+        small_cfg(*extra)
+
+
+def test_a_run_that_fails_before_its_first_step_leaves_no_run_directory(tmp_path, monkeypatch):
+    """Litter: a run that failed while it was being built (or before its first step) left a
+    partial run directory that passes for a run. One the run created is removed; in a directory
+    that existed, only what the run added is."""
+    import rllab.trainer
+
+    def broken(self):
+        raise rllab.RllabError("broken before the first step")
+
+    monkeypatch.setattr(rllab.trainer.Trainer, "_build_optimizers", broken)
+    cfg = small_cfg("train.steps=1", f"output_dir={tmp_path / 'runs'}")
+    with pytest.raises(rllab.RllabError, match="broken before"):
+        run_experiment(cfg, progress=False)
+    assert list((tmp_path / "runs").iterdir()) == []
+    kept = tmp_path / "mine"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    with pytest.raises(rllab.RllabError, match="broken before"):
+        run_experiment(cfg, run_dir=kept, progress=False)
+    assert sorted(p.name for p in kept.iterdir()) == ["notes.txt"]
+    monkeypatch.undo()
+    monkeypatch.setattr(rllab.trainer.Trainer, "train_step", lambda self: broken(self))
+    with pytest.raises(rllab.RllabError, match="broken before"):
+        run_experiment(cfg, run_dir=tmp_path / "new", progress=False)  # after the step-0 eval, before step 1
+    assert not (tmp_path / "new").exists()
+
+
+def test_the_summary_names_the_components_a_schedule_switched_to(tmp_path, capsys):
+    """Stale report: after a step-0 ``[[schedule]]`` switch the run summary still named the
+    starting components (``rl: grpo + …``). It names those actually used, and each later switch
+    with its step."""
+    from rllab_console import components_used, timeline
+
+    sched = [{"step": 0, "set": {"advantage": "rloo"}}]
+    cfg = load_config({"schedule": sched}, [*SMALL, "train.steps=1"])
+    run_experiment(cfg, run_dir=tmp_path / "r", progress=False)
+    out = capsys.readouterr().out
+    assert "(rl: rloo + " in out and "grpo" not in out
+    parts = {"advantage": "grpo", "policy_loss": "ppo_clip", "preference_loss": "dpo"}
+    later = [type("E", (), {"step": 5, "set": {"policy_loss.name": "cispo"}}), type("E", (), {"step": 9, "set": {"advantage": "rloo"}})]
+    assert components_used("rl", timeline(parts, later, total=8)) == "rl: grpo + ppo_clip → grpo + cispo from step 5"

@@ -80,7 +80,11 @@ def test_builtin_traits():
     addition = lab.spec("task", "addition")
     assert addition.trait("reward_components", lab.get("task", "addition", format_weight=0.1).config) == ("correct", "format")
     assert addition.trait("reward_components", lab.get("task", "addition").config) == ()
-    assert lab.spec("task", "chain").trait("reward_components") is None  # undeclared: checked on the first batch
+    assert lab.spec("task", "chain").trait("reward_components") == ()  # one reward, declared: checked at load
+    sglang = lab.spec("rollout_backend", "sglang")
+    assert "CUDA-IPC" in sglang.trait("needs_cuda", lab.get("rollout_backend", "sglang", urls="http://x", weight_sync="tensor").config)
+    assert sglang.trait("needs_cuda", lab.get("rollout_backend", "sglang", urls="http://x").config) is None
+    assert lab.spec("rollout_backend", "hf").trait("needs_cuda") is None
     rl = lab.spec("algorithm", "rl")
     assert "policy_loss" in rl.trait("uses") and rl.trait("provides")["policy_loss"] == ("rollout_log_prob",)
     assert "reward_components" in lab.spec("advantage_estimator", "gdpo").requires

@@ -14,4 +14,13 @@ from . import hf, sglang
 @rllab.hookimpl
 def register_rollout_backends(register):
     register("hf", hf.hf, config=hf.HFBackendConfig, aliases=("transformers",))
-    register("sglang", sglang.sglang, config=sglang.SGLangBackendConfig)
+    register("sglang", sglang.sglang, config=sglang.SGLangBackendConfig, needs_cuda=_sglang_needs_cuda)
+
+
+def _sglang_needs_cuda(config: sglang.SGLangBackendConfig) -> str | None:
+    """Why this SGLang config needs the policy on CUDA (read at config load), or None."""
+    if config.weight_sync == "tensor":
+        return "weight_sync = 'tensor' sends CUDA-IPC handles (use weight_sync = 'disk' on a CPU policy)"
+    if config.weight_sync == "distributed" and config.distributed_backend == "nccl":
+        return "weight_sync = 'distributed' with distributed_backend = 'nccl' (use 'gloo' on a CPU policy)"
+    return None

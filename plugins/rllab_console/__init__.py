@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Mapping
 
 import rllab
 
@@ -24,7 +25,8 @@ class _Reporter:
         # piped output (files, CI logs) keeps whole lines instead of folding paths at 80 columns
         self.console = Console(width=None if sys.stdout.isatty() else 1000, soft_wrap=not sys.stdout.isatty())
         self.algorithm = config.component("algorithm").name
-        self.parts = {s: config.component(s).name for s in ("advantage", "policy_loss", "preference_loss")}
+        self.parts = {s: config.component(s).name for s in _NAMED}
+        self.timeline = timeline(self.parts, config.schedule, total)
         self.last_eval: float | None = None
         self.progress = None
         if progress:
@@ -50,6 +52,49 @@ class _Reporter:
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
+
+
+_NAMED = ("advantage", "policy_loss", "preference_loss")
+"""The component sections the summary line names."""
+
+
+def timeline(parts: dict, schedule, total: int) -> list[tuple[int, dict]]:
+    """``[(first step, {section: component name})]``: the named components of a run as its
+    ``[[schedule]]`` entries switch them (an entry at step 0 replaces the starting ones; entries
+    at or after ``total`` never apply). Consecutive equal segments are merged."""
+    out = [(0, dict(parts))]
+    for entry in sorted(schedule, key=lambda e: e.step):
+        if entry.step >= total:
+            break
+        now = dict(out[-1][1])
+        for key, value in entry.set.items():
+            sec = key[: -len(".name")] if key.endswith(".name") else key
+            if sec in now:
+                name = value.get("name") if isinstance(value, Mapping) else value
+                if isinstance(name, str):
+                    now[sec] = name
+        if now == out[-1][1]:
+            continue
+        if entry.step == out[-1][0]:
+            out[-1] = (entry.step, now)
+        else:
+            out.append((entry.step, now))
+    return out
+
+
+def components_used(algorithm: str, line: list[tuple[int, dict]]) -> str:
+    """The summary's ``(…)``: the algorithm and the components it ran with, each switch named
+    with its step (``rl: grpo + ppo_clip → rloo + ppo_clip from step 10``)."""
+
+    def one(parts: dict) -> str:
+        if algorithm in ("dpo", "online_dpo"):
+            return parts["preference_loss"]
+        return f"{parts['advantage']} + {parts['policy_loss']}"
+
+    if algorithm not in ("rl", "dpo", "online_dpo"):
+        return algorithm
+    text = one(line[0][1]) + "".join(f" → {one(parts)} from step {step}" for step, parts in line[1:])
+    return f"{algorithm}: {text}"
 
 
 def describe(m: dict, last_eval: float | None = None) -> str:
@@ -131,9 +176,7 @@ def on_run_end(run_dir, metrics, history):
     if r is None:
         return
     r.close()
-    what = r.algorithm if r.algorithm != "rl" else f"rl: {r.parts['advantage']} + {r.parts['policy_loss']}"
-    if r.algorithm in ("dpo", "online_dpo"):
-        what = f"{r.algorithm}: {r.parts['preference_loss']}"
+    what = components_used(r.algorithm, r.timeline)
     plot_run(run_dir, history, title=f"{what} — {run_dir.name}")
     r.console.print(
         f"[bold]done[/]: eval accuracy {metrics['initial/accuracy']:.1%} → {metrics['final/accuracy']:.1%} "

@@ -86,8 +86,8 @@ def register_tasks(register):
         "addition", addition, config=AdditionConfig,
         reward_components=lambda config: COMPONENTS if config.format_weight is not None else (),
     )
-    register("chain", chain, config=ChainConfig)
-    register("countdown", countdown, config=CountdownConfig)
-    register("sort", sort, config=StringTaskConfig)
-    register("reverse", reverse, config=StringTaskConfig)
-    register("jsonl", jsonl, config=JsonlConfig)
+    register("chain", chain, config=ChainConfig, reward_components=())  # one reward
+    register("countdown", countdown, config=CountdownConfig, reward_components=())  # one reward
+    register("sort", sort, config=StringTaskConfig, reward_components=())  # one reward
+    register("reverse", reverse, config=StringTaskConfig, reward_components=())  # one reward
+    register("jsonl", jsonl, config=JsonlConfig, reward_components=())  # one reward

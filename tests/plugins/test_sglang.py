@@ -385,6 +385,27 @@ def test_error_messages():
     assert protocol.error_message(b"Internal Server Error") == "Internal Server Error"
 
 
+def test_a_web_server_that_is_not_sglang_is_named_not_dumped(lab, tiny):
+    """Unclear message: a URL that answers HTTP but is not SGLang (here Python's http.server,
+    which answers POST with HTTP 501 and an HTML page) must say so, never echo the raw HTML."""
+    import http.server
+    import threading
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        b = make(lab, f"http://127.0.0.1:{httpd.server_address[1]}", retries=0)
+        with pytest.raises(S.SGLangRequestError, match=r"HTTP 501\): an HTML page .*this is not an SGLang server") as e:
+            b.generate(prompts_of(tiny[1])[:1], SamplingParams(max_new_tokens=2))
+        assert "<" not in str(e.value)
+        b.close()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    long = protocol.error_message(b"x " * 1000)
+    assert len(long) < 400 and long.endswith("more characters)")
+
+
 # --------------------------------------------------------------------------- faults
 
 

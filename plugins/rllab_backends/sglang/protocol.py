@@ -28,6 +28,7 @@ Finish reasons, as SGLang sends them::
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Mapping, Sequence
 
 from rllab.types import Completion, SamplingParams
@@ -99,20 +100,44 @@ def request_body(prompts: list[tuple[int, ...]], first_index: int, params: Sampl
     return body, rows
 
 
+NOT_SGLANG = (
+    "this is not an SGLang server (SGLang answers POST /generate and GET /health with JSON); "
+    "check the URL and port in backend.urls"
+)
+
+_MAX_TEXT = 300
+"""Characters of a non-JSON error body kept in a message (the rest is cut)."""
+
+
 def error_message(body: bytes) -> str:
     """SGLang's message from an error body: ``{"error": {"message": ...}}``, ``{"error": "..."}``
-    (a contract violation), ``{"message": ...}`` or plain text."""
+    (a contract violation), ``{"message": ...}`` or plain text (whitespace folded, cut at
+    ``_MAX_TEXT`` characters). An HTML page — what a web server that is not SGLang answers — is
+    never echoed: the message says so, with the page's title."""
     text = body.decode("utf-8", "replace").strip()
     try:
         data = json.loads(text)
     except ValueError:
-        return text or "(empty body)"
+        return _plain_message(text)
     if isinstance(data, dict):
         err = data.get("error", data)
         if isinstance(err, dict):
             return str(err.get("message") or err.get("detail") or err)
         return str(err)
     return text
+
+
+def _plain_message(text: str) -> str:
+    """A non-JSON error body as one short line; an HTML page as a sentence naming the mistake."""
+    if not text:
+        return "(empty body)"
+    head = text[:200].lower()
+    if head.startswith("<!doctype html") or head.startswith("<html") or "<html" in head or "<body" in head:
+        title = re.search(r"<title[^>]*>(.*?)</title>", text, re.I | re.S)
+        named = " " + repr(" ".join(title.group(1).split())[:80]) if title and title.group(1).strip() else ""
+        return f"an HTML page{named}, not JSON: {NOT_SGLANG}"
+    line = " ".join(text.split())
+    return line if len(line) <= _MAX_TEXT else line[:_MAX_TEXT] + f"… ({len(line) - _MAX_TEXT} more characters)"
 
 
 def _finish(meta: Mapping, where: str) -> tuple[str, str | None, int | None]:
