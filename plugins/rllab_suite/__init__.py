@@ -212,7 +212,7 @@ def cmd_record(args) -> int:
             source = item
         else:
             raise rllab.RllabError(f"rllab record takes one run directory or config file; also got {item!r}")
-    check_record_args(source, out=Path(args.out), preset=args.preset)
+    check_record_args(source, out=Path(args.out), preset=args.preset, overrides=overrides)
     data = replay.record(source, steps=args.steps, out=Path(args.out), overrides=overrides, preset=args.preset, lab=args.lab, progress=not args.quiet)
     rows = sum(b["batch"]["input_ids"].shape[0] for b in data["batches"])
     _console().print(f"recorded {len(data['batches'])} batch(es), {rows} rows, from step {data['step']} → {args.out}", highlight=False)

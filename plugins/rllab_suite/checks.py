@@ -13,6 +13,7 @@ import pickle
 import tomllib
 import zipfile
 from pathlib import Path
+from typing import Sequence
 
 from rllab import RllabError
 from rllab.config import COMPONENT_SECTIONS, PLAIN_SECTIONS
@@ -30,6 +31,16 @@ knobs), the optimizer step's settings (``train.lr`` is scaled by the recorded sc
 
 
 _ZIP_MAGIC = b"PK\x03\x04"
+
+
+def _override_key(override: str) -> str:
+    """The key of a ``key=value`` override (``algorithm=dpo`` → ``algorithm``)."""
+    return override.split("=", 1)[0].strip()
+
+
+def _fixed_by_the_run(key: str) -> bool:
+    """Whether a run fixes ``key`` for its whole life (:data:`RECORD_KEEPS`; the algorithm's knobs may change)."""
+    return key in (*RECORD_KEEPS, "algorithm.name") or key.startswith(("model.", "task.", "backend."))
 _HOW = "a recording is written by: rllab record RUN_DIR_or_config --steps K --out FILE.pt"
 
 
@@ -134,18 +145,31 @@ def check_replay_overrides(variant: str, pairs: list[tuple[str, object]]) -> Non
         )
 
 
-def check_record_args(source: str | None, *, out: Path, preset: str | None) -> None:
+RECORD_KEEPS = ("model", "task", "backend", "algorithm", "train.seed")
+"""What a recording from a run directory takes from the run as it is: it continues from the run's
+checkpoint, whose model, task, backend, algorithm and seed are fixed."""
+
+
+def check_record_args(source: str | None, *, out: Path, preset: str | None, overrides: Sequence[str] = ()) -> None:
     """Refuse ``rllab record`` options that would be ignored or destroy something.
 
-    ``--preset`` with a run directory (its recorded config is used as it is), a run directory
-    without a checkpoint (the batches would not come from the run's weights), and an
-    ``--out`` that is a directory or an existing file other than a recording (it would be replaced).
+    ``--preset`` with a run directory (its recorded config is used as it is), an override of what
+    a run fixes (:data:`RECORD_KEEPS`) with a run directory, a run directory without a checkpoint
+    (the batches would not come from the run's weights), and an ``--out`` that is a directory or
+    an existing file other than a recording (it would be replaced).
     """
     if source is not None and Path(source).is_dir() and (Path(source) / "config.toml").is_file():
         from rllab.checkpoint import latest
 
         if preset:
             raise RllabError(f"--preset {preset} does not apply to a run directory: {source} is recorded with its own config")
+        fixed = [o for o in overrides if _fixed_by_the_run(_override_key(o))]
+        if fixed:
+            raise RllabError(
+                f"rllab record {source} continues that run from its checkpoint, whose {', '.join(RECORD_KEEPS)} are fixed: "
+                f"{' '.join(fixed)} cannot apply. To record with them from the config's warm-started model instead: "
+                f"rllab record {Path(source) / 'config.toml'} {' '.join(fixed)} --out {out}"
+            )
         if latest(Path(source)) is None:
             raise RllabError(
                 f"{source} has no checkpoint: the batches would come from the config's warm-started model, not from this "

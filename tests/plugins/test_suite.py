@@ -458,7 +458,8 @@ def test_suite_workers_must_be_at_least_one(tmp_path, lab, capsys):
 def test_record_options_that_would_be_ignored_or_destroy_something(tmp_path, capsys):
     """Mistake: `rllab record` with --out a directory or an existing config (it would be replaced),
     --preset with a run directory (ignored), a run directory without a checkpoint (the batches
-    would come from the warm start, not the run), --steps 0."""
+    would come from the warm start, not the run), an override of what the run fixes (`task=sort`:
+    reported only after the model was built, as "[task] cannot change during a run"), --steps 0."""
     from rllab.cli import main
 
     cfg = tmp_path / "a.toml"
@@ -473,6 +474,13 @@ def test_record_options_that_would_be_ignored_or_destroy_something(tmp_path, cap
     assert "--preset grpo does not apply to a run directory" in capsys.readouterr().err
     assert main(["record", str(tmp_path / "run"), "--out", str(tmp_path / "r.pt")]) == 1
     assert "has no checkpoint" in capsys.readouterr().err
+    # what the run fixes cannot be overridden: said at once, with the command that records it from the config
+    assert main(["record", str(tmp_path / "run"), "task=sort", "algorithm.minibatches=2", "--out", str(tmp_path / "r.pt")]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "task=sort cannot apply" in err and "algorithm.minibatches" not in err.split("cannot apply")[0]
+    assert f"rllab record {tmp_path / 'run' / 'config.toml'} task=sort" in err
+    assert main(["record", str(tmp_path / "run"), "algorithm.minibatches=2", "--out", str(tmp_path / "r.pt")]) == 1
+    assert "has no checkpoint" in capsys.readouterr().err  # a knob of the algorithm may change
     with pytest.raises(SystemExit):
         main(["record", "--steps", "0", "--out", str(tmp_path / "r.pt")])
 
