@@ -56,7 +56,7 @@ class LivePane(Vertical):
         else:
             for c in suite.cells:
                 for col, val in zip(LIVE_COLUMNS, self._cells(c)):
-                    table.update_cell(str(c.run_dir), col, val)
+                    table.update_cell(str(c.run_dir), col, val, update_width=True)
         counts = suite.counts()
         frac, left = suite.progress(self.app.run_workers or state.workers_default())
         width = 20

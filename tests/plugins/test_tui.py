@@ -439,3 +439,20 @@ def test_grid_run_saves_opens_and_starts_and_open_reads_a_directory(suite_dir, t
         await wait_for(pilot, lambda: app.suite.directory == suite_dir and "done 4/6" in screen_text(app))
 
     run_app(app, body)
+
+
+def test_a_cells_step_column_widens_as_its_count_grows(suite_dir, lab):
+    """Class: a display that is silently wrong. A cell updated in place from "2/12" to "12/12" kept
+    the column's first width, so a finished cell read "12/1" (seen as "20/2" for 20 steps)."""
+    app = SuiteApp(lab=lab, target=suite_dir, poll=0.2)
+
+    async def body(pilot):
+        c = app.suite.cells[0]
+        c.total, c.step = 12, 2
+        await wait_for(pilot, lambda: "2/12" in screen_text(app))
+        c.step = 12
+        table = app.query_one("#live-cells")
+        await wait_for(pilot, lambda: table.get_cell(str(c.run_dir), "step") == "12/12")
+        assert table.columns["step"].content_width >= len("12/12")
+
+    run_app(app, body, size=(120, 24))
