@@ -108,7 +108,9 @@ class SuiteApp(App):
 
     def show_tab(self, tab: str) -> None:
         self.main.query_one(TabbedContent).active = tab
-        focus = {"registry": "#reg-tree", "grid": "#f-name", "live": "#live-cells", "results": "#res-table"}[tab]
+        # the grid opens on its axes table, not a text field: a digit typed next switches tabs
+        # instead of renaming the suite
+        focus = {"registry": "#reg-tree", "grid": "#grid-axes", "live": "#live-cells", "results": "#res-table"}[tab]
         self.call_after_refresh(self.main.query_one(focus).focus)
 
     def action_tab(self, tab: str) -> None:

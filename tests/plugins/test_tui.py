@@ -278,6 +278,9 @@ def test_grid_validates_axes_as_typed_shows_cells_and_saves_a_suite(tmp_path, la
     async def body(pilot):
         await pilot.press("2")
         await pilot.pause()
+        assert app.focused.id == "grid-axes"
+        app.query_one("#f-name").focus()
+        await pilot.press("end")
         assert app.focused.id == "f-name"
         await pilot.press("ctrl+u", *"tiny")
         await pilot.press("tab", "tab", "ctrl+u", *"2")  # steps
@@ -423,7 +426,8 @@ def test_grid_run_saves_opens_and_starts_and_open_reads_a_directory(suite_dir, t
     async def body(pilot):
         await pilot.press("2")
         await pilot.pause()
-        await pilot.press("ctrl+u", *"quick", "tab", "tab", "ctrl+u", "2", "tab", "ctrl+u", "1")  # name, steps, seeds
+        app.query_one("#f-name").focus()
+        await pilot.press("end", "ctrl+u", *"quick", "tab", "tab", "ctrl+u", "2", "tab", "ctrl+u", "1")  # name, steps, seeds
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: app.runner is not None and app.runner.running)
         assert app.query_one("#tabs").active == "live" and app.suite.file == Path("suites/quick.toml")
@@ -432,8 +436,9 @@ def test_grid_run_saves_opens_and_starts_and_open_reads_a_directory(suite_dir, t
         await wait_for(pilot, lambda: not app.runner.running)
         await pilot.press("f3")
         await pilot.pause()
-        assert app.focused.id == "f-name"
-        await pilot.press("shift+tab")
+        assert app.focused.id == "grid-axes"
+        app.query_one("#f-file").focus()
+        await pilot.press("end")
         assert app.focused.id == "f-file"
         await pilot.press("ctrl+u", *str(suite_dir), "ctrl+o")
         await wait_for(pilot, lambda: app.suite.directory == suite_dir and "done 4/6" in screen_text(app))
@@ -456,3 +461,20 @@ def test_a_cells_step_column_widens_as_its_count_grows(suite_dir, lab):
         assert table.columns["step"].content_width >= len("12/12")
 
     run_app(app, body, size=(120, 24))
+
+
+def test_a_digit_after_opening_the_grid_switches_tabs_instead_of_renaming_the_suite(tmp_path, lab, monkeypatch):
+    """Class: input silently taken as something else. Opening the grid focused its name field, so
+    the next tab key (`3`) was typed into the suite's name instead of switching to the live tab."""
+    monkeypatch.chdir(tmp_path)
+    app = SuiteApp(lab=lab, poll=0.2)
+
+    async def body(pilot):
+        await pilot.press("2")
+        await pilot.pause()
+        name = app.query_one("#f-name").value
+        await pilot.press("3")
+        await pilot.pause()
+        assert app.query_one("#tabs").active == "live" and app.query_one("#f-name").value == name
+
+    run_app(app, body)
