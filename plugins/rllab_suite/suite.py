@@ -84,18 +84,26 @@ def identical_variants(cells: list[Cell], *, lab, out_dir: Path, console=None) -
         if len(group) < 2:
             continue
         rec_path = out_dir / "replay" / f"{_slug(task)}-{config_key(group[0].config)[:12]}.pt"  # a changed config records afresh
-        if console is not None:
-            console.print(f"[dim]checking for identical variants on task {task}: replaying {len(group)} variants on one recorded batch…[/]", highlight=False)
-        data = replay.record(group[0].config, steps=RECORD_STEPS, out=rec_path, lab=lab) if not rec_path.is_file() else replay.load_record(rec_path)
-        results = replay.replay_configs(data, [(c.variant, c.config) for c in group], lab=lab)
-        pairs = replay.compare(results)
-        rec_path.with_suffix(".json").write_text(json.dumps({"pairs": pairs, "metrics": {r.name: r.metrics for r in results}}, indent=2, default=str) + "\n")
+        # the pairs of a group already replayed on this recording are read back, not replayed again
+        group_key = config_key({"variants": [[c.variant, config_key(c.config)] for c in group]})
+        saved_path = rec_path.with_suffix(".json")
+        saved = json.loads(saved_path.read_text()) if rec_path.is_file() and saved_path.is_file() else {}
+        if saved.get("group") == group_key:
+            pairs, step = saved["pairs"], saved["step"]
+        else:
+            if console is not None:
+                console.print(f"[dim]checking for identical variants on task {task}: replaying {len(group)} variants on one recorded batch…[/]", highlight=False)
+            data = replay.record(group[0].config, steps=RECORD_STEPS, out=rec_path, lab=lab) if not rec_path.is_file() else replay.load_record(rec_path)
+            results = replay.replay_configs(data, [(c.variant, c.config) for c in group], lab=lab)
+            pairs, step = replay.compare(results), data["step"]
+            saved = {"group": group_key, "step": step, "pairs": pairs, "metrics": {r.name: r.metrics for r in results}}
+            saved_path.write_text(json.dumps(saved, indent=2, default=str) + "\n")
         if pairs and all(p["inconclusive"] for p in pairs):
             found.append({"task": task, "identical": False, "message": (
                 f"identical-variant check inconclusive on task {task}: the recorded batch scored alike in every group, "
                 "so every variant's gradient is 0"
             )})
-        for m in replay.identical_messages(pairs, step=data["step"]):
+        for m in replay.identical_messages(pairs, step=step):
             m["task"] = task
             m["message"] = m["message"].replace("IDENTICAL ", f"IDENTICAL (task {task}) ", 1)
             found.append(m)

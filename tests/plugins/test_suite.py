@@ -607,6 +607,28 @@ def test_a_changed_suite_records_its_identical_variant_batch_afresh(lab, tmp_pat
     assert recorded == [2, 1]
 
 
+def test_rerunning_a_finished_suite_does_not_replay_its_identical_variant_check_again(lab, tmp_path, monkeypatch):
+    """Class: work done twice — rerunning a finished suite replayed the identical-variant check
+    (~7 s) although neither the recording nor the variants had changed; a new variant replays."""
+    from rllab_suite import suite as suite_mod
+
+    replayed = []
+
+    def fake_record(config, *, out, **kw):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("x")
+        return {"step": 0}
+
+    monkeypatch.setattr(replay, "record", fake_record)
+    monkeypatch.setattr(replay, "load_record", lambda path: {"step": 0})
+    monkeypatch.setattr(replay, "replay_configs", lambda data, configs, **kw: replayed.append([n for n, _ in configs]) or [])
+    for variants in (["grpo", "rloo"], ["grpo", "rloo"], ["grpo", "rloo", "clip"]):
+        every = {"grpo": {}, "rloo": {"advantage": "rloo"}, "clip": {"policy_loss.clip_high": 0.28}}
+        cells = expand(parse_suite(suite(variants={k: every[k] for k in variants})), lab=lab)
+        suite_mod.identical_variants(cells, lab=lab, out_dir=tmp_path)
+    assert replayed == [["grpo", "rloo"], ["grpo", "rloo", "clip"]]
+
+
 def _suite_file(path: Path, name: str, config: str | None = None) -> Path:
     base = f'config = "{config}"' if config else 'preset = "grpo"'
     path.write_text(f'name = "{name}"\n{base}\nsteps = 1\nseeds = 1\ntasks = ["addition"]\n[overrides]\n'
