@@ -45,7 +45,7 @@ import attrs
 from rllab.config_checks import check_config_only
 from rllab.errors import ConfigError
 from rllab.lab import Lab
-from rllab.schedule import check_schedule_applies
+from rllab.schedule import FROZEN_DURING_A_RUN, check_schedule_applies
 from rllab.settings import MOVED_TRAIN_SETTINGS, ModelConfig, RolloutConfig, TrainConfig
 from rllab.specs import ComponentSpec, build_config
 from rllab.tomlio import dump_toml, line_of, parse_value  # noqa: F401  (dump_toml, parse_value: re-exported)
@@ -477,23 +477,6 @@ def _check_tiny_model(model: ModelConfig, text: str, where: str) -> None:
         except ConfigError as e:
             msg = str(e).replace(f"section 'model.{key}' (plugin rllab)", f"[model] {key}")
             raise ConfigError(f"{where}: {msg}{line_of(text, 'model', key)}") from None
-
-
-FROZEN_DURING_A_RUN = {
-    "model": "the model is built once",
-    "task": "the task's data order is fixed for the run",
-    "backend": "the rollout backend is started once",
-    "algorithm.name": "the algorithm owns the run's data (pairs, buffers); its knobs may change",
-    "train.seed": "every step's data derives from the seed",
-    "train.steps": "extend a run with `rllab run --resume RUN_DIR train.steps=N`",
-    "train.lr_schedule": "the schedule's shape is fixed; schedule train.lr instead",
-    "train.warmup_steps": "the schedule's shape is fixed; schedule train.lr instead",
-    "output_dir": "the run directory exists already",
-    "name": "the run directory exists already",
-    "loggers": "loggers are opened once",
-    "plugins": "plugins load before the run",
-}
-"""Keys a ``[[schedule]]`` entry may not change, and why."""
 
 
 def apply_schedule(cfg: ExperimentConfig, entry: ScheduleEntry, *, lab: Lab | None = None) -> ExperimentConfig:

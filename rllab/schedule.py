@@ -1,10 +1,27 @@
-"""Load-time checks of a config's ``[[schedule]]`` entries: each must be able to do something."""
+"""What a config's ``[[schedule]]`` entries may change (:data:`FROZEN_DURING_A_RUN`), and the load-time
+checks that each entry can do something."""
 
 from __future__ import annotations
 
 from rllab.errors import ConfigError
 
-__all__ = ["check_schedule_applies"]
+__all__ = ["FROZEN_DURING_A_RUN", "check_schedule_applies"]
+
+FROZEN_DURING_A_RUN = {
+    "model": "the model is built once",
+    "task": "the task's data order is fixed for the run",
+    "backend": "the rollout backend is started once",
+    "algorithm.name": "the algorithm owns the run's data (pairs, buffers); its knobs may change",
+    "train.seed": "every step's data derives from the seed",
+    "train.steps": "extend a run with `rllab run --resume RUN_DIR train.steps=N`",
+    "train.lr_schedule": "the schedule's shape is fixed; schedule train.lr instead",
+    "train.warmup_steps": "the schedule's shape is fixed; schedule train.lr instead",
+    "output_dir": "the run directory exists already",
+    "name": "the run directory exists already",
+    "loggers": "loggers are opened once",
+    "plugins": "plugins load before the run",
+}
+"""Keys a ``[[schedule]]`` entry may not change, and why."""
 
 
 def _schedule_key(key: str) -> str:
