@@ -1,4 +1,4 @@
-"""Policy, reference and critic forwards on transformers models; log-probs and entropy in chunks.
+"""Log-probs and entropy of a language model's tokens, computed in chunks (from logits or hidden states).
 
 A policy-gradient step needs, for every response token ``y_t``, the log-probability
 ``log π(y_t | y_<t)`` and often the entropy ``H_t = −Σ_v π(v) log π(v)`` of the whole next-token
@@ -33,54 +33,14 @@ from rllab import triton_kernels as _triton  # CUDA fast path; see the dispatch 
 
 __all__ = ["CHUNK_ELEMENTS", "HIDDEN_CHUNK_TOKENS", "logprobs_from_hidden", "logprobs_from_logits"]
 
-CHUNK_ELEMENTS = 1 << 25
-"""Default chunk budget: ``chunk_size = max(1, CHUNK_ELEMENTS // V)`` tokens, so one float32 chunk
-of logits is 128 MiB whatever the vocabulary (220 tokens for V = 151,936; 1,024 for V = 32,768)."""
-
-HIDDEN_CHUNK_TOKENS = 8192
-"""Default token rows per tile of :func:`logprobs_from_hidden` (the vocabulary tile then fills
-``CHUNK_ELEMENTS``: 4,096 tokens × 8,192 vocabulary entries, for instance)."""
-
-# --------------------------------------------------------------------------- argument checks
-
-
-def _chunk_rows(chunk_size: int | None, V: int, where: str) -> int:
-    if chunk_size is None:
-        return max(1, CHUNK_ELEMENTS // max(V, 1))
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"{where}: chunk_size must be a positive int or None, got {chunk_size!r}")
-    return chunk_size
-
-
-def _hidden_tile(chunk_size, vocab_chunk_size, N: int, V: int, where: str) -> tuple[int, int]:
-    """(tokens, vocabulary entries) per tile of the hidden-state path; see logprobs_from_hidden."""
-    for name, value in (("chunk_size", chunk_size), ("vocab_chunk_size", vocab_chunk_size)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{where}: {name} must be a positive int or None, got {value!r}")
-    if chunk_size is not None:
-        rows = chunk_size
-    elif vocab_chunk_size is not None:
-        rows = max(1, CHUNK_ELEMENTS // vocab_chunk_size)
-    else:
-        rows = max(1, min(N, HIDDEN_CHUNK_TOKENS))
-    cols = vocab_chunk_size if vocab_chunk_size is not None else max(1, CHUNK_ELEMENTS // rows)
-    return rows, min(cols, V)
-
-
-def _check_temperature(temperature: float, where: str) -> float:
-    if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature > 0:
-        raise ValueError(f"{where}: temperature must be a number > 0, got {temperature!r}")
-    return float(temperature)
-
-
-def _check_labels(where: str, labels: torch.Tensor, expected: tuple[int, ...], what: str) -> None:
-    if not isinstance(labels, torch.Tensor):
-        raise TypeError(f"{where}: labels must be an integer tensor, got {type(labels).__name__}")
-    if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
-        raise TypeError(f"{where}: labels must be an integer tensor, got {labels.dtype}")
-    if tuple(labels.shape) != expected:
-        raise ValueError(f"{where}: labels has shape {tuple(labels.shape)} but {what} expects {expected}")
-
+from rllab.kernel_args import (  # noqa: F401  (the tile sizes and checks are part of this module's API)
+    CHUNK_ELEMENTS,
+    HIDDEN_CHUNK_TOKENS,
+    _check_labels,
+    _check_temperature,
+    _chunk_rows,
+    _hidden_tile,
+)
 
 # --------------------------------------------------------------------------- chunk math
 
