@@ -1,4 +1,5 @@
-"""The contract checks of factory kinds: KL controllers, tasks, loggers, rollout backends.
+"""The contract checks of factory kinds (KL controllers, tasks, loggers, rollout backends) and of
+reward functions.
 
 Registered with :mod:`rllab.contract_checks`'s registry (see :mod:`rllab.testing`).
 """
@@ -89,3 +90,23 @@ def _backend(comp):
             raise AssertionError(f"last_metrics() must return a dict of str → float ({{}} when there is nothing), got {metrics!r}")
     finally:
         backend.close()
+
+
+@_check("reward_function", "one finite float (or None) per completion, in its declared signature; no state between calls")
+def _reward_function(comp):
+    from rllab.rewards import RewardFunction
+
+    fn = RewardFunction(name=comp.name, ref=comp.name, fn=comp.spec.fn, style=comp.trait("signature"), config=comp.config)
+    kw = dict(
+        prompts=["12+34=", "sort 31a:", "5*5="], completions=["46", "13a", "not an answer"],
+        ground_truth=["46", "13a", "25"], columns=[{"data_source": "check"}] * 3,
+        rows=["contract row 1", "contract row 2", "contract row 3"],
+    )
+    out = fn.batch(**kw)
+    if len(out) != 3:
+        raise AssertionError(f"{len(out)} scores for 3 completions")
+    chat = fn.batch(**{**kw, "prompts": [({"role": "user", "content": p},) for p in kw["prompts"]]})
+    if fn.style == "trl" and chat != out:
+        raise AssertionError(f"chat-format completions scored {chat} but the same texts as strings scored {out}")
+    if fn.batch(**kw) != out:
+        raise AssertionError("scoring the same completions twice gave different scores")

@@ -250,6 +250,37 @@ def register_tasks(register):
 
 
 @hookspec
+def register_reward_functions(register):
+    """Register reward functions: scorers a task (such as ``dataset``) combines by name.
+
+    A reward function follows one of the two signatures users already write, named by its
+    ``signature=`` trait:
+
+    ``"trl"`` (the default), TRL's batched form::
+
+        fn(*, prompts, completions, config, **columns) -> list[float | None]
+
+    ``prompts`` (N,) strings, or message lists for chat prompts; ``completions`` (N,) strings, or
+    ``[{"role": "assistant", "content": ...}]`` for chat prompts; ``columns`` the data set's other
+    columns as (N,) lists, plus ``ground_truth`` (the task's reference answers) when the data set
+    has no column of that name. Returns N floats; ``None`` means "not applicable" (scored 0).
+
+    ``"verl"``, verl's per-row form::
+
+        fn(*, data_source, solution_str, ground_truth, extra_info, config) -> float | dict
+
+    a float, or a dict whose ``"score"`` is the reward.
+
+    :param register: call ``register(name, fn, config=...)`` once per reward function.
+
+    A function that raises, returns NaN, the wrong number of values or a value that is not a
+    number follows ``rollout.reward_errors``; the error names the function and the row.
+
+    Traits: ``signature=`` — ``"trl"`` or ``"verl"``, the calling convention above.
+    """
+
+
+@hookspec
 def register_loggers(register):
     """Register metric loggers (JSONL, TensorBoard, ...).
 

@@ -56,6 +56,7 @@ KINDS: dict[str, str] = {
     "preference_loss": "register_preference_losses",
     "rollout_backend": "register_rollout_backends",
     "task": "register_tasks",
+    "reward_function": "register_reward_functions",
     "logger": "register_loggers",
     "algorithm": "register_algorithms",
 }

@@ -36,7 +36,9 @@ What is checked, per kind (every registered component must pass these):
 - preference losses: per-pair finite losses with finite gradients;
 - rollout backends: grouped completions whose log-probs match their tokens, valid finish
   reasons, and repeatable sampling under a seed (on a tiny locally built model);
-- KL controllers, tasks, loggers: their factories build objects that honour their protocols.
+- KL controllers, tasks, loggers: their factories build objects that honour their protocols;
+- reward functions: one finite float (or None) per completion in their declared signature, the
+  same for chat-format completions as for strings, and the same when called twice.
 
 Declarations a component makes about itself (traits, keywords of its ``register(...)`` call, read
 here; see :mod:`rllab.traits`):

@@ -140,6 +140,16 @@ TRAITS: dict[str, dict[str, Trait]] = {
             per_config=True,
         ),
     },
+    "reward_function": {
+        "signature": Trait(
+            help="the calling convention: 'trl' (fn(*, prompts, completions, config, **columns) -> list of N "
+            "floats or None) or 'verl' (fn(*, data_source, solution_str, ground_truth, extra_info, config) -> "
+            "float or dict with 'score').",
+            expected="'trl' or 'verl'",
+            normalize=_choice("trl", "verl"),
+            default="trl",
+        ),
+    },
     "rollout_backend": {
         "needs_cuda": Trait(
             help="why the backend needs the policy on CUDA for a config (e.g. weight sync by CUDA-IPC handles), "

@@ -25,6 +25,11 @@ character used)::
     sort       "sort 3a1:"           -> "13a"
     reverse    "reverse abc:"        -> "cba"
     jsonl      row["prompt"]         -> row["answer"], scored by ``exact`` / ``contains`` / ``numeric``
+    dataset    a local data set (TRL or verl format) scored by reward functions (:mod:`rllab_tasks.dataset`)
+    reasoning_gym  a reasoning-gym procedural data set, scored by its own ``score_answer``
+
+The plugin also registers the built-in reward functions (:mod:`rllab_tasks.rewards`): ``exact``,
+``contains``, ``numeric``, ``math_verify``, ``format`` and ``length_penalty``.
 
 Several reward components
 -------------------------
@@ -67,11 +72,16 @@ from .files import (
     reward_exact,
     reward_numeric,
 )
+from . import rewards
+from .dataset import DatasetConfig, DatasetTask, dataset, dataset_components
+from .reasoning import ReasoningGymConfig, ReasoningGymTask, reasoning_gym
 from .split import SplitTask, in_eval_split
 from .strings import ReverseTask, SortTask, StringTaskConfig, reverse, sort
 
 __all__ = [
     "COMPONENTS", "REWARD_FNS", "AdditionConfig", "AdditionTask", "ChainConfig", "ChainTask", "CountdownConfig",
+    "DatasetConfig", "DatasetTask", "ReasoningGymConfig", "ReasoningGymTask", "dataset", "dataset_components",
+    "reasoning_gym", "register_reward_functions", "rewards",
     "CountdownTask", "JsonlConfig", "JsonlTask", "ReverseTask", "SortTask", "SplitTask", "StringTaskConfig",
     "addition", "chain", "countdown", "evaluate_countdown", "first_number", "in_eval_split", "jsonl",
     "register_tasks", "reverse", "reward_contains", "reward_exact", "reward_numeric", "sort",
@@ -91,3 +101,10 @@ def register_tasks(register):
     register("sort", sort, config=StringTaskConfig, reward_components=())  # one reward
     register("reverse", reverse, config=StringTaskConfig, reward_components=())  # one reward
     register("jsonl", jsonl, config=JsonlConfig, reward_components=())  # one reward
+    register("dataset", dataset, config=DatasetConfig, reward_components=dataset_components)
+    register("reasoning_gym", reasoning_gym, config=ReasoningGymConfig, reward_components=())  # one reward
+
+
+@rllab.hookimpl
+def register_reward_functions(register):
+    rewards.register(register)

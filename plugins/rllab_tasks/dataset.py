@@ -1,0 +1,210 @@
+"""``dataset``: prompts from a local data set, scored by reward functions.
+
+Reads JSON lines, JSON, Parquet, CSV or a ``save_to_disk`` directory through ``datasets``
+(:mod:`rllab_tasks.datafiles`; nothing from a hub) in either of the two formats users have:
+
+``trl``   ``prompt`` a string or a list of ``{"role", "content"}`` messages; every other column
+          is passed to the reward functions (TRL's ``**kwargs``). The reference answer is the
+          ``answer`` column (``answer_column`` to change it) when there is one.
+``verl``  verl's RL parquet: ``data_source``, ``prompt`` (messages), ``reward_model``
+          (``{"ground_truth": ...}``) and ``extra_info``; the reference answer is
+          ``reward_model.ground_truth``. ``auto`` picks ``verl`` when the data has a
+          ``reward_model`` column.
+
+Rewards: ``rewards`` names reward functions (registered names, ``module:function`` or
+``path.py:function``, in TRL's or verl's signature; see :mod:`rllab.rewards`), weighted by
+``reward_weights``; two or more become the task's reward components (``gdpo``,
+``normalize_then_sum``). Default: ``math_verify`` for verl data, ``exact`` otherwise.
+
+Splits: ``eval_path`` (a second file), else a ``split`` column (``train`` / ``eval``, ``test``,
+``validation``), else the ``test``/``validation`` split of a saved ``DatasetDict``, else a held-out
+``eval_fraction`` of the rows, shuffled by ``seed``. Training prompts are drawn uniformly with
+replacement. The warm start trains on the ``demonstration`` column, else on the answer; a row
+with neither refuses the warm start with a message saying what to do.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+
+import rllab
+from rllab.rewards import RewardSet, reward_names
+from rllab.specs import StrOrStrs
+from rllab.types import Example
+
+from .datafiles import EVAL_SPLITS, column, parse_prompt, read_rows, text_value
+
+FORMATS = ("auto", "trl", "verl")
+DEFAULT_REWARDS = {"trl": ("exact",), "verl": ("math_verify",)}
+
+
+def _refs(value) -> tuple[str, ...]:
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+@attrs.frozen
+class DatasetConfig:
+    """Knobs of the dataset task."""
+
+    path: str = rllab.knob(help="a .jsonl/.json/.parquet/.csv file or a save_to_disk directory (required)")
+    format: str = rllab.knob("auto", help="'trl', 'verl', or 'auto' (verl when there is a reward_model column)", choices=FORMATS)
+    rewards: StrOrStrs = rllab.knob(
+        (), help="reward functions: registered names, module:function or path.py:function; "
+        "empty: math_verify for verl data, exact otherwise",
+    )
+    reward_weights: tuple[float, ...] | None = rllab.knob(None, help="one weight per reward function (TRL's reward_weights); None: all 1")
+    prompt_column: str = rllab.knob("prompt", help="the prompt: a string or a list of {role, content} messages")
+    answer_column: str | None = rllab.knob(
+        None, help="the reference answer (dotted names read nested objects); None: reward_model.ground_truth for "
+        "verl data, 'answer' when the data has it"
+    )
+    demonstration_column: str = rllab.knob("demonstration", help="a correct completion for the warm start (optional column)")
+    split_column: str = rllab.knob("split", help="rows marked train / eval (test, validation) when the data has this column")
+    eval_path: str | None = rllab.knob(None, help="a separate evaluation file (then every row of path trains)")
+    eval_fraction: float = rllab.knob(0.1, help="share of rows held out when there is no split column or eval_path", gt=0.0, lt=1.0)
+    eval_size: int = rllab.knob(1000, help="at most this many held-out rows", ge=1)
+    seed: int = rllab.knob(0, help="shuffles the rows before the held-out fraction is cut")
+
+
+def dataset_components(config: DatasetConfig) -> tuple[str, ...]:
+    """The reward components a config declares: the function names with two or more, else none."""
+    refs = _refs(config.rewards)
+    return reward_names(refs) if len(refs) >= 2 else ()
+
+
+class DatasetTask:
+    """Prompts from a local data set, scored by reward functions (see the module docstring)."""
+
+    name = "dataset"
+
+    def __init__(self, config: DatasetConfig, *, lab: Any = None):
+        self.config = config
+        who = f"task {self.name!r}"
+        tables = read_rows(config.path, who=who)
+        first = next(iter(tables.values()), [])
+        fmt = config.format
+        if fmt == "auto":
+            fmt = "verl" if first and "reward_model" in first[0] else "trl"
+        self.format = fmt
+        answer_col = config.answer_column or ("reward_model.ground_truth" if fmt == "verl" else "answer")
+        required = config.answer_column is not None or fmt == "verl"
+        src = Path(config.path).expanduser()
+        self.train: list[Example] = []
+        self.eval: list[Example] = []
+        if config.eval_path is not None:
+            self.train = [self._example(r, i, src, answer_col, required) for split in tables.values() for i, r in enumerate(split)]
+            evals = read_rows(config.eval_path, who=who)
+            esrc = Path(config.eval_path).expanduser()
+            self.eval = [self._example(r, i, esrc, answer_col, required) for split in evals.values() for i, r in enumerate(split)]
+        elif len(tables) > 1:
+            names = sorted(tables)
+            for name in names:
+                rows = [self._example(r, i, src, answer_col, required, split=name) for i, r in enumerate(tables[name])]
+                (self.eval if name in EVAL_SPLITS else self.train).extend(rows)
+        else:
+            rows = [self._example(r, i, src, answer_col, required) for i, r in enumerate(first)]
+            if first and config.split_column in first[0]:
+                for ex in rows:
+                    (self.eval if self._is_eval(ex) else self.train).append(ex)
+            else:
+                order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(config.seed)).tolist()
+                k = min(len(rows) - 1, max(1, math.ceil(config.eval_fraction * len(rows))))
+                self.eval = [rows[i] for i in order[:k]]
+                self.train = [rows[i] for i in order[k:]]
+        for split, rows in (("training", self.train), ("evaluation", self.eval)):
+            if not rows:
+                raise ValueError(
+                    f"{who}: {src} has no {split} rows ({len(self.train)} training, {len(self.eval)} evaluation)"
+                )
+        self.eval = self.eval[: config.eval_size]
+        self.has_answer = all(e.meta["ground_truth"] is not None for e in self.train + self.eval)
+        refs = _refs(config.rewards) or DEFAULT_REWARDS[fmt]
+        if not config.rewards and not self.has_answer:
+            raise ValueError(
+                f"{who}: {src} has no {answer_col!r} column for the default reward {refs[0]!r}; name the reward "
+                f"functions (task.rewards) or the answer column (task.answer_column)"
+            )
+        self.rewards = RewardSet.load(refs, config.reward_weights, lab=lab, who=who)
+        if len(refs) >= 2:
+            self.reward_components = self.rewards.names
+            self.reward_weights = self.rewards.weights
+
+    def _example(self, row: dict, i: int, src: Path, answer_col: str, required: bool, split: str | None = None) -> Example:
+        c = self.config
+        where = f"task {self.name!r}: {src} row {i + 1}" + (f" (split {split!r})" if split else "")
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: expected an object, got {type(row).__name__}")
+        found, prompt = column(row, c.prompt_column)
+        if not found or prompt is None:
+            raise ValueError(f"{where}: missing column {c.prompt_column!r} (columns: {', '.join(row)})")
+        prompt = parse_prompt(prompt, f"{where}, column {c.prompt_column!r}")
+        found, answer = column(row, answer_col)
+        if found and answer is not None:
+            answer = text_value(answer, f"{where}, column {answer_col!r}")
+        elif required:
+            raise ValueError(f"{where}: missing column {answer_col!r} (columns: {', '.join(row)})")
+        else:
+            answer = None
+        demo = row.get(c.demonstration_column)
+        if demo is not None:
+            demo = text_value(demo, f"{where}, column {c.demonstration_column!r}")
+        columns = {k: v for k, v in row.items() if k not in (c.prompt_column, c.demonstration_column)}
+        meta = {"columns": columns, "row": f"{src.name} row {i + 1}", "ground_truth": answer, "demonstration": demo}
+        return Example(prompt=prompt, answer="" if answer is None else answer, meta=meta)
+
+    def _is_eval(self, ex: Example) -> bool:
+        value = ex.meta["columns"].get(self.config.split_column)
+        if value == "train":
+            return False
+        if value in EVAL_SPLITS:
+            return True
+        raise ValueError(
+            f"task {self.name!r}: {ex.meta['row']}, column {self.config.split_column!r}: expected 'train' or one of "
+            f"{', '.join(EVAL_SPLITS)}, got {value!r}"
+        )
+
+    def train_examples(self, n: int, rng: torch.Generator) -> list[Example]:
+        """``n`` training rows drawn uniformly with replacement using ``rng``."""
+        idx = torch.randint(0, len(self.train), (n,), generator=rng).tolist()
+        return [self.train[i] for i in idx]
+
+    def eval_examples(self) -> list[Example]:
+        """The held-out rows (at most ``eval_size``), in a fixed order."""
+        return list(self.eval)
+
+    def reward_batch(self, examples: list[Example], completions: list[str]) -> list[float | dict[str, float]]:
+        """The reward of each (example, completion) pair, each function called once on the batch."""
+        return self.rewards.score(
+            prompts=[e.prompt for e in examples], completions=list(completions),
+            ground_truth=[e.meta["ground_truth"] for e in examples],
+            columns=[e.meta["columns"] for e in examples], rows=[e.meta["row"] for e in examples],
+        )
+
+    def reward(self, example: Example, completion: str) -> float | dict[str, float]:
+        return self.reward_batch([example], [completion])[0]
+
+    def demonstration(self, example: Example) -> str:
+        """The row's demonstration, else its reference answer; a row with neither is refused."""
+        demo = example.meta.get("demonstration")
+        if demo is not None:
+            return demo
+        if example.meta.get("ground_truth") is not None:
+            return example.answer
+        raise rllab.RllabError(
+            f"task {self.name!r}: {example.meta['row']} has no {self.config.demonstration_column!r} column and no answer "
+            f"to warm-start the tiny model on; add that column, set model.warm_start.steps = 0, or train a pretrained "
+            f"model (model.path = ...)"
+        )
+
+    def __repr__(self):
+        return f"<task {self.name!r} {self.config!r}>"
+
+
+def dataset(*, config: DatasetConfig) -> DatasetTask:
+    """Prompts from a local data set (JSONL/JSON/Parquet/CSV/save_to_disk; TRL or verl format), scored by reward functions."""
+    return DatasetTask(config)

@@ -1,0 +1,271 @@
+"""Reward functions: load the ones users already have, call them, check what they return.
+
+A reward function is named in a config by one of three references::
+
+    "math_verify"                       a registered reward_function (see rllab.hookspecs)
+    "my_pkg.rewards:accuracy"           module:function, imported from the Python path
+    "path/to/rewards.py:accuracy"       a file and a function in it (no packaging needed)
+
+and follows one of the two signatures people write for TRL and verl:
+
+``trl``  ``fn(prompts, completions, **columns) -> list[float | None]`` — batched. ``prompts`` (N,)
+         strings, or message lists (``[{"role", "content"}, ...]``) for chat prompts;
+         ``completions`` (N,) strings for string prompts, ``[{"role": "assistant", "content":
+         text}]`` for chat prompts, exactly as TRL passes them; ``columns`` the data set's other
+         columns as (N,) lists, plus ``ground_truth`` (the reference answers) when the data set has
+         no column of that name. TRL's ``completion_ids`` and ``trainer_state`` are not passed. A
+         function without ``**kwargs`` receives only the columns it names. ``None`` means "not
+         applicable" and scores 0 (TRL sums with ``nansum``).
+``verl`` ``compute_score(data_source, solution_str, ground_truth, extra_info)`` — one row; returns
+         a number or a dict whose ``"score"`` is the reward.
+
+The signature of a registered function is its ``signature`` trait; a loaded function's is read
+from its parameters: ``verl`` when it has a parameter ``solution_str``, else ``trl``.
+
+:class:`RewardSet` combines K functions with weights (TRL's ``reward_weights``): one function
+gives a scalar reward ``w·r``; two or more give K named components (the function names) that the
+rollout stage sums as ``Σ_k w_k·r_k`` and that ``gdpo`` / ``normalize_then_sum`` normalise one by
+one. A function that raises, returns NaN/inf, the wrong number of values or a value that is not a
+number raises :class:`RewardFunctionError`, naming the function and the row; the rollout stage
+then follows ``rollout.reward_errors``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import math
+import numbers
+import sys
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import attrs
+
+from rllab.errors import ConfigError, RllabError
+
+STYLES = ("trl", "verl")
+
+
+class RewardFunctionError(RllabError, ValueError):
+    """A reward function raised, or returned something that is not a finite score per row."""
+
+
+def reward_name(ref: str) -> str:
+    """The name a reference is logged under: the function's name for ``module:fn`` and
+    ``file.py:fn``, the registered name otherwise."""
+    return ref.rsplit(":", 1)[1] if ":" in ref else ref
+
+
+def reward_names(refs: Sequence[str]) -> tuple[str, ...]:
+    """One distinct name per reference (a repeated name gets ``_2``, ``_3``, ...)."""
+    out: list[str] = []
+    for ref in refs:
+        base = reward_name(ref)
+        name, k = base, 1
+        while name in out:
+            k += 1
+            name = f"{base}_{k}"
+        out.append(name)
+    return tuple(out)
+
+
+def style_of(fn: Callable, who: str) -> str:
+    """``"verl"`` for a function with a ``solution_str`` parameter, ``"trl"`` for one that takes
+    ``completions`` (or ``**kwargs``); anything else is refused."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return "trl"
+    if "solution_str" in params:
+        return "verl"
+    if "completions" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return "trl"
+    raise ConfigError(
+        f"{who}: takes ({', '.join(params)}), which is neither TRL's fn(prompts, completions, **kwargs) nor "
+        f"verl's compute_score(data_source, solution_str, ground_truth, extra_info)"
+    )
+
+
+@attrs.frozen(kw_only=True)
+class RewardFunction:
+    """One loaded reward function."""
+
+    name: str
+    """Its name in logs and errors (``reward/<name>`` with several functions)."""
+    ref: str
+    """The reference the config gave."""
+    fn: Callable
+    style: str = attrs.field(validator=attrs.validators.in_(STYLES))
+    config: Any = None
+    """A registered function's frozen config (passed as ``config=``); None for a loaded one."""
+
+    def _kwargs(self, kwargs: dict) -> dict:
+        if self.config is not None:
+            kwargs["config"] = self.config
+        try:
+            params = inspect.signature(self.fn).parameters
+        except (TypeError, ValueError):
+            return kwargs
+        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            return kwargs
+        return {k: v for k, v in kwargs.items() if k in params}
+
+    def batch(
+        self, *, prompts: Sequence[Any], completions: Sequence[str], ground_truth: Sequence[Any],
+        columns: Sequence[Mapping[str, Any]], rows: Sequence[str],
+    ) -> list[float | None]:
+        """N scores (None: not applicable) for N completions; raises :class:`RewardFunctionError`.
+
+        :param prompts: (N,) prompt strings or message sequences.
+        :param completions: (N,) decoded completion texts.
+        :param ground_truth: (N,) reference answers.
+        :param columns: (N,) the other columns of each row.
+        :param rows: (N,) where each row comes from, for errors (``"data.jsonl row 12"``).
+        """
+        n = len(completions)
+        if self.style == "verl":
+            return [self._verl(prompts[i], completions[i], ground_truth[i], columns[i], rows[i]) for i in range(n)]
+        chat = [not isinstance(p, str) for p in prompts]
+        kwargs: dict[str, Any] = {
+            "prompts": [[dict(m) for m in p] if c else p for p, c in zip(prompts, chat)],
+            "completions": [[{"role": "assistant", "content": t}] if c else t for t, c in zip(completions, chat)],
+        }
+        keys = list(dict.fromkeys(k for cols in columns for k in cols))
+        for key in keys:
+            if key not in ("prompts", "completions", "prompt", "completion"):
+                kwargs[key] = [cols.get(key) for cols in columns]
+        kwargs.setdefault("ground_truth", list(ground_truth))
+        where = f"reward function {self.name!r} ({self.ref})"
+        try:
+            out = self.fn(**self._kwargs(kwargs))
+        except Exception as e:
+            if n == 1:
+                raise RewardFunctionError(f"{where} raised on {rows[0]}: {type(e).__name__}: {e}") from e
+            for i in range(n):  # find the row: score each alone
+                one = {k: v[i : i + 1] if isinstance(v, list) else v for k, v in kwargs.items()}
+                try:
+                    self.fn(**self._kwargs(one))
+                except Exception as e1:
+                    raise RewardFunctionError(f"{where} raised on {rows[i]}: {type(e1).__name__}: {e1}") from e1
+            raise RewardFunctionError(f"{where} raised on a batch of {n} rows: {type(e).__name__}: {e}") from e
+        if isinstance(out, (str, bytes, Mapping)) or not hasattr(out, "__len__"):
+            raise RewardFunctionError(f"{where} returned {type(out).__name__}, not a list of {n} floats (rows: {rows[0]}…)")
+        out = list(out)
+        if len(out) != n:
+            raise RewardFunctionError(f"{where} returned {len(out)} values for {n} completions (rows: {rows[0]}…)")
+        return [_number(v, where, rows[i]) for i, v in enumerate(out)]
+
+    def _verl(self, prompt, text, ground_truth, cols: Mapping[str, Any], row: str) -> float | None:
+        where = f"reward function {self.name!r} ({self.ref})"
+        kwargs = {
+            "data_source": cols.get("data_source"),
+            "solution_str": text,
+            "ground_truth": ground_truth,
+            "extra_info": cols.get("extra_info"),
+        }
+        try:
+            out = self.fn(**self._kwargs(kwargs))
+        except Exception as e:
+            raise RewardFunctionError(f"{where} raised on {row}: {type(e).__name__}: {e}") from e
+        if isinstance(out, Mapping):
+            if "score" not in out:
+                raise RewardFunctionError(f"{where} returned a dict without 'score' on {row}: keys {sorted(out)!r}")
+            out = out["score"]
+        return _number(out, where, row)
+
+
+def _number(value: Any, where: str, row: str) -> float | None:
+    if value is None:
+        return None
+    if hasattr(value, "item") and not isinstance(value, numbers.Real):  # a 0-d tensor or array
+        value = value.item()
+    if not isinstance(value, numbers.Real):
+        raise RewardFunctionError(f"{where} returned {type(value).__name__} {value!r} on {row}, not a number or None")
+    x = float(value)
+    if not math.isfinite(x):
+        raise RewardFunctionError(f"{where} returned {x} on {row}")
+    return x
+
+
+def load_reward_function(ref: str, *, lab: Any = None, name: str | None = None) -> RewardFunction:
+    """The reward function ``ref`` names: ``file.py:fn``, ``module:fn`` or a registered name
+    (looked up in ``lab``, a fresh :class:`rllab.Lab` when None, with its default knobs)."""
+    if not isinstance(ref, str) or not ref.strip():
+        raise ConfigError(f"reward function reference {ref!r}: give a registered name, module:function or path.py:function")
+    name = name or reward_name(ref)
+    if ":" not in ref:
+        from rllab.lab import Lab
+
+        lab = lab if lab is not None else Lab()
+        spec = lab.spec("reward_function", ref)
+        comp = lab.get("reward_function", ref)
+        return RewardFunction(name=name, ref=ref, fn=spec.fn, style=spec.trait("signature"), config=comp.config)
+    target, attr = ref.rsplit(":", 1)
+    if target.endswith(".py") or "/" in target or "\\" in target:
+        path = Path(target).expanduser().resolve()
+        if not path.is_file():
+            raise ConfigError(f"reward function {ref!r}: no such file {path}")
+        mod_name = f"rllab_reward_file_{path.stem}_{abs(hash(str(path))) % 10**8}"
+        module = sys.modules.get(mod_name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(mod_name, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[mod_name] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException as e:
+                sys.modules.pop(mod_name, None)
+                raise ConfigError(f"reward function {ref!r}: importing {path} failed: {type(e).__name__}: {e}") from e
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as e:
+            raise ConfigError(f"reward function {ref!r}: cannot import module {target!r}: {e}") from e
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        have = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
+        raise ConfigError(f"reward function {ref!r}: {target} has no function {attr!r} (functions: {', '.join(have) or 'none'})")
+    return RewardFunction(name=name, ref=ref, fn=fn, style=style_of(fn, f"reward function {ref!r}"))
+
+
+@attrs.frozen(kw_only=True)
+class RewardSet:
+    """K reward functions and their weights (TRL's ``reward_functions`` + ``reward_weights``)."""
+
+    functions: tuple[RewardFunction, ...]
+    weights: tuple[float, ...]
+
+    @classmethod
+    def load(cls, refs: Sequence[str], weights: Sequence[float] | None = None, *, lab: Any = None, who: str = "task") -> "RewardSet":
+        """Load ``refs`` (see :func:`load_reward_function`); ``weights`` default to all 1."""
+        refs = (refs,) if isinstance(refs, str) else tuple(refs)
+        if not refs:
+            raise ConfigError(f"{who}: no reward functions given")
+        if weights is not None and len(weights) != len(refs):
+            raise ConfigError(f"{who}: {len(weights)} reward_weights for the {len(refs)} reward functions {list(refs)!r}", key="reward_weights")
+        names = reward_names(refs)
+        fns = tuple(load_reward_function(r, lab=lab, name=n) for r, n in zip(refs, names))
+        return cls(functions=fns, weights=tuple(float(w) for w in weights) if weights is not None else (1.0,) * len(refs))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The K function names; the task's ``reward_components`` when K ≥ 2."""
+        return tuple(f.name for f in self.functions)
+
+    def score(
+        self, *, prompts: Sequence[Any], completions: Sequence[str], ground_truth: Sequence[Any],
+        columns: Sequence[Mapping[str, Any]], rows: Sequence[str],
+    ) -> list[float | dict[str, float]]:
+        """Per completion: ``w·r`` with one function, else a dict name → r (None scored 0)."""
+        per_fn = [
+            f.batch(prompts=prompts, completions=completions, ground_truth=ground_truth, columns=columns, rows=rows)
+            for f in self.functions
+        ]
+        out: list[float | dict[str, float]] = []
+        for i in range(len(completions)):
+            values = [0.0 if col[i] is None else col[i] for col in per_fn]
+            out.append(self.weights[0] * values[0] if len(values) == 1 else dict(zip(self.names, values)))
+        return out
