@@ -55,6 +55,11 @@ class RolloutConfig:
         help="what a reward that raises or is NaN/inf does: raise, skip the sample's group, or score 0",
         choices=("raise", "skip", "zero"),
     )
+    system_prompt: str | None = knob(
+        None,
+        help="a system message prepended to chat prompts that have none; with a string prompt, the string becomes "
+        "the user message after it (both rendered with the tokenizer's chat template; a model without one refuses it)",
+    )
 
 
 @attrs.frozen(kw_only=True)

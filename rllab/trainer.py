@@ -150,6 +150,7 @@ class Trainer:
             self.cfg.component("task").to_dict(),
             tinymodel.WarmStartConfig(**mc.warm_start),
             progress=self.progress,
+            system_prompt=self.cfg.rollout.system_prompt,
         )
 
     def _load_model(self, device: torch.device):
@@ -209,6 +210,7 @@ class Trainer:
             tokenizer=self.tokenizer,
             config=self.cfg.rollout,
             seed=self.cfg.train.seed,
+            model_name=f"model {self.cfg.model.path!r}" if self.cfg.model.path else "the tiny model",
         )
 
     def _adamw(self, params, lr: float):

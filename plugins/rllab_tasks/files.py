@@ -1,6 +1,7 @@
 """``jsonl``: prompts and answers read from a JSON-lines file, and its reward functions.
 
-Each row gives ``row["prompt"]`` and ``row["answer"]``; a completion is scored 1.0 or 0.0 by
+Each row gives ``row["prompt"]`` (a string, or chat messages: a list of ``{"role", "content"}``
+objects rendered with the model's chat template) and ``row["answer"]``; a completion is scored 1.0 or 0.0 by
 ``exact`` / ``contains`` / ``numeric`` (the ``reward`` knob). Rows are split into training and
 evaluation by a salted hash of the prompt (:mod:`rllab_tasks.split`).
 """
@@ -16,6 +17,7 @@ import attrs
 import torch
 
 import rllab
+from rllab.chat import check_prompt
 from rllab.types import Example
 
 from .split import eval_fraction_knob, in_eval_split, seed_knob
@@ -71,8 +73,9 @@ class JsonlConfig:
 class JsonlTask:
     """Prompts and answers from a JSONL file, scored by a named reward function.
 
-    Each line is an object with string ``prompt`` and ``answer`` (a number is accepted as the
-    answer and kept as its text). Optional keys: ``demonstration`` (used by the warm start
+    Each line is an object with a ``prompt`` — a string, or chat messages
+    ``[{"role": "user", "content": ...}, ...]`` (roles system/user/assistant/tool) — and a string
+    ``answer`` (a number is accepted as the answer and kept as its text). Optional keys: ``demonstration`` (used by the warm start
     instead of the answer) and ``split`` (``"train"`` or ``"eval"``, overriding the hash split);
     every other key lands in ``Example.meta``. Blank lines are skipped.
     """
@@ -116,8 +119,11 @@ class JsonlTask:
         prompt, answer = row.pop("prompt"), row.pop("answer")
         if isinstance(answer, (int, float)) and not isinstance(answer, bool):
             answer = str(answer)
-        if not isinstance(prompt, str) or not isinstance(answer, str):
-            raise ValueError(f"{where}: prompt and answer must be strings")
+        if not isinstance(answer, str):
+            raise ValueError(f"{where}: answer must be a string or a number, got {type(answer).__name__}")
+        if not isinstance(prompt, (str, list)):
+            raise ValueError(f"{where}: prompt must be a string or a list of chat messages, got {type(prompt).__name__}")
+        prompt = check_prompt(prompt, where=f"{where}: prompt")
         if self.config.reward == "numeric":
             try:
                 float(answer)
