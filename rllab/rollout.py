@@ -32,6 +32,7 @@ from rllab import ops
 from rllab.algorithm import seed_for
 from rllab.chat import Messages, PromptRenderer, prompt_text
 from rllab.errors import RewardError, RllabError
+from rllab.evalmetrics import sampled_metrics
 from rllab.types import Completion, Example, RolloutBatch, SamplingParams, is_solved
 
 
@@ -268,18 +269,30 @@ class RolloutStage:
             reward_components=comps, reward_component_names=scored.component_names,
         )
 
-    def evaluate(self, size: int) -> dict:
-        """Greedy accuracy and mean reward on the task's held-out split (its first ``size`` examples)."""
+    def evaluate(self, size: int, *, samples: int = 0) -> dict:
+        """Greedy accuracy and mean reward on the task's held-out split (its first ``size``
+        examples); with ``samples`` = n > 0 also n sampled completions per example at the rollout
+        temperature, reported as ``eval/mean@n`` and ``eval/pass@k`` (:mod:`rllab.evalmetrics`).
+        The sampled draws use a fixed seed, so every evaluation of a run draws alike."""
         examples = self.task.eval_examples()[:size]
         t0 = time.perf_counter()
         comps = self.generate(examples, self.sampling_params(0, n=1, greedy=True))
         rewards, _, _ = self.score(examples, comps)
-        return {
+        metrics = {
             "eval/accuracy": sum(self.solved(e, x) for e, x in zip(examples, rewards)) / len(rewards),
             "eval/reward": sum(rewards) / len(rewards),
             "eval/n": float(len(rewards)),
-            "time/eval": time.perf_counter() - t0,
         }
+        if samples > 0:
+            params = attrs.evolve(self.sampling_params(0, n=samples), seed=seed_for(self.seed, 0, 5))
+            comps = self.generate(examples, params)
+            rewards, _, _ = self.score(examples, comps)
+            correct = [0] * len(examples)
+            for c, x in zip(comps, rewards):
+                correct[c.prompt_index] += bool(self.solved(examples[c.prompt_index], x))
+            metrics.update(sampled_metrics(correct, samples))
+        metrics["time/eval"] = time.perf_counter() - t0
+        return metrics
 
 
 class RecordedRollout:

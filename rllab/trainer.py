@@ -339,8 +339,9 @@ class Trainer:
     # ------------------------------------------------------------------ eval
 
     def evaluate(self) -> dict:
-        """Greedy accuracy and mean reward on the task's held-out split; logged and announced."""
-        metrics = self.rollout.evaluate(self.cfg.train.eval_size)
+        """Greedy accuracy and mean reward on the task's held-out split (and mean@n / pass@k with
+        ``train.eval_samples``); logged and announced."""
+        metrics = self.rollout.evaluate(self.cfg.train.eval_size, samples=self.cfg.train.eval_samples)
         self.history.append({"step": self.step, **metrics})
         self.lab.hook.on_eval_end(step=self.step, metrics=dict(metrics), run_dir=self.run_dir)
         return metrics
