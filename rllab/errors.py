@@ -45,6 +45,11 @@ class RewardError(RllabError):
     """A reward function raised or returned a non-finite value."""
 
 
+class PromptError(RllabError, ValueError):
+    """A prompt that cannot be rendered: malformed chat messages, or messages (or a system prompt)
+    for a tokenizer without a chat template."""
+
+
 class NonFiniteError(RllabError):
     """A loss, gradient or parameter became NaN or infinite.
 

@@ -21,6 +21,7 @@ import math
 import torch
 from torch import nn
 
+from rllab.hfcompat import cache_argument, output_cache, with_cache
 from rllab.kernels import CHUNK_ELEMENTS, HIDDEN_CHUNK_TOKENS, logprobs_from_hidden, logprobs_from_logits
 
 __all__ = [
@@ -199,24 +200,23 @@ def _grouped_backbone_hidden(backbone: nn.Module, input_ids, attention_mask, T: 
     mask = attention_mask.long()
     position_ids = position_ids_from_mask(attention_mask)
     cache = DynamicCache()
+    name = cache_argument(backbone)
     out = backbone(
         input_ids=input_ids[first, :P],
         attention_mask=mask[first, :P],
         position_ids=position_ids[first, :P],
-        past_key_values=cache,
-        use_cache=True,
+        **with_cache(name, cache),
     )
     last = out.last_hidden_state[:, -1][inverse].unsqueeze(1)  # (B, 1, D)
     if T == 1:
         return last
-    cache = out.past_key_values
+    cache = output_cache(out, name)
     cache.batch_select_indices(inverse)
     out = backbone(
         input_ids=input_ids[:, P : L - 1],
         attention_mask=mask[:, : L - 1],
         position_ids=position_ids[:, P : L - 1],
-        past_key_values=cache,
-        use_cache=True,
+        **with_cache(name, cache),
     )
     return torch.cat([last, out.last_hidden_state], dim=1)
 

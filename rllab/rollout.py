@@ -30,7 +30,9 @@ import torch
 
 from rllab import ops
 from rllab.algorithm import seed_for
+from rllab.chat import Messages, PromptRenderer, prompt_text
 from rllab.errors import RewardError, RllabError
+from rllab.evalmetrics import sampled_metrics
 from rllab.types import Completion, Example, RolloutBatch, SamplingParams, is_solved
 
 
@@ -61,31 +63,39 @@ class RolloutStage:
     :param tokenizer: a Hugging Face tokenizer (``pad_token_id`` set).
     :param config: the run's :class:`rllab.config.RolloutConfig`.
     :param seed: the run's seed.
+    :param model_name: the model, for error messages (its path, or the tiny model).
+
+    Prompts become token ids through a :class:`rllab.chat.PromptRenderer`: strings as they are,
+    chat messages with the tokenizer's chat template (and ``config.system_prompt``); sampling and
+    decoding stop at EOS and at the template's end-of-turn token.
     """
 
-    def __init__(self, *, task: Any, task_name: str, backend: Any, tokenizer: Any, config: Any, seed: int):
+    def __init__(self, *, task: Any, task_name: str, backend: Any, tokenizer: Any, config: Any, seed: int,
+                 model_name: str = "the model"):
         self.task = task
         self.task_name = task_name
         self.backend = backend
         self.tokenizer = tokenizer
         self.config = config
         self.seed = seed
+        self.renderer = PromptRenderer(
+            tokenizer, system_prompt=getattr(config, "system_prompt", None), task_name=task_name, model_name=model_name
+        )
 
     # -- text
 
-    def encode(self, prompt: str) -> list[int]:
-        return list(self.tokenizer(prompt).input_ids)
+    def encode(self, prompt: str | Messages) -> list[int]:
+        """The token ids of a prompt (a string, or chat messages rendered with the chat template)."""
+        return self.renderer.encode(prompt)
 
-    def response_ids(self, text: str) -> list[int]:
-        """Token ids of a response text, ending with EOS (as a sampled response would)."""
-        return list(self.tokenizer(text, add_special_tokens=False).input_ids) + [self.tokenizer.eos_token_id]
+    def response_ids(self, text: str, *, prompt: str | Messages | None = None) -> list[int]:
+        """Token ids of a response text to ``prompt``, ending as a sampled response would (EOS, or
+        the template's end-of-turn token for a prompt rendered with the chat template)."""
+        return self.renderer.response_ids(text, prompt=prompt)
 
     def decode(self, c: Completion) -> str:
-        ids = list(c.token_ids)
-        eos = self.tokenizer.eos_token_id
-        if eos in ids:
-            ids = ids[: ids.index(eos)]
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        """The completion's text up to its first stop token (EOS or end-of-turn)."""
+        return self.renderer.decode(c.token_ids)
 
     # -- generation and scoring
 
@@ -97,7 +107,7 @@ class RolloutStage:
             temperature=0.0 if greedy else r.temperature,
             top_p=1.0 if greedy else r.top_p,
             top_k=-1 if greedy else r.top_k,
-            stop_token_ids=(self.tokenizer.eos_token_id,),
+            stop_token_ids=self.renderer.stop_ids,
             seed=seed_for(self.seed, step, 1),
         )
 
@@ -167,7 +177,7 @@ class RolloutStage:
             except Exception as e:
                 if policy == "raise":
                     raise RewardError(
-                        f"reward of task {self.task_name!r} failed on prompt {ex.prompt!r} with completion {text!r}: "
+                        f"reward of task {self.task_name!r} failed on prompt {prompt_text(ex.prompt)!r} with completion {text!r}: "
                         f"{type(e).__name__}: {e}. Set rollout.reward_errors = \"skip\" or \"zero\" to continue past "
                         f"such samples."
                     ) from None
@@ -259,18 +269,30 @@ class RolloutStage:
             reward_components=comps, reward_component_names=scored.component_names,
         )
 
-    def evaluate(self, size: int) -> dict:
-        """Greedy accuracy and mean reward on the task's held-out split (its first ``size`` examples)."""
+    def evaluate(self, size: int, *, samples: int = 0) -> dict:
+        """Greedy accuracy and mean reward on the task's held-out split (its first ``size``
+        examples); with ``samples`` = n > 0 also n sampled completions per example at the rollout
+        temperature, reported as ``eval/mean@n`` and ``eval/pass@k`` (:mod:`rllab.evalmetrics`).
+        The sampled draws use a fixed seed, so every evaluation of a run draws alike."""
         examples = self.task.eval_examples()[:size]
         t0 = time.perf_counter()
         comps = self.generate(examples, self.sampling_params(0, n=1, greedy=True))
         rewards, _, _ = self.score(examples, comps)
-        return {
+        metrics = {
             "eval/accuracy": sum(self.solved(e, x) for e, x in zip(examples, rewards)) / len(rewards),
             "eval/reward": sum(rewards) / len(rewards),
             "eval/n": float(len(rewards)),
-            "time/eval": time.perf_counter() - t0,
         }
+        if samples > 0:
+            params = attrs.evolve(self.sampling_params(0, n=samples), seed=seed_for(self.seed, 0, 5))
+            comps = self.generate(examples, params)
+            rewards, _, _ = self.score(examples, comps)
+            correct = [0] * len(examples)
+            for c, x in zip(comps, rewards):
+                correct[c.prompt_index] += bool(self.solved(examples[c.prompt_index], x))
+            metrics.update(sampled_metrics(correct, samples))
+        metrics["time/eval"] = time.perf_counter() - t0
+        return metrics
 
 
 class RecordedRollout:

@@ -28,7 +28,7 @@ from rllab.errors import RllabError
 from rllab.lab import Lab
 
 CONFIG_FILE = "config.toml"
-RESUMABLE_SETTINGS = ("train.steps", "train.eval_every", "train.checkpoint_every", "train.eval_size")
+RESUMABLE_SETTINGS = ("train.steps", "train.eval_every", "train.checkpoint_every", "train.eval_size", "train.eval_samples")
 """Settings an ``--resume`` may change: the rest would make the resumed run differ from the original."""
 
 

@@ -55,6 +55,11 @@ class RolloutConfig:
         help="what a reward that raises or is NaN/inf does: raise, skip the sample's group, or score 0",
         choices=("raise", "skip", "zero"),
     )
+    system_prompt: str | None = knob(
+        None,
+        help="a system message prepended to chat prompts that have none; with a string prompt, the string becomes "
+        "the user message after it (both rendered with the tokenizer's chat template; a model without one refuses it)",
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -77,6 +82,12 @@ class TrainConfig:
     )
     eval_every: int = knob(50, help="evaluate every N steps (0: only at start and end)", ge=0)
     eval_size: int = knob(200, help="held-out examples evaluated", ge=1)
+    eval_samples: int = knob(
+        0,
+        help="also sample n completions per held-out example at the rollout temperature and report eval/mean@n "
+        "(pass@1 averaged over n) and eval/pass@k (unbiased, k = 2, 4, … and n); 0: greedy accuracy only",
+        ge=0,
+    )
     checkpoint_every: int = knob(50, help="checkpoint every N steps (0: only at the end)", ge=0)
     keep_freed_memory: bool = knob(
         True,

@@ -4,7 +4,9 @@ Three steps, each usable alone:
 
 1. :func:`build_tokenizer` — a character-level tokenizer made with the ``tokenizers`` library
    (digits, letters, space, punctuation, newline, plus ``<pad> <bos> <eos> <unk>``), wrapped
-   as a ``transformers`` fast tokenizer that prepends ``<bos>`` to every encoded text.
+   as a ``transformers`` fast tokenizer that prepends ``<bos>`` to every encoded text; or, with
+   ``tokenizer = "chat"``, :func:`build_chat_tokenizer`, a small BPE with a Qwen2-style chat
+   template for chat-message prompts (:mod:`rllab.tinytok`).
 2. :func:`build_tiny_model` — a randomly initialised Qwen2 (``Qwen2Config`` +
    ``Qwen2ForCausalLM``) of about half a million parameters with that vocabulary.
 3. :func:`warm_start` — supervised fine-tuning on a task's demonstrations (loss on the
@@ -27,7 +29,6 @@ import hashlib
 import json
 import os
 import shutil
-import string
 import time
 import uuid
 from pathlib import Path
@@ -36,12 +37,13 @@ from typing import Any, Mapping
 import attrs
 import torch
 
+from rllab.chat import PromptRenderer
 from rllab.lab import knob
+from rllab.tinyprogress import warm_start_progress
+from rllab.tinytok import (  # noqa: F401  (the tokenizers' names, re-exported)
+    BOS, CHARACTERS, EOS, PAD, SPECIAL_TOKENS, TOKENIZERS, UNK, build_chat_tokenizer, build_tokenizer,
+)
 
-PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
-SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)
-CHARACTERS = string.digits + string.ascii_letters + " " + string.punctuation + "\n"
-"""Every character the tokenizer knows; anything else encodes as ``<unk>``."""
 CACHE_ENV = "RLLAB_CACHE"
 FORMAT_VERSION = 1
 """Bumped when the files or the training recipe change, so old cache entries are not reused."""
@@ -64,6 +66,12 @@ class TinyModelConfig:
     rope_theta: float = knob(10000.0, help="RoPE base", gt=0.0)
     tie_word_embeddings: bool = knob(True, help="share the input embedding and the LM head")
     seed: int = knob(0, help="seeds the random initialisation")
+    tokenizer: str = knob(
+        "char",
+        help="char: one token per character, no chat template; chat: a byte-level BPE with <|im_start|>/<|im_end|> "
+        "and a Qwen2-style chat template (for chat-message prompts)",
+        choices=tuple(TOKENIZERS),
+    )
 
     def __attrs_post_init__(self):
         if self.hidden_size % self.num_heads:
@@ -112,44 +120,20 @@ class WarmStartConfig:
     )
 
 
-# --------------------------------------------------------------------------- tokenizer
-
-
-def build_tokenizer():
-    """A character-level ``PreTrainedTokenizerFast``: one token per character, ``<bos>`` prepended.
-
-    Ids: ``<pad>`` 0, ``<bos>`` 1, ``<eos>`` 2, ``<unk>`` 3, then :data:`CHARACTERS` in order.
-    ``tokenizer(text).input_ids`` starts with ``<bos>``; pass ``add_special_tokens=False`` for
-    the bare characters. Decoding concatenates characters (no spaces inserted).
-    """
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {tok: i for i, tok in enumerate([*SPECIAL_TOKENS, *CHARACTERS])}
-    core = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    core.decoder = decoders.Fuse()
-    core.post_processor = processors.TemplateProcessing(
-        single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, vocab[BOS])]
-    )
-    core.add_special_tokens(list(SPECIAL_TOKENS))
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token=PAD, bos_token=BOS, eos_token=EOS, unk_token=UNK, padding_side="left"
-    )
-    return tokenizer
-
-
 # --------------------------------------------------------------------------- model
 
 
 def build_tiny_model(config: TinyModelConfig = TinyModelConfig()):
-    """A freshly initialised tiny Qwen2 causal LM and its character tokenizer.
+    """A freshly initialised tiny Qwen2 causal LM and its tokenizer (``config.tokenizer``: the
+    character tokenizer, or the chat tokenizer of :mod:`rllab.tinytok`, whose model also ends
+    generation at ``<|im_end|>``).
 
     :returns: ``(model, tokenizer)``; the model is float32, in eval mode, on the CPU.
     """
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = build_tokenizer()
+    tokenizer = TOKENIZERS[config.tokenizer]()
+    renderer = PromptRenderer(tokenizer)
     hf_config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=config.hidden_size,
@@ -166,9 +150,10 @@ def build_tiny_model(config: TinyModelConfig = TinyModelConfig()):
     )
     with _fork_rng(config.seed):
         model = Qwen2ForCausalLM(hf_config)
+    stops = list(renderer.stop_ids)
     model.generation_config = GenerationConfig(
         bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        eos_token_id=stops[0] if len(stops) == 1 else stops,
         pad_token_id=tokenizer.pad_token_id,
     )
     return model.eval(), tokenizer
@@ -212,17 +197,23 @@ def count_parameters(model) -> int:
 # --------------------------------------------------------------------------- warm start
 
 
-def encode_demonstrations(tokenizer, prompts: list[str], completions: list[str]):
-    """Right-padded ``<bos> prompt completion <eos>`` rows and a mask over their targets.
+def encode_demonstrations(tokenizer, prompts: list, completions: list[str], *, renderer: PromptRenderer | None = None):
+    """Right-padded ``prompt completion <end>`` rows and a mask over their targets.
+
+    A string prompt is ``<bos> prompt`` and ``<end>`` is ``<eos>``; a chat prompt (or any prompt
+    under a system prompt) is rendered by ``renderer`` (default: ``PromptRenderer(tokenizer)``)
+    with the chat template and ``<end>`` is the template's end-of-turn token — the ids the
+    rollout stage would sample from and stop at.
 
     :returns: ``input_ids`` (B, L) int64, ``attention_mask`` (B, L) bool, and ``loss_mask``
         (B, L − 1) bool — True where the next token (``input_ids[:, 1:]``) belongs to the
-        completion or is its ``<eos>``.
+        completion or is its ``<end>``.
     """
+    renderer = renderer or PromptRenderer(tokenizer)
     rows, starts = [], []
     for p, c in zip(prompts, completions):
-        p_ids = tokenizer(p).input_ids
-        c_ids = tokenizer(c, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+        p_ids = renderer.encode(p)
+        c_ids = renderer.response_ids(c, prompt=p)
         rows.append(p_ids + c_ids)
         starts.append(len(p_ids))
     B, L = len(rows), max(len(r) for r in rows)
@@ -244,39 +235,64 @@ def demonstration_loss(model, input_ids, attention_mask, loss_mask) -> torch.Ten
 
 
 @torch.no_grad()
-def greedy_completions(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int = 256) -> list[str]:
-    """Greedy completions (decoded up to ``<eos>``, special tokens dropped) for each prompt."""
+def greedy_completions(
+    model, tokenizer, prompts: list, max_new_tokens: int, batch_size: int = 256, *, renderer: PromptRenderer | None = None
+) -> list[str]:
+    """Greedy completions (decoded up to the first stop token — ``<eos>``, or the chat template's
+    end of turn — special tokens dropped) for each prompt (a string or chat messages, encoded by
+    ``renderer``, default ``PromptRenderer(tokenizer)``)."""
+    renderer = renderer or PromptRenderer(tokenizer)
+    stops = list(renderer.stop_ids)
     out: list[str] = []
-    eos = tokenizer.eos_token_id
     for start in range(0, len(prompts), batch_size):
-        enc = tokenizer(prompts[start : start + batch_size], return_tensors="pt", padding=True)
+        chunk = prompts[start : start + batch_size]
+        if renderer.system_prompt is None and all(isinstance(p, str) for p in chunk):
+            enc = dict(tokenizer(chunk, return_tensors="pt", padding=True))
+        else:
+            enc = _left_padded([renderer.encode(p) for p in chunk], tokenizer.pad_token_id)
         gen = model.generate(
             **enc,
             max_new_tokens=max_new_tokens,
             do_sample=False,
-            eos_token_id=eos,
+            eos_token_id=stops[0] if len(stops) == 1 else stops,
             pad_token_id=tokenizer.pad_token_id,
         )
-        for row in gen[:, enc.input_ids.shape[1] :].tolist():
-            row = row[: row.index(eos)] if eos in row else row
-            out.append(tokenizer.decode(row, skip_special_tokens=True))
+        for row in gen[:, enc["input_ids"].shape[1] :].tolist():
+            out.append(renderer.decode(row))
     return out
 
 
-def evaluate_greedy(model, tokenizer, task, *, limit: int | None = None, max_new_tokens: int = 16) -> float:
+def _left_padded(rows: list[list[int]], pad: int) -> dict:
+    """``input_ids`` / ``attention_mask`` (B, L) int64 of left-padded id rows."""
+    L = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), L), pad, dtype=torch.long)
+    attention_mask = torch.zeros(len(rows), L, dtype=torch.long)
+    for i, r in enumerate(rows):
+        input_ids[i, L - len(r) :] = torch.tensor(r, dtype=torch.long)
+        attention_mask[i, L - len(r) :] = 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+def evaluate_greedy(
+    model, tokenizer, task, *, limit: int | None = None, max_new_tokens: int = 16, renderer: PromptRenderer | None = None
+) -> float:
     """Mean reward of greedy completions on (the first ``limit`` of) ``task.eval_examples()``."""
     examples = task.eval_examples()[:limit]
     if not examples:
         return float("nan")
-    return _accuracy(model, tokenizer, task, examples, max_new_tokens)
+    return _accuracy(model, tokenizer, task, examples, max_new_tokens, renderer)
 
 
-def warm_start(model, tokenizer, task, config: WarmStartConfig = WarmStartConfig(), *, progress: bool = False) -> dict:
+def warm_start(
+    model, tokenizer, task, config: WarmStartConfig = WarmStartConfig(), *, progress: bool = False,
+    renderer: PromptRenderer | None = None,
+) -> dict:
     """Fine-tune ``model`` in place on ``task.demonstration`` completions of training prompts.
 
     Each step draws ``batch_size`` fresh training examples with a generator seeded by
     ``config.seed`` and minimises the mean cross-entropy of ``completion + <eos>`` given
-    ``<bos> prompt`` (prompt tokens carry no loss); AdamW with a linear warm-up, then a
+    ``<bos> prompt`` (prompt tokens carry no loss; chat prompts are rendered by ``renderer``, as
+    in :func:`encode_demonstrations`); AdamW with a linear warm-up, then a
     constant learning rate. Every ``check_every`` steps the greedy accuracy on a fixed probe of
     ``probe_size`` training examples is measured; training stops once it reaches
     ``target_accuracy`` (or after ``steps`` steps).
@@ -287,10 +303,10 @@ def warm_start(model, tokenizer, task, config: WarmStartConfig = WarmStartConfig
         ``warm/seconds``, ``warm/parameters``.
     """
     with torch_threads(config.num_threads):
-        return _warm_start(model, tokenizer, task, config, progress)
+        return _warm_start(model, tokenizer, task, config, progress, renderer or PromptRenderer(tokenizer))
 
 
-def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool) -> dict:
+def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool, renderer: PromptRenderer) -> dict:
     t0 = time.perf_counter()
     metrics: dict[str, Any] = {"warm/steps": 0, "warm/parameters": count_parameters(model)}
     rng = torch.Generator().manual_seed(config.seed)
@@ -303,11 +319,11 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool)
         )
         warmup = max(1, config.warmup_steps)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warmup))
-        with _progress_bar(progress, config.steps) as advance:
+        with warm_start_progress(progress, config.steps) as advance:
             for step in range(1, config.steps + 1):
                 examples = task.train_examples(config.batch_size, rng)
                 batch = encode_demonstrations(
-                    tokenizer, [e.prompt for e in examples], [task.demonstration(e) for e in examples]
+                    tokenizer, [e.prompt for e in examples], [task.demonstration(e) for e in examples], renderer=renderer
                 )
                 loss = demonstration_loss(model, *batch)
                 opt.zero_grad(set_to_none=True)
@@ -319,7 +335,7 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool)
                 losses.append(loss.item())
                 metrics["warm/steps"] = step
                 if step % config.check_every == 0 or step == config.steps:
-                    acc = _accuracy(model, tokenizer, task, probe, config.eval_max_new_tokens)
+                    acc = _accuracy(model, tokenizer, task, probe, config.eval_max_new_tokens, renderer)
                     metrics["warm/probe_accuracy"] = acc
                     advance(step, losses[-1], acc)
                     if config.target_accuracy is not None and acc >= config.target_accuracy:
@@ -333,56 +349,21 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool)
     metrics["warm/train_seconds"] = time.perf_counter() - t0
     if config.eval_limit > 0:
         metrics["warm/eval_accuracy"] = evaluate_greedy(
-            model, tokenizer, task, limit=config.eval_limit, max_new_tokens=config.eval_max_new_tokens
+            model, tokenizer, task, limit=config.eval_limit, max_new_tokens=config.eval_max_new_tokens, renderer=renderer
         )
     metrics["warm/seconds"] = time.perf_counter() - t0
     return metrics
 
 
-def _accuracy(model, tokenizer, task, examples, max_new_tokens: int) -> float:
+def _accuracy(model, tokenizer, task, examples, max_new_tokens: int, renderer: PromptRenderer | None = None) -> float:
     was_training = model.training
     model.eval()
-    texts = greedy_completions(model, tokenizer, [e.prompt for e in examples], max_new_tokens)
+    texts = greedy_completions(model, tokenizer, [e.prompt for e in examples], max_new_tokens, renderer=renderer)
     model.train(was_training)
     from rllab.types import is_solved, scalar_reward
 
     solved = (is_solved(task, e, scalar_reward(task, task.reward(e, t))) for e, t in zip(examples, texts))
     return sum(solved) / len(examples)
-
-
-class _progress_bar:
-    """A rich progress bar showing the loss and the probe accuracy, or a no-op when disabled."""
-
-    def __init__(self, enabled: bool, total: int):
-        self.enabled, self.total = enabled, total
-
-    def __enter__(self):
-        if not self.enabled:
-            return lambda step, loss, acc: None
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.bar = Progress(
-            TextColumn("warm start"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("loss {task.fields[loss]:.3f}  probe acc {task.fields[acc]}"),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=False,
-        )
-        self.bar.__enter__()
-        task_id = self.bar.add_task("warm", total=self.total, loss=float("nan"), acc="-")
-
-        def advance(step, loss, acc):
-            fields = {"loss": loss} if acc is None else {"loss": loss, "acc": f"{acc:.0%}"}
-            self.bar.update(task_id, completed=step, **fields)
-
-        return advance
-
-    def __exit__(self, *exc):
-        if self.enabled:
-            self.bar.__exit__(*exc)
 
 
 # --------------------------------------------------------------------------- cache
@@ -396,19 +377,35 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "rllab" / "models"
 
 
-def cache_key(model_config: TinyModelConfig, task_config: Mapping[str, Any], warm_config: WarmStartConfig) -> str:
-    """A 16-hex-digit hash of the three configs (and :data:`FORMAT_VERSION`)."""
+def cache_key(
+    model_config: TinyModelConfig, task_config: Mapping[str, Any], warm_config: WarmStartConfig,
+    system_prompt: str | None = None,
+) -> str:
+    """A 16-hex-digit hash of the three configs, the system prompt the demonstrations were
+    rendered with (when set) and :data:`FORMAT_VERSION`."""
+    data = {
+        "format": FORMAT_VERSION,
+        "model": _model_key(model_config),
+        "task": dict(task_config),
+        "warm_start": attrs.asdict(warm_config),
+    }
+    if system_prompt is not None:
+        data["system_prompt"] = system_prompt
     blob = json.dumps(
-        {
-            "format": FORMAT_VERSION,
-            "model": attrs.asdict(model_config),
-            "task": dict(task_config),
-            "warm_start": attrs.asdict(warm_config),
-        },
+        data,
         sort_keys=True,
         default=str,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _model_key(model_config: TinyModelConfig) -> dict:
+    """The model config as hashed: the default character tokenizer is left out, so the models
+    cached before the ``tokenizer`` knob existed keep their keys."""
+    out = attrs.asdict(model_config)
+    if out["tokenizer"] == "char":
+        del out["tokenizer"]
+    return out
 
 
 def task_warm_start(task, warm_config: WarmStartConfig) -> WarmStartConfig:
@@ -434,6 +431,7 @@ def get_or_build(
     warm_config: WarmStartConfig,
     cache_dir: str | os.PathLike | None = None,
     progress: bool = True,
+    system_prompt: str | None = None,
 ) -> Path:
     """The directory of a warm-started tiny model, built and saved on the first call.
 
@@ -441,6 +439,8 @@ def get_or_build(
     :param task_config: what identifies ``task`` in the cache key — its name and knobs, e.g.
         ``{"name": "addition", "digits": 2, "eval_fraction": 0.1, ...}``.
     :param cache_dir: overrides :func:`cache_root`.
+    :param system_prompt: the run's ``rollout.system_prompt``, so the demonstrations are rendered
+        as the rollouts will be (part of the cache key when set).
     :returns: a normal Hugging Face model directory, also holding ``rllab_warm_start.json``
         (the configs and the warm-start metrics).
 
@@ -449,12 +449,15 @@ def get_or_build(
     """
     warm_config = task_warm_start(task, warm_config)
     root = cache_root(cache_dir)
-    key = cache_key(model_config, task_config, warm_config)
+    key = cache_key(model_config, task_config, warm_config, system_prompt)
     final = root / f"tiny-qwen2-{key}"
     if (final / METRICS_FILE).is_file():
         return final
     model, tokenizer = build_tiny_model(model_config)
-    metrics = warm_start(model, tokenizer, task, warm_config, progress=progress)
+    renderer = PromptRenderer(
+        tokenizer, system_prompt=system_prompt, task_name=str(task_config.get("name", "?")), model_name="the tiny model"
+    )
+    metrics = warm_start(model, tokenizer, task, warm_config, progress=progress, renderer=renderer)
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
@@ -465,6 +468,7 @@ def get_or_build(
             "model_config": attrs.asdict(model_config),
             "task_config": dict(task_config),
             "warm_start_config": attrs.asdict(warm_config),
+            **({} if system_prompt is None else {"system_prompt": system_prompt}),
             "metrics": metrics,
         }
         (tmp / METRICS_FILE).write_text(json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")

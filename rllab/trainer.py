@@ -150,6 +150,7 @@ class Trainer:
             self.cfg.component("task").to_dict(),
             tinymodel.WarmStartConfig(**mc.warm_start),
             progress=self.progress,
+            system_prompt=self.cfg.rollout.system_prompt,
         )
 
     def _load_model(self, device: torch.device):
@@ -209,6 +210,7 @@ class Trainer:
             tokenizer=self.tokenizer,
             config=self.cfg.rollout,
             seed=self.cfg.train.seed,
+            model_name=f"model {self.cfg.model.path!r}" if self.cfg.model.path else "the tiny model",
         )
 
     def _adamw(self, params, lr: float):
@@ -337,8 +339,9 @@ class Trainer:
     # ------------------------------------------------------------------ eval
 
     def evaluate(self) -> dict:
-        """Greedy accuracy and mean reward on the task's held-out split; logged and announced."""
-        metrics = self.rollout.evaluate(self.cfg.train.eval_size)
+        """Greedy accuracy and mean reward on the task's held-out split (and mean@n / pass@k with
+        ``train.eval_samples``); logged and announced."""
+        metrics = self.rollout.evaluate(self.cfg.train.eval_size, samples=self.cfg.train.eval_samples)
         self.history.append({"step": self.step, **metrics})
         self.lab.hook.on_eval_end(step=self.step, metrics=dict(metrics), run_dir=self.run_dir)
         return metrics

@@ -21,6 +21,8 @@ import attrs
 import numpy as np
 import torch
 
+from rllab.chat import check_prompt
+
 # --------------------------------------------------------------------------- validators
 
 
@@ -175,9 +177,15 @@ class RolloutBackend(Protocol):
 
 @attrs.frozen(kw_only=True)
 class Example:
-    """One task instance: the prompt text, the reference answer, and anything else."""
+    """One task instance: the prompt, the reference answer, and anything else.
 
-    prompt: str
+    ``prompt`` is a string (tokenized as it is) or chat messages — a tuple of
+    ``{"role": ..., "content": ...}`` dicts (a list is accepted), rendered with the tokenizer's
+    chat template (:mod:`rllab.chat`); malformed messages raise a
+    :class:`rllab.errors.PromptError` naming the bad message.
+    """
+
+    prompt: "str | tuple[dict, ...]" = attrs.field(converter=lambda p: check_prompt(p, where="Example.prompt"))
     answer: str
     meta: dict = attrs.field(factory=dict, eq=False)
 

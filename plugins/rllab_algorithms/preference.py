@@ -187,8 +187,9 @@ class DPO(_Preference):
                 continue
             try:
                 row = json.loads(line)
-                pairs.append((r.encode(row["prompt"]), r.response_ids(row["chosen"]), r.response_ids(row["rejected"])))
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                prompt = row["prompt"]
+                pairs.append((r.encode(prompt), r.response_ids(row["chosen"], prompt=prompt), r.response_ids(row["rejected"], prompt=prompt)))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
                 raise rllab.RllabError(f"{path}:{i}: expected a JSON object with prompt, chosen, rejected ({e})") from None
         return pairs
 
@@ -204,7 +205,7 @@ class DPO(_Preference):
             if c.prompt_index not in worst or s < worst[c.prompt_index][0]:
                 worst[c.prompt_index] = (s, c)
         return [
-            (r.encode(e.prompt), r.response_ids(r.task.demonstration(e)), list(worst[i][1].token_ids))
+            (r.encode(e.prompt), r.response_ids(r.task.demonstration(e), prompt=e.prompt), list(worst[i][1].token_ids))
             for i, e in enumerate(examples)
             if not r.solved(e, worst[i][0])
         ]

@@ -5,7 +5,8 @@ most ``max_batch_size`` rows:
 
 1. **prefill** — the distinct prompts, left-padded to length P, go through the model once with
    ``position_ids = cumsum(attention_mask) − 1`` (so padding does not shift positions); only
-   the last position's logits are kept. The cache (``DynamicCache``) and those logits are then
+   the last position's logits are kept. The cache (``DynamicCache``, passed and read as
+   ``cache`` — ``past_key_values`` before transformers 5.24, :mod:`rllab.hfcompat`) and those logits are then
    repeated ``n`` times, so a prompt is encoded once per group, not once per sample.
 2. **decode** — one token per step for every row: ``logits → sample → append``, feeding the
    sampled token back with its position and the growing attention mask. A row is finished when
@@ -50,6 +51,7 @@ import attrs
 import torch
 
 import rllab
+from rllab.hfcompat import cache_argument, output_cache, with_cache
 from rllab.types import Completion, SamplingParams
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -86,6 +88,8 @@ class HFBackend:
         self.model = None
         self.eos_ids: list[int] = []
         """Token ids that always end a completion (the model's eos ids)."""
+        self.cache_arg = "cache"
+        """The model's KV-cache argument (:func:`rllab.hfcompat.cache_argument`)."""
         auto = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(auto if config.device == "auto" else config.device)
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
@@ -103,6 +107,7 @@ class HFBackend:
             p.grad = None
         self.model = model
         self.eos_ids = _eos_ids(model)
+        self.cache_arg = cache_argument(model)
 
     def update_weights(self, model: Any) -> None:
         """Sample from ``model``'s current weights from now on.
@@ -124,6 +129,7 @@ class HFBackend:
         if self.config.share_weights:
             self.model = model
             self.eos_ids = _eos_ids(model)
+            self.cache_arg = cache_argument(model)
             return
         if self.model is None:
             self._set_model(copy.deepcopy(model))
@@ -186,7 +192,7 @@ class HFBackend:
         out = model(
             input_ids=ids, attention_mask=prompt_mask, position_ids=position_ids, use_cache=True, logits_to_keep=1
         )
-        cache, logits = out.past_key_values, out.logits[:, -1]
+        cache, logits = output_cache(out, self.cache_arg), out.logits[:, -1]
         next_pos = position_ids[:, -1] + 1  # (P,)
         if n > 1:
             cache.batch_repeat_interleave(n)
@@ -216,10 +222,9 @@ class HFBackend:
                 input_ids=token.unsqueeze(1),
                 attention_mask=mask[:, : L + t + 1],
                 position_ids=(next_pos + t).unsqueeze(1),
-                past_key_values=cache,
-                use_cache=True,
+                **with_cache(self.cache_arg, cache),
             )
-            cache, logits = out.past_key_values, out.logits[:, -1]
+            cache, logits = output_cache(out, self.cache_arg), out.logits[:, -1]
 
         token_rows = tokens[:, :steps].tolist()
         lp_rows = log_probs[:, :steps].tolist()

@@ -60,7 +60,7 @@ def prebuild_models(cells: list[Cell], *, lab, console=None) -> None:
         m = c.config["model"]
         if m.get("path"):
             continue
-        key = json.dumps([m.get("tiny"), m.get("warm_start"), c.config["task"]], sort_keys=True, default=str)
+        key = json.dumps([m.get("tiny"), m.get("warm_start"), c.config["task"], c.config.get("rollout", {}).get("system_prompt")], sort_keys=True, default=str)
         if key in seen:
             continue
         seen.add(key)
@@ -69,7 +69,7 @@ def prebuild_models(cells: list[Cell], *, lab, console=None) -> None:
         task = Component(spec=lab.spec(COMPONENT_SECTIONS["task"][0], ref.name), config=ref.config)()
         if console is not None:
             console.print(f"[dim]warm start for task {c.task} (cached after the first build)…[/]", highlight=False)
-        tinymodel.get_or_build(tinymodel.TinyModelConfig(**cfg.model.tiny), task, ref.to_dict(), tinymodel.WarmStartConfig(**cfg.model.warm_start), progress=False)
+        tinymodel.get_or_build(tinymodel.TinyModelConfig(**cfg.model.tiny), task, ref.to_dict(), tinymodel.WarmStartConfig(**cfg.model.warm_start), progress=False, system_prompt=cfg.rollout.system_prompt)
 
 
 def identical_variants(cells: list[Cell], *, lab, out_dir: Path, console=None) -> list[dict]:

@@ -1,6 +1,7 @@
 """``jsonl``: prompts and answers read from a JSON-lines file, and its reward functions.
 
-Each row gives ``row["prompt"]`` and ``row["answer"]``; a completion is scored 1.0 or 0.0 by
+Each row gives ``row["prompt"]`` (a string, or chat messages: a list of ``{"role", "content"}``
+objects rendered with the model's chat template) and ``row["answer"]``; a completion is scored 1.0 or 0.0 by
 ``exact`` / ``contains`` / ``numeric`` (the ``reward`` knob). Rows are split into training and
 evaluation by a salted hash of the prompt (:mod:`rllab_tasks.split`).
 """
@@ -16,6 +17,7 @@ import attrs
 import torch
 
 import rllab
+from rllab.chat import check_prompt
 from rllab.types import Example
 
 from .split import eval_fraction_knob, in_eval_split, seed_knob
@@ -65,16 +67,26 @@ class JsonlConfig:
     tolerance: float = rllab.knob(1e-6, help="numeric reward: |x − y| ≤ tolerance·max(1, |y|)", ge=0.0)
     eval_fraction: float = eval_fraction_knob()
     eval_size: int = rllab.knob(1_000_000, help="at most this many held-out rows", ge=1)
+    eval_path: str | None = rllab.knob(
+        None,
+        help="a separate JSONL file of held-out rows (same format); when set, every row of path trains and the "
+        "held-out rows are this file's, in order (eval_fraction is not used)",
+    )
     seed: int = seed_knob()
 
 
 class JsonlTask:
     """Prompts and answers from a JSONL file, scored by a named reward function.
 
-    Each line is an object with string ``prompt`` and ``answer`` (a number is accepted as the
-    answer and kept as its text). Optional keys: ``demonstration`` (used by the warm start
-    instead of the answer) and ``split`` (``"train"`` or ``"eval"``, overriding the hash split);
+    Each line is an object with a ``prompt`` — a string, or chat messages
+    ``[{"role": "user", "content": ...}, ...]`` (roles system/user/assistant/tool) — and a string
+    ``answer`` (a number is accepted as the answer and kept as its text). Optional keys:
+    ``demonstration`` (used by the warm start instead of the answer) and ``split`` (``"train"`` or ``"eval"``, overriding the hash split);
     every other key lands in ``Example.meta``. Blank lines are skipped.
+
+    With ``eval_path``, the held-out rows come from that file instead of the hash split: every
+    row of ``path`` trains, every row of ``eval_path`` is held out (a row whose ``split`` says
+    otherwise is an error naming its file and line).
     """
 
     name = "jsonl"
@@ -89,18 +101,37 @@ class JsonlTask:
         self.reward_fn = REWARD_FNS[config.reward]
         self.train: list[Example] = []
         self.eval: list[Example] = []
-        with path.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                ex, split = self._parse(path, lineno, line)
-                is_eval = split == "eval" if split is not None else in_eval_split(
-                    ex.prompt, seed=config.seed, eval_fraction=config.eval_fraction
-                )
-                (self.eval if is_eval else self.train).append(ex)
+        eval_path = None if config.eval_path is None else Path(config.eval_path).expanduser()
+        if eval_path is not None and not eval_path.is_file():
+            raise FileNotFoundError(f"task 'jsonl': no such file: {eval_path} (eval_path)")
+        for ex, split, where in self._rows(path):
+            if eval_path is not None:
+                if split == "eval":
+                    raise ValueError(f"{where}: split 'eval' in the training file while eval_path is set")
+                self.train.append(ex)
+                continue
+            is_eval = split == "eval" if split is not None else in_eval_split(
+                ex.prompt, seed=config.seed, eval_fraction=config.eval_fraction
+            )
+            (self.eval if is_eval else self.train).append(ex)
+        if eval_path is not None:
+            for ex, split, where in self._rows(eval_path):
+                if split == "train":
+                    raise ValueError(f"{where}: split 'train' in the eval_path file")
+                self.eval.append(ex)
+            if not self.eval:
+                raise ValueError(f"task 'jsonl': eval_path {eval_path} has no rows")
         if not self.train:
             raise ValueError(f"task 'jsonl': {path} has no training rows ({len(self.eval)} eval rows)")
         self.eval = self.eval[: config.eval_size]
+
+    def _rows(self, path: Path):
+        """(example, split, "task 'jsonl': file:line") for each non-blank line of ``path``."""
+        with path.open(encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if line.strip():
+                    ex, split = self._parse(path, lineno, line)
+                    yield ex, split, f"task 'jsonl': {path}:{lineno}"
 
     def _parse(self, path: Path, lineno: int, line: str) -> tuple[Example, str | None]:
         where = f"task 'jsonl': {path}:{lineno}"
@@ -116,8 +147,11 @@ class JsonlTask:
         prompt, answer = row.pop("prompt"), row.pop("answer")
         if isinstance(answer, (int, float)) and not isinstance(answer, bool):
             answer = str(answer)
-        if not isinstance(prompt, str) or not isinstance(answer, str):
-            raise ValueError(f"{where}: prompt and answer must be strings")
+        if not isinstance(answer, str):
+            raise ValueError(f"{where}: answer must be a string or a number, got {type(answer).__name__}")
+        if not isinstance(prompt, (str, list)):
+            raise ValueError(f"{where}: prompt must be a string or a list of chat messages, got {type(prompt).__name__}")
+        prompt = check_prompt(prompt, where=f"{where}: prompt")
         if self.config.reward == "numeric":
             try:
                 float(answer)

@@ -17,12 +17,14 @@ import hashlib
 import torch
 
 import rllab
+from rllab.chat import prompt_key
 from rllab.types import Example
 
 
-def in_eval_split(prompt: str, *, seed: int, eval_fraction: float) -> bool:
-    """Whether ``prompt`` belongs to the held-out split (a salted hash below ``eval_fraction``)."""
-    digest = hashlib.blake2b(f"{seed}\0{prompt}".encode(), digest_size=8).digest()
+def in_eval_split(prompt: str | tuple, *, seed: int, eval_fraction: float) -> bool:
+    """Whether ``prompt`` belongs to the held-out split (a salted hash below ``eval_fraction``).
+    Chat messages are hashed as their canonical JSON (:func:`rllab.chat.prompt_key`)."""
+    digest = hashlib.blake2b(f"{seed}\0{prompt_key(prompt)}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2.0**64 < eval_fraction
 
 
@@ -77,8 +79,9 @@ class SplitTask:
             while len(out) < self.config.eval_size and drawn < self.max_draws:
                 before = len(out)
                 for ex in self.draw(gen, 1024):
-                    if ex.prompt not in seen and self.is_eval(ex):
-                        seen.add(ex.prompt)
+                    key = prompt_key(ex.prompt)
+                    if key not in seen and self.is_eval(ex):
+                        seen.add(key)
                         out.append(ex)
                         if len(out) == self.config.eval_size:
                             break
