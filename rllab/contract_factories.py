@@ -98,8 +98,8 @@ def _reward_function(comp):
 
     fn = RewardFunction(name=comp.name, ref=comp.name, fn=comp.spec.fn, style=comp.trait("signature"), config=comp.config)
     kw = dict(
-        prompts=["12+34=", "sort 31a:", "5*5="], completions=["46", "13a", "not an answer"],
-        ground_truth=["46", "13a", "25"], columns=[{"data_source": "check"}] * 3,
+        prompts=["12+34=", "sort 31:", "5*5="], completions=["46", "31", "not an answer"],
+        ground_truth=["46", "13", "25"], columns=[{"data_source": "check"}] * 3,
         rows=["contract row 1", "contract row 2", "contract row 3"],
     )
     out = fn.batch(**kw)

@@ -12,6 +12,11 @@ the sample's whole group (``skip``) or scores it 0 (``zero``), counted as
 ``rollout/reward_errors``. What "solved" means is the task's: ``task.solved(example, reward)``
 when the task defines it, else ``reward ≥ 1``.
 
+A task may also define ``reward_batch(examples, completions) -> list`` (one ``reward`` result per
+pair): the stage then scores a whole step with one call (TRL-style reward functions are batched),
+and scores each completion alone with ``reward`` when that call raises, so that a failure is
+charged to its own row.
+
 A task with several reward components (``task.reward_components``, see :class:`rllab.types.Task`)
 returns a mapping name → float; the stage checks it has exactly the declared names, keeps the
 (N, K) components beside the scalar reward ``Σ_k w_k·r_k`` (``task.reward_weights``, default all
@@ -136,9 +141,24 @@ class RolloutStage:
             )
         return weights
 
-    def _reward(self, ex: Example, text: str, names: tuple[str, ...], weights: list[float]) -> tuple[float, list[float]]:
-        """(scalar reward, component values) of one completion; raises on a malformed reward."""
-        out = self.task.reward(ex, text)
+    def _batch_rewards(self, examples: Sequence[Example], completions: Sequence[Completion], texts: list[str]) -> list | None:
+        """What ``task.reward_batch(examples, texts)`` returns for every completion at once, when the
+        task defines it (reward functions in TRL's batched signature are then called once per step);
+        None when it does not, or when the batch call fails — each completion is then scored alone,
+        so a failure is charged to its own row under ``reward_errors``."""
+        batch = getattr(self.task, "reward_batch", None)
+        if batch is None or not completions:
+            return None
+        try:
+            out = list(batch([examples[c.prompt_index] for c in completions], texts))
+        except Exception:
+            return None
+        return out if len(out) == len(completions) else None
+
+    def _reward(self, ex: Example, text: str, names: tuple[str, ...], weights: list[float], given: Any = None) -> tuple[float, list[float]]:
+        """(scalar reward, component values) of one completion (``given``: what the batch call
+        returned for it); raises on a malformed reward."""
+        out = self.task.reward(ex, text) if given is None else given
         if not names:
             r = float(out)
             if not math.isfinite(r):
@@ -169,11 +189,12 @@ class RolloutStage:
         names = self.component_names
         weights = self.component_weights()
         rewards, comps, keep, errors = [], [], [], 0
-        for c in completions:
+        texts = [self.decode(c) for c in completions]
+        batched = self._batch_rewards(examples, completions, texts)
+        for i, (c, text) in enumerate(zip(completions, texts)):
             ex = examples[c.prompt_index]
-            text = self.decode(c)
             try:
-                r, values = self._reward(ex, text, names, weights)
+                r, values = self._reward(ex, text, names, weights, None if batched is None else batched[i])
             except Exception as e:
                 if policy == "raise":
                     raise RewardError(

@@ -30,6 +30,8 @@ def read_rows(path: str, *, who: str) -> dict[str, list[dict]]:
     if not p.exists():
         raise FileNotFoundError(f"{who}: no such file or directory: {p} (data sets are read from local paths only)")
     datasets = _datasets()
+    quiet = datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()  # no "Generating train split" bar for a local file
     try:
         if p.is_dir():
             ds = datasets.load_from_disk(str(p))
@@ -42,6 +44,9 @@ def read_rows(path: str, *, who: str) -> dict[str, list[dict]]:
         raise FileNotFoundError(f"{who}: {p}: {e}") from None
     except Exception as e:  # datasets / arrow raise many kinds on a malformed file
         raise ValueError(f"{who}: cannot read {p}: {type(e).__name__}: {e}") from None
+    finally:
+        if not quiet:
+            datasets.enable_progress_bars()
     if isinstance(ds, datasets.DatasetDict):
         return {name: split.to_list() for name, split in ds.items()}
     return {"train": ds.to_list()}
@@ -62,19 +67,16 @@ def column(row: Mapping[str, Any], name: str) -> tuple[bool, Any]:
 
 def parse_prompt(value: Any, where: str) -> str | tuple[dict, ...]:
     """A prompt: a non-empty string, or a non-empty list of ``{"role", "content"}`` messages
-    (returned as a tuple of plain dicts)."""
+    (checked by :func:`rllab.chat.check_prompt`, returned as a tuple of plain dicts)."""
+    from rllab.chat import check_prompt
+
     if isinstance(value, str):
         if not value:
             raise ValueError(f"{where}: the prompt is empty")
         return value
-    if isinstance(value, (list, tuple)) and value:
-        out = []
-        for k, m in enumerate(value):
-            if not isinstance(m, Mapping) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
-                raise ValueError(f"{where}: message {k} must be an object with string 'role' and 'content', got {m!r}")
-            out.append({"role": m["role"], "content": m["content"]})
-        return tuple(out)
-    raise ValueError(f"{where}: the prompt must be a string or a list of {{role, content}} messages, got {type(value).__name__} {value!r}")
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{where}: the prompt must be a string or a list of {{role, content}} messages, got {type(value).__name__} {value!r}")
+    return check_prompt(value, where=where)
 
 
 def text_value(value: Any, where: str) -> str:
