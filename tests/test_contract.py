@@ -17,7 +17,7 @@ _DATA = Path(tempfile.mkdtemp(prefix="rllab-contract-")) / "rows.jsonl"
 _DATA.write_text("".join(json.dumps({"prompt": f"{i}*2=", "answer": str(2 * i)}) + "\n" for i in range(40)))
 from tests.sglang_standin import launch_knobs  # noqa: E402  (the sglang backend runs against a stand-in server)
 
-_KNOBS = {("task", "jsonl"): {"path": str(_DATA)}, ("rollout_backend", "sglang"): launch_knobs(), ("policy_loss", "dro"): {"beta": 0.1}}
+_KNOBS = {("task", "jsonl"): {"path": str(_DATA)}, ("task", "dataset"): {"path": str(_DATA)}, ("rollout_backend", "sglang"): launch_knobs(), ("policy_loss", "dro"): {"beta": 0.1}}
 
 _CASES = []
 for _spec in _LAB.specs():
@@ -42,7 +42,7 @@ def test_no_component_is_left_unchecked():
 
 def test_suite_covers_every_tensor_kind():
     kinds = {c.kind for c in _CASES}
-    for kind in ("advantage_estimator", "policy_loss", "kl_penalty", "loss_aggregation", "importance_correction", "value_loss", "preference_loss", "kl_controller", "task", "logger", "rollout_backend"):
+    for kind in ("advantage_estimator", "policy_loss", "kl_penalty", "loss_aggregation", "importance_correction", "value_loss", "preference_loss", "kl_controller", "task", "logger", "rollout_backend", "reward_function"):
         assert kind in kinds, f"no {kind} registered"
 
 

@@ -1,0 +1,45 @@
+"""The reasoning_gym task: a procedural data set by name, scored by its own score_answer, offline."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import rllab
+from rllab.errors import ConfigError
+
+pytest.importorskip("reasoning_gym")
+
+_LAB = rllab.Lab()
+
+
+def _task(**knobs):
+    return _LAB.get("task", "reasoning_gym", **{"eval_size": 20, **knobs})()
+
+
+def test_a_data_set_by_name_is_scored_by_its_own_scorer():
+    task = _task(dataset="leg_counting", options='{"min_animals": 1, "max_animals": 2}')
+    ex = task.eval_examples()[0]
+    assert "legs" in ex.prompt and ex.answer.isdigit()
+    assert task.reward(ex, task.demonstration(ex)) == 1.0 and task.reward(ex, f" {ex.answer}\n") == 1.0
+    assert task.reward(ex, str(int(ex.answer) + 1)) == 0.0 and task.reward(ex, "") == 0.0
+    chain = _task(dataset="chain_sum")
+    ex = chain.eval_examples()[0]
+    assert chain.reward(ex, ex.answer) == 1.0
+
+
+def test_seeds_are_honoured_and_the_splits_are_disjoint():
+    a, b, c = _task(), _task(), _task(seed=1)
+    assert [e.prompt for e in a.eval] == [e.prompt for e in b.eval] != [e.prompt for e in c.eval]
+    draw = lambda t: [e.prompt for e in t.train_examples(16, torch.Generator().manual_seed(5))]  # noqa: E731
+    assert draw(a) == draw(b)
+    assert {e.prompt for e in a.eval}.isdisjoint(draw(a))
+
+
+def test_unknown_names_and_bad_options_are_refused():
+    with pytest.raises(ValueError, match="unknown data set 'leg_countin'. Did you mean 'leg_counting'"):
+        _task(dataset="leg_countin")
+    with pytest.raises(ConfigError, match="options = .* is not JSON"):
+        _task(options="{min_animals: 2}")
+    with pytest.raises(ValueError, match="refused options"):
+        _task(options='{"no_such_knob": 2}')
