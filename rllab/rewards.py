@@ -32,6 +32,8 @@ then follows ``rollout.reward_errors``.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib
 import importlib.util
 import inspect
@@ -46,6 +48,19 @@ import attrs
 from rllab.errors import ConfigError, RllabError
 
 STYLES = ("trl", "verl")
+
+_LAB: contextvars.ContextVar = contextvars.ContextVar("rllab_reward_lab", default=None)
+
+
+@contextlib.contextmanager
+def resolving_with(lab: Any):
+    """Within the block, registered reward-function names are looked up in ``lab`` (the run's,
+    with its ``--plugin`` and config plugins) when no lab is passed explicitly."""
+    token = _LAB.set(lab)
+    try:
+        yield
+    finally:
+        _LAB.reset(token)
 
 
 class RewardFunctionError(RllabError, ValueError):
@@ -189,19 +204,22 @@ def _number(value: Any, where: str, row: str) -> float | None:
     return x
 
 
-def load_reward_function(ref: str, *, lab: Any = None, name: str | None = None) -> RewardFunction:
-    """The reward function ``ref`` names: ``file.py:fn``, ``module:fn`` or a registered name
-    (looked up in ``lab``, a fresh :class:`rllab.Lab` when None, with its default knobs)."""
+def load_reward_function(ref: str, *, lab: Any = None, name: str | None = None, knobs: Mapping[str, Any] | None = None) -> RewardFunction:
+    """The reward function ``ref`` names: ``file.py:fn``, ``module:fn`` or a registered name,
+    looked up in ``lab`` — when None, the lab of the enclosing :func:`resolving_with` (a run's),
+    else a fresh :class:`rllab.Lab` — and built with ``knobs`` (its defaults when None)."""
     if not isinstance(ref, str) or not ref.strip():
         raise ConfigError(f"reward function reference {ref!r}: give a registered name, module:function or path.py:function")
     name = name or reward_name(ref)
     if ":" not in ref:
         from rllab.lab import Lab
 
-        lab = lab if lab is not None else Lab()
+        lab = lab if lab is not None else (_LAB.get() or Lab())
         spec = lab.spec("reward_function", ref)
-        comp = lab.get("reward_function", ref)
+        comp = lab.get("reward_function", ref, **dict(knobs or {}))
         return RewardFunction(name=name, ref=ref, fn=spec.fn, style=spec.trait("signature"), config=comp.config)
+    if knobs:
+        raise ConfigError(f"reward function {ref!r}: knobs {dict(knobs)!r} are for registered reward functions; this one has none")
     target, attr = ref.rsplit(":", 1)
     if target.endswith(".py") or "/" in target or "\\" in target:
         path = Path(target).expanduser().resolve()
@@ -239,15 +257,21 @@ class RewardSet:
     weights: tuple[float, ...]
 
     @classmethod
-    def load(cls, refs: Sequence[str], weights: Sequence[float] | None = None, *, lab: Any = None, who: str = "task") -> "RewardSet":
-        """Load ``refs`` (see :func:`load_reward_function`); ``weights`` default to all 1."""
+    def load(cls, refs: Sequence[str], weights: Sequence[float] | None = None, *, lab: Any = None, who: str = "task",
+             knobs: Mapping[str, Mapping[str, Any]] | None = None) -> "RewardSet":
+        """Load ``refs`` (see :func:`load_reward_function`); ``weights`` default to all 1;
+        ``knobs`` maps a function's name to its knobs."""
         refs = (refs,) if isinstance(refs, str) else tuple(refs)
         if not refs:
             raise ConfigError(f"{who}: no reward functions given")
         if weights is not None and len(weights) != len(refs):
             raise ConfigError(f"{who}: {len(weights)} reward_weights for the {len(refs)} reward functions {list(refs)!r}", key="reward_weights")
         names = reward_names(refs)
-        fns = tuple(load_reward_function(r, lab=lab, name=n) for r, n in zip(refs, names))
+        knobs = dict(knobs or {})
+        unknown = sorted(set(knobs) - set(names))
+        if unknown:
+            raise ConfigError(f"{who}: reward_knobs names {unknown!r}, which are not among its reward functions {list(names)!r}", key="reward_knobs")
+        fns = tuple(load_reward_function(r, lab=lab, name=n, knobs=knobs.get(n)) for r, n in zip(refs, names))
         return cls(functions=fns, weights=tuple(float(w) for w in weights) if weights is not None else (1.0,) * len(refs))
 
     @property

@@ -37,7 +37,7 @@ from typing import Any
 import attrs
 import torch
 
-from rllab import checkpoint, memory
+from rllab import checkpoint, memory, rewards
 from rllab.algorithm import RunContext
 from rllab.config import COMPONENT_SECTIONS, ExperimentConfig, apply_schedule, dump_toml, validate
 from rllab.errors import NonFiniteError, RewardError, RllabError  # noqa: F401  (RewardError: re-exported)
@@ -91,7 +91,8 @@ class Trainer:
         check_backend_device(self.lab, cfg.components, self.device.type, where="[model] device = 'auto'")
         dtype = cfg.model.dtype if cfg.model.dtype != "auto" else ("bfloat16" if self.device.type == "cuda" else "float32")
         self.autocast_dtype = None if dtype == "float32" else getattr(torch, dtype)
-        self.task = self._component("task")()
+        with rewards.resolving_with(self.lab):  # reward functions named in the task's knobs: this run's plugins
+            self.task = self._component("task")()
         self.algorithm = self._component("algorithm")()
         self.kl_controller = self._component("kl_controller")()
         self._build_components()

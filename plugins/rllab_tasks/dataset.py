@@ -25,6 +25,7 @@ with neither refuses the warm start with a message saying what to do.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,15 @@ def _refs(value) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
+def _json_object(inst, attribute, value):
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{attribute.name} = {value!r} is not JSON: {e}") from None
+    if not isinstance(parsed, dict) or not all(isinstance(v, dict) for v in parsed.values()):
+        raise ValueError(f"{attribute.name} = {value!r} must be a JSON object of objects (name -> knobs)")
+
+
 @attrs.frozen
 class DatasetConfig:
     """Knobs of the dataset task."""
@@ -58,6 +68,10 @@ class DatasetConfig:
         "empty: math_verify for verl data, exact otherwise",
     )
     reward_weights: tuple[float, ...] | None = rllab.knob(None, help="one weight per reward function (TRL's reward_weights); None: all 1")
+    reward_knobs: str = rllab.knob(
+        "{}", help='knobs of registered reward functions, as a JSON object by name: \'{"format": {"pattern": "<a>.*</a>"}}\'',
+        validator=_json_object,
+    )
     prompt_column: str = rllab.knob("prompt", help="the prompt: a string or a list of {role, content} messages")
     answer_column: str | None = rllab.knob(
         None, help="the reference answer (dotted names read nested objects); None: reward_model.ground_truth for "
@@ -129,7 +143,7 @@ class DatasetTask:
                 f"{who}: {src} has no {answer_col!r} column for the default reward {refs[0]!r}; name the reward "
                 f"functions (task.rewards) or the answer column (task.answer_column)"
             )
-        self.rewards = RewardSet.load(refs, config.reward_weights, lab=lab, who=who)
+        self.rewards = RewardSet.load(refs, config.reward_weights, lab=lab, who=who, knobs=json.loads(config.reward_knobs))
         if len(refs) >= 2:
             self.reward_components = self.rewards.names
             self.reward_weights = self.rewards.weights

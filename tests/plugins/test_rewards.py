@@ -220,3 +220,34 @@ def test_a_failing_row_follows_reward_errors_and_only_that_row_fails(tmp_path, p
     rewards, keep, errors = stage.score(examples, comps)
     assert rewards == [1.0, 1.0, 0.0, 0.0] and errors == 2
     assert keep == [True, True, policy == "zero", policy == "zero"]
+
+
+def test_reward_knobs_configure_registered_functions_and_bad_ones_are_refused(tmp_path):
+    rows = [{"prompt": f"{i}?", "answer": str(i)} for i in range(20)]
+    task = _task(tmp_path, rows, rewards=["exact", "format"], reward_knobs='{"format": {"pattern": "<a>.*</a>"}}')
+    ex = task.train[0]
+    assert task.reward(ex, "<a>x</a>") == {"exact": 0.0, "format": 1.0}
+    with pytest.raises(ConfigError, match=r"reward_knobs names \['formt'\], which are not among its reward functions"):
+        _task(tmp_path, rows, rewards=["exact", "format"], reward_knobs='{"formt": {}}')
+    with pytest.raises(ConfigError, match=r"format' \(plugin rllab_tasks\) has no knob 'patern'"):
+        _task(tmp_path, rows, rewards="format", reward_knobs='{"format": {"patern": "x"}}')
+    with pytest.raises(ConfigError, match="are for registered reward functions; this one has none"):
+        _task(tmp_path, rows, rewards=f"{TRL}:reward_len", reward_knobs='{"reward_len": {"x": 1}}')
+    with pytest.raises(ConfigError, match="must be a JSON object of objects"):
+        _task(tmp_path, rows, reward_knobs='{"format": 3}')
+
+
+def test_names_resolve_in_the_run_s_lab_with_its_plugins():
+    from rllab.rewards import resolving_with
+
+    class Plugin:
+        @staticmethod
+        @rllab.hookimpl
+        def register_reward_functions(register):
+            register("only_here", lambda *, completions, config, **kw: [0.5] * len(completions))
+
+    lab = rllab.Lab([Plugin], entry_points=False)
+    with pytest.raises(rllab.UnknownComponentError):
+        load_reward_function("only_here")
+    with resolving_with(lab):
+        assert _score(load_reward_function("only_here"), ["a"]) == [0.5]
