@@ -35,7 +35,6 @@ import torch
 
 import rllab
 from rllab.rewards import RewardSet, reward_names
-from rllab.specs import StrOrStrs
 from rllab.types import Example
 
 from .datafiles import EVAL_SPLITS, column, parse_prompt, read_rows, text_value
@@ -63,7 +62,7 @@ class DatasetConfig:
 
     path: str = rllab.knob(help="a .jsonl/.json/.parquet/.csv file or a save_to_disk directory (required)")
     format: str = rllab.knob("auto", help="'trl', 'verl', or 'auto' (verl when there is a reward_model column)", choices=FORMATS)
-    rewards: StrOrStrs = rllab.knob(
+    rewards: str | tuple[str, ...] = rllab.knob(
         (), help="reward functions: registered names, module:function or path.py:function; "
         "empty: math_verify for verl data, exact otherwise",
     )
