@@ -251,3 +251,13 @@ def test_names_resolve_in_the_run_s_lab_with_its_plugins():
         load_reward_function("only_here")
     with resolving_with(lab):
         assert _score(load_reward_function("only_here"), ["a"]) == [0.5]
+
+
+def test_rllab_plugins_lists_and_rllab_check_checks_reward_functions(capsys):
+    from rllab.cli import main
+
+    assert main(["plugins", "--kind", "reward_function"]) == 0
+    out = capsys.readouterr().out
+    assert all(n in out for n in ("math_verify", "length_penalty", "max_length=200"))
+    assert main(["check", "format", "--knob", 'pattern="a+"']) == 0
+    assert "one finite float (or None) per completion" in capsys.readouterr().out
