@@ -111,6 +111,12 @@ class DatasetTask:
         self.eval: list[Example] = []
         if config.eval_path is not None:
             self.train = [self._example(r, i, src, answer_col, required) for split in tables.values() for i, r in enumerate(split)]
+            marked = next((e for e in self.train if e.meta["columns"].get(config.split_column, "train") not in ("train", None)), None)
+            if marked is not None:
+                raise ValueError(
+                    f"{who}: {marked.meta['row']}, column {config.split_column!r}: "
+                    f"{marked.meta['columns'][config.split_column]!r} in the training file while eval_path is set"
+                )
             evals = read_rows(config.eval_path, who=who)
             esrc = Path(config.eval_path).expanduser()
             self.eval = [self._example(r, i, esrc, answer_col, required) for split in evals.values() for i, r in enumerate(split)]

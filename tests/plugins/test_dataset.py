@@ -120,6 +120,8 @@ def test_a_split_column_and_an_eval_file_choose_the_evaluation_rows(tmp_path):
     assert [e.prompt for e in task.eval] == ["0+1=", "1+1=", "2+1=", "3+1="] and len(task.train) == 8
     task = _task(_jsonl(tmp_path / "a.jsonl", _sums(5)), eval_path=str(_jsonl(tmp_path / "b.jsonl", _sums(2))))
     assert len(task.train) == 5 and len(task.eval) == 2
+    with pytest.raises(ValueError, match=r"split.jsonl row 1, column 'split': 'test' in the training file while eval_path is set"):
+        _task(tmp_path / "split.jsonl", eval_path=str(tmp_path / "b.jsonl"))
     with pytest.raises(ValueError, match=r"split.jsonl row 1, column 'split': expected 'train' or one of eval, test, validation, got 'dev'"):
         _task(_jsonl(tmp_path / "split.jsonl", [{**r, "split": "dev"} for r in _sums(4)]))
 
