@@ -99,6 +99,20 @@ def test_chat_tokenizer_has_the_special_tokens_and_the_template(chat_tok):
     assert build_chat_tokenizer().get_vocab() == chat_tok.get_vocab()  # deterministic
 
 
+def test_the_chat_tokenizer_reloads_from_a_model_directory_unchanged(chat_tok, tmp_path):
+    """AutoTokenizer gives a Qwen2 directory a Qwen2Tokenizer: the reloaded one encodes the same ids."""
+    from transformers import AutoTokenizer, Qwen2Config
+
+    chat_tok.save_pretrained(tmp_path)
+    Qwen2Config().save_pretrained(tmp_path)
+    again = AutoTokenizer.from_pretrained(tmp_path)
+    for text in ["What is 25+60?", "sort dcba:", "Hello, World!\n  x", "ünïcode ∑"]:
+        assert again(text).input_ids == chat_tok(text).input_ids, text
+    msgs = ({"role": "system", "content": "Be brief."},) + USER
+    assert PromptRenderer(again).encode(msgs) == PromptRenderer(chat_tok).encode(msgs)
+    assert PromptRenderer(again).stop_ids == PromptRenderer(chat_tok).stop_ids
+
+
 def test_messages_render_with_the_template_and_a_generation_prompt(chat_tok):
     r = PromptRenderer(chat_tok)
     ids = r.encode(USER)
