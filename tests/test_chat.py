@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rllab.chat import PromptRenderer, check_messages, end_of_turn_ids, prompt_key, prompt_text
+from rllab.chat import PromptRenderer, check_messages, end_of_turn_ids, is_messages, prompt_key, prompt_text
 from rllab.errors import PromptError
 from rllab.rollout import RolloutStage
 from rllab.tinymodel import encode_demonstrations
@@ -55,6 +55,7 @@ def test_example_keeps_strings_and_stores_messages_as_a_tuple_of_dicts():
     src = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "3+4?", "name": "u"}]
     ex = Example(prompt=src, answer="7")
     assert ex.prompt == tuple(src) and isinstance(ex.prompt, tuple)
+    assert is_messages(ex.prompt) and not is_messages("3+4=")
     src[0]["content"] = "changed"  # the example holds its own copies
     assert ex.prompt[0]["content"] == "Be brief."
     assert ex.prompt[1]["name"] == "u"  # extra keys reach the template
