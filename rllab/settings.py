@@ -18,7 +18,7 @@ class ModelConfig:
     """Which model to train."""
 
     path: str | None = knob(None, help="a local Hugging Face model directory; None builds the tiny default model")
-    tiny: dict = knob(factory=dict, help="overrides of the tiny model's architecture (rllab.tinymodel.TinyModelConfig)")
+    tiny: dict = knob(factory=dict, help="overrides of the tiny model's architecture and tokenizer (rllab.tinymodel.TinyModelConfig; tokenizer = \"chat\" gives it a chat template)")
     warm_start: dict = knob(factory=dict, help="overrides of the supervised warm start (rllab.tinymodel.WarmStartConfig)")
     device: str = knob("auto", help="where the policy, reference and critic train: auto (CUDA when available), cpu, cuda, cuda:N", validator=lambda i, a, v: _check_device(a.name, v))
     reference_device: str | None = knob(None, help="where the reference model lives (e.g. cpu to save GPU memory); None: same as device", validator=lambda i, a, v: v is None or _check_device(a.name, v))

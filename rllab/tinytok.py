@@ -2,8 +2,9 @@
 
 - :func:`build_tokenizer` (``model.tiny.tokenizer = "char"``, the default) — one token per
   character, ``<bos>`` prepended; no chat template, so prompts are plain strings.
-- :func:`build_chat_tokenizer` (``model.tiny.tokenizer = "chat"``) — a byte-level BPE trained
-  on :data:`CHAT_CORPUS` (a fixed text, so the vocabulary is the same on every machine), with
+- :func:`build_chat_tokenizer` (``model.tiny.tokenizer = "chat"``) — a byte-level BPE of
+  Qwen2's kind trained on :data:`CHAT_CORPUS` (a fixed text, so the vocabulary is the same on
+  every machine), with
   Qwen2's special tokens ``<|endoftext|>`` (EOS and padding), ``<|im_start|>``, ``<|im_end|>``
   (end of turn) and a Qwen2-style Jinja chat template (:data:`CHAT_TEMPLATE`). It makes the
   chat-prompt path (:mod:`rllab.chat`) run end to end on a CPU as with a real instruct model.
@@ -21,7 +22,8 @@ CHARACTERS = string.digits + string.ascii_letters + " " + string.punctuation + "
 ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 CHAT_SPECIAL_TOKENS = (ENDOFTEXT, IM_START, IM_END)
 CHAT_VOCAB_SIZE = 400
-"""Most tokens of the chat tokenizer (256 byte tokens, 3 special tokens, then learnt merges)."""
+"""At most this many tokens in the chat tokenizer (3 special tokens, 256 byte tokens, then the
+merges learnt; the small corpus stops it at 350)."""
 CHAT_TEMPLATE = (
     "{%- for message in messages %}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
@@ -63,19 +65,27 @@ def build_tokenizer():
 
 
 def build_chat_tokenizer():
-    """A byte-level BPE ``PreTrainedTokenizerFast`` with a Qwen2-style chat template.
+    """A byte-level BPE tokenizer of transformers' ``Qwen2Tokenizer`` class, with a chat template.
 
     Ids: ``<|endoftext|>`` 0 (EOS and padding), ``<|im_start|>`` 1, ``<|im_end|>`` 2, then the
     256 byte tokens and the merges learnt from :data:`CHAT_CORPUS` (deterministic: the same
-    vocabulary on every machine). No ``<bos>`` is added, as with Qwen2. Any text encodes (byte
-    fallback), and ``decode`` gives the text back.
+    vocabulary on every machine). The merges are learnt with Qwen2's own normaliser and
+    pre-tokeniser (NFC; its split regex, which keeps each digit a token of its own; byte level),
+    and the vocabulary and merges then make a ``Qwen2Tokenizer`` — the class ``AutoTokenizer``
+    gives a saved Qwen2 model directory — so the tokenizer reloaded from the model directory
+    encodes exactly as this one. No ``<bos>`` is added, as with Qwen2.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    import json
+
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
+    from transformers import Qwen2Tokenizer
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
     core = Tokenizer(models.BPE(unk_token=None))
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    core.decoder = decoders.ByteLevel()
+    core.normalizer = normalizers.NFC()
+    core.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    )
     trainer = trainers.BpeTrainer(
         vocab_size=CHAT_VOCAB_SIZE,
         special_tokens=list(CHAT_SPECIAL_TOKENS),
@@ -84,8 +94,10 @@ def build_chat_tokenizer():
         show_progress=False,
     )
     core.train_from_iterator(CHAT_CORPUS, trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core, eos_token=ENDOFTEXT, pad_token=ENDOFTEXT, padding_side="left",
+    learnt = json.loads(core.to_str())["model"]
+    tokenizer = Qwen2Tokenizer(
+        vocab=learnt["vocab"], merges=[tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in learnt["merges"]],
+        eos_token=ENDOFTEXT, pad_token=ENDOFTEXT, unk_token=None, padding_side="left",
         additional_special_tokens=[IM_START, IM_END],
     )
     tokenizer.chat_template = CHAT_TEMPLATE

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rllab.chat import PromptRenderer, check_messages, end_of_turn_ids, prompt_key, prompt_text
+from rllab.chat import PromptRenderer, check_messages, end_of_turn_ids, is_messages, prompt_key, prompt_text
 from rllab.errors import PromptError
 from rllab.rollout import RolloutStage
 from rllab.tinymodel import encode_demonstrations
@@ -55,6 +55,7 @@ def test_example_keeps_strings_and_stores_messages_as_a_tuple_of_dicts():
     src = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "3+4?", "name": "u"}]
     ex = Example(prompt=src, answer="7")
     assert ex.prompt == tuple(src) and isinstance(ex.prompt, tuple)
+    assert is_messages(ex.prompt) and not is_messages("3+4=")
     src[0]["content"] = "changed"  # the example holds its own copies
     assert ex.prompt[0]["content"] == "Be brief."
     assert ex.prompt[1]["name"] == "u"  # extra keys reach the template
@@ -97,6 +98,20 @@ def test_chat_tokenizer_has_the_special_tokens_and_the_template(chat_tok):
     text = "What is 12+34? ünïcode ∑"
     assert chat_tok.decode(chat_tok(text).input_ids) == text
     assert build_chat_tokenizer().get_vocab() == chat_tok.get_vocab()  # deterministic
+
+
+def test_the_chat_tokenizer_reloads_from_a_model_directory_unchanged(chat_tok, tmp_path):
+    """AutoTokenizer gives a Qwen2 directory a Qwen2Tokenizer: the reloaded one encodes the same ids."""
+    from transformers import AutoTokenizer, Qwen2Config
+
+    chat_tok.save_pretrained(tmp_path)
+    Qwen2Config().save_pretrained(tmp_path)
+    again = AutoTokenizer.from_pretrained(tmp_path)
+    for text in ["What is 25+60?", "sort dcba:", "Hello, World!\n  x", "ünïcode ∑"]:
+        assert again(text).input_ids == chat_tok(text).input_ids, text
+    msgs = ({"role": "system", "content": "Be brief."},) + USER
+    assert PromptRenderer(again).encode(msgs) == PromptRenderer(chat_tok).encode(msgs)
+    assert PromptRenderer(again).stop_ids == PromptRenderer(chat_tok).stop_ids
 
 
 def test_messages_render_with_the_template_and_a_generation_prompt(chat_tok):

@@ -67,3 +67,24 @@ def test_a_chat_task_trains_on_the_chat_model(tmp_path, chat_file):
 def test_chat_prompts_on_a_model_without_a_template_are_refused(tmp_path, chat_file):
     with pytest.raises(PromptError, match=r"task 'jsonl'.*chat messages.*the tiny model has no chat template.*tokenizer = \"chat\""):
         Trainer(_cfg(chat_file), run_dir=tmp_path, progress=False)
+
+
+def test_offline_dpo_reads_chat_pairs_rendered_with_the_template(tmp_path, chat_file):
+    """A pairs file whose prompts are messages: prompts rendered, responses end their turn."""
+    pairs = tmp_path / "pairs.jsonl"
+    rows = [{"prompt": [{"role": "user", "content": f"What is {a}+1?"}], "chosen": str(a + 1), "rejected": str(a)} for a in range(8)]
+    pairs.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    cfg = _cfg(chat_file, 'model.tiny.tokenizer="chat"', 'rollout.system_prompt="Answer with the number."',
+               "algorithm=dpo", f"algorithm.pairs_file={json.dumps(str(pairs))}", "algorithm.batch_size=4")
+    tr = Trainer(cfg, run_dir=tmp_path / "run", progress=False)
+    try:
+        m = tr.train_step()
+        assert all(math.isfinite(v) for v in m.values() if isinstance(v, float)), m
+        prompt, chosen, rejected = tr.algorithm._pairs[0]
+        im_end = tr.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        assert prompt == tr.rollout.encode(rows[0]["prompt"])
+        assert tr.tokenizer.decode(prompt).endswith("What is 0+1?<|im_end|>\n<|im_start|>assistant\n")
+        assert chosen[-1] == im_end and rejected[-1] == im_end
+        assert tr.tokenizer.decode(chosen[:-1]) == "1"
+    finally:
+        tr.close()

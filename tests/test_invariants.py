@@ -33,12 +33,13 @@ def test_no_kernel_file_imports_a_plugin():
     assert offenders == []
 
 
-# What plugins may import from the kernel: the component API, plus the run-level modules that
+# What plugins may import from the kernel: the component API (chat prompts: rllab.chat; KV caches:
+# rllab.hfcompat), plus the run-level modules that
 # command plugins drive (configs, the trainer, run directories, checkpoints, TOML).
 PUBLIC_MODULES = {
     "rllab", "rllab.ops", "rllab.types", "rllab.testing", "rllab.models", "rllab.kernels", "rllab.tinymodel",
     "rllab.algorithm", "rllab.config", "rllab.trainer", "rllab.runs", "rllab.checkpoint", "rllab.tomlio",
-    "rllab.rewards", "rllab.chat",
+    "rllab.rewards", "rllab.chat", "rllab.hfcompat",
 }  # fmt: skip
 # A plugin may build on another only where declared here (a front end of a command plugin).
 PLUGIN_DEPENDENCIES = {"rllab_tui": {"rllab_suite"}}
