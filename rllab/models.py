@@ -47,6 +47,28 @@ HIDDEN_PATH_MODEL_TYPES = frozenset(
 # --------------------------------------------------------------------------- transformers models
 
 
+def load_tokenizer(model_dir) -> "object":
+    """The tokenizer saved in a Hugging Face model directory, encoding as it did when saved.
+
+    ``AutoTokenizer`` picks the tokenizer class from the model's type when the directory's
+    ``tokenizer_config.json`` names the generic ``TokenizersBackend`` (transformers 5), and a
+    model-specific class re-applies its own normaliser and pre-tokeniser: the tiny model's
+    character tokenizer then drops every space and newline. A generic tokenizer is therefore
+    loaded as the ``tokenizer.json`` it saved (``PreTrainedTokenizerFast``); any other through
+    ``AutoTokenizer``.
+    """
+    import json
+    from pathlib import Path
+
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    config = Path(model_dir) / "tokenizer_config.json"
+    if config.is_file() and (Path(model_dir) / "tokenizer.json").is_file():
+        if json.loads(config.read_text()).get("tokenizer_class") == "TokenizersBackend":
+            return PreTrainedTokenizerFast.from_pretrained(model_dir)
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """(B, L) int64 position ids counting real tokens only: ``clamp(cumsum(mask) − 1, min=0)``.
 

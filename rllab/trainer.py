@@ -161,12 +161,13 @@ class Trainer:
         return AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).to(device)
 
     def _build_models(self) -> None:
-        from transformers import AutoTokenizer
         from transformers.utils import logging as hf_logging
+
+        from rllab.models import load_tokenizer
 
         hf_logging.disable_progress_bar()  # rllab shows its own progress
         self.model_dir = self._model_dir()
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        self.tokenizer = load_tokenizer(self.model_dir)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.policy = self._load_model(self.device)

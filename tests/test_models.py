@@ -785,3 +785,14 @@ def test_response_log_sum_sq_probs_matches_dense():
     resp = attn[:, P:]
     torch.testing.assert_close(out[resp], expected[resp], rtol=1e-5, atol=1e-6)
     assert torch.all(out[~resp] == 0)
+
+
+def test_a_saved_tiny_model_s_tokenizer_reloads_with_its_spaces_and_newlines(tmp_path):
+    from rllab.models import load_tokenizer
+    from rllab.tinymodel import TinyModelConfig, build_tiny_model
+
+    model, tok = build_tiny_model(TinyModelConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=16))
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    text = "sort 3a1:\nmake 22 from 3 5 7:"
+    assert load_tokenizer(tmp_path)(text).input_ids == tok(text).input_ids
