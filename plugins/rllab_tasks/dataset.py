@@ -41,6 +41,8 @@ from .datafiles import EVAL_SPLITS, column, parse_prompt, read_rows, text_value
 
 FORMATS = ("auto", "trl", "verl")
 DEFAULT_REWARDS = {"trl": ("exact",), "verl": ("math_verify",)}
+ANSWER_REWARDS = ("exact", "contains", "numeric", "math_verify", "math")
+"""Built-in reward functions that compare a completion with the reference answer."""
 
 
 def _refs(value) -> tuple[str, ...]:
@@ -143,10 +145,13 @@ class DatasetTask:
         self.eval = self.eval[: config.eval_size]
         self.has_answer = all(e.meta["ground_truth"] is not None for e in self.train + self.eval)
         refs = _refs(config.rewards) or DEFAULT_REWARDS[fmt]
-        if not config.rewards and not self.has_answer:
+        needs = [r for r in refs if r in ANSWER_REWARDS]
+        if needs and not self.has_answer:
+            missing = next(e for e in self.train + self.eval if e.meta["ground_truth"] is None)
             raise ValueError(
-                f"{who}: {src} has no {answer_col!r} column for the default reward {refs[0]!r}; name the reward "
-                f"functions (task.rewards) or the answer column (task.answer_column)"
+                f"{who}: {missing.meta['row']} has no {answer_col!r} column for the reward {needs[0]!r}"
+                f"{' (the default)' if not config.rewards else ''}, which compares with the answer; name the answer "
+                f"column (task.answer_column) or other reward functions (task.rewards)"
             )
         self.rewards = RewardSet.load(refs, config.reward_weights, lab=lab, who=who, knobs=json.loads(config.reward_knobs))
         if len(refs) >= 2:

@@ -147,7 +147,9 @@ def test_column_mapping_reads_other_and_nested_columns(tmp_path):
          r"bad.jsonl row 1, column 'prompt': the prompt must be a string or a list of \{role, content\} messages, got int"),
         ([{"prompt": [{"role": "wizard", "content": "x"}], "answer": "1"}] * 2, {}, r"bad.jsonl row 1, column 'prompt'.*role 'wizard'"),
         ([{"prompt": "a", "answer": "1", "split": "train"}] * 3, {}, r"bad.jsonl has no evaluation rows \(3 training, 0 evaluation\)"),
-        ([{"prompt": "a"}, {"prompt": "b"}], {}, r"has no 'answer' column for the default reward 'exact'; name the reward functions"),
+        ([{"prompt": "a"}, {"prompt": "b"}], {}, r"bad.jsonl row \d has no 'answer' column for the reward 'exact' \(the default\)"),
+        ([{"prompt": "a", "answer": "1"}, {"prompt": "b"}], {"rewards": ["format", "numeric"]},
+         r"bad.jsonl row 2 has no 'answer' column for the reward 'numeric', which compares"),
     ],
 )
 def test_malformed_data_is_an_error_naming_file_row_and_column(tmp_path, rows, knobs, message):
