@@ -9,6 +9,10 @@ to the evaluation split when a salted hash of its question falls below ``eval_fr
 (:mod:`rllab_tasks.split`).
 The reward is ``score_answer(answer=completion, entry=entry)``, in [0, 1]; a score of 1 is solved.
 The warm start trains on the entry's answer.
+
+The tiny model learns ``spell_backward`` with ``{"min_word_len": 3, "max_word_len": 5}`` (26.5% →
+47.5% held-out accuracy in the default 400 GRPO steps, seed 0) and ``chain_sum`` with
+``{"min_terms": 3, "max_terms": 3, "max_digits": 1}`` (25.0% → 41.0%).
 """
 
 from __future__ import annotations
