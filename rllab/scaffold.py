@@ -114,6 +114,20 @@ def {fn}(*, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps,
     return losses, {{"dpo/accuracy": (delta > 0).float().mean().detach()}}
 ''',
     ),
+    "reward_function": (
+        'max_chars: int = rllab.knob(200, help="longest completion that still scores 1", ge=1)',
+        '''
+def {fn}(*, completions, config, **columns):
+    """1.0 for a completion of at most max_chars characters, else 0.0 (TRL's signature).
+
+    completions: N strings, or [{{"role": "assistant", "content": ...}}] lists for chat prompts;
+    columns: the data set's other columns and ground_truth (the reference answers), N values each.
+    Returns N floats (None: not applicable).
+    """
+    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+    return [1.0 if len(t) <= config.max_chars else 0.0 for t in texts]
+''',
+    ),
 }
 
 
