@@ -43,3 +43,19 @@ def test_unknown_names_and_bad_options_are_refused():
         _task(options="{min_animals: 2}")
     with pytest.raises(ValueError, match="refused options"):
         _task(options='{"no_such_knob": 2}')
+
+
+def test_the_readme_commands_configure_the_tasks_they_name():
+    import shlex
+    from pathlib import Path
+
+    from rllab.config import load_config
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    lines = [ln for ln in readme.splitlines() if ln.startswith("rllab run task=reasoning_gym")]
+    assert len(lines) >= 2
+    for line in lines:
+        cfg = load_config(None, shlex.split(line)[2:] + ["task.eval_size=5"])
+        task = _LAB.get("task", "reasoning_gym", **cfg.component("task").knobs)()
+        ex = task.eval_examples()[0]
+        assert task.reward(ex, ex.answer) == 1.0
