@@ -263,7 +263,7 @@ def register_reward_functions(register):
     ``prompts`` (N,) strings, or message lists for chat prompts; ``completions`` (N,) strings, or
     ``[{"role": "assistant", "content": ...}]`` for chat prompts; ``columns`` the data set's other
     columns as (N,) lists, plus ``ground_truth`` (the task's reference answers) when the data set
-    has no column of that name. Returns N floats; ``None`` means "not applicable" (scored 0).
+    has no column of that name, and ``completion_ids`` (the sampled token ids) in a run. Returns N floats; ``None`` means "not applicable" (scored 0).
 
     ``"verl"``, verl's per-row form::
 

@@ -13,8 +13,9 @@ and follows one of the two signatures people write for TRL and verl:
          ``completions`` (N,) strings for string prompts, ``[{"role": "assistant", "content":
          text}]`` for chat prompts, exactly as TRL passes them; ``columns`` the data set's other
          columns as (N,) lists, plus ``ground_truth`` (the reference answers) when the data set has
-         no column of that name. TRL's ``completion_ids`` and ``trainer_state`` are not passed. A
-         function without ``**kwargs`` receives only the columns it names. ``None`` means "not
+         no column of that name, and ``completion_ids`` (the sampled token ids) when the rollout
+         stage scores a step; TRL's ``trainer_state`` is not passed. A function without
+         ``**kwargs`` receives only the columns it names. ``None`` means "not
          applicable" and scores 0 (TRL sums with ``nansum``).
 ``verl`` ``compute_score(data_source, solution_str, ground_truth, extra_info)`` — one row; returns
          a number or a dict whose ``"score"`` is the reward.
@@ -129,7 +130,7 @@ class RewardFunction:
 
     def batch(
         self, *, prompts: Sequence[Any], completions: Sequence[str], ground_truth: Sequence[Any],
-        columns: Sequence[Mapping[str, Any]], rows: Sequence[str],
+        columns: Sequence[Mapping[str, Any]], rows: Sequence[str], completion_ids: Sequence[Sequence[int]] | None = None,
     ) -> list[float | None]:
         """N scores (None: not applicable) for N completions; raises :class:`RewardFunctionError`.
 
@@ -138,6 +139,8 @@ class RewardFunction:
         :param ground_truth: (N,) reference answers.
         :param columns: (N,) the other columns of each row.
         :param rows: (N,) where each row comes from, for errors (``"data.jsonl row 12"``).
+        :param completion_ids: (N,) the sampled token ids, passed to TRL-style functions as
+            ``completion_ids`` when given.
         """
         n = len(completions)
         if self.style == "verl":
@@ -152,6 +155,8 @@ class RewardFunction:
             if key not in ("prompts", "completions", "prompt", "completion"):
                 kwargs[key] = [cols.get(key) for cols in columns]
         kwargs.setdefault("ground_truth", list(ground_truth))
+        if completion_ids is not None:
+            kwargs["completion_ids"] = [list(ids) for ids in completion_ids]
         where = f"reward function {self.name!r} ({self.ref})"
         try:
             out = self.fn(**self._kwargs(kwargs))
@@ -281,11 +286,12 @@ class RewardSet:
 
     def score(
         self, *, prompts: Sequence[Any], completions: Sequence[str], ground_truth: Sequence[Any],
-        columns: Sequence[Mapping[str, Any]], rows: Sequence[str],
+        columns: Sequence[Mapping[str, Any]], rows: Sequence[str], completion_ids: Sequence[Sequence[int]] | None = None,
     ) -> list[float | dict[str, float]]:
         """Per completion: ``w·r`` with one function, else a dict name → r (None scored 0)."""
         per_fn = [
-            f.batch(prompts=prompts, completions=completions, ground_truth=ground_truth, columns=columns, rows=rows)
+            f.batch(prompts=prompts, completions=completions, ground_truth=ground_truth, columns=columns, rows=rows,
+                    completion_ids=completion_ids)
             for f in self.functions
         ]
         out: list[float | dict[str, float]] = []

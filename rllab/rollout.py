@@ -12,10 +12,11 @@ the sample's whole group (``skip``) or scores it 0 (``zero``), counted as
 ``rollout/reward_errors``. What "solved" means is the task's: ``task.solved(example, reward)``
 when the task defines it, else ``reward ≥ 1``.
 
-A task may also define ``reward_batch(examples, completions) -> list`` (one ``reward`` result per
-pair): the stage then scores a whole step with one call (TRL-style reward functions are batched),
-and scores each completion alone with ``reward`` when that call raises, so that a failure is
-charged to its own row.
+A task may also define ``reward_batch(examples, completions, *, completion_ids) -> list`` (one
+``reward`` result per pair; ``completion_ids`` the sampled token ids of each completion, its stop
+token included): the stage then scores a whole step with one call (TRL-style reward functions are batched),
+and calls it on each completion alone when that call raises, so that a failure is charged to its
+own row.
 
 A task with several reward components (``task.reward_components``, see :class:`rllab.types.Task`)
 returns a mapping name → float; the stage checks it has exactly the declared names, keeps the
@@ -150,7 +151,8 @@ class RolloutStage:
         if batch is None or not completions:
             return None
         try:
-            out = list(batch([examples[c.prompt_index] for c in completions], texts))
+            out = list(batch([examples[c.prompt_index] for c in completions], texts,
+                             completion_ids=[list(c.token_ids) for c in completions]))
         except Exception:
             return None
         return out if len(out) == len(completions) else None
@@ -191,10 +193,14 @@ class RolloutStage:
         rewards, comps, keep, errors = [], [], [], 0
         texts = [self.decode(c) for c in completions]
         batched = self._batch_rewards(examples, completions, texts)
+        one_by_one = getattr(self.task, "reward_batch", None) if batched is None else None
         for i, (c, text) in enumerate(zip(completions, texts)):
             ex = examples[c.prompt_index]
             try:
-                r, values = self._reward(ex, text, names, weights, None if batched is None else batched[i])
+                given = batched[i] if batched is not None else None
+                if one_by_one is not None:  # the batch call failed: each row alone, so the failure is its own
+                    given = one_by_one([ex], [text], completion_ids=[list(c.token_ids)])[0]
+                r, values = self._reward(ex, text, names, weights, given)
             except Exception as e:
                 if policy == "raise":
                     raise RewardError(

@@ -201,12 +201,16 @@ class DatasetTask:
         """The held-out rows (at most ``eval_size``), in a fixed order."""
         return list(self.eval)
 
-    def reward_batch(self, examples: list[Example], completions: list[str]) -> list[float | dict[str, float]]:
-        """The reward of each (example, completion) pair, each function called once on the batch."""
+    def reward_batch(
+        self, examples: list[Example], completions: list[str], *, completion_ids: list[list[int]] | None = None
+    ) -> list[float | dict[str, float]]:
+        """The reward of each (example, completion) pair, each function called once on the batch
+        (``completion_ids``, the sampled token ids, reach TRL-style functions as TRL passes them)."""
         return self.rewards.score(
             prompts=[e.prompt for e in examples], completions=list(completions),
             ground_truth=[e.meta["ground_truth"] for e in examples],
             columns=[e.meta["columns"] for e in examples], rows=[e.meta["row"] for e in examples],
+            completion_ids=completion_ids,
         )
 
     def reward(self, example: Example, completion: str) -> float | dict[str, float]:

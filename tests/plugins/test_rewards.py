@@ -261,3 +261,18 @@ def test_rllab_plugins_lists_and_rllab_check_checks_reward_functions(capsys):
     assert all(n in out for n in ("math_verify", "length_penalty", "max_length=200"))
     assert main(["check", "format", "--knob", 'pattern="a+"']) == 0
     assert "one finite float (or None) per completion" in capsys.readouterr().out
+
+
+def test_a_run_passes_completion_ids_as_trl_does(tmp_path):
+    task = _task(tmp_path, [{"prompt": f"{i}?", "answer": str(i)} for i in range(20)],
+                 rewards=["tests.plugins.trl_rewards:token_count", "tests.plugins.trl_rewards:broken_on_seven"])
+    seven = next(e for e in task.train + task.eval if e.answer == "7")
+    other = next(e for e in task.train + task.eval if e.answer == "3")
+    stage = _stage(task, [["ab", "abc"], ["a", "abcd"]], "zero")
+    comps = stage.generate([other, seven], stage.sampling_params(0, n=2))
+    rewards, comp_values, keep, errors = stage.score_components([other, seven], comps)
+    assert [v[0] for v in comp_values[:2]] == [2.0, 3.0] and errors == 2  # the batch failed; each row alone
+    task2 = _task(tmp_path, [{"prompt": f"{i}?", "answer": str(i)} for i in range(20)], rewards="tests.plugins.trl_rewards:token_count")
+    stage2 = _stage(task2, [["ab", "abc"], ["a", "abcd"]], "raise")
+    rewards, _, _ = stage2.score([other, seven], stage2.generate([other, seven], stage2.sampling_params(0, n=2)))
+    assert rewards == [2.0, 3.0, 1.0, 4.0]

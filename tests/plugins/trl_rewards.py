@@ -51,3 +51,8 @@ def text_reward(completions, **kwargs):
 
 def no_signature(x):
     return x
+
+
+def token_count(completion_ids, **kwargs):
+    """TRL passes the sampled token ids as completion_ids."""
+    return [float(len(ids)) for ids in completion_ids]
