@@ -414,8 +414,12 @@ class Trainer:
                     self.evaluate()
                 if t.checkpoint_every and self.step % t.checkpoint_every == 0 and self.step < t.steps:
                     self.save_checkpoint()
-            final = self.evaluate()
-            self.save_checkpoint()
+            last = self.history[-1] if self.history else {}
+            if self.step > 0 and last.get("step") == self.step and "eval/accuracy" in last:
+                final = last  # resumed from the checkpoint written after the final evaluation: only final.json is missing
+            else:
+                final = self.evaluate()
+                self.save_checkpoint()
         except BaseException as e:
             try:
                 self.lab.hook.on_run_error(run_dir=self.run_dir, step=self.step, error=e)

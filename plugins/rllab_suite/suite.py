@@ -199,6 +199,30 @@ def report_suite(directory, *, console=None) -> dict:
     return report.write_all(records, out, title=f"suite {manifest['name']}", baseline=manifest.get("baseline"), variants=manifest["variants"], identical=identical + loads, console=console)
 
 
+def _refuse_repeated_runs(dirs: list[Path]) -> None:
+    """One run directory named twice (or under two spellings: ``runs/a``, ``./runs/a/``, a link)
+    would count as two seeds."""
+    seen: dict[Path, Path] = {}
+    for d in dirs:
+        first = seen.setdefault(d.resolve(), d)
+        if first is not d:
+            spelled = f" (as {first} and as {d})" if str(first) != str(d) else ""
+            raise RllabError(f"run directory {first} is given twice{spelled}: a comparison counts each run once")
+
+
+def _refuse_repeated_seeds(records: list) -> None:
+    """Two run directories of one experiment (the same settings, task and seed: a copy, or a rerun)
+    would be pooled as two seeds."""
+    seen: dict[tuple, str] = {}
+    for r in records:
+        first = seen.setdefault((r.variant, r.task, r.seed), r.run_dir)
+        if first != r.run_dir:
+            raise RllabError(
+                f"{first} and {r.run_dir} are the same experiment with the same seed ({r.variant} on {r.task}, train.seed = {r.seed}): "
+                "a comparison counts each seed once; leave one of them out"
+            )
+
+
 def compare_runs(run_dirs: list, *, out: Path, baseline: str | None = None, console=None) -> dict:
     """The same report for loose run directories, grouped by the config keys on which they differ:
     the task's knobs make separate tasks (one table each), every other key separate variants; only
@@ -209,9 +233,11 @@ def compare_runs(run_dirs: list, *, out: Path, baseline: str | None = None, cons
         suites = [d for d in missing if (Path(d) / MANIFEST).is_file()]
         hint = f"; {', '.join(suites)} is a suite directory: its report comes from rllab suite report DIR" if suites else ""
         raise RllabError(f"not run directories (no config.toml): {', '.join(missing)}{hint}")
+    _refuse_repeated_runs(dirs)
     labels = report.label_runs(dirs)
     if baseline is not None and baseline not in labels:
         raise RllabError(f"--baseline {baseline!r} is not one of the groups: {', '.join(dict.fromkeys(labels))}")
     tasks = report.task_labels(dirs)
     records = [report.read_run(d, variant=lab_, task=task) for d, lab_, task in zip(dirs, labels, tasks)]
+    _refuse_repeated_seeds(records)
     return report.write_all(records, out, title="compare", baseline=baseline, console=console)
