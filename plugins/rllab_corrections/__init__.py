@@ -18,12 +18,12 @@ import rllab
 def register_importance_corrections(register):
     # the components' modules import torch: loaded when they register, not with the plugin
     from .rejection import RejectionConfig, keep_mask, narrows_mask, rejection
-    from .tis import CorrectionConfig, no_correction, sequence_mask, sequence_truncate, token_mask, token_truncate
+    from .tis import CorrectionConfig, MaskConfig, no_correction, sequence_mask, sequence_truncate, token_mask, token_truncate
 
     register("token_truncate", token_truncate, config=CorrectionConfig, aliases=("tis",))
-    register("token_mask", token_mask, config=CorrectionConfig, aliases=("mis",))
+    register("token_mask", token_mask, config=MaskConfig, aliases=("mis",))
     register("sequence_truncate", sequence_truncate, config=CorrectionConfig)
-    register("sequence_mask", sequence_mask, config=CorrectionConfig)
+    register("sequence_mask", sequence_mask, config=MaskConfig)
     register("none", no_correction)
     register(
         "rejection", rejection, config=RejectionConfig, aliases=("rs",), keep_mask=keep_mask, narrows_mask=narrows_mask
