@@ -13,7 +13,7 @@ Component sections name a registered component and set its knobs::
 Each such section is validated against that component's own frozen config class (through the
 :class:`~rllab.Lab`), so a typo in a knob fails at load time with the plugin, knob, value and
 allowed range, and the TOML line of the key. Overriding a section's name on the command line
-(``advantage=rloo``) drops the knobs the file set for the previous component; overrides act the
+(``advantage=rloo`` or ``advantage.name=rloo``; in a schedule too) drops the knobs set for the previous component; overrides act the
 same in any order (a section's new name applies before its knobs), and a knob the final
 component does not have is an error.
 
