@@ -43,7 +43,7 @@ from rllab.config import COMPONENT_SECTIONS, ExperimentConfig, apply_schedule, d
 from rllab.errors import NonFiniteError, RewardError, RllabError  # noqa: F401  (RewardError: re-exported)
 from rllab.lab import Lab
 from rllab.listeners import RunLoggers
-from rllab.models import CriticModel
+from rllab.models import CriticModel, transformers_progress_bars_off
 from rllab.optimizer import Optimizers, StepOutcome
 from rllab.rollout import RolloutStage
 from rllab.config_checks import check_backend_device
@@ -96,7 +96,8 @@ class Trainer:
         self.kl_controller = self._component("kl_controller")()
         self._build_components()
         try:
-            self._build_models()
+            with transformers_progress_bars_off():  # rllab shows its own progress
+                self._build_models()
             self._build_optimizers()
             loggers = [Component(spec=self.lab.spec("logger", ref.name), config=ref.config)(run_dir=self.run_dir) for ref in cfg.loggers]
             self.loggers = RunLoggers(lab=self.lab, loggers=loggers, run_dir=self.run_dir)
@@ -160,9 +161,7 @@ class Trainer:
 
     def _build_models(self) -> None:
         from transformers import AutoTokenizer
-        from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()  # rllab shows its own progress
         self.model_dir = self._model_dir()
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         if self.tokenizer.pad_token_id is None:
@@ -256,7 +255,8 @@ class Trainer:
             self.kl_controller = self._component("kl_controller")()
         self._build_components()
         self.rollout = self._rollout_stage()
-        self._ensure_models()
+        with transformers_progress_bars_off():
+            self._ensure_models()
         t = new.train
         for opt, lr in ((self.optimizer, t.lr), (self.critic_optimizer, t.critic_lr)):
             if opt is None:

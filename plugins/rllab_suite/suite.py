@@ -48,13 +48,16 @@ def check_directory(suite: Suite, out: Path, *, replace: bool = False) -> dict:
 
 def prebuild_models(cells: list[Cell], *, lab, console=None) -> None:
     """Build each distinct warm-started tiny model once, before the workers start."""
-    from rllab import tinymodel
-    from rllab import Component
+    from rllab.models import transformers_progress_bars_off
+
+    with transformers_progress_bars_off():
+        _prebuild_models(cells, lab=lab, console=console)
+
+
+def _prebuild_models(cells: list[Cell], *, lab, console=None) -> None:
+    from rllab import Component, tinymodel
     from rllab.config import COMPONENT_SECTIONS, load_config
 
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
     seen = set()
     for c in cells:
         m = c.config["model"]
