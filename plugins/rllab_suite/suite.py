@@ -28,6 +28,16 @@ def suite_dir_for(suite: Suite, directory: str | Path | None) -> Path:
 def check_directory(suite: Suite, out: Path, *, replace: bool = False) -> dict:
     """The manifest ``out`` already holds (``{}`` for none); another suite's is refused unless
     ``replace``, and then forgotten (its notes and recordings do not carry into this suite's report)."""
+    from rllab.runs import run_markers
+
+    if out.exists() and not out.is_dir():
+        raise SuiteError(f"--dir {out} is a file: a suite directory holds the suite's runs, suite.json and report; give a directory")
+    found = run_markers(out) if out.is_dir() else []
+    if found:
+        raise SuiteError(
+            f"{out} is a run directory ({', '.join(found)}): the suite's runs, suite.json and report would mix with that "
+            f"run's files. Give another --dir (default: suites/{suite.name})"
+        )
     path = out / MANIFEST
     if not path.is_file():
         return {}
@@ -213,6 +223,26 @@ def _refuse_repeated_runs(dirs: list[Path]) -> None:
             raise RllabError(f"run directory {first} is given twice{spelled}: a comparison counts each run once")
 
 
+def _check_out(out: Path) -> None:
+    """``--out`` takes a directory of its own: a run's or a suite's would have its files (a run's
+    ``curves.png``, a suite's ``report.md`` and ``summary.csv``) replaced by the comparison's."""
+    from rllab.runs import run_markers
+
+    if out.exists() and not out.is_dir():
+        raise RllabError(f"--out {out} is a file: the report is a directory (report.md, CSV, JSON, plots); choose another --out")
+    if (out / MANIFEST).is_file():
+        raise RllabError(
+            f"--out {out} is a suite directory: the comparison would replace its report.md, CSV and plots "
+            f"(rllab suite report {out} regenerates the suite's own); choose another --out"
+        )
+    found = run_markers(out) if out.is_dir() else []
+    if found:
+        raise RllabError(
+            f"--out {out} is a run directory ({', '.join(found)}): the comparison would replace its curves.png and add "
+            "its report beside the run's files; choose another --out"
+        )
+
+
 def _refuse_repeated_seeds(records: list) -> None:
     """Two run directories of one experiment (the same settings, task and seed: a copy, or a rerun)
     would be pooled as two seeds."""
@@ -237,6 +267,7 @@ def compare_runs(run_dirs: list, *, out: Path, baseline: str | None = None, cons
         hint = f"; {', '.join(suites)} is a suite directory: its report comes from rllab suite report DIR" if suites else ""
         raise RllabError(f"not run directories (no config.toml): {', '.join(missing)}{hint}")
     _refuse_repeated_runs(dirs)
+    _check_out(Path(out))
     labels = report.label_runs(dirs)
     if baseline is not None and baseline not in labels:
         raise RllabError(f"--baseline {baseline!r} is not one of the groups: {', '.join(dict.fromkeys(labels))}")
