@@ -93,3 +93,18 @@ def test_plugin_config_error_imports_only_what_the_components_need(tmp_path):
     assert result["code"] == 1 and "no knob 'bogus'" in result["err"], result
     assert "torch" in result["loaded"]  # the components are torch code: the check above is real
     assert not set(result["loaded"]) - {"torch", "numpy"}, result["loaded"]
+
+
+def test_suite_and_compare_errors_about_their_inputs_import_no_heavy_library(tmp_path):
+    """``rllab suite`` and ``rllab compare`` check their files and directories before loading torch
+    (for the runs and replays) or scipy (for the statistics)."""
+    (tmp_path / "bad_suite.toml").write_text('name = "s"\nbogus = 1\n')
+    errors = [
+        (["suite", "missing.toml"], "suite file not found: missing.toml"),
+        (["suite", "bad_suite.toml"], "unknown suite key(s) bogus"),
+        (["suite", "report", "nothere"], "nothere is not a suite directory"),
+        (["compare", "nothere"], "not run directories (no config.toml): nothere"),
+    ]
+    for r, (argv, message) in zip(_answers([argv for argv, _ in errors], tmp_path), errors):
+        assert r["code"] == 1 and message in r["err"], (argv, r["err"])
+        assert not r["loaded"], f"rllab {' '.join(argv)} imported {r['loaded']}"

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from rllab import RllabError
-from rllab_suite import executor, replay, report
+from rllab_suite import executor  # replay (torch) and report (scipy) are imported where used
 from rllab_suite.spec import MANIFEST, Cell, Suite, SuiteError, _slug, config_key, expand, parse_suite
 
 RECORD_STEPS = 2
@@ -88,6 +88,8 @@ def _prebuild_models(cells: list[Cell], *, lab, console=None) -> None:
 def identical_variants(cells: list[Cell], *, lab, out_dir: Path, console=None) -> list[dict]:
     """Per task, record one batch from the first cell's config and replay every ``rl`` variant's
     config (seed of that cell) on it; the pairs with the same gradients, as report notes."""
+    from rllab_suite import replay
+
     found = []
     tasks = list(dict.fromkeys(c.task for c in cells))
     for task in tasks:
@@ -200,6 +202,8 @@ def report_suite(directory, *, console=None) -> dict:
     if not path.is_file():
         raise SuiteError(f"{out} is not a suite directory (no {MANIFEST}); run one with: rllab suite SUITE.toml --dir {out}")
     manifest = json.loads(path.read_text())
+    from rllab_suite import report  # scipy: once the directory is known to be a suite's
+
     records = [
         report.read_run(out / "runs" / c["run"], variant=c["variant"], task=c["task"], seed=c["seed"]) for c in manifest["cells"]
     ]
@@ -268,6 +272,8 @@ def compare_runs(run_dirs: list, *, out: Path, baseline: str | None = None, cons
         raise RllabError(f"not run directories (no config.toml): {', '.join(missing)}{hint}")
     _refuse_repeated_runs(dirs)
     _check_out(Path(out))
+    from rllab_suite import report  # scipy: once the runs and --out are known to be right
+
     labels = report.label_runs(dirs)
     if baseline is not None and baseline not in labels:
         raise RllabError(f"--baseline {baseline!r} is not one of the groups: {', '.join(dict.fromkeys(labels))}")
