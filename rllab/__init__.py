@@ -39,23 +39,19 @@ from rllab.lab import (  # noqa: E402
 )
 
 # The part of the API built on torch comes from its module on first use (``rllab.RolloutBatch``,
-# ``from rllab import ops``), so that ``import rllab`` -- every plugin's first line -- stays cheap
-# and ``rllab --help`` or a config error answers without loading torch. Name -> defining module.
+# ``rllab.ops``), so that ``import rllab`` -- every plugin's first line -- stays cheap and
+# ``rllab --help`` or a config error answers without loading torch.
 _ON_FIRST_USE = {
-    "algorithm": "rllab.algorithm",
-    "ops": "rllab.ops",
-    **dict.fromkeys(("Algorithm", "KLSample", "OptimizerStep", "RunContext", "StepReport"), "rllab.algorithm"),
-    "RowError": "rllab.ops",
-    **dict.fromkeys(("Optimizers", "StepOutcome"), "rllab.optimizer"),
-    "RecordedRollout": "rllab.rollout",
-    **dict.fromkeys(
-        (
-            "Completion", "Example", "PreferencePair", "RolloutBackend", "RolloutBatch", "SamplingParams", "Task",
-            "check_mask", "check_same_shape", "check_tensor",
-        ),
-        "rllab.types",
+    "rllab.algorithm": ("Algorithm", "KLSample", "OptimizerStep", "RunContext", "StepReport"),
+    "rllab.ops": ("RowError",),
+    "rllab.optimizer": ("Optimizers", "StepOutcome"),
+    "rllab.rollout": ("RecordedRollout",),
+    "rllab.types": (
+        "Completion", "Example", "PreferencePair", "RolloutBackend", "RolloutBatch", "SamplingParams", "Task",
+        "check_mask", "check_same_shape", "check_tensor",
     ),
 }  # fmt: skip
+_SUBMODULES_ON_FIRST_USE = ("algorithm", "ops")
 
 if _TYPE_CHECKING:
     from rllab import algorithm, ops
@@ -78,12 +74,13 @@ if _TYPE_CHECKING:
 
 
 def __getattr__(name: str):
-    """A name of :data:`_ON_FIRST_USE`, imported from its module now (and kept)."""
-    if name not in _ON_FIRST_USE:
+    """A name of :data:`_ON_FIRST_USE` (or one of its submodules), imported now and kept."""
+    if name in _SUBMODULES_ON_FIRST_USE:
+        return _importlib.import_module(f"rllab.{name}")  # the import sets rllab.<name>
+    module = next((m for m, names in _ON_FIRST_USE.items() if name in names), None)
+    if module is None:
         raise AttributeError(f"module 'rllab' has no attribute {name!r}")
-    module = _importlib.import_module(_ON_FIRST_USE[name])
-    value = module if _ON_FIRST_USE[name] == f"rllab.{name}" else getattr(module, name)
-    globals()[name] = value
+    value = globals()[name] = getattr(_importlib.import_module(module), name)
     return value
 
 

@@ -163,9 +163,8 @@ def apply_override(data: dict, key: str, value: Any) -> None:
 
 
 def apply_overrides(data: dict, pairs: list[tuple[str, Any]]) -> None:
-    """Apply overrides so that their order does not matter: every ``section=name`` (or
-    ``section.name=name``) first (each drops the file's knobs of a replaced component), then every
-    setting and knob."""
+    """Apply overrides so that their order does not matter: every ``section=name`` (or ``section.name=``)
+    first (each drops the file's knobs of a replaced component), then every setting and knob."""
     selects = set(COMPONENT_SECTIONS) | {f"{sec}.name" for sec in COMPONENT_SECTIONS}
     for k, v in sorted(pairs, key=lambda kv: 0 if kv[0] in selects else 1):
         apply_override(data, k, v)
@@ -370,8 +369,7 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
         unused=unused,
         **plain,
     )
-    # every scheduled change must itself be valid and able to take effect mid-run, on the config
-    # the entries before it made (as the trainer applies them)
+    # every scheduled change must be valid mid-run, on the config the entries before it made (as the trainer applies them)
     current = cfg
     for entry in cfg.schedule:
         try:

@@ -108,3 +108,15 @@ def test_suite_and_compare_errors_about_their_inputs_import_no_heavy_library(tmp
     for r, (argv, message) in zip(_answers([argv for argv, _ in errors], tmp_path), errors):
         assert r["code"] == 1 and message in r["err"], (argv, r["err"])
         assert not r["loaded"], f"rllab {' '.join(argv)} imported {r['loaded']}"
+
+
+def test_every_public_name_of_rllab_resolves():
+    """The torch-backed names of ``rllab.__all__`` come from their modules on first use: each one
+    resolves to the object its module defines."""
+    import rllab
+    from rllab import algorithm, ops, types
+
+    for name in rllab.__all__:
+        assert getattr(rllab, name) is not None, name
+    assert rllab.ops is ops and rllab.algorithm is algorithm and rllab.RolloutBatch is types.RolloutBatch
+    assert rllab.RowError is ops.RowError and rllab.StepReport is algorithm.StepReport
