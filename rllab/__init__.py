@@ -19,8 +19,9 @@ import os as _os
 # idle. Only takes effect if torch has not been imported yet; an explicit setting wins.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from rllab import algorithm, ops  # noqa: E402
-from rllab.algorithm import Algorithm, KLSample, OptimizerStep, RunContext, StepReport  # noqa: E402
+import importlib as _importlib  # noqa: E402
+from typing import TYPE_CHECKING as _TYPE_CHECKING  # noqa: E402
+
 from rllab.errors import NonFiniteError, RewardError  # noqa: E402
 from rllab.hookspecs import hookimpl  # noqa: E402
 from rllab.lab import (  # noqa: E402
@@ -36,21 +37,56 @@ from rllab.lab import (  # noqa: E402
     UnknownComponentError,
     knob,
 )
-from rllab.ops import RowError  # noqa: E402
-from rllab.optimizer import Optimizers, StepOutcome  # noqa: E402
-from rllab.rollout import RecordedRollout  # noqa: E402
-from rllab.types import (  # noqa: E402
-    Completion,
-    Example,
-    PreferencePair,
-    RolloutBackend,
-    RolloutBatch,
-    SamplingParams,
-    Task,
-    check_mask,
-    check_same_shape,
-    check_tensor,
-)
+
+# The part of the API built on torch comes from its module on first use (``rllab.RolloutBatch``,
+# ``rllab.ops``), so that ``import rllab`` -- every plugin's first line -- stays cheap and
+# ``rllab --help`` or a config error answers without loading torch.
+_ON_FIRST_USE = {
+    "rllab.algorithm": ("Algorithm", "KLSample", "OptimizerStep", "RunContext", "StepReport"),
+    "rllab.ops": ("RowError",),
+    "rllab.optimizer": ("Optimizers", "StepOutcome"),
+    "rllab.rollout": ("RecordedRollout",),
+    "rllab.types": (
+        "Completion", "Example", "PreferencePair", "RolloutBackend", "RolloutBatch", "SamplingParams", "Task",
+        "check_mask", "check_same_shape", "check_tensor",
+    ),
+}  # fmt: skip
+_SUBMODULES_ON_FIRST_USE = ("algorithm", "ops")
+
+if _TYPE_CHECKING:
+    from rllab import algorithm, ops
+    from rllab.algorithm import Algorithm, KLSample, OptimizerStep, RunContext, StepReport
+    from rllab.ops import RowError
+    from rllab.optimizer import Optimizers, StepOutcome
+    from rllab.rollout import RecordedRollout
+    from rllab.types import (
+        Completion,
+        Example,
+        PreferencePair,
+        RolloutBackend,
+        RolloutBatch,
+        SamplingParams,
+        Task,
+        check_mask,
+        check_same_shape,
+        check_tensor,
+    )
+
+
+def __getattr__(name: str):
+    """A name of :data:`_ON_FIRST_USE` (or one of its submodules), imported now and kept."""
+    if name in _SUBMODULES_ON_FIRST_USE:
+        return _importlib.import_module(f"rllab.{name}")  # the import sets rllab.<name>
+    module = next((m for m, names in _ON_FIRST_USE.items() if name in names), None)
+    if module is None:
+        raise AttributeError(f"module 'rllab' has no attribute {name!r}")
+    value = globals()[name] = getattr(_importlib.import_module(module), name)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __version__ = "0.1.0"
 

@@ -43,6 +43,7 @@ def _lab(args, strict: bool = True) -> Lab:
 
 
 def _problems(lab: Lab) -> None:
+    lab.register_components()  # a plugin can also fail while registering
     for p in lab.problems:
         err_console.print(f"[yellow]warning:[/] {escape(p)}")
 
@@ -235,11 +236,8 @@ def cmd_settings(args) -> int:
 
 def cmd_run(args) -> int:
     from rllab.config import load_config
-    from rllab.runs import resume_run
-    from rllab.trainer import run_experiment
 
     lab = _lab(args)
-    _problems(lab)
     overrides = list(args.overrides)
     if args.steps is not None:
         overrides.append(f"train.steps={args.steps}")
@@ -250,6 +248,9 @@ def cmd_run(args) -> int:
             overrides.insert(0, args.config)
         if args.preset or args.run_dir or args.overwrite:
             raise RllabError("--resume continues the run in RUN_DIR with its own config: --preset, --run-dir and --overwrite do not apply")
+        from rllab.runs import resume_run
+
+        _problems(lab)
         resume_run(Path(args.resume), lab=lab, overrides=overrides, progress=not args.quiet)
         return 0
     if args.overwrite and not args.run_dir:
@@ -258,7 +259,11 @@ def cmd_run(args) -> int:
     if source is not None and "=" in source and not Path(source).exists():
         overrides.insert(0, source)
         source = None
+    # the file, the overrides and the top-level keys are checked before any plugin's components load
     cfg = load_config(source, overrides, lab=lab, preset=args.preset)
+    _problems(lab)
+    from rllab.trainer import run_experiment
+
     run_experiment(cfg, lab=lab, run_dir=Path(args.run_dir) if args.run_dir else None, progress=not args.quiet, overwrite=args.overwrite)
     return 0
 
@@ -372,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         plugins, rest = _plugin_options(argv)
         strict = not (rest[:1] == ["plugins"])  # `rllab plugins` shows conflicts instead of failing on them
-        lab = Lab(plugins=plugins, strict=strict)
+        # deferred: the components (and torch) load on first use, so `--help` and a config error answer at once
+        lab = Lab(plugins=plugins, strict=strict, defer=True)
         parser = build_parser(lab)
         args = _parse(parser, rest)
         args.lab, args.plugin = lab, plugins

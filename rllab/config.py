@@ -13,7 +13,7 @@ Component sections name a registered component and set its knobs::
 Each such section is validated against that component's own frozen config class (through the
 :class:`~rllab.Lab`), so a typo in a knob fails at load time with the plugin, knob, value and
 allowed range, and the TOML line of the key. Overriding a section's name on the command line
-(``advantage=rloo``) drops the knobs the file set for the previous component; overrides act the
+(``advantage=rloo`` or ``advantage.name=rloo``; in a schedule too) drops the knobs set for the previous component; overrides act the
 same in any order (a section's new name applies before its knobs), and a knob the final
 component does not have is an error.
 
@@ -136,9 +136,11 @@ TOP_LEVEL = {"name", "output_dir", "loggers", "schedule", "preset", "plugins", "
 
 
 def apply_override(data: dict, key: str, value: Any) -> None:
-    """Set dotted ``key`` in a nested dict. ``section=name`` on a component section selects a
-    component and drops the knobs set for the previous one."""
+    """Set dotted ``key`` in a nested dict. ``section=name`` (or ``section.name=name``) on a
+    component section selects a component and drops the knobs set for the previous one."""
     parts = key.split(".")
+    if parts[1:] == ["name"] and parts[0] in COMPONENT_SECTIONS:
+        parts = parts[:1]  # the other knobs belong to the component named before
     if len(parts) == 1 and parts[0] in COMPONENT_SECTIONS:
         if not isinstance(value, str):
             raise ConfigError(f"{key}={value!r}: a component section takes a component name", key=key)
@@ -161,9 +163,10 @@ def apply_override(data: dict, key: str, value: Any) -> None:
 
 
 def apply_overrides(data: dict, pairs: list[tuple[str, Any]]) -> None:
-    """Apply overrides so that their order does not matter: every ``section=name`` first (each
-    drops the file's knobs of a replaced component), then every setting and knob."""
-    for k, v in sorted(pairs, key=lambda kv: 0 if kv[0] in COMPONENT_SECTIONS else 1):
+    """Apply overrides so that their order does not matter: every ``section=name`` (or ``section.name=``)
+    first (each drops the file's knobs of a replaced component), then every setting and knob."""
+    selects = set(COMPONENT_SECTIONS) | {f"{sec}.name" for sec in COMPONENT_SECTIONS}
+    for k, v in sorted(pairs, key=lambda kv: 0 if kv[0] in selects else 1):
         apply_override(data, k, v)
 
 
@@ -366,10 +369,11 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
         unused=unused,
         **plain,
     )
-    # every scheduled change must itself be valid and able to take effect mid-run
+    # every scheduled change must be valid mid-run, on the config the entries before it made (as the trainer applies them)
+    current = cfg
     for entry in cfg.schedule:
         try:
-            apply_schedule(cfg, entry, lab=lab)
+            current = apply_schedule(current, entry, lab=lab)
         except ConfigError as e:
             raise ConfigError(f"{where}: schedule at step {entry.step}: {e}") from None
     check_schedule_applies(cfg.schedule, steps=cfg.train.steps, where=where)

@@ -115,9 +115,14 @@ class Lab:
         ``RLLAB_BUILTINS``).
     :param strict: raise on duplicate registrations (True) or record them as problems (False,
         used by ``rllab plugins`` so a conflict can be inspected).
+    :param defer: load the plugins now but run their registration hooks on the first lookup
+        (:meth:`register_components`). A plugin whose ``__init__`` imports its components' modules
+        inside the hook (as the built-ins do) then costs no torch import until a component is
+        needed: the command line defers, so ``--help`` and config errors that need no component
+        answer at once. Until then :attr:`problems` and :attr:`plugins` hold import failures only.
     """
 
-    def __init__(self, plugins: Iterable[Any] = (), *, entry_points: bool = True, strict: bool = True):
+    def __init__(self, plugins: Iterable[Any] = (), *, entry_points: bool = True, strict: bool = True, defer: bool = False):
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self.plugins: list[PluginInfo] = []
@@ -131,7 +136,17 @@ class Lab:
             self._load_entry_points()
         for p in plugins:
             self.add_plugin(p, _register=False)
-        self._register_all(strict=strict)
+        self._pending: bool | None = strict
+        """The ``strict`` of the registration still to run, or None once it ran."""
+        if not defer:
+            self.register_components()
+
+    def register_components(self) -> None:
+        """Run every loaded plugin's registration hooks, if a deferred Lab has not yet (every
+        lookup calls this; it does nothing the second time)."""
+        if self._pending is not None:
+            strict, self._pending = self._pending, None
+            self._register_all(strict=strict)
 
     # -- loading
 
@@ -207,7 +222,9 @@ class Lab:
             return
         version = getattr(obj, "__version__", None)
         self.plugins.append(PluginInfo(name, None, str(version) if version is not None else None, source))
-        if _register:
+        if _register and self._pending is not None:  # deferred: this plugin registers with the rest
+            self.register_components()
+        elif _register:
             self._register_all(strict=True, only=name)
 
     def _broken(self, name, dist, version, source, e: BaseException, phase: str) -> None:
@@ -316,10 +333,12 @@ class Lab:
 
     def names(self, kind: str) -> list[str]:
         """Registered names of a kind (aliases not included), sorted."""
+        self.register_components()
         self._check_kind(kind)
         return sorted(self._registry[kind])
 
     def specs(self, kind: str | None = None) -> list[ComponentSpec]:
+        self.register_components()
         kinds = [kind] if kind else list(KINDS)
         out = []
         for k in kinds:
@@ -329,6 +348,7 @@ class Lab:
 
     def spec(self, kind: str, name: str) -> ComponentSpec:
         """The spec registered as ``name`` (or an alias) of ``kind``; a helpful error if none."""
+        self.register_components()
         self._check_kind(kind)
         found = self._lookup(kind, name)
         if found is not None:
@@ -351,6 +371,7 @@ class Lab:
 
     def find(self, name: str) -> list[ComponentSpec]:
         """Every spec of any kind registered under ``name`` or an alias of it."""
+        self.register_components()
         return [s for k in KINDS if (s := self._lookup(k, name)) is not None]
 
     def get(self, kind: str, name: str, **knobs: Any) -> Component:

@@ -14,6 +14,7 @@ tokens, ``V`` vocabulary, ``D`` hidden size.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import math
@@ -67,6 +68,22 @@ def load_tokenizer(model_dir) -> "object":
         if json.loads(config.read_text()).get("tokenizer_class") == "TokenizersBackend":
             return PreTrainedTokenizerFast.from_pretrained(model_dir)
     return AutoTokenizer.from_pretrained(model_dir)
+
+
+@contextlib.contextmanager
+def transformers_progress_bars_off():
+    """transformers' own progress bars (loading or writing weights) off for the duration, as they
+    were after: rllab shows its own progress, and the rest of the process keeps transformers'
+    setting."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

@@ -163,7 +163,9 @@ def default_run_dir(cfg) -> Path:
 
 
 def resume_run(run_dir: Path, *, lab: Lab | None = None, overrides: list[str] = (), progress: bool = True) -> dict:
-    """Continue an interrupted run from its last checkpoint (or restart it if it has none).
+    """Continue an interrupted run from its last checkpoint (or restart it if it has none). A run
+    stopped after its final checkpoint but before writing ``final.json`` is finished: its summary
+    is written from the final evaluation the checkpoint holds, nothing is trained or evaluated again.
 
     ``overrides`` may change only :data:`RESUMABLE_SETTINGS` — ``train.steps=N`` extends a run
     (the LR schedule then runs over the new total); anything else is refused, since the resumed
@@ -189,7 +191,8 @@ def resume_run(run_dir: Path, *, lab: Lab | None = None, overrides: list[str] = 
     ckpt = checkpoint.latest(run_dir)
     if ckpt is not None:
         trainer.load_checkpoint(ckpt)
-        if trainer.step >= cfg.train.steps:
+        # a run stopped after its last checkpoint but before final.json is finished, not refused
+        if trainer.step > cfg.train.steps or (trainer.step == cfg.train.steps and (run_dir / "final.json").is_file()):
             trainer.close()
             raise RllabError(
                 f"{run_dir} already finished its {trainer.step} steps; extend it with: rllab run --resume {run_dir} train.steps=N (N > {trainer.step})"

@@ -43,7 +43,7 @@ from rllab.config import COMPONENT_SECTIONS, ExperimentConfig, apply_schedule, d
 from rllab.errors import NonFiniteError, RewardError, RllabError  # noqa: F401  (RewardError: re-exported)
 from rllab.lab import Lab
 from rllab.listeners import RunLoggers
-from rllab.models import CriticModel
+from rllab.models import CriticModel, transformers_progress_bars_off
 from rllab.optimizer import Optimizers, StepOutcome
 from rllab.rollout import RolloutStage
 from rllab.config_checks import check_backend_device
@@ -97,7 +97,8 @@ class Trainer:
         self.kl_controller = self._component("kl_controller")()
         self._build_components()
         try:
-            self._build_models()
+            with transformers_progress_bars_off():  # rllab shows its own progress
+                self._build_models()
             self._build_optimizers()
             loggers = [Component(spec=self.lab.spec("logger", ref.name), config=ref.config)(run_dir=self.run_dir) for ref in cfg.loggers]
             self.loggers = RunLoggers(lab=self.lab, loggers=loggers, run_dir=self.run_dir)
@@ -161,11 +162,8 @@ class Trainer:
         return AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).to(device)
 
     def _build_models(self) -> None:
-        from transformers.utils import logging as hf_logging
-
         from rllab.models import load_tokenizer
 
-        hf_logging.disable_progress_bar()  # rllab shows its own progress
         self.model_dir = self._model_dir()
         self.tokenizer = load_tokenizer(self.model_dir)
         if self.tokenizer.pad_token_id is None:
@@ -260,7 +258,8 @@ class Trainer:
             self.kl_controller = self._component("kl_controller")()
         self._build_components()
         self.rollout = self._rollout_stage()
-        self._ensure_models()
+        with transformers_progress_bars_off():
+            self._ensure_models()
         t = new.train
         for opt, lr in ((self.optimizer, t.lr), (self.critic_optimizer, t.critic_lr)):
             if opt is None:
@@ -419,8 +418,12 @@ class Trainer:
                     self.evaluate()
                 if t.checkpoint_every and self.step % t.checkpoint_every == 0 and self.step < t.steps:
                     self.save_checkpoint()
-            final = self.evaluate()
-            self.save_checkpoint()
+            last = self.history[-1] if self.history else {}
+            if self.step > 0 and last.get("step") == self.step and "eval/accuracy" in last:
+                final = last  # resumed from the checkpoint written after the final evaluation: only final.json is missing
+            else:
+                final = self.evaluate()
+                self.save_checkpoint()
         except BaseException as e:
             try:
                 self.lab.hook.on_run_error(run_dir=self.run_dir, step=self.step, error=e)

@@ -238,3 +238,32 @@ def test_builtins_env_accepts_the_old_plugin_names_with_a_warning(monkeypatch):
     with pytest.warns(FutureWarning, match=r"'rllab_ppo' is now 'rllab_policy_losses' and 'rllab_value_losses'"):
         names = {p.name for p in Lab().plugins}
     assert names == {"rllab_policy_losses", "rllab_value_losses", "rllab_aggregations"}
+
+
+def test_deferred_lab_registers_on_first_lookup_and_a_later_plugin_joins_it():
+    """``Lab(defer=True)`` (the command line's) imports the plugins but runs no ``register_*``
+    hook until a component is looked up; then every plugin registers, one added in between too.
+    Class: slower than it should be (``--help`` paid for every plugin's components)."""
+    calls = []
+    first, later = types.ModuleType("first"), types.ModuleType("later")
+
+    @rllab.hookimpl
+    def register_policy_losses(register):
+        calls.append("first")
+        register("toy_loss", toy_loss)
+
+    @rllab.hookimpl
+    def register_kl_penalties(register):
+        calls.append("later")
+        register("toy_kl", toy_loss)
+
+    first.register_policy_losses, later.register_kl_penalties = register_policy_losses, register_kl_penalties
+    lab = Lab([first], entry_points=False, defer=True)
+    assert calls == [] and lab.pm.has_plugin("first")
+    lab.add_plugin(later)
+    assert calls == ["first", "later"]  # adding a plugin registers, as it does on an eager Lab
+    assert lab.names("policy_loss") == ["toy_loss"] and lab.names("kl_penalty") == ["toy_kl"]
+    lab.register_components()
+    assert calls == ["first", "later"]  # once
+    deferred = Lab([first], entry_points=False, defer=True)
+    assert deferred.spec("policy_loss", "toy_loss").provider == "first" and calls.count("first") == 2

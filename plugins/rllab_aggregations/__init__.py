@@ -45,15 +45,22 @@ Edge cases, and where rllab differs from verl 0.9.1 ``agg_loss``:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
-import torch
 
 import rllab
-from rllab import ops
+
+# torch (and rllab.ops, built on it) is imported inside the functions, so that loading the plugin
+# -- `rllab --help`, a config error -- does not load torch.
+if TYPE_CHECKING:
+    import torch
 
 
 def _divide(total: torch.Tensor, local_count: torch.Tensor, global_count) -> torch.Tensor:
     """total / count, where count is the global count if given, else the local one; 0 if count is 0."""
+    import torch
+
     count = local_count if global_count is None else global_count
     if isinstance(count, torch.Tensor):
         return total / count.to(device=total.device, dtype=total.dtype).clamp(min=1)
@@ -62,6 +69,8 @@ def _divide(total: torch.Tensor, local_count: torch.Tensor, global_count) -> tor
 
 def _rows(where, nonempty, config, global_seqs, global_rows):
     """(local row count, global normaliser) for a sequence mean: non-empty rows, or every row."""
+    import torch
+
     if not getattr(config, "count_empty_rows", False):  # global_rows, when given, is not the normaliser
         return nonempty.sum(), global_seqs
     if global_seqs is not None and global_rows is None:
@@ -84,6 +93,8 @@ class SeqMeanConfig:
 
 def _row_sums(loss_mat: torch.Tensor, mask: torch.Tensor):
     """(Σ_t loss·mask per row, n_b per row, non-empty-row mask), each (B,)."""
+    from rllab import ops
+
     row_sum = ops.masked_sum(loss_mat, mask, dim=-1)
     row_len = mask.sum(-1)
     return row_sum, row_len, row_len > 0
@@ -95,6 +106,8 @@ def token_mean(*, loss_mat, mask, config, global_tokens=None, global_seqs=None):
     ``loss_mat`` (B, T) float, ``mask`` (B, T) bool; ``global_tokens`` replaces Σ mask.
     Returns a 0-d tensor (0 when no token is valid).
     """
+    from rllab import ops
+
     ops.check_token_tensor("loss_aggregation 'token-mean'", "loss_mat", loss_mat, mask)
     return _divide(ops.masked_sum(loss_mat, mask), mask.sum(), global_tokens)
 
@@ -104,6 +117,8 @@ def token_sum(*, loss_mat, mask, config, global_tokens=None, global_seqs=None):
 
     ``loss_mat`` (B, T) float, ``mask`` (B, T) bool. Returns a 0-d tensor.
     """
+    from rllab import ops
+
     ops.check_token_tensor("loss_aggregation 'token-sum'", "loss_mat", loss_mat, mask)
     return ops.masked_sum(loss_mat, mask)
 
@@ -114,6 +129,8 @@ def seq_mean_token_sum(*, loss_mat, mask, config, global_tokens=None, global_seq
     ``loss_mat`` (B, T) float, ``mask`` (B, T) bool; ``global_seqs`` (``global_rows``) replaces the
     number of non-empty rows (of rows). Returns a 0-d tensor (0 when every row is empty).
     """
+    from rllab import ops
+
     where = "loss_aggregation 'seq-mean-token-sum'"
     ops.check_token_tensor(where, "loss_mat", loss_mat, mask)
     row_sum, _, nonempty = _row_sums(loss_mat, mask)
@@ -127,6 +144,8 @@ def seq_mean_token_mean(*, loss_mat, mask, config, global_tokens=None, global_se
     ``loss_mat`` (B, T) float, ``mask`` (B, T) bool; ``global_seqs`` (``global_rows``) replaces the
     number of non-empty rows (of rows). Returns a 0-d tensor (0 when every row is empty).
     """
+    from rllab import ops
+
     where = "loss_aggregation 'seq-mean-token-mean'"
     ops.check_token_tensor(where, "loss_mat", loss_mat, mask)
     row_sum, row_len, nonempty = _row_sums(loss_mat, mask)
@@ -156,6 +175,8 @@ def seq_mean_token_sum_norm(*, loss_mat, mask, config, global_tokens=None, globa
     ``loss_mat`` (B, T) float, ``mask`` (B, T) bool; ``global_seqs`` replaces the number of
     non-empty rows; ``config.horizon`` (None = T). Returns a 0-d tensor (0 when every row is empty).
     """
+    from rllab import ops
+
     where = "loss_aggregation 'seq-mean-token-sum-norm'"
     ops.check_token_tensor(where, "loss_mat", loss_mat, mask)
     row_sum, _, nonempty = _row_sums(loss_mat, mask)

@@ -8,11 +8,12 @@
 
 import rllab
 
-from . import preference, rl
-
 
 @rllab.hookimpl
 def register_algorithms(register):
+    # the components' modules import torch: loaded when they register, not with the plugin
+    from . import preference, rl
+
     register("rl", rl.rl, config=rl.RLConfig, uses=rl.RL.uses, provides=rl.RL.provides)
     for name, factory, cls, config in (
         ("dpo", preference.dpo, preference.DPO, preference.DPOConfig),

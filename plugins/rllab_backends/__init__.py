@@ -8,17 +8,18 @@
 
 import rllab
 
-from . import hf, sglang
-
 
 @rllab.hookimpl
 def register_rollout_backends(register):
+    # the components' modules import torch: loaded when they register, not with the plugin
+    from . import hf, sglang
+
     register("hf", hf.hf, config=hf.HFBackendConfig, aliases=("transformers",))
     register("sglang", sglang.sglang, config=sglang.SGLangBackendConfig, needs_cuda=_sglang_needs_cuda)
 
 
-def _sglang_needs_cuda(config: sglang.SGLangBackendConfig) -> str | None:
-    """Why this SGLang config needs the policy on CUDA (read at config load), or None."""
+def _sglang_needs_cuda(config) -> str | None:
+    """Why this SGLang config (an ``SGLangBackendConfig``) needs the policy on CUDA (read at config load), or None."""
     if config.weight_sync == "tensor":
         return "weight_sync = 'tensor' sends CUDA-IPC handles (use weight_sync = 'disk' on a CPU policy)"
     if config.weight_sync == "distributed" and config.distributed_backend == "nccl":

@@ -13,17 +13,17 @@ components re-weight, reject or bypass accordingly (``register_importance_correc
 
 import rllab
 
-from .bypass import BypassConfig, bypass_mode
-from .rejection import RejectionConfig, keep_mask, narrows_mask, rejection
-from .tis import CorrectionConfig, no_correction, sequence_mask, sequence_truncate, token_mask, token_truncate
-
 
 @rllab.hookimpl
 def register_importance_corrections(register):
+    # the components' modules import torch: loaded when they register, not with the plugin
+    from .rejection import RejectionConfig, keep_mask, narrows_mask, rejection
+    from .tis import CorrectionConfig, MaskConfig, no_correction, sequence_mask, sequence_truncate, token_mask, token_truncate
+
     register("token_truncate", token_truncate, config=CorrectionConfig, aliases=("tis",))
-    register("token_mask", token_mask, config=CorrectionConfig, aliases=("mis",))
+    register("token_mask", token_mask, config=MaskConfig, aliases=("mis",))
     register("sequence_truncate", sequence_truncate, config=CorrectionConfig)
-    register("sequence_mask", sequence_mask, config=CorrectionConfig)
+    register("sequence_mask", sequence_mask, config=MaskConfig)
     register("none", no_correction)
     register(
         "rejection", rejection, config=RejectionConfig, aliases=("rs",), keep_mask=keep_mask, narrows_mask=narrows_mask
@@ -32,5 +32,8 @@ def register_importance_corrections(register):
 
 @rllab.hookimpl
 def register_policy_losses(register):
+    # the components' modules import torch: loaded when they register, not with the plugin
+    from .bypass import BypassConfig, bypass_mode
+
     # the rl step passes the rollout engine's log-probs as old_log_prob and skips the old-log-prob forward
     register("bypass_mode", bypass_mode, config=BypassConfig, old_log_prob="rollout")

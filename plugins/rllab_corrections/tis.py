@@ -92,6 +92,22 @@ class CorrectionConfig:
     )
 
 
+@attrs.frozen
+class MaskConfig(CorrectionConfig):
+    """Knobs of the masking corrections (``token_mask``, ``sequence_mask``): those of the truncating
+    ones, whose bounds must keep an on-policy weight of 1."""
+
+    def __attrs_post_init__(self):
+        lo = 0.0 if self.c_min is None else self.c_min
+        if not lo <= 1.0 <= self.c_max:
+            bounds = f"c_min = {self.c_min!r}, c_max = {self.c_max!r}" if self.c_min is not None else f"c_max = {self.c_max!r} (c_min unset)"
+            raise ValueError(
+                f"{bounds}: a masking correction zeroes every weight outside [{lo:g}, {self.c_max:g}] and an on-policy "
+                f"token's weight π_train/π_rollout is 1, so every on-policy token would be rejected (a gradient of 0); "
+                f"the interval must contain 1, e.g. c_min ≤ 1 ≤ c_max"
+            )
+
+
 def _prepare(where, old_log_prob, rollout_log_prob, mask):
     ops.check_inputs(where, mask, old_log_prob=old_log_prob, rollout_log_prob=rollout_log_prob)
     old = old_log_prob.detach()

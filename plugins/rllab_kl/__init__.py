@@ -7,17 +7,12 @@
 
 import rllab
 
-from .controllers import AdaptiveKLConfig, AdaptiveKLController, FixedKLConfig, FixedKLController, adaptive, fixed
-from .penalties import FullKLConfig, K3Config, abs_kl, abs_plus, full, k1, k1_plus, k2, k2_plus, k3, k3_plus
-
-__all__ = [
-    "AdaptiveKLConfig", "AdaptiveKLController", "FixedKLConfig", "FixedKLController", "FullKLConfig", "K3Config",
-    "abs_kl", "abs_plus", "adaptive", "fixed", "full", "k1", "k1_plus", "k2", "k2_plus", "k3", "k3_plus",
-]  # fmt: skip
-
 
 @rllab.hookimpl
 def register_kl_penalties(register):
+    # the components' modules import torch: loaded when they register, not with the plugin
+    from .penalties import FullKLConfig, K3Config, abs_kl, abs_plus, full, k1, k1_plus, k2, k2_plus, k3, k3_plus
+
     register("k1", k1, aliases=("kl",))
     register("abs", abs_kl)
     register("k2", k2, aliases=("mse",))
@@ -31,5 +26,8 @@ def register_kl_penalties(register):
 
 @rllab.hookimpl
 def register_kl_controllers(register):
+    # the components' modules import torch: loaded when they register, not with the plugin
+    from .controllers import AdaptiveKLConfig, FixedKLConfig, adaptive, fixed
+
     register("fixed", fixed, config=FixedKLConfig)
     register("adaptive", adaptive, config=AdaptiveKLConfig)

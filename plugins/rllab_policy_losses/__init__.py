@@ -18,52 +18,26 @@ correction folded into the policy loss, in ``rllab_corrections``.
 
 import rllab
 
-from .covariance import ClipCovConfig, KLCovConfig, clip_cov, kl_cov
-from .ppo import (
-    CISPOConfig,
-    GSPOConfig,
-    PPOClipConfig,
-    PPODualClipConfig,
-    SAPOConfig,
-    cispo,
-    gspo,
-    ppo_clip,
-    ppo_dual_clip,
-    sapo,
-    vanilla_pg,
-)
-from .variants import DPPOConfig, DROConfig, GeoMeanConfig, VESPOConfig, dppo_kl, dppo_tv, dro, geo_mean, vespo
-
-__all__ = [
-    "CISPOConfig",
-    "ClipCovConfig",
-    "GSPOConfig",
-    "KLCovConfig",
-    "PPOClipConfig",
-    "PPODualClipConfig",
-    "SAPOConfig",
-    "cispo",
-    "clip_cov",
-    "gspo",
-    "kl_cov",
-    "ppo_clip",
-    "ppo_dual_clip",
-    "sapo",
-    "vanilla_pg",
-    "DPPOConfig",
-    "DROConfig",
-    "GeoMeanConfig",
-    "VESPOConfig",
-    "dppo_kl",
-    "dppo_tv",
-    "dro",
-    "geo_mean",
-    "vespo",
-]
-
 
 @rllab.hookimpl
 def register_policy_losses(register):
+    # the components' modules import torch: loaded when they register, not with the plugin
+    from .covariance import ClipCovConfig, KLCovConfig, clip_cov, kl_cov
+    from .ppo import (
+        CISPOConfig,
+        GSPOConfig,
+        PPOClipConfig,
+        PPODualClipConfig,
+        SAPOConfig,
+        cispo,
+        gspo,
+        ppo_clip,
+        ppo_dual_clip,
+        sapo,
+        vanilla_pg,
+    )
+    from .variants import DPPOConfig, DROConfig, GeoMeanConfig, VESPOConfig, dppo_kl, dppo_tv, dro, geo_mean, vespo
+
     rollout = ("rollout_log_prob",)  # read by the off-policy sequence mask (rllab_policy_losses.opsm)
     register("ppo_clip", ppo_clip, config=PPOClipConfig, aliases=("ppo",), requires=rollout)
     register("ppo_dual_clip", ppo_dual_clip, config=PPODualClipConfig, aliases=("dual_clip",))

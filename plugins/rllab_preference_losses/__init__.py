@@ -12,11 +12,12 @@ The steps that train with them (``dpo``, ``online_dpo``) are algorithms, in ``rl
 
 import rllab
 
-from . import combined, dpo, trl
-
 
 @rllab.hookimpl
 def register_preference_losses(register):
+    # the components' modules import torch: loaded when they register, not with the plugin
+    from . import combined, dpo, trl
+
     register("dpo", dpo.dpo, config=dpo.DPOConfig, aliases=("sigmoid",))
     register("cdpo", dpo.cdpo, config=dpo.CDPOConfig)
     register("ipo", dpo.ipo, config=dpo.IPOConfig)

@@ -137,10 +137,10 @@ def _console():
 
 
 def _need_scipy() -> None:
-    try:
-        import scipy.stats  # noqa: F401
-    except ImportError:
-        raise rllab.RllabError("the suite statistics need scipy: pip install 'rllab[suite]'") from None
+    import importlib.util
+
+    if importlib.util.find_spec("scipy") is None:  # looked up, not imported: an error before the statistics stays quick
+        raise rllab.RllabError("the suite statistics need scipy: pip install 'rllab[suite]'")
 
 
 def cmd_suite(args) -> int:
@@ -227,6 +227,9 @@ def cmd_replay(args) -> int:
     from rllab_suite.checks import check_replay_overrides, open_record
 
     pending = []
+    repeated = sorted({v for v in args.variants if args.variants.count(v) > 1})
+    if repeated:
+        raise rllab.RllabError(f"variant {repeated[0]!r} is given twice: each variant is replayed once (compare different ones)")
     for item in args.variants:
         pairs = parse_overrides([p for p in item.split(",") if p.strip()])
         check_replay_overrides(item, pairs)
@@ -309,7 +312,24 @@ def _at_least_one(text: str) -> int:
 
 
 def _suite_entry(args) -> int:
+    if args.target == "report":
+        _check_report_options(args)
     args.dir = args.dir if args.target != "report" else (args.dir_positional or args.dir)
     if args.target == "report":
         args.dir_positional = None
     return cmd_suite(args)
+
+
+def _check_report_options(args) -> None:
+    """``rllab suite report`` only rewrites a report from a suite directory's runs: options of a
+    suite run, or two directories, would be ignored."""
+    running = {"--executor": args.executor != "local", "--workers": args.workers is not None, "--address": args.address is not None,
+               "--replace": args.replace, "--no-identical-check": args.no_identical_check}  # fmt: skip
+    given = [flag for flag, on in running.items() if on]
+    if given:
+        raise rllab.RllabError(
+            f"{', '.join(given)}: options of running a suite; rllab suite report runs nothing, it rewrites the report of a "
+            f"suite directory from its runs. Drop them (they belong to rllab suite SUITE.toml|DIR)"
+        )
+    if args.dir_positional and args.dir and Path(args.dir) != Path(args.dir_positional):
+        raise rllab.RllabError(f"rllab suite report takes one suite directory; got {args.dir_positional} and --dir {args.dir}")

@@ -125,6 +125,16 @@ def check_replay_overrides(variant: str, pairs: list[tuple[str, object]]) -> Non
     step. Keys outside every known section are left to the config loader's own error.
     """
     known = set(COMPONENT_SECTIONS) | set(PLAIN_SECTIONS) | {"name", "output_dir", "loggers", "schedule"}
+    seen: dict[str, str] = {}
+    for key, value in pairs:
+        same = key[: -len(".name")] if key.endswith(".name") and key[: -len(".name")] in COMPONENT_SECTIONS else key
+        if same in seen:
+            raise RllabError(
+                f"variant {variant!r} sets {same} twice ({seen[same]} and {key}={value!r}): only one would apply. "
+                f"Variants are separate words (rllab replay FILE policy_loss=cispo policy_loss=gspo); overrides of one "
+                f"variant are joined by commas"
+            )
+        seen[same] = f"{key}={value!r}"
     refused = []
     for key, value in pairs:
         parts = key.split(".")
@@ -183,3 +193,19 @@ def check_record_args(source: str | None, *, out: Path, preset: str | None, over
             head = f.read(len(_ZIP_MAGIC))
         if head != _ZIP_MAGIC:
             raise RllabError(f"--out {out} exists and is not a recording (a config?); recording there would replace it: choose another --out")
+        if not _is_recording(out):
+            raise RllabError(
+                f"--out {out} exists and is not a recording (a training checkpoint, or another torch file); recording there "
+                f"would replace it: choose another --out"
+            )
+
+
+def _is_recording(path: Path) -> bool:
+    """Whether ``path`` holds a recording (of any format version); its tensors are mapped, not read."""
+    import torch
+
+    try:
+        data = torch.load(path, weights_only=False, map_location="cpu", mmap=True)
+    except Exception:  # unreadable: not a recording to replace
+        return False
+    return isinstance(data, dict) and "format" in data and "batches" in data

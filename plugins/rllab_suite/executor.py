@@ -2,7 +2,7 @@
 
 Each cell runs :func:`rllab.trainer.run_experiment` into its own run directory; a directory that
 holds ``config.toml`` but no ``final.json`` (an interrupted cell) is continued with
-:func:`rllab.runs.resume_run`. A cell that raises is recorded as failed (``error.txt`` in its run
+:func:`rllab.runs.resume_run` (one stopped after its final checkpoint is finished there). A cell that raises is recorded as failed (``error.txt`` in its run
 directory, with the traceback) and the others go on. Worker output goes to ``RUN_DIR/log.txt``.
 """
 

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from rllab import RllabError
-from rllab_suite import executor, replay, report
+from rllab_suite import executor  # replay (torch) and report (scipy) are imported where used
 from rllab_suite.spec import MANIFEST, Cell, Suite, SuiteError, _slug, config_key, expand, parse_suite
 
 RECORD_STEPS = 2
@@ -28,6 +28,16 @@ def suite_dir_for(suite: Suite, directory: str | Path | None) -> Path:
 def check_directory(suite: Suite, out: Path, *, replace: bool = False) -> dict:
     """The manifest ``out`` already holds (``{}`` for none); another suite's is refused unless
     ``replace``, and then forgotten (its notes and recordings do not carry into this suite's report)."""
+    from rllab.runs import run_markers
+
+    if out.exists() and not out.is_dir():
+        raise SuiteError(f"--dir {out} is a file: a suite directory holds the suite's runs, suite.json and report; give a directory")
+    found = run_markers(out) if out.is_dir() else []
+    if found:
+        raise SuiteError(
+            f"{out} is a run directory ({', '.join(found)}): the suite's runs, suite.json and report would mix with that "
+            f"run's files. Give another --dir (default: suites/{suite.name})"
+        )
     path = out / MANIFEST
     if not path.is_file():
         return {}
@@ -48,13 +58,16 @@ def check_directory(suite: Suite, out: Path, *, replace: bool = False) -> dict:
 
 def prebuild_models(cells: list[Cell], *, lab, console=None) -> None:
     """Build each distinct warm-started tiny model once, before the workers start."""
-    from rllab import tinymodel
-    from rllab import Component
+    from rllab.models import transformers_progress_bars_off
+
+    with transformers_progress_bars_off():
+        _prebuild_models(cells, lab=lab, console=console)
+
+
+def _prebuild_models(cells: list[Cell], *, lab, console=None) -> None:
+    from rllab import Component, tinymodel
     from rllab.config import COMPONENT_SECTIONS, load_config
 
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
     seen = set()
     for c in cells:
         m = c.config["model"]
@@ -75,6 +88,8 @@ def prebuild_models(cells: list[Cell], *, lab, console=None) -> None:
 def identical_variants(cells: list[Cell], *, lab, out_dir: Path, console=None) -> list[dict]:
     """Per task, record one batch from the first cell's config and replay every ``rl`` variant's
     config (seed of that cell) on it; the pairs with the same gradients, as report notes."""
+    from rllab_suite import replay
+
     found = []
     tasks = list(dict.fromkeys(c.task for c in cells))
     for task in tasks:
@@ -187,6 +202,8 @@ def report_suite(directory, *, console=None) -> dict:
     if not path.is_file():
         raise SuiteError(f"{out} is not a suite directory (no {MANIFEST}); run one with: rllab suite SUITE.toml --dir {out}")
     manifest = json.loads(path.read_text())
+    from rllab_suite import report  # scipy: once the directory is known to be a suite's
+
     records = [
         report.read_run(out / "runs" / c["run"], variant=c["variant"], task=c["task"], seed=c["seed"]) for c in manifest["cells"]
     ]
@@ -199,6 +216,50 @@ def report_suite(directory, *, console=None) -> dict:
     return report.write_all(records, out, title=f"suite {manifest['name']}", baseline=manifest.get("baseline"), variants=manifest["variants"], identical=identical + loads, console=console)
 
 
+def _refuse_repeated_runs(dirs: list[Path]) -> None:
+    """One run directory named twice (or under two spellings: ``runs/a``, ``./runs/a/``, a link)
+    would count as two seeds."""
+    seen: dict[Path, Path] = {}
+    for d in dirs:
+        first = seen.setdefault(d.resolve(), d)
+        if first is not d:
+            spelled = f" (as {first} and as {d})" if str(first) != str(d) else ""
+            raise RllabError(f"run directory {first} is given twice{spelled}: a comparison counts each run once")
+
+
+def _check_out(out: Path) -> None:
+    """``--out`` takes a directory of its own: a run's or a suite's would have its files (a run's
+    ``curves.png``, a suite's ``report.md`` and ``summary.csv``) replaced by the comparison's."""
+    from rllab.runs import run_markers
+
+    if out.exists() and not out.is_dir():
+        raise RllabError(f"--out {out} is a file: the report is a directory (report.md, CSV, JSON, plots); choose another --out")
+    if (out / MANIFEST).is_file():
+        raise RllabError(
+            f"--out {out} is a suite directory: the comparison would replace its report.md, CSV and plots "
+            f"(rllab suite report {out} regenerates the suite's own); choose another --out"
+        )
+    found = run_markers(out) if out.is_dir() else []
+    if found:
+        raise RllabError(
+            f"--out {out} is a run directory ({', '.join(found)}): the comparison would replace its curves.png and add "
+            "its report beside the run's files; choose another --out"
+        )
+
+
+def _refuse_repeated_seeds(records: list) -> None:
+    """Two run directories of one experiment (the same settings, task and seed: a copy, or a rerun)
+    would be pooled as two seeds."""
+    seen: dict[tuple, str] = {}
+    for r in records:
+        first = seen.setdefault((r.variant, r.task, r.seed), r.run_dir)
+        if first != r.run_dir:
+            raise RllabError(
+                f"{first} and {r.run_dir} are the same experiment with the same seed ({r.variant} on {r.task}, train.seed = {r.seed}): "
+                "a comparison counts each seed once; leave one of them out"
+            )
+
+
 def compare_runs(run_dirs: list, *, out: Path, baseline: str | None = None, console=None) -> dict:
     """The same report for loose run directories, grouped by the config keys on which they differ:
     the task's knobs make separate tasks (one table each), every other key separate variants; only
@@ -209,9 +270,14 @@ def compare_runs(run_dirs: list, *, out: Path, baseline: str | None = None, cons
         suites = [d for d in missing if (Path(d) / MANIFEST).is_file()]
         hint = f"; {', '.join(suites)} is a suite directory: its report comes from rllab suite report DIR" if suites else ""
         raise RllabError(f"not run directories (no config.toml): {', '.join(missing)}{hint}")
+    _refuse_repeated_runs(dirs)
+    _check_out(Path(out))
+    from rllab_suite import report  # scipy: once the runs and --out are known to be right
+
     labels = report.label_runs(dirs)
     if baseline is not None and baseline not in labels:
         raise RllabError(f"--baseline {baseline!r} is not one of the groups: {', '.join(dict.fromkeys(labels))}")
     tasks = report.task_labels(dirs)
     records = [report.read_run(d, variant=lab_, task=task) for d, lab_, task in zip(dirs, labels, tasks)]
+    _refuse_repeated_seeds(records)
     return report.write_all(records, out, title="compare", baseline=baseline, console=console)

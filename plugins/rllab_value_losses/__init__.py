@@ -5,11 +5,10 @@
 
 import rllab
 
-from .clipped import ClippedValueConfig, clipped_value_loss
-
-__all__ = ["ClippedValueConfig", "clipped_value_loss"]
-
 
 @rllab.hookimpl
 def register_value_losses(register):
+    # the components' modules import torch: loaded when they register, not with the plugin
+    from .clipped import ClippedValueConfig, clipped_value_loss
+
     register("clipped", clipped_value_loss, config=ClippedValueConfig, aliases=("ppo",))
