@@ -242,6 +242,13 @@ class LoraPolicy:
                 f"{where} does not hold this run's LoRA adapters (missing {missing[:3]}, unexpected {extra[:3]}); "
                 f"was it written with the same [model] lora and model?"
             )
+        wrong = [n for n, p in own.items() if tuple(state[n].shape) != tuple(p.shape)]
+        if wrong:
+            n = wrong[0]
+            raise RllabError(
+                f"{where} does not hold this run's LoRA adapters: {n} is {tuple(state[n].shape)} there and "
+                f"{tuple(own[n].shape)} here (another [model] lora.r?)"
+            )
         with torch.no_grad():
             for n, p in own.items():
                 p.copy_(state[n])
