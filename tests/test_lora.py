@@ -283,6 +283,22 @@ def test_a_critic_trains_all_its_parameters_beside_lora(tmp_path):
         tr.close()
 
 
+def test_dpo_trains_the_adapters_against_the_base_as_reference(tmp_path):
+    extra = [*overrides(TINY), "train.steps=2", "model.lora.r=4", "train.lr=1e-2", "train.warmup_steps=0",
+             "algorithm.pairs=16", "algorithm.batch_size=4"]
+    tr = Trainer(load_config(None, extra, preset="dpo"), run_dir=tmp_path, progress=False)
+    try:
+        base0, adapters0 = base_and_adapter_params(tr.policy)
+        m = tr.train_step()
+        assert m["model/trainable_params"] < m["model/params"]
+        base1, adapters1 = base_and_adapter_params(tr.policy)
+        assert all(torch.equal(base0[n], base1[n]) for n in base0)
+        assert any(not torch.equal(adapters0[n], adapters1[n]) for n in adapters0)
+        assert not any("lora" in n for n, _ in tr.reference.named_modules())
+    finally:
+        tr.close()
+
+
 def test_record_refuses_lora(tmp_path):
     from rllab_suite.replay import record
 
