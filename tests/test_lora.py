@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import pytest
@@ -295,6 +296,21 @@ def test_dpo_trains_the_adapters_against_the_base_as_reference(tmp_path):
         assert all(torch.equal(base0[n], base1[n]) for n in base0)
         assert any(not torch.equal(adapters0[n], adapters1[n]) for n in adapters0)
         assert not any("lora" in n for n, _ in tr.reference.named_modules())
+    finally:
+        tr.close()
+
+
+def test_a_non_finite_adapter_is_never_checkpointed(tmp_path):
+    from rllab.errors import NonFiniteError
+
+    tr = Trainer(small_cfg(), run_dir=tmp_path, progress=False)
+    try:
+        name, p = next((n, p) for n, p in tr.policy.named_parameters() if "lora_B" in n)
+        with torch.no_grad():
+            p[0, 0] = float("nan")
+        with pytest.raises(NonFiniteError, match=re.escape(name)):
+            tr.save_checkpoint()
+        assert not (tmp_path / "checkpoints").exists() or not any((tmp_path / "checkpoints").glob("step_*"))
     finally:
         tr.close()
 
