@@ -210,6 +210,20 @@ def test_a_step_changes_only_the_adapters_and_the_reference_is_the_base(tmp_path
         tr.close()
 
 
+def test_a_sharing_hf_backend_samples_the_merged_policy(tmp_path):
+    tr = Trainer(small_cfg("backend.share_weights=true"), run_dir=tmp_path, progress=False)
+    try:
+        tr.train_step()
+        sampler = tr.backend.model
+        assert sampler is tr.lora.merged() and sampler is not tr.policy
+        ids, attn, T = batch(vocab=sampler.config.vocab_size)
+        with torch.no_grad():
+            torch.testing.assert_close(response_logprobs(sampler, ids, attn, T), response_logprobs(tr.policy.eval(), ids, attn, T),
+                                       rtol=1e-5, atol=1e-5)
+    finally:
+        tr.close()
+
+
 def test_checkpoints_hold_the_adapters_and_resume_continues_exactly(tmp_path):
     run = tmp_path / "run"
     run_experiment(small_cfg("train.steps=4", "train.checkpoint_every=2"), run_dir=run, progress=False)
