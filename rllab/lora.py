@@ -31,6 +31,7 @@ Shapes: a targeted weight ``W`` is (out, in); ``A`` (r, in); ``B`` (out, r).
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -82,6 +83,12 @@ def check_settings(model: Any, *, text: str = "", where: str = "<config>") -> No
     except ConfigError as e:
         msg = str(e).replace("section 'model.lora' (plugin rllab)", "[model] lora")
         raise ConfigError(f"{where}: {msg}{line_of(text, 'model', 'lora')}", key="lora") from None
+    names = _skeleton_names(model.path, tuple(sorted(model.tiny.items()))) if cfg is not None else None
+    if names is not None:
+        try:
+            _resolve(*names, cfg)
+        except RllabError as e:
+            raise ConfigError(f"{where}: {e}{line_of(text, 'model', 'lora')}", key="lora") from None
     if cfg is not None and model.reference_device is not None:
         raise ConfigError(
             f"{where}: [model] reference_device = {model.reference_device!r} cannot be honoured with [model] lora: the "
@@ -104,21 +111,27 @@ def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def _linear_names(model: nn.Module) -> list[str]:
-    return [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+def layer_names(model: nn.Module) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(linear, head)``: the names of ``model``'s linear layers other than the output head, and
+    the output head's name(s)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    head_names = tuple(n for n, m in model.named_modules() if head is not None and m is head)
+    linear = tuple(n for n, m in model.named_modules() if isinstance(m, nn.Linear) and n not in head_names)
+    return linear, head_names
 
 
 def resolve_targets(model: nn.Module, cfg: LoraConfig) -> list[str]:
     """The full names of the linear layers ``cfg.target_modules`` names (a name matches a module
     whose name equals it or ends with ``.name``). Refused: a name that matches no linear layer
     (the error lists the model's), and the output head (the log-prob kernels read its weight)."""
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    head_names = {n for n, m in model.named_modules() if head is not None and m is head}
-    linear = [n for n in _linear_names(model) if n not in head_names]
+    return _resolve(*layer_names(model), cfg)
+
+
+def _resolve(linear: tuple[str, ...], head_names: tuple[str, ...], cfg: LoraConfig) -> list[str]:
     chosen: list[str] = []
     for target in cfg.target_modules:
         if target == ALL_LINEAR:
-            hits = linear
+            hits = list(linear)
         else:
             hits = [n for n in linear if n == target or n.endswith("." + target)]
             if not hits:
@@ -135,6 +148,28 @@ def resolve_targets(model: nn.Module, cfg: LoraConfig) -> list[str]:
     if not chosen:
         raise RllabError("[model] lora.target_modules matches no linear layer of the model")
     return chosen
+
+
+@functools.lru_cache(maxsize=8)
+def _skeleton_names(path: str | None, tiny: tuple) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """:func:`layer_names` of the model a config names, built on the meta device (no weights, no
+    warm start); None when it cannot be built here (the trainer checks the loaded model then)."""
+    try:
+        from transformers import AutoConfig, AutoModelForCausalLM, Qwen2Config
+
+        if path is None:
+            from rllab.tinymodel import TinyModelConfig
+
+            t = TinyModelConfig(**dict(tiny))
+            hf = Qwen2Config(vocab_size=16, hidden_size=t.hidden_size, intermediate_size=t.intermediate_size,
+                             num_hidden_layers=t.num_layers, num_attention_heads=t.num_heads, num_key_value_heads=t.num_kv_heads,
+                             tie_word_embeddings=t.tie_word_embeddings)
+        else:
+            hf = AutoConfig.from_pretrained(Path(path).expanduser())
+        with torch.device("meta"):
+            return layer_names(AutoModelForCausalLM.from_config(hf))
+    except Exception:  # noqa: BLE001 - a model that cannot be built here is checked when it loads
+        return None
 
 
 def _without_adapters(model: nn.Module, memo: dict) -> nn.Module:

@@ -103,6 +103,16 @@ def test_unknown_target_module_is_refused_listing_the_linear_layers():
         assert name in msg
 
 
+def test_unknown_target_module_is_refused_when_the_config_loads(tmp_path):
+    with pytest.raises(ConfigError, match="'qkv' matches no linear layer.*q_proj"):
+        load_config(None, ['model.lora.target_modules=["qkv"]'])
+    # a model directory's architecture is read from its config.json (no weights loaded)
+    random_qwen(tie=False).save_pretrained(tmp_path / "m")
+    with pytest.raises(ConfigError, match="'lm_head' is the output head"):
+        load_config(None, [f"model.path={tmp_path / 'm'}", 'model.lora.target_modules=["lm_head"]'])
+    assert load_config(None, [f"model.path={tmp_path / 'm'}", 'model.lora.target_modules=["layers.1.mlp.up_proj"]']).model.lora
+
+
 def test_the_output_head_is_refused():
     with pytest.raises(RllabError, match="'lm_head' is the output head"):
         lora.LoraPolicy.attach(random_qwen(tie=False), lora.LoraConfig(target_modules=("lm_head",)))
