@@ -42,6 +42,7 @@ from typing import Any, Mapping
 
 import attrs
 
+from rllab import lora
 from rllab.config_checks import check_config_only
 from rllab.errors import ConfigError
 from rllab.lab import Lab
@@ -329,6 +330,7 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
         plain[sec] = _build_plain(cls, sec, values, text, where)
 
     _check_tiny_model(plain["model"], text, where)
+    lora.check_settings(plain["model"], text=text, where=where)
 
     components = {sec: _component(lab, sec, kind, data.get(sec, {}), default, text, where) for sec, (kind, default) in COMPONENT_SECTIONS.items()}
     unused = _check_algorithm_fit(lab, components, explicit={sec for sec in COMPONENT_SECTIONS if sec in data}, text=text, where=where)

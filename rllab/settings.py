@@ -30,6 +30,12 @@ class ModelConfig:
     )
     gradient_checkpointing: bool = knob(False, help="recompute activations in backward (less memory, ~30% more compute)")
     logprob_chunk: int = knob(1024, help="tokens per chunk when computing log-probs and entropy", ge=1)
+    lora: dict = knob(
+        factory=dict,
+        help="LoRA adapters through peft (extra 'lora'): {r = 8, alpha = 16.0, dropout = 0.0, target_modules = "
+        "['all-linear']} (rllab.lora.LoraConfig); only the adapters train and are checkpointed, the reference is the "
+        "base model with the adapters disabled, the rollout side gets merged weights; empty: full fine-tuning",
+    )
 
 
 def _check_device(name: str, value: str) -> None:

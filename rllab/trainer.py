@@ -37,7 +37,7 @@ from typing import Any
 import attrs
 import torch
 
-from rllab import checkpoint, memory, rewards
+from rllab import checkpoint, lora, memory, rewards
 from rllab.algorithm import RunContext
 from rllab.config import COMPONENT_SECTIONS, ExperimentConfig, apply_schedule, dump_toml, validate
 from rllab.errors import NonFiniteError, RewardError, RllabError  # noqa: F401  (RewardError: re-exported)
@@ -173,6 +173,8 @@ class Trainer:
             enable = getattr(self.policy, "activation_checkpointing_enable", None) or self.policy.gradient_checkpointing_enable
             enable()
             self.policy.config.use_cache = False
+        lora_cfg = lora.lora_config(self.cfg.model)
+        self.lora = lora.LoraPolicy.attach(self.policy, lora_cfg) if lora_cfg is not None else None
         self.policy.train()
         self.reference = None
         self.critic = None
@@ -194,11 +196,13 @@ class Trainer:
         unknown = needs - {"reference", "critic"}
         if unknown:
             raise RllabError(f"algorithm {self.cfg.component('algorithm').name!r} asked for unknown models {sorted(unknown)}")
+        if "reference" in needs and self.reference is None and self.lora is not None:
+            self.reference = self.lora.reference()  # the base weights, adapters disabled: no second copy
         if "reference" in needs and self.reference is None:
             ref_device = resolve_device(self.cfg.model.reference_device) if self.cfg.model.reference_device else self.device
             self.reference = self._load_model(ref_device).eval().requires_grad_(False)
         if "critic" in needs and self.critic is None:
-            self.critic = CriticModel.from_causal_lm(self.policy).to(self.device)
+            self.critic = (self.lora.critic() if self.lora is not None else CriticModel.from_causal_lm(self.policy)).to(self.device)
             if getattr(self, "optimizer", None) is not None:
                 self.critic_optimizer = self._adamw(self.critic.parameters(), self.cfg.train.critic_lr)
 
@@ -218,13 +222,14 @@ class Trainer:
 
     def _build_optimizers(self) -> None:
         t = self.cfg.train
-        self.optimizer = self._adamw(self.policy.parameters(), t.lr)
+        self.optimizer = self._adamw(lora.trainable_parameters(self.policy), t.lr)  # all, or the adapters
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, partial(_lr_factor, t))
         self.critic_optimizer = self._adamw(self.critic.parameters(), t.critic_lr) if self.critic is not None else None
 
     def _sync_weights(self) -> dict[str, float]:
         """Push the policy's weights to the backend; the sync's metrics (e.g. ``time/weight_sync``)."""
-        return {k: float(v) for k, v in (self.backend.update_weights(self.policy) or {}).items()}
+        model = self.lora.merged() if self.lora is not None else self.policy  # LoRA: the adapters merged in
+        return {k: float(v) for k, v in (self.backend.update_weights(model) or {}).items()}
 
     # ------------------------------------------------------------------ swapping
 
@@ -304,6 +309,8 @@ class Trainer:
         if self.device.type == "cuda":
             metrics["perf/peak_cuda_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
         metrics["optim/lr"] = self.scheduler.get_last_lr()[0]
+        if self.lora is not None:
+            metrics.update(self.lora.counts())
         if changed:
             metrics["schedule/changed"] = 1.0
         self.step += 1
@@ -356,7 +363,7 @@ class Trainer:
         """
         state = {
             "step": self.step,
-            "policy": self.policy.state_dict(),
+            "policy": self.lora.state_dict() if self.lora is not None else self.policy.state_dict(),  # LoRA: the adapters
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "critic": self.critic.state_dict() if self.critic is not None else None,
@@ -376,7 +383,10 @@ class Trainer:
         # the config in force at that step (schedules may have changed components)
         cfg = validate(state["config"], lab=self.lab, where="checkpoint")
         self._reconfigure(attrs.evolve(cfg, schedule=self.cfg.schedule, plugins=self.cfg.plugins, provenance=self.cfg.provenance, train=self.cfg.train))
-        self.policy.load_state_dict(state["policy"])
+        if self.lora is not None:
+            self.lora.load_state_dict(state["policy"], where=f"checkpoint {path}")
+        else:
+            self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scheduler.lr_lambdas = [partial(_lr_factor, self.cfg.train)]
@@ -424,6 +434,8 @@ class Trainer:
             else:
                 final = self.evaluate()
                 self.save_checkpoint()
+            if self.lora is not None:
+                self.lora.save_adapter(self.run_dir / "adapter")
         except BaseException as e:
             try:
                 self.lab.hook.on_run_error(run_dir=self.run_dir, step=self.step, error=e)
@@ -438,6 +450,7 @@ class Trainer:
             "steps": t.steps,
             "nonfinite_skipped": getattr(self, "nonfinite_skipped", 0),
             "run_dir": str(self.run_dir),
+            **({k.replace("model/", "lora/"): int(v) for k, v in self.lora.counts().items()} if self.lora is not None else {}),
         }
         (self.run_dir / "final.json").write_text(json.dumps(summary, indent=2) + "\n")
         self.close()

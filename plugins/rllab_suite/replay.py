@@ -69,6 +69,8 @@ def record(source: str | Path | None, *, steps: int, out: Path, overrides=(), pr
         raise RllabError(f"rllab record records policy-gradient rollouts; this config's algorithm is {cfg.component('algorithm').name!r}, not 'rl'")
     if steps < 1:
         raise RllabError(f"--steps must be at least 1, got {steps}")
+    if cfg.model.lora:
+        raise RllabError("rllab record replays full-model updates; this config sets [model] lora (adapters): record without it")
     with tempfile.TemporaryDirectory(prefix="rllab-record-") as tmp:
         trainer = Trainer(cfg, lab=lab, run_dir=Path(tmp), progress=progress)
         try:

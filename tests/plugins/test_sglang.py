@@ -653,6 +653,35 @@ def _changed_model(seed=9):
     return build_tiny_model(TinyModelConfig(**{**{f: getattr(CFG, f) for f in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size")}, "seed": seed}))[0]
 
 
+def test_a_lora_policy_reaches_the_server_merged(lab, fresh, tiny, tmp_path):
+    """With LoRA the trainer hands the backend the merged model (``W + (alpha/r)·B A``, plain names):
+    the server then samples exactly what the adapted policy samples."""
+    import copy
+
+    pytest.importorskip("peft")
+    from rllab import lora
+
+    _, tok, path = tiny
+    from transformers import AutoModelForCausalLM
+
+    policy = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    lp = lora.LoraPolicy.attach(policy, lora.LoraConfig(r=2))
+    with torch.no_grad():
+        for n, p in policy.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.3, generator=torch.Generator().manual_seed(3))
+    b = make(lab, fresh.url, sync_dir=str(tmp_path))
+    b.update_weights(lp.merged())
+    prompts = prompts_of(tok)
+    params = SamplingParams(n=2, max_new_tokens=6, temperature=0, stop_token_ids=(tok.eos_token_id,))
+    out = b.generate(prompts, params)
+    adapted = hf(lab, copy.deepcopy(policy)).generate(prompts, params)  # the adapters active, not merged
+    base = hf(lab, path).generate(prompts, params)
+    assert [c.token_ids for c in out] == [c.token_ids for c in adapted]
+    assert [c.token_ids for c in out] != [c.token_ids for c in base]
+    b.close()
+
+
 def _weights_on(b, name):
     async def get():
         return await b._call("POST", b.admin_urls[0] if b.admin_urls else b.urls[0], "/get_weights_by_name", {"name": name, "truncate_size": 10**9})

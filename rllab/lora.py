@@ -1,0 +1,302 @@
+"""LoRA through ``peft``: ``[model] lora = {r, alpha, dropout, target_modules}``.
+
+With ``model.lora`` set, the policy's targeted linear layers get low-rank adapters
+(``W x + (alpha / r)·B A x``, ``A`` (r, in), ``B`` (out, r), ``B = 0`` at the start) and only the
+adapters train; the base weights are frozen and never change. :class:`LoraPolicy` owns what that
+changes in a run, so the trainer only asks it at its seams:
+
+- **the policy** stays the transformers model (its linear layers replaced by peft's LoRA layers
+  in place), so every forward path of :mod:`rllab.models` runs unchanged; the optimizer gets only
+  the adapter parameters (:func:`trainable_parameters`).
+- **the reference** (:meth:`LoraPolicy.reference`) is the base model with the adapters disabled —
+  what ``with peft_model.disable_adapter():`` computes — as a module of its own that holds the
+  *same* base tensors (nothing copied but the module objects), with the LoRA layers swapped back
+  for their base layers and in eval mode. No second copy of the weights exists.
+- **the rollout side** (:meth:`LoraPolicy.merged`) gets a plain transformers model with
+  ``W + (alpha / r)·B A`` in every targeted weight: it shares the untargeted tensors with the
+  policy and holds its own copy of the targeted ones only, refreshed at every weight sync. The
+  ``hf`` backend copies or shares it like any policy; the ``sglang`` backend saves it
+  (``save_pretrained``) or sends its tensors.
+- **the critic** (:meth:`LoraPolicy.critic`, PPO/GAE) trains all of its parameters, as without
+  LoRA, initialised from the policy's merged weights.
+- **checkpoints** (:meth:`LoraPolicy.state_dict`) hold the adapter weights only (and the optimizer
+  holds only their state); the base model is the run's model directory, read again on resume.
+- **the final adapter** (:meth:`LoraPolicy.save_adapter`): ``RUN_DIR/adapter``, peft's
+  ``save_pretrained`` format (``adapter_config.json`` naming the base model directory,
+  ``adapter_model.safetensors``).
+
+Shapes: a targeted weight ``W`` is (out, in); ``A`` (r, in); ``B`` (out, r).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from pathlib import Path
+from typing import Any, Mapping
+
+import attrs
+import torch
+from torch import nn
+
+from rllab.errors import ConfigError, RllabError
+from rllab.specs import ComponentSpec, build_config, knob
+
+ALL_LINEAR = "all-linear"
+"""The ``target_modules`` name that targets every linear layer except the output head."""
+
+
+def _check_targets(inst, attribute, value) -> None:
+    if not value or any(not name or not name.strip() for name in value):
+        raise ValueError(f"{attribute.name} = {list(value)!r} is not allowed: must be a non-empty list of module names")
+
+
+@attrs.frozen(kw_only=True)
+class LoraConfig:
+    """The ``[model] lora`` table: low-rank adapters on the policy (peft's LoRA)."""
+
+    r: int = knob(8, help="rank of each adapter (A is r × in, B is out × r)", ge=1)
+    alpha: float = knob(16.0, help="scale numerator: the update is (alpha / r)·B A", gt=0.0)
+    dropout: float = knob(0.0, help="dropout on the adapters' input while training", ge=0.0, lt=1.0)
+    target_modules: tuple[str, ...] = knob(
+        (ALL_LINEAR,),
+        help="linear layers that get adapters, by name suffix (q_proj matches model.layers.0.self_attn.q_proj); "
+        "'all-linear': every linear layer but the output head",
+        validator=_check_targets,
+    )
+
+
+def lora_config(model: Any) -> LoraConfig | None:
+    """The run's :class:`LoraConfig` from a ``ModelConfig`` (None: ``model.lora`` empty, LoRA off)."""
+    if not model.lora:
+        return None
+    pseudo = ComponentSpec(kind="section", name="model.lora", fn=lambda: None, config=LoraConfig, provider="rllab")
+    return build_config(pseudo, model.lora)
+
+
+def check_settings(model: Any, *, text: str = "", where: str = "<config>") -> None:
+    """Load-time checks of ``model.lora`` (its knobs; the settings it cannot honour)."""
+    from rllab.tomlio import line_of
+
+    try:
+        cfg = lora_config(model)
+    except ConfigError as e:
+        msg = str(e).replace("section 'model.lora' (plugin rllab)", "[model] lora")
+        raise ConfigError(f"{where}: {msg}{line_of(text, 'model', 'lora')}", key="lora") from None
+    names = _skeleton_names(model.path, tuple(sorted(model.tiny.items()))) if cfg is not None else None
+    if names is not None:
+        try:
+            _resolve(*names, cfg)
+        except RllabError as e:
+            raise ConfigError(f"{where}: {e}{line_of(text, 'model', 'lora')}", key="lora") from None
+    if cfg is not None and model.reference_device is not None:
+        raise ConfigError(
+            f"{where}: [model] reference_device = {model.reference_device!r} cannot be honoured with [model] lora: the "
+            f"reference is the policy's own base weights with the adapters disabled (no second copy); remove reference_device",
+            key="reference_device",
+        )
+
+
+def require_peft():
+    """The ``peft`` module, or an error naming the extra that installs it."""
+    try:
+        import peft
+    except ImportError:
+        raise RllabError("[model] lora needs peft, which is not installed: pip install 'rllab[lora]' (or pip install 'peft>=0.13')") from None
+    return peft
+
+
+def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The parameters that train (``requires_grad``): all of them, or the adapters under LoRA."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def layer_names(model: nn.Module) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(linear, head)``: the names of ``model``'s linear layers other than the output head, and
+    the output head's name(s)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    head_names = tuple(n for n, m in model.named_modules() if head is not None and m is head)
+    linear = tuple(n for n, m in model.named_modules() if isinstance(m, nn.Linear) and n not in head_names)
+    return linear, head_names
+
+
+def resolve_targets(model: nn.Module, cfg: LoraConfig) -> list[str]:
+    """The full names of the linear layers ``cfg.target_modules`` names (a name matches a module
+    whose name equals it or ends with ``.name``). Refused: a name that matches no linear layer
+    (the error lists the model's), and the output head (the log-prob kernels read its weight)."""
+    return _resolve(*layer_names(model), cfg)
+
+
+def _resolve(linear: tuple[str, ...], head_names: tuple[str, ...], cfg: LoraConfig) -> list[str]:
+    chosen: list[str] = []
+    for target in cfg.target_modules:
+        if target == ALL_LINEAR:
+            hits = list(linear)
+        else:
+            hits = [n for n in linear if n == target or n.endswith("." + target)]
+            if not hits:
+                suffixes = sorted({n.rsplit(".", 1)[-1] for n in linear})
+                if any(n == target or n.endswith("." + target) for n in head_names):
+                    why = "is the output head, which cannot take an adapter (the log-prob kernels read its weight directly)"
+                else:
+                    why = "matches no linear layer of the model"
+                raise RllabError(
+                    f"[model] lora.target_modules: {target!r} {why}; the model's linear layers are "
+                    f"{', '.join(suffixes)} (or {ALL_LINEAR!r} for all of them)"
+                )
+        chosen.extend(h for h in hits if h not in chosen)
+    if not chosen:
+        raise RllabError("[model] lora.target_modules matches no linear layer of the model")
+    return chosen
+
+
+@functools.lru_cache(maxsize=8)
+def _skeleton_names(path: str | None, tiny: tuple) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """:func:`layer_names` of the model a config names, built on the meta device (no weights, no
+    warm start); None when it cannot be built here (the trainer checks the loaded model then)."""
+    try:
+        from transformers import AutoConfig, AutoModelForCausalLM, Qwen2Config
+
+        if path is None:
+            from rllab.tinymodel import TinyModelConfig
+
+            t = TinyModelConfig(**dict(tiny))
+            hf = Qwen2Config(vocab_size=16, hidden_size=t.hidden_size, intermediate_size=t.intermediate_size,
+                             num_hidden_layers=t.num_layers, num_attention_heads=t.num_heads, num_key_value_heads=t.num_kv_heads,
+                             tie_word_embeddings=t.tie_word_embeddings)
+        else:
+            hf = AutoConfig.from_pretrained(Path(path).expanduser())
+        with torch.device("meta"):
+            return layer_names(AutoModelForCausalLM.from_config(hf))
+    except Exception:  # noqa: BLE001 - a model that cannot be built here is checked when it loads
+        return None
+
+
+def _without_adapters(model: nn.Module, memo: dict) -> nn.Module:
+    """A deep copy of ``model`` (tensors in ``memo`` shared, not copied) whose LoRA layers are
+    replaced by their base layers: a plain transformers model."""
+    from peft.tuners.lora import LoraLayer
+
+    twin = copy.deepcopy(model, memo)
+    for name, module in list(twin.named_modules()):
+        if isinstance(module, LoraLayer):
+            parent, _, child = name.rpartition(".")
+            setattr(twin.get_submodule(parent) if parent else twin, child, module.get_base_layer())
+    return twin
+
+
+def _lora_layers(model: nn.Module) -> list[tuple[str, Any]]:
+    from peft.tuners.lora import LoraLayer
+
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, LoraLayer)]
+
+
+@attrs.define(kw_only=True, eq=False)
+class LoraPolicy:
+    """The adapters of a run's policy, and the views of it the run needs (module docstring)."""
+
+    peft_model: Any
+    """The ``peft.PeftModel`` wrapping :attr:`policy` (for ``disable_adapter``, ``save_pretrained``)."""
+    policy: nn.Module
+    """The transformers model with the LoRA layers in place (the object the trainer trains)."""
+    config: LoraConfig
+    targets: tuple[str, ...]
+    _merged: nn.Module | None = None
+    _pairs: list = attrs.field(factory=list)
+
+    @classmethod
+    def attach(cls, model: nn.Module, config: LoraConfig) -> "LoraPolicy":
+        """Add adapters to ``model`` in place (its base parameters are frozen)."""
+        peft = require_peft()
+        targets = resolve_targets(model, config)
+        peft_cfg = peft.LoraConfig(
+            r=config.r, lora_alpha=config.alpha, lora_dropout=config.dropout, target_modules=targets,
+            bias="none", task_type="CAUSAL_LM",
+        )
+        peft_model = peft.get_peft_model(model, peft_cfg)
+        return cls(peft_model=peft_model, policy=peft_model.get_base_model(), config=config, targets=tuple(targets))
+
+    def counts(self) -> dict[str, float]:
+        """``model/params`` (every parameter, adapters included) and ``model/trainable_params``."""
+        total = sum(p.numel() for p in self.policy.parameters())
+        trainable = sum(p.numel() for p in trainable_parameters(self.policy))
+        return {"model/params": float(total), "model/trainable_params": float(trainable)}
+
+    # -- views
+
+    def reference(self) -> nn.Module:
+        """The base model (adapters disabled) as a frozen module over the policy's own tensors."""
+        memo = {id(p): p for p in self.policy.parameters()}
+        return _without_adapters(self.policy, memo).eval().requires_grad_(False)
+
+    def merged(self) -> nn.Module:
+        """A plain model with the adapters merged (``W + (alpha/r)·B A``), refreshed now.
+
+        Built on the first call: the untargeted tensors are the policy's own, each targeted
+        weight a tensor of its own that every call overwrites with the current merge.
+        """
+        if self._merged is None:
+            memo: dict = {}
+            pairs = []
+            for _, layer in _lora_layers(self.policy):
+                weight = layer.get_base_layer().weight
+                own = nn.Parameter(torch.empty_like(weight), requires_grad=False)
+                memo[id(weight)] = own
+                pairs.append((layer, own))
+            memo.update({id(p): p for p in self.policy.parameters() if id(p) not in memo})
+            self._merged = _without_adapters(self.policy, memo).eval()
+            self._pairs = pairs
+        with torch.no_grad():
+            for layer, own in self._pairs:
+                _merge_into(layer, own)
+        return self._merged
+
+    def critic(self):
+        """A critic (all of its parameters train) initialised from the policy's merged weights."""
+        from rllab.models import CriticModel
+
+        plain = _without_adapters(self.policy, {})
+        with torch.no_grad():
+            for name, layer in _lora_layers(self.policy):
+                _merge_into(layer, plain.get_submodule(name).weight)
+        plain.requires_grad_(True)
+        return CriticModel(plain.base_model, plain.config.hidden_size)
+
+    # -- state
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The adapter weights by parameter name (what a checkpoint holds of the policy)."""
+        return {n: p.detach().clone() for n, p in self.policy.named_parameters() if p.requires_grad}
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor], *, where: str = "the checkpoint") -> None:
+        """Copy adapter weights saved by :meth:`state_dict` back in, exactly; names must match."""
+        own = {n: p for n, p in self.policy.named_parameters() if p.requires_grad}
+        if set(state) != set(own):
+            missing, extra = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+            raise RllabError(
+                f"{where} does not hold this run's LoRA adapters (missing {missing[:3]}, unexpected {extra[:3]}); "
+                f"was it written with the same [model] lora and model?"
+            )
+        wrong = [n for n, p in own.items() if tuple(state[n].shape) != tuple(p.shape)]
+        if wrong:
+            n = wrong[0]
+            raise RllabError(
+                f"{where} does not hold this run's LoRA adapters: {n} is {tuple(state[n].shape)} there and "
+                f"{tuple(own[n].shape)} here (another [model] lora.r?)"
+            )
+        with torch.no_grad():
+            for n, p in own.items():
+                p.copy_(state[n])
+
+    def save_adapter(self, path: Path) -> Path:
+        """The adapters in peft's format (``PeftModel.from_pretrained(base, path)`` loads them)."""
+        self.peft_model.save_pretrained(str(path))
+        return Path(path)
+
+
+def _merge_into(layer, out: torch.Tensor) -> None:
+    """``out ← W + Σ_active (alpha/r)·B A`` for one LoRA layer (its base weight ``W`` is left as it is)."""
+    out.copy_(layer.get_base_layer().weight)
+    for name in layer.active_adapters:
+        if name in layer.lora_A:
+            out += layer.get_delta_weight(name).to(out.dtype)
