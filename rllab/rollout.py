@@ -63,13 +63,16 @@ class RolloutStage:
     :param seed: the run's seed.
     """
 
-    def __init__(self, *, task: Any, task_name: str, backend: Any, tokenizer: Any, config: Any, seed: int):
+    def __init__(self, *, task: Any, task_name: str, backend: Any, tokenizer: Any, config: Any, seed: int,
+                 shard: tuple[int, int] = (0, 1)):
         self.task = task
         self.task_name = task_name
         self.backend = backend
         self.tokenizer = tokenizer
         self.config = config
         self.seed = seed
+        self.shard = shard
+        """(rank, world size): a data-parallel rank samples its contiguous share of each step's prompts."""
 
     # -- text
 
@@ -198,6 +201,9 @@ class RolloutStage:
         t0 = time.perf_counter()
         gen = torch.Generator().manual_seed(seed_for(self.seed, step, 0))
         examples = self.task.train_examples(P, gen)
+        rank, world = self.shard
+        if world > 1:  # data parallel: this rank's contiguous share of the step's prompts (whole groups)
+            examples = examples[rank * P // world:(rank + 1) * P // world]
         completions = self.generate(examples, self.sampling_params(step, n=G))
         backend_metrics = self.backend.last_metrics()
         t1 = time.perf_counter()

@@ -30,6 +30,25 @@ class ModelConfig:
     )
     gradient_checkpointing: bool = knob(False, help="recompute activations in backward (less memory, ~30% more compute)")
     logprob_chunk: int = knob(1024, help="tokens per chunk when computing log-probs and entropy", ge=1)
+    strategy: str = knob(
+        "single",
+        help="where the models live (rllab.placement): single (one device) or fsdp2 (FSDP2 data parallel, one "
+        "process per device under torchrun)",
+        choices=("single", "fsdp2"),
+    )
+    world_size: int | None = knob(
+        None, help="fsdp2: the number of processes the run must have (refused otherwise); None: what torchrun started",
+        ge=1, validator=lambda i, a, v: _fsdp2_only(i, a.name, v, None),
+    )
+    cpu_offload: bool = knob(
+        False, help="fsdp2: keep sharded parameters, gradients and optimizer state in CPU memory (CPUOffloadPolicy)",
+        validator=lambda i, a, v: _fsdp2_only(i, a.name, v, False),
+    )
+
+
+def _fsdp2_only(inst, name: str, value, default) -> None:
+    if value != default and inst.strategy != "fsdp2":
+        raise ValueError(f"{name} = {value!r} applies only with strategy = 'fsdp2' (strategy is {inst.strategy!r})")
 
 
 def _check_device(name: str, value: str) -> None:

@@ -37,13 +37,12 @@ from typing import Any
 import attrs
 import torch
 
-from rllab import checkpoint, memory
+from rllab import distributed, memory, placement
 from rllab.algorithm import RunContext
 from rllab.config import COMPONENT_SECTIONS, ExperimentConfig, apply_schedule, dump_toml, validate
 from rllab.errors import NonFiniteError, RewardError, RllabError  # noqa: F401  (RewardError: re-exported)
 from rllab.lab import Lab
 from rllab.listeners import RunLoggers
-from rllab.models import CriticModel
 from rllab.optimizer import Optimizers, StepOutcome
 from rllab.rollout import RolloutStage
 from rllab.config_checks import check_backend_device
@@ -91,6 +90,11 @@ class Trainer:
         check_backend_device(self.lab, cfg.components, self.device.type, where="[model] device = 'auto'")
         dtype = cfg.model.dtype if cfg.model.dtype != "auto" else ("bfloat16" if self.device.type == "cuda" else "float32")
         self.autocast_dtype = None if dtype == "float32" else getattr(torch, dtype)
+        # where the models live (single device, or FSDP2 shards under torchrun): rllab.placement
+        self.placement = placement.for_config(cfg.model, device=self.device, compute_dtype=self.autocast_dtype)
+        placement.check_data_parallel(cfg, self.lab, self.placement.reducer.world_size)
+        self.device = self.placement.device
+        self.hook = self.placement.quiet(self.lab.hook)  # one console: ranks other than 0 announce nothing
         self.task = self._component("task")()
         self.algorithm = self._component("algorithm")()
         self.kl_controller = self._component("kl_controller")()
@@ -98,7 +102,8 @@ class Trainer:
         try:
             self._build_models()
             self._build_optimizers()
-            loggers = [Component(spec=self.lab.spec("logger", ref.name), config=ref.config)(run_dir=self.run_dir) for ref in cfg.loggers]
+            loggers = [Component(spec=self.lab.spec("logger", ref.name), config=ref.config)(run_dir=self.run_dir) for ref in cfg.loggers
+                       if self.placement.reducer.is_main]
             self.loggers = RunLoggers(lab=self.lab, loggers=loggers, run_dir=self.run_dir)
         except BaseException:  # a backend built before the failure releases what it holds (servers, snapshots)
             backend = getattr(self, "backend", None)
@@ -132,7 +137,8 @@ class Trainer:
             kl_coef=float(self.kl_controller.value),
             device=self.device,
             autocast_dtype=self.autocast_dtype,
-            hook=self.lab.hook,
+            hook=self.hook,
+            reducer=self.placement.reducer,
         )
 
     def _model_dir(self) -> Path:
@@ -152,11 +158,12 @@ class Trainer:
             progress=self.progress,
         )
 
-    def _load_model(self, device: torch.device):
+    def _load_model(self):
+        """The model on CPU in float32 (master weights; lower-precision compute happens under
+        autocast); the placement moves or shards it."""
         from transformers import AutoModelForCausalLM
 
-        # float32 master weights; lower-precision compute happens under autocast
-        return AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).to(device)
+        return AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
 
     def _build_models(self) -> None:
         from transformers import AutoTokenizer
@@ -167,7 +174,7 @@ class Trainer:
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.policy = self._load_model(self.device)
+        self.policy = self.placement.build_policy(self._load_model)
         if self.cfg.model.gradient_checkpointing:
             enable = getattr(self.policy, "activation_checkpointing_enable", None) or self.policy.gradient_checkpointing_enable
             enable()
@@ -195,9 +202,9 @@ class Trainer:
             raise RllabError(f"algorithm {self.cfg.component('algorithm').name!r} asked for unknown models {sorted(unknown)}")
         if "reference" in needs and self.reference is None:
             ref_device = resolve_device(self.cfg.model.reference_device) if self.cfg.model.reference_device else self.device
-            self.reference = self._load_model(ref_device).eval().requires_grad_(False)
+            self.reference = self.placement.build_reference(self._load_model, ref_device)
         if "critic" in needs and self.critic is None:
-            self.critic = CriticModel.from_causal_lm(self.policy).to(self.device)
+            self.critic = self.placement.build_critic(self.policy, self._load_model)
             if getattr(self, "optimizer", None) is not None:
                 self.critic_optimizer = self._adamw(self.critic.parameters(), self.cfg.train.critic_lr)
 
@@ -209,6 +216,7 @@ class Trainer:
             tokenizer=self.tokenizer,
             config=self.cfg.rollout,
             seed=self.cfg.train.seed,
+            shard=(self.placement.reducer.rank, self.placement.reducer.world_size),
         )
 
     def _adamw(self, params, lr: float):
@@ -222,7 +230,7 @@ class Trainer:
 
     def _sync_weights(self) -> dict[str, float]:
         """Push the policy's weights to the backend; the sync's metrics (e.g. ``time/weight_sync``)."""
-        return {k: float(v) for k, v in (self.backend.update_weights(self.policy) or {}).items()}
+        return {k: float(v) for k, v in (self.backend.update_weights(self.placement.rollout_weights(self.policy)) or {}).items()}
 
     # ------------------------------------------------------------------ swapping
 
@@ -305,21 +313,26 @@ class Trainer:
             metrics["schedule/changed"] = 1.0
         self.step += 1
         self.history.append({"step": self.step, **metrics})
-        self.lab.hook.on_step_end(step=self.step, metrics=dict(metrics), run_dir=self.run_dir)
+        self.hook.on_step_end(step=self.step, metrics=dict(metrics), run_dir=self.run_dir)
         return metrics
 
     def optimizers(self, *, observe=None) -> Optimizers:
         """The run's models and optimizers, answering the algorithm's :class:`OptimizerStep` requests."""
         return Optimizers(
             policy=self.policy, optimizer=self.optimizer, critic=self.critic, critic_optimizer=self.critic_optimizer,
-            max_grad_norm=self.cfg.train.max_grad_norm, observe=observe,
+            max_grad_norm=self.cfg.train.max_grad_norm, observe=observe, clip=self.placement.clip_grad_norm,
         )
 
     def _run_algorithm(self, ctx: RunContext) -> StepOutcome:
         """Drive the algorithm's step through the kernel's optimizer step (``train.nonfinite`` applies)."""
-        outcome = self.optimizers().drive(
-            self.algorithm.step(ctx), step=ctx.step, algorithm=self.cfg.component("algorithm").name, nonfinite=self.cfg.train.nonfinite
-        )
+        reducer = self.placement.reducer
+        with distributed.reducing(reducer):  # components read the batch-wide sums through it
+            outcome = self.optimizers().drive(
+                self.algorithm.step(ctx), step=ctx.step, algorithm=self.cfg.component("algorithm").name, nonfinite=self.cfg.train.nonfinite
+            )
+        if reducer.world_size > 1:  # every rank logs and steers the KL controller by the same numbers
+            outcome = attrs.evolve(outcome, metrics=reducer.mean_metrics(outcome.metrics), kl=None if outcome.kl is None else attrs.evolve(
+                outcome.kl, value=reducer.mean_metrics({"kl": outcome.kl.value})["kl"], samples=int(reducer.sum(outcome.kl.samples))))
         if outcome.nonfinite is not None:
             self.nonfinite_skipped = getattr(self, "nonfinite_skipped", 0) + 1
             self._last_nonfinite = outcome.nonfinite
@@ -340,7 +353,7 @@ class Trainer:
         """Greedy accuracy and mean reward on the task's held-out split; logged and announced."""
         metrics = self.rollout.evaluate(self.cfg.train.eval_size)
         self.history.append({"step": self.step, **metrics})
-        self.lab.hook.on_eval_end(step=self.step, metrics=dict(metrics), run_dir=self.run_dir)
+        self.hook.on_eval_end(step=self.step, metrics=dict(metrics), run_dir=self.run_dir)
         return metrics
 
     # ------------------------------------------------------------------ checkpoints
@@ -352,35 +365,30 @@ class Trainer:
         """
         state = {
             "step": self.step,
-            "policy": self.policy.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            **self.placement.model_states(
+                policy=self.policy, optimizer=self.optimizer, critic=self.critic, critic_optimizer=self.critic_optimizer
+            ),
             "scheduler": self.scheduler.state_dict(),
-            "critic": self.critic.state_dict() if self.critic is not None else None,
-            "critic_optimizer": self.critic_optimizer.state_dict() if self.critic_optimizer is not None else None,
             "kl_controller": _controller_state(self.kl_controller),
             "algorithm": self.algorithm.state_dict() if hasattr(self.algorithm, "state_dict") else None,
             "config": self.cfg.to_dict(),
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
             "history": self.history,
         }
-        path = checkpoint.save(self.run_dir, self.step, state)
-        self.lab.hook.on_checkpoint_saved(step=self.step, path=path)
+        path = self.placement.save(self.run_dir, self.step, state)
+        self.hook.on_checkpoint_saved(step=self.step, path=path)
         return path
 
     def load_checkpoint(self, path: Path) -> None:
-        state = checkpoint.load(path)
+        state = self.placement.load(path)
         # the config in force at that step (schedules may have changed components)
         cfg = validate(state["config"], lab=self.lab, where="checkpoint")
         self._reconfigure(attrs.evolve(cfg, schedule=self.cfg.schedule, plugins=self.cfg.plugins, provenance=self.cfg.provenance, train=self.cfg.train))
-        self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.placement.load_model_states(
+            path, state, policy=self.policy, optimizer=self.optimizer, critic=self.critic, critic_optimizer=self.critic_optimizer
+        )
         self.scheduler.load_state_dict(state["scheduler"])
         self.scheduler.lr_lambdas = [partial(_lr_factor, self.cfg.train)]
-        if state["critic"] is not None:
-            if self.critic is None:
-                raise RllabError(f"checkpoint {path} has a critic but this run's algorithm does not use one")
-            self.critic.load_state_dict(state["critic"])
-            self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         _restore_controller(self.kl_controller, state["kl_controller"])
         if state.get("algorithm") is not None:
             self.algorithm.load_state_dict(state["algorithm"])
@@ -402,9 +410,9 @@ class Trainer:
         """Train to ``train.steps`` with evals and checkpoints; returns the summary (``final.json``)."""
         t = self.cfg.train
         try:
-            if self.step == 0:
+            if self.step == 0 and self.placement.reducer.is_main:
                 (self.run_dir / CONFIG_FILE).write_text(dump_toml(recorded_config(self.cfg, self.lab)))
-            self.lab.hook.on_run_start(run_dir=self.run_dir, config=self.cfg, start_step=self.step, total_steps=t.steps, progress=self.progress)
+            self.hook.on_run_start(run_dir=self.run_dir, config=self.cfg, start_step=self.step, total_steps=t.steps, progress=self.progress)
             if self.step == 0:
                 self.evaluate()
             while self.step < t.steps:
@@ -418,7 +426,7 @@ class Trainer:
             self.save_checkpoint()
         except BaseException as e:
             try:
-                self.lab.hook.on_run_error(run_dir=self.run_dir, step=self.step, error=e)
+                self.hook.on_run_error(run_dir=self.run_dir, step=self.step, error=e)
             finally:
                 self.close()
             raise
@@ -431,9 +439,10 @@ class Trainer:
             "nonfinite_skipped": getattr(self, "nonfinite_skipped", 0),
             "run_dir": str(self.run_dir),
         }
-        (self.run_dir / "final.json").write_text(json.dumps(summary, indent=2) + "\n")
+        if self.placement.reducer.is_main:
+            (self.run_dir / "final.json").write_text(json.dumps(summary, indent=2) + "\n")
         self.close()
-        self.lab.hook.on_run_end(run_dir=self.run_dir, metrics=summary, history=list(self.history))
+        self.hook.on_run_end(run_dir=self.run_dir, metrics=summary, history=list(self.history))
         return summary
 
 
@@ -473,14 +482,18 @@ def run_experiment(cfg: ExperimentConfig, *, lab: Lab | None = None, run_dir: Pa
     A run that fails before its first step completes leaves no run directory behind: one it
     created is removed, and in one that existed only what the run added is.
     """
+    reducer = placement.start(cfg.model, device_type=resolve_device(cfg.model.device).type)
     existed = run_dir is not None and Path(run_dir).is_dir()
-    run_dir = prepare_run_dir(run_dir, overwrite=overwrite) if run_dir is not None else default_run_dir(cfg)
+    if reducer.is_main:  # under torchrun rank 0 makes the run directory and every rank uses it
+        run_dir = prepare_run_dir(run_dir, overwrite=overwrite) if run_dir is not None else default_run_dir(cfg)
+    run_dir = Path(reducer.broadcast(str(run_dir)))
     before = frozenset(p.name for p in run_dir.iterdir()) if existed and run_dir.is_dir() else None
     trainer = None
     try:
         trainer = Trainer(cfg, lab=lab, run_dir=run_dir, progress=progress)
         return trainer.run()
-    except BaseException:
-        if trainer is None or trainer.step == 0:
+    except BaseException as e:
+        if (trainer is None or trainer.step == 0) and reducer.is_main:
             discard_unstarted(run_dir, before)
+        distributed.name_rank(e, reducer)
         raise

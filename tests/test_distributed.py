@@ -1,0 +1,203 @@
+"""Data parallel with FSDP2 on CPU (gloo, 2 spawned processes): the 2-rank step equals the 1-rank step.
+
+One fixed batch of 4 prompts × 2 samples; rank r owns the rows of prompts 2r and 2r + 1. The rl
+step (REINFORCE++ advantages, whitened over the whole batch; token-mean aggregation; micro-batches
+of 2 rows) runs once with ``model.strategy = "single"`` in this process, and once on 2 ranks with
+``fsdp2``: the loss, the gradient norm, every gradient and every parameter after the AdamW step
+agree within float tolerance. A sharded checkpoint is written, reloaded and refused for a
+different world size.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+import torch
+
+from rllab import distributed, placement
+from rllab.algorithm import RunContext
+from rllab.config import validate
+from rllab.lab import Lab
+from rllab.optimizer import Optimizers
+from rllab.rollout import RecordedRollout
+from rllab.types import RolloutBatch
+
+SETTINGS = {
+    "algorithm": {"name": "rl", "micro_batch_size": 2},
+    "advantage": {"name": "reinforce_plus_plus"},
+    "aggregation": {"name": "token-mean"},
+    "train": {"max_grad_norm": 1.0, "lr": 1e-2},
+}
+
+
+def _model():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=48, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaForCausalLM(config)
+
+
+def _batch(rows: slice | None = None) -> RolloutBatch:
+    """8 rows (prompts 0..3, 2 samples each), prompts of 3 tokens, responses of up to 5."""
+    g = torch.Generator().manual_seed(1)
+    B, P, T = 8, 3, 5
+    ids = torch.randint(1, 48, (B, P + T), generator=g)
+    lengths = torch.tensor([5, 3, 4, 1, 5, 2, 4, 5])
+    response_mask = torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)
+    attention = torch.cat([torch.ones(B, P, dtype=torch.bool), response_mask], dim=1)
+    index = torch.arange(B) // 2
+    scores = torch.rand(B, generator=g)
+    batch = dict(input_ids=ids, attention_mask=attention, response_mask=response_mask,
+                 rollout_log_prob=-torch.rand(B, T, generator=g), index=index, scores=scores)
+    if rows is not None:
+        batch = {k: v[rows] for k, v in batch.items()}
+        batch["index"] = batch["index"] - batch["index"].min()
+    return RolloutBatch(**batch)
+
+
+def _config(strategy: str):
+    return validate({**SETTINGS, "model": {"strategy": strategy}}, lab=Lab(), where="test")
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    return (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().clone()
+
+
+def _run(place, batch: RolloutBatch, cfg) -> dict:
+    """One rl step on ``batch`` under ``place``: the metrics (averaged over ranks), the gradients
+    of the global loss and the parameters after the AdamW step, all full tensors."""
+    from rllab.config import COMPONENT_SECTIONS
+    from rllab.specs import Component
+
+    lab = Lab()
+    policy = place.build_policy(_model)
+    # eps = 1e-3: AdamW's first step, g / (|g| + eps), stays continuous in the gradient (with 1e-8 it is
+    # sign(g), and gradients equal within float tolerance can give opposite steps)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, eps=1e-3)
+
+    def component(section):
+        ref = cfg.component(section)
+        return Component(spec=lab.spec(COMPONENT_SECTIONS[section][0], ref.name), config=ref.config)
+
+    components = {s: component(s) for s in COMPONENT_SECTIONS if s not in {"task", "algorithm", "kl_controller", "backend"}}
+    ctx = RunContext(step=0, config=cfg, components=components, rollout=RecordedRollout(batch=batch), policy=policy,
+                     hook=lab.hook, reducer=place.reducer)
+    grads = {}
+
+    def observe(request):  # FSDP averages over ranks; the placement scales to the sum when it clips
+        grads.update({n: _full(p.grad) * place.reducer.world_size for n, p in policy.named_parameters() if p.grad is not None})
+
+    optimizers = Optimizers(policy=policy, optimizer=optimizer, max_grad_norm=cfg.train.max_grad_norm, observe=observe,
+                            clip=place.clip_grad_norm)
+    with distributed.reducing(place.reducer):
+        outcome = optimizers.drive(component("algorithm")().step(ctx), step=0, algorithm="rl", nonfinite="raise")
+    metrics = place.reducer.mean_metrics(outcome.metrics)
+    params = {n: _full(p) for n, p in policy.named_parameters()}
+    return {"metrics": metrics, "grads": grads, "params": params, "policy": policy, "optimizer": optimizer}
+
+
+def _worker(rank: int, world: int, port: int, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    import torch.distributed as dist
+
+    from rllab import dcp
+    from rllab.errors import NonFiniteError, RllabError
+
+    torch.set_num_threads(1)
+    cfg = _config("fsdp2")
+    place = placement.for_config(cfg.model, device=torch.device("cpu"), compute_dtype=None)
+    half = _run(place, _batch(slice(4 * rank, 4 * rank + 4)), cfg)
+    result = {k: half[k] for k in ("metrics", "grads", "params")}
+    # a sharded checkpoint: written, read back into a fresh model and optimizer, refused on another world size
+    policy, optimizer = half["policy"], half["optimizer"]
+    state = {"step": 1, "rng": {"torch": torch.get_rng_state(), "python": None},
+             **place.model_states(policy=policy, optimizer=optimizer, critic=None, critic_optimizer=None)}
+    path = place.save(out, 1, state)
+    fresh = place.build_policy(_model)
+    fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=cfg.train.lr)
+    loaded = place.load(path)
+    place.load_model_states(path, loaded, policy=fresh, optimizer=fresh_opt, critic=None, critic_optimizer=None)
+    result["reloaded_equal"] = all(torch.equal(_full(a), _full(b)) for a, b in zip(policy.parameters(), fresh.parameters()))
+    exp_avg = [_full(fresh_opt.state[p]["exp_avg"]) for p in fresh.parameters()]
+    result["reloaded_opt_equal"] = all(torch.equal(_full(optimizer.state[p]["exp_avg"]), e) for p, e in zip(policy.parameters(), exp_avg))
+    try:
+        dcp.load(path, reducer=distributed.Reducer(rank=0, world_size=3))
+    except RllabError as e:
+        result["other_world"] = str(e)
+    try:  # a non-finite shard on rank 1 only: every rank refuses, nothing is written
+        with torch.no_grad():
+            if rank == 1:
+                next(policy.parameters()).to_local().fill_(float("nan"))
+        place.save(out, 2, {**state, **place.model_states(policy=policy, optimizer=optimizer, critic=None, critic_optimizer=None)})
+    except NonFiniteError as e:
+        result["nonfinite"] = str(e)
+    try:
+        distributed.init_from_env(device_type="cpu", expected=4)
+    except RllabError as e:
+        result["world_refused"] = str(e)
+    torch.save(result, os.path.join(out, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fsdp2")
+    torch.multiprocessing.spawn(_worker, args=(2, _port(), str(out)), nprocs=2, join=True)
+    return out, [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
+
+
+def test_two_ranks_compute_the_one_rank_loss_gradients_and_update(two_ranks):
+    _, results = two_ranks
+    cfg = _config("single")
+    one = _run(placement.Single(device=torch.device("cpu")), _batch(), cfg)
+    for res in results:
+        for key in ("loss/policy", "loss/total", "actor/grad_norm"):
+            assert res["metrics"][key] == pytest.approx(one["metrics"][key], rel=1e-5, abs=1e-6), key
+        assert res["grads"].keys() == one["grads"].keys()
+        for name, g in one["grads"].items():
+            torch.testing.assert_close(res["grads"][name], g, rtol=1e-4, atol=1e-6, msg=name)
+        for name, p in one["params"].items():
+            torch.testing.assert_close(res["params"][name], p, rtol=1e-4, atol=1e-6, msg=name)
+    assert one["metrics"]["actor/grad_norm"] > 0
+
+
+def test_a_sharded_checkpoint_reloads_and_refuses_what_it_must(two_ranks):
+    out, results = two_ranks
+    assert (out / "checkpoints" / "step_000001" / "state.pt").is_file()
+    assert not (out / "checkpoints" / "step_000002").exists()
+    for res in results:
+        assert res["reloaded_equal"] and res["reloaded_opt_equal"]
+        assert "written on 2 rank(s) but this run has 3" in res["other_world"]
+        assert "refusing to write the checkpoint after step 2: non-finite" in res["nonfinite"]
+        assert "model.world_size = 4 but this run has 2 process(es)" in res["world_refused"]
+
+
+def test_fsdp2_knobs_need_the_fsdp2_strategy():
+    from rllab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="world_size = 2 applies only with strategy = 'fsdp2'"):
+        validate({"model": {"world_size": 2}}, lab=Lab(), where="test")
+    with pytest.raises(ConfigError, match="cpu_offload = True applies only with strategy = 'fsdp2'"):
+        validate({"model": {"cpu_offload": True}}, lab=Lab(), where="test")
+
+
+def test_data_parallel_refuses_what_would_split_rows_unevenly():
+    lab = Lab()
+    with pytest.raises(Exception, match="prompts_per_step = 3 must be a multiple of the world size 2"):
+        placement.check_data_parallel(validate({"rollout": {"prompts_per_step": 3}}, lab=lab, where="t"), lab, 2)
+    with pytest.raises(Exception, match="dynamic_sampling = true"):
+        placement.check_data_parallel(validate({"rollout": {"dynamic_sampling": True}}, lab=lab, where="t"), lab, 2)
+    with pytest.raises(Exception, match="advantage 'gpg'.*couples rows"):
+        placement.check_data_parallel(validate({"advantage": {"name": "gpg"}}, lab=lab, where="t"), lab, 2)
+    placement.check_data_parallel(validate({"advantage": {"name": "reinforce_plus_plus"}}, lab=lab, where="t"), lab, 2)
+    placement.check_data_parallel(validate({"rollout": {"prompts_per_step": 3}}, lab=lab, where="t"), lab, 1)
