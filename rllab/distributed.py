@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import attrs
 import torch
@@ -91,6 +91,15 @@ class Reducer:
         box = [value]
         dist.broadcast_object_list(box, src=0)
         return box[0]
+
+    def main_first(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` on rank 0, then on the other ranks (a cache rank 0 fills, the others read)."""
+        if self.is_main:
+            out = fn()
+        self.barrier()
+        if not self.is_main:
+            out = fn()
+        return out
 
     def barrier(self) -> None:
         if self.world_size > 1:

@@ -170,7 +170,7 @@ class Trainer:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # rllab shows its own progress
-        self.model_dir = self._model_dir()
+        self.model_dir = self.placement.reducer.main_first(self._model_dir)  # one rank builds a tiny model's cache
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
