@@ -101,7 +101,7 @@ class RolloutStage:
             top_p=1.0 if greedy else r.top_p,
             top_k=-1 if greedy else r.top_k,
             stop_token_ids=(self.tokenizer.eos_token_id,),
-            seed=seed_for(self.seed, step, 1),
+            seed=seed_for(self.seed, step, 1 if self.shard[0] == 0 else 1000 + self.shard[0]),  # a stream per data-parallel rank
         )
 
     def generate(self, examples: Sequence[Example], params: SamplingParams) -> list[Completion]:

@@ -201,3 +201,61 @@ def test_data_parallel_refuses_what_would_split_rows_unevenly():
         placement.check_data_parallel(validate({"advantage": {"name": "gpg"}}, lab=lab, where="t"), lab, 2)
     placement.check_data_parallel(validate({"advantage": {"name": "reinforce_plus_plus"}}, lab=lab, where="t"), lab, 2)
     placement.check_data_parallel(validate({"rollout": {"prompts_per_step": 3}}, lab=lab, where="t"), lab, 1)
+
+
+@pytest.mark.slow
+def test_killing_one_rank_stops_the_run_and_it_resumes_from_the_sharded_checkpoint(tmp_path, model_cache):
+    """torchrun, 2 CPU processes: kill -9 rank 1 after the step-2 checkpoint; torchrun stops rank 0;
+    ``--resume`` on 2 processes continues from step 2 and finishes."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.tiny import TINY, overrides
+
+    run_dir = tmp_path / "run"
+    settings = {**TINY, "model.strategy": "fsdp2", "train.steps": 40, "train.checkpoint_every": 2, "train.eval_size": 8}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_port())]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([*torchrun, "-m", "rllab", "run", *overrides(settings), "--run-dir", str(run_dir), "-q"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ckpt = run_dir / "checkpoints" / "step_000002" / "state.pt"
+    deadline = time.time() + 240
+    while not ckpt.is_file() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert ckpt.is_file(), proc.communicate()[0][-3000:] if proc.poll() is not None else "no checkpoint in time"
+    def environ(pid: int) -> dict:
+        try:
+            raw = open(f"/proc/{pid}/environ").read()
+        except OSError:
+            return {}
+        return dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
+
+    workers = [int(p) for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()]
+    rank1 = next(p for p in workers if environ(p).get("RANK") == "1")
+    os.kill(rank1, signal.SIGKILL)
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode != 0, out[-2000:]
+    assert "rank      : 1 (local_rank: 1)" in out and "Signal 9" in out, out[-2000:]  # torchrun names the rank that died
+    assert not (run_dir / "final.json").exists()
+    resumed = subprocess.run([*torchrun, "-m", "rllab", "run", "--resume", str(run_dir), "-q"], env=env, capture_output=True,
+                             text=True, timeout=400)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
+    assert json.loads((run_dir / "final.json").read_text())["steps"] == 40
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps.count(3) == 1 and max(steps) == 40  # the metrics after the checkpoint were truncated, not doubled
+
+
+def test_an_error_on_one_rank_names_it():
+    from rllab.errors import NonFiniteError, RllabError
+
+    err = NonFiniteError("the policy's gradient is non-finite", step=3)
+    distributed.name_rank(err, distributed.Reducer(rank=1, world_size=2))
+    assert str(err) == "rank 1 of 2: the policy's gradient is non-finite" and err.step == 3
+    distributed.name_rank(err, distributed.Reducer(rank=1, world_size=2))  # named once
+    assert str(err).count("rank 1 of 2") == 1
+    plain = RllabError("boom")
+    distributed.name_rank(plain, distributed.SINGLE)
+    assert str(plain) == "boom"
