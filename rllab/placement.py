@@ -184,6 +184,11 @@ class FSDP2:
         its ``values`` calls the backbone and the value head, each a unit of its own."""
         from rllab.models import CriticModel
 
+        import warnings
+
+        # the value head's (B, T) output is a squeeze view; rllab never changes it in place, which is
+        # what FSDP2's warning about views guards against
+        warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module \(FSDPValueHead\) returned a view tensor")
         base = load()
         critic = CriticModel.from_causal_lm(base)
         return self._shard(critic, layers_of=critic.backbone, units=(critic.backbone, critic.value_head))
