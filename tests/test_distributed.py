@@ -59,8 +59,8 @@ def _batch(rows: slice | None = None) -> RolloutBatch:
     return RolloutBatch(**batch)
 
 
-def _config(strategy: str):
-    return validate({**SETTINGS, "model": {"strategy": strategy}}, lab=Lab(), where="test")
+def _config(strategy: str, advantage: str = "reinforce_plus_plus"):
+    return validate({**SETTINGS, "advantage": {"name": advantage}, "model": {"strategy": strategy}}, lab=Lab(), where="test")
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:
@@ -84,19 +84,31 @@ def _run(place, batch: RolloutBatch, cfg) -> dict:
         return Component(spec=lab.spec(COMPONENT_SECTIONS[section][0], ref.name), config=ref.config)
 
     components = {s: component(s) for s in COMPONENT_SECTIONS if s not in {"task", "algorithm", "kl_controller", "backend"}}
+    critic = critic_optimizer = None
+    if cfg.component("advantage").name == "gae":  # the same value head on both sides: drawn from seed 5
+
+        def load():
+            model = _model()
+            torch.manual_seed(5)
+            return model
+
+        torch.manual_seed(5)
+        critic = place.build_critic(policy, load)
+        critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.train.critic_lr, eps=1e-3)
     ctx = RunContext(step=0, config=cfg, components=components, rollout=RecordedRollout(batch=batch), policy=policy,
-                     hook=lab.hook, reducer=place.reducer)
+                     critic=critic, hook=lab.hook, reducer=place.reducer)
     grads = {}
+    named = [("", policy)] + ([("critic.", critic)] if critic is not None else [])
 
     def observe(request):  # FSDP averages over ranks; the placement scales to the sum when it clips
-        grads.update({n: _full(p.grad) * place.reducer.world_size for n, p in policy.named_parameters() if p.grad is not None})
+        grads.update({k + n: _full(p.grad) * place.reducer.world_size for k, m in named for n, p in m.named_parameters() if p.grad is not None})
 
-    optimizers = Optimizers(policy=policy, optimizer=optimizer, max_grad_norm=cfg.train.max_grad_norm, observe=observe,
-                            clip=place.clip_grad_norm)
+    optimizers = Optimizers(policy=policy, optimizer=optimizer, critic=critic, critic_optimizer=critic_optimizer,
+                            max_grad_norm=cfg.train.max_grad_norm, observe=observe, clip=place.clip_grad_norm)
     with distributed.reducing(place.reducer):
         outcome = optimizers.drive(component("algorithm")().step(ctx), step=0, algorithm="rl", nonfinite="raise")
     metrics = place.reducer.mean_metrics(outcome.metrics)
-    params = {n: _full(p) for n, p in policy.named_parameters()}
+    params = {k + n: _full(p) for k, m in named for n, p in m.named_parameters()}
     return {"metrics": metrics, "grads": grads, "params": params, "policy": policy, "optimizer": optimizer}
 
 
@@ -112,6 +124,8 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     place = placement.for_config(cfg.model, device=torch.device("cpu"), compute_dtype=None)
     half = _run(place, _batch(slice(4 * rank, 4 * rank + 4)), cfg)
     result = {k: half[k] for k in ("metrics", "grads", "params")}
+    with_critic = _run(place, _batch(slice(4 * rank, 4 * rank + 4)), _config("fsdp2", "gae"))
+    result["gae"] = {k: with_critic[k] for k in ("metrics", "grads", "params")}
     # a sharded checkpoint: written, read back into a fresh model and optimizer, refused on another world size
     policy, optimizer = half["policy"], half["optimizer"]
     state = {"step": 1, "rng": {"torch": torch.get_rng_state(), "python": None},
@@ -156,12 +170,18 @@ def two_ranks(tmp_path_factory):
     return out, [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
 
 
-def test_two_ranks_compute_the_one_rank_loss_gradients_and_update(two_ranks):
+@pytest.mark.parametrize("advantage", ["reinforce_plus_plus", "gae"])
+def test_two_ranks_compute_the_one_rank_loss_gradients_and_update(two_ranks, advantage):
+    """REINFORCE++ (whitened returns) and PPO's GAE with a critic (whitened advantages, value loss)."""
     _, results = two_ranks
-    cfg = _config("single")
+    cfg = _config("single", advantage)
     one = _run(placement.Single(device=torch.device("cpu")), _batch(), cfg)
+    keys = ("loss/policy", "loss/total", "actor/grad_norm") + (("loss/value", "critic/grad_norm") if advantage == "gae" else ())
+    if advantage == "gae":
+        results = [res["gae"] for res in results]
+        assert any(name.startswith("critic.") for name in one["grads"])
     for res in results:
-        for key in ("loss/policy", "loss/total", "actor/grad_norm"):
+        for key in keys:
             assert res["metrics"][key] == pytest.approx(one["metrics"][key], rel=1e-5, abs=1e-6), key
         assert res["grads"].keys() == one["grads"].keys()
         for name, g in one["grads"].items():
