@@ -82,6 +82,16 @@ class Reducer:
             out[key] = sum(values) / len(values)
         return out
 
+    def reduce_outcome(self, outcome: Any) -> Any:
+        """A step's :class:`rllab.optimizer.StepOutcome` with its metrics averaged over ranks and
+        its KL measure averaged (its sample count summed): the same on every rank."""
+        if self.world_size == 1:
+            return outcome
+        kl = outcome.kl
+        if kl is not None:
+            kl = attrs.evolve(kl, value=self.mean_metrics({"kl": kl.value})["kl"], samples=int(self.sum(kl.samples)))
+        return attrs.evolve(outcome, metrics=self.mean_metrics(outcome.metrics), kl=kl)
+
     def broadcast(self, value: Any) -> Any:
         """Rank 0's ``value`` (any picklable object) on every rank."""
         if self.world_size == 1:

@@ -23,7 +23,7 @@ never branches on which one it has:
   aggregation's normalisers are all-reduced), so the gradient of the global loss is the sum, and
   :meth:`FSDP2.clip_grad_norm` multiplies by the world size before measuring and clipping the
   global norm over the sharded (DTensor) gradients.
-* ``model.cpu_offload``: parameters, gradients and optimizer state live in CPU memory between
+* ``model.cpu_offload`` (CUDA only): parameters, gradients and optimizer state live in CPU memory between
   uses (``CPUOffloadPolicy``).
 * The reference is sharded like the policy, or a full frozen copy on CPU when
   ``model.reference_device = "cpu"``; the critic (backbone and value head) is sharded like the
@@ -146,6 +146,11 @@ class FSDP2:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
 
+        if cpu_offload and device.type == "cpu":
+            raise RllabError(
+                "model.cpu_offload = true moves shards from an accelerator to CPU memory between uses, but this run "
+                "trains on cpu already (model.device); drop model.cpu_offload"
+            )
         self.device = device
         self.reducer = reducer
         self.mesh = init_device_mesh(device.type, (reducer.world_size,))

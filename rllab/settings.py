@@ -41,7 +41,7 @@ class ModelConfig:
         ge=1, validator=lambda i, a, v: _fsdp2_only(i, a.name, v, None),
     )
     cpu_offload: bool = knob(
-        False, help="fsdp2: keep sharded parameters, gradients and optimizer state in CPU memory (CPUOffloadPolicy)",
+        False, help="fsdp2 on CUDA: keep sharded parameters, gradients and optimizer state in CPU memory (CPUOffloadPolicy)",
         validator=lambda i, a, v: _fsdp2_only(i, a.name, v, False),
     )
 

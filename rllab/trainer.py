@@ -3,7 +3,8 @@
 It is orchestration only. What a step *does* is the algorithm's (a plugin of kind ``algorithm``:
 ``rl``, ``dpo``, ``online_dpo``, …); generation and scoring are the rollout stage's
 (:mod:`rllab.rollout`); the optimizer step is :mod:`rllab.optimizer`'s; checkpoint files are
-:mod:`rllab.checkpoint`'s; the console, loggers (:mod:`rllab.listeners`) and plots listen to
+:mod:`rllab.checkpoint`'s; where the models live (one device, or FSDP2 shards under ``torchrun``)
+is :mod:`rllab.placement`'s; the console, loggers (:mod:`rllab.listeners`) and plots listen to
 events. The trainer alone owns what changes the run's state: the optimizer steps, the LR
 schedule, the KL controller, the rollout backend's weights, the schedule of component swaps and
 the run directory::
@@ -325,14 +326,11 @@ class Trainer:
 
     def _run_algorithm(self, ctx: RunContext) -> StepOutcome:
         """Drive the algorithm's step through the kernel's optimizer step (``train.nonfinite`` applies)."""
-        reducer = self.placement.reducer
-        with distributed.reducing(reducer):  # components read the batch-wide sums through it
+        with distributed.reducing(self.placement.reducer):  # components read the batch-wide sums through it
             outcome = self.optimizers().drive(
                 self.algorithm.step(ctx), step=ctx.step, algorithm=self.cfg.component("algorithm").name, nonfinite=self.cfg.train.nonfinite
             )
-        if reducer.world_size > 1:  # every rank logs and steers the KL controller by the same numbers
-            outcome = attrs.evolve(outcome, metrics=reducer.mean_metrics(outcome.metrics), kl=None if outcome.kl is None else attrs.evolve(
-                outcome.kl, value=reducer.mean_metrics({"kl": outcome.kl.value})["kl"], samples=int(reducer.sum(outcome.kl.samples))))
+        outcome = self.placement.reducer.reduce_outcome(outcome)  # every rank logs and steers β by the same numbers
         if outcome.nonfinite is not None:
             self.nonfinite_skipped = getattr(self, "nonfinite_skipped", 0) + 1
             self._last_nonfinite = outcome.nonfinite

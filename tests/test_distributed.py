@@ -150,6 +150,10 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     except NonFiniteError as e:
         result["nonfinite"] = str(e)
     try:
+        placement.FSDP2(device=torch.device("cpu"), reducer=place.reducer, compute_dtype=None, cpu_offload=True)
+    except RllabError as e:
+        result["offload_refused"] = str(e)
+    try:
         distributed.init_from_env(device_type="cpu", expected=4)
     except RllabError as e:
         result["world_refused"] = str(e)
@@ -200,6 +204,7 @@ def test_a_sharded_checkpoint_reloads_and_refuses_what_it_must(two_ranks):
         assert "written on 2 rank(s) but this run has 3" in res["other_world"]
         assert "refusing to write the checkpoint after step 2: non-finite" in res["nonfinite"]
         assert "model.world_size = 4 but this run has 2 process(es)" in res["world_refused"]
+        assert "model.cpu_offload = true" in res["offload_refused"]
 
 
 def test_fsdp2_knobs_need_the_fsdp2_strategy():
