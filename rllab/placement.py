@@ -273,11 +273,17 @@ def start(model_cfg: Any, *, device_type: str) -> Reducer:
 
 def check_data_parallel(cfg: Any, lab: Any, world_size: int) -> None:
     """Refuse settings that would give ranks different numbers of rows or couple rows across ranks
-    beyond what :mod:`rllab.distributed` reduces (each named with the world size)."""
+    beyond what :mod:`rllab.distributed` reduces (each named with the world size), and backends
+    that cannot take gathered weights."""
+    if cfg.model.strategy == "single":
+        return
+    where = f"model.strategy = 'fsdp2' on {world_size} rank(s)"
+    backend = cfg.component("backend").name
+    if backend != "hf":
+        raise RllabError(f"{where}: backend {backend!r} does not take the gathered weights of a sharded policy; use backend 'hf'")
     if world_size == 1:
         return
     r, t = cfg.rollout, cfg.train
-    where = f"model.strategy = 'fsdp2' on {world_size} ranks"
     if r.prompts_per_step % world_size:
         raise RllabError(f"{where}: rollout.prompts_per_step = {r.prompts_per_step} must be a multiple of the world size {world_size} (each rank owns whole groups)")
     if r.dynamic_sampling:
@@ -297,7 +303,4 @@ def check_data_parallel(cfg: Any, lab: Any, world_size: int) -> None:
     algorithm = cfg.component("algorithm").name
     if algorithm != "rl":
         raise RllabError(f"{where}: algorithm {algorithm!r} has no data-parallel normalisers; use algorithm 'rl' or strategy 'single'")
-    backend = cfg.component("backend").name
-    if backend != "hf":
-        raise RllabError(f"{where}: backend {backend!r} is not wired for sharded weights; use backend 'hf'")
 

@@ -218,6 +218,12 @@ def test_fsdp2_knobs_need_the_fsdp2_strategy():
 
 def test_data_parallel_refuses_what_would_split_rows_unevenly():
     lab = Lab()
+
+    def validate(data, **kw):
+        from rllab.config import validate as plain
+
+        return plain({**data, "model": {"strategy": "fsdp2"}}, **kw)
+
     with pytest.raises(Exception, match="prompts_per_step = 3 must be a multiple of the world size 2"):
         placement.check_data_parallel(validate({"rollout": {"prompts_per_step": 3}}, lab=lab, where="t"), lab, 2)
     with pytest.raises(Exception, match="dynamic_sampling = true"):
@@ -226,6 +232,8 @@ def test_data_parallel_refuses_what_would_split_rows_unevenly():
         placement.check_data_parallel(validate({"advantage": {"name": "gpg"}}, lab=lab, where="t"), lab, 2)
     placement.check_data_parallel(validate({"advantage": {"name": "reinforce_plus_plus"}}, lab=lab, where="t"), lab, 2)
     placement.check_data_parallel(validate({"rollout": {"prompts_per_step": 3}}, lab=lab, where="t"), lab, 1)
+    with pytest.raises(Exception, match="backend 'sglang' does not take the gathered weights"):
+        placement.check_data_parallel(validate({"backend": {"name": "sglang", "urls": "http://127.0.0.1:30000"}}, lab=lab, where="t"), lab, 1)
 
 
 @pytest.mark.slow
