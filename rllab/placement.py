@@ -45,9 +45,6 @@ from rllab import checkpoint, distributed
 from rllab.distributed import Reducer
 from rllab.errors import RllabError
 
-STRATEGIES = ("single", "fsdp2")
-
-
 def is_sharded(model: Any) -> bool:
     """Whether ``model`` is an FSDP2 module (its parameters are DTensor shards)."""
     try:

@@ -199,6 +199,10 @@ def test_a_sharded_checkpoint_reloads_and_refuses_what_it_must(two_ranks):
     out, results = two_ranks
     assert (out / "checkpoints" / "step_000001" / "state.pt").is_file()
     assert not (out / "checkpoints" / "step_000002").exists()
+    from rllab.errors import RllabError
+
+    with pytest.raises(RllabError, match="written by model.strategy = 'fsdp2' on 2 rank"):
+        placement.Single(device=torch.device("cpu")).load(out / "checkpoints" / "step_000001")
     for res in results:
         assert res["reloaded_equal"] and res["reloaded_opt_equal"]
         assert "written on 2 rank(s) but this run has 3" in res["other_world"]
