@@ -255,6 +255,7 @@ class Trainer:
             raise RllabError("the algorithm cannot change during a run (its knobs can)")
         if new.train.seed != old.train.seed:
             raise RllabError("train.seed cannot change during a run")
+        placement.check_data_parallel(new, self.lab, self.placement.reducer.world_size)  # a schedule entry too
         if new.component("algorithm") != old.component("algorithm"):
             reconfigure = getattr(self.algorithm, "reconfigure", None)
             if reconfigure is None:
