@@ -38,6 +38,7 @@ from typing import Any, Generator, Mapping, Protocol, runtime_checkable
 import attrs
 import torch
 
+from rllab.distributed import SINGLE, Reducer
 from rllab.errors import NonFiniteError, RllabError
 
 
@@ -110,6 +111,9 @@ class RunContext:
     autocast_dtype: torch.dtype | None = None
     hook: Any = None
     """The Lab's event hooks (``ctx.hook.on_rollout_end(...)``)."""
+    reducer: Reducer = SINGLE
+    """Sums over data-parallel ranks (:mod:`rllab.distributed`): an algorithm passes every
+    batch-wide count through ``reducer.sum`` (the identity in one process)."""
 
     @property
     def seed(self) -> int:

@@ -127,6 +127,10 @@ def supports_hidden_path(model: nn.Module) -> bool:
     config = getattr(model, "config", None)
     if getattr(config, "model_type", None) not in HIDDEN_PATH_MODEL_TYPES:
         return False
+    from rllab.placement import is_sharded
+
+    if is_sharded(model):  # FSDP2 holds a shard of the head outside the model's own forward
+        return False
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     return isinstance(head, nn.Linear) and hasattr(model, "get_decoder")
 

@@ -22,6 +22,7 @@ import math
 
 import torch
 
+from rllab import distributed
 from rllab.types import check_mask, check_same_shape, check_tensor
 
 __all__ = [
@@ -196,13 +197,15 @@ def masked_whiten(
     With fewer than two valid entries the variance is undefined (verl raises): the result is
     then only centred (scale 1), so a lone valid entry gets 0 and no masked position is blown up
     by ``rsqrt(eps)``. No gradient flows through it (a batch statistic applied to advantages).
+    Under data parallelism the moments are summed over ranks (:func:`rllab.distributed.current`).
     """
+    reducer = distributed.current()  # data parallel: the moments of the whole batch, over every rank
     with torch.no_grad():
-        n = int(torch.count_nonzero(mask))
+        n = int(reducer.sum(int(torch.count_nonzero(mask))))
         centred = zero_masked(x, mask)
-        mean = centred.sum() / max(n, 1)
+        mean = reducer.sum(centred.sum()) / max(n, 1)
         centred = zero_masked_(centred.sub_(mean), mask)
-        scale = torch.rsqrt(sum_of_squares(centred) / (n - 1) + eps) if n > 1 else 1.0
+        scale = torch.rsqrt(reducer.sum(sum_of_squares(centred)) / (n - 1) + eps) if n > 1 else 1.0
         out = centred.mul_(scale) if remask else (x - mean).mul_(scale)
         if not shift_mean:
             out = out.add_(zero_masked(mean.expand_as(out), mask) if remask else mean)

@@ -64,6 +64,10 @@ class Optimizers:
     max_grad_norm: float = 0.0
     """Clip each model's gradient to this L2 norm; 0: measure only."""
     observe: Callable[[OptimizerStep], None] | None = None
+    clip: Callable[[list, float], float] | None = None
+    """``clip(params, limit)``: the gradients' L2 norm before clipping them to ``limit`` — the
+    run's placement's (sharded gradients under ``fsdp2``, :mod:`rllab.placement`); None:
+    ``torch.nn.utils.clip_grad_norm_``."""
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -84,7 +88,8 @@ class Optimizers:
         limit = self.max_grad_norm if self.max_grad_norm > 0 else math.inf
         for what, model, _, key in pairs:
             params = [p for p in model.parameters() if p.grad is not None]
-            norm = float(torch.nn.utils.clip_grad_norm_(params, limit)) if params else 0.0
+            clip = self.clip or (lambda ps, lim: float(torch.nn.utils.clip_grad_norm_(ps, lim)))
+            norm = float(clip(params, limit)) if params else 0.0
             if not math.isfinite(norm):
                 raise NonFiniteError(
                     f"the {what}'s gradient is non-finite ({norm}) at step {step + 1} (the losses were finite: look at "

@@ -77,7 +77,7 @@ class RolloutStage:
     """
 
     def __init__(self, *, task: Any, task_name: str, backend: Any, tokenizer: Any, config: Any, seed: int,
-                 model_name: str = "the model"):
+                 model_name: str = "the model", shard: tuple[int, int] = (0, 1)):
         self.task = task
         self.task_name = task_name
         self.backend = backend
@@ -87,6 +87,8 @@ class RolloutStage:
         self.renderer = PromptRenderer(
             tokenizer, system_prompt=getattr(config, "system_prompt", None), task_name=task_name, model_name=model_name
         )
+        self.shard = shard
+        """(rank, world size): a data-parallel rank samples its contiguous share of each step's prompts."""
 
     # -- text
 
@@ -114,7 +116,7 @@ class RolloutStage:
             top_p=1.0 if greedy else r.top_p,
             top_k=-1 if greedy else r.top_k,
             stop_token_ids=self.renderer.stop_ids,
-            seed=seed_for(self.seed, step, 1),
+            seed=seed_for(self.seed, step, 1 if self.shard[0] == 0 else 1000 + self.shard[0]),  # a stream per data-parallel rank
         )
 
     def generate(self, examples: Sequence[Example], params: SamplingParams) -> list[Completion]:
@@ -235,6 +237,9 @@ class RolloutStage:
         t0 = time.perf_counter()
         gen = torch.Generator().manual_seed(seed_for(self.seed, step, 0))
         examples = self.task.train_examples(P, gen)
+        rank, world = self.shard
+        if world > 1:  # data parallel: this rank's contiguous share of the step's prompts (whole groups)
+            examples = examples[rank * P // world:(rank + 1) * P // world]
         completions = self.generate(examples, self.sampling_params(step, n=G))
         backend_metrics = self.backend.last_metrics()
         t1 = time.perf_counter()

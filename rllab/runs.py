@@ -188,17 +188,25 @@ def resume_run(run_dir: Path, *, lab: Lab | None = None, overrides: list[str] = 
     from rllab.trainer import Trainer
 
     trainer = Trainer(cfg, lab=lab, run_dir=run_dir, progress=progress)
-    ckpt = checkpoint.latest(run_dir)
-    if ckpt is not None:
-        trainer.load_checkpoint(ckpt)
-        # a run stopped after its last checkpoint but before final.json is finished, not refused
-        if trainer.step > cfg.train.steps or (trainer.step == cfg.train.steps and (run_dir / "final.json").is_file()):
-            trainer.close()
-            raise RllabError(
-                f"{run_dir} already finished its {trainer.step} steps; extend it with: rllab run --resume {run_dir} train.steps=N (N > {trainer.step})"
-            )
-    _truncate_metrics(run_dir, trainer.step, [ref.name for ref in cfg.loggers], cfg)
-    return trainer.run()
+    reducer = trainer.placement.reducer
+    try:
+        ckpt = reducer.broadcast(checkpoint.latest(run_dir))  # every rank resumes from the one rank 0 found
+        if ckpt is not None:
+            trainer.load_checkpoint(ckpt)
+            # a run stopped after its last checkpoint but before final.json is finished, not refused
+            if trainer.step > cfg.train.steps or (trainer.step == cfg.train.steps and (run_dir / "final.json").is_file()):
+                trainer.close()
+                raise RllabError(
+                    f"{run_dir} already finished its {trainer.step} steps; extend it with: rllab run --resume {run_dir} train.steps=N (N > {trainer.step})"
+                )
+        if reducer.is_main:
+            _truncate_metrics(run_dir, trainer.step, [ref.name for ref in cfg.loggers], cfg)
+        return trainer.run()
+    except BaseException as e:
+        from rllab.distributed import name_rank
+
+        name_rank(e, reducer)
+        raise
 
 
 def _truncate_metrics(run_dir: Path, step: int, loggers, cfg) -> None:

@@ -3,7 +3,8 @@
 It is orchestration only. What a step *does* is the algorithm's (a plugin of kind ``algorithm``:
 ``rl``, ``dpo``, ``online_dpo``, …); generation and scoring are the rollout stage's
 (:mod:`rllab.rollout`); the optimizer step is :mod:`rllab.optimizer`'s; checkpoint files are
-:mod:`rllab.checkpoint`'s; the console, loggers (:mod:`rllab.listeners`) and plots listen to
+:mod:`rllab.checkpoint`'s; where the models live (one device, or FSDP2 shards under ``torchrun``)
+is :mod:`rllab.placement`'s; the console, loggers (:mod:`rllab.listeners`) and plots listen to
 events. The trainer alone owns what changes the run's state: the optimizer steps, the LR
 schedule, the KL controller, the rollout backend's weights, the schedule of component swaps and
 the run directory::
@@ -37,7 +38,7 @@ from typing import Any
 import attrs
 import torch
 
-from rllab import checkpoint, lora, memory, rewards
+from rllab import distributed, lora, memory, placement, rewards
 from rllab.algorithm import RunContext
 from rllab.config import COMPONENT_SECTIONS, ExperimentConfig, apply_schedule, dump_toml, validate
 from rllab.errors import NonFiniteError, RewardError, RllabError  # noqa: F401  (RewardError: re-exported)
@@ -91,6 +92,11 @@ class Trainer:
         check_backend_device(self.lab, cfg.components, self.device.type, where="[model] device = 'auto'")
         dtype = cfg.model.dtype if cfg.model.dtype != "auto" else ("bfloat16" if self.device.type == "cuda" else "float32")
         self.autocast_dtype = None if dtype == "float32" else getattr(torch, dtype)
+        # where the models live (single device, or FSDP2 shards under torchrun): rllab.placement
+        self.placement = placement.for_config(cfg.model, device=self.device, compute_dtype=self.autocast_dtype)
+        placement.check_data_parallel(cfg, self.lab, self.placement.reducer.world_size)
+        self.device = self.placement.device
+        self.hook = self.placement.quiet(self.lab.hook)  # one console: ranks other than 0 announce nothing
         with rewards.resolving_with(self.lab):  # reward functions named in the task's knobs: this run's plugins
             self.task = self._component("task")()
         self.algorithm = self._component("algorithm")()
@@ -100,7 +106,8 @@ class Trainer:
             with transformers_progress_bars_off():  # rllab shows its own progress
                 self._build_models()
             self._build_optimizers()
-            loggers = [Component(spec=self.lab.spec("logger", ref.name), config=ref.config)(run_dir=self.run_dir) for ref in cfg.loggers]
+            loggers = [Component(spec=self.lab.spec("logger", ref.name), config=ref.config)(run_dir=self.run_dir) for ref in cfg.loggers
+                       if self.placement.reducer.is_main]
             self.loggers = RunLoggers(lab=self.lab, loggers=loggers, run_dir=self.run_dir)
         except BaseException:  # a backend built before the failure releases what it holds (servers, snapshots)
             backend = getattr(self, "backend", None)
@@ -134,7 +141,8 @@ class Trainer:
             kl_coef=float(self.kl_controller.value),
             device=self.device,
             autocast_dtype=self.autocast_dtype,
-            hook=self.lab.hook,
+            hook=self.hook,
+            reducer=self.placement.reducer,
         )
 
     def _model_dir(self) -> Path:
@@ -155,20 +163,21 @@ class Trainer:
             system_prompt=self.cfg.rollout.system_prompt,
         )
 
-    def _load_model(self, device: torch.device):
+    def _load_model(self):
+        """The model on CPU in float32 (master weights; lower-precision compute happens under
+        autocast); the placement moves or shards it."""
         from transformers import AutoModelForCausalLM
 
-        # float32 master weights; lower-precision compute happens under autocast
-        return AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).to(device)
+        return AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
 
     def _build_models(self) -> None:
         from rllab.models import load_tokenizer
 
-        self.model_dir = self._model_dir()
+        self.model_dir = self.placement.reducer.main_first(self._model_dir)  # one rank builds a tiny model's cache
         self.tokenizer = load_tokenizer(self.model_dir)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.policy = self._load_model(self.device)
+        self.policy = self.placement.build_policy(self._load_model)
         if self.cfg.model.gradient_checkpointing:
             enable = getattr(self.policy, "activation_checkpointing_enable", None) or self.policy.gradient_checkpointing_enable
             enable()
@@ -200,7 +209,7 @@ class Trainer:
             self.reference = self.lora.reference()  # the base weights, adapters disabled: no second copy
         if "reference" in needs and self.reference is None:
             ref_device = resolve_device(self.cfg.model.reference_device) if self.cfg.model.reference_device else self.device
-            self.reference = self._load_model(ref_device).eval().requires_grad_(False)
+            self.reference = self.placement.build_reference(self._load_model, ref_device)
         if "critic" in needs and self.critic is None:
             self.critic = (self.lora.critic() if self.lora is not None else CriticModel.from_causal_lm(self.policy)).to(self.device)
             if getattr(self, "optimizer", None) is not None:
@@ -215,6 +224,7 @@ class Trainer:
             config=self.cfg.rollout,
             seed=self.cfg.train.seed,
             model_name=f"model {self.cfg.model.path!r}" if self.cfg.model.path else "the tiny model",
+            shard=(self.placement.reducer.rank, self.placement.reducer.world_size),
         )
 
     def _adamw(self, params, lr: float):
@@ -228,7 +238,7 @@ class Trainer:
 
     def _sync_weights(self) -> dict[str, float]:
         """Push the policy's weights to the backend; the sync's metrics (e.g. ``time/weight_sync``)."""
-        model = self.lora.merged() if self.lora is not None else self.policy  # LoRA: the adapters merged in
+        model = self.lora.merged() if self.lora is not None else self.placement.rollout_weights(self.policy)  # LoRA: the adapters merged in
         return {k: float(v) for k, v in (self.backend.update_weights(model) or {}).items()}
 
     # ------------------------------------------------------------------ swapping
@@ -253,6 +263,7 @@ class Trainer:
             raise RllabError("the algorithm cannot change during a run (its knobs can)")
         if new.train.seed != old.train.seed:
             raise RllabError("train.seed cannot change during a run")
+        placement.check_data_parallel(new, self.lab, self.placement.reducer.world_size)  # a schedule entry too
         if new.component("algorithm") != old.component("algorithm"):
             reconfigure = getattr(self.algorithm, "reconfigure", None)
             if reconfigure is None:
@@ -315,21 +326,23 @@ class Trainer:
             metrics["schedule/changed"] = 1.0
         self.step += 1
         self.history.append({"step": self.step, **metrics})
-        self.lab.hook.on_step_end(step=self.step, metrics=dict(metrics), run_dir=self.run_dir)
+        self.hook.on_step_end(step=self.step, metrics=dict(metrics), run_dir=self.run_dir)
         return metrics
 
     def optimizers(self, *, observe=None) -> Optimizers:
         """The run's models and optimizers, answering the algorithm's :class:`OptimizerStep` requests."""
         return Optimizers(
             policy=self.policy, optimizer=self.optimizer, critic=self.critic, critic_optimizer=self.critic_optimizer,
-            max_grad_norm=self.cfg.train.max_grad_norm, observe=observe,
+            max_grad_norm=self.cfg.train.max_grad_norm, observe=observe, clip=self.placement.clip_grad_norm,
         )
 
     def _run_algorithm(self, ctx: RunContext) -> StepOutcome:
         """Drive the algorithm's step through the kernel's optimizer step (``train.nonfinite`` applies)."""
-        outcome = self.optimizers().drive(
-            self.algorithm.step(ctx), step=ctx.step, algorithm=self.cfg.component("algorithm").name, nonfinite=self.cfg.train.nonfinite
-        )
+        with distributed.reducing(self.placement.reducer):  # components read the batch-wide sums through it
+            outcome = self.optimizers().drive(
+                self.algorithm.step(ctx), step=ctx.step, algorithm=self.cfg.component("algorithm").name, nonfinite=self.cfg.train.nonfinite
+            )
+        outcome = self.placement.reducer.reduce_outcome(outcome)  # every rank logs and steers β by the same numbers
         if outcome.nonfinite is not None:
             self.nonfinite_skipped = getattr(self, "nonfinite_skipped", 0) + 1
             self._last_nonfinite = outcome.nonfinite
@@ -351,7 +364,7 @@ class Trainer:
         ``train.eval_samples``); logged and announced."""
         metrics = self.rollout.evaluate(self.cfg.train.eval_size, samples=self.cfg.train.eval_samples)
         self.history.append({"step": self.step, **metrics})
-        self.lab.hook.on_eval_end(step=self.step, metrics=dict(metrics), run_dir=self.run_dir)
+        self.hook.on_eval_end(step=self.step, metrics=dict(metrics), run_dir=self.run_dir)
         return metrics
 
     # ------------------------------------------------------------------ checkpoints
@@ -363,38 +376,31 @@ class Trainer:
         """
         state = {
             "step": self.step,
-            "policy": self.lora.state_dict() if self.lora is not None else self.policy.state_dict(),  # LoRA: the adapters
-            "optimizer": self.optimizer.state_dict(),
+            **self.placement.model_states(
+                policy=self.lora if self.lora is not None else self.policy,  # LoRA: the adapters
+                optimizer=self.optimizer, critic=self.critic, critic_optimizer=self.critic_optimizer
+            ),
             "scheduler": self.scheduler.state_dict(),
-            "critic": self.critic.state_dict() if self.critic is not None else None,
-            "critic_optimizer": self.critic_optimizer.state_dict() if self.critic_optimizer is not None else None,
             "kl_controller": _controller_state(self.kl_controller),
             "algorithm": self.algorithm.state_dict() if hasattr(self.algorithm, "state_dict") else None,
             "config": self.cfg.to_dict(),
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
             "history": self.history,
         }
-        path = checkpoint.save(self.run_dir, self.step, state)
-        self.lab.hook.on_checkpoint_saved(step=self.step, path=path)
+        path = self.placement.save(self.run_dir, self.step, state)
+        self.hook.on_checkpoint_saved(step=self.step, path=path)
         return path
 
     def load_checkpoint(self, path: Path) -> None:
-        state = checkpoint.load(path)
+        state = self.placement.load(path)
         # the config in force at that step (schedules may have changed components)
         cfg = validate(state["config"], lab=self.lab, where="checkpoint")
         self._reconfigure(attrs.evolve(cfg, schedule=self.cfg.schedule, plugins=self.cfg.plugins, provenance=self.cfg.provenance, train=self.cfg.train))
-        if self.lora is not None:
-            self.lora.load_state_dict(state["policy"], where=f"checkpoint {path}")
-        else:
-            self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.placement.load_model_states(
+            path, state, policy=self.lora if self.lora is not None else self.policy, optimizer=self.optimizer, critic=self.critic, critic_optimizer=self.critic_optimizer
+        )
         self.scheduler.load_state_dict(state["scheduler"])
         self.scheduler.lr_lambdas = [partial(_lr_factor, self.cfg.train)]
-        if state["critic"] is not None:
-            if self.critic is None:
-                raise RllabError(f"checkpoint {path} has a critic but this run's algorithm does not use one")
-            self.critic.load_state_dict(state["critic"])
-            self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         _restore_controller(self.kl_controller, state["kl_controller"])
         if state.get("algorithm") is not None:
             self.algorithm.load_state_dict(state["algorithm"])
@@ -416,9 +422,9 @@ class Trainer:
         """Train to ``train.steps`` with evals and checkpoints; returns the summary (``final.json``)."""
         t = self.cfg.train
         try:
-            if self.step == 0:
+            if self.step == 0 and self.placement.reducer.is_main:
                 (self.run_dir / CONFIG_FILE).write_text(dump_toml(recorded_config(self.cfg, self.lab)))
-            self.lab.hook.on_run_start(run_dir=self.run_dir, config=self.cfg, start_step=self.step, total_steps=t.steps, progress=self.progress)
+            self.hook.on_run_start(run_dir=self.run_dir, config=self.cfg, start_step=self.step, total_steps=t.steps, progress=self.progress)
             if self.step == 0:
                 self.evaluate()
             while self.step < t.steps:
@@ -438,7 +444,7 @@ class Trainer:
                 self.lora.save_adapter(self.run_dir / "adapter")
         except BaseException as e:
             try:
-                self.lab.hook.on_run_error(run_dir=self.run_dir, step=self.step, error=e)
+                self.hook.on_run_error(run_dir=self.run_dir, step=self.step, error=e)
             finally:
                 self.close()
             raise
@@ -452,9 +458,10 @@ class Trainer:
             "run_dir": str(self.run_dir),
             **({k.replace("model/", "lora/"): int(v) for k, v in self.lora.counts().items()} if self.lora is not None else {}),
         }
-        (self.run_dir / "final.json").write_text(json.dumps(summary, indent=2) + "\n")
+        if self.placement.reducer.is_main:
+            (self.run_dir / "final.json").write_text(json.dumps(summary, indent=2) + "\n")
         self.close()
-        self.lab.hook.on_run_end(run_dir=self.run_dir, metrics=summary, history=list(self.history))
+        self.hook.on_run_end(run_dir=self.run_dir, metrics=summary, history=list(self.history))
         return summary
 
 
@@ -494,14 +501,18 @@ def run_experiment(cfg: ExperimentConfig, *, lab: Lab | None = None, run_dir: Pa
     A run that fails before its first step completes leaves no run directory behind: one it
     created is removed, and in one that existed only what the run added is.
     """
+    reducer = placement.start(cfg.model, device_type=resolve_device(cfg.model.device).type)
     existed = run_dir is not None and Path(run_dir).is_dir()
-    run_dir = prepare_run_dir(run_dir, overwrite=overwrite) if run_dir is not None else default_run_dir(cfg)
+    if reducer.is_main:  # under torchrun rank 0 makes the run directory and every rank uses it
+        run_dir = prepare_run_dir(run_dir, overwrite=overwrite) if run_dir is not None else default_run_dir(cfg)
+    run_dir = Path(reducer.broadcast(str(run_dir)))
     before = frozenset(p.name for p in run_dir.iterdir()) if existed and run_dir.is_dir() else None
     trainer = None
     try:
         trainer = Trainer(cfg, lab=lab, run_dir=run_dir, progress=progress)
         return trainer.run()
-    except BaseException:
-        if trainer is None or trainer.step == 0:
+    except BaseException as e:
+        if (trainer is None or trainer.step == 0) and reducer.is_main:
             discard_unstarted(run_dir, before)
+        distributed.name_rank(e, reducer)
         raise

@@ -14,7 +14,8 @@ One step::
 
 Every minibatch is normalised by its *global* token and sequence counts, passed to the
 aggregation, so splitting a minibatch into micro-batches for gradient accumulation never changes
-the loss or the gradient. A fully on-policy step (1 epoch, 1 minibatch, no KL in the reward)
+the loss or the gradient. Under data parallelism (``model.strategy = "fsdp2"``) the counts are
+summed over ranks (``ctx.reducer``), so each rank's loss is its share of the global loss. A fully on-policy step (1 epoch, 1 minibatch, no KL in the reward)
 reuses the update's own forward, detached, as the old log-probs instead of a separate no-grad
 forward.
 
@@ -275,6 +276,7 @@ class RL:
         B = batch.input_ids.shape[0]
         gen = torch.Generator().manual_seed(seed_for(ctx.seed, ctx.step, 2))
         aggregation = ctx.components["aggregation"]
+        red = ctx.reducer
         sums: dict[str, list[float]] = {}
         for _epoch in range(c.epochs):
             order = torch.randperm(B, generator=gen) if c.minibatches > 1 else torch.arange(B)
@@ -283,19 +285,21 @@ class RL:
                     continue
                 mb = mb.to(batch.input_ids.device)
                 mb_mask = p.mask[mb]  # narrowed by a rejecting correction: only kept tokens count
-                counts = {"global_tokens": int(mb_mask.sum()), "global_seqs": int(mb_mask.any(-1).sum())}
+                # counts of the minibatch over every data-parallel rank (ctx.reducer: identity in one process)
+                counts = {"global_tokens": red.sum(int(mb_mask.sum())), "global_seqs": red.sum(int(mb_mask.any(-1).sum()))}
                 if "global_rows" in aggregation.spec.requires:
-                    counts["global_rows"] = int(mb_mask.shape[0])
+                    counts["global_rows"] = red.sum(int(mb_mask.shape[0]))
                 agg = partial(_aggregate, aggregation, **counts)
                 micro = c.micro_batch_size or mb.numel()
-                mb_tokens = max(1, int(mb_mask.sum()))
+                mb_tokens = max(1, counts["global_tokens"])
                 mb_metrics: dict[str, float] = {}
                 for rows in mb.split(micro):
                     m = self.micro_loss(ctx, p, rows, agg)
                     token_share = int(p.mask[rows].sum()) / mb_tokens
                     for k, v in m.items():
-                        # losses add over micro-batches (global normalisers); diagnostics are token-weighted
-                        mb_metrics[k] = mb_metrics.get(k, 0.0) + v * (1.0 if k.startswith("loss/") else token_share)
+                        # losses add over micro-batches (global normalisers); diagnostics are token-weighted;
+                        # × world size: the trainer averages the ranks' shares
+                        mb_metrics[k] = mb_metrics.get(k, 0.0) + v * (1.0 if k.startswith("loss/") else token_share) * red.world_size
                 grad_metrics = yield OptimizerStep(critic=ctx.critic is not None)
                 mb_metrics.update(grad_metrics or {})
                 for k, v in mb_metrics.items():

@@ -1,0 +1,303 @@
+"""Where the models live and how their parameters are sharded: one strategy object per run.
+
+``[model] strategy`` picks it; the trainer asks it to build the policy, reference and critic, to
+clip gradients, to hand weights to the rollout backend and to save and load checkpoints, and
+never branches on which one it has:
+
+================ ==========================================================================
+``single``       one process, one device: today's behaviour (models moved to ``model.device``,
+                 ``clip_grad_norm_`` over plain gradients, ``state.pt`` checkpoints)
+``fsdp2``        one process per device under ``torchrun``: PyTorch's FSDP2
+                 (``torch.distributed.fsdp.fully_shard``) on every decoder layer and at the root,
+                 data parallel over whole prompt groups (:mod:`rllab.distributed`), sharded
+                 checkpoints through ``torch.distributed.checkpoint`` (:mod:`rllab.dcp`)
+================ ==========================================================================
+
+``fsdp2`` details:
+
+* Mixed precision: parameters are float32 master weights; the forward/backward compute dtype is
+  ``model.dtype`` (``auto``: bfloat16 on CUDA, float32 on CPU) and gradients are reduced in
+  float32 (``MixedPrecisionPolicy(param_dtype, reduce_dtype=float32)``). On CPU with gloo
+  everything is float32.
+* Gradients: FSDP averages them over ranks; a rank's loss is its share of the *global* loss (the
+  aggregation's normalisers are all-reduced), so the gradient of the global loss is the sum, and
+  :meth:`FSDP2.clip_grad_norm` multiplies by the world size before measuring and clipping the
+  global norm over the sharded (DTensor) gradients.
+* ``model.cpu_offload`` (CUDA only): parameters, gradients and optimizer state live in CPU memory between
+  uses (``CPUOffloadPolicy``).
+* The reference is sharded like the policy, or a full frozen copy on CPU when
+  ``model.reference_device = "cpu"``; the critic (backbone and value head) is sharded like the
+  policy and starts from the model's weights on disk.
+* The chunked hidden-state log-prob path (and the fused/Triton head) reads the LM head's weight
+  outside the model's forward, where FSDP2 holds only a shard: sharded models take the model's
+  own forward instead (:func:`rllab.models.supports_hidden_path`).
+* The ``hf`` backend on each rank samples that rank's prompts from a full copy of the weights,
+  gathered after every update (:meth:`FSDP2.rollout_weights`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from rllab import checkpoint, distributed
+from rllab.distributed import Reducer
+from rllab.errors import RllabError
+
+def is_sharded(model: Any) -> bool:
+    """Whether ``model`` is an FSDP2 module (its parameters are DTensor shards)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a torch built without distributed support
+        return False
+    return isinstance(model, FSDPModule)
+
+
+class Single:
+    """One process, one device (see the module docstring)."""
+
+    name = "single"
+
+    def __init__(self, *, device: torch.device):
+        self.device = device
+        self.reducer = distributed.SINGLE
+
+    def build_policy(self, load: Callable[[], torch.nn.Module]) -> torch.nn.Module:
+        """``load()`` gives the float32 model on CPU; returns it placed for training."""
+        return load().to(self.device)
+
+    def build_reference(self, load: Callable[[], torch.nn.Module], device: torch.device) -> torch.nn.Module:
+        return load().to(device).eval().requires_grad_(False)
+
+    def build_critic(self, policy: torch.nn.Module, load: Callable[[], torch.nn.Module]) -> torch.nn.Module:
+        """A critic whose backbone is a copy of the policy's current one."""
+        from rllab.models import CriticModel
+
+        return CriticModel.from_causal_lm(policy).to(self.device)
+
+    def clip_grad_norm(self, params: list[torch.Tensor], limit: float) -> float:
+        """The L2 norm of the gradients before clipping them to ``limit`` (``math.inf``: no clip)."""
+        return float(torch.nn.utils.clip_grad_norm_(params, limit))
+
+    def rollout_weights(self, policy: torch.nn.Module) -> Any:
+        """What the backend's ``update_weights`` gets: the policy itself."""
+        return policy
+
+    def model_states(self, **models: Any) -> dict[str, Any]:
+        """``{name: state_dict}`` of the models and optimizers given (None stays None)."""
+        return {k: None if v is None else v.state_dict() for k, v in models.items()}
+
+    def save(self, run_dir, step: int, state: dict):
+        return checkpoint.save(run_dir, step, state)
+
+    def load(self, path) -> dict:
+        state = checkpoint.load(path)
+        if "sharded" in state:
+            raise RllabError(
+                f"checkpoint {path} was written by model.strategy = 'fsdp2' on {state['sharded']['world_size']} rank(s); "
+                f"this run's strategy is 'single': resume it with torchrun and model.strategy = 'fsdp2'"
+            )
+        return state
+
+    def load_model_states(self, path, state: dict, *, policy, optimizer, critic, critic_optimizer) -> None:
+        """Load the models' and optimizers' states of a checkpoint read by :meth:`load`."""
+        policy.load_state_dict(state["policy"])
+        optimizer.load_state_dict(state["optimizer"])
+        if state["critic"] is not None:
+            if critic is None:
+                raise RllabError(f"checkpoint {path} has a critic but this run's algorithm does not use one")
+            critic.load_state_dict(state["critic"])
+            critic_optimizer.load_state_dict(state["critic_optimizer"])
+
+    def quiet(self, hook: Any) -> Any:
+        """The event hooks this rank announces to (all of them in one process)."""
+        return hook
+
+
+class _Silent:
+    """Event hooks of a rank other than 0: every event is dropped."""
+
+    def __getattr__(self, name: str):
+        return lambda **kwargs: []
+
+
+def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The transformer blocks of a Hugging Face model (the classes its ``_no_split_modules`` names)."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    layers = [m for m in model.modules() if type(m).__name__ in names and m is not model]
+    if not layers:
+        raise RllabError(
+            f"model.strategy = 'fsdp2': cannot find the decoder layers of {type(model).__name__} "
+            f"(no module of the classes in its _no_split_modules = {sorted(names)})"
+        )
+    return layers
+
+
+class FSDP2:
+    """FSDP2 data parallel under ``torchrun`` (see the module docstring)."""
+
+    name = "fsdp2"
+
+    def __init__(self, *, device: torch.device, reducer: Reducer, compute_dtype: torch.dtype | None, cpu_offload: bool):
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
+
+        if cpu_offload and device.type == "cpu":
+            raise RllabError(
+                "model.cpu_offload = true moves shards from an accelerator to CPU memory between uses, but this run "
+                "trains on cpu already (model.device); drop model.cpu_offload"
+            )
+        self.device = device
+        self.reducer = reducer
+        self.mesh = init_device_mesh(device.type, (reducer.world_size,))
+        self.mp = MixedPrecisionPolicy(param_dtype=compute_dtype or torch.float32, reduce_dtype=torch.float32)
+        self.offload = CPUOffloadPolicy() if cpu_offload else None
+        self._sampler_ready = False
+
+    def _shard(self, model: torch.nn.Module, *, layers_of: torch.nn.Module, units: tuple[torch.nn.Module, ...]) -> torch.nn.Module:
+        """``fully_shard`` every decoder layer of ``layers_of``, then each of ``units`` (the modules
+        whose own forward is called: the root of a causal LM, a critic's backbone and value head)."""
+        from torch.distributed.fsdp import fully_shard
+
+        kwargs: dict[str, Any] = {"mesh": self.mesh, "mp_policy": self.mp}
+        if self.offload is not None:
+            kwargs["offload_policy"] = self.offload
+        else:
+            model.to(self.device)
+        for layer in _decoder_layers(layers_of):
+            fully_shard(layer, **kwargs)
+        for unit in units:
+            fully_shard(unit, **kwargs)
+        return model
+
+    def build_policy(self, load: Callable[[], torch.nn.Module]) -> torch.nn.Module:
+        model = load()
+        return self._shard(model, layers_of=model, units=(model,))
+
+    def build_reference(self, load: Callable[[], torch.nn.Module], device: torch.device) -> torch.nn.Module:
+        model = load().eval().requires_grad_(False)
+        if device.type == "cpu" and self.device.type != "cpu":
+            return model  # a full frozen copy on CPU, unsharded
+        return self._shard(model, layers_of=model, units=(model,))
+
+    def build_critic(self, policy: torch.nn.Module, load: Callable[[], torch.nn.Module]) -> torch.nn.Module:
+        """A critic from the model's weights on disk (the policy's are sharded), sharded like it;
+        its ``values`` calls the backbone and the value head, each a unit of its own."""
+        from rllab.models import CriticModel
+
+        import warnings
+
+        # the value head's (B, T) output is a squeeze view; rllab never changes it in place, which is
+        # what FSDP2's warning about views guards against
+        warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module \(FSDPValueHead\) returned a view tensor")
+        base = load()
+        critic = CriticModel.from_causal_lm(base)
+        return self._shard(critic, layers_of=critic.backbone, units=(critic.backbone, critic.value_head))
+
+    def clip_grad_norm(self, params: list[torch.Tensor], limit: float) -> float:
+        """Scale FSDP's rank-averaged gradients to the global loss's (× world size), then the
+        global L2 norm over the sharded gradients, clipped to ``limit``."""
+        with torch.no_grad():
+            for p in params:
+                p.grad.mul_(self.reducer.world_size)
+        norm = torch.nn.utils.clip_grad_norm_(params, limit)
+        if hasattr(norm, "full_tensor"):
+            norm = norm.full_tensor()
+        return float(norm)
+
+    def rollout_weights(self, policy: torch.nn.Module) -> Any:
+        """The full (gathered) weights: a plain module the first time, a state dict after."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        full = get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True))
+        if self._sampler_ready:
+            return full
+        self._sampler_ready = True
+        import copy
+
+        from transformers import AutoModelForCausalLM
+
+        plain = AutoModelForCausalLM.from_config(copy.deepcopy(policy.config))
+        plain.load_state_dict(full)
+        return plain.to(self.device).eval()
+
+    def model_states(self, **models: Any) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+        out: dict[str, Any] = {}
+        for name, model, optimizer in (("policy", models["policy"], models["optimizer"]), ("critic", models["critic"], models["critic_optimizer"])):
+            out[name] = None if model is None else get_model_state_dict(model)
+            out[f"{name}_optimizer" if name == "critic" else "optimizer"] = None if model is None else get_optimizer_state_dict(model, optimizer)
+        return out
+
+    def save(self, run_dir, step: int, state: dict):
+        from rllab import dcp
+
+        return dcp.save(run_dir, step, state, reducer=self.reducer)
+
+    def load(self, path) -> dict:
+        from rllab import dcp
+
+        return dcp.load(path, reducer=self.reducer)
+
+    def load_model_states(self, path, state: dict, *, policy, optimizer, critic, critic_optimizer) -> None:
+        from rllab import dcp
+
+        dcp.load_models(path, state, reducer=self.reducer, policy=policy, optimizer=optimizer, critic=critic, critic_optimizer=critic_optimizer)
+
+    def quiet(self, hook: Any) -> Any:
+        return hook if self.reducer.is_main else _Silent()
+
+
+def for_config(model_cfg: Any, *, device: torch.device, compute_dtype: torch.dtype | None) -> Single | FSDP2:
+    """The strategy ``model_cfg.strategy`` names, on ``device`` (``fsdp2``: this rank's device)."""
+    if model_cfg.strategy == "single":
+        return Single(device=device)
+    reducer = distributed.init_from_env(device_type=device.type, expected=model_cfg.world_size)
+    if device.type == "cuda":
+        device = torch.device("cuda", torch.cuda.current_device())
+    return FSDP2(device=device, reducer=reducer, compute_dtype=compute_dtype, cpu_offload=model_cfg.cpu_offload)
+
+
+def start(model_cfg: Any, *, device_type: str) -> Reducer:
+    """The run's reducer, joining the process group first for ``fsdp2`` (the entry points agree on
+    a run directory through it before a trainer exists)."""
+    if model_cfg.strategy == "single":
+        return distributed.SINGLE
+    return distributed.init_from_env(device_type=device_type, expected=model_cfg.world_size)
+
+
+def check_data_parallel(cfg: Any, lab: Any, world_size: int) -> None:
+    """Refuse settings that would give ranks different numbers of rows or couple rows across ranks
+    beyond what :mod:`rllab.distributed` reduces (each named with the world size), and backends
+    that cannot take gathered weights."""
+    if cfg.model.strategy == "single":
+        return
+    where = f"model.strategy = 'fsdp2' on {world_size} rank(s)"
+    backend = cfg.component("backend").name
+    if backend != "hf":
+        raise RllabError(f"{where}: backend {backend!r} does not take the gathered weights of a sharded policy; use backend 'hf'")
+    if world_size == 1:
+        return
+    r, t = cfg.rollout, cfg.train
+    if r.prompts_per_step % world_size:
+        raise RllabError(f"{where}: rollout.prompts_per_step = {r.prompts_per_step} must be a multiple of the world size {world_size} (each rank owns whole groups)")
+    if r.dynamic_sampling:
+        raise RllabError(f"{where}: rollout.dynamic_sampling = true would give ranks different numbers of rows; set it to false")
+    if r.reward_errors == "skip":
+        raise RllabError(f"{where}: rollout.reward_errors = 'skip' would give ranks different numbers of rows; use 'raise' or 'zero'")
+    if t.nonfinite == "skip":
+        raise RllabError(f"{where}: train.nonfinite = 'skip' is decided per rank; use 'raise' (a failure on one rank stops every rank)")
+    adv = cfg.component("advantage")
+    spec = lab.spec("advantage_estimator", adv.name)
+    coupled = spec.trait("batch_step", adv.config)
+    if coupled not in (None, "whiten"):
+        raise RllabError(
+            f"{where}: advantage {adv.name!r} (plugin {spec.provider}) couples rows across the batch ({coupled}), "
+            "which is not all-reduced; choose an estimator without a batch step or with whitening"
+        )
+    algorithm = cfg.component("algorithm").name
+    if algorithm != "rl":
+        raise RllabError(f"{where}: algorithm {algorithm!r} has no data-parallel normalisers; use algorithm 'rl' or strategy 'single'")
+
