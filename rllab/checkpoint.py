@@ -53,6 +53,12 @@ def save(run_dir: Path, step: int, state: dict, *, check: tuple[str, ...] = ("po
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     torch.save(state, tmp / "state.pt")
+    return publish(root, tmp, final, keep=keep)
+
+
+def publish(root: Path, tmp: Path, final: Path, *, keep: int) -> Path:
+    """Make the fully written checkpoint directory ``tmp`` the checkpoint ``final`` and the
+    latest one, atomically (renames only), then delete all but the newest ``keep``."""
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     (root / ".latest.tmp").write_text(final.name)

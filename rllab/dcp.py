@@ -16,13 +16,13 @@ different world size is refused, naming both.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from rllab import checkpoint
 from rllab.checkpoint import CHECKPOINTS
 from rllab.distributed import Reducer
 from rllab.errors import NonFiniteError, RllabError
@@ -78,12 +78,7 @@ def save(run_dir: Path, step: int, state: dict, *, reducer: Reducer, keep: int =
         torch.save(rest, tmp / "state.pt")
     reducer.barrier()
     if reducer.is_main:
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        (root / ".latest.tmp").write_text(final.name)
-        os.replace(root / ".latest.tmp", root / "latest")
-        for old in sorted(p for p in root.iterdir() if p.name.startswith("step_"))[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        checkpoint.publish(root, tmp, final, keep=keep)
     reducer.barrier()
     return final
 

@@ -66,23 +66,6 @@ def tensor_payload(model: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-@contextlib.contextmanager
-def _quiet_transformers():
-    """transformers' own progress bars off for the duration (restored after)."""
-    try:
-        from transformers.utils import logging as hf_logging
-    except ImportError:  # pragma: no cover - a policy saved with save_pretrained comes from transformers
-        yield
-        return
-    was = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was:
-            hf_logging.enable_progress_bar()
-
-
 def _is_path(model: Any) -> bool:
     """``model`` is a model directory (a path), not a module."""
     return isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")
@@ -102,8 +85,10 @@ class WeightSync:
             return Path(os.fsdecode(model)).resolve()
         final = self.sync_dir / f"v{version}"
         tmp = self.sync_dir / f".tmp-v{version}-{uuid.uuid4().hex[:8]}"
+        from rllab.models import transformers_progress_bars_off
+
         try:
-            with _quiet_transformers():  # a sync per step: no "Writing model shards" bar each time
+            with transformers_progress_bars_off():  # a sync per step: no "Writing model shards" bar each time
                 model.save_pretrained(tmp, safe_serialization=True)
             if final.exists():
                 shutil.rmtree(final)
