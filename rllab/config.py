@@ -42,7 +42,6 @@ from typing import Any, Mapping
 
 import attrs
 
-from rllab import lora
 from rllab.config_checks import check_config_only
 from rllab.errors import ConfigError
 from rllab.lab import Lab
@@ -330,7 +329,10 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
         plain[sec] = _build_plain(cls, sec, values, text, where)
 
     _check_tiny_model(plain["model"], text, where)
-    lora.check_settings(plain["model"], text=text, where=where)
+    if plain["model"].lora:  # rllab.lora imports torch: only when adapters are asked for
+        from rllab import lora
+
+        lora.check_settings(plain["model"], text=text, where=where)
 
     components = {sec: _component(lab, sec, kind, data.get(sec, {}), default, text, where) for sec, (kind, default) in COMPONENT_SECTIONS.items()}
     unused = _check_algorithm_fit(lab, components, explicit={sec for sec in COMPONENT_SECTIONS if sec in data}, text=text, where=where)

@@ -14,7 +14,7 @@ def test_trainer_turns_transformers_bars_off_only_while_it_loads_models(tmp_path
     off while the trainer loads its models, and as they were afterwards."""
     seen = []
     load = Trainer._load_model
-    monkeypatch.setattr(Trainer, "_load_model", lambda self, device: (seen.append(hf_logging.is_progress_bar_enabled()), load(self, device))[1])
+    monkeypatch.setattr(Trainer, "_load_model", lambda self: (seen.append(hf_logging.is_progress_bar_enabled()), load(self))[1])
     assert hf_logging.is_progress_bar_enabled()
     trainer = Trainer(small_cfg("train.steps=1", lab=lab), lab=lab, run_dir=tmp_path / "run", progress=False)
     try:
