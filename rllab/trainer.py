@@ -41,7 +41,7 @@ import torch
 from rllab import distributed, lora, memory, placement, rewards
 from rllab.algorithm import RunContext
 from rllab.config import COMPONENT_SECTIONS, ExperimentConfig, apply_schedule, dump_toml, validate
-from rllab.errors import NonFiniteError, RewardError, RllabError  # noqa: F401  (RewardError: re-exported)
+from rllab.errors import ConfigError, NonFiniteError, RewardError, RllabError  # noqa: F401  (RewardError: re-exported)
 from rllab.lab import Lab
 from rllab.listeners import RunLoggers
 from rllab.models import CriticModel, transformers_progress_bars_off
@@ -98,7 +98,12 @@ class Trainer:
         self.device = self.placement.device
         self.hook = self.placement.quiet(self.lab.hook)  # one console: ranks other than 0 announce nothing
         with rewards.resolving_with(self.lab):  # reward functions named in the task's knobs: this run's plugins
-            self.task = self._component("task")()
+            try:
+                self.task = self._component("task")()
+            except RllabError:
+                raise
+            except (ValueError, OSError) as e:  # a task refusing its knobs or data (a missing file, a bad row)
+                raise ConfigError(str(e)) from e
         self.algorithm = self._component("algorithm")()
         self.kl_controller = self._component("kl_controller")()
         self._build_components()
