@@ -81,3 +81,15 @@ def latest(run_dir: Path) -> Path | None:
 def load(path: Path) -> dict:
     """The state saved in a checkpoint directory."""
     return torch.load(Path(path) / "state.pt", weights_only=False)
+
+
+def plain_state(obj) -> dict:
+    """The plain-valued attributes (numbers, strings, bools, None) of ``obj``: the checkpointed
+    state of a small stateful component such as a KL controller."""
+    return {k: v for k, v in vars(obj).items() if isinstance(v, (int, float, bool, str, type(None)))}
+
+
+def restore_plain_state(obj, state: dict) -> None:
+    """Set back the attributes :func:`plain_state` saved."""
+    for k, v in state.items():
+        setattr(obj, k, v)

@@ -42,7 +42,7 @@ from typing import Any, Mapping
 
 import attrs
 
-from rllab.config_checks import check_config_only
+from rllab.config_checks import check_config_only, check_model_settings
 from rllab.errors import ConfigError
 from rllab.lab import Lab
 from rllab.schedule import FROZEN_DURING_A_RUN, check_schedule_applies
@@ -328,11 +328,7 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
             raise ConfigError(f"{where}: [{sec}] must be a table, got {values!r}", key=sec)
         plain[sec] = _build_plain(cls, sec, values, text, where)
 
-    _check_tiny_model(plain["model"], text, where)
-    if plain["model"].lora:  # rllab.lora imports torch: only when adapters are asked for
-        from rllab import lora
-
-        lora.check_settings(plain["model"], text=text, where=where)
+    check_model_settings(plain["model"], text, where)
 
     components = {sec: _component(lab, sec, kind, data.get(sec, {}), default, text, where) for sec, (kind, default) in COMPONENT_SECTIONS.items()}
     unused = _check_algorithm_fit(lab, components, explicit={sec for sec in COMPONENT_SECTIONS if sec in data}, text=text, where=where)
@@ -472,19 +468,6 @@ def _build_plain(cls: type, sec: str, values: Mapping, text: str, where: str):
     except ConfigError as e:
         msg = str(e).replace(f"section {sec!r} (plugin rllab)", f"[{sec}]")
         raise ConfigError(f"{where}: {msg}{line_of(text, sec, e.key)}", key=e.key) from None
-
-
-def _check_tiny_model(model: ModelConfig, text: str, where: str) -> None:
-    """Validate ``model.tiny`` / ``model.warm_start`` against the tiny model's own config classes."""
-    from rllab import tinymodel
-
-    for key, cls in (("tiny", tinymodel.TinyModelConfig), ("warm_start", tinymodel.WarmStartConfig)):
-        pseudo = ComponentSpec(kind="section", name=f"model.{key}", fn=lambda: None, config=cls, provider="rllab")
-        try:
-            build_config(pseudo, getattr(model, key))
-        except ConfigError as e:
-            msg = str(e).replace(f"section 'model.{key}' (plugin rllab)", f"[model] {key}")
-            raise ConfigError(f"{where}: {msg}{line_of(text, 'model', key)}") from None
 
 
 def apply_schedule(cfg: ExperimentConfig, entry: ScheduleEntry, *, lab: Lab | None = None) -> ExperimentConfig:

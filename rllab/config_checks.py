@@ -61,3 +61,22 @@ def check_backend_device(lab: Lab, components: Mapping[str, Any], device: str, *
         f"([model] device). Set [model] device = \"cuda\" on a GPU machine, or change the backend's setting.",
         key="backend",
     )
+
+
+def check_model_settings(model: Any, text: str, where: str) -> None:
+    """Validate ``model.tiny`` / ``model.warm_start`` against the tiny model's own config classes,
+    and ``model.lora`` when adapters are asked for."""
+    from rllab import tinymodel
+    from rllab.specs import ComponentSpec, build_config
+
+    for key, cls in (("tiny", tinymodel.TinyModelConfig), ("warm_start", tinymodel.WarmStartConfig)):
+        pseudo = ComponentSpec(kind="section", name=f"model.{key}", fn=lambda: None, config=cls, provider="rllab")
+        try:
+            build_config(pseudo, getattr(model, key))
+        except ConfigError as e:
+            msg = str(e).replace(f"section 'model.{key}' (plugin rllab)", f"[model] {key}")
+            raise ConfigError(f"{where}: {msg}{line_of(text, 'model', key)}") from None
+    if model.lora:  # rllab.lora imports torch: only when adapters are asked for
+        from rllab import lora
+
+        lora.check_settings(model, text=text, where=where)

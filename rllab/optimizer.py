@@ -132,3 +132,15 @@ class Optimizers:
         if not stepped:
             metrics.setdefault("train/skipped", 1.0)
         return StepOutcome(metrics=metrics, kl=report.kl, stepped=stepped)
+
+
+def lr_factor(t, step: int) -> float:
+    """The learning rate's multiplier at ``step`` under ``[train]`` ``t``: linear warm-up over
+    ``warmup_steps``, then constant, linear or cosine decay to 0 at ``steps``."""
+    warm = min(1.0, (step + 1) / t.warmup_steps) if t.warmup_steps > 0 else 1.0
+    if t.lr_schedule == "constant" or t.steps <= 0:
+        return warm
+    progress = min(1.0, step / max(1, t.steps))
+    if t.lr_schedule == "linear":
+        return warm * (1.0 - progress)
+    return warm * 0.5 * (1.0 + math.cos(math.pi * progress))

@@ -27,7 +27,6 @@ reproduces the metrics of an uninterrupted one on CPU.
 from __future__ import annotations
 
 import json
-import math
 import random
 import resource
 import time
@@ -38,14 +37,14 @@ from typing import Any
 import attrs
 import torch
 
-from rllab import distributed, lora, memory, placement, rewards
+from rllab import checkpoint, distributed, lora, memory, placement, rewards
 from rllab.algorithm import RunContext
 from rllab.config import COMPONENT_SECTIONS, ExperimentConfig, apply_schedule, dump_toml, validate
 from rllab.errors import ConfigError, NonFiniteError, RewardError, RllabError  # noqa: F401  (RewardError: re-exported)
 from rllab.lab import Lab
 from rllab.listeners import RunLoggers
 from rllab.models import CriticModel, transformers_progress_bars_off
-from rllab.optimizer import Optimizers, StepOutcome
+from rllab.optimizer import Optimizers, StepOutcome, lr_factor
 from rllab.rollout import RolloutStage
 from rllab.config_checks import check_backend_device
 from rllab.runs import CONFIG_FILE, default_run_dir, discard_unstarted, prepare_run_dir, recorded_config
@@ -238,7 +237,7 @@ class Trainer:
     def _build_optimizers(self) -> None:
         t = self.cfg.train
         self.optimizer = self._adamw(lora.trainable_parameters(self.policy), t.lr)  # all, or the adapters
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, partial(_lr_factor, t))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, partial(lr_factor, t))
         self.critic_optimizer = self._adamw(self.critic.parameters(), t.critic_lr) if self.critic is not None else None
 
     def _sync_weights(self) -> dict[str, float]:
@@ -290,9 +289,9 @@ class Trainer:
                 group["initial_lr"] = lr
         # LambdaLR multiplies base_lrs by the schedule's factor: a new lr takes effect from this step
         self.scheduler.base_lrs = [t.lr]
-        self.scheduler.lr_lambdas = [partial(_lr_factor, t)]
+        self.scheduler.lr_lambdas = [partial(lr_factor, t)]
         for group in self.optimizer.param_groups:
-            group["lr"] = t.lr * _lr_factor(t, self.scheduler.last_epoch)
+            group["lr"] = t.lr * lr_factor(t, self.scheduler.last_epoch)
         if self.critic_optimizer is not None:
             for group in self.critic_optimizer.param_groups:
                 group["lr"] = t.critic_lr
@@ -386,7 +385,7 @@ class Trainer:
                 optimizer=self.optimizer, critic=self.critic, critic_optimizer=self.critic_optimizer
             ),
             "scheduler": self.scheduler.state_dict(),
-            "kl_controller": _controller_state(self.kl_controller),
+            "kl_controller": checkpoint.plain_state(self.kl_controller),
             "algorithm": self.algorithm.state_dict() if hasattr(self.algorithm, "state_dict") else None,
             "config": self.cfg.to_dict(),
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
@@ -405,8 +404,8 @@ class Trainer:
             path, state, policy=self.lora if self.lora is not None else self.policy, optimizer=self.optimizer, critic=self.critic, critic_optimizer=self.critic_optimizer
         )
         self.scheduler.load_state_dict(state["scheduler"])
-        self.scheduler.lr_lambdas = [partial(_lr_factor, self.cfg.train)]
-        _restore_controller(self.kl_controller, state["kl_controller"])
+        self.scheduler.lr_lambdas = [partial(lr_factor, self.cfg.train)]
+        checkpoint.restore_plain_state(self.kl_controller, state["kl_controller"])
         if state.get("algorithm") is not None:
             self.algorithm.load_state_dict(state["algorithm"])
         torch.set_rng_state(state["rng"]["torch"])
@@ -468,28 +467,6 @@ class Trainer:
         self.close()
         self.hook.on_run_end(run_dir=self.run_dir, metrics=summary, history=list(self.history))
         return summary
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _lr_factor(t, step: int) -> float:
-    warm = min(1.0, (step + 1) / t.warmup_steps) if t.warmup_steps > 0 else 1.0
-    if t.lr_schedule == "constant" or t.steps <= 0:
-        return warm
-    progress = min(1.0, step / max(1, t.steps))
-    if t.lr_schedule == "linear":
-        return warm * (1.0 - progress)
-    return warm * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def _controller_state(ctl) -> dict:
-    return {k: v for k, v in vars(ctl).items() if isinstance(v, (int, float, bool, str, type(None)))}
-
-
-def _restore_controller(ctl, state: dict) -> None:
-    for k, v in state.items():
-        setattr(ctl, k, v)
 
 
 # --------------------------------------------------------------------------- entry points
