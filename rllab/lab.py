@@ -193,16 +193,7 @@ class Lab:
                 name = name or str(path)
                 if self.pm.has_plugin(name):
                     return
-                mod_name = f"rllab_file_plugin_{path.stem}_{abs(hash(str(path))) % 10**8}"
-                spec = importlib.util.spec_from_file_location(mod_name, path)
-                assert spec is not None and spec.loader is not None
-                obj = importlib.util.module_from_spec(spec)
-                sys.modules[mod_name] = obj
-                try:
-                    spec.loader.exec_module(obj)
-                except BaseException:
-                    sys.modules.pop(mod_name, None)
-                    raise
+                obj = import_file(path, prefix="rllab_file_plugin")
             elif isinstance(plugin, str):
                 source = "module"
                 name = name or plugin
@@ -383,3 +374,22 @@ class Lab:
     def hook(self):
         """The event hooks: ``lab.hook.on_step_end(step=..., metrics=...)``."""
         return self.pm.hook
+
+
+def import_file(path: Path, *, prefix: str, reuse: bool = False):
+    """The Python file ``path`` imported as a module (named ``<prefix>_<stem>_<hash>``); with
+    ``reuse``, the module already imported from it if any. A file that fails to import leaves
+    nothing behind in ``sys.modules``."""
+    mod_name = f"{prefix}_{path.stem}_{abs(hash(str(path))) % 10**8}"
+    if reuse and mod_name in sys.modules:
+        return sys.modules[mod_name]
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(mod_name, None)
+        raise
+    return module

@@ -40,7 +40,6 @@ import importlib.util
 import inspect
 import math
 import numbers
-import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -230,18 +229,12 @@ def load_reward_function(ref: str, *, lab: Any = None, name: str | None = None, 
         path = Path(target).expanduser().resolve()
         if not path.is_file():
             raise ConfigError(f"reward function {ref!r}: no such file {path}")
-        mod_name = f"rllab_reward_file_{path.stem}_{abs(hash(str(path))) % 10**8}"
-        module = sys.modules.get(mod_name)
-        if module is None:
-            spec = importlib.util.spec_from_file_location(mod_name, path)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[mod_name] = module
-            try:
-                spec.loader.exec_module(module)
-            except BaseException as e:
-                sys.modules.pop(mod_name, None)
-                raise ConfigError(f"reward function {ref!r}: importing {path} failed: {type(e).__name__}: {e}") from e
+        from rllab.lab import import_file
+
+        try:
+            module = import_file(path, prefix="rllab_reward_file", reuse=True)
+        except BaseException as e:
+            raise ConfigError(f"reward function {ref!r}: importing {path} failed: {type(e).__name__}: {e}") from e
     else:
         try:
             module = importlib.import_module(target)
