@@ -264,7 +264,7 @@ def build_config(spec: ComponentSpec, values: Mapping[str, Any]) -> Any:
         if key not in fields:
             known = ", ".join(fields) or "none"
             close = difflib.get_close_matches(key, list(fields), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = f"; did you mean {close[0]!r}?" if close else "."
             raise ConfigError(f"{who} has no knob {key!r}{hint} Its knobs: {known}.", key=key)
     kwargs = {}
     for key, value in values.items():
