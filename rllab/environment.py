@@ -1,0 +1,120 @@
+"""Environments: multi-turn episodes, the protocol a plugin's environment follows.
+
+An **environment** draws examples like a task and then plays an episode per sample: the model
+answers the opening prompt (``example.prompt``, a string or chat messages), the environment
+consumes that turn and answers with a :class:`Step` — an observation to append, a reward for the
+turn, and whether the episode is over — and so on until it ends or a limit is reached.
+
+It is modelled on the ``reset``/``step`` shape the field uses (TRL's environments, verifiers,
+Tinker's cookbook): :meth:`Environment.start` is ``reset`` for one example, and
+:meth:`Episode.step` consumes one decoded model turn. ``step`` may be a coroutine function
+(``async def``): the rollout loop awaits every live episode's step together, so a tool that
+waits does not stall the batch.
+
+Token-in/token-out: an episode's token ids are the opening prompt's ids, then each turn's sampled
+ids (its stop token included), then each observation's ids — never a re-tokenisation of the
+decoded transcript. Only the sampled ids are the model's (the loss mask); observation ids are
+context. A step's ``reward`` is placed on the last model token of its turn.
+
+Example (a one-guess game)::
+
+    class GuessEpisode:
+        def __init__(self, secret):
+            self.secret = secret
+        def step(self, text):
+            if text.strip() == self.secret:
+                return Step(reward=1.0, done=True)
+            return Step(observation="wrong, again:", reward=0.0)
+
+    class Guess:
+        max_turns = 3
+        def train_examples(self, n, rng): ...
+        def eval_examples(self): ...
+        def start(self, example):
+            return GuessEpisode(example.answer)
+        def demonstration(self, example):
+            return ["7", example.answer]
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Awaitable, Mapping, Protocol, Sequence, runtime_checkable
+
+import attrs
+
+OBSERVATION_ROLES = ("user", "tool")
+"""The roles an observation may take when the prompt is rendered with a chat template."""
+
+
+def _finite_reward(inst, attribute, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"Step.reward must be a float, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"Step.reward must be finite, got {value!r}")
+
+
+def _observation(inst, attribute, value):
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"Step.observation must be a string or None, got {type(value).__name__} {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class Step:
+    """What an environment answers to one model turn.
+
+    :param observation: text appended after the model's turn before its next one (None: nothing).
+        With a chat prompt it becomes a message of ``role`` rendered with the chat template's own
+        tokens for it; with a string prompt it is tokenized and appended as it is. Ignored when
+        ``done``.
+    :param reward: this turn's reward (finite), placed on the turn's last model token. An
+        environment that rewards only at the end returns 0 until its last step.
+    :param done: the episode is over.
+    :param role: the observation's chat role, ``"user"`` or ``"tool"``.
+    :param metrics: counters of this step (``tool_calls``, ``tool_errors``, ``parse_failures``,
+        or the environment's own), summed over a batch's episodes into ``env/<name>``.
+    """
+
+    observation: str | None = attrs.field(default=None, validator=_observation)
+    reward: float = attrs.field(default=0.0, validator=_finite_reward)
+    done: bool = False
+    role: str = attrs.field(default="user", validator=attrs.validators.in_(OBSERVATION_ROLES))
+    metrics: Mapping[str, float] = attrs.field(factory=dict)
+
+
+@runtime_checkable
+class Episode(Protocol):
+    """One episode of an environment, started for one example."""
+
+    def step(self, text: str) -> "Step | Awaitable[Step]":
+        """Consume the model's turn (decoded up to its stop token) and answer with a :class:`Step`
+        (or an awaitable of one)."""
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """A source of examples whose episodes span several model turns.
+
+    Also read when present:
+
+    - ``max_turns`` (int, default 1): the most model turns an episode may take; the
+      ``rollout.max_turns`` setting overrides it.
+    - ``solved(example, reward) -> bool``: what counts as solved for ``rollout/accuracy`` and
+      ``eval/accuracy``, given the episode's total reward (default: total reward ≥ 1).
+    - ``tools``: the tools the environment exposes (see :mod:`rllab.tools`), listed by
+      ``rllab plugins``.
+    """
+
+    def train_examples(self, n: int, rng) -> list:
+        """Draw ``n`` training :class:`rllab.types.Example` s using the ``torch.Generator`` ``rng``
+        (deterministic given its state)."""
+
+    def eval_examples(self) -> list:
+        """The held-out evaluation split (fixed)."""
+
+    def start(self, example) -> Episode:
+        """A fresh episode for ``example``; its opening prompt is ``example.prompt``."""
+
+    def demonstration(self, example) -> Sequence[str]:
+        """The model turns of a demonstration episode for the supervised warm start; the
+        observations between them are the environment's own answers to them."""
