@@ -274,7 +274,7 @@ def format_tool_call(name: str, arguments: Mapping[str, Any] | Sequence[Any] = (
     """The text of a call as :func:`parse_tool_calls` reads it (for demonstrations and prompts).
 
     ``arguments``: a mapping (keywords) or a sequence (compact positional values; for hermes a
-    mapping is required). Compact values are written with ``str`` in the given order.
+    mapping is required). Compact values are written with ``str`` in the given order, joined by commas.
     """
     if format == "hermes":
         if not isinstance(arguments, Mapping):
@@ -282,7 +282,7 @@ def format_tool_call(name: str, arguments: Mapping[str, Any] | Sequence[Any] = (
         return f"{_HERMES_OPEN}{json.dumps({'name': name, 'arguments': dict(arguments)})}{_HERMES_CLOSE}"
     if format == "compact":
         values = arguments.values() if isinstance(arguments, Mapping) else arguments
-        return f"<{name}({', '.join(str(v) for v in values)})>"
+        return f"<{name}({','.join(str(v) for v in values)})>"
     raise ValueError(f"tool-call format {format!r}: must be one of {list(FORMATS)}")
 
 

@@ -1,0 +1,181 @@
+"""The built-in environments (calculator, search, guess): their rules, played with scripted turns."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+import torch
+
+from rllab.environment import Environment, Episode, Step
+from rllab.tools import run_step
+from rllab_tasks.environments import (
+    CalculatorConfig, GuessConfig, SearchConfig, calculate, calculator, guess, search,
+)
+
+ENVS = {"calculator": (calculator, CalculatorConfig), "search": (search, SearchConfig), "guess": (guess, GuessConfig)}
+
+
+def make(name, **knobs):
+    factory, config = ENVS[name]
+    return factory(config=config(**knobs))
+
+
+def play(env, example, turns):
+    """Steps of an episode fed ``turns`` (stops at done; at most env.max_turns turns)."""
+    episode = env.start(example)
+    assert isinstance(episode, Episode)
+    steps = []
+    for text in turns[: env.max_turns]:
+        steps.append(run_step(episode.step(text)))
+        if steps[-1].done:
+            break
+    return steps
+
+
+def total(steps):
+    return sum(s.reward for s in steps)
+
+
+@pytest.mark.parametrize("name", sorted(ENVS))
+def test_each_environment_follows_the_protocol_and_is_deterministic_given_a_seed(name):
+    env = make(name)
+    assert isinstance(env, Environment)
+    a = env.train_examples(32, torch.Generator().manual_seed(7))
+    b = env.train_examples(32, torch.Generator().manual_seed(7))
+    c = env.train_examples(32, torch.Generator().manual_seed(8))
+    assert a == b and [e.meta for e in a] == [e.meta for e in b]
+    assert [e.meta for e in a] != [e.meta for e in c]
+    assert make(name).eval_examples() == env.eval_examples() and len(env.eval_examples()) >= 16
+
+
+@pytest.mark.parametrize("name", sorted(ENVS))
+def test_demonstration_episodes_solve_their_example(name):
+    env = make(name)
+    for ex in env.train_examples(50, torch.Generator().manual_seed(0)) + env.eval_examples()[:50]:
+        turns = env.demonstration(ex)
+        assert len(turns) <= env.max_turns
+        steps = play(env, ex, turns)
+        assert len(steps) == len(turns) and steps[-1].done and all(not s.done for s in steps[:-1])
+        assert env.solved(ex, total(steps)), (ex, turns, steps)
+
+
+@pytest.mark.parametrize("name", ["calculator", "search"])
+def test_tool_environments_hold_out_prompts_by_hash(name):
+    env = make(name)
+    held_out = {e.prompt for e in env.eval_examples()}
+    train = {e.prompt for e in env.train_examples(2000, torch.Generator().manual_seed(1))}
+    assert len(held_out) == 200 and not held_out & train
+
+
+# --------------------------------------------------------------------------- calculator
+
+
+def test_calculator_calls_the_tool_then_scores_the_answer():
+    env = make("calculator")
+    ex = env.train_examples(1, torch.Generator().manual_seed(3))[0]
+    a, b = ex.meta["a"], ex.meta["b"]
+    assert ex.prompt == f"{a}*{b}=" and ex.answer == str(a * b) and 100 <= a < 1000 and 10 <= b < 100
+    assert env.demonstration(ex) == [f"<calc({a}*{b})>", str(a * b)]
+    steps = play(env, ex, [f"<calc({a}*{b})>", f" {a * b} "])
+    assert steps[0] == Step(observation=f"{a * b}\n", role="tool", metrics={"tool_calls": 1, "tool_errors": 0, "parse_failures": 0})
+    assert steps[1] == Step(reward=1.0, done=True)
+    assert play(env, ex, [str(a * b + 1)]) == [Step(reward=0.0, done=True)]  # answering unaided, wrongly
+
+
+def test_calculator_answers_errors_and_retries_within_max_turns():
+    env = make("calculator")
+    ex = env.train_examples(1, torch.Generator().manual_seed(3))[0]
+    a, b = ex.meta["a"], ex.meta["b"]
+    steps = play(env, ex, ["<calc(12/4)>", "<calc x>", f"<calc({a}*{b})>", str(a * b)])
+    assert len(steps) == 3 and not steps[-1].done  # max_turns = 3: the answer never comes
+    assert steps[0].observation == "error: calc raised ValueError: cannot evaluate '12/4': integers, + - * and parentheses only\n"
+    assert steps[1].observation.startswith("error: malformed tool call") and steps[1].metrics["parse_failures"] == 1
+    assert steps[2].observation == f"{a * b}\n"
+    hermes = f'<tool_call>{{"name": "calc", "arguments": {{"expression": "{a}*{b}"}}}}</tool_call>'
+    assert play(env, ex, [hermes])[0].observation == f"{a * b}\n"
+    penalised = make("calculator", failed_parse_reward=-1.0)
+    assert play(penalised, ex, ["<calc"]) == [Step(reward=-1.0, done=True, metrics={"tool_calls": 0, "tool_errors": 0, "parse_failures": 1})]
+
+
+def test_the_calculator_control_has_no_tool_and_shows_the_bare_answer():
+    env = make("calculator", tool=False)
+    ex = env.eval_examples()[0]
+    assert env.tools == [] and env.demonstration(ex) == [ex.answer]
+    (s,) = play(env, ex, [f"<calc({ex.meta['a']}*{ex.meta['b']})>"])
+    assert s.observation == "error: unknown tool 'calc' (tools: none)\n" and s.metrics["tool_errors"] == 1
+
+
+def test_calculate_evaluates_integer_expressions_only():
+    assert calculate("123*45") == 5535 and calculate("(2+3)*4-1") == 19
+    for bad in ("2**8", "1/2", "abs(1)", "", "-3"):
+        with pytest.raises(ValueError, match="cannot evaluate"):
+            calculate(bad)
+
+
+# --------------------------------------------------------------------------- search
+
+
+def test_search_draws_a_store_per_example_and_find_reads_it():
+    env = make("search")
+    exs = env.train_examples(200, torch.Generator().manual_seed(5))
+    ex = exs[0]
+    m = ex.meta
+    assert ex.prompt == f"{m['attribute']} of {m['name']}?" and ex.answer == m["store"][f"{m['name']} {m['attribute']}"]
+    assert len(m["store"]) == 9 and all(v.isdigit() and len(v) == 3 for v in m["store"].values())
+    assert env.demonstration(ex) == [f"<find({m['name']},{m['attribute']})>", ex.answer]
+    other = next(k for k in m["store"] if k != f"{m['name']} {m['attribute']}")
+    n, a = other.split()
+    steps = play(env, ex, [f"<find({n}, {a})>", m["store"][other], "x"])
+    assert steps[0].observation == m["store"][other] + "\n"  # a distractor
+    assert steps[1] == Step(reward=1.0 if m["store"][other] == ex.answer else 0.0, done=True)
+    assert play(env, ex, ["<find(zzzz,pin)>"])[0].observation == "no entry\n"
+    # values are drawn per example: the same question has different answers across examples
+    by_prompt = {}
+    for e in exs + env.train_examples(3000, torch.Generator().manual_seed(6)):
+        by_prompt.setdefault(e.prompt, set()).add(e.answer)
+    assert any(len(v) > 1 for v in by_prompt.values())
+
+
+def test_search_lists_its_tool_and_refuses_bad_arguments_as_observations():
+    env = make("search")
+    (t,) = env.tools
+    assert t.name == "find" and t.parameter_names == ("name", "attribute")
+    ex = env.eval_examples()[0]
+    (s,) = play(env, ex, [f"<find({ex.meta['name']})>"])
+    assert s.observation == "error: find raised TypeError: missing required argument(s) ['attribute']\n"
+
+
+# --------------------------------------------------------------------------- guess
+
+
+def test_guess_gives_feedback_and_charges_each_miss():
+    env = make("guess")
+    ex = env.eval_examples()[10]
+    assert ex.prompt == "guess 1-16:" and ex.meta["secret"] == 11
+    steps = play(env, ex, ["8", "12", "10", "11"])
+    assert [s.observation for s in steps[:3]] == ["higher\n", "lower\n", "higher\n"]
+    assert [s.reward for s in steps] == [-0.1, -0.1, -0.1, 1.0] and steps[-1].done
+    assert total(steps) == pytest.approx(0.7) and env.solved(ex, total(steps))
+    assert env.demonstration(ex) == ["8", "12", "10", "11"]
+
+
+def test_guess_rewards_fewer_turns_and_fails_when_guesses_run_out():
+    env = make("guess")
+    ex = env.eval_examples()[7]  # secret 8: binary search finds it first
+    assert total(play(env, ex, ["8"])) == 1.0
+    assert total(play(env, ex, ["4", "8"])) == pytest.approx(0.9)
+    lost = play(env, ex, ["1", "2", "x", "17", "3"])
+    assert len(lost) == 5 and not lost[-1].done and lost[2].observation == "invalid\n" and lost[3].metrics == {"invalid_guesses": 1}
+    assert total(lost) == pytest.approx(-0.5) and not env.solved(ex, total(lost))
+
+
+def test_guess_evaluates_every_secret_once_and_binary_search_solves_all_within_max_turns():
+    env = make("guess", high=31, max_turns=5)
+    assert [e.meta["secret"] for e in env.eval_examples()] == list(range(1, 32))
+    assert max(len(env.demonstration(e)) for e in env.eval_examples()) == 5
+
+
+def test_guess_refuses_a_turn_cost_that_makes_a_late_win_a_loss():
+    with pytest.raises(ValueError, match="turn_cost = 0.25 with max_turns = 5"):
+        GuessConfig(turn_cost=0.25)
+    assert attrs.evolve(GuessConfig(), turn_cost=0.24).turn_cost == 0.24
