@@ -358,6 +358,8 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
     unused = _check_algorithm_fit(lab, components, explicit={sec for sec in COMPONENT_SECTIONS if sec in data}, text=text, where=where)
     if "env" in components and "env" not in unused:
         check_episode_bound(lab, components["env"], plain["rollout"], text=text, where=where)
+    elif "task" in components:
+        _check_no_episode_settings(components["task"], plain["rollout"], text=text, where=where)
     if "advantage" not in unused and "task" in components and "task" not in unused:
         _check_reward_components(lab, components, plain["rollout"], text=text, where=where)
     check_config_only(lab, components, plain["model"], unused=unused, text=text, where=where)
@@ -433,6 +435,23 @@ def check_episode_bound(lab: Lab, env: ComponentRef, rollout: Any, *, text: str 
             f"an integer ≥ 1 (or set rollout.max_turns)",
             key="max_turns",
         )
+
+
+EPISODE_SETTINGS = ("max_turns", "max_episode_tokens", "turn_limit_reward", "overflow_reward")
+"""[rollout] settings that only an environment's episodes read."""
+
+
+def _check_no_episode_settings(task: ComponentRef, rollout: Any, *, text: str, where: str) -> None:
+    """A task's episodes have one turn: the episode limits would have no effect, so setting one is refused."""
+    defaults = attrs.fields_dict(type(rollout))
+    for key in EPISODE_SETTINGS:
+        if getattr(rollout, key) != defaults[key].default:
+            raise ConfigError(
+                f"{where}: [rollout] {key}{line_of(text, 'rollout', key)} limits an environment's episodes, but this run "
+                f"samples task {task.name!r} (one turn per sample), so it would have no effect; unset it or choose an "
+                f"environment (env = NAME)",
+                key=key,
+            )
 
 
 def _check_algorithm_fit(lab: Lab, components: dict, *, explicit: set[str], text: str, where: str) -> frozenset:

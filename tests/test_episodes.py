@@ -8,6 +8,7 @@ through the stand-in) and a short `rllab run env=...`.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from pathlib import Path
 
@@ -534,3 +535,60 @@ def test_rllab_run_env_trains_a_few_steps(tmp_path, model_cache):
     steps = [r for r in rows if "rollout/reward" in r]
     assert len(steps) == 3 and all(1.0 <= r["env/turns"] <= 2.0 for r in steps)
     assert any("eval/turns" in r for r in rows)
+
+
+def test_episode_limits_are_refused_for_a_task():
+    with pytest.raises(ConfigError, match=r"\[rollout\] max_turns limits an environment's episodes, but this run samples task 'addition'"):
+        load_config(None, ["rollout.max_turns=3"])
+
+
+def test_overlong_shaping_counts_model_tokens_only(char):
+    from rllab.rollout import RolloutStage
+
+    stage = RolloutStage(env=Env(), env_name="fake", backend=Scripted([]), tokenizer=char, seed=0,
+                         config=RolloutConfig(max_new_tokens=4, overlong_buffer=2, overlong_penalty=1.0))
+    c = Completion(prompt_ids=(1,), token_ids=(5, 6, 7, 8, 9, 10), log_probs=(0.0,) * 6, finish_reason="stop",
+                   model_mask=(True, False, False, False, True, True))
+    # 3 model tokens: 1 past the expected 4 − 2 → −1/2 (6 tokens would give −2)
+    assert stage.overlong_penalty([c]).tolist() == [-0.5]
+
+
+# --------------------------------------------------------------------------- the contract suite
+
+
+def test_the_contract_suite_checks_environments():
+    import random
+
+    from rllab.testing import run_contract
+
+    good = rllab.Lab([env_plugin("three_turns")])
+    results = run_contract(good, "environment", "three_turns", {})
+    assert [r.passed for r in results] == [True] * len(results) and len(results) == 5, [r.message for r in results]
+
+    class Moody(Env):
+        def start(self, example):
+            return Turns(rewards=(random.random(), 0.5, 1.0), done_at=3)
+
+    class P:
+        @staticmethod
+        @rllab.hookimpl
+        def register_environments(register):
+            register("moody", lambda *, config: Moody(max_turns=3))
+
+    failed = {r.check: r.message for r in run_contract(rllab.Lab([P]), "environment", "moody", {}) if not r.passed}
+    assert list(failed) == ["deterministic examples and episodes given a seed"]
+
+
+def test_record_and_replay_keep_an_episodes_batch(tmp_path, model_cache):
+    from rllab_suite.replay import load_record, record, replay_configs
+
+    lab = rllab.Lab([str(RETRY_ENV)])
+    overrides = ["env=retry_addition", "env.tries=3", "rollout.prompts_per_step=2", "rollout.group_size=2", "model.warm_start.steps=20",
+                 "model.tiny.hidden_size=32", "model.tiny.intermediate_size=64"]
+    record(None, steps=1, out=tmp_path / "rec.pt", overrides=overrides, lab=lab)
+    data = load_record(tmp_path / "rec.pt")
+    batch = data["batches"][0]["batch"]
+    assert batch["turns"] is not None and batch["token_scores"].shape == batch["response_mask"].shape
+    cfg = load_config(None, overrides, lab=lab).to_dict()
+    (result,) = replay_configs(data, [("same", cfg)], lab=lab)
+    assert math.isfinite(result.metrics["loss/policy"])
