@@ -357,6 +357,7 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
     }
     unused = _check_algorithm_fit(lab, components, explicit={sec for sec in COMPONENT_SECTIONS if sec in data}, text=text, where=where)
     if "env" in components and "env" not in unused:
+        plain["rollout"] = environment_rollout_defaults(lab, components["env"], plain["rollout"], data.get("rollout", {}), where=where)
         check_episode_bound(lab, components["env"], plain["rollout"], text=text, where=where)
     elif "task" in components:
         _check_no_episode_settings(components["task"], plain["rollout"], text=text, where=where)
@@ -435,6 +436,27 @@ def check_episode_bound(lab: Lab, env: ComponentRef, rollout: Any, *, text: str 
             f"an integer ≥ 1 (or set rollout.max_turns)",
             key="max_turns",
         )
+
+
+def environment_rollout_defaults(lab: Lab, env: ComponentRef, rollout: Any, given: Mapping[str, Any], *, where: str = "<config>") -> Any:
+    """``rollout`` with the environment's own defaults (``rollout_defaults``, a dict of ``[rollout]``
+    settings declared on its registered factory, e.g. ``{"max_new_tokens": 16}`` for turns that
+    hold a tool call) applied to the settings the config does not set; a setting the config gives
+    wins. The run's saved config shows the values used."""
+    spec = lab.spec("environment", env.name)
+    wanted = dict(getattr(spec.fn, "rollout_defaults", None) or {})
+    fields = attrs.fields_dict(type(rollout))
+    unknown = sorted(set(wanted) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"{where}: environment {env.name!r} (plugin {spec.provider}) declares rollout_defaults for unknown [rollout] "
+            f"settings {unknown}; known: {', '.join(sorted(fields))}"
+        )
+    changes = {k: v for k, v in wanted.items() if k not in given}
+    try:
+        return attrs.evolve(rollout, **changes) if changes else rollout
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: environment {env.name!r} (plugin {spec.provider}): rollout_defaults: {e}") from None
 
 
 EPISODE_SETTINGS = ("max_turns", "max_episode_tokens", "turn_limit_reward", "overflow_reward")

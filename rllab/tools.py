@@ -3,9 +3,11 @@
 A :class:`Tool` is a name, a description, a JSON-schema ``parameters`` object (what a chat
 template's ``tools=`` takes, see :meth:`Tool.schema`) and a function — plain or ``async def``.
 An episode hands each model turn to :func:`tool_step`, which parses the calls in it, runs them
-(awaiting async tools, all calls of a turn together) and answers with the
-:class:`rllab.environment.Step` to return: the results as a ``"tool"`` observation, or an
-error observation — never an exception.
+and answers with the :class:`rllab.environment.Step` to return: the results as a ``"tool"``
+observation, or an error observation — never an exception. When a called tool is async the
+answer is an awaitable of that Step (the turn's async calls awaited together), which ``step``
+returns as it is: the rollout loop awaits every episode's step together, so a tool that waits
+does not stall the batch.
 
 Call formats
 ------------
@@ -152,13 +154,6 @@ class Tool:
             raise TypeError(f"missing required argument(s) {missing}")
         return kwargs
 
-    async def run(self, call: "ToolCall") -> Any:
-        """Call the function with ``call``'s arguments (awaited when it is async)."""
-        result = self.function(**self.bind(call))
-        if inspect.isawaitable(result):
-            result = await result
-        return result
-
 
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
@@ -299,24 +294,18 @@ def render_result(value: Any) -> str:
         return str(value)
 
 
-async def _run_one(tools: Mapping[str, Tool], call: ToolCall) -> tuple[str, bool]:
-    t = tools.get(call.name)
-    if t is None:
-        return f"error: unknown tool {call.name!r} (tools: {', '.join(sorted(tools)) or 'none'})", False
-    try:
-        return render_result(await t.run(call)), True
-    except Exception as e:  # noqa: BLE001 — a tool's failure is the model's observation, not a crash
-        return f"error: {call.name} raised {type(e).__name__}: {e}", False
+def _error(call: ToolCall, e: BaseException) -> tuple[str, bool]:
+    return f"error: {call.name} raised {type(e).__name__}: {e}", False
 
 
-async def tool_step(
+def tool_step(
     text: str,
     tools: "Iterable[Tool] | Mapping[str, Tool]",
     *,
     formats: Sequence[str] = FORMATS,
     failed_parse_reward: float | None = None,
     wrap: str = "{}",
-) -> Step | None:
+) -> "Step | Awaitable[Step] | None":
     """Run the tool calls of one model turn and answer with the episode's :class:`Step`.
 
     :param text: the model's turn, decoded.
@@ -325,10 +314,13 @@ async def tool_step(
     :param failed_parse_reward: None: a malformed call is answered with an error observation
         and the episode goes on; a number: the episode ends with this reward.
     :param wrap: a ``str.format`` pattern with one ``{}`` the observation text is put into
-        (e.g. ``"={}\\n"``), for a model that needs the result delimited.
+        (e.g. ``"{}\\n"``), for a model that needs the result delimited.
     :returns: None when the turn makes no call (score it as an answer); else a not-done Step
         with ``role="tool"`` (or the done Step of a failed parse with ``failed_parse_reward``)
-        and metrics ``tool_calls``, ``tool_errors``, ``parse_failures``.
+        and metrics ``tool_calls``, ``tool_errors``, ``parse_failures`` — or, when a called tool
+        is async, an awaitable of that Step (its calls awaited together). Either is what an
+        episode's ``step`` returns as it is: the rollout loop awaits every episode's awaitable
+        together. Plain tools run at once, in call order.
     """
     tools = tool_map(tools)
     try:
@@ -340,13 +332,43 @@ async def tool_step(
         return Step(observation=wrap.format(f"error: malformed tool call: {e}"), role="tool", metrics=metrics)
     if not calls:
         return None
-    results = await asyncio.gather(*(_run_one(tools, c) for c in calls))
-    errors = sum(not ok for _, ok in results)
-    return Step(
-        observation=wrap.format("\n".join(r for r, _ in results)),
-        role="tool",
-        metrics={"tool_calls": len(calls), "tool_errors": errors, "parse_failures": 0},
-    )
+    results: list[tuple[str, bool] | None] = [None] * len(calls)
+    pending: list[tuple[int, ToolCall, Awaitable]] = []
+    for i, call in enumerate(calls):
+        t = tools.get(call.name)
+        if t is None:
+            results[i] = f"error: unknown tool {call.name!r} (tools: {', '.join(sorted(tools)) or 'none'})", False
+            continue
+        try:
+            value = t.function(**t.bind(call))
+        except Exception as e:  # noqa: BLE001 — a tool's failure is the model's observation, not a crash
+            results[i] = _error(call, e)
+            continue
+        if inspect.isawaitable(value):
+            pending.append((i, call, value))
+        else:
+            results[i] = render_result(value), True
+
+    def answer() -> Step:
+        errors = sum(not ok for _, ok in results)
+        return Step(
+            observation=wrap.format("\n".join(r for r, _ in results)),
+            role="tool",
+            metrics={"tool_calls": len(calls), "tool_errors": errors, "parse_failures": 0},
+        )
+
+    if not pending:
+        return answer()
+
+    async def wait() -> Step:
+        values = await asyncio.gather(*(a for _, _, a in pending), return_exceptions=True)
+        for (i, call, _), value in zip(pending, values):
+            if isinstance(value, BaseException) and not isinstance(value, Exception):
+                raise value
+            results[i] = _error(call, value) if isinstance(value, Exception) else (render_result(value), True)
+        return answer()
+
+    return wait()
 
 
 def run_step(result: "Step | Awaitable[Step]") -> Step:

@@ -192,6 +192,18 @@ def test_async_tools_are_awaited_together():
     assert took < 0.2  # 40 sleeps of 10 ms, concurrently
 
 
-def test_run_step_passes_plain_steps_through():
-    s = Step(reward=1.0, done=True)
-    assert run_step(s) is s
+def test_plain_tools_answer_at_once_and_async_ones_with_an_awaitable():
+    s = tool_step("<add(1,2)><calc(3)>", TOOLS)
+    assert isinstance(s, Step) and s.observation == "3\n3" and run_step(s) is s
+    pending = tool_step("<add(1,2)><echo(hi)><sqrt(1)>", TOOLS)
+    assert not isinstance(pending, Step)
+    assert run_step(pending).observation == "3\necho hi\nerror: unknown tool 'sqrt' (tools: add, boom, calc, echo)"
+
+
+def test_an_async_tool_that_raises_is_an_error_observation():
+    async def fail(x: str):
+        await asyncio.sleep(0)
+        raise KeyError(x)
+
+    s = run_step(tool_step("<fail(k)>", [tool(fail)]))
+    assert s.observation == "error: fail raised KeyError: 'k'" and s.metrics["tool_errors"] == 1

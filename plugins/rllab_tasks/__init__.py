@@ -28,6 +28,12 @@ character used)::
     dataset    a local data set (TRL or verl format) scored by reward functions (:mod:`rllab_tasks.dataset`)
     reasoning_gym  a reasoning-gym procedural data set, scored by its own ``score_answer``
 
+and the built-in environments (:mod:`rllab_tasks.environments`, ``env = NAME``)::
+
+    calculator  "123*45="      -> <calc(123*45)>, then the product     (a tool the model must call)
+    search      "pin of kqz?"  -> <find(kqz,pin)>, then the value      (a per-example key-value store)
+    guess       "guess 1-16:"  -> guesses answered higher/lower         (fewer turns, more reward)
+
 The plugin also registers the built-in reward functions (:mod:`rllab_tasks.rewards`): ``exact``,
 ``contains``, ``numeric``, ``math_verify``, ``format`` and ``length_penalty``.
 
@@ -72,6 +78,17 @@ def register_tasks(register):
     register("jsonl", jsonl, config=JsonlConfig, reward_components=())  # one reward
     register("dataset", dataset, config=DatasetConfig, reward_components=dataset_components)
     register("reasoning_gym", reasoning_gym, config=ReasoningGymConfig, reward_components=())  # one reward
+
+
+@rllab.hookimpl
+def register_environments(register):
+    from .environments import (
+        CalculatorConfig, CalculatorEnvironment, GuessConfig, GuessEnvironment, SearchConfig, SearchEnvironment,
+    )
+
+    register("calculator", CalculatorEnvironment, config=CalculatorConfig)
+    register("search", SearchEnvironment, config=SearchConfig)
+    register("guess", GuessEnvironment, config=GuessConfig)
 
 
 @rllab.hookimpl

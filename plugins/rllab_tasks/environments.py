@@ -34,6 +34,7 @@ secrets uniformly.
 from __future__ import annotations
 
 import string
+from typing import Awaitable
 
 import attrs
 import torch
@@ -72,8 +73,9 @@ class _ToolEnvironment(SplitTask):
     scores 1.0 when it equals ``example.answer`` (stripped), else 0.0, and ends the episode.
     """
 
-    max_new_tokens = 16
-    """Per-turn generation cap the environment's turns need (its calls are ~15 characters)."""
+    rollout_defaults = {"max_new_tokens": 16}
+    """A turn holds a call of up to 15 characters and its end token (a config's own
+    ``rollout.max_new_tokens`` wins)."""
 
     @property
     def max_turns(self) -> int:
@@ -98,8 +100,8 @@ class ToolEpisode:
         self.tools = tools
         self.failed_parse_reward = failed_parse_reward
 
-    async def step(self, text: str) -> Step:
-        step = await tool_step(
+    def step(self, text: str) -> "Step | Awaitable[Step]":
+        step = tool_step(
             text, self.tools, formats=TOOL_FORMATS, failed_parse_reward=self.failed_parse_reward, wrap=OBSERVATION_WRAP
         )
         if step is not None:
@@ -288,7 +290,6 @@ class GuessEnvironment:
     ``−turn_cost·turns`` when the guesses run out. Solved: the total is above 0."""
 
     name = "guess"
-    max_new_tokens = 4
     warm_start_defaults = {"target_accuracy": 0.25, "check_every": 2}
 
     def __init__(self, config: GuessConfig):
@@ -348,21 +349,3 @@ class GuessEpisode:
         if guess == self.secret:
             return Step(reward=1.0, done=True)
         return Step(observation="higher\n" if self.secret > guess else "lower\n", reward=cost)
-
-
-# --------------------------------------------------------------------------- factories
-
-
-def calculator(*, config: CalculatorConfig) -> CalculatorEnvironment:
-    """Products the tiny model cannot do unaided ("123*45="): call <calc(123*45)>, answer the result."""
-    return CalculatorEnvironment(config)
-
-
-def search(*, config: SearchConfig) -> SearchEnvironment:
-    """A question answered from a per-example key-value store ("pin of kqz?"): call <find(kqz,pin)>, answer the value."""
-    return SearchEnvironment(config)
-
-
-def guess(*, config: GuessConfig) -> GuessEnvironment:
-    """Higher/lower guessing of a number in 1..high from feedback; fewer guesses, more reward."""
-    return GuessEnvironment(config)

@@ -9,10 +9,14 @@ import torch
 from rllab.environment import Environment, Episode, Step
 from rllab.tools import run_step
 from rllab_tasks.environments import (
-    CalculatorConfig, GuessConfig, SearchConfig, calculate, calculator, guess, search,
+    CalculatorConfig, CalculatorEnvironment, GuessConfig, GuessEnvironment, SearchConfig, SearchEnvironment, calculate,
 )
 
-ENVS = {"calculator": (calculator, CalculatorConfig), "search": (search, SearchConfig), "guess": (guess, GuessConfig)}
+ENVS = {
+    "calculator": (CalculatorEnvironment, CalculatorConfig),
+    "search": (SearchEnvironment, SearchConfig),
+    "guess": (GuessEnvironment, GuessConfig),
+}
 
 
 def make(name, **knobs):
