@@ -49,6 +49,9 @@ What a turn's call becomes
 - arguments that do not fit the parameters, or a tool that raises (``tool_errors``):
   ``error: NAME raised TypeName: message``.
 
+With ``terse_errors`` the three read ``error: malformed call``, ``error: unknown tool`` and
+``error: tool failed``: a small model cannot use the details, and they would fill its context.
+
 :attr:`Step.metrics` counts ``tool_calls`` (calls parsed), ``tool_errors`` and
 ``parse_failures``; the rollout loop sums them over a batch's episodes.
 """
@@ -294,8 +297,8 @@ def render_result(value: Any) -> str:
         return str(value)
 
 
-def _error(call: ToolCall, e: BaseException) -> tuple[str, bool]:
-    return f"error: {call.name} raised {type(e).__name__}: {e}", False
+def _error(call: ToolCall, e: BaseException, terse: bool) -> tuple[str, bool]:
+    return ("error: tool failed" if terse else f"error: {call.name} raised {type(e).__name__}: {e}"), False
 
 
 def tool_step(
@@ -305,6 +308,7 @@ def tool_step(
     formats: Sequence[str] = FORMATS,
     failed_parse_reward: float | None = None,
     wrap: str = "{}",
+    terse_errors: bool = False,
 ) -> "Step | Awaitable[Step] | None":
     """Run the tool calls of one model turn and answer with the episode's :class:`Step`.
 
@@ -315,6 +319,9 @@ def tool_step(
         and the episode goes on; a number: the episode ends with this reward.
     :param wrap: a ``str.format`` pattern with one ``{}`` the observation text is put into
         (e.g. ``"{}\\n"``), for a model that needs the result delimited.
+    :param terse_errors: error observations name the kind of error only (``error: malformed
+        call``, ``error: unknown tool``, ``error: tool failed``) — a few tokens, for a small
+        model's context; the full messages otherwise.
     :returns: None when the turn makes no call (score it as an answer); else a not-done Step
         with ``role="tool"`` (or the done Step of a failed parse with ``failed_parse_reward``)
         and metrics ``tool_calls``, ``tool_errors``, ``parse_failures`` — or, when a called tool
@@ -329,7 +336,8 @@ def tool_step(
         metrics = {"tool_calls": 0, "tool_errors": 0, "parse_failures": 1}
         if failed_parse_reward is not None:
             return Step(reward=float(failed_parse_reward), done=True, metrics=metrics)
-        return Step(observation=wrap.format(f"error: malformed tool call: {e}"), role="tool", metrics=metrics)
+        text = "error: malformed call" if terse_errors else f"error: malformed tool call: {e}"
+        return Step(observation=wrap.format(text), role="tool", metrics=metrics)
     if not calls:
         return None
     results: list[tuple[str, bool] | None] = [None] * len(calls)
@@ -337,12 +345,13 @@ def tool_step(
     for i, call in enumerate(calls):
         t = tools.get(call.name)
         if t is None:
-            results[i] = f"error: unknown tool {call.name!r} (tools: {', '.join(sorted(tools)) or 'none'})", False
+            results[i] = ("error: unknown tool" if terse_errors else
+                          f"error: unknown tool {call.name!r} (tools: {', '.join(sorted(tools)) or 'none'})"), False
             continue
         try:
             value = t.function(**t.bind(call))
         except Exception as e:  # noqa: BLE001 — a tool's failure is the model's observation, not a crash
-            results[i] = _error(call, e)
+            results[i] = _error(call, e, terse_errors)
             continue
         if inspect.isawaitable(value):
             pending.append((i, call, value))
@@ -365,7 +374,7 @@ def tool_step(
         for (i, call, _), value in zip(pending, values):
             if isinstance(value, BaseException) and not isinstance(value, Exception):
                 raise value
-            results[i] = _error(call, value) if isinstance(value, Exception) else (render_result(value), True)
+            results[i] = _error(call, value, terse_errors) if isinstance(value, Exception) else (render_result(value), True)
         return answer()
 
     return wait()

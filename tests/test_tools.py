@@ -174,6 +174,11 @@ def test_a_malformed_call_is_an_error_observation_or_the_configured_penalty():
     assert s == Step(reward=-0.5, done=True, metrics={"tool_calls": 0, "tool_errors": 0, "parse_failures": 1})
 
 
+def test_terse_errors_name_the_kind_only():
+    for text, obs in [("<calc 1>", "error: malformed call"), ("<sqrt(1)>", "error: unknown tool"), ("<boom(x)>", "error: tool failed")]:
+        assert step(text, terse_errors=True).observation == obs
+
+
 def test_a_malformed_call_runs_none_of_the_turns_calls():
     ran = []
     t = Tool(name="log", function=lambda x: ran.append(x), parameters={"type": "object", "properties": {"x": {}}})

@@ -62,6 +62,12 @@ def _failed_parse_reward_knob():
     )
 
 
+def _terse_errors_knob():
+    return rllab.knob(
+        True, help="error observations name the kind of error only (a few tokens of the tiny model's context); false: the full message"
+    )
+
+
 def _max_turns_knob(default: int, help: str):
     return rllab.knob(default, help=help, ge=1, le=32)
 
@@ -77,15 +83,15 @@ class _ToolEnvironment(SplitTask):
     """A turn holds a call of up to 15 characters and its end token (a config's own
     ``rollout.max_new_tokens`` wins)."""
 
-    @property
-    def max_turns(self) -> int:
-        return self.config.max_turns
+    def __init__(self, config):
+        super().__init__(config)
+        self.max_turns = config.max_turns
 
     def tools_for(self, example: Example) -> list[Tool]:
         raise TypeError(f"{type(self).__name__} must define tools_for(example)")
 
     def start(self, example: Example) -> "ToolEpisode":
-        return ToolEpisode(example, self.tools_for(example), self.config.failed_parse_reward)
+        return ToolEpisode(example, self.tools_for(example), self.config)
 
     def solved(self, example: Example, reward: float) -> bool:
         return reward >= 1.0
@@ -95,14 +101,15 @@ class ToolEpisode:
     """Calls the tools a turn names (:func:`rllab.tools.tool_step`); a turn without a call is the
     answer, scored by exact match and ending the episode."""
 
-    def __init__(self, example: Example, tools: list[Tool], failed_parse_reward: float | None):
+    def __init__(self, example: Example, tools: list[Tool], config):
         self.example = example
         self.tools = tools
-        self.failed_parse_reward = failed_parse_reward
+        self.config = config
 
     def step(self, text: str) -> "Step | Awaitable[Step]":
         step = tool_step(
-            text, self.tools, formats=TOOL_FORMATS, failed_parse_reward=self.failed_parse_reward, wrap=OBSERVATION_WRAP
+            text, self.tools, formats=TOOL_FORMATS, failed_parse_reward=self.config.failed_parse_reward,
+            wrap=OBSERVATION_WRAP, terse_errors=self.config.terse_errors,
         )
         if step is not None:
             return step
@@ -123,8 +130,9 @@ class CalculatorConfig:
         True,
         help="expose the calc tool (false: the control — no tool, and the warm start shows the bare answer)",
     )
-    max_turns: int = _max_turns_knob(3, "most model turns per episode (call, answer, one retry)")
+    max_turns: int = _max_turns_knob(2, "most model turns per episode (2: call, answer)")
     failed_parse_reward: float | None = _failed_parse_reward_knob()
+    terse_errors: bool = _terse_errors_knob()
     eval_fraction: float = eval_fraction_knob()
     eval_size: int = eval_size_knob()
     seed: int = seed_knob()
@@ -195,8 +203,9 @@ class SearchConfig:
         3, help=f"attributes per entity, the first of {', '.join(ATTRIBUTES)}", ge=1, le=len(ATTRIBUTES)
     )
     value_digits: int = rllab.knob(3, help="digits of each stored value (drawn at random per example)", ge=1, le=9)
-    max_turns: int = _max_turns_knob(3, "most model turns per episode (query, answer, one retry)")
+    max_turns: int = _max_turns_knob(2, "most model turns per episode (2: query, answer)")
     failed_parse_reward: float | None = _failed_parse_reward_knob()
+    terse_errors: bool = _terse_errors_knob()
     eval_fraction: float = eval_fraction_knob()
     eval_size: int = eval_size_knob()
     seed: int = seed_knob()
@@ -294,10 +303,7 @@ class GuessEnvironment:
 
     def __init__(self, config: GuessConfig):
         self.config = config
-
-    @property
-    def max_turns(self) -> int:
-        return self.config.max_turns
+        self.max_turns = config.max_turns
 
     @property
     def prompt(self) -> str:

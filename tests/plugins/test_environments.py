@@ -87,7 +87,7 @@ def test_calculator_calls_the_tool_then_scores_the_answer():
 
 
 def test_calculator_answers_errors_and_retries_within_max_turns():
-    env = make("calculator")
+    env = make("calculator", max_turns=3, terse_errors=False)
     ex = env.train_examples(1, torch.Generator().manual_seed(3))[0]
     a, b = ex.meta["a"], ex.meta["b"]
     steps = play(env, ex, ["<calc(12/4)>", "<calc x>", f"<calc({a}*{b})>", str(a * b)])
@@ -97,12 +97,17 @@ def test_calculator_answers_errors_and_retries_within_max_turns():
     assert steps[2].observation == f"{a * b}\n"
     hermes = f'<tool_call>{{"name": "calc", "arguments": {{"expression": "{a}*{b}"}}}}</tool_call>'
     assert play(env, ex, [hermes])[0].observation == f"{a * b}\n"
+    terse = make("calculator")
+    assert [s.observation for s in play(terse, ex, ["<calc(12/4)>"]) + play(terse, ex, ["<calc x>"]) + play(terse, ex, ["<sqrt(4)>"])] == [
+        "error: tool failed\n", "error: malformed call\n", "error: unknown tool\n",
+    ]
+    assert len(play(terse, ex, ["<calc(1)>", "<calc(2)>", "3"])) == 2  # max_turns = 2 by default
     penalised = make("calculator", failed_parse_reward=-1.0)
     assert play(penalised, ex, ["<calc"]) == [Step(reward=-1.0, done=True, metrics={"tool_calls": 0, "tool_errors": 0, "parse_failures": 1})]
 
 
 def test_the_calculator_control_has_no_tool_and_shows_the_bare_answer():
-    env = make("calculator", tool=False)
+    env = make("calculator", tool=False, terse_errors=False)
     ex = env.eval_examples()[0]
     assert env.tools == [] and env.demonstration(ex) == [ex.answer]
     (s,) = play(env, ex, [f"<calc({ex.meta['a']}*{ex.meta['b']})>"])
@@ -129,7 +134,7 @@ def test_search_draws_a_store_per_example_and_find_reads_it():
     assert env.demonstration(ex) == [f"<find({m['name']},{m['attribute']})>", ex.answer]
     other = next(k for k in m["store"] if k != f"{m['name']} {m['attribute']}")
     n, a = other.split()
-    steps = play(env, ex, [f"<find({n}, {a})>", m["store"][other], "x"])
+    steps = play(env, ex, [f"<find({n}, {a})>", m["store"][other]])
     assert steps[0].observation == m["store"][other] + "\n"  # a distractor
     assert steps[1] == Step(reward=1.0 if m["store"][other] == ex.answer else 0.0, done=True)
     assert play(env, ex, ["<find(zzzz,pin)>"])[0].observation == "no entry\n"
@@ -141,7 +146,7 @@ def test_search_draws_a_store_per_example_and_find_reads_it():
 
 
 def test_search_lists_its_tool_and_refuses_bad_arguments_as_observations():
-    env = make("search")
+    env = make("search", terse_errors=False)
     (t,) = env.tools
     assert t.name == "find" and t.parameter_names == ("name", "attribute")
     ex = env.eval_examples()[0]
