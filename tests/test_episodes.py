@@ -591,3 +591,32 @@ def test_record_and_replay_keep_an_episodes_batch(tmp_path, model_cache):
     cfg = load_config(None, overrides, lab=lab).to_dict()
     (result,) = replay_configs(data, [("same", cfg)], lab=lab)
     assert math.isfinite(result.metrics["loss/policy"])
+
+
+def test_start_failures_bad_metrics_and_a_silent_chat_step_are_environment_errors(char, chat):
+    eos = char.eos_token_id
+
+    class NoStart(Env):
+        def start(self, example):
+            raise KeyError("no board")
+
+    with pytest.raises(EpisodeError, match=r"environment 'fake' failed on example '0\+1=' when starting its episode: KeyError"):
+        play(NoStart(), Scripted([]), char, NoStart().train_examples(1, None))
+
+    class Words(Env):
+        def start(self, example):
+            return type("E", (), {"step": lambda self, text: Step(reward=1.0, done=True, metrics={"calls": "many"})})()
+
+    with pytest.raises(EpisodeError, match=r"at turn 1 \(model turn '5'\): ValueError"):
+        play(Words(), Scripted([[ids_of(char, "5") + [eos]]]), char, Words().train_examples(1, None))
+
+    class Silent(Env):
+        def start(self, example):
+            return type("E", (), {"step": lambda self, text: Step(reward=0.0)})()
+
+    end = chat.convert_tokens_to_ids("<|im_end|>")
+    ex = Example(prompt=({"role": "user", "content": "3+4="},), answer="7")
+    with pytest.raises(EpisodeError, match=r"neither ended the episode nor gave an observation"):
+        play(Silent(), Scripted([[ids_of(chat, "7") + [end]]]), chat, [ex])
+    (r,), _ = play(Silent(), Scripted([[ids_of(chat, "7") + [end]]]), chat, [ex], on_error="zero")
+    assert r.finish_reason == "abort" and r.reward == 0.0
