@@ -520,13 +520,17 @@ class ScriptedBackend:
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
         if all(e is None for e in self.expect):  # the first turn: prompt k answers script k
             return [self._turn(k, k, p) for k, p in enumerate(prompts) for _ in range(params.n)]
-        out, taken = [], set()
+        # live episodes keep their order from call to call, so request i continues the first script
+        # after the previous request's that it extends — one with turns left (several episodes may
+        # share a prefix: one prompt, the same first turns), else an exhausted one (the error)
+        out, last = [], -1
         for i, p in enumerate(prompts):
-            k = next((k for k, e in enumerate(self.expect) if k not in taken and e is not None and tuple(p[: len(e)]) == e), None)
-            if k is None:
+            extends = [k for k, e in enumerate(self.expect) if k > last and e is not None and tuple(p[: len(e)]) == e]
+            left = [k for k in extends if self.used[k] < len(self.scripts[k])]
+            if not extends:
                 raise RllabError("ScriptedBackend: a request continues no scripted episode")
-            taken.add(k)
-            out.append(self._turn(k, i, p))
+            last = (left or extends)[0]
+            out.append(self._turn(last, i, p))
         return out
 
     def last_metrics(self) -> dict:

@@ -241,3 +241,17 @@ def test_every_builtin_environment_learns_visibly_with_the_default_grpo_run(name
 
     summary = run_experiment(load_config(None, [f"env={name}", "train.checkpoint_every=0"], preset="grpo"), run_dir=tmp_path / name, progress=False)
     assert summary["final/accuracy"] - summary["initial/accuracy"] >= 0.15, summary
+
+
+def test_demonstration_episodes_of_one_prompt_with_shared_first_turns_are_told_apart():
+    """guess has a single prompt and its binary searches share their first turns: the warm
+    start's scripted episodes must still each follow their own example."""
+    from rllab.chat import PromptRenderer
+    from rllab.episodes import demonstration_episodes
+    from rllab.tinytok import build_tokenizer
+
+    env = make("guess")
+    examples = env.eval_examples()[::-1] + env.eval_examples()
+    episodes = demonstration_episodes(env, examples, PromptRenderer(build_tokenizer()), name="guess")
+    for ex, ep in zip(examples, episodes):
+        assert list(ep.texts) == env.demonstration(ex) and env.solved(ex, ep.reward), (ex.meta, ep.texts)
