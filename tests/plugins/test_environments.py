@@ -206,7 +206,7 @@ def test_rollout_defaults_fill_the_settings_a_config_leaves_unset(lab):
     cfg = load_config(None, ["env=calculator", "rollout.max_new_tokens=8", "rollout.temperature=1.0"], lab=lab)
     assert (cfg.rollout.max_new_tokens, cfg.rollout.temperature) == (8, 1.0)  # the config's own win
     cfg = load_config(None, ["env=guess"], lab=lab)
-    assert (cfg.rollout.max_new_tokens, cfg.rollout.temperature) == (8, 1.0)  # guess declares none
+    assert (cfg.rollout.max_new_tokens, cfg.rollout.temperature) == (8, 0.5)  # guess: its turns are short
 
 
 def test_bad_rollout_defaults_are_refused_naming_the_environment():
