@@ -124,6 +124,8 @@ def _show(lab: Lab, name: str, kind: str | None, doc: bool = False) -> int:
             console.print(t)
         else:
             console.print("[dim]no knobs[/]")
+        if spec.kind == "environment":
+            _show_tools(spec)
         mod = sys.modules.get(getattr(spec.fn, "__module__", ""), None)
         if mod is not None and mod.__doc__:
             if doc:
@@ -132,6 +134,24 @@ def _show(lab: Lab, name: str, kind: str | None, doc: bool = False) -> int:
             else:
                 console.print(f"[dim]the plugin's module notes (background, references): rllab plugins show {spec.name} --doc[/]")
     return 0
+
+
+def _show_tools(spec) -> None:
+    """The tools an environment built with its default knobs exposes (its ``tools``)."""
+    try:
+        tools = list(getattr(spec.fn(config=spec.config()), "tools", None) or ())
+    except Exception as e:  # noqa: BLE001 — listing must not fail on an environment that needs knobs set
+        console.print(escape(f"(tools not listed: building it with its default knobs raised {type(e).__name__}: {e})"), style="dim")
+        return
+    if not tools:
+        return
+    t = Table(box=box.SIMPLE_HEAVY, title="tools (rllab.tools; the model calls <name(arguments)> or <tool_call>{...}</tool_call>)")
+    for col in ("tool", "parameters", "description"):
+        t.add_column(col, overflow="fold")
+    for tool in tools:
+        params = ", ".join(getattr(tool, "parameter_names", ()))
+        t.add_row(escape(str(getattr(tool, "name", tool))), escape(params), escape(getattr(tool, "description", "")))
+    console.print(t)
 
 
 # --------------------------------------------------------------------------- check

@@ -255,3 +255,13 @@ def test_demonstration_episodes_of_one_prompt_with_shared_first_turns_are_told_a
     episodes = demonstration_episodes(env, examples, PromptRenderer(build_tokenizer()), name="guess")
     for ex, ep in zip(examples, episodes):
         assert list(ep.texts) == env.demonstration(ex) and env.solved(ex, ep.reward), (ex.meta, ep.texts)
+
+
+def test_plugins_show_lists_an_environments_tools(capsys):
+    from rllab.cli import main
+
+    assert main(["plugins", "show", "calculator"]) == 0
+    out = capsys.readouterr().out
+    assert "calc" in out and "expression" in out and "Evaluate an arithmetic expression" in out
+    assert main(["plugins", "show", "guess"]) == 0
+    assert "tools (" not in capsys.readouterr().out  # no tools, no table
