@@ -11,6 +11,10 @@ episode's history). Between two turns every live episode's ``step`` is called; s
 coroutines are awaited together (one event loop per turn), so a tool that waits does not stall
 the batch.
 
+A backend's ``last_metrics`` after each call are summed over the step's calls (a key ending in
+``_total`` is a running total: its last value); a completion the backend drops (SGLang's
+``stale = "drop"``) drops its episode from the step, as it drops a single-turn sample.
+
 **Token-in/token-out.** An episode's ids are its prompt ids, then each turn's sampled ids (the
 stop token included), then each observation's ids — never a re-tokenisation of decoded text:
 
@@ -136,6 +140,8 @@ class _State:
     weight_version: str | None = None
     single: Completion | None = None
     """The first turn's completion, kept as it is for an episode that ends after it."""
+    dropped: bool = False
+    """The backend returned no completion for it (a stale sample dropped): left out of the step."""
 
     def add(self, ids: Sequence[int], *, model: bool, log_probs: Sequence[float] | None = None) -> None:
         self.ids.extend(ids)
@@ -237,10 +243,7 @@ class EpisodeRunner:
         comps = self.backend.generate(prompts, first)
         self.timings["generate"] += time.perf_counter() - t0
         self._collect_metrics()
-        if len(comps) != len(states):
-            raise RllabError(f"rollout backend returned {len(comps)} completions for {len(examples)} prompts × n = {G}")
-        live = states
-        pairs = [(s, c) for s, c in zip(live, comps) if s.finish is None]
+        pairs = [(s, c) for s, c in self._match([states[i * G:(i + 1) * G] for i in range(len(examples))], comps) if s.finish is None]
         turn = 1
         while pairs:
             self._take_turn(pairs, turn)
@@ -257,15 +260,36 @@ class EpisodeRunner:
             comps = self.backend.generate([s.prompt_ids + s.ids for s in live], later)
             self.timings["generate"] += time.perf_counter() - t0
             self._collect_metrics()
-            if len(comps) != len(live):
-                raise RllabError(f"rollout backend returned {len(comps)} completions for {len(live)} live episodes")
-            pairs = [(s, self._cut(c, cap)) for s, c, cap in zip(live, comps, caps)]
+            cap_of = {id(s): cap for s, cap in zip(live, caps)}
+            pairs = [(s, self._cut(c, cap_of[id(s)])) for s, c in self._match([[s] for s in live], comps)]
+        return [self._result(s) for s in states if not s.dropped]
+
+    @staticmethod
+    def _match(groups: list[list[_State]], comps: Sequence[Completion]) -> list[tuple[_State, Completion]]:
+        """Each completion with the next episode of its prompt (``groups[prompt_index]``); an
+        episode left without one (a backend that drops stale samples) is dropped from the step."""
+        slots = [list(g) for g in groups]
+        out = []
+        for c in comps:
+            if not 0 <= c.prompt_index < len(slots) or not slots[c.prompt_index]:
+                raise RllabError(
+                    f"rollout backend returned more completions for prompt {c.prompt_index} than were asked "
+                    f"({len(comps)} completions for {sum(map(len, groups))} episodes)"
+                )
+            out.append((slots[c.prompt_index].pop(0), c))
+        for rest in slots:
+            for s in rest:
+                s.dropped = True
+                s.finish = "abort"
+        return out
+
         return [self._result(s) for s in states]
 
     def _collect_metrics(self) -> None:
         metrics = getattr(self.backend, "last_metrics", None)
-        for k, v in ((metrics() if metrics is not None else None) or {}).items():  # counters: summed over the turns' calls
-            self.backend_metrics[k] = self.backend_metrics.get(k, 0.0) + float(v)
+        for k, v in ((metrics() if metrics is not None else None) or {}).items():
+            # a step's counters: summed over its turns' calls, but for running totals (``*_total``)
+            self.backend_metrics[k] = float(v) + (0.0 if k.endswith("_total") else self.backend_metrics.get(k, 0.0))
 
     def _cap(self, s: _State) -> int:
         cap = self.limits.max_new_tokens

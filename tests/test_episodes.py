@@ -620,3 +620,28 @@ def test_start_failures_bad_metrics_and_a_silent_chat_step_are_environment_error
         play(Silent(), Scripted([[ids_of(chat, "7") + [end]]]), chat, [ex])
     (r,), _ = play(Silent(), Scripted([[ids_of(chat, "7") + [end]]]), chat, [ex], on_error="zero")
     assert r.finish_reason == "abort" and r.reward == 0.0
+
+
+def test_a_dropped_completion_drops_its_episode_and_counters_add_over_turns(char):
+    eos = char.eos_token_id
+    t = ids_of(char, "x") + [eos]
+
+    class Dropping(Scripted):
+        def generate(self, prompts, params):
+            out = super().generate(prompts, params)
+            return out[1:] if len(self.calls) == 2 else out  # the second turn loses episode 0's sample (stale)
+
+        def last_metrics(self):
+            return {"sglang/requests": 1.0, "rollout/stale_total": float(len(self.calls))}
+
+    backend = Dropping([[t, t, t], [t, t, t]])
+    env = Env(max_turns=2, done_at=2)
+    results, r = play(env, backend, char, env.train_examples(3, None), max_turns=2)
+    assert [e.completion.prompt_index for e in results] == [1, 2] and all(e.turns == 2 for e in results)
+    assert r.backend_metrics == {"sglang/requests": 2.0, "rollout/stale_total": 2.0}
+    class Twice(Scripted):
+        def generate(self, prompts, params):
+            return super().generate(prompts, params) * 2
+
+    with pytest.raises(rllab.RllabError, match="more completions for prompt 0 than were asked"):
+        play(env, Twice([[t]]), char, env.train_examples(1, None))
