@@ -645,3 +645,21 @@ def test_a_dropped_completion_drops_its_episode_and_counters_add_over_turns(char
 
     with pytest.raises(rllab.RllabError, match="more completions for prompt 0 than were asked"):
         play(env, Twice([[t]]), char, env.train_examples(1, None))
+
+
+def test_environment_settings_are_checked_at_load():
+    class Unbounded(Env):
+        max_turns = 0
+
+    class P:
+        @staticmethod
+        @rllab.hookimpl
+        def register_environments(register):
+            register("unbounded", Unbounded)
+
+    lab = rllab.Lab([P])
+    with pytest.raises(ConfigError, match=r"environment 'unbounded' \(plugin P\) declares max_turns = 0"):
+        load_config(None, ["env=unbounded"], lab=lab)
+    assert load_config(None, ["env=unbounded", "rollout.max_turns=2"], lab=lab).rollout.max_turns == 2
+    with pytest.raises(ConfigError, match=r"overflow_reward = nan must be a finite number"):
+        load_config(None, ["env=unbounded", "rollout.max_turns=2", "rollout.overflow_reward=nan"], lab=lab)
