@@ -129,12 +129,10 @@ class _State:
     rewards: list[float] = attrs.Factory(list)
     texts: list[str] = attrs.Factory(list)
     total: float = 0.0
-    unplaced: float = 0.0
     turns: int = 0
     observation_tokens: int = 0
     last_model: int = -1
     finish: str | None = None
-    turn_finish: str = "stop"
     error: str | None = None
     metrics: dict = attrs.Factory(dict)
     weight_version: str | None = None
@@ -153,10 +151,8 @@ class _State:
 
     def reward(self, value: float) -> None:
         self.total += value
-        if self.last_model >= 0:
+        if self.last_model >= 0:  # else no model token carries it (a turn that sampled nothing): in the total only
             self.rewards[self.last_model] += value
-        else:  # no model token to carry it (a turn that sampled nothing): kept in the total
-            self.unplaced += value
 
 
 def _describe(kind: str, name: str, state: _State, turn: int, text: str | None, e: BaseException) -> str:
@@ -312,7 +308,6 @@ class EpisodeRunner:
                 s.single = c
             s.weight_version = c.weight_version
             s.add(c.token_ids, model=True, log_probs=c.log_probs)
-            s.turn_finish = c.finish_reason
             text = self.renderer.decode(c.token_ids)
             s.texts.append(text)
             texts.append(text)
@@ -390,7 +385,6 @@ class EpisodeRunner:
         s.error = msg
         s.finish = "abort"
         s.total = 0.0
-        s.unplaced = 0.0
         s.rewards = [0.0] * len(s.rewards)
 
     # -- observations

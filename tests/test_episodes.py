@@ -334,15 +334,15 @@ def test_an_environment_without_a_bound_on_its_turns_is_refused(char):
 
 
 def test_token_rewards_sit_on_the_last_model_token_with_holes():
-    mask = torch.tensor([[True, True, False, False, True, False], [True, False, False, False, False, False]])
+    mask = torch.tensor([[True, True, False, False, True, False], [True, False, False, False, False, False], [False] * 6])
     b = RolloutBatch(
-        input_ids=torch.zeros(2, 8, dtype=torch.long), attention_mask=torch.ones(2, 8, dtype=torch.bool), response_mask=mask,
-        rollout_log_prob=torch.zeros(2, 6), index=torch.tensor([0, 0]), scores=torch.tensor([2.0, 3.0]),
+        input_ids=torch.zeros(3, 8, dtype=torch.long), attention_mask=torch.ones(3, 8, dtype=torch.bool), response_mask=mask,
+        rollout_log_prob=torch.zeros(3, 6), index=torch.tensor([0, 0, 1]), scores=torch.tensor([2.0, 3.0, 4.0]),
     )
-    expected = torch.zeros(2, 6)
-    expected[0, 4], expected[1, 0] = 2.0, 3.0  # not at lengths − 1 (= 2, an observation token)
+    expected = torch.zeros(3, 6)
+    expected[0, 4], expected[1, 0] = 2.0, 3.0  # not at lengths − 1 (= 2, an observation token); no model token: none
     assert torch.equal(b.token_rewards, expected)
-    placed = torch.rand(2, 6)
+    placed = torch.rand(3, 6)
     assert b.__class__(**{**attrs.asdict(b, recurse=False), "token_scores": placed}).token_rewards is placed
 
 
@@ -488,6 +488,9 @@ def test_a_two_turn_episode_through_the_hf_backend(tiny):
     batch = stage.to_batch(scored)
     assert batch.turns.tolist() == [2] * 6
     assert scored.metrics["env/turns"] == 2.0 and scored.metrics["env/calls"] == 12.0
+    assert scored.metrics["rollout/accuracy"] == 1.0 and scored.metrics["rollout/reward"] == 1.25  # total ≥ 1: solved
+    env.solved = lambda example, total: total > 2
+    assert stage.sample(1).metrics["rollout/accuracy"] == 0.0
     assert scored.metrics["env/observation_tokens"] == len(ids_of(tok, "ok:"))
     assert torch.equal(batch.token_rewards.sum(-1), batch.scores)
     # the rewards sit on model tokens, and observation tokens are holes
