@@ -31,7 +31,8 @@ A model turn is decoded up to its first stop token; that text is what ``step`` s
 
 **Limits and finish reasons.** ``max_turns`` bounds the turns (reaching it without the
 environment ending the episode: finish reason ``"max_turns"``, plus ``turn_limit_reward``);
-``max_episode_tokens`` bounds the response-side tokens (model turns and observations): each turn
+``max_episode_tokens`` — and, for an environment, what the prompt leaves of the model's context
+(``context_tokens``) — bounds the response-side tokens (model turns and observations): each turn
 samples at most ``min(max_new_tokens, what remains)`` tokens, and an observation that would leave
 no token for the next turn ends the episode with ``"overflow"`` (plus ``overflow_reward``) — a
 trajectory is never silently truncated. An episode the environment ends finishes with its last
@@ -78,6 +79,9 @@ class EpisodeLimits:
     """Each turn's cap."""
     max_episode_tokens: int | None = None
     """Budget of response-side tokens (model + observation); None: none."""
+    context_tokens: int | None = None
+    """The model's context (prompt + response tokens); an episode's budget is at most what its
+    prompt leaves of it. None: not bounded."""
     turn_limit_reward: float = 0.0
     overflow_reward: float = 0.0
 
@@ -139,6 +143,8 @@ class _State:
     single: Completion | None = None
     """The first turn's completion, kept as it is for an episode that ends after it."""
     dropped: bool = False
+    budget: int | None = None
+    """Its response-side token budget (None: none)."""
     """The backend returned no completion for it (a stale sample dropped): left out of the step."""
 
     def add(self, ids: Sequence[int], *, model: bool, log_probs: Sequence[float] | None = None) -> None:
@@ -232,14 +238,16 @@ class EpisodeRunner:
                 s.episode = self.env.start(s.example)
             except Exception as e:
                 self._fail(s, 0, None, e)
-        first = params
-        if lim.max_episode_tokens is not None and lim.max_episode_tokens < params.max_new_tokens:
-            first = attrs.evolve(params, max_new_tokens=lim.max_episode_tokens)
+        for s in states:
+            s.budget = self._budget(s)
+        caps = [self._cap(s) for s in states[::G]]
+        first = params if max(caps, default=1) >= params.max_new_tokens else attrs.evolve(params, max_new_tokens=max(caps))
         t0 = time.perf_counter()
         comps = self.backend.generate(prompts, first)
         self.timings["generate"] += time.perf_counter() - t0
         self._collect_metrics()
-        pairs = [(s, c) for s, c in self._match([states[i * G:(i + 1) * G] for i in range(len(examples))], comps) if s.finish is None]
+        pairs = [(s, self._cut(c, self._cap(s)))
+                 for s, c in self._match([states[i * G:(i + 1) * G] for i in range(len(examples))], comps) if s.finish is None]
         turn = 1
         while pairs:
             self._take_turn(pairs, turn)
@@ -287,11 +295,20 @@ class EpisodeRunner:
             # a step's counters: summed over its turns' calls, but for running totals (``*_total``)
             self.backend_metrics[k] = float(v) + (0.0 if k.endswith("_total") else self.backend_metrics.get(k, 0.0))
 
+    def _budget(self, s: _State) -> int | None:
+        """The episode's response-side budget: ``max_episode_tokens``, and what its prompt leaves
+        of the model's context (at least 1)."""
+        lim = self.limits
+        out = lim.max_episode_tokens
+        if lim.context_tokens is not None:
+            room = max(1, lim.context_tokens - len(s.prompt_ids))
+            out = room if out is None else min(out, room)
+        return out
+
     def _cap(self, s: _State) -> int:
+        """This turn's most tokens: ``max_new_tokens``, and what the budget leaves."""
         cap = self.limits.max_new_tokens
-        if self.limits.max_episode_tokens is not None:
-            cap = min(cap, self.limits.max_episode_tokens - len(s.ids))
-        return cap
+        return cap if s.budget is None else max(1, min(cap, s.budget - len(s.ids)))
 
     @staticmethod
     def _cut(c: Completion, cap: int) -> Completion:
@@ -342,7 +359,7 @@ class EpisodeRunner:
                 s.reward(lim.turn_limit_reward)
             else:
                 obs = self._observation_ids(s, text, c, step)
-                if lim.max_episode_tokens is not None and len(s.ids) + len(obs) + 1 > lim.max_episode_tokens:
+                if s.budget is not None and len(s.ids) + len(obs) + 1 > s.budget:
                     s.finish = "overflow"
                     s.reward(lim.overflow_reward)
                     continue

@@ -681,3 +681,19 @@ def test_the_warm_start_cache_keeps_environments_apart(tmp_path):
     import json
 
     assert json.loads((as_env / "rllab_warm_start.json").read_text())["task_config"] == {"name": "same", "kind": "environment"}
+
+
+def test_the_models_context_bounds_an_environments_episodes(char):
+    from rllab.rollout import RolloutStage
+
+    eos = char.eos_token_id
+    t = ids_of(char, "abc") + [eos]
+    backend = Scripted([[t, t], [t, t]])
+    env = Env(max_turns=5, done_at=5)
+    # prompt "0+1=" is 5 ids with <bos>: a context of 15 leaves 10 response tokens: 4 + obs 3 + 3 (cut) — then the next obs overflows
+    stage = RolloutStage(env=env, env_name="fake", backend=backend, tokenizer=char, seed=0, context_tokens=15,
+                         config=RolloutConfig(prompts_per_step=1, group_size=2, max_new_tokens=8, overflow_reward=-1.0))
+    scored = stage.sample(0)
+    for e in scored.episodes:
+        assert len(e.completion.prompt_ids) + len(e.completion.token_ids) <= 15 and e.finish_reason == "overflow"
+    assert scored.metrics["env/context_overflows"] == 2.0 and scored.rewards.tolist() == [0.25 + 0.5 - 1.0] * 2
