@@ -11,6 +11,10 @@ episode's history). Between two turns every live episode's ``step`` is called; s
 coroutines are awaited together (one event loop per turn), so a tool that waits does not stall
 the batch.
 
+A backend's ``last_metrics`` after each call are summed over the step's calls (a key ending in
+``_total`` is a running total: its last value); a completion the backend drops (SGLang's
+``stale = "drop"``) drops its episode from the step, as it drops a single-turn sample.
+
 **Token-in/token-out.** An episode's ids are its prompt ids, then each turn's sampled ids (the
 stop token included), then each observation's ids — never a re-tokenisation of decoded text:
 
@@ -27,7 +31,8 @@ A model turn is decoded up to its first stop token; that text is what ``step`` s
 
 **Limits and finish reasons.** ``max_turns`` bounds the turns (reaching it without the
 environment ending the episode: finish reason ``"max_turns"``, plus ``turn_limit_reward``);
-``max_episode_tokens`` bounds the response-side tokens (model turns and observations): each turn
+``max_episode_tokens`` — and, for an environment, what the prompt leaves of the model's context
+(``context_tokens``) — bounds the response-side tokens (model turns and observations): each turn
 samples at most ``min(max_new_tokens, what remains)`` tokens, and an observation that would leave
 no token for the next turn ends the episode with ``"overflow"`` (plus ``overflow_reward``) — a
 trajectory is never silently truncated. An episode the environment ends finishes with its last
@@ -74,6 +79,9 @@ class EpisodeLimits:
     """Each turn's cap."""
     max_episode_tokens: int | None = None
     """Budget of response-side tokens (model + observation); None: none."""
+    context_tokens: int | None = None
+    """The model's context (prompt + response tokens); an episode's budget is at most what its
+    prompt leaves of it. None: not bounded."""
     turn_limit_reward: float = 0.0
     overflow_reward: float = 0.0
 
@@ -125,17 +133,19 @@ class _State:
     rewards: list[float] = attrs.Factory(list)
     texts: list[str] = attrs.Factory(list)
     total: float = 0.0
-    unplaced: float = 0.0
     turns: int = 0
     observation_tokens: int = 0
     last_model: int = -1
     finish: str | None = None
-    turn_finish: str = "stop"
     error: str | None = None
     metrics: dict = attrs.Factory(dict)
     weight_version: str | None = None
     single: Completion | None = None
     """The first turn's completion, kept as it is for an episode that ends after it."""
+    dropped: bool = False
+    budget: int | None = None
+    """Its response-side token budget (None: none)."""
+    """The backend returned no completion for it (a stale sample dropped): left out of the step."""
 
     def add(self, ids: Sequence[int], *, model: bool, log_probs: Sequence[float] | None = None) -> None:
         self.ids.extend(ids)
@@ -147,10 +157,8 @@ class _State:
 
     def reward(self, value: float) -> None:
         self.total += value
-        if self.last_model >= 0:
+        if self.last_model >= 0:  # else no model token carries it (a turn that sampled nothing): in the total only
             self.rewards[self.last_model] += value
-        else:  # no model token to carry it (a turn that sampled nothing): kept in the total
-            self.unplaced += value
 
 
 def _describe(kind: str, name: str, state: _State, turn: int, text: str | None, e: BaseException) -> str:
@@ -230,17 +238,16 @@ class EpisodeRunner:
                 s.episode = self.env.start(s.example)
             except Exception as e:
                 self._fail(s, 0, None, e)
-        first = params
-        if lim.max_episode_tokens is not None and lim.max_episode_tokens < params.max_new_tokens:
-            first = attrs.evolve(params, max_new_tokens=lim.max_episode_tokens)
+        for s in states:
+            s.budget = self._budget(s)
+        caps = [self._cap(s) for s in states[::G]]
+        first = params if max(caps, default=1) >= params.max_new_tokens else attrs.evolve(params, max_new_tokens=max(caps))
         t0 = time.perf_counter()
         comps = self.backend.generate(prompts, first)
         self.timings["generate"] += time.perf_counter() - t0
         self._collect_metrics()
-        if len(comps) != len(states):
-            raise RllabError(f"rollout backend returned {len(comps)} completions for {len(examples)} prompts × n = {G}")
-        live = states
-        pairs = [(s, c) for s, c in zip(live, comps) if s.finish is None]
+        pairs = [(s, self._cut(c, self._cap(s)))
+                 for s, c in self._match([states[i * G:(i + 1) * G] for i in range(len(examples))], comps) if s.finish is None]
         turn = 1
         while pairs:
             self._take_turn(pairs, turn)
@@ -257,21 +264,51 @@ class EpisodeRunner:
             comps = self.backend.generate([s.prompt_ids + s.ids for s in live], later)
             self.timings["generate"] += time.perf_counter() - t0
             self._collect_metrics()
-            if len(comps) != len(live):
-                raise RllabError(f"rollout backend returned {len(comps)} completions for {len(live)} live episodes")
-            pairs = [(s, self._cut(c, cap)) for s, c, cap in zip(live, comps, caps)]
+            cap_of = {id(s): cap for s, cap in zip(live, caps)}
+            pairs = [(s, self._cut(c, cap_of[id(s)])) for s, c in self._match([[s] for s in live], comps)]
+        return [self._result(s) for s in states if not s.dropped]
+
+    @staticmethod
+    def _match(groups: list[list[_State]], comps: Sequence[Completion]) -> list[tuple[_State, Completion]]:
+        """Each completion with the next episode of its prompt (``groups[prompt_index]``); an
+        episode left without one (a backend that drops stale samples) is dropped from the step."""
+        slots = [list(g) for g in groups]
+        out = []
+        for c in comps:
+            if not 0 <= c.prompt_index < len(slots) or not slots[c.prompt_index]:
+                raise RllabError(
+                    f"rollout backend returned more completions for prompt {c.prompt_index} than were asked "
+                    f"({len(comps)} completions for {sum(map(len, groups))} episodes)"
+                )
+            out.append((slots[c.prompt_index].pop(0), c))
+        for rest in slots:
+            for s in rest:
+                s.dropped = True
+                s.finish = "abort"
+        return out
+
         return [self._result(s) for s in states]
 
     def _collect_metrics(self) -> None:
         metrics = getattr(self.backend, "last_metrics", None)
-        for k, v in ((metrics() if metrics is not None else None) or {}).items():  # counters: summed over the turns' calls
-            self.backend_metrics[k] = self.backend_metrics.get(k, 0.0) + float(v)
+        for k, v in ((metrics() if metrics is not None else None) or {}).items():
+            # a step's counters: summed over its turns' calls, but for running totals (``*_total``)
+            self.backend_metrics[k] = float(v) + (0.0 if k.endswith("_total") else self.backend_metrics.get(k, 0.0))
+
+    def _budget(self, s: _State) -> int | None:
+        """The episode's response-side budget: ``max_episode_tokens``, and what its prompt leaves
+        of the model's context (at least 1)."""
+        lim = self.limits
+        out = lim.max_episode_tokens
+        if lim.context_tokens is not None:
+            room = max(1, lim.context_tokens - len(s.prompt_ids))
+            out = room if out is None else min(out, room)
+        return out
 
     def _cap(self, s: _State) -> int:
+        """This turn's most tokens: ``max_new_tokens``, and what the budget leaves."""
         cap = self.limits.max_new_tokens
-        if self.limits.max_episode_tokens is not None:
-            cap = min(cap, self.limits.max_episode_tokens - len(s.ids))
-        return cap
+        return cap if s.budget is None else max(1, min(cap, s.budget - len(s.ids)))
 
     @staticmethod
     def _cut(c: Completion, cap: int) -> Completion:
@@ -288,7 +325,6 @@ class EpisodeRunner:
                 s.single = c
             s.weight_version = c.weight_version
             s.add(c.token_ids, model=True, log_probs=c.log_probs)
-            s.turn_finish = c.finish_reason
             text = self.renderer.decode(c.token_ids)
             s.texts.append(text)
             texts.append(text)
@@ -323,7 +359,7 @@ class EpisodeRunner:
                 s.reward(lim.turn_limit_reward)
             else:
                 obs = self._observation_ids(s, text, c, step)
-                if lim.max_episode_tokens is not None and len(s.ids) + len(obs) + 1 > lim.max_episode_tokens:
+                if s.budget is not None and len(s.ids) + len(obs) + 1 > s.budget:
                     s.finish = "overflow"
                     s.reward(lim.overflow_reward)
                     continue
@@ -366,7 +402,6 @@ class EpisodeRunner:
         s.error = msg
         s.finish = "abort"
         s.total = 0.0
-        s.unplaced = 0.0
         s.rewards = [0.0] * len(s.rewards)
 
     # -- observations

@@ -334,15 +334,15 @@ def test_an_environment_without_a_bound_on_its_turns_is_refused(char):
 
 
 def test_token_rewards_sit_on_the_last_model_token_with_holes():
-    mask = torch.tensor([[True, True, False, False, True, False], [True, False, False, False, False, False]])
+    mask = torch.tensor([[True, True, False, False, True, False], [True, False, False, False, False, False], [False] * 6])
     b = RolloutBatch(
-        input_ids=torch.zeros(2, 8, dtype=torch.long), attention_mask=torch.ones(2, 8, dtype=torch.bool), response_mask=mask,
-        rollout_log_prob=torch.zeros(2, 6), index=torch.tensor([0, 0]), scores=torch.tensor([2.0, 3.0]),
+        input_ids=torch.zeros(3, 8, dtype=torch.long), attention_mask=torch.ones(3, 8, dtype=torch.bool), response_mask=mask,
+        rollout_log_prob=torch.zeros(3, 6), index=torch.tensor([0, 0, 1]), scores=torch.tensor([2.0, 3.0, 4.0]),
     )
-    expected = torch.zeros(2, 6)
-    expected[0, 4], expected[1, 0] = 2.0, 3.0  # not at lengths − 1 (= 2, an observation token)
+    expected = torch.zeros(3, 6)
+    expected[0, 4], expected[1, 0] = 2.0, 3.0  # not at lengths − 1 (= 2, an observation token); no model token: none
     assert torch.equal(b.token_rewards, expected)
-    placed = torch.rand(2, 6)
+    placed = torch.rand(3, 6)
     assert b.__class__(**{**attrs.asdict(b, recurse=False), "token_scores": placed}).token_rewards is placed
 
 
@@ -488,6 +488,9 @@ def test_a_two_turn_episode_through_the_hf_backend(tiny):
     batch = stage.to_batch(scored)
     assert batch.turns.tolist() == [2] * 6
     assert scored.metrics["env/turns"] == 2.0 and scored.metrics["env/calls"] == 12.0
+    assert scored.metrics["rollout/accuracy"] == 1.0 and scored.metrics["rollout/reward"] == 1.25  # total ≥ 1: solved
+    env.solved = lambda example, total: total > 2
+    assert stage.sample(1).metrics["rollout/accuracy"] == 0.0
     assert scored.metrics["env/observation_tokens"] == len(ids_of(tok, "ok:"))
     assert torch.equal(batch.token_rewards.sum(-1), batch.scores)
     # the rewards sit on model tokens, and observation tokens are holes
@@ -620,3 +623,77 @@ def test_start_failures_bad_metrics_and_a_silent_chat_step_are_environment_error
         play(Silent(), Scripted([[ids_of(chat, "7") + [end]]]), chat, [ex])
     (r,), _ = play(Silent(), Scripted([[ids_of(chat, "7") + [end]]]), chat, [ex], on_error="zero")
     assert r.finish_reason == "abort" and r.reward == 0.0
+
+
+def test_a_dropped_completion_drops_its_episode_and_counters_add_over_turns(char):
+    eos = char.eos_token_id
+    t = ids_of(char, "x") + [eos]
+
+    class Dropping(Scripted):
+        def generate(self, prompts, params):
+            out = super().generate(prompts, params)
+            return out[1:] if len(self.calls) == 2 else out  # the second turn loses episode 0's sample (stale)
+
+        def last_metrics(self):
+            return {"sglang/requests": 1.0, "rollout/stale_total": float(len(self.calls))}
+
+    backend = Dropping([[t, t, t], [t, t, t]])
+    env = Env(max_turns=2, done_at=2)
+    results, r = play(env, backend, char, env.train_examples(3, None), max_turns=2)
+    assert [e.completion.prompt_index for e in results] == [1, 2] and all(e.turns == 2 for e in results)
+    assert r.backend_metrics == {"sglang/requests": 2.0, "rollout/stale_total": 2.0}
+    class Twice(Scripted):
+        def generate(self, prompts, params):
+            return super().generate(prompts, params) * 2
+
+    with pytest.raises(rllab.RllabError, match="more completions for prompt 0 than were asked"):
+        play(env, Twice([[t]]), char, env.train_examples(1, None))
+
+
+def test_environment_settings_are_checked_at_load():
+    class Unbounded(Env):
+        max_turns = 0
+
+    class P:
+        @staticmethod
+        @rllab.hookimpl
+        def register_environments(register):
+            register("unbounded", Unbounded)
+
+    lab = rllab.Lab([P])
+    with pytest.raises(ConfigError, match=r"environment 'unbounded' \(plugin P\) declares max_turns = 0"):
+        load_config(None, ["env=unbounded"], lab=lab)
+    assert load_config(None, ["env=unbounded", "rollout.max_turns=2"], lab=lab).rollout.max_turns == 2
+    with pytest.raises(ConfigError, match=r"overflow_reward = nan must be a finite number"):
+        load_config(None, ["env=unbounded", "rollout.max_turns=2", "rollout.overflow_reward=nan"], lab=lab)
+
+
+def test_the_warm_start_cache_keeps_environments_apart(tmp_path):
+    from rllab.tinymodel import TinyModelConfig, WarmStartConfig, get_or_build
+
+    small = TinyModelConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=32)
+    warm = WarmStartConfig(steps=0, eval_limit=0)
+    task = rllab.Lab().get("task", "addition")()
+    as_task = get_or_build(small, task, {"name": "same"}, warm, cache_dir=tmp_path, progress=False)
+    as_env = get_or_build(small, Env(), {"name": "same"}, warm, cache_dir=tmp_path, progress=False)
+    other = get_or_build(small, Env(), {"name": "same", "tries": 3}, warm, cache_dir=tmp_path, progress=False)
+    assert len({as_task, as_env, other}) == 3
+    import json
+
+    assert json.loads((as_env / "rllab_warm_start.json").read_text())["task_config"] == {"name": "same", "kind": "environment"}
+
+
+def test_the_models_context_bounds_an_environments_episodes(char):
+    from rllab.rollout import RolloutStage
+
+    eos = char.eos_token_id
+    t = ids_of(char, "abc") + [eos]
+    backend = Scripted([[t, t], [t, t]])
+    env = Env(max_turns=5, done_at=5)
+    # prompt "0+1=" is 5 ids with <bos>: a context of 15 leaves 10 response tokens: 4 + obs 3 + 3 (cut) — then the next obs overflows
+    stage = RolloutStage(env=env, env_name="fake", backend=backend, tokenizer=char, seed=0, context_tokens=15,
+                         config=RolloutConfig(prompts_per_step=1, group_size=2, max_new_tokens=8, overflow_reward=-1.0))
+    scored = stage.sample(0)
+    for e in scored.episodes:
+        assert len(e.completion.prompt_ids) + len(e.completion.token_ids) <= 15 and e.finish_reason == "overflow"
+    assert scored.metrics["env/context_overflows"] == 2.0 and scored.rewards.tolist() == [0.25 + 0.5 - 1.0] * 2
