@@ -19,8 +19,10 @@ environment's own answers. ``calculator`` and ``search`` call the tool with oper
 from the prompt, then copy the tool's result — the skill is calling and reading, and the answer
 is only ever in an observation (the demonstration never shows an answer the model could not
 read off its context). ``guess`` plays binary search: each guess follows from the feedback so
-far, the secret is never shown. As with the single-turn tasks, the warm start stops at a low
-probe accuracy (``warm_start_defaults``), so RL has the rest to learn.
+far, the secret is never shown. As with the single-turn tasks, the warm start stops early
+(``warm_start_defaults``: the first probe with 50% greedy accuracy), so RL has the rest to
+learn; the rollouts sample at temperature 0.5 (``rollout_defaults``), because at 1.0 the
+barely warm-started model's multi-character turns almost never come out exact.
 
 Held-out split
 --------------
