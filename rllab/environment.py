@@ -102,7 +102,10 @@ class Environment(Protocol):
     - ``solved(example, reward) -> bool``: what counts as solved for ``rollout/accuracy`` and
       ``eval/accuracy``, given the episode's total reward (default: total reward ≥ 1).
     - ``tools``: the tools the environment exposes (see :mod:`rllab.tools`), listed by
-      ``rllab plugins``.
+      ``rllab plugins show NAME``.
+    - ``rollout_defaults`` (on the registered factory, e.g. a class attribute): a dict of
+      ``[rollout]`` settings the environment needs (``{"max_new_tokens": 16}`` for turns that
+      hold a tool call), applied to those the config does not set.
     - ``step_batch(episodes, texts, *, completion_ids) -> list``: one :class:`Step` (or the
       exception it raised) per live episode; the rollout loop then calls it once per turn instead
       of each episode's ``step`` (a batched reward model or checker).
