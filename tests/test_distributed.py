@@ -59,8 +59,31 @@ def _batch(rows: slice | None = None) -> RolloutBatch:
     return RolloutBatch(**batch)
 
 
-def _config(strategy: str, advantage: str = "reinforce_plus_plus"):
-    return validate({**SETTINGS, "advantage": {"name": advantage}, "model": {"strategy": strategy}}, lab=Lab(), where="test")
+LORA = {"r": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj", "down_proj"]}
+
+
+def _config(strategy: str, advantage: str = "reinforce_plus_plus", lora: bool = False):
+    data = {**SETTINGS, "advantage": {"name": advantage}, "model": {"strategy": strategy, **({"lora": LORA} if lora else {})}}
+    if lora:  # a KL term in the loss: the reference (adapters off) takes part
+        data["algorithm"] = {**data["algorithm"], "kl_in": "loss"}
+    return validate(data, lab=Lab(), where="test")
+
+
+def _lora_prepare(cfg, out: dict):
+    """``prepare`` for ``build_policy``: LoRA adapters with nonzero B (drawn from seed 7), so that
+    the adapters change the forward, the merge and A's gradient."""
+    from rllab import lora
+
+    def prepare(model):
+        out["lora"] = lora.LoraPolicy.attach(model, lora.lora_config(cfg.model))
+        torch.manual_seed(7)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0.0, 0.2)
+        return model
+
+    return prepare
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:
@@ -74,10 +97,17 @@ def _run(place, batch: RolloutBatch, cfg) -> dict:
     from rllab.specs import Component
 
     lab = Lab()
-    policy = place.build_policy(_model)
+    held: dict = {}
+    lora = None
+    if cfg.model.lora:
+        policy = place.build_policy(_model, _lora_prepare(cfg, held))
+        lora = held["lora"]
+    else:
+        policy = place.build_policy(_model)
     # eps = 1e-3: AdamW's first step, g / (|g| + eps), stays continuous in the gradient (with 1e-8 it is
     # sign(g), and gradients equal within float tolerance can give opposite steps)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, eps=1e-3)
+    trainable = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, eps=1e-3)
 
     def component(section):
         ref = cfg.component(section)
@@ -95,8 +125,17 @@ def _run(place, batch: RolloutBatch, cfg) -> dict:
         torch.manual_seed(5)
         critic = place.build_critic(policy, load)
         critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.train.critic_lr, eps=1e-3)
+    reference = lora.reference() if lora is not None else None
+    merged = {}
+
+    class Backend:  # what a weight sync hands an hf backend (full weights, adapters merged)
+        def update_weights(self, model):
+            merged.update({k: v.detach().clone() for k, v in (model if isinstance(model, dict) else model.state_dict()).items()})
+
+    if lora is not None:
+        place.sync_weights(Backend(), policy, lora=lora)
     ctx = RunContext(step=0, config=cfg, components=components, rollout=RecordedRollout(batch=batch), policy=policy,
-                     critic=critic, hook=lab.hook, reducer=place.reducer)
+                     reference=reference, kl_coef=0.5 if lora is not None else 0.0, critic=critic, hook=lab.hook, reducer=place.reducer)
     grads = {}
     named = [("", policy)] + ([("critic.", critic)] if critic is not None else [])
 
@@ -109,7 +148,7 @@ def _run(place, batch: RolloutBatch, cfg) -> dict:
         outcome = optimizers.drive(component("algorithm")().step(ctx), step=0, algorithm="rl", nonfinite="raise")
     metrics = place.reducer.mean_metrics(outcome.metrics)
     params = {k + n: _full(p) for k, m in named for n, p in m.named_parameters()}
-    return {"metrics": metrics, "grads": grads, "params": params, "policy": policy, "optimizer": optimizer}
+    return {"metrics": metrics, "grads": grads, "params": params, "policy": policy, "optimizer": optimizer, "lora": lora, "merged": merged}
 
 
 def _worker(rank: int, world: int, port: int, out: str) -> None:
@@ -126,6 +165,25 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     result = {k: half[k] for k in ("metrics", "grads", "params")}
     with_critic = _run(place, _batch(slice(4 * rank, 4 * rank + 4)), _config("fsdp2", "gae"))
     result["gae"] = {k: with_critic[k] for k in ("metrics", "grads", "params")}
+    lora_cfg = _config("fsdp2", lora=True)
+    adapted = _run(place, _batch(slice(4 * rank, 4 * rank + 4)), lora_cfg)
+    result["lora"] = {k: adapted[k] for k in ("metrics", "grads", "params", "merged")}
+    # the adapters' checkpoint: only they (and their AdamW state) are written, and they load back
+    lora, lora_opt = adapted["lora"], adapted["optimizer"]
+    lora_state = {"step": 1, "rng": {"torch": torch.get_rng_state(), "python": None},
+                  **place.model_states(policy=lora, optimizer=lora_opt, critic=None, critic_optimizer=None)}
+    lora_path = place.save(os.path.join(out, "lora"), 1, lora_state)
+    held: dict = {}
+    place.build_policy(_model, _lora_prepare(lora_cfg, held))
+    fresh_lora = held["lora"]
+    fresh_lora_opt = torch.optim.AdamW([p for p in fresh_lora.policy.parameters() if p.requires_grad], lr=1.0)
+    place.load_model_states(lora_path, place.load(lora_path), policy=fresh_lora, optimizer=fresh_lora_opt, critic=None, critic_optimizer=None)
+    result["lora_reloaded"] = {n: _full(p) for n, p in fresh_lora.policy.named_parameters() if p.requires_grad}
+    result["lora_opt_reloaded"] = all(
+        torch.equal(_full(lora_opt.state[p]["exp_avg"]), _full(fresh_lora_opt.state[q]["exp_avg"]))
+        for p, q in zip(lora_opt.param_groups[0]["params"], fresh_lora_opt.param_groups[0]["params"])
+    )
+    place.save_adapter(lora, os.path.join(out, "adapter"))
     # a sharded checkpoint: written, read back into a fresh model and optimizer, refused on another world size
     policy, optimizer = half["policy"], half["optimizer"]
     state = {"step": 1, "rng": {"torch": torch.get_rng_state(), "python": None},
@@ -174,16 +232,27 @@ def two_ranks(tmp_path_factory):
     return out, [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
 
 
-@pytest.mark.parametrize("advantage", ["reinforce_plus_plus", "gae"])
+@pytest.mark.parametrize("advantage", ["reinforce_plus_plus", "gae", "lora"])
 def test_two_ranks_compute_the_one_rank_loss_gradients_and_update(two_ranks, advantage):
-    """REINFORCE++ (whitened returns) and PPO's GAE with a critic (whitened advantages, value loss)."""
+    """REINFORCE++ (whitened returns), PPO's GAE with a critic (whitened advantages, value loss), and
+    REINFORCE++ with LoRA adapters and a KL term to the reference (the base, adapters off)."""
     _, results = two_ranks
-    cfg = _config("single", advantage)
+    lora = advantage == "lora"
+    cfg = _config("single", "reinforce_plus_plus" if lora else advantage, lora=lora)
     one = _run(placement.Single(device=torch.device("cpu")), _batch(), cfg)
     keys = ("loss/policy", "loss/total", "actor/grad_norm") + (("loss/value", "critic/grad_norm") if advantage == "gae" else ())
     if advantage == "gae":
         results = [res["gae"] for res in results]
         assert any(name.startswith("critic.") for name in one["grads"])
+    if lora:
+        results = [res["lora"] for res in results]
+        keys += ("loss/kl",)
+        assert one["grads"] and all("lora_" in name for name in one["grads"])  # only the adapters train
+        assert one["metrics"]["loss/kl"] > 0  # the adapters moved the policy away from the base
+        for res in results:  # the merged weights a weight sync hands the rollout side
+            assert res["merged"].keys() == one["merged"].keys()
+            for name, w in one["merged"].items():
+                torch.testing.assert_close(res["merged"][name], w, rtol=1e-5, atol=1e-6, msg=name)
     for res in results:
         for key in keys:
             assert res["metrics"][key] == pytest.approx(one["metrics"][key], rel=1e-5, abs=1e-6), key
@@ -209,6 +278,29 @@ def test_a_sharded_checkpoint_reloads_and_refuses_what_it_must(two_ranks):
         assert "refusing to write the checkpoint after step 2: non-finite" in res["nonfinite"]
         assert "model.world_size = 4 but this run has 2 process(es)" in res["world_refused"]
         assert "model.cpu_offload = true" in res["offload_refused"]
+
+
+def test_a_sharded_lora_checkpoint_and_adapter_hold_the_adapters_only(two_ranks):
+    """The sharded checkpoint of a LoRA policy holds the adapters and their AdamW state, which load
+    back exactly; the final adapter directory (rank 0, gathered) is peft's format."""
+    import torch.distributed.checkpoint as dcp
+    from peft import PeftModel
+
+    out, results = two_ranks
+    meta = dcp.FileSystemReader(str(out / "lora" / "checkpoints" / "step_000001" / "model")).read_metadata()
+    policy_keys = [k for k in meta.state_dict_metadata if k.startswith("policy.")]
+    assert policy_keys and all(".lora_A." in k or ".lora_B." in k for k in policy_keys), policy_keys[:5]
+    trained = {n: p for n, p in results[0]["lora"]["params"].items() if "lora_" in n}
+    assert trained.keys() == results[0]["lora_reloaded"].keys()
+    for res in results:
+        assert res["lora_opt_reloaded"]
+        for name, p in res["lora_reloaded"].items():
+            assert torch.equal(p, trained[name]), name
+    loaded = PeftModel.from_pretrained(_model(), str(out / "adapter"))
+    saved = {n.removeprefix("base_model.model."): p for n, p in loaded.named_parameters() if "lora_" in n}
+    assert saved.keys() == trained.keys()
+    for name, p in saved.items():
+        assert torch.equal(p, trained[name]), name
 
 
 def test_fsdp2_knobs_need_the_fsdp2_strategy():
