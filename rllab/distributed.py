@@ -72,10 +72,7 @@ class Reducer:
         plus any only other ranks report)."""
         if self.world_size == 1:
             return dict(metrics)
-        import torch.distributed as dist
-
-        gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, {k: float(v) for k, v in metrics.items()})
+        gathered = self.gather({k: float(v) for k, v in metrics.items()})
         out: dict[str, float] = {}
         for key in dict.fromkeys(k for g in gathered for k in g):
             values = [g[key] for g in gathered if key in g]
@@ -91,6 +88,16 @@ class Reducer:
         if kl is not None:
             kl = attrs.evolve(kl, value=self.mean_metrics({"kl": kl.value})["kl"], samples=int(self.sum(kl.samples)))
         return attrs.evolve(outcome, metrics=self.mean_metrics(outcome.metrics), kl=kl)
+
+    def gather(self, value: Any) -> list[Any]:
+        """Every rank's ``value`` (any picklable object), in rank order, on every rank."""
+        if self.world_size == 1:
+            return [value]
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, value)
+        return out
 
     def broadcast(self, value: Any) -> Any:
         """Rank 0's ``value`` (any picklable object) on every rank."""

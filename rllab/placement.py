@@ -341,9 +341,11 @@ def check_data_parallel(cfg: Any, lab: Any, world_size: int) -> None:
     if cfg.model.strategy == "single":
         return
     where = f"model.strategy = 'fsdp2' on {world_size} rank(s)"
-    backend = cfg.component("backend").name
-    if backend != "hf":
-        raise RllabError(f"{where}: backend {backend!r} does not take the gathered weights of a sharded policy; use backend 'hf'")
+    backend = cfg.component("backend")
+    spec = lab.spec("rollout_backend", backend.name)
+    why = spec.trait("sharded_policy", backend.config)
+    if why is not None:
+        raise RllabError(f"{where}: backend {backend.name!r} (plugin {spec.provider}) cannot take a sharded policy's weights: {why}")
     if world_size == 1:
         return
     r, t = cfg.rollout, cfg.train

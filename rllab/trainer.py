@@ -231,7 +231,7 @@ class Trainer:
             config=self.cfg.rollout,
             seed=self.cfg.train.seed,
             model_name=f"model {self.cfg.model.path!r}" if self.cfg.model.path else "the tiny model",
-            shard=(self.placement.reducer.rank, self.placement.reducer.world_size),
+            reducer=self.placement.reducer,
         )
 
     def _adamw(self, params, lr: float):

@@ -151,6 +151,47 @@ def _run(place, batch: RolloutBatch, cfg) -> dict:
     return {"metrics": metrics, "grads": grads, "params": params, "policy": policy, "optimizer": optimizer, "lora": lora, "merged": merged}
 
 
+class _KeyedBackend:
+    """Answers by prompt, whatever batch it is in: prompt "k" greedily gives "1" when k is even,
+    and its j-th sample "1" when j < k mod 4 (else "0")."""
+
+    def __init__(self, tok):
+        self.tok = tok
+
+    def generate(self, prompts, params):
+        from rllab.types import Completion
+
+        out = []
+        for i, p in enumerate(prompts):
+            k = int("".join(ch for ch in self.tok.decode(p) if ch.isdigit()))
+            for j in range(params.n):
+                right = k % 2 == 0 if params.temperature == 0 else j < k % 4
+                ids = tuple(self.tok("1" if right else "0", add_special_tokens=False).input_ids)
+                out.append(Completion(prompt_ids=tuple(p), token_ids=ids, log_probs=(0.0,) * len(ids), finish_reason="length", prompt_index=i))
+        return out
+
+    def last_metrics(self):
+        return {}
+
+
+def _evaluate(reducer) -> dict:
+    """Greedy and sampled (n = 4) evaluation of 7 held-out examples under ``reducer``."""
+    from types import SimpleNamespace
+
+    from rllab.rollout import RolloutStage
+    from rllab.tinytok import build_tokenizer
+    from rllab.types import Example
+
+    tok = build_tokenizer()
+    examples = [Example(prompt=str(k), answer="1") for k in range(7)]
+    task = SimpleNamespace(eval_examples=lambda: examples, reward=lambda e, c: float(c == e.answer))
+    config = SimpleNamespace(max_new_tokens=2, temperature=0.7, top_p=1.0, top_k=-1, reward_errors="raise", system_prompt=None)
+    stage = RolloutStage(task=task, task_name="t", backend=_KeyedBackend(tok), tokenizer=tok, config=config, seed=3, reducer=reducer)
+    metrics = stage.evaluate(7, samples=4)
+    metrics.pop("time/eval")
+    return metrics
+
+
 def _worker(rank: int, world: int, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
     import torch.distributed as dist
@@ -163,6 +204,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     place = placement.for_config(cfg.model, device=torch.device("cpu"), compute_dtype=None)
     half = _run(place, _batch(slice(4 * rank, 4 * rank + 4)), cfg)
     result = {k: half[k] for k in ("metrics", "grads", "params")}
+    result["eval"] = _evaluate(place.reducer)
     with_critic = _run(place, _batch(slice(4 * rank, 4 * rank + 4)), _config("fsdp2", "gae"))
     result["gae"] = {k: with_critic[k] for k in ("metrics", "grads", "params")}
     lora_cfg = _config("fsdp2", lora=True)
@@ -264,6 +306,15 @@ def test_two_ranks_compute_the_one_rank_loss_gradients_and_update(two_ranks, adv
     assert one["metrics"]["actor/grad_norm"] > 0
 
 
+def test_each_rank_evaluates_its_share_and_reports_the_whole_sets_metrics(two_ranks):
+    _, results = two_ranks
+    one = _evaluate(distributed.SINGLE)
+    assert one["eval/n"] == 7 and one["eval/accuracy"] == pytest.approx(4 / 7)  # prompts 0, 2, 4, 6
+    assert one["eval/mean@4"] == pytest.approx(sum(k % 4 for k in range(7)) / 28)
+    for res in results:
+        assert res["eval"] == pytest.approx(one)
+
+
 def test_a_sharded_checkpoint_reloads_and_refuses_what_it_must(two_ranks):
     out, results = two_ranks
     assert (out / "checkpoints" / "step_000001" / "state.pt").is_file()
@@ -328,8 +379,52 @@ def test_data_parallel_refuses_what_would_split_rows_unevenly():
         placement.check_data_parallel(validate({"advantage": {"name": "gpg"}}, lab=lab, where="t"), lab, 2)
     placement.check_data_parallel(validate({"advantage": {"name": "reinforce_plus_plus"}}, lab=lab, where="t"), lab, 2)
     placement.check_data_parallel(validate({"rollout": {"prompts_per_step": 3}}, lab=lab, where="t"), lab, 1)
-    with pytest.raises(Exception, match="backend 'sglang' does not take the gathered weights"):
-        placement.check_data_parallel(validate({"backend": {"name": "sglang", "urls": "http://127.0.0.1:30000"}}, lab=lab, where="t"), lab, 1)
+    sglang = {"name": "sglang", "urls": "http://127.0.0.1:30000"}
+    placement.check_data_parallel(validate({"backend": sglang}, lab=lab, where="t"), lab, 2)  # disk: rank 0 pushes
+    with pytest.raises(Exception, match="backend 'sglang' .*cannot take a sharded policy's weights: weight_sync = 'distributed'"):
+        placement.check_data_parallel(validate({"backend": {**sglang, "weight_sync": "distributed"}}, lab=lab, where="t"), lab, 1)
+    with pytest.raises(Exception, match="launch = true starts a server on rank 0"):
+        placement.check_data_parallel(validate({"backend": {"name": "sglang", "launch": True}}, lab=lab, where="t"), lab, 2)
+
+
+def _sglang_worker(rank: int, world: int, port: int, url: str, run_dir: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    import torch.distributed as dist
+
+    from rllab.config import load_config
+    from rllab.trainer import run_experiment
+    from tests.tiny import TINY, overrides
+
+    torch.set_num_threads(1)
+    settings = {**TINY, "model.strategy": "fsdp2", "train.steps": 2, "train.eval_size": 8, "backend": "sglang",
+                "backend.urls": url, "backend.backoff_s": 0.01, "backend.stale": "error"}
+    run_experiment(load_config(None, overrides(settings)), run_dir=run_dir, progress=False)
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_ranks_sample_from_sglang_servers_that_rank_0_alone_updates(tmp_path, model_cache):
+    """backend = "sglang" (weight_sync = "disk") under fsdp2 on 2 ranks, against the stand-in server:
+    rank 0 gathers the full weights and pushes each version once; both ranks sample their share
+    from the server and every completion carries the version just pushed (stale = "error")."""
+    import json
+
+    from tests.sglang_standin import StandIn
+
+    run_dir = tmp_path / "run"
+    with StandIn(None, lifetime_s=300) as server:
+        torch.multiprocessing.spawn(_sglang_worker, args=(2, _port(), server.url, str(run_dir)), nprocs=2, join=True)
+        versions = [u["weight_version"] for u in server.updates]
+        prompts = sum(len(ids) if isinstance(ids[0], list) else 1
+                      for ids in (body["input_ids"] for path, body in server.requests if path == "/generate"))
+    assert versions == ["1", "2", "3"]  # the first sync, then one per step: rank 0's push alone
+    # rows: each step's 4 prompts × 4 samples (2 prompts per rank); the 8 held-out prompts at the evaluations
+    # before and after, 4 per rank (each rank evaluates its share)
+    assert prompts == 2 * 4 * 4 + 2 * 8
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "rollout/reward" in r]
+    assert [r["sglang/weight_version"] for r in steps] == [2.0, 3.0] and all(r["rollout/stale"] == 0 for r in steps)
+    assert json.loads((run_dir / "final.json").read_text())["steps"] == 2
 
 
 @pytest.mark.slow
