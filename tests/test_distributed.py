@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import socket
 
+import attrs
 import pytest
 import torch
 
@@ -192,6 +193,52 @@ def _evaluate(reducer) -> dict:
     return metrics
 
 
+RUN = {"train.steps": 3, "train.warmup_steps": 1, "task.format_weight": 0.5, "algorithm.entropy_coef": 0.01}
+"""A short run of the trainer (tests/tiny.py's settings): 3 steps, LR warm-up and cosine decay,
+gradient clipping, AdamW state carried from step to step; a format reward and an entropy bonus, so that
+the few-step-old tiny model gets a gradient."""
+
+
+def _trainer(strategy: str, run_dir):
+    from rllab.config import load_config
+    from rllab.trainer import Trainer
+    from tests.tiny import TINY, overrides
+
+    return Trainer(load_config(None, overrides({**TINY, **RUN, "model.strategy": strategy})), run_dir=run_dir, progress=False)
+
+
+class _Replay:
+    """The rollout stage of a replayed run: step k trains on this rank's rows (whole groups) of the
+    k-th batch the one-process run sampled."""
+
+    def __init__(self, batches, rank: int, world: int):
+        self.batches, self.rank, self.world = batches, rank, world
+
+    def sample(self, step: int, **_):
+        batch = self.batches[step]
+        P = int(batch.index.max()) + 1
+        mine = (batch.index >= self.rank * P // self.world) & (batch.index < (self.rank + 1) * P // self.world)
+        part = batch.select(mine)
+        self.current = RecordedRollout(batch=attrs.evolve(part, index=part.index - part.index.min()))
+        return self.current.sample(step)
+
+    def to_batch(self, scored):
+        return self.current.to_batch(scored)
+
+
+def _one_process_run(out) -> None:
+    """The short run in this process: its batches (replayed by the ranks) and final weights."""
+    trainer = _trainer("single", out / "single")
+    initial = {n: p.detach().clone() for n, p in trainer.policy.named_parameters()}
+    batches, to_batch = [], trainer.rollout.to_batch
+    trainer.rollout.to_batch = lambda scored: batches.append(to_batch(scored)) or batches[-1]
+    for _ in range(RUN["train.steps"]):
+        trainer.train_step()
+    trainer.close()
+    weights = {n: p.detach().clone() for n, p in trainer.policy.named_parameters()}
+    torch.save({"batches": batches, "weights": weights, "initial": initial}, out / "single.pt")
+
+
 def _worker(rank: int, world: int, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
     import torch.distributed as dist
@@ -200,11 +247,20 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     from rllab.errors import NonFiniteError, RllabError
 
     torch.set_num_threads(1)
+    # the short run, its rollouts replayed: every rank trains on its groups of the one-process batches
+    recorded = torch.load(os.path.join(out, "single.pt"), weights_only=False)
+    trainer = _trainer("fsdp2", os.path.join(out, "fsdp2"))
+    trainer.rollout = _Replay(recorded["batches"], rank, world)
+    for _ in range(RUN["train.steps"]):
+        trainer.train_step()
+    trainer.close()
+    run_weights = {n: _full(p) for n, p in trainer.policy.named_parameters()}
     cfg = _config("fsdp2")
     place = placement.for_config(cfg.model, device=torch.device("cpu"), compute_dtype=None)
     half = _run(place, _batch(slice(4 * rank, 4 * rank + 4)), cfg)
     result = {k: half[k] for k in ("metrics", "grads", "params")}
     result["eval"] = _evaluate(place.reducer)
+    result["run_weights"] = run_weights
     with_critic = _run(place, _batch(slice(4 * rank, 4 * rank + 4)), _config("fsdp2", "gae"))
     result["gae"] = {k: with_critic[k] for k in ("metrics", "grads", "params")}
     lora_cfg = _config("fsdp2", lora=True)
@@ -268,8 +324,9 @@ def _port() -> int:
 
 
 @pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory):
+def two_ranks(tmp_path_factory, model_cache):
     out = tmp_path_factory.mktemp("fsdp2")
+    _one_process_run(out)
     torch.multiprocessing.spawn(_worker, args=(2, _port(), str(out)), nprocs=2, join=True)
     return out, [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
 
@@ -304,6 +361,19 @@ def test_two_ranks_compute_the_one_rank_loss_gradients_and_update(two_ranks, adv
         for name, p in one["params"].items():
             torch.testing.assert_close(res["params"][name], p, rtol=1e-4, atol=1e-6, msg=name)
     assert one["metrics"]["actor/grad_norm"] > 0
+
+
+def test_a_short_run_ends_with_the_one_process_runs_weights(two_ranks):
+    """Three trainer steps on 2 ranks, each on its groups of the batches the one-process run sampled
+    (replayed): the final weights are the one-process run's."""
+    out, results = two_ranks
+    single = torch.load(out / "single.pt", weights_only=False)
+    moved = max(float((single["weights"][n] - p).abs().max()) for n, p in single["initial"].items())
+    assert moved > 1e-4  # the run trained
+    for res in results:
+        assert res["run_weights"].keys() == single["weights"].keys()
+        for name, w in single["weights"].items():
+            torch.testing.assert_close(res["run_weights"][name], w, rtol=1e-4, atol=1e-5, msg=name)
 
 
 def test_each_rank_evaluates_its_share_and_reports_the_whole_sets_metrics(two_ranks):
@@ -470,6 +540,45 @@ def test_killing_one_rank_stops_the_run_and_it_resumes_from_the_sharded_checkpoi
     assert json.loads((run_dir / "final.json").read_text())["steps"] == 40
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps.count(3) == 1 and max(steps) == 40  # the metrics after the checkpoint were truncated, not doubled
+
+
+def test_a_config_asking_for_more_ranks_than_processes_is_refused(tmp_path, monkeypatch):
+    """``rllab run model.strategy=fsdp2 model.world_size=2`` started as one process (no torchrun)."""
+    import torch.distributed as dist
+
+    from rllab.config import load_config
+    from rllab.errors import RllabError
+    from rllab.trainer import run_experiment
+
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(_port()))
+    try:
+        with pytest.raises(RllabError, match=r"model.world_size = 2 but this run has 1 process\(es\).*torchrun --nproc-per-node 2"):
+            run_experiment(load_config(None, ["model.strategy=fsdp2", "model.world_size=2"]), run_dir=tmp_path / "run", progress=False)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_output_of_ranks_other_than_0_is_prefixed(monkeypatch):
+    import io
+    import sys
+
+    out, err = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    distributed.prefix_output(distributed.Reducer(rank=0, world_size=2))
+    assert sys.stdout is out  # rank 0 owns the console
+    distributed.prefix_output(distributed.Reducer(rank=1, world_size=2))
+    distributed.prefix_output(distributed.Reducer(rank=1, world_size=2))  # once
+    print("a warning\nover two lines")
+    sys.stderr.write("part ")
+    sys.stderr.write("of a line\n\nerror: boom\n")
+    assert out.getvalue() == "[rank 1] a warning\n[rank 1] over two lines\n"
+    assert err.getvalue() == "[rank 1] part of a line\n\n[rank 1] error: boom\n"
 
 
 def test_an_error_on_one_rank_names_it():
