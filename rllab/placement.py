@@ -61,6 +61,7 @@ from rllab.lora import LoraPolicy
 def _same(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
+
 def is_sharded(model: Any) -> bool:
     """Whether ``model`` is an FSDP2 module (its parameters are DTensor shards)."""
     try:

@@ -4,8 +4,14 @@ One fixed batch of 4 prompts × 2 samples; rank r owns the rows of prompts 2r an
 step (REINFORCE++ advantages, whitened over the whole batch; token-mean aggregation; micro-batches
 of 2 rows) runs once with ``model.strategy = "single"`` in this process, and once on 2 ranks with
 ``fsdp2``: the loss, the gradient norm, every gradient and every parameter after the AdamW step
-agree within float tolerance. A sharded checkpoint is written, reloaded and refused for a
-different world size.
+agree within float tolerance; so do they with LoRA adapters and a KL term to the reference (the
+base, adapters off), and the merged weights a sync hands the sampler. A sharded checkpoint is
+written, reloaded and refused for a different world size; a LoRA one holds the adapters only.
+
+A short trainer run (3 steps) on 2 ranks, each fed its groups of the batches the one-process run
+sampled, ends with the one-process run's weights. Each rank evaluates its share of the held-out
+set and reports the whole set's metrics. Slow: a 2-rank run whose rollouts come from the SGLang
+stand-in server (rank 0 pushes the weights), and kill -9 of one rank, then resume.
 """
 
 from __future__ import annotations
