@@ -205,12 +205,13 @@ gradient clipping, AdamW state carried from step to step; a format reward and an
 the few-step-old tiny model gets a gradient."""
 
 
-def _trainer(strategy: str, run_dir):
+def _trainer(strategy: str, run_dir, **settings):
     from rllab.config import load_config
     from rllab.trainer import Trainer
     from tests.tiny import TINY, overrides
 
-    return Trainer(load_config(None, overrides({**TINY, **RUN, "model.strategy": strategy})), run_dir=run_dir, progress=False)
+    config = load_config(None, overrides({**TINY, **RUN, "model.strategy": strategy, **settings}))
+    return Trainer(config, run_dir=run_dir, progress=False)
 
 
 class _Replay:
@@ -548,25 +549,41 @@ def test_killing_one_rank_stops_the_run_and_it_resumes_from_the_sharded_checkpoi
     assert steps.count(3) == 1 and max(steps) == 40  # the metrics after the checkpoint were truncated, not doubled
 
 
-def test_a_config_asking_for_more_ranks_than_processes_is_refused(tmp_path, monkeypatch):
+def test_a_config_asking_for_more_ranks_than_processes_is_refused(tmp_path, one_rank):
     """``rllab run model.strategy=fsdp2 model.world_size=2`` started as one process (no torchrun)."""
-    import torch.distributed as dist
-
     from rllab.config import load_config
     from rllab.errors import RllabError
     from rllab.trainer import run_experiment
+
+    with pytest.raises(RllabError, match=r"model.world_size = 2 but this run has 1 process\(es\).*torchrun --nproc-per-node 2"):
+        run_experiment(load_config(None, ["model.strategy=fsdp2", "model.world_size=2"]), run_dir=tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture
+def one_rank(monkeypatch):
+    """This process as the one rank of a torchrun world (its process group destroyed afterwards)."""
+    import torch.distributed as dist
 
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(_port()))
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def test_the_trainer_builds_its_critic_through_the_placement(tmp_path, one_rank, model_cache):
+    """fsdp2 on one rank: PPO's critic is sharded like the policy (built from the model's weights on
+    disk), not copied from the sharded policy (an FSDP module cannot be deep-copied)."""
+    trainer = _trainer("fsdp2", tmp_path / "run", **{"advantage": "gae", "train.steps": 1})
     try:
-        with pytest.raises(RllabError, match=r"model.world_size = 2 but this run has 1 process\(es\).*torchrun --nproc-per-node 2"):
-            run_experiment(load_config(None, ["model.strategy=fsdp2", "model.world_size=2"]), run_dir=tmp_path / "run", progress=False)
+        metrics = trainer.train_step()
+        assert placement.is_sharded(trainer.critic.backbone) and placement.is_sharded(trainer.critic.value_head)
+        assert metrics["loss/value"] > 0 and metrics["critic/grad_norm"] > 0
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    assert not (tmp_path / "run").exists()
+        trainer.close()
 
 
 def test_the_output_of_ranks_other_than_0_is_prefixed(monkeypatch):
