@@ -37,6 +37,7 @@ import torch
 from rllab import ops
 from rllab.algorithm import seed_for
 from rllab.chat import Messages, PromptRenderer, prompt_text
+from rllab.distributed import SINGLE, Reducer
 from rllab.errors import RewardError, RllabError
 from rllab.evalmetrics import sampled_metrics
 from rllab.types import Completion, Example, RolloutBatch, SamplingParams, is_solved
@@ -77,7 +78,7 @@ class RolloutStage:
     """
 
     def __init__(self, *, task: Any, task_name: str, backend: Any, tokenizer: Any, config: Any, seed: int,
-                 model_name: str = "the model", shard: tuple[int, int] = (0, 1)):
+                 model_name: str = "the model", reducer: Reducer = SINGLE):
         self.task = task
         self.task_name = task_name
         self.backend = backend
@@ -87,8 +88,10 @@ class RolloutStage:
         self.renderer = PromptRenderer(
             tokenizer, system_prompt=getattr(config, "system_prompt", None), task_name=task_name, model_name=model_name
         )
-        self.shard = shard
-        """(rank, world size): a data-parallel rank samples its contiguous share of each step's prompts."""
+        self.reducer = reducer
+        """The run's data-parallel ranks: a rank samples its contiguous share of each step's prompts
+        and evaluates every ``world_size``-th held-out example (the counts summed over ranks)."""
+        self.shard = (reducer.rank, reducer.world_size)
 
     # -- text
 
@@ -305,24 +308,31 @@ class RolloutStage:
         """Greedy accuracy and mean reward on the task's held-out split (its first ``size``
         examples); with ``samples`` = n > 0 also n sampled completions per example at the rollout
         temperature, reported as ``eval/mean@n`` and ``eval/pass@k`` (:mod:`rllab.evalmetrics`).
-        The sampled draws use a fixed seed, so every evaluation of a run draws alike."""
-        examples = self.task.eval_examples()[:size]
+        The sampled draws use a fixed seed, so every evaluation of a run draws alike.
+
+        Data parallel: rank R evaluates examples R, R + W, R + 2W, … (W the world size); the
+        solved counts, reward sums and per-example pass counts are summed or gathered over the
+        ranks, so every rank returns the metrics of the whole set (the sampled draws, seeded per
+        request, depend on the split as they do on the batch)."""
+        red = self.reducer
+        examples = self.task.eval_examples()[:size][red.rank::red.world_size]
         t0 = time.perf_counter()
-        comps = self.generate(examples, self.sampling_params(0, n=1, greedy=True))
-        rewards, _, _ = self.score(examples, comps)
+        comps = self.generate(examples, self.sampling_params(0, n=1, greedy=True)) if examples else []
+        rewards, _, _ = self.score(examples, comps) if examples else ([], [], 0)
+        n = red.sum(len(rewards))
         metrics = {
-            "eval/accuracy": sum(self.solved(e, x) for e, x in zip(examples, rewards)) / len(rewards),
-            "eval/reward": sum(rewards) / len(rewards),
-            "eval/n": float(len(rewards)),
+            "eval/accuracy": red.sum(sum(bool(self.solved(e, x)) for e, x in zip(examples, rewards))) / n,
+            "eval/reward": red.sum(float(sum(rewards))) / n,
+            "eval/n": float(n),
         }
         if samples > 0:
             params = attrs.evolve(self.sampling_params(0, n=samples), seed=seed_for(self.seed, 0, 5))
-            comps = self.generate(examples, params)
-            rewards, _, _ = self.score(examples, comps)
+            comps = self.generate(examples, params) if examples else []
+            rewards, _, _ = self.score(examples, comps) if examples else ([], [], 0)
             correct = [0] * len(examples)
             for c, x in zip(comps, rewards):
                 correct[c.prompt_index] += bool(self.solved(examples[c.prompt_index], x))
-            metrics.update(sampled_metrics(correct, samples))
+            metrics.update(sampled_metrics([k for share in red.gather(correct) for k in share], samples))
         metrics["time/eval"] = time.perf_counter() - t0
         return metrics
 

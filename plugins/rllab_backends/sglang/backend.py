@@ -260,6 +260,14 @@ class SGLangBackend(Transport, WeightSync, Launch):
             self._sync_metrics["sglang/sync_mib"] = self._sync_bytes / 2**20
         return dict(self._sync_metrics)
 
+    def follow_weights(self) -> dict[str, float]:
+        """Count a weight update another process pushed to the same servers (rank 0 of a
+        data-parallel run, after its ``update_weights``): later completions must carry its
+        version. Sends nothing."""
+        self._syncs += 1
+        self.version = str(self._syncs)
+        return {"sglang/weight_version": float(self._syncs)}
+
     # -- the rest of the protocol
 
     def last_metrics(self) -> dict[str, float]:
