@@ -961,3 +961,36 @@ def test_a_run_survives_a_server_that_aborts_6_percent_of_samples(tmp_path, monk
     assert totals == sorted(totals) and totals[-1] <= total
     assert all(r["sglang/retries"] == 0 for r in steps)  # no whole request was sent again
     assert sum(r["sglang/aborted"] for r in steps) <= totals[-1]
+
+
+def test_a_run_resumes_on_a_server_that_came_back_at_another_address(tmp_path, monkeypatch, capsys):
+    """The server died after a checkpoint and came back elsewhere: ``--resume RUN
+    backend.urls=NEW`` continues the run from its checkpoint on the new server and records the
+    change; the recorded config now names the new address."""
+    import tomllib
+
+    from rllab.config import load_config
+    from rllab.runs import RESUME_LOG, resume_run
+    from rllab.trainer import run_experiment
+
+    monkeypatch.setenv("RLLAB_CACHE", str(tmp_path / "cache"))
+    run = tmp_path / "run"
+    with StandIn(None, lifetime_s=300) as first:
+        run_experiment(load_config(None, [*SMALL, "model.warm_start.steps=60", "train.steps=1", "backend=sglang",
+                                          f"backend.urls={first.url}", "backend.backoff_s=0.01"]),
+                       run_dir=run, progress=False)
+        old = first.url
+    with StandIn(None, lifetime_s=300) as second:
+        summary = resume_run(run, overrides=["train.steps=2", f"backend.urls=[\"{second.url}\"]", "backend.retries=5"],
+                             progress=False)
+        assert generates(second)  # the new step's rollout and the final evaluation came from here
+    assert summary["steps"] == 2
+    (entry,) = [json.loads(line) for line in (run / RESUME_LOG).read_text().splitlines()]
+    assert entry["from_step"] == 1
+    assert entry["changes"] == {"backend.urls": {"from": old, "to": [second.url]},
+                                "backend.retries": {"from": 3, "to": 5}}
+    out = capsys.readouterr().out
+    assert f"resume at step 1: backend.urls changed from {old!r} to ['{second.url}']" in out
+    assert "backend.retries changed from 3 to 5" in out
+    recorded = tomllib.loads((run / "config.toml").read_text())["backend"]
+    assert recorded["urls"] == [second.url] and recorded["retries"] == 5
