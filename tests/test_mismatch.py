@@ -75,3 +75,16 @@ def test_corrections_act_on_the_bfloat16_gap(tmp_path):
              "correction.upper=1.002")
     assert 0.0 < m["tis/rs_masked_frac"] < 1.0
     assert m["tis/k1_token"] == pytest.approx(m["mismatch/k1"], abs=1e-7)
+
+
+def test_float16_sampler_shows_a_smaller_gap_than_bfloat16(tmp_path):
+    """float16 keeps 10 bits of mantissa to bfloat16's 8: a gap between float32's and bfloat16's."""
+    fp16 = _gap(tmp_path / "fp16", "backend.dtype=float16")
+    assert 1e-4 < fp16["mismatch/abs_diff"] < 3e-3
+
+
+def test_a_sampling_dtype_with_shared_weights_is_refused():
+    import rllab
+
+    with pytest.raises(rllab.ConfigError, match=r"dtype = 'bfloat16' is the dtype of the sampling copy, but share_weights"):
+        load_config(None, ["backend.dtype=bfloat16", "backend.share_weights=true"])
