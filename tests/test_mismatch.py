@@ -88,3 +88,20 @@ def test_a_sampling_dtype_with_shared_weights_is_refused():
 
     with pytest.raises(rllab.ConfigError, match=r"dtype = 'bfloat16' is the dtype of the sampling copy, but share_weights"):
         load_config(None, ["backend.dtype=bfloat16", "backend.share_weights=true"])
+
+
+def test_the_readme_laptop_commands_are_valid_configs():
+    """The commands of the README's "Off-policy corrections on a laptop" load as written."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("### Off-policy corrections on a laptop", 1)[1].split("\n#", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1).replace("\\\n", " ")
+    commands = [shlex.split(line, comments=True) for line in block.splitlines() if line.startswith("rllab run")]
+    assert len(commands) >= 4
+    for argv in commands:
+        cfg = load_config(None, argv[2:])
+        if "correction=rejection" in argv:
+            assert cfg.component("correction").config.criteria == (("token_k1", 1 / 1.01, 1.01), ("seq_max_k3", None, 0.001))
