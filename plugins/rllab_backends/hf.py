@@ -37,6 +37,12 @@ Log-prob conventions (the ``logprobs`` knob), the value reported for the sampled
 
 With ``top_k = -1`` and ``top_p = 1`` the default and ``"processed"`` agree.
 
+Precision: the sampling copy is cast to ``dtype``. Against a float32 trainer, ``bfloat16`` (or
+``float16``) makes the rollout policy differ from the trained one by rounding alone — a mismatch
+you can dial on a CPU, which the trainer logs every step (``mismatch/abs_diff``, ``mismatch/k1``,
+``mismatch/k3``) and the importance corrections act on. ``share_weights`` has no copy, so it
+refuses a ``dtype`` of its own.
+
 Weights: ``model_path`` loads a model directory at construction; otherwise the first
 ``update_weights(model)`` makes a private copy of ``model`` (later calls copy the weights in
 with ``load_state_dict``), or, with ``share_weights = true``, samples from ``model`` itself.
