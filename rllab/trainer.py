@@ -47,7 +47,7 @@ from rllab.models import enable_checkpointing, transformers_progress_bars_off
 from rllab.optimizer import Optimizers, StepOutcome, lr_factor
 from rllab.rollout import RolloutStage
 from rllab.config_checks import check_backend_device
-from rllab.runs import CONFIG_FILE, default_run_dir, discard_unstarted, prepare_run_dir, recorded_config
+from rllab.runs import CONFIG_FILE, default_run_dir, discard_unstarted, prepare_run_dir, recorded_config, with_deployment
 from rllab.specs import Component
 
 
@@ -401,7 +401,7 @@ class Trainer:
     def load_checkpoint(self, path: Path) -> None:
         state = self.placement.load(path)
         # the config in force at that step (schedules may have changed components)
-        cfg = validate(state["config"], lab=self.lab, where="checkpoint")
+        cfg = validate(with_deployment(state["config"], self.cfg.to_dict()), lab=self.lab, where="checkpoint")
         self._reconfigure(attrs.evolve(cfg, schedule=self.cfg.schedule, plugins=self.cfg.plugins, provenance=self.cfg.provenance, train=self.cfg.train))
         self.placement.load_model_states(
             path, state, policy=self.lora if self.lora is not None else self.policy, optimizer=self.optimizer, critic=self.critic, critic_optimizer=self.critic_optimizer
