@@ -697,3 +697,17 @@ def test_the_models_context_bounds_an_environments_episodes(char):
     for e in scored.episodes:
         assert len(e.completion.prompt_ids) + len(e.completion.token_ids) <= 15 and e.finish_reason == "overflow"
     assert scored.metrics["env/context_overflows"] == 2.0 and scored.rewards.tolist() == [0.25 + 0.5 - 1.0] * 2
+
+
+def test_the_documented_example_environment_passes_the_contract_suite(tmp_path):
+    """docs/environments.md's complete example, written out as a plugin file, loads and passes `rllab check`."""
+    import re
+
+    from rllab.testing import run_contract
+
+    doc = (ROOT / "docs" / "environments.md").read_text()
+    code = next(b for b in re.findall(r"```python\n(.*?)```", doc, re.S) if "register_environments" in b and "class RetryAddition" in b)
+    path = tmp_path / "documented_env.py"
+    path.write_text(code)
+    results = run_contract(rllab.Lab([str(path)]), "environment", "retry_addition", {"tries": 3})
+    assert all(r.passed for r in results) and len(results) == 5, [(r.check, r.message) for r in results]
