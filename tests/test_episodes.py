@@ -19,8 +19,9 @@ import torch
 import rllab
 from rllab.chat import PromptRenderer, _ids
 from rllab.config import load_config
+from rllab.demonstrations import demonstration_episodes
 from rllab.environment import Step
-from rllab.episodes import EpisodeLimits, EpisodeRunner, demonstration_episodes
+from rllab.episodes import EpisodeLimits, EpisodeRunner
 from rllab.errors import ConfigError, DuplicateComponentError, EpisodeError, PromptError
 from rllab.settings import RolloutConfig
 from rllab.tinytok import build_chat_tokenizer, build_tokenizer
@@ -367,7 +368,7 @@ def test_from_completions_with_episodes_and_select():
 
 
 def test_demonstrations_are_played_against_the_environment(char):
-    from rllab.tinymodel import encode_episodes
+    from rllab.demonstrations import encode_episodes
 
     env = Env(max_turns=3, done_at=3, obs="no")
     examples = env.train_examples(2, None)
