@@ -10,6 +10,11 @@ Component sections name a registered component and set its knobs::
     name = "ppo_dual_clip"
     clip_c = 3.0
 
+A run draws its examples from a **task** (``task = "addition"``, the default) or from an
+**environment** of multi-turn episodes (``env = "NAME"``, see :mod:`rllab.environment`); the two
+are exclusive: a config that sets both is refused, and with ``env`` set the config has no
+``[task]`` section (:attr:`ExperimentConfig.source` says which one a run uses).
+
 Each such section is validated against that component's own frozen config class (through the
 :class:`~rllab.Lab`), so a typo in a knob fails at load time with the plugin, knob, value and
 allowed range, and the TOML line of the key. Overriding a section's name on the command line
@@ -42,7 +47,7 @@ from typing import Any, Mapping
 
 import attrs
 
-from rllab.config_checks import check_config_only, check_model_settings
+from rllab.config_checks import check_config_only, check_episode_settings, check_model_settings, check_one_source
 from rllab.errors import ConfigError
 from rllab.lab import Lab
 from rllab.schedule import FROZEN_DURING_A_RUN, check_schedule_applies
@@ -51,10 +56,12 @@ from rllab.specs import ComponentSpec, build_config
 from rllab.tomlio import dump_toml, line_of, parse_value  # noqa: F401  (dump_toml, parse_value: re-exported)
 
 # section name -> (component kind, default component name): the one map from config sections to
-# registries; the trainer, `rllab settings` and the schedule all read it.
-COMPONENT_SECTIONS: dict[str, tuple[str, str]] = {
+# registries; the trainer, `rllab settings` and the schedule all read it. A section whose default
+# is None is optional: it exists only when the config sets it.
+COMPONENT_SECTIONS: dict[str, tuple[str, str | None]] = {
     "algorithm": ("algorithm", "rl"),
     "task": ("task", "addition"),
+    "env": ("environment", None),
     "backend": ("rollout_backend", "hf"),
     "advantage": ("advantage_estimator", "grpo"),
     "policy_loss": ("policy_loss", "ppo_clip"),
@@ -110,7 +117,19 @@ class ExperimentConfig:
     """Component sections the chosen algorithm does not read (left at their defaults, not written)."""
 
     def component(self, section: str) -> ComponentRef:
+        if section not in self.components and section in ("task", "env"):
+            other = self.source
+            raise ConfigError(
+                f"this config has no [{section}] section: its examples come from {other} {self.components[other].name!r}",
+                key=section,
+            )
         return self.components[section]
+
+    @property
+    def source(self) -> str:
+        """The section the run draws its examples from: ``"env"`` when an environment is chosen,
+        else ``"task"``."""
+        return "env" if "env" in self.components else "task"
 
     def to_dict(self) -> dict:
         """The experiment as TOML-ready data: every setting and every knob, defaults included."""
@@ -330,9 +349,15 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
 
     check_model_settings(plain["model"], text, where)
 
-    components = {sec: _component(lab, sec, kind, data.get(sec, {}), default, text, where) for sec, (kind, default) in COMPONENT_SECTIONS.items()}
+    check_one_source(data, text, where)
+    components = {
+        sec: _component(lab, sec, kind, data.get(sec, {}), default, text, where)
+        for sec, (kind, default) in COMPONENT_SECTIONS.items()
+        if (default is not None or sec in data) and not (sec == "task" and "env" in data)
+    }
     unused = _check_algorithm_fit(lab, components, explicit={sec for sec in COMPONENT_SECTIONS if sec in data}, text=text, where=where)
-    if "advantage" not in unused and "task" not in unused:
+    check_episode_settings(lab, components, plain["rollout"], unused=unused, text=text, where=where)
+    if "advantage" not in unused and "task" in components and "task" not in unused:
         _check_reward_components(lab, components, plain["rollout"], text=text, where=where)
     check_config_only(lab, components, plain["model"], unused=unused, text=text, where=where)
 

@@ -65,7 +65,8 @@ def register_advantage_estimators(register):
     :param register: call ``register(name, fn, config=...)`` once per estimator.
 
     ``token_rewards`` (B, T) float: the reward of each response token (the sequence score sits
-    on the last valid token; a KL-in-reward penalty may be spread over every token).
+    on the last model token; an environment's per-turn rewards on the last model token of each
+    turn; a KL-in-reward penalty may be spread over every token).
     ``mask`` (B, T) bool: True where a response token counts.
     ``index`` (B,) int64: a group id per row; rows sharing an id were sampled from one prompt.
     ``values`` (B, T) float or None: critic values, for estimators that require them.
@@ -251,6 +252,22 @@ def register_tasks(register):
     Traits: ``reward_components=`` (per config) — the names of the reward components the task's
     instances declare (empty for a single reward), so a config is checked before any model loads;
     undeclared, the check waits for the first batch.
+    """
+
+
+@hookspec
+def register_environments(register):
+    """Register environments: sources of multi-turn episodes (see :mod:`rllab.environment`).
+
+    ``fn(*, config) -> environment`` is a factory; the environment follows
+    :class:`rllab.environment.Environment` (``train_examples``, ``eval_examples``,
+    ``start(example) -> episode`` whose ``step(text)`` answers each model turn with a
+    :class:`rllab.environment.Step`, ``demonstration``). A run selects one with ``env = NAME``
+    (instead of ``task``). An environment and a task may not share a name.
+
+    :param register: call ``register(name, factory, config=...)`` once per environment.
+
+    Traits: none.
     """
 
 

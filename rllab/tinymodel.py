@@ -227,6 +227,11 @@ def encode_demonstrations(tokenizer, prompts: list, completions: list[str], *, r
     return input_ids, attention_mask, loss_mask
 
 
+def is_environment(source) -> bool:
+    """Whether a run's example source is an environment (it starts episodes) rather than a task."""
+    return callable(getattr(source, "start", None)) and not callable(getattr(source, "reward", None))
+
+
 def demonstration_loss(model, input_ids, attention_mask, loss_mask) -> torch.Tensor:
     """Mean next-token cross-entropy over the completion tokens (``loss_mask``)."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask.long()).logits[:, :-1].float()
@@ -287,7 +292,9 @@ def warm_start(
     model, tokenizer, task, config: WarmStartConfig = WarmStartConfig(), *, progress: bool = False,
     renderer: PromptRenderer | None = None,
 ) -> dict:
-    """Fine-tune ``model`` in place on ``task.demonstration`` completions of training prompts.
+    """Fine-tune ``model`` in place on ``task.demonstration`` completions of training prompts
+    (for an environment, on its demonstration episodes, :func:`rllab.demonstrations.encode_episodes`: the loss covers
+    the model's turns, not the observations; the probe plays greedy episodes).
 
     Each step draws ``batch_size`` fresh training examples with a generator seeded by
     ``config.seed`` and minimises the mean cross-entropy of ``completion + <eos>`` given
@@ -322,9 +329,14 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
         with warm_start_progress(progress, config.steps) as advance:
             for step in range(1, config.steps + 1):
                 examples = task.train_examples(config.batch_size, rng)
-                batch = encode_demonstrations(
-                    tokenizer, [e.prompt for e in examples], [task.demonstration(e) for e in examples], renderer=renderer
-                )
+                if is_environment(task):
+                    from rllab.demonstrations import encode_episodes
+
+                    batch = encode_episodes(tokenizer, task, examples, renderer=renderer, name=renderer.task_name)
+                else:
+                    batch = encode_demonstrations(
+                        tokenizer, [e.prompt for e in examples], [task.demonstration(e) for e in examples], renderer=renderer
+                    )
                 loss = demonstration_loss(model, *batch)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -356,6 +368,10 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
 
 
 def _accuracy(model, tokenizer, task, examples, max_new_tokens: int, renderer: PromptRenderer | None = None) -> float:
+    if is_environment(task):
+        from rllab.demonstrations import episode_accuracy
+
+        return episode_accuracy(model, tokenizer, task, examples, max_new_tokens, renderer or PromptRenderer(tokenizer))
     was_training = model.training
     model.eval()
     texts = greedy_completions(model, tokenizer, [e.prompt for e in examples], max_new_tokens, renderer=renderer)
@@ -435,7 +451,8 @@ def get_or_build(
 ) -> Path:
     """The directory of a warm-started tiny model, built and saved on the first call.
 
-    :param task: the task whose demonstrations the model is trained on.
+    :param task: the task whose demonstrations the model is trained on, or an environment (its
+        demonstration episodes, :mod:`rllab.demonstrations`; the key then marks it as one).
     :param task_config: what identifies ``task`` in the cache key — its name and knobs, e.g.
         ``{"name": "addition", "digits": 2, "eval_fraction": 0.1, ...}``.
     :param cache_dir: overrides :func:`cache_root`.
@@ -448,6 +465,8 @@ def get_or_build(
     concurrent builders never see a half-written model; the first rename wins.
     """
     warm_config = task_warm_start(task, warm_config)
+    if is_environment(task):  # an environment's demonstrations are episodes: never the key of a task's model
+        task_config = {**task_config, "kind": "environment"}
     root = cache_root(cache_dir)
     key = cache_key(model_config, task_config, warm_config, system_prompt)
     final = root / f"tiny-qwen2-{key}"
