@@ -10,6 +10,11 @@ Component sections name a registered component and set its knobs::
     name = "ppo_dual_clip"
     clip_c = 3.0
 
+A run draws its examples from a **task** (``task = "addition"``, the default) or from an
+**environment** of multi-turn episodes (``env = "NAME"``, see :mod:`rllab.environment`); the two
+are exclusive: a config that sets both is refused, and with ``env`` set the config has no
+``[task]`` section (:attr:`ExperimentConfig.source` says which one a run uses).
+
 Each such section is validated against that component's own frozen config class (through the
 :class:`~rllab.Lab`), so a typo in a knob fails at load time with the plugin, knob, value and
 allowed range, and the TOML line of the key. Overriding a section's name on the command line
@@ -51,10 +56,12 @@ from rllab.specs import ComponentSpec, build_config
 from rllab.tomlio import dump_toml, line_of, parse_value  # noqa: F401  (dump_toml, parse_value: re-exported)
 
 # section name -> (component kind, default component name): the one map from config sections to
-# registries; the trainer, `rllab settings` and the schedule all read it.
-COMPONENT_SECTIONS: dict[str, tuple[str, str]] = {
+# registries; the trainer, `rllab settings` and the schedule all read it. A section whose default
+# is None is optional: it exists only when the config sets it.
+COMPONENT_SECTIONS: dict[str, tuple[str, str | None]] = {
     "algorithm": ("algorithm", "rl"),
     "task": ("task", "addition"),
+    "env": ("environment", None),
     "backend": ("rollout_backend", "hf"),
     "advantage": ("advantage_estimator", "grpo"),
     "policy_loss": ("policy_loss", "ppo_clip"),
@@ -110,7 +117,19 @@ class ExperimentConfig:
     """Component sections the chosen algorithm does not read (left at their defaults, not written)."""
 
     def component(self, section: str) -> ComponentRef:
+        if section not in self.components and section in ("task", "env"):
+            other = self.source
+            raise ConfigError(
+                f"this config has no [{section}] section: its examples come from {other} {self.components[other].name!r}",
+                key=section,
+            )
         return self.components[section]
+
+    @property
+    def source(self) -> str:
+        """The section the run draws its examples from: ``"env"`` when an environment is chosen,
+        else ``"task"``."""
+        return "env" if "env" in self.components else "task"
 
     def to_dict(self) -> dict:
         """The experiment as TOML-ready data: every setting and every knob, defaults included."""
@@ -330,9 +349,18 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
 
     check_model_settings(plain["model"], text, where)
 
-    components = {sec: _component(lab, sec, kind, data.get(sec, {}), default, text, where) for sec, (kind, default) in COMPONENT_SECTIONS.items()}
+    _check_one_source(data, text, where)
+    components = {
+        sec: _component(lab, sec, kind, data.get(sec, {}), default, text, where)
+        for sec, (kind, default) in COMPONENT_SECTIONS.items()
+        if (default is not None or sec in data) and not (sec == "task" and "env" in data)
+    }
     unused = _check_algorithm_fit(lab, components, explicit={sec for sec in COMPONENT_SECTIONS if sec in data}, text=text, where=where)
-    if "advantage" not in unused and "task" not in unused:
+    if "env" in components and "env" not in unused:
+        check_episode_bound(lab, components["env"], plain["rollout"], text=text, where=where)
+    elif "task" in components:
+        _check_no_episode_settings(components["task"], plain["rollout"], text=text, where=where)
+    if "advantage" not in unused and "task" in components and "task" not in unused:
         _check_reward_components(lab, components, plain["rollout"], text=text, where=where)
     check_config_only(lab, components, plain["model"], unused=unused, text=text, where=where)
 
@@ -378,6 +406,52 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
             raise ConfigError(f"{where}: schedule at step {entry.step}: {e}") from None
     check_schedule_applies(cfg.schedule, steps=cfg.train.steps, where=where)
     return cfg
+
+
+def _check_one_source(data: Mapping[str, Any], text: str, where: str) -> None:
+    """``task`` and ``env`` are exclusive: a config that sets both is refused, naming both."""
+    if "task" in data and "env" in data:
+        def name(v):
+            return v.get("name", "?") if isinstance(v, Mapping) else v
+        line = line_of(text, None, "env") or line_of(text, "env", "name")
+        raise ConfigError(
+            f"{where}: both task {name(data['task'])!r} and env {name(data['env'])!r}{line} are set; a run draws its "
+            f"examples from a task or from an environment, not both: drop one of them",
+            key="env",
+        )
+
+
+def check_episode_bound(lab: Lab, env: ComponentRef, rollout: Any, *, text: str = "", where: str = "<config>") -> None:
+    """An environment's episodes need a bound on their turns: ``rollout.max_turns`` or the
+    environment's own ``max_turns`` (read from its registration's factory when it is a class
+    attribute; an instance's is checked again when the run builds it)."""
+    if rollout.max_turns is not None:
+        return
+    spec = lab.spec("environment", env.name)
+    declared = getattr(spec.fn, "max_turns", None)
+    if declared is not None and (isinstance(declared, bool) or not isinstance(declared, int) or declared < 1):
+        raise ConfigError(
+            f"{where}: environment {env.name!r} (plugin {spec.provider}) declares max_turns = {declared!r}; it must be "
+            f"an integer ≥ 1 (or set rollout.max_turns)",
+            key="max_turns",
+        )
+
+
+EPISODE_SETTINGS = ("max_turns", "max_episode_tokens", "turn_limit_reward", "overflow_reward")
+"""[rollout] settings that only an environment's episodes read."""
+
+
+def _check_no_episode_settings(task: ComponentRef, rollout: Any, *, text: str, where: str) -> None:
+    """A task's episodes have one turn: the episode limits would have no effect, so setting one is refused."""
+    defaults = attrs.fields_dict(type(rollout))
+    for key in EPISODE_SETTINGS:
+        if getattr(rollout, key) != defaults[key].default:
+            raise ConfigError(
+                f"{where}: [rollout] {key}{line_of(text, 'rollout', key)} limits an environment's episodes, but this run "
+                f"samples task {task.name!r} (one turn per sample), so it would have no effect; unset it or choose an "
+                f"environment (env = NAME)",
+                key=key,
+            )
 
 
 def _check_algorithm_fit(lab: Lab, components: dict, *, explicit: set[str], text: str, where: str) -> frozenset:

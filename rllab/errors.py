@@ -61,3 +61,9 @@ class NonFiniteError(RllabError):
         super().__init__(message)
         self.section = section
         self.step = step
+
+
+class EpisodeError(RewardError):
+    """An environment raised or answered a model turn with something that is not a valid step
+    (a non-:class:`~rllab.environment.Step`, a non-string observation, a NaN reward); the message
+    names the environment, the example and the turn."""

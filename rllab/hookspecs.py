@@ -250,6 +250,22 @@ def register_tasks(register):
 
 
 @hookspec
+def register_environments(register):
+    """Register environments: sources of multi-turn episodes (see :mod:`rllab.environment`).
+
+    ``fn(*, config) -> environment`` is a factory; the environment follows
+    :class:`rllab.environment.Environment` (``train_examples``, ``eval_examples``,
+    ``start(example) -> episode`` whose ``step(text)`` answers each model turn with a
+    :class:`rllab.environment.Step`, ``demonstration``). A run selects one with ``env = NAME``
+    (instead of ``task``). An environment and a task may not share a name.
+
+    :param register: call ``register(name, factory, config=...)`` once per environment.
+
+    Traits: none.
+    """
+
+
+@hookspec
 def register_reward_functions(register):
     """Register reward functions: scorers a task (such as ``dataset``) combines by name.
 

@@ -56,6 +56,7 @@ KINDS: dict[str, str] = {
     "preference_loss": "register_preference_losses",
     "rollout_backend": "register_rollout_backends",
     "task": "register_tasks",
+    "environment": "register_environments",
     "reward_function": "register_reward_functions",
     "logger": "register_loggers",
     "algorithm": "register_algorithms",
@@ -242,6 +243,22 @@ class Lab:
                     dist, version = self._dists.get(provider, (None, None))
                     self._broken(provider, dist, version, self._source_of(provider), e, phase=f"running {hook_name}")
                     self._unregister_provider(provider)
+        self._check_sources(strict=strict)
+
+    def _check_sources(self, *, strict: bool) -> None:
+        """A task and an environment under one name would make ``task=NAME`` and ``env=NAME``
+        ambiguous to read and to report: refused at load, naming both providers."""
+        for name in sorted(set(self._registry["task"]) & set(self._registry["environment"])):
+            task, env = self._registry["task"][name], self._registry["environment"][name]
+            msg = (
+                f"{name!r} is registered both as a task (plugin {task.provider!r}) and as an environment (plugin "
+                f"{env.provider!r}); a task and an environment may not share a name. Rename one, or restrict "
+                f"loading with {ENV_ALLOW}."
+            )
+            if strict:
+                raise DuplicateComponentError(msg)
+            if msg not in self.problems:
+                self.problems.append(msg)
 
     def _source_of(self, provider: str) -> str:
         for p in self.plugins:

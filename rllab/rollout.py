@@ -1,4 +1,9 @@
-"""The rollout stage: prompts → generate → decode → score → shape → filter → batch.
+"""The rollout stage: prompts → episodes (generate → decode → step) → shape → filter → batch.
+
+Every rollout is played by the episode loop (:mod:`rllab.episodes`): a run's environment
+(``env = NAME``) gives multi-turn episodes; a task (``task = NAME``) is an environment of one
+turn (:class:`rllab.episodes.TaskEnvironment`) whose step scores as below, so its batches are
+the single-turn batches they always were.
 
 One stage serves every algorithm: the RL step (:meth:`RolloutStage.sample` then
 :meth:`RolloutStage.to_batch`), online DPO (the same samples, paired), offline pair building
@@ -37,7 +42,8 @@ import torch
 from rllab import ops
 from rllab.algorithm import seed_for
 from rllab.chat import Messages, PromptRenderer, prompt_text
-from rllab.errors import RewardError, RllabError
+from rllab.episodes import EpisodeLimits, EpisodeResult, EpisodeRunner, TaskEnvironment
+from rllab.errors import ConfigError, RewardError, RllabError
 from rllab.evalmetrics import sampled_metrics
 from rllab.types import Completion, Example, RolloutBatch, SamplingParams, is_solved
 
@@ -58,6 +64,8 @@ class Scored:
     components: torch.Tensor | None = None
     """(N, K) float32 per-component rewards of a multi-component task (0 where a reward failed), else None."""
     component_names: tuple[str, ...] = ()
+    episodes: list[EpisodeResult] | None = None
+    """The environment's episodes, one per completion (None for a task's single turns)."""
 
 
 class RolloutStage:
@@ -76,19 +84,58 @@ class RolloutStage:
     decoding stop at EOS and at the template's end-of-turn token.
     """
 
-    def __init__(self, *, task: Any, task_name: str, backend: Any, tokenizer: Any, config: Any, seed: int,
-                 model_name: str = "the model", shard: tuple[int, int] = (0, 1)):
+    def __init__(self, *, task: Any = None, task_name: str = "?", backend: Any, tokenizer: Any, config: Any, seed: int,
+                 model_name: str = "the model", shard: tuple[int, int] = (0, 1), env: Any = None, env_name: str | None = None):
+        if (task is None) == (env is None):
+            raise RllabError("RolloutStage takes a task or an environment (env=), exactly one")
         self.task = task
-        self.task_name = task_name
+        self.env = env
+        self.task_name = task_name if env is None else (env_name or "?")
         self.backend = backend
         self.tokenizer = tokenizer
         self.config = config
         self.seed = seed
         self.renderer = PromptRenderer(
-            tokenizer, system_prompt=getattr(config, "system_prompt", None), task_name=task_name, model_name=model_name
+            tokenizer, system_prompt=getattr(config, "system_prompt", None), task_name=self.task_name, model_name=model_name
         )
         self.shard = shard
         """(rank, world size): a data-parallel rank samples its contiguous share of each step's prompts."""
+        self.source = env if env is not None else TaskEnvironment(task, self)
+        """What episodes are played on: the environment, or the task as an environment of one turn."""
+        self.limits = self._limits()
+
+    @property
+    def kind(self) -> str:
+        """``"environment"`` or ``"task"``, for messages."""
+        return "task" if self.env is None else "environment"
+
+    def _limits(self) -> EpisodeLimits:
+        r = self.config
+        if self.env is None:
+            return EpisodeLimits(max_turns=1, max_new_tokens=r.max_new_tokens)
+        turns = getattr(r, "max_turns", None)
+        if turns is None:
+            turns = getattr(self.env, "max_turns", 1)
+            if turns is None or isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
+                raise ConfigError(
+                    f"environment {self.task_name!r} has max_turns = {turns!r}: an episode needs a bound on its turns; give "
+                    f"the environment an integer max_turns ≥ 1 or set rollout.max_turns",
+                    key="max_turns",
+                )
+        return EpisodeLimits(
+            max_turns=turns, max_new_tokens=r.max_new_tokens, max_episode_tokens=getattr(r, "max_episode_tokens", None),
+            turn_limit_reward=getattr(r, "turn_limit_reward", 0.0), overflow_reward=getattr(r, "overflow_reward", 0.0),
+        )
+
+    def play(self, examples: Sequence[Example], params: SamplingParams) -> list[EpisodeResult]:
+        """``params.n`` episodes per example (prompt-major) through the episode loop."""
+        runner = EpisodeRunner(
+            self.source, name=self.task_name, backend=self.backend, renderer=self.renderer, limits=self.limits,
+            on_error=self.config.reward_errors, kind=self.kind,
+        )
+        out = runner.play(examples, params)
+        self._last_runner = runner
+        return out
 
     # -- text
 
@@ -123,12 +170,12 @@ class RolloutStage:
         return self.backend.generate([self.encode(e.prompt) for e in examples], params)
 
     def solved(self, example: Example, reward: float) -> bool:
-        return is_solved(self.task, example, reward)
+        return is_solved(self.task if self.env is None else self.env, example, reward)
 
     @property
     def component_names(self) -> tuple[str, ...]:
-        """The task's reward component names (empty for a single-reward task)."""
-        return tuple(getattr(self.task, "reward_components", None) or ())
+        """The task's reward component names (empty for a single-reward task and for an environment)."""
+        return tuple(getattr(self.task, "reward_components", None) or ()) if self.env is None else ()
 
     def component_weights(self) -> list[float]:
         """w_k of the scalar reward Σ_k w_k·r_k: the task's ``reward_weights``, default all 1."""
@@ -144,20 +191,19 @@ class RolloutStage:
             )
         return weights
 
-    def _batch_rewards(self, examples: Sequence[Example], completions: Sequence[Completion], texts: list[str]) -> list | None:
+    def _batch_rewards(self, examples: Sequence[Example], texts: Sequence[str], ids: Sequence[list[int]]) -> list | None:
         """What ``task.reward_batch(examples, texts)`` returns for every completion at once, when the
         task defines it (reward functions in TRL's batched signature are then called once per step);
         None when it does not, or when the batch call fails — each completion is then scored alone,
         so a failure is charged to its own row under ``reward_errors``."""
         batch = getattr(self.task, "reward_batch", None)
-        if batch is None or not completions:
+        if batch is None or not texts:
             return None
         try:
-            out = list(batch([examples[c.prompt_index] for c in completions], texts,
-                             completion_ids=[list(c.token_ids) for c in completions]))
+            out = list(batch(list(examples), list(texts), completion_ids=[list(i) for i in ids]))
         except Exception:
             return None
-        return out if len(out) == len(completions) else None
+        return out if len(out) == len(texts) else None
 
     def _reward(self, ex: Example, text: str, names: tuple[str, ...], weights: list[float], given: Any = None) -> tuple[float, list[float]]:
         """(scalar reward, component values) of one completion (``given``: what the batch call
@@ -191,69 +237,94 @@ class RolloutStage:
         single-reward task; zeros where a reward failed): ``(rewards, components, keep, n_errors)``."""
         policy = self.config.reward_errors
         names = self.component_names
-        weights = self.component_weights()
         rewards, comps, keep, errors = [], [], [], 0
         texts = [self.decode(c) for c in completions]
-        batched = self._batch_rewards(examples, completions, texts)
-        one_by_one = getattr(self.task, "reward_batch", None) if batched is None else None
-        for i, (c, text) in enumerate(zip(completions, texts)):
-            ex = examples[c.prompt_index]
-            try:
-                given = batched[i] if batched is not None else None
-                if one_by_one is not None:  # the batch call failed: each row alone, so the failure is its own
-                    given = one_by_one([ex], [text], completion_ids=[list(c.token_ids)])[0]
-                r, values = self._reward(ex, text, names, weights, given)
-            except Exception as e:
+        rows = [examples[c.prompt_index] for c in completions]
+        for ex, text, row in zip(rows, texts, self.score_rows(rows, texts, [list(c.token_ids) for c in completions])):
+            if isinstance(row, BaseException):
                 if policy == "raise":
-                    raise RewardError(
-                        f"reward of task {self.task_name!r} failed on prompt {prompt_text(ex.prompt)!r} with completion {text!r}: "
-                        f"{type(e).__name__}: {e}. Set rollout.reward_errors = \"skip\" or \"zero\" to continue past "
-                        f"such samples."
-                    ) from None
+                    raise RewardError(self.reward_error_message(ex, text, row)) from None
                 errors += 1
                 rewards.append(0.0)
                 comps.append([0.0] * len(names))
                 keep.append(policy == "zero")
                 continue
-            rewards.append(r)
-            comps.append(values)
+            rewards.append(row[0])
+            comps.append(row[1])
             keep.append(True)
         return rewards, comps, keep, errors
 
+    def score_rows(self, examples: Sequence[Example], texts: Sequence[str], ids: Sequence[list[int]] | None) -> list:
+        """Per row (``examples[i]`` answered by ``texts[i]``, sampled as ``ids[i]``): the task's
+        ``(scalar reward, component values)``, or the exception its reward raised (malformed or
+        non-finite rewards included). The batched ``reward_batch`` is tried first."""
+        names = self.component_names
+        weights = self.component_weights()
+        if ids is None:
+            ids = [list(self.tokenizer(t, add_special_tokens=False).input_ids) for t in texts]
+        batched = self._batch_rewards(examples, texts, ids)
+        one_by_one = getattr(self.task, "reward_batch", None) if batched is None else None
+        out: list = []
+        for i, (ex, text) in enumerate(zip(examples, texts)):
+            try:
+                given = batched[i] if batched is not None else None
+                if one_by_one is not None:  # the batch call failed: each row alone, so the failure is its own
+                    given = one_by_one([ex], [text], completion_ids=[list(ids[i])])[0]
+                out.append(self._reward(ex, text, names, weights, given))
+            except Exception as e:
+                out.append(e)
+        return out
+
+    def reward_error_message(self, example: Example, text: str | None, e: BaseException) -> str:
+        """The message of a task's failed reward (``reward_errors = "raise"``)."""
+        return (
+            f"reward of task {self.task_name!r} failed on prompt {prompt_text(example.prompt)!r} with completion {text!r}: "
+            f"{type(e).__name__}: {e}. Set rollout.reward_errors = \"skip\" or \"zero\" to continue past "
+            f"such samples."
+        )
+
     def overlong_penalty(self, completions: Sequence[Completion]) -> torch.Tensor:
-        """DAPO's soft overlong punishment: linear from 0 to −penalty over the last ``buffer`` tokens."""
+        """DAPO's soft overlong punishment: linear from 0 to −penalty over the last ``buffer``
+        tokens, counting the model's tokens only (an episode's observations are not its length)."""
         r = self.config
-        lengths = torch.tensor([len(c.token_ids) for c in completions], dtype=torch.float32)
+        lengths = torch.tensor([c.model_tokens for c in completions], dtype=torch.float32)
         if r.overlong_buffer <= 0:
             return torch.zeros_like(lengths)
         expected = r.max_new_tokens - r.overlong_buffer
         return -((lengths - expected).clamp(min=0) / r.overlong_buffer) * r.overlong_penalty
 
     def sample(self, step: int, *, prompts: int | None = None, group_size: int | None = None) -> Scored:
-        """Draw a step's prompts, sample a group for each, score, shape and filter them."""
+        """Draw a step's prompts, play a group of episodes for each, score, shape and filter them."""
         r = self.config
         P = prompts or r.prompts_per_step
         G = group_size or r.group_size
         t0 = time.perf_counter()
         gen = torch.Generator().manual_seed(seed_for(self.seed, step, 0))
-        examples = self.task.train_examples(P, gen)
+        examples = self.source.train_examples(P, gen)
         rank, world = self.shard
         if world > 1:  # data parallel: this rank's contiguous share of the step's prompts (whole groups)
             examples = examples[rank * P // world:(rank + 1) * P // world]
-        completions = self.generate(examples, self.sampling_params(step, n=G))
-        backend_metrics = self.backend.last_metrics()
-        t1 = time.perf_counter()
-        raw, comps, keep, errors = self.score_components(examples, completions)
-        t2 = time.perf_counter()
-        rewards = torch.tensor(raw, dtype=torch.float32)
+        episodes = self.play(examples, self.sampling_params(step, n=G))
+        runner = self._last_runner
+        backend_metrics = runner.backend_metrics
+        completions = [e.completion for e in episodes]
+        t_step = runner.timings["step"]
+        t1 = time.perf_counter() - t_step
+        t2 = t1 + t_step
         names = self.component_names
+        raw = [e.reward for e in episodes]
+        errors = sum(e.error is not None for e in episodes)
+        keep = [e.error is None or r.reward_errors == "zero" for e in episodes]
+        comps = [list(getattr(e.episode, "components", None) or [0.0] * len(names)) if e.error is None else [0.0] * len(names)
+                 for e in episodes]
+        rewards = torch.tensor(raw, dtype=torch.float32)
         components = torch.tensor(comps, dtype=torch.float32).reshape(len(raw), len(names)) if names else None
         scores = rewards + self.overlong_penalty(completions)
         index = torch.tensor([c.prompt_index for c in completions])
         keep_t = torch.tensor(keep, dtype=torch.bool)
         if errors and r.reward_errors == "skip":  # drop the whole group of a failed sample
             keep_t &= ~torch.isin(index, index[~keep_t].unique())
-        lengths = torch.tensor([len(c.token_ids) for c in completions], dtype=torch.float32)
+        lengths = torch.tensor([c.model_tokens for c in completions], dtype=torch.float32)
         count, _, std = ops.group_stats(scores, index)
         all_equal = (std == 0) & (count > 1)
         solved = [self.solved(examples[c.prompt_index], x) for c, x in zip(completions, raw)]
@@ -273,21 +344,23 @@ class RolloutStage:
         }
         for k, name in enumerate(names):
             metrics[f"reward/{name}"] = components[:, k].mean().item()
+        if self.env is not None:
+            metrics.update(episode_metrics(episodes))
         if r.dynamic_sampling:
             keep_t &= ~all_equal
         metrics["rollout/kept_frac"] = keep_t.float().mean().item()
         return Scored(
             examples=examples, completions=completions, rewards=rewards, scores=scores, keep=keep_t, metrics=metrics,
-            components=components, component_names=names,
+            components=components, component_names=names, episodes=episodes if self.env is not None else None,
         )
 
     def greedy_rewards(self, examples: Sequence[Example]) -> torch.Tensor:
-        """(P,) float32: the reward of the policy's greedy response to each example (ReMax's
+        """(P,) float32: the reward of the policy's greedy episode for each example (ReMax's
         baseline), scored under ``reward_errors`` (a failed reward counts 0 unless it raises)."""
-        comps = self.generate(examples, self.sampling_params(0, n=1, greedy=True))
-        rewards, _, _ = self.score(examples, comps)
+        episodes = self.play(examples, self.sampling_params(0, n=1, greedy=True))
         out = torch.zeros(len(examples), dtype=torch.float32)
-        out[torch.tensor([c.prompt_index for c in comps], dtype=torch.long)] = torch.tensor(rewards, dtype=torch.float32)
+        out[torch.tensor([e.completion.prompt_index for e in episodes], dtype=torch.long)] = torch.tensor(
+            [e.reward for e in episodes], dtype=torch.float32)
         return out
 
     def to_batch(self, scored: Scored) -> RolloutBatch | None:
@@ -296,9 +369,24 @@ class RolloutStage:
         if not kept:
             return None
         comps = None if scored.components is None else scored.components[scored.keep]
+        token_scores = turns = None
+        if scored.episodes is not None:  # per-turn rewards on each turn's last model token, shaping on the last
+            shaping = (scored.scores - scored.rewards).tolist()
+            token_scores, turns = [], []
+            for e, extra, k in zip(scored.episodes, shaping, scored.keep.tolist()):
+                if not k:
+                    continue
+                placed = list(e.token_rewards)
+                model = e.completion.model_mask or (True,) * len(placed)
+                last = max((i for i, m in enumerate(model) if m), default=-1)
+                if last >= 0:
+                    placed[last] += extra
+                token_scores.append(placed)
+                turns.append(e.turns)
         return RolloutBatch.from_completions(
             kept, scored.scores[scored.keep], pad_token_id=self.tokenizer.pad_token_id,
             reward_components=comps, reward_component_names=scored.component_names,
+            token_scores=token_scores, turns=turns,
         )
 
     def evaluate(self, size: int, *, samples: int = 0) -> dict:
@@ -306,25 +394,43 @@ class RolloutStage:
         examples); with ``samples`` = n > 0 also n sampled completions per example at the rollout
         temperature, reported as ``eval/mean@n`` and ``eval/pass@k`` (:mod:`rllab.evalmetrics`).
         The sampled draws use a fixed seed, so every evaluation of a run draws alike."""
-        examples = self.task.eval_examples()[:size]
+        examples = self.source.eval_examples()[:size]
         t0 = time.perf_counter()
-        comps = self.generate(examples, self.sampling_params(0, n=1, greedy=True))
-        rewards, _, _ = self.score(examples, comps)
+        episodes = self.play(examples, self.sampling_params(0, n=1, greedy=True))
+        rewards = [e.reward for e in episodes]
         metrics = {
             "eval/accuracy": sum(self.solved(e, x) for e, x in zip(examples, rewards)) / len(rewards),
             "eval/reward": sum(rewards) / len(rewards),
             "eval/n": float(len(rewards)),
         }
+        if self.env is not None:
+            metrics["eval/turns"] = sum(e.turns for e in episodes) / len(episodes)
         if samples > 0:
             params = attrs.evolve(self.sampling_params(0, n=samples), seed=seed_for(self.seed, 0, 5))
-            comps = self.generate(examples, params)
-            rewards, _, _ = self.score(examples, comps)
             correct = [0] * len(examples)
-            for c, x in zip(comps, rewards):
-                correct[c.prompt_index] += bool(self.solved(examples[c.prompt_index], x))
+            for e in self.play(examples, params):
+                i = e.completion.prompt_index
+                correct[i] += bool(self.solved(examples[i], e.reward))
             metrics.update(sampled_metrics(correct, samples))
         metrics["time/eval"] = time.perf_counter() - t0
         return metrics
+
+
+def episode_metrics(episodes: Sequence[EpisodeResult]) -> dict[str, float]:
+    """A step's episode counters: ``env/turns`` and ``env/observation_tokens`` (means per
+    episode), ``env/context_overflows`` and ``env/turn_limits`` (episodes that ended so), and each
+    ``Step.metrics`` key summed over the episodes as ``env/<key>``."""
+    n = max(1, len(episodes))
+    out = {
+        "env/turns": sum(e.turns for e in episodes) / n,
+        "env/observation_tokens": sum(e.observation_tokens for e in episodes) / n,
+        "env/context_overflows": float(sum(e.finish_reason == "overflow" for e in episodes)),
+        "env/turn_limits": float(sum(e.finish_reason == "max_turns" for e in episodes)),
+    }
+    for e in episodes:
+        for k, v in e.metrics.items():
+            out[f"env/{k}"] = out.get(f"env/{k}", 0.0) + float(v)
+    return out
 
 
 class RecordedRollout:

@@ -10,6 +10,7 @@ __all__ = ["FROZEN_DURING_A_RUN", "check_schedule_applies"]
 FROZEN_DURING_A_RUN = {
     "model": "the model is built once",
     "task": "the task's data order is fixed for the run",
+    "env": "the environment's data order is fixed for the run",
     "backend": "the rollout backend is started once",
     "algorithm.name": "the algorithm owns the run's data (pairs, buffers); its knobs may change",
     "train.seed": "every step's data derives from the seed",

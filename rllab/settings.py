@@ -91,6 +91,25 @@ class RolloutConfig:
         help="a system message prepended to chat prompts that have none; with a string prompt, the string becomes "
         "the user message after it (both rendered with the tokenizer's chat template; a model without one refuses it)",
     )
+    max_turns: int | None = knob(
+        None,
+        help="environments: the most model turns an episode takes; it ends with finish reason 'max_turns' after the "
+        "last (None: the environment's own max_turns, default 1)",
+        ge=1,
+    )
+    max_episode_tokens: int | None = knob(
+        None,
+        help="environments: budget of an episode's response-side tokens (model turns + observations); each turn samples "
+        "at most min(max_new_tokens, what remains), and an observation that would not leave a token for the next turn "
+        "ends the episode with 'overflow' (None: no budget)",
+        ge=1,
+    )
+    turn_limit_reward: float = knob(
+        0.0, help="environments: reward added to an episode that reaches max_turns without ending (on its last model token)"
+    )
+    overflow_reward: float = knob(
+        0.0, help="environments: reward added to an episode ended by max_episode_tokens (on its last model token)"
+    )
 
 
 @attrs.frozen(kw_only=True)

@@ -67,6 +67,7 @@ import attrs
 from rllab.lab import Lab
 
 from rllab import contract_factories  # noqa: F401  (registers the factory kinds' checks)
+from rllab import contract_environments  # noqa: F401,E402  (registers the environments' checks)
 from rllab.contract_checks import _REGISTRY, Check, ContractSkip  # noqa: F401  (ContractSkip: for plugin authors' own checks)
 
 

@@ -98,11 +98,14 @@ class Trainer:
         self.hook = self.placement.quiet(self.lab.hook)  # one console: ranks other than 0 announce nothing
         with rewards.resolving_with(self.lab):  # reward functions named in the task's knobs: this run's plugins
             try:
-                self.task = self._component("task")()
+                source = self._component(cfg.source)()
             except RllabError:
                 raise
             except (ValueError, OSError) as e:  # a task refusing its knobs or data (a missing file, a bad row)
                 raise ConfigError(str(e)) from e
+        self.task = source if cfg.source == "task" else None
+        self.env = source if cfg.source == "env" else None
+        """The run's task, or its environment (``env = NAME``); the other is None."""
         self.algorithm = self._component("algorithm")()
         self.kl_controller = self._component("kl_controller")()
         self._build_components()
@@ -128,8 +131,8 @@ class Trainer:
 
     def _build_components(self) -> None:
         """The stateless components, by section, from the config's prebuilt frozen configs."""
-        stateful = {"task", "algorithm", "kl_controller", "backend"}
-        self.components: dict[str, Any] = {sec: self._component(sec) for sec in COMPONENT_SECTIONS if sec not in stateful}
+        stateful = {"task", "env", "algorithm", "kl_controller", "backend"}
+        self.components: dict[str, Any] = {sec: self._component(sec) for sec in self.cfg.components if sec not in stateful}
         self.components["kl_controller"] = self.kl_controller
 
     def context(self) -> RunContext:
@@ -158,10 +161,11 @@ class Trainer:
             return path
         from rllab import tinymodel
 
+        source = self.cfg.source
         return tinymodel.get_or_build(
             tinymodel.TinyModelConfig(**mc.tiny),
-            self.task,
-            self.cfg.component("task").to_dict(),
+            self.task if self.env is None else self.env,
+            self.cfg.component(source).to_dict() | ({"kind": "environment"} if source == "env" else {}),
             tinymodel.WarmStartConfig(**mc.warm_start),
             progress=self.progress,
             system_prompt=self.cfg.rollout.system_prompt,
@@ -222,7 +226,9 @@ class Trainer:
     def _rollout_stage(self) -> RolloutStage:
         return RolloutStage(
             task=self.task,
-            task_name=self.cfg.component("task").name,
+            task_name=self.cfg.component(self.cfg.source).name,
+            env=self.env,
+            env_name=self.cfg.component("env").name if self.env is not None else None,
             backend=self.backend,
             tokenizer=self.tokenizer,
             config=self.cfg.rollout,
@@ -260,7 +266,7 @@ class Trainer:
 
     def _reconfigure(self, new: ExperimentConfig) -> None:
         old = self.cfg
-        for frozen in ("model", "task", "backend"):
+        for frozen in ("model", "task", "env", "backend"):
             if new.to_dict().get(frozen) != old.to_dict().get(frozen):
                 raise RllabError(f"[{frozen}] cannot change during a run")
         if new.component("algorithm").name != old.component("algorithm").name:

@@ -106,6 +106,12 @@ class Completion:
     ``token_ids`` and ``log_probs`` have one entry per generated token (the stop token included
     when generation stopped on one). ``finish_reason`` is ``"stop"`` or ``"length"``
     (or ``"abort"`` when the backend gave up on it).
+
+    A multi-turn episode (:mod:`rllab.episodes`) is one completion too: ``token_ids`` are every
+    response-side token after the opening prompt — each turn's sampled ids and each
+    observation's ids, in order — and ``model_mask`` says which are the model's (its holes are
+    the observations, whose ``log_probs`` are 0). Its ``finish_reason`` may also be
+    ``"max_turns"`` or ``"overflow"`` (:data:`rllab.episodes.FINISH_REASONS`).
     """
 
     prompt_ids: tuple[int, ...]
@@ -117,12 +123,24 @@ class Completion:
     weight_version: str | None = None
     """The weights the server sampled with, when the backend reports it (SGLang's
     ``meta_info.weight_version``); None for in-process backends."""
+    model_mask: tuple[bool, ...] | None = None
+    """One bool per entry of ``token_ids``: True where the model sampled the token, False on an
+    environment's observation tokens. None: every token is the model's (a single turn)."""
 
     def __attrs_post_init__(self):
         if len(self.token_ids) != len(self.log_probs):
             raise ValueError(
                 f"Completion: {len(self.token_ids)} token_ids but {len(self.log_probs)} log_probs"
             )
+        if self.model_mask is not None and len(self.model_mask) != len(self.token_ids):
+            raise ValueError(
+                f"Completion: {len(self.token_ids)} token_ids but {len(self.model_mask)} model_mask entries"
+            )
+
+    @property
+    def model_tokens(self) -> int:
+        """How many of ``token_ids`` the model sampled."""
+        return len(self.token_ids) if self.model_mask is None else sum(self.model_mask)
 
     @classmethod
     def columns(
@@ -251,6 +269,12 @@ class RolloutBatch:
 
     ``input_ids`` / ``attention_mask`` (B, L) hold prompt + response, left-padded prompts and
     right-padded responses; the response occupies the last ``T`` columns.
+
+    Multi-turn episodes: a row's response holds its model turns and the environment's
+    observations between them; ``response_mask`` is True on the model's tokens only (observations
+    are holes: context the forward sees through ``attention_mask``, never trained on, their
+    ``rollout_log_prob`` 0). ``token_scores`` then places each turn's reward on the last model
+    token of that turn, ``scores`` is the episode's total, and ``turns`` counts its model turns.
     """
 
     input_ids: torch.Tensor = attrs.field(validator=_tensor(ndim=2, dtype=torch.long))
@@ -269,6 +293,11 @@ class RolloutBatch:
     """(B, K) float32 per-component rewards of a multi-component task (None: one reward)."""
     reward_component_names: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     """The K component names, in column order (empty with one reward)."""
+    token_scores: torch.Tensor | None = attrs.field(default=None, validator=_tensor(ndim=2, dtype=torch.float32, optional=True))
+    """(B, T) float32 rewards placed on response tokens — each turn's reward on the last model
+    token of its turn (episodes); None: the score sits on each row's last model token."""
+    turns: torch.Tensor | None = attrs.field(default=None, validator=_tensor(ndim=1, dtype=torch.long, optional=True))
+    """(B,) int64 model turns of each row's episode (None: one turn each)."""
 
     def __attrs_post_init__(self):
         B, L = self.input_ids.shape
@@ -284,6 +313,9 @@ class RolloutBatch:
         for name in ("index", "scores"):
             if getattr(self, name).shape != (B,):
                 raise ValueError(f"RolloutBatch: {name} must have shape ({B},), got {tuple(getattr(self, name).shape)}")
+        check_same_shape("RolloutBatch", response_mask=self.response_mask, token_scores=self.token_scores)
+        if self.turns is not None and self.turns.shape != (B,):
+            raise ValueError(f"RolloutBatch: turns must have shape ({B},), got {tuple(self.turns.shape)}")
         comps, names = self.reward_components, self.reward_component_names
         if (comps is None) != (not names) or (comps is not None and comps.shape != (B, len(names))):
             got = None if comps is None else tuple(comps.shape)
@@ -298,25 +330,36 @@ class RolloutBatch:
 
     @property
     def token_rewards(self) -> torch.Tensor:
-        """(B, T) float32: each row's score on its last valid response token, 0 elsewhere.
+        """(B, T) float32: ``token_scores`` when the batch has them (episodes: each turn's reward
+        on its last model token); else each row's score on its last True of ``response_mask``
+        (its last model token, whatever holes precede it), 0 elsewhere.
 
         A row with no response token gets no reward token (its score is kept in ``scores``).
         """
-        B, T = self.response_mask.shape
-        lengths = self.response_mask.sum(-1)
-        out = torch.zeros(B, T, dtype=torch.float32, device=self.response_mask.device)
-        last = (lengths - 1).clamp(min=0)
-        out[torch.arange(B, device=out.device), last] = torch.where(lengths > 0, self.scores, torch.zeros_like(self.scores))
+        if self.token_scores is not None:
+            return self.token_scores
+        mask = self.response_mask
+        B, T = mask.shape
+        out = torch.zeros(B, T, dtype=torch.float32, device=mask.device)
+        cols = torch.arange(T, device=mask.device).expand(B, T)
+        last = torch.where(mask, cols, torch.full_like(cols, -1)).amax(-1)  # -1: no model token
+        out[torch.arange(B, device=out.device), last.clamp(min=0)] = torch.where(last >= 0, self.scores, torch.zeros_like(self.scores))
         return out
 
     @classmethod
     def from_completions(
         cls, completions: Sequence[Completion], scores: Sequence[float], pad_token_id: int,
         *, reward_components: "torch.Tensor | None" = None, reward_component_names: Sequence[str] = (),
+        token_scores: "Sequence[Sequence[float]] | None" = None, turns: "Sequence[int] | None" = None,
     ) -> "RolloutBatch":
         """Pad completions into a batch. Rows keep the order given; ``index`` is the prompt index.
 
+        ``response_mask`` is True on each completion's model tokens (``Completion.model_mask``;
+        all of them when it is None), ``attention_mask`` on every real token.
+
         :param reward_components: (B, K) float per-component rewards, with their K names.
+        :param token_scores: per completion, one reward per entry of its ``token_ids`` (episodes).
+        :param turns: per completion, its episode's model turns.
         """
         if len(completions) == 0:
             raise ValueError("RolloutBatch.from_completions: no completions")
@@ -343,9 +386,21 @@ class RolloutBatch:
         ids = np.empty((B, P + T), dtype=np.int64)
         ids.fill(pad_token_id)
         ids[attention] = np.fromiter(chain.from_iterable(rows), np.int64, sum(pl) + sum(tl))
-        response = attention[:, P:].copy()
+        real = attention[:, P:]
         lps = np.zeros((B, T), dtype=np.float32)
-        lps[response] = np.fromiter(chain.from_iterable([c.log_probs for c in completions]), np.float32, sum(tl))
+        lps[real] = np.fromiter(chain.from_iterable([c.log_probs for c in completions]), np.float32, sum(tl))
+        response = real.copy()
+        if any(c.model_mask is not None for c in completions):  # holes: the observations
+            masks = [c.model_mask if c.model_mask is not None else (True,) * len(c.token_ids) for c in completions]
+            response[real] = np.fromiter(chain.from_iterable(masks), np.bool_, sum(tl))
+            lps[~response] = 0.0
+        token_scores_t = None
+        if token_scores is not None:
+            if len(token_scores) != B or any(len(r) != n for r, n in zip(token_scores, tl)):
+                raise ValueError("RolloutBatch.from_completions: token_scores must give one reward per token of each completion")
+            placed = np.zeros((B, T), dtype=np.float32)
+            placed[real] = np.fromiter(chain.from_iterable(token_scores), np.float32, sum(tl))
+            token_scores_t = torch.from_numpy(placed)
         if isinstance(scores, torch.Tensor):
             scores_t = scores.detach().to("cpu", torch.float32, copy=True)
         else:
@@ -359,6 +414,8 @@ class RolloutBatch:
             scores=scores_t,
             reward_components=None if reward_components is None else torch.as_tensor(reward_components, dtype=torch.float32),
             reward_component_names=tuple(reward_component_names),
+            token_scores=token_scores_t,
+            turns=None if turns is None else torch.tensor(list(turns), dtype=torch.long),
         )
 
     def select(self, rows: torch.Tensor) -> "RolloutBatch":
@@ -372,6 +429,8 @@ class RolloutBatch:
             index=self.index[rows],
             scores=self.scores[rows],
             reward_components=None if self.reward_components is None else self.reward_components[rows],
+            token_scores=None if self.token_scores is None else self.token_scores[rows],
+            turns=None if self.turns is None else self.turns[rows],
         )
 
 

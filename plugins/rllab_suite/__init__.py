@@ -97,7 +97,7 @@ def _warn(text: str) -> None:
 
 @rllab.hookimpl
 def on_run_start(run_dir, config, start_step, total_steps, progress):
-    _ACTIVE[Path(run_dir)] = {"steps": 0, "zero": 0, "warned": False, "task": config.component("task").name, "total": total_steps - start_step}
+    _ACTIVE[Path(run_dir)] = {"steps": 0, "zero": 0, "warned": False, "task": config.component(config.source).name, "total": total_steps - start_step}
 
 
 @rllab.hookimpl

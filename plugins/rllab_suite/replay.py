@@ -176,7 +176,7 @@ def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> 
             policy = _model(data, "policy").train()
             algorithm = comp("algorithm")()
             kl_controller = comp("kl_controller")()
-            components = {sec: comp(sec) for sec in COMPONENT_SECTIONS if sec not in ("task", "algorithm", "kl_controller", "backend")}
+            components = {sec: comp(sec) for sec in cfg.components if sec not in ("task", "env", "algorithm", "kl_controller", "backend")}
             components["kl_controller"] = kl_controller
             ctx = RunContext(step=rec["step"], config=cfg, components=components, rollout=None, policy=policy, kl_coef=float(kl_controller.value), hook=lab.hook)
             needs = algorithm.needs(ctx)

@@ -332,7 +332,7 @@ def expand(suite: Suite, *, lab=None) -> list[Cell]:
                     continue
                 data = cfg.to_dict()
                 data["name"] = _slug(f"{suite.name}-{v.name}")
-                cells.append(Cell(variant=v.name, task=label or cfg.component("task").name, seed=seed, config=data, key=config_key(data)))
+                cells.append(Cell(variant=v.name, task=label or cfg.component(cfg.source).name, seed=seed, config=data, key=config_key(data)))
     if problems:
         lines = "\n".join(f"  variant {name!r}: {msg}" for name, msg in problems.items())
         raise SuiteError(f"suite {suite.name!r}: {len(problems)} variant(s) do not validate (nothing was run):\n{lines}")

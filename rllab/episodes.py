@@ -1,0 +1,557 @@
+"""The episode loop: every rollout of a step, single-turn or multi-turn, as episodes.
+
+:class:`EpisodeRunner` plays one episode per sample of an environment (:mod:`rllab.environment`)
+— a task is an environment of one turn (:class:`TaskEnvironment`), so there is one rollout path.
+
+**All episodes of a step are in flight together.** The first turn samples G completions per
+prompt with one ``backend.generate`` call (``n = G``); each later turn is *one*
+``backend.generate`` call over every live episode's full current ids (``n = 1``), so the ``hf``
+backend batches them and ``sglang`` receives them concurrently (its prefix cache holds each
+episode's history). Between two turns every live episode's ``step`` is called; steps that are
+coroutines are awaited together (one event loop per turn), so a tool that waits does not stall
+the batch.
+
+**Token-in/token-out.** An episode's ids are its prompt ids, then each turn's sampled ids (the
+stop token included), then each observation's ids — never a re-tokenisation of decoded text:
+
+- with a string prompt, an observation is tokenized as it is (no special tokens);
+- with a chat prompt, an observation is a message of ``Step.role`` appended with the chat
+  template's own tokens for it: the template renders the history (the prompt's messages and every
+  turn so far, as text) with and without the new message, and the difference is appended
+  (after the template's end-of-turn glue when the model's turn did not write it). A template
+  that rewrites earlier turns (as thinking templates that strip old reasoning do) makes the
+  shorter render not a prefix of the longer one: the loop then refuses with an error naming
+  the model (give the environment's prompts as strings, or use another template).
+
+A model turn is decoded up to its first stop token; that text is what ``step`` sees.
+
+**Limits and finish reasons.** ``max_turns`` bounds the turns (reaching it without the
+environment ending the episode: finish reason ``"max_turns"``, plus ``turn_limit_reward``);
+``max_episode_tokens`` bounds the response-side tokens (model turns and observations): each turn
+samples at most ``min(max_new_tokens, what remains)`` tokens, and an observation that would leave
+no token for the next turn ends the episode with ``"overflow"`` (plus ``overflow_reward``) — a
+trajectory is never silently truncated. An episode the environment ends finishes with its last
+turn's own reason, ``"stop"`` or ``"length"``; one the backend gave up on, or whose step failed
+under ``reward_errors = "skip"/"zero"``, with ``"abort"``. The limit rewards sit on the episode's
+last model token, like its last turn's reward.
+
+**Errors.** An environment whose ``start`` or ``step`` raises, or whose ``step`` returns
+something that is not a :class:`~rllab.environment.Step` (``Step``'s own validators refuse a
+non-string observation or a non-finite reward), raises an :class:`~rllab.errors.EpisodeError`
+naming the environment, the example and the turn (``on_error = "raise"``), or ends that episode
+with finish reason ``"abort"`` and its ``error`` set (``"skip"``, ``"zero"``: the rollout stage
+drops its group or scores it 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+import attrs
+
+from rllab.algorithm import seed_for
+from rllab.chat import PromptRenderer, _ids, prompt_text
+from rllab.environment import Step
+from rllab.errors import EpisodeError, PromptError, RllabError
+from rllab.types import Completion, Example, SamplingParams
+
+FINISH_REASONS = ("stop", "length", "max_turns", "overflow", "abort")
+"""Why an episode ended: the environment ended it after a turn that stopped on a stop token
+(``stop``) or ran out of ``max_new_tokens`` (``length``); the turn limit (``max_turns``); the
+token budget (``overflow``); the backend gave up or the environment failed (``abort``)."""
+
+
+@attrs.frozen(kw_only=True)
+class EpisodeLimits:
+    """The limits of one step's episodes (from ``[rollout]``, see :class:`rllab.settings.RolloutConfig`)."""
+
+    max_turns: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    max_new_tokens: int = attrs.field(default=32, validator=attrs.validators.ge(1))
+    """Each turn's cap."""
+    max_episode_tokens: int | None = None
+    """Budget of response-side tokens (model + observation); None: none."""
+    turn_limit_reward: float = 0.0
+    overflow_reward: float = 0.0
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class EpisodeResult:
+    """One finished episode.
+
+    ``completion`` is the whole episode as one :class:`~rllab.types.Completion`: its
+    ``prompt_ids`` the opening prompt's, its ``token_ids`` every response-side token (turns and
+    observations), ``model_mask`` (None for an episode of one turn) and ``log_probs`` (0 on
+    observation tokens), ``prompt_index`` the example's index and ``finish_reason`` the episode's.
+    """
+
+    example: Example
+    completion: Completion
+    token_rewards: tuple[float, ...]
+    """One reward per entry of ``completion.token_ids``: each turn's reward (and a limit's) on its
+    last model token, 0 elsewhere."""
+    reward: float
+    """The episode's total reward (0 for an episode that failed)."""
+    turns: int
+    texts: tuple[str, ...]
+    """Each model turn's decoded text (up to its first stop token)."""
+    metrics: dict
+    """Its steps' ``Step.metrics``, summed."""
+    observation_tokens: int = 0
+    error: str | None = None
+    """The failure's message when the environment failed (finish reason ``"abort"``)."""
+    episode: Any = None
+    """The environment's episode object."""
+
+    @property
+    def finish_reason(self) -> str:
+        return self.completion.finish_reason
+
+
+@attrs.define
+class _State:
+    index: int
+    example: Example
+    prompt_ids: list[int]
+    messages: tuple | None
+    """The chat history so far (None: a string prompt)."""
+    episode: Any = None
+    ids: list[int] = attrs.Factory(list)
+    mask: list[bool] = attrs.Factory(list)
+    log_probs: list[float] = attrs.Factory(list)
+    rewards: list[float] = attrs.Factory(list)
+    texts: list[str] = attrs.Factory(list)
+    total: float = 0.0
+    unplaced: float = 0.0
+    turns: int = 0
+    observation_tokens: int = 0
+    last_model: int = -1
+    finish: str | None = None
+    turn_finish: str = "stop"
+    error: str | None = None
+    metrics: dict = attrs.Factory(dict)
+    weight_version: str | None = None
+    single: Completion | None = None
+    """The first turn's completion, kept as it is for an episode that ends after it."""
+
+    def add(self, ids: Sequence[int], *, model: bool, log_probs: Sequence[float] | None = None) -> None:
+        self.ids.extend(ids)
+        self.mask.extend([model] * len(ids))
+        self.log_probs.extend(log_probs if log_probs is not None else [0.0] * len(ids))
+        self.rewards.extend([0.0] * len(ids))
+        if model and ids:
+            self.last_model = len(self.ids) - 1
+
+    def reward(self, value: float) -> None:
+        self.total += value
+        if self.last_model >= 0:
+            self.rewards[self.last_model] += value
+        else:  # no model token to carry it (a turn that sampled nothing): kept in the total
+            self.unplaced += value
+
+
+def _describe(kind: str, name: str, state: _State, turn: int, text: str | None, e: BaseException) -> str:
+    seen = f" (model turn {text!r})" if text is not None else ""
+    return (
+        f"{kind} {name!r} failed on example {prompt_text(state.example.prompt)!r} at turn {turn}{seen}: "
+        f"{type(e).__name__}: {e}. Set rollout.reward_errors = \"skip\" or \"zero\" to continue past such episodes."
+    )
+
+
+def _run_coroutines(awaitables: list) -> list:
+    """Await ``awaitables`` together on a fresh event loop (in a thread when this one already
+    runs a loop); exceptions are returned in place of results."""
+
+    async def together():
+        return await asyncio.gather(*awaitables, return_exceptions=True)
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(together())
+    out: list = []
+    thread = threading.Thread(target=lambda: out.append(asyncio.run(together())))
+    thread.start()
+    thread.join()
+    return out[0]
+
+
+class EpisodeRunner:
+    """Plays a step's episodes of one environment (see the module docstring).
+
+    :param env: the environment (:class:`rllab.environment.Environment`).
+    :param name: its registered name, for messages.
+    :param backend: a :class:`rllab.types.RolloutBackend`.
+    :param renderer: the run's :class:`rllab.chat.PromptRenderer` (prompts, stop tokens, decoding).
+    :param limits: the :class:`EpisodeLimits`.
+    :param on_error: ``rollout.reward_errors``: ``raise``, ``skip`` or ``zero``.
+    :param kind: what ``name`` is, for messages (``"environment"``, or ``"task"`` for the adapter).
+
+    An environment may define ``step_batch(episodes, texts, *, completion_ids) -> list`` (one
+    :class:`Step` or exception per live episode): the runner then calls it once per turn instead
+    of each episode's ``step`` (batched reward functions), and ``describe_error(example, text,
+    turn, error) -> str`` for its failures' messages.
+    """
+
+    def __init__(self, env: Any, *, name: str, backend: Any, renderer: PromptRenderer, limits: EpisodeLimits,
+                 on_error: str = "raise", kind: str = "environment"):
+        self.env = env
+        self.name = name
+        self.backend = backend
+        self.renderer = renderer
+        self.limits = limits
+        self.on_error = on_error
+        self.kind = kind
+        self.timings = {"generate": 0.0, "step": 0.0}
+        self.backend_metrics: dict = {}
+
+    # -- the loop
+
+    def play(self, examples: Sequence[Example], params: SamplingParams) -> list[EpisodeResult]:
+        """Play ``params.n`` episodes per example, prompt-major (example 0's first); the first
+        turn samples with ``params`` (its cap lowered to the token budget), later turns with
+        ``n = 1`` and a seed derived from ``params.seed`` and the turn."""
+        self.timings = {"generate": 0.0, "step": 0.0}
+        self.backend_metrics = {}
+        lim = self.limits
+        G = params.n
+        prompts = [self.renderer.encode(e.prompt) for e in examples]
+        states = []
+        for i, ex in enumerate(examples):
+            msgs = self.renderer.messages(ex.prompt)
+            for _ in range(G):
+                states.append(_State(index=i, example=ex, prompt_ids=list(prompts[i]), messages=msgs))
+        for s in states:
+            try:
+                s.episode = self.env.start(s.example)
+            except Exception as e:
+                self._fail(s, 0, None, e)
+        first = params
+        if lim.max_episode_tokens is not None and lim.max_episode_tokens < params.max_new_tokens:
+            first = attrs.evolve(params, max_new_tokens=lim.max_episode_tokens)
+        t0 = time.perf_counter()
+        comps = self.backend.generate(prompts, first)
+        self.timings["generate"] += time.perf_counter() - t0
+        self._collect_metrics()
+        if len(comps) != len(states):
+            raise RllabError(f"rollout backend returned {len(comps)} completions for {len(examples)} prompts × n = {G}")
+        live = states
+        pairs = [(s, c) for s, c in zip(live, comps) if s.finish is None]
+        turn = 1
+        while pairs:
+            self._take_turn(pairs, turn)
+            live = [s for s, _ in pairs if s.finish is None]
+            if not live:
+                break
+            turn += 1
+            caps = [self._cap(s) for s in live]
+            later = attrs.evolve(
+                params, n=1, max_new_tokens=max(caps),
+                seed=None if params.seed is None else seed_for(params.seed, turn, 3),
+            )
+            t0 = time.perf_counter()
+            comps = self.backend.generate([s.prompt_ids + s.ids for s in live], later)
+            self.timings["generate"] += time.perf_counter() - t0
+            self._collect_metrics()
+            if len(comps) != len(live):
+                raise RllabError(f"rollout backend returned {len(comps)} completions for {len(live)} live episodes")
+            pairs = [(s, self._cut(c, cap)) for s, c, cap in zip(live, comps, caps)]
+        return [self._result(s) for s in states]
+
+    def _collect_metrics(self) -> None:
+        metrics = getattr(self.backend, "last_metrics", None)
+        for k, v in ((metrics() if metrics is not None else None) or {}).items():  # counters: summed over the turns' calls
+            self.backend_metrics[k] = self.backend_metrics.get(k, 0.0) + float(v)
+
+    def _cap(self, s: _State) -> int:
+        cap = self.limits.max_new_tokens
+        if self.limits.max_episode_tokens is not None:
+            cap = min(cap, self.limits.max_episode_tokens - len(s.ids))
+        return cap
+
+    @staticmethod
+    def _cut(c: Completion, cap: int) -> Completion:
+        """A turn sampled with a larger cap than its episode's budget leaves, cut to it (the
+        first ``cap`` tokens are drawn as a call with that cap would draw them)."""
+        if len(c.token_ids) <= cap:
+            return c
+        return attrs.evolve(c, token_ids=c.token_ids[:cap], log_probs=c.log_probs[:cap], finish_reason="length")
+
+    def _take_turn(self, pairs: list[tuple[_State, Completion]], turn: int) -> None:
+        texts = []
+        for s, c in pairs:
+            if turn == 1:
+                s.single = c
+            s.weight_version = c.weight_version
+            s.add(c.token_ids, model=True, log_probs=c.log_probs)
+            s.turn_finish = c.finish_reason
+            text = self.renderer.decode(c.token_ids)
+            s.texts.append(text)
+            texts.append(text)
+        t0 = time.perf_counter()
+        answers = self._steps(pairs, texts)
+        self.timings["step"] += time.perf_counter() - t0
+        lim = self.limits
+        for (s, c), text, step in zip(pairs, texts, answers):
+            s.turns = turn
+            if isinstance(step, BaseException) or not isinstance(step, Step):
+                err = step if isinstance(step, BaseException) else TypeError(
+                    f"step returned {type(step).__name__} {step!r}, not an rllab.environment.Step")
+                self._fail(s, turn, text, err)
+                continue
+            s.reward(float(step.reward))
+            for k, v in step.metrics.items():
+                s.metrics[k] = s.metrics.get(k, 0.0) + float(v)
+            if step.done:
+                s.finish = c.finish_reason if c.finish_reason in ("stop", "length") else "abort"
+            elif c.finish_reason == "abort":
+                s.finish = "abort"
+            elif turn >= lim.max_turns:
+                s.finish = "max_turns"
+                s.reward(lim.turn_limit_reward)
+            else:
+                obs = self._observation_ids(s, text, c, step)
+                if lim.max_episode_tokens is not None and len(s.ids) + len(obs) + 1 > lim.max_episode_tokens:
+                    s.finish = "overflow"
+                    s.reward(lim.overflow_reward)
+                    continue
+                s.add(obs, model=False)
+                s.observation_tokens += len(obs)
+
+    def _steps(self, pairs: list[tuple[_State, Completion]], texts: list[str]) -> list:
+        """Each live episode's answer to its turn (a Step, or the exception it raised)."""
+        batch = getattr(self.env, "step_batch", None)
+        if batch is not None:
+            try:
+                out = list(batch([s.episode for s, _ in pairs], texts, completion_ids=[list(c.token_ids) for _, c in pairs]))
+            except Exception as e:
+                return [e] * len(pairs)
+            if len(out) != len(pairs):
+                return [TypeError(f"step_batch returned {len(out)} steps for {len(pairs)} episodes")] * len(pairs)
+            return out
+        out: list = [None] * len(pairs)
+        waiting: dict[int, Any] = {}
+        for k, ((s, _), text) in enumerate(zip(pairs, texts)):
+            try:
+                r = s.episode.step(text)
+            except Exception as e:
+                out[k] = e
+                continue
+            if inspect.isawaitable(r):
+                waiting[k] = r
+            else:
+                out[k] = r
+        if waiting:
+            for k, r in zip(waiting, _run_coroutines(list(waiting.values()))):
+                out[k] = r
+        return out
+
+    def _fail(self, s: _State, turn: int, text: str | None, e: BaseException) -> None:
+        describe: Callable | None = getattr(self.env, "describe_error", None)
+        msg = describe(s.example, text, turn, e) if describe is not None else _describe(self.kind, self.name, s, turn, text, e)
+        if self.on_error == "raise":
+            raise EpisodeError(msg) from None
+        s.error = msg
+        s.finish = "abort"
+        s.total = 0.0
+        s.unplaced = 0.0
+        s.rewards = [0.0] * len(s.rewards)
+
+    # -- observations
+
+    def _observation_ids(self, s: _State, text: str, c: Completion, step: Step) -> list[int]:
+        """The ids appended for ``step``'s observation after the turn ``c`` (see the module docstring)."""
+        if not step.observation:
+            if s.messages is not None:  # the next turn still needs the template's assistant opening
+                raise EpisodeError(
+                    f"{self.kind} {self.name!r}: step at turn {s.turns} of example {prompt_text(s.example.prompt)!r} did not end the "
+                    f"episode but gave no observation; with a chat prompt the next turn needs a message to answer"
+                )
+            return []
+        if s.messages is None:
+            return list(self.renderer.tokenizer(step.observation, add_special_tokens=False).input_ids)
+        tok = self.renderer.tokenizer
+        history = (*s.messages, {"role": "assistant", "content": text})
+        longer = (*history, {"role": step.role, "content": step.observation})
+        try:
+            base = _ids(tok.apply_chat_template([dict(m) for m in history], add_generation_prompt=False, tokenize=True))
+            full = _ids(tok.apply_chat_template([dict(m) for m in longer], add_generation_prompt=True, tokenize=True))
+        except Exception as e:
+            raise PromptError(
+                f"{self.kind} {self.name!r}: the chat template of {self.renderer.model_name} cannot render an observation "
+                f"of role {step.role!r} (example {prompt_text(s.example.prompt)!r}, turn {s.turns}): {type(e).__name__}: {e}"
+            ) from None
+        if full[: len(base)] != base:
+            raise PromptError(
+                f"{self.kind} {self.name!r}: the chat template of {self.renderer.model_name} rewrites earlier turns (the render of "
+                f"the history is not a prefix of the render with the next {step.role} message), so an episode's ids cannot "
+                f"be the concatenation of its turns. Give the environment's prompts as strings (observations are then "
+                f"appended as text) or use a model whose template keeps earlier turns as they are."
+            )
+        # the template's tokens after the assistant's text (its end-of-turn and what follows):
+        # those the model did not sample itself lead the observation
+        stops = set(self.renderer.stop_ids)
+        end = max((i for i, t in enumerate(base) if t in stops), default=len(base))
+        sampled_stop = bool(c.token_ids) and c.token_ids[-1] in stops
+        glue = base[end + 1:] if sampled_stop else base[end:]
+        s.messages = longer
+        return glue + full[len(base):]
+
+    # -- results
+
+    def _result(self, s: _State) -> EpisodeResult:
+        finish = s.finish or "abort"
+        single = s.single is not None and s.turns == 1 and not s.error and finish in ("stop", "length") and len(s.ids) == len(s.single.token_ids)
+        if single:
+            comp = s.single
+        else:
+            comp = Completion(
+                prompt_ids=tuple(s.prompt_ids), token_ids=tuple(s.ids), log_probs=tuple(s.log_probs), finish_reason=finish,
+                prompt_index=s.index, weight_version=s.weight_version, model_mask=tuple(s.mask),
+            )
+        return EpisodeResult(
+            example=s.example, completion=comp, token_rewards=tuple(s.rewards), reward=s.total, turns=s.turns,
+            texts=tuple(s.texts), metrics=dict(s.metrics), observation_tokens=s.observation_tokens, error=s.error,
+            episode=s.episode,
+        )
+
+
+# --------------------------------------------------------------------------- tasks as environments
+
+
+class _TaskEpisode:
+    """The one-turn episode of a task's example: its step scores the turn with the task's reward."""
+
+    def __init__(self, adapter: "TaskEnvironment", example: Example):
+        self.adapter = adapter
+        self.example = example
+        self.components: list[float] = []
+
+    def step(self, text: str) -> Step:
+        return self.adapter.step_batch([self], [text], completion_ids=None)[0]
+
+
+class TaskEnvironment:
+    """A single-turn task as an environment of one turn.
+
+    Its step scores the model's turn exactly as the rollout stage always has
+    (:meth:`rllab.rollout.RolloutStage.score_rows`: the task's ``reward_batch`` when it defines
+    one, each row alone when that call fails, reward components checked and weighted), and
+    ends the episode. An episode's reward components are kept on it (``episode.components``).
+    """
+
+    max_turns = 1
+
+    def __init__(self, task: Any, stage: Any):
+        self.task = task
+        self.stage = stage
+
+    def train_examples(self, n, rng):
+        return self.task.train_examples(n, rng)
+
+    def eval_examples(self):
+        return self.task.eval_examples()
+
+    def start(self, example: Example) -> _TaskEpisode:
+        return _TaskEpisode(self, example)
+
+    def demonstration(self, example: Example) -> list[str]:
+        return [self.task.demonstration(example)]
+
+    def solved(self, example: Example, reward: float) -> bool:
+        from rllab.types import is_solved
+
+        return is_solved(self.task, example, reward)
+
+    def step_batch(self, episodes: Sequence[_TaskEpisode], texts: Sequence[str], *, completion_ids) -> list:
+        rows = self.stage.score_rows([e.example for e in episodes], texts, completion_ids)
+        out = []
+        for ep, row in zip(episodes, rows):
+            if isinstance(row, BaseException):
+                out.append(row)
+                continue
+            reward, ep.components = row
+            out.append(Step(reward=reward, done=True))
+        return out
+
+    def describe_error(self, example: Example, text: str | None, turn: int, e: BaseException) -> str:
+        return self.stage.reward_error_message(example, text, e)
+
+
+# --------------------------------------------------------------------------- demonstrations
+
+
+class ScriptedBackend:
+    """A rollout backend that answers each episode with given model turns (texts), tokenized as
+    a sampled turn ends (:meth:`rllab.chat.PromptRenderer.response_ids`, log-probs 0): the
+    episode loop plays an environment's demonstrations through it, so a demonstration's ids are
+    exactly those a rollout would have (its observations the environment's real answers).
+
+    :param scripts: per prompt of the first ``generate`` call, its model turns.
+    :param prompts: the prompts (strings or messages) the scripts answer, for the end token.
+    """
+
+    def __init__(self, renderer: PromptRenderer, scripts: Sequence[Sequence[str]], prompts: Sequence[Any]):
+        self.renderer = renderer
+        self.scripts = [list(s) for s in scripts]
+        self.prompts = list(prompts)
+        self.used = [0] * len(self.scripts)
+        self.expect: list[tuple[int, ...] | None] = [None] * len(self.scripts)
+
+    def _turn(self, k: int, index: int, prompt_ids: Sequence[int]) -> Completion:
+        if self.used[k] >= len(self.scripts[k]):
+            raise RllabError(
+                f"the demonstration of example {prompt_text(self.prompts[k])!r} has {len(self.scripts[k])} model turn(s), "
+                f"but its episode did not end after them"
+            )
+        ids = self.renderer.response_ids(self.scripts[k][self.used[k]], prompt=self.prompts[k])
+        self.used[k] += 1
+        self.expect[k] = tuple(prompt_ids) + tuple(ids)
+        return Completion(prompt_ids=tuple(prompt_ids), token_ids=tuple(ids), log_probs=(0.0,) * len(ids),
+                          finish_reason="stop", prompt_index=index)
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
+        if all(e is None for e in self.expect):  # the first turn: prompt k answers script k
+            return [self._turn(k, k, p) for k, p in enumerate(prompts) for _ in range(params.n)]
+        out, taken = [], set()
+        for i, p in enumerate(prompts):
+            k = next((k for k, e in enumerate(self.expect) if k not in taken and e is not None and tuple(p[: len(e)]) == e), None)
+            if k is None:
+                raise RllabError("ScriptedBackend: a request continues no scripted episode")
+            taken.add(k)
+            out.append(self._turn(k, i, p))
+        return out
+
+    def last_metrics(self) -> dict:
+        return {}
+
+    def update_weights(self, model: Any) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def demonstration_episodes(env: Any, examples: Sequence[Example], renderer: PromptRenderer, *, name: str = "?",
+                           max_turns: int | None = None) -> list[EpisodeResult]:
+    """One demonstration episode per example: ``env.demonstration(example)``'s model turns
+    played against ``env.start(example)`` through the episode loop (:class:`ScriptedBackend`).
+    An environment that fails raises (its error names it, the example and the turn)."""
+    scripts = []
+    for ex in examples:
+        turns = env.demonstration(ex)
+        if isinstance(turns, str) or not all(isinstance(t, str) for t in turns) or not turns:
+            raise RllabError(
+                f"environment {name!r}: demonstration({prompt_text(ex.prompt)!r}) must return a non-empty list of model "
+                f"turns (strings), got {turns!r}"
+            )
+        scripts.append(list(turns))
+    turns = max_turns or max(1, getattr(env, "max_turns", 1) or 1, max(len(s) for s in scripts))
+    backend = ScriptedBackend(renderer, scripts, [e.prompt for e in examples])
+    longest = max(len(renderer.response_ids(t, prompt=ex.prompt)) for s, ex in zip(scripts, examples) for t in s)
+    runner = EpisodeRunner(env, name=name, backend=backend, renderer=renderer,
+                           limits=EpisodeLimits(max_turns=turns, max_new_tokens=max(1, longest)))
+    return runner.play(examples, SamplingParams(n=1, max_new_tokens=max(1, longest), temperature=0.0))
