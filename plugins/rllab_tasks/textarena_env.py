@@ -33,9 +33,10 @@ Examples: an example is a seed. ``train_examples`` draws seeds in ``[0, 2**31)``
 held-out seeds counting up from 0. Disjoint seeds are not always distinct games: GuessTheNumber-v0
 has only 20 secret numbers.
 
-Demonstrations: only ``GuessTheNumber`` has one (a binary search driven by the game's
-higher/lower hints, never by the secret); the other games set ``warm_start.steps = 0`` by
-default and refuse a warm start.
+Demonstrations (:data:`DEMONSTRATIONS`): ``GuessTheNumber`` (a binary search driven by the
+game's higher/lower hints, never by the secret) and ``TowerOfHanoi`` (the classic recursion) have
+winning ones; the other games set ``warm_start.steps = 0`` by default and refuse a warm start (and
+``rllab check``'s episode checks, which play demonstrations).
 
 The tiny character model: every game's prompt is hundreds of characters (GuessTheNumber-v0: 508,
 TowerOfHanoi-v0: 357, Minesweeper-v0-small: 842), beyond the tiny model's default 256 positions;
@@ -243,7 +244,7 @@ class TextArenaEnvironment:
                 f"environment 'textarena': game {config.game!r} has no turn limit of its own; set env.max_turns"
             )
         self.max_turns = config.max_turns if config.max_turns is not None else int(own)
-        if not config.game.startswith("GuessTheNumber"):
+        if _family(config.game) not in DEMONSTRATIONS:
             self.warm_start_defaults = {"steps": 0}
         self._eval: list[Example] | None = None
 
@@ -285,28 +286,54 @@ class TextArenaEnvironment:
         return episode
 
     def demonstration(self, example: Example) -> list[str]:
-        """GuessTheNumber: a binary search on the game's higher/lower hints (it wins); other games
-        have none."""
-        if not self.config.game.startswith("GuessTheNumber"):
+        """A winning game for the games with a solver (:data:`DEMONSTRATIONS`); the others have none."""
+        solver = DEMONSTRATIONS.get(_family(self.config.game))
+        if solver is None:
             raise TextArenaError(
-                f"environment 'textarena': game {self.config.game!r} has no demonstrations; set warm_start.steps=0"
+                f"environment 'textarena': game {self.config.game!r} has no demonstrations (only "
+                f"{', '.join(sorted(DEMONSTRATIONS))} do); set warm_start.steps=0"
             )
-        episode = self.start(example)
-        lo, hi = episode.game.min_number, episode.game.max_number
-        turns: list[str] = []
-        while True:
-            guess = (lo + hi) // 2
-            turns.append(f"[{guess}]")
-            step = episode.step(turns[-1])
-            if step.done:
-                return turns
-            if "higher" in step.observation:
-                lo = guess + 1
-            else:
-                hi = guess - 1
+        return solver(self.start(example))
 
     def __repr__(self):
         return f"<environment {self.name!r} {self.config!r}>"
+
+
+def _family(game: str) -> str:
+    return game.split("-")[0]
+
+
+def _guess_the_number(episode: TextArenaEpisode) -> list[str]:
+    """Binary search on the game's higher/lower hints (never on the secret): at most
+    ceil(log2(range + 1)) guesses, always a win."""
+    lo, hi = episode.game.min_number, episode.game.max_number
+    turns: list[str] = []
+    while True:
+        guess = (lo + hi) // 2
+        turns.append(f"[{guess}]")
+        step = episode.step(turns[-1])
+        if step.done:
+            return turns
+        if "higher" in step.observation:
+            lo = guess + 1
+        else:
+            hi = guess - 1
+
+
+def _tower_of_hanoi(episode: TextArenaEpisode) -> list[str]:
+    """The classic recursion moving every disk from A to C: 2**disks - 1 moves."""
+
+    def moves(n, source, target, spare):
+        if n:
+            yield from moves(n - 1, source, spare, target)
+            yield f"[{source} {target}]"
+            yield from moves(n - 1, spare, target, source)
+
+    return list(moves(episode.game.num_disks, "A", "C", "B"))
+
+
+DEMONSTRATIONS = {"GuessTheNumber": _guess_the_number, "TowerOfHanoi": _tower_of_hanoi}
+"""The game families with a demonstration: a function of a fresh episode -> its model turns."""
 
 
 def textarena_env(*, config: TextArenaConfig) -> TextArenaEnvironment:

@@ -96,3 +96,11 @@ def test_the_retry_environment_draws_the_reasoning_gym_tasks_examples_and_checks
         _retry(dataset="chain_su")
     with pytest.raises(ValueError, match="discount = 0.0 is out of range"):
         _retry(discount=0.0)
+
+
+def test_the_retry_environment_is_registered_and_passes_the_environment_contract():
+    from rllab.testing import run_contract
+
+    knobs = {"dataset": "chain_sum", "eval_size": 4}
+    assert _LAB.get("environment", "reasoning_gym_retry", **knobs)().max_turns == 3
+    assert [(r.check, r.message) for r in run_contract(_LAB, "environment", "reasoning_gym_retry", knobs) if not r.passed] == []

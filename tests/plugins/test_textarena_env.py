@@ -64,16 +64,35 @@ def test_bracket_actions_wraps_a_bare_turn_like_textarenas_default_wrapper():
     assert off.start(ex).step("3").observation.startswith("[GAME] You attempted an invalid move")
 
 
-def test_the_guess_the_number_demonstration_wins_by_binary_search():
+def test_the_demonstrations_win_guess_the_number_by_binary_search_and_hanoi_by_recursion():
     env = _env(game="GuessTheNumber-v0", eval_size=8)
     for ex in env.eval_examples():
         turns = env.demonstration(ex)
         steps = _play(env, ex, turns)
         assert len(turns) <= 5 and steps[-1].done and steps[-1].reward == 1.0
-    hanoi = _env(game="TowerOfHanoi-v0")
-    assert hanoi.warm_start_defaults == {"steps": 0}
-    with pytest.raises(TextArenaError, match="no demonstrations; set warm_start.steps=0"):
-        hanoi.demonstration(hanoi.eval_examples()[0])
+    for game, disks in (("TowerOfHanoi-v0", 3), ("TowerOfHanoi-v0-medium", 4)):
+        hanoi = _env(game=game)
+        ex = hanoi.eval_examples()[0]
+        turns = hanoi.demonstration(ex)
+        steps = _play(hanoi, ex, turns)
+        assert len(turns) == 2**disks - 1 and turns[:3] == (["[A C]", "[A B]", "[C B]"] if disks == 3 else ["[A B]", "[A C]", "[B C]"])
+        assert [s.done for s in steps] == [False] * (len(turns) - 1) + [True] and steps[-1].reward == 1.0
+        assert not hasattr(hanoi, "warm_start_defaults")
+    mines = _env(game="Minesweeper-v0-small")
+    assert mines.warm_start_defaults == {"steps": 0}
+    with pytest.raises(TextArenaError, match=r"no demonstrations \(only GuessTheNumber, TowerOfHanoi do\); set warm_start.steps=0"):
+        mines.demonstration(mines.eval_examples()[0])
+
+
+def test_registered_and_passing_the_environment_contract():
+    import rllab
+    from rllab.testing import run_contract
+
+    lab = rllab.Lab()
+    assert type(lab.get("environment", "textarena", game="TowerOfHanoi-v0", eval_size=2)()).__name__ == "TextArenaEnvironment"
+    for knobs in ({"eval_size": 4}, {"game": "TowerOfHanoi-v0", "eval_size": 4}):
+        failed = [(r.check, r.message) for r in run_contract(lab, "environment", "textarena", knobs) if not r.passed]
+        assert failed == []
 
 
 def test_an_episode_replays_from_its_seed_however_episodes_interleave_and_leaves_random_alone():
