@@ -103,6 +103,9 @@ class Environment(Protocol):
       ``eval/accuracy``, given the episode's total reward (default: total reward ≥ 1).
     - ``tools``: the tools the environment exposes (see :mod:`rllab.tools`), listed by
       ``rllab plugins``.
+    - ``step_batch(episodes, texts, *, completion_ids) -> list``: one :class:`Step` (or the
+      exception it raised) per live episode; the rollout loop then calls it once per turn instead
+      of each episode's ``step`` (a batched reward model or checker).
     """
 
     def train_examples(self, n: int, rng) -> list:

@@ -155,8 +155,9 @@ class _State:
 
 def _describe(kind: str, name: str, state: _State, turn: int, text: str | None, e: BaseException) -> str:
     seen = f" (model turn {text!r})" if text is not None else ""
+    when = f"at turn {turn}" if turn else "when starting its episode"
     return (
-        f"{kind} {name!r} failed on example {prompt_text(state.example.prompt)!r} at turn {turn}{seen}: "
+        f"{kind} {name!r} failed on example {prompt_text(state.example.prompt)!r} {when}{seen}: "
         f"{type(e).__name__}: {e}. Set rollout.reward_errors = \"skip\" or \"zero\" to continue past such episodes."
     )
 
@@ -302,9 +303,17 @@ class EpisodeRunner:
                     f"step returned {type(step).__name__} {step!r}, not an rllab.environment.Step")
                 self._fail(s, turn, text, err)
                 continue
+            try:
+                counts = {str(k): float(v) for k, v in dict(step.metrics).items()}
+                if not step.done and not step.observation and s.messages is not None and turn < lim.max_turns:
+                    raise ValueError("the step neither ended the episode nor gave an observation; with a chat prompt the next "
+                                     "turn needs a message to answer")
+            except (TypeError, ValueError) as e:
+                self._fail(s, turn, text, e)
+                continue
             s.reward(float(step.reward))
-            for k, v in step.metrics.items():
-                s.metrics[k] = s.metrics.get(k, 0.0) + float(v)
+            for k, v in counts.items():
+                s.metrics[k] = s.metrics.get(k, 0.0) + v
             if step.done:
                 s.finish = c.finish_reason if c.finish_reason in ("stop", "length") else "abort"
             elif c.finish_reason == "abort":
@@ -364,12 +373,7 @@ class EpisodeRunner:
 
     def _observation_ids(self, s: _State, text: str, c: Completion, step: Step) -> list[int]:
         """The ids appended for ``step``'s observation after the turn ``c`` (see the module docstring)."""
-        if not step.observation:
-            if s.messages is not None:  # the next turn still needs the template's assistant opening
-                raise EpisodeError(
-                    f"{self.kind} {self.name!r}: step at turn {s.turns} of example {prompt_text(s.example.prompt)!r} did not end the "
-                    f"episode but gave no observation; with a chat prompt the next turn needs a message to answer"
-                )
+        if not step.observation:  # (a chat prompt's step without one failed in _take_turn)
             return []
         if s.messages is None:
             return list(self.renderer.tokenizer(step.observation, add_special_tokens=False).input_ids)

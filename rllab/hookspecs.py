@@ -65,7 +65,8 @@ def register_advantage_estimators(register):
     :param register: call ``register(name, fn, config=...)`` once per estimator.
 
     ``token_rewards`` (B, T) float: the reward of each response token (the sequence score sits
-    on the last valid token; a KL-in-reward penalty may be spread over every token).
+    on the last model token; an environment's per-turn rewards on the last model token of each
+    turn; a KL-in-reward penalty may be spread over every token).
     ``mask`` (B, T) bool: True where a response token counts.
     ``index`` (B,) int64: a group id per row; rows sharing an id were sampled from one prompt.
     ``values`` (B, T) float or None: critic values, for estimators that require them.

@@ -73,6 +73,8 @@ class RolloutStage:
 
     :param task: the task component's instance.
     :param task_name: its registered name (for error messages).
+    :param env: instead of a task, an environment (:mod:`rllab.environment`), named ``env_name``
+        (or ``task_name``); its episodes follow the ``[rollout]`` limits.
     :param backend: a :class:`rllab.types.RolloutBackend`.
     :param tokenizer: a Hugging Face tokenizer (``pad_token_id`` set).
     :param config: the run's :class:`rllab.config.RolloutConfig`.
@@ -90,7 +92,7 @@ class RolloutStage:
             raise RllabError("RolloutStage takes a task or an environment (env=), exactly one")
         self.task = task
         self.env = env
-        self.task_name = task_name if env is None else (env_name or "?")
+        self.task_name = env_name or task_name  # for messages: the task's name or the environment's
         self.backend = backend
         self.tokenizer = tokenizer
         self.config = config

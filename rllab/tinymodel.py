@@ -511,7 +511,8 @@ def get_or_build(
 ) -> Path:
     """The directory of a warm-started tiny model, built and saved on the first call.
 
-    :param task: the task whose demonstrations the model is trained on.
+    :param task: the task whose demonstrations the model is trained on, or an environment (its
+        demonstration episodes, :func:`encode_episodes`; the key then marks it as one).
     :param task_config: what identifies ``task`` in the cache key — its name and knobs, e.g.
         ``{"name": "addition", "digits": 2, "eval_fraction": 0.1, ...}``.
     :param cache_dir: overrides :func:`cache_root`.
@@ -524,6 +525,8 @@ def get_or_build(
     concurrent builders never see a half-written model; the first rename wins.
     """
     warm_config = task_warm_start(task, warm_config)
+    if is_environment(task):  # an environment's demonstrations are episodes: never the key of a task's model
+        task_config = {**task_config, "kind": "environment"}
     root = cache_root(cache_dir)
     key = cache_key(model_config, task_config, warm_config, system_prompt)
     final = root / f"tiny-qwen2-{key}"

@@ -103,9 +103,7 @@ class Trainer:
                 raise
             except (ValueError, OSError) as e:  # a task refusing its knobs or data (a missing file, a bad row)
                 raise ConfigError(str(e)) from e
-        self.task = source if cfg.source == "task" else None
-        self.env = source if cfg.source == "env" else None
-        """The run's task, or its environment (``env = NAME``); the other is None."""
+        self.task, self.env = (source, None) if cfg.source == "task" else (None, source)  # one is None
         self.algorithm = self._component("algorithm")()
         self.kl_controller = self._component("kl_controller")()
         self._build_components()
@@ -161,11 +159,10 @@ class Trainer:
             return path
         from rllab import tinymodel
 
-        source = self.cfg.source
         return tinymodel.get_or_build(
             tinymodel.TinyModelConfig(**mc.tiny),
             self.task if self.env is None else self.env,
-            self.cfg.component(source).to_dict() | ({"kind": "environment"} if source == "env" else {}),
+            self.cfg.component(self.cfg.source).to_dict(),
             tinymodel.WarmStartConfig(**mc.warm_start),
             progress=self.progress,
             system_prompt=self.cfg.rollout.system_prompt,
@@ -226,11 +223,9 @@ class Trainer:
     def _rollout_stage(self) -> RolloutStage:
         return RolloutStage(
             task=self.task,
-            task_name=self.cfg.component(self.cfg.source).name,
             env=self.env,
-            env_name=self.cfg.component("env").name if self.env is not None else None,
-            backend=self.backend,
-            tokenizer=self.tokenizer,
+            task_name=self.cfg.component(self.cfg.source).name,  # the task's or the environment's
+            backend=self.backend, tokenizer=self.tokenizer,
             config=self.cfg.rollout,
             seed=self.cfg.train.seed,
             model_name=f"model {self.cfg.model.path!r}" if self.cfg.model.path else "the tiny model",

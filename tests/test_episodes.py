@@ -526,14 +526,14 @@ def test_rllab_run_env_trains_a_few_steps(tmp_path, model_cache):
 
     run = tmp_path / "run"
     rc = main(["run", "--plugin", str(RETRY_ENV), "env=retry_addition", "env.tries=2", "--steps", "3", "-q", "--run-dir", str(run),
-               "rollout.prompts_per_step=4", "rollout.group_size=4", "train.eval_size=8", "model.warm_start.steps=20",
-               "model.tiny.hidden_size=32", "model.tiny.intermediate_size=64"])
+               "rollout.prompts_per_step=4", "rollout.group_size=4", "train.eval_size=8"])
     assert rc == 0
     import json
 
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "rollout/reward" in r]
     assert len(steps) == 3 and all(1.0 <= r["env/turns"] <= 2.0 for r in steps)
+    assert any(r["rollout/reward"] > 0 for r in steps) and any(r["env/wrong"] > 0 for r in steps)
     assert any("eval/turns" in r for r in rows)
 
 
@@ -583,8 +583,7 @@ def test_record_and_replay_keep_an_episodes_batch(tmp_path, model_cache):
     from rllab_suite.replay import load_record, record, replay_configs
 
     lab = rllab.Lab([str(RETRY_ENV)])
-    overrides = ["env=retry_addition", "env.tries=3", "rollout.prompts_per_step=2", "rollout.group_size=2", "model.warm_start.steps=20",
-                 "model.tiny.hidden_size=32", "model.tiny.intermediate_size=64"]
+    overrides = ["env=retry_addition", "env.tries=2", "rollout.prompts_per_step=2", "rollout.group_size=2"]
     record(None, steps=1, out=tmp_path / "rec.pt", overrides=overrides, lab=lab)
     data = load_record(tmp_path / "rec.pt")
     batch = data["batches"][0]["batch"]
@@ -592,3 +591,32 @@ def test_record_and_replay_keep_an_episodes_batch(tmp_path, model_cache):
     cfg = load_config(None, overrides, lab=lab).to_dict()
     (result,) = replay_configs(data, [("same", cfg)], lab=lab)
     assert math.isfinite(result.metrics["loss/policy"])
+
+
+def test_start_failures_bad_metrics_and_a_silent_chat_step_are_environment_errors(char, chat):
+    eos = char.eos_token_id
+
+    class NoStart(Env):
+        def start(self, example):
+            raise KeyError("no board")
+
+    with pytest.raises(EpisodeError, match=r"environment 'fake' failed on example '0\+1=' when starting its episode: KeyError"):
+        play(NoStart(), Scripted([]), char, NoStart().train_examples(1, None))
+
+    class Words(Env):
+        def start(self, example):
+            return type("E", (), {"step": lambda self, text: Step(reward=1.0, done=True, metrics={"calls": "many"})})()
+
+    with pytest.raises(EpisodeError, match=r"at turn 1 \(model turn '5'\): ValueError"):
+        play(Words(), Scripted([[ids_of(char, "5") + [eos]]]), char, Words().train_examples(1, None))
+
+    class Silent(Env):
+        def start(self, example):
+            return type("E", (), {"step": lambda self, text: Step(reward=0.0)})()
+
+    end = chat.convert_tokens_to_ids("<|im_end|>")
+    ex = Example(prompt=({"role": "user", "content": "3+4="},), answer="7")
+    with pytest.raises(EpisodeError, match=r"neither ended the episode nor gave an observation"):
+        play(Silent(), Scripted([[ids_of(chat, "7") + [end]]]), chat, [ex])
+    (r,), _ = play(Silent(), Scripted([[ids_of(chat, "7") + [end]]]), chat, [ex], on_error="zero")
+    assert r.finish_reason == "abort" and r.reward == 0.0

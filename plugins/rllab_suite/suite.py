@@ -73,13 +73,14 @@ def _prebuild_models(cells: list[Cell], *, lab, console=None) -> None:
         m = c.config["model"]
         if m.get("path"):
             continue
-        key = json.dumps([m.get("tiny"), m.get("warm_start"), c.config["task"], c.config.get("rollout", {}).get("system_prompt")], sort_keys=True, default=str)
+        source = "env" if "env" in c.config else "task"
+        key = json.dumps([m.get("tiny"), m.get("warm_start"), source, c.config[source], c.config.get("rollout", {}).get("system_prompt")], sort_keys=True, default=str)
         if key in seen:
             continue
         seen.add(key)
         cfg = load_config(c.config, lab=lab)
-        ref = cfg.component("task")
-        task = Component(spec=lab.spec(COMPONENT_SECTIONS["task"][0], ref.name), config=ref.config)()
+        ref = cfg.component(source)
+        task = Component(spec=lab.spec(COMPONENT_SECTIONS[source][0], ref.name), config=ref.config)()
         if console is not None:
             console.print(f"[dim]warm start for task {c.task} (cached after the first build)…[/]", highlight=False)
         tinymodel.get_or_build(tinymodel.TinyModelConfig(**cfg.model.tiny), task, ref.to_dict(), tinymodel.WarmStartConfig(**cfg.model.warm_start), progress=False, system_prompt=cfg.rollout.system_prompt)

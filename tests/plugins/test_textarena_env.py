@@ -166,3 +166,19 @@ def test_every_listed_game_plays_offline_and_replays_from_its_seed(game, offline
 
     first = play()
     assert first == play() and isinstance(ex.prompt, str) and ex.prompt
+
+
+@pytest.mark.slow
+def test_rllab_run_plays_textarena_games_with_the_tiny_model(tmp_path, model_cache):
+    import json
+
+    from rllab.cli import main
+
+    run = tmp_path / "run"
+    rc = main(["run", "env=textarena", "env.game=GuessTheNumber-v0", "env.eval_size=4", "--steps", "2", "-q", "--run-dir", str(run),
+               "rollout.prompts_per_step=2", "rollout.group_size=2", "train.eval_size=4", "model.warm_start.steps=5",
+               "model.tiny.max_position_embeddings=1024", "rollout.max_episode_tokens=400", "rollout.max_new_tokens=8"])
+    assert rc == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "rollout/reward" in r]
+    assert len(steps) == 2 and all(r["env/turns"] >= 1.0 and "env/invalid_moves" in r for r in steps)
