@@ -182,3 +182,24 @@ def test_rllab_run_plays_textarena_games_with_the_tiny_model(tmp_path, model_cac
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "rollout/reward" in r]
     assert len(steps) == 2 and all(r["env/turns"] >= 1.0 and "env/invalid_moves" in r for r in steps)
+
+
+def test_the_docs_commands_configure_the_environments_they_name():
+    import shlex
+    from pathlib import Path
+
+    import rllab
+    from rllab.config import load_config
+
+    pytest.importorskip("reasoning_gym")
+    text = (Path(__file__).resolve().parents[2] / "docs" / "environment-libraries.md").read_text().replace("\\\n", " ")
+    lines = [ln.split("#")[0] for ln in text.splitlines() if ln.startswith("rllab run env=")]
+    assert len(lines) >= 4
+    lab = rllab.Lab()
+    for line in lines:
+        args = [a for a in shlex.split(line)[2:] if not a.startswith("--") and not a.isdigit()]
+        cfg = load_config(None, args, lab=lab)
+        name = cfg.component("env").name
+        knobs = {**cfg.component("env").knobs, "eval_size": 2}
+        env = lab.get("environment", name, **knobs)()
+        assert env.eval_examples() and env.max_turns >= 1
