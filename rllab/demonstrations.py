@@ -55,7 +55,9 @@ class ScriptedBackend:
             return [self._turn(k, k, p) for k, p in enumerate(prompts) for _ in range(params.n)]
         out, taken = [], set()
         for i, p in enumerate(prompts):
-            k = next((k for k, e in enumerate(self.expect) if k not in taken and e is not None and tuple(p[: len(e)]) == e), None)
+            match = [k for k, e in enumerate(self.expect) if k not in taken and e is not None and tuple(p[: len(e)]) == e]
+            # identical prompts and turns make several scripts match: an unfinished one first
+            k = next((k for k in match if self.used[k] < len(self.scripts[k])), match[0] if match else None)
             if k is None:
                 raise RllabError("ScriptedBackend: a request continues no scripted episode")
             taken.add(k)

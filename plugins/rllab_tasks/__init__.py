@@ -28,6 +28,10 @@ character used)::
     dataset    a local data set (TRL or verl format) scored by reward functions (:mod:`rllab_tasks.dataset`)
     reasoning_gym  a reasoning-gym procedural data set, scored by its own ``score_answer``
 
+Environments (multi-turn, :mod:`rllab.environment`): ``textarena`` plays a single-player
+textarena game (:mod:`rllab_tasks.textarena_env`) and ``reasoning_gym_retry`` lets the model
+retry a reasoning-gym question after feedback (:mod:`rllab_tasks.reasoning`).
+
 The plugin also registers the built-in reward functions (:mod:`rllab_tasks.rewards`): ``exact``,
 ``contains``, ``numeric``, ``math_verify``, ``format`` and ``length_penalty``.
 
@@ -72,6 +76,16 @@ def register_tasks(register):
     register("jsonl", jsonl, config=JsonlConfig, reward_components=())  # one reward
     register("dataset", dataset, config=DatasetConfig, reward_components=dataset_components)
     register("reasoning_gym", reasoning_gym, config=ReasoningGymConfig, reward_components=())  # one reward
+
+
+@rllab.hookimpl
+def register_environments(register):
+    # optional libraries: their packages are imported when an environment is built, not here
+    from .reasoning import ReasoningGymRetryConfig, reasoning_gym_retry
+    from .textarena_env import TextArenaConfig, textarena_env
+
+    register("textarena", textarena_env, config=TextArenaConfig)
+    register("reasoning_gym_retry", reasoning_gym_retry, config=ReasoningGymRetryConfig)
 
 
 @rllab.hookimpl
