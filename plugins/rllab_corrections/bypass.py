@@ -32,7 +32,7 @@ import torch
 
 import rllab
 from rllab import ops
-from rllab.specs import FloatOrFloatsOrNone, StrOrStrsOrNone
+from rllab import FloatOrFloatsOrNone, StrOrStrsOrNone
 
 from .rejection import (
     CRITERIA, DEFAULT_C_MAX, _keep, _weight_knobs_need_a_weight, check_on_policy_weight_kept, check_rejects_something_only,

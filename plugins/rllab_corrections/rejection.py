@@ -96,7 +96,7 @@ import torch
 
 import rllab
 from rllab import ops
-from rllab.specs import FloatOrFloats, FloatOrFloatsOrNone, StrOrStrs
+from rllab import FloatOrFloats, FloatOrFloatsOrNone, StrOrStrs
 
 SAFETY_BOUND = 20.0
 

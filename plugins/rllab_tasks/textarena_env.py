@@ -57,7 +57,6 @@ import torch
 
 import rllab
 from rllab.environment import Step
-from rllab.errors import RllabError
 from rllab.types import Example
 
 from .split import eval_fraction_knob, eval_size_knob, in_eval_split, seed_knob
@@ -105,7 +104,7 @@ UNSUPPORTED = {
 """Why other single-player textarena ids are refused (matched on the id, then on its game name)."""
 
 
-class TextArenaError(RllabError):
+class TextArenaError(rllab.RllabError):
     """A textarena game broke the environment protocol (a malformed observation or reward)."""
 
 
