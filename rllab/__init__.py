@@ -37,6 +37,7 @@ from rllab.lab import (  # noqa: E402
     UnknownComponentError,
     knob,
 )
+from rllab.specs import FloatOrFloats, FloatOrFloatsOrNone, StrOrStrs, StrOrStrsOrNone  # noqa: E402  (knob types)
 
 # The part of the API built on torch comes from its module on first use (``rllab.RolloutBatch``,
 # ``rllab.ops``), so that ``import rllab`` -- every plugin's first line -- stays cheap and
@@ -108,6 +109,8 @@ __all__ = [
     "ComponentSpec",
     "ConfigError",
     "DuplicateComponentError",
+    "FloatOrFloats",
+    "FloatOrFloatsOrNone",
     "Example",
     "Lab",
     "NoConfig",
@@ -118,6 +121,8 @@ __all__ = [
     "RolloutBatch",
     "RowError",
     "SamplingParams",
+    "StrOrStrs",
+    "StrOrStrsOrNone",
     "Task",
     "UnknownComponentError",
     "check_mask",

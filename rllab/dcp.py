@@ -7,8 +7,8 @@ newest ``keep`` kept, nothing written when a weight is NaN or inf); inside it::
     state.pt            rank 0: step, scheduler, KL controller, algorithm, config, history and
                         {"sharded": {"world_size": W, "critic": bool}}
     rng_rank{R}.pt      each rank's torch and Python RNG states
-    model/              torch.distributed.checkpoint: each rank's shards of the policy, its AdamW
-                        state, and the critic's (keyed by parameter name)
+    model/              torch.distributed.checkpoint: each rank's shards of the policy (LoRA: of its
+                        adapters only), its AdamW state, and the critic's (keyed by parameter name)
 
 A resume must run on the same number of ranks as the save: the RNG streams are per rank. A
 different world size is refused, naming both.
@@ -102,7 +102,9 @@ def load(path: Path, *, reducer: Reducer) -> dict:
 def load_models(path: Path, state: dict, *, reducer: Reducer, policy, optimizer, critic, critic_optimizer) -> None:
     """Load this rank's shards of the models and optimizers from a checkpoint read by :func:`load`."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+
+    from rllab.lora import LoraPolicy
 
     has_critic = state["sharded"]["critic"]
     if has_critic and critic is None:
@@ -110,10 +112,16 @@ def load_models(path: Path, state: dict, *, reducer: Reducer, policy, optimizer,
     pairs = [("policy", "optimizer", policy, optimizer)]
     if has_critic:
         pairs.append(("critic", "critic_optimizer", critic, critic_optimizer))
-    target = {}
+    target, modules = {}, {}
     for m_key, o_key, model, opt in pairs:
-        target[m_key], target[o_key] = get_state_dict(model, opt)
+        # a LoRA policy: its adapters are what the checkpoint holds, the base comes from the model directory
+        adapters = model.adapter_names() if isinstance(model, LoraPolicy) else None
+        modules[m_key] = module = model.policy if adapters is not None else model
+        target[m_key], target[o_key] = get_state_dict(module, opt)
+        if adapters is not None:
+            target[m_key] = {k: target[m_key][k] for k in adapters}
     dcp.load(target, checkpoint_id=str(Path(path) / "model"))
     for m_key, o_key, model, opt in pairs:
-        set_state_dict(model, opt, model_state_dict=target[m_key], optim_state_dict=target[o_key])
+        set_state_dict(modules[m_key], opt, model_state_dict=target[m_key], optim_state_dict=target[o_key],
+                       options=StateDictOptions(strict=not isinstance(model, LoraPolicy)))
 

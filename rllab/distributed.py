@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import sys
 from typing import Any, Callable, Iterator, Mapping
 
 import attrs
@@ -72,10 +73,7 @@ class Reducer:
         plus any only other ranks report)."""
         if self.world_size == 1:
             return dict(metrics)
-        import torch.distributed as dist
-
-        gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, {k: float(v) for k, v in metrics.items()})
+        gathered = self.gather({k: float(v) for k, v in metrics.items()})
         out: dict[str, float] = {}
         for key in dict.fromkeys(k for g in gathered for k in g):
             values = [g[key] for g in gathered if key in g]
@@ -91,6 +89,16 @@ class Reducer:
         if kl is not None:
             kl = attrs.evolve(kl, value=self.mean_metrics({"kl": kl.value})["kl"], samples=int(self.sum(kl.samples)))
         return attrs.evolve(outcome, metrics=self.mean_metrics(outcome.metrics), kl=kl)
+
+    def gather(self, value: Any) -> list[Any]:
+        """Every rank's ``value`` (any picklable object), in rank order, on every rank."""
+        if self.world_size == 1:
+            return [value]
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, value)
+        return out
 
     def broadcast(self, value: Any) -> Any:
         """Rank 0's ``value`` (any picklable object) on every rank."""
@@ -146,6 +154,41 @@ def name_rank(error: BaseException, reducer: Reducer) -> None:
         error.args = (f"rank {reducer.rank} of {reducer.world_size}: {error.args[0]}", *error.args[1:])
 
 
+class _Prefixed:
+    """A text stream whose every line starts with ``prefix``; everything else is the stream's."""
+
+    def __init__(self, stream: Any, prefix: str):
+        self._stream, self._prefix, self._fresh = stream, prefix, True
+
+    def write(self, text: str) -> int:
+        out = []
+        for i, part in enumerate(text.split("\n")):
+            if i:
+                out.append("\n")
+                self._fresh = True
+            if part:
+                if self._fresh:
+                    out.append(self._prefix)
+                    self._fresh = False
+                out.append(part)
+        self._stream.write("".join(out))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def prefix_output(reducer: Reducer) -> None:
+    """On a rank other than 0, start every line this process prints (stdout, stderr: warnings,
+    tracebacks, ``error:`` lines) with ``[rank R]``; rank 0 owns the console and prints plainly."""
+    if reducer.is_main:
+        return
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, _Prefixed):
+            setattr(sys, name, _Prefixed(stream, f"[rank {reducer.rank}] "))
+
+
 def env_world() -> tuple[int, int, int]:
     """(rank, world size, local rank) from ``torchrun``'s environment; (0, 1, 0) without it."""
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
@@ -180,7 +223,9 @@ def init_from_env(*, device_type: str, expected: int | None = None) -> Reducer:
             f"model.world_size = {expected} but this run has {world} process(es) (WORLD_SIZE={world}); "
             f"start it with `torchrun --nproc-per-node {expected}` (per node) or set model.world_size = {world}"
         )
-    return Reducer(rank=rank, world_size=world)
+    reducer = Reducer(rank=rank, world_size=world)
+    prefix_output(reducer)
+    return reducer
 
 
 def _free_port() -> int:

@@ -169,6 +169,11 @@ def register_rollout_backends(register):
 
     Traits: ``needs_cuda=`` — why the backend needs the policy on CUDA (a string, or a callable
     ``config -> str | None``); a config with ``[model] device`` on the CPU is then refused at load.
+    ``sharded_policy=`` — why the backend cannot serve a sharded policy (``model.strategy =
+    "fsdp2"``), or None when it can: every rank's backend then gets full weights through
+    ``update_weights`` (a plain module, then state dicts), or, when the backend has
+    ``follow_weights()`` (servers every rank shares), rank 0's alone gets a plain CPU module and the
+    other ranks' ``follow_weights()`` is called once it is pushed. Undeclared: refused.
     """
 
 

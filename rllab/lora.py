@@ -11,16 +11,21 @@ changes in a run, so the trainer only asks it at its seams:
 - **the reference** (:meth:`LoraPolicy.reference`) is the base model with the adapters disabled —
   what ``with peft_model.disable_adapter():`` computes — as a module of its own that holds the
   *same* base tensors (nothing copied but the module objects), with the LoRA layers swapped back
-  for their base layers and in eval mode. No second copy of the weights exists.
+  for their base layers and in eval mode. No second copy of the weights exists. A sharded policy
+  (``model.strategy = "fsdp2"``) cannot be copied module by module: its reference is
+  :class:`AdaptersOff`, the policy's own forward run in eval mode under ``disable_adapter()``.
 - **the rollout side** (:meth:`LoraPolicy.merged`) gets a plain transformers model with
   ``W + (alpha / r)·B A`` in every targeted weight: it shares the untargeted tensors with the
   policy and holds its own copy of the targeted ones only, refreshed at every weight sync. The
   ``hf`` backend copies or shares it like any policy; the ``sglang`` backend saves it
-  (``save_pretrained``) or sends its tensors.
+  (``save_pretrained``) or sends its tensors. A sharded policy's full state dict (gathered by
+  :mod:`rllab.placement`) is merged by :meth:`LoraPolicy.merge_state_dict` instead.
 - **the critic** (:meth:`LoraPolicy.critic`, PPO/GAE) trains all of its parameters, as without
   LoRA, initialised from the policy's merged weights.
 - **checkpoints** (:meth:`LoraPolicy.state_dict`) hold the adapter weights only (and the optimizer
   holds only their state); the base model is the run's model directory, read again on resume.
+  Sharded: the adapters' shards (:meth:`LoraPolicy.adapter_names` picks them out of the policy's
+  sharded state dict) through ``torch.distributed.checkpoint``.
 - **the final adapter** (:meth:`LoraPolicy.save_adapter`): ``RUN_DIR/adapter``, peft's
   ``save_pretrained`` format (``adapter_config.json`` naming the base model directory,
   ``adapter_model.safetensors``).
@@ -225,7 +230,12 @@ class LoraPolicy:
     # -- views
 
     def reference(self) -> nn.Module:
-        """The base model (adapters disabled) as a frozen module over the policy's own tensors."""
+        """The base model (adapters disabled) as a frozen module over the policy's own tensors
+        (:class:`AdaptersOff` for a sharded policy)."""
+        from rllab.placement import is_sharded
+
+        if is_sharded(self.policy):
+            return AdaptersOff(self).eval()  # not requires_grad_(False): its parameters are the policy's
         memo = {id(p): p for p in self.policy.parameters()}
         return _without_adapters(self.policy, memo).eval().requires_grad_(False)
 
@@ -288,10 +298,65 @@ class LoraPolicy:
             for n, p in own.items():
                 p.copy_(state[n])
 
-    def save_adapter(self, path: Path) -> Path:
-        """The adapters in peft's format (``PeftModel.from_pretrained(base, path)`` loads them)."""
-        self.peft_model.save_pretrained(str(path))
+    def adapter_names(self) -> list[str]:
+        """The adapter parameters' names (``model.layers.0.self_attn.q_proj.lora_A.default.weight``):
+        the keys of :meth:`state_dict`, and of the policy's state dict that a checkpoint keeps."""
+        return [n for n, p in self.policy.named_parameters() if p.requires_grad]
+
+    def merge_state_dict(self, full: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """A plain model's state dict from the policy's full one (``{name}.base_layer.weight``,
+        ``{name}.lora_A.<adapter>.weight``, … of every LoRA layer): each targeted layer's weight
+        is ``W + Σ_active scaling·B A`` under its base name, its bias the base bias; the other
+        tensors pass through. ``full`` holds full tensors (gathered, not shards)."""
+        out: dict[str, torch.Tensor] = {}
+        layers = dict(_lora_layers(self.policy))
+        skip = {f"{n}.{part}" for n in layers for part in ("lora_A", "lora_B", "lora_embedding_A", "lora_embedding_B", "lora_magnitude_vector")}
+        for key, value in full.items():
+            if not any(key.startswith(p + ".") for p in skip):
+                out[key.replace(".base_layer.", ".")] = value
+        with torch.no_grad():
+            for name, layer in layers.items():
+                merged = full[f"{name}.base_layer.weight"].clone()
+                for adapter in layer.active_adapters:
+                    if adapter in layer.lora_A:
+                        A, B = full[f"{name}.lora_A.{adapter}.weight"], full[f"{name}.lora_B.{adapter}.weight"]
+                        merged += (layer.scaling[adapter] * (B.to(merged.dtype) @ A.to(merged.dtype)))
+                out[f"{name}.weight"] = merged
+        return out
+
+    def save_adapter(self, path: Path, state: Mapping[str, torch.Tensor] | None = None) -> Path:
+        """The adapters in peft's format (``PeftModel.from_pretrained(base, path)`` loads them).
+
+        ``state``: the adapter weights by :meth:`adapter_names` (full tensors gathered from a
+        sharded policy); None: the policy's own."""
+        kwargs = {} if state is None else {"state_dict": {f"base_model.model.{k}": v for k, v in state.items()}}
+        self.peft_model.save_pretrained(str(path), **kwargs)
         return Path(path)
+
+
+class AdaptersOff(nn.Module):
+    """The reference of a sharded LoRA policy: its base model, computed by the policy's own
+    forward in eval mode with the adapters disabled (``peft_model.disable_adapter()``), so the
+    FSDP2 shards are gathered and freed as in any forward. Holds no parameters of its own;
+    :meth:`parameters` are the policy's (where they live)."""
+
+    def __init__(self, lora: LoraPolicy):
+        super().__init__()
+        object.__setattr__(self, "_lora", lora)  # not a submodule: train()/eval() here never reach the policy
+        self.config = lora.policy.config
+
+    def parameters(self, recurse: bool = True):
+        return self._lora.policy.parameters(recurse)
+
+    def forward(self, *args: Any, logits_to_keep: int = 0, **kwargs: Any):
+        policy = self._lora.policy
+        was_training = policy.training
+        policy.eval()
+        try:
+            with self._lora.peft_model.disable_adapter():
+                return policy(*args, logits_to_keep=logits_to_keep, **kwargs)
+        finally:
+            policy.train(was_training)
 
 
 def _merge_into(layer, out: torch.Tensor) -> None:

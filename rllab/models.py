@@ -70,6 +70,13 @@ def load_tokenizer(model_dir) -> "object":
     return AutoTokenizer.from_pretrained(model_dir)
 
 
+def enable_checkpointing(model: nn.Module) -> None:
+    """Gradient (activation) checkpointing on a transformers model, its KV cache off."""
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable  # named so from transformers 5.x
+    enable()
+    model.config.use_cache = False
+
+
 @contextlib.contextmanager
 def transformers_progress_bars_off():
     """transformers' own progress bars (loading or writing weights) off for the duration, as they

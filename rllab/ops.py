@@ -169,6 +169,28 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
     return masked_sum(x, mask, dim) / count.clamp(min=1).to(x.dtype)
 
 
+def log_prob_gap(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The rollout-vs-trainer log-prob gap over the valid tokens of ``mask`` (all (B, T); 0-d outputs).
+
+    With Δ_t = old_log_prob_t − rollout_log_prob_t (log π_train/π_rollout, clamped to ±20 for k3):
+
+    * ``mismatch/abs_diff`` — mean |Δ_t|;
+    * ``mismatch/k1`` — mean −Δ_t, the k1 estimate of KL(π_rollout ‖ π_train) from the sampled
+      tokens (may be negative on a finite sample);
+    * ``mismatch/k3`` — mean exp(Δ_t) − 1 − Δ_t, the non-negative k3 estimate of the same KL.
+
+    Detached; masked positions never matter (they may hold anything, NaN included). 0 when
+    nothing is valid.
+    """
+    delta = zero_masked(old_log_prob.detach().float() - rollout_log_prob.detach().float(), mask)
+    clamped = delta.clamp(-20.0, 20.0)
+    return {
+        "mismatch/abs_diff": masked_mean(delta.abs(), mask),
+        "mismatch/k1": masked_mean(-delta, mask),
+        "mismatch/k3": masked_mean(torch.expm1(clamped) - clamped, mask),
+    }
+
+
 def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
     """Variance of the valid entries of ``x`` (over the whole tensor).
 

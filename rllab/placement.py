@@ -31,8 +31,19 @@ never branches on which one it has:
 * The chunked hidden-state log-prob path (and the fused/Triton head) reads the LM head's weight
   outside the model's forward, where FSDP2 holds only a shard: sharded models take the model's
   own forward instead (:func:`rllab.models.supports_hidden_path`).
-* The ``hf`` backend on each rank samples that rank's prompts from a full copy of the weights,
-  gathered after every update (:meth:`FSDP2.rollout_weights`).
+* Weights to the rollout side (:meth:`FSDP2.sync_weights`): the ``hf`` backend on each rank
+  samples that rank's prompts from a full copy of the weights, gathered after every update. A
+  backend whose servers every rank shares (one with a ``follow_weights`` method: ``sglang``)
+  gets them from rank 0 alone: the full state dict is gathered into rank 0's CPU memory, loaded
+  into a plain CPU copy of the model and pushed (``sglang``: saved as a model directory the
+  servers load); the other ranks wait for the push, then ``follow_weights()`` counts the new
+  weight version without sending anything.
+* LoRA (:mod:`rllab.lora`): the adapters are added to the model before it is sharded (peft's LoRA
+  layers live inside the decoder layers, so each layer's unit shards its base weights and
+  adapters together); only the adapters train and reach the checkpoint; the reference is
+  :class:`rllab.lora.AdaptersOff`; the rollout side gets the gathered weights with the adapters
+  merged (:meth:`rllab.lora.LoraPolicy.merge_state_dict`); a critic starts from the model's
+  weights on disk, like every sharded critic.
 """
 
 from __future__ import annotations
@@ -44,6 +55,12 @@ import torch
 from rllab import checkpoint, distributed
 from rllab.distributed import Reducer
 from rllab.errors import RllabError
+from rllab.lora import LoraPolicy
+
+
+def _same(model: torch.nn.Module) -> torch.nn.Module:
+    return model
+
 
 def is_sharded(model: Any) -> bool:
     """Whether ``model`` is an FSDP2 module (its parameters are DTensor shards)."""
@@ -63,26 +80,31 @@ class Single:
         self.device = device
         self.reducer = distributed.SINGLE
 
-    def build_policy(self, load: Callable[[], torch.nn.Module]) -> torch.nn.Module:
-        """``load()`` gives the float32 model on CPU; returns it placed for training."""
-        return load().to(self.device)
+    def build_policy(self, load: Callable[[], torch.nn.Module], prepare: Callable[[torch.nn.Module], torch.nn.Module] = _same) -> torch.nn.Module:
+        """``load()`` gives the float32 model on CPU; returns it placed for training, after
+        ``prepare`` (gradient checkpointing, LoRA adapters) changed it in place."""
+        return prepare(load().to(self.device))
 
     def build_reference(self, load: Callable[[], torch.nn.Module], device: torch.device) -> torch.nn.Module:
         return load().to(device).eval().requires_grad_(False)
 
-    def build_critic(self, policy: torch.nn.Module, load: Callable[[], torch.nn.Module]) -> torch.nn.Module:
-        """A critic whose backbone is a copy of the policy's current one."""
+    def build_critic(self, policy: torch.nn.Module, load: Callable[[], torch.nn.Module], lora: LoraPolicy | None = None) -> torch.nn.Module:
+        """A critic whose backbone is a copy of the policy's current one (LoRA: its merged weights)."""
         from rllab.models import CriticModel
 
-        return CriticModel.from_causal_lm(policy).to(self.device)
+        return (lora.critic() if lora is not None else CriticModel.from_causal_lm(policy)).to(self.device)
 
     def clip_grad_norm(self, params: list[torch.Tensor], limit: float) -> float:
         """The L2 norm of the gradients before clipping them to ``limit`` (``math.inf``: no clip)."""
         return float(torch.nn.utils.clip_grad_norm_(params, limit))
 
-    def rollout_weights(self, policy: torch.nn.Module) -> Any:
-        """What the backend's ``update_weights`` gets: the policy itself."""
-        return policy
+    def sync_weights(self, backend: Any, policy: torch.nn.Module, lora: LoraPolicy | None = None) -> Any:
+        """``backend.update_weights`` with the policy itself (LoRA: the adapters merged in); its metrics."""
+        return backend.update_weights(lora.merged() if lora is not None else policy)
+
+    def save_adapter(self, lora: LoraPolicy, path) -> None:
+        """The final LoRA adapters in peft's format at ``path``."""
+        lora.save_adapter(path)
 
     def model_states(self, **models: Any) -> dict[str, Any]:
         """``{name: state_dict}`` of the models and optimizers given (None stays None)."""
@@ -154,6 +176,7 @@ class FSDP2:
         self.mp = MixedPrecisionPolicy(param_dtype=compute_dtype or torch.float32, reduce_dtype=torch.float32)
         self.offload = CPUOffloadPolicy() if cpu_offload else None
         self._sampler_ready = False
+        self._server_copy: torch.nn.Module | None = None  # rank 0's CPU copy for a backend with shared servers
 
     def _shard(self, model: torch.nn.Module, *, layers_of: torch.nn.Module, units: tuple[torch.nn.Module, ...]) -> torch.nn.Module:
         """``fully_shard`` every decoder layer of ``layers_of``, then each of ``units`` (the modules
@@ -171,8 +194,9 @@ class FSDP2:
             fully_shard(unit, **kwargs)
         return model
 
-    def build_policy(self, load: Callable[[], torch.nn.Module]) -> torch.nn.Module:
-        model = load()
+    def build_policy(self, load: Callable[[], torch.nn.Module], prepare: Callable[[torch.nn.Module], torch.nn.Module] = _same) -> torch.nn.Module:
+        """``prepare`` (gradient checkpointing, LoRA adapters) runs on the loaded model before it is sharded."""
+        model = prepare(load())
         return self._shard(model, layers_of=model, units=(model,))
 
     def build_reference(self, load: Callable[[], torch.nn.Module], device: torch.device) -> torch.nn.Module:
@@ -181,9 +205,9 @@ class FSDP2:
             return model  # a full frozen copy on CPU, unsharded
         return self._shard(model, layers_of=model, units=(model,))
 
-    def build_critic(self, policy: torch.nn.Module, load: Callable[[], torch.nn.Module]) -> torch.nn.Module:
-        """A critic from the model's weights on disk (the policy's are sharded), sharded like it;
-        its ``values`` calls the backbone and the value head, each a unit of its own."""
+    def build_critic(self, policy: torch.nn.Module, load: Callable[[], torch.nn.Module], lora: LoraPolicy | None = None) -> torch.nn.Module:
+        """A critic from the model's weights on disk (the policy's are sharded; LoRA or not), sharded
+        like it; its ``values`` calls the backbone and the value head, each a unit of its own."""
         from rllab.models import CriticModel
 
         import warnings
@@ -206,29 +230,63 @@ class FSDP2:
             norm = norm.full_tensor()
         return float(norm)
 
-    def rollout_weights(self, policy: torch.nn.Module) -> Any:
-        """The full (gathered) weights: a plain module the first time, a state dict after."""
+    def sync_weights(self, backend: Any, policy: torch.nn.Module, lora: LoraPolicy | None = None) -> Any:
+        """Full (gathered) weights to the backend, LoRA adapters merged in; its metrics (rank 0's).
+
+        Every rank calls it. A backend of its own on each rank (``hf``) gets a plain module the
+        first time, a state dict after. A backend with ``follow_weights`` (shared servers) gets a
+        plain CPU module from rank 0 only, and the other ranks follow once it is pushed."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        full = get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True))
+        shared = callable(getattr(backend, "follow_weights", None))
+        # shared servers: the full tensors land in rank 0's CPU memory only (the other ranks get {})
+        full = get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True, cpu_offload=shared))
+        if shared:
+            metrics = None
+            if self.reducer.is_main:
+                state = lora.merge_state_dict(full) if lora is not None else full
+                del full
+                if self._server_copy is None:
+                    self._server_copy = _plain_model(policy.config, torch.device("cpu"))
+                self._server_copy.load_state_dict(state, assign=True)  # the gathered tensors themselves, no copy
+                self._server_copy.tie_weights()
+                metrics = backend.update_weights(self._server_copy)
+            self.reducer.barrier()  # no rank samples before the servers hold the new weights
+            if not self.reducer.is_main:
+                backend.follow_weights()
+            return metrics
+        if lora is not None:
+            full = lora.merge_state_dict(full)
         if self._sampler_ready:
-            return full
+            return backend.update_weights(full)
         self._sampler_ready = True
-        import copy
-
-        from transformers import AutoModelForCausalLM
-
-        plain = AutoModelForCausalLM.from_config(copy.deepcopy(policy.config))
+        plain = _plain_model(policy.config, self.device)
         plain.load_state_dict(full)
-        return plain.to(self.device).eval()
+        return backend.update_weights(plain)
+
+    def save_adapter(self, lora: LoraPolicy, path) -> None:
+        """Rank 0 writes the adapters (gathered in full) in peft's format at ``path``; every rank calls it."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        full = get_model_state_dict(lora.policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if self.reducer.is_main:
+            lora.save_adapter(path, state={k: full[k] for k in lora.adapter_names()})
+        self.reducer.barrier()
 
     def model_states(self, **models: Any) -> dict[str, Any]:
+        """Sharded state dicts; a :class:`~rllab.lora.LoraPolicy` policy gives its adapters' only."""
         from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
         out: dict[str, Any] = {}
         for name, model, optimizer in (("policy", models["policy"], models["optimizer"]), ("critic", models["critic"], models["critic_optimizer"])):
-            out[name] = None if model is None else get_model_state_dict(model)
-            out[f"{name}_optimizer" if name == "critic" else "optimizer"] = None if model is None else get_optimizer_state_dict(model, optimizer)
+            key = f"{name}_optimizer" if name == "critic" else "optimizer"
+            if model is None:
+                out[name] = out[key] = None
+                continue
+            module = model.policy if isinstance(model, LoraPolicy) else model
+            state = get_model_state_dict(module)
+            out[name] = {k: state[k] for k in model.adapter_names()} if isinstance(model, LoraPolicy) else state
+            out[key] = get_optimizer_state_dict(module, optimizer)
         return out
 
     def save(self, run_dir, step: int, state: dict):
@@ -248,6 +306,15 @@ class FSDP2:
 
     def quiet(self, hook: Any) -> Any:
         return hook if self.reducer.is_main else _Silent()
+
+
+def _plain_model(config: Any, device: torch.device) -> torch.nn.Module:
+    """A plain transformers model of ``config`` (no adapters, no shards) on ``device``, in eval mode."""
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_config(copy.deepcopy(config)).to(device).eval()
 
 
 def for_config(model_cfg: Any, *, device: torch.device, compute_dtype: torch.dtype | None) -> Single | FSDP2:
@@ -275,9 +342,11 @@ def check_data_parallel(cfg: Any, lab: Any, world_size: int) -> None:
     if cfg.model.strategy == "single":
         return
     where = f"model.strategy = 'fsdp2' on {world_size} rank(s)"
-    backend = cfg.component("backend").name
-    if backend != "hf":
-        raise RllabError(f"{where}: backend {backend!r} does not take the gathered weights of a sharded policy; use backend 'hf'")
+    backend = cfg.component("backend")
+    spec = lab.spec("rollout_backend", backend.name)
+    why = spec.trait("sharded_policy", backend.config)
+    if why is not None:
+        raise RllabError(f"{where}: backend {backend.name!r} (plugin {spec.provider}) cannot take a sharded policy's weights: {why}")
     if world_size == 1:
         return
     r, t = cfg.rollout, cfg.train

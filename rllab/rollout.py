@@ -42,6 +42,7 @@ import torch
 from rllab import ops
 from rllab.algorithm import seed_for
 from rllab.chat import Messages, PromptRenderer, prompt_text
+from rllab.distributed import SINGLE, Reducer
 from rllab.episodes import EpisodeLimits, EpisodeResult, EpisodeRunner, TaskEnvironment
 from rllab.errors import ConfigError, RewardError, RllabError
 from rllab.evalmetrics import sampled_metrics
@@ -89,7 +90,7 @@ class RolloutStage:
     """
 
     def __init__(self, *, task: Any = None, task_name: str = "?", backend: Any, tokenizer: Any, config: Any, seed: int,
-                 model_name: str = "the model", shard: tuple[int, int] = (0, 1), env: Any = None, env_name: str | None = None,
+                 model_name: str = "the model", reducer: Reducer = SINGLE, env: Any = None, env_name: str | None = None,
                  context_tokens: int | None = None):
         if (task is None) == (env is None):
             raise RllabError("RolloutStage takes a task or an environment (env=), exactly one")
@@ -103,8 +104,10 @@ class RolloutStage:
         self.renderer = PromptRenderer(
             tokenizer, system_prompt=getattr(config, "system_prompt", None), task_name=self.task_name, model_name=model_name
         )
-        self.shard = shard
-        """(rank, world size): a data-parallel rank samples its contiguous share of each step's prompts."""
+        self.reducer = reducer
+        """The run's data-parallel ranks: a rank samples its contiguous share of each step's prompts
+        and evaluates every ``world_size``-th held-out example (the counts summed over ranks)."""
+        self.shard = (reducer.rank, reducer.world_size)
         self.context_tokens = context_tokens
         """The model's context length (an environment's episodes end with "overflow" before it)."""
         self.source = env if env is not None else TaskEnvironment(task, self)
@@ -402,25 +405,32 @@ class RolloutStage:
         """Greedy accuracy and mean reward on the task's held-out split (its first ``size``
         examples); with ``samples`` = n > 0 also n sampled completions per example at the rollout
         temperature, reported as ``eval/mean@n`` and ``eval/pass@k`` (:mod:`rllab.evalmetrics`).
-        The sampled draws use a fixed seed, so every evaluation of a run draws alike."""
-        examples = self.source.eval_examples()[:size]
+        The sampled draws use a fixed seed, so every evaluation of a run draws alike.
+
+        Data parallel: rank R evaluates examples R, R + W, R + 2W, … (W the world size); the
+        solved counts, reward sums and per-example pass counts are summed or gathered over the
+        ranks, so every rank returns the metrics of the whole set (the sampled draws, seeded per
+        request, depend on the split as they do on the batch)."""
+        red = self.reducer
+        examples = self.source.eval_examples()[:size][red.rank::red.world_size]
         t0 = time.perf_counter()
-        episodes = self.play(examples, self.sampling_params(0, n=1, greedy=True))
+        episodes = self.play(examples, self.sampling_params(0, n=1, greedy=True)) if examples else []
         rewards = [e.reward for e in episodes]
+        n = red.sum(len(rewards))
         metrics = {
-            "eval/accuracy": sum(self.solved(e, x) for e, x in zip(examples, rewards)) / len(rewards),
-            "eval/reward": sum(rewards) / len(rewards),
-            "eval/n": float(len(rewards)),
+            "eval/accuracy": red.sum(sum(bool(self.solved(e, x)) for e, x in zip(examples, rewards))) / n,
+            "eval/reward": red.sum(float(sum(rewards))) / n,
+            "eval/n": float(n),
         }
         if self.env is not None:
-            metrics["eval/turns"] = sum(e.turns for e in episodes) / len(episodes)
+            metrics["eval/turns"] = red.sum(float(sum(e.turns for e in episodes))) / n
         if samples > 0:
             params = attrs.evolve(self.sampling_params(0, n=samples), seed=seed_for(self.seed, 0, 5))
             correct = [0] * len(examples)
-            for e in self.play(examples, params):
+            for e in (self.play(examples, params) if examples else []):
                 i = e.completion.prompt_index
                 correct[i] += bool(self.solved(examples[i], e.reward))
-            metrics.update(sampled_metrics(correct, samples))
+            metrics.update(sampled_metrics([k for share in red.gather(correct) for k in share], samples))
         metrics["time/eval"] = time.perf_counter() - t0
         return metrics
 

@@ -31,6 +31,31 @@ CONFIG_FILE = "config.toml"
 RESUMABLE_SETTINGS = ("train.steps", "train.eval_every", "train.checkpoint_every", "train.eval_size", "train.eval_samples")
 """Settings an ``--resume`` may change: the rest would make the resumed run differ from the original."""
 
+DEPLOYMENT_SETTINGS = (
+    # where the rollout servers are and how they are reached (the sglang backend)
+    "backend.urls", "backend.admin_urls", "backend.launch", "backend.launch_command", "backend.launch_args",
+    "backend.launch_timeout_s", "backend.timeout_s", "backend.max_in_flight", "backend.retries",
+    "backend.abort_retries", "backend.backoff_s", "backend.sync_dir", "backend.weight_sync",
+    "backend.distributed_backend", "backend.distributed_address", "backend.distributed_port",
+    # device placement, within one kind of device (DEVICE_SETTINGS)
+    "backend.device", "model.device", "model.reference_device",
+)
+"""Settings an ``--resume`` may also change, because they say where and how the run executes, not
+what it computes: a server that came back on another address, a longer timeout, another GPU.
+Each change is recorded (:data:`RESUME_LOG`) and written into ``config.toml``, so a later
+``--resume`` uses it. Left out on purpose: what alters the samples or the arithmetic — the
+request batching (``backend.prompts_per_request``, ``backend.max_batch_size``), the CPU thread
+count (``backend.num_threads``: reductions split differently), the dtype on the wire
+(``backend.distributed_dtype``) — and a device of another kind (:data:`DEVICE_SETTINGS`)."""
+
+DEVICE_SETTINGS = ("backend.device", "model.device", "model.reference_device")
+"""Placement settings: they may move the run to another device of the same kind (``cuda:0`` →
+``cuda:1``), not between kinds (CPU ↔ CUDA: other kernels, other numerics)."""
+
+RESUME_LOG = "resumes.jsonl"
+"""In the run directory: one JSON line per ``--resume`` that changed a deployment setting —
+``{"time", "from_step", "changes": {key: {"from": old, "to": new}}}``."""
+
 
 def recorded_config(cfg, lab) -> dict:
     """The config as the run directory records it: every knob, the plugins, the versions."""
@@ -168,23 +193,27 @@ def resume_run(run_dir: Path, *, lab: Lab | None = None, overrides: list[str] = 
     is written from the final evaluation the checkpoint holds, nothing is trained or evaluated again.
 
     ``overrides`` may change only :data:`RESUMABLE_SETTINGS` — ``train.steps=N`` extends a run
-    (the LR schedule then runs over the new total); anything else is refused, since the resumed
-    run would no longer be the one recorded.
+    (the LR schedule then runs over the new total) — and the :data:`DEPLOYMENT_SETTINGS` (where
+    the servers are, timeouts, device placement within a kind of device), each change of which is
+    printed, appended to :data:`RESUME_LOG` and written into ``config.toml``; anything else is
+    refused, naming it, since the resumed run would no longer be the one recorded.
     """
     run_dir = Path(run_dir)
     cfg_path = run_dir / CONFIG_FILE
     if not cfg_path.is_file():
         raise RllabError(f"{run_dir} is not a run directory (no {CONFIG_FILE})")
     pairs = parse_overrides(list(overrides))
-    bad = [k for k, _ in pairs if k not in RESUMABLE_SETTINGS]
+    bad = [k for k, _ in pairs if k not in RESUMABLE_SETTINGS and k not in DEPLOYMENT_SETTINGS]
     if bad:
         raise RllabError(
             f"--resume cannot change {', '.join(bad)}: the resumed run would differ from the one recorded in {cfg_path}. "
-            f"Only {', '.join(RESUMABLE_SETTINGS)} may change (train.steps=N extends the run); to change anything "
-            f"else, start a new run: rllab run {cfg_path} {' '.join(f'{k}={v}' for k, v in pairs)}"
+            f"Only {', '.join(RESUMABLE_SETTINGS)} (train.steps=N extends the run) and the deployment settings "
+            f"{', '.join(DEPLOYMENT_SETTINGS)} may change; to change anything else, start a new run: "
+            f"rllab run {cfg_path} {' '.join(f'{k}={v}' for k, v in pairs)}"
         )
     lab = lab or Lab()
     cfg = load_config(cfg_path, pairs, lab=lab)
+    changes = _deployment_changes(load_config(cfg_path, [], lab=lab), cfg, [k for k, _ in pairs if k in DEPLOYMENT_SETTINGS])
     from rllab.trainer import Trainer
 
     trainer = Trainer(cfg, lab=lab, run_dir=run_dir, progress=progress)
@@ -201,6 +230,8 @@ def resume_run(run_dir: Path, *, lab: Lab | None = None, overrides: list[str] = 
                 )
         if reducer.is_main:
             _truncate_metrics(run_dir, trainer.step, [ref.name for ref in cfg.loggers], cfg)
+            if changes:
+                record_deployment_changes(run_dir, trainer.step, changes)
         return trainer.run()
     except BaseException as e:
         from rllab.distributed import name_rank
@@ -219,3 +250,79 @@ def _truncate_metrics(run_dir: Path, step: int, loggers, cfg) -> None:
         return
     keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
     path.write_text("".join(ln + "\n" for ln in keep))
+
+
+def with_deployment(recorded: dict, current: dict) -> dict:
+    """A checkpoint's config (``recorded``, as ``to_dict`` gives it) with the deployment settings
+    of ``current`` (:data:`DEPLOYMENT_SETTINGS`), which a resume may have changed."""
+    data = dict(recorded)
+    for key in DEPLOYMENT_SETTINGS:
+        section, knob = key.split(".")
+        if not isinstance(data.get(section), dict) or not isinstance(current.get(section), dict):
+            continue
+        table = {k: v for k, v in data[section].items() if k != knob}
+        if knob in current[section]:
+            table[knob] = current[section][knob]
+        data[section] = table
+    return data
+
+
+def _value(data: dict, key: str):
+    for part in key.split("."):
+        data = data.get(part) if isinstance(data, dict) else None
+    return data
+
+
+def _device_kind(value) -> str | None:
+    if value in (None, "auto"):
+        return None if value is None else ("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(value).type
+
+
+def _deployment_changes(recorded, resumed, keys: list[str]) -> dict[str, dict]:
+    """``{key: {"from": recorded value, "to": new value}}`` for the deployment ``keys`` whose value
+    differs between the recorded config and the resumed one; a device of another kind is refused."""
+    old, new = recorded.to_dict(), resumed.to_dict()
+    changes = {}
+    for key in dict.fromkeys(keys):
+        a, b = _value(old, key), _value(new, key)
+        if a == b:
+            continue
+        if key in DEVICE_SETTINGS:
+            model_kind = _device_kind(_value(new, "model.device"))
+            ka, kb = (_device_kind(v) or model_kind for v in (a, b))  # reference_device None: the model's device
+            if ka != kb:
+                raise RllabError(
+                    f"--resume cannot change {key} from {a!r} ({ka}) to {b!r} ({kb}): another kind of device computes "
+                    f"with other kernels, so the resumed run would differ from the one recorded. A device of the same kind "
+                    f"(e.g. cuda:0 → cuda:1) may change; to change the kind, start a new run"
+                )
+        changes[key] = {"from": a, "to": b}
+    return changes
+
+
+def record_deployment_changes(run_dir: Path, step: int, changes: dict[str, dict]) -> None:
+    """Print each change, append it to ``RUN_DIR/resumes.jsonl`` and write the new values into
+    ``config.toml`` (the rest of it, provenance included, as it was), so a later ``--resume``
+    starts from them."""
+    from rllab.tomlio import dump_toml
+
+    for key, c in changes.items():
+        print(f"resume at step {step}: {key} changed from {c['from']!r} to {c['to']!r} (recorded in {run_dir / RESUME_LOG})")
+    entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "from_step": step, "changes": changes}
+    with open(run_dir / RESUME_LOG, "a") as f:
+        f.write(json.dumps(entry) + "\n")
+    cfg_path = run_dir / CONFIG_FILE
+    data = tomllib.loads(cfg_path.read_text())
+    for key, c in changes.items():
+        *parents, last = key.split(".")
+        table = data
+        for part in parents:
+            table = table.setdefault(part, {})
+        if c["to"] is None:
+            table.pop(last, None)
+        else:
+            table[last] = list(c["to"]) if isinstance(c["to"], tuple) else c["to"]
+    tmp = cfg_path.with_name(cfg_path.name + ".tmp")
+    tmp.write_text(dump_toml(data))
+    os.replace(tmp, cfg_path)

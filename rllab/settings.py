@@ -33,7 +33,6 @@ class ModelConfig:
     logprob_chunk: int = knob(1024, help="tokens per chunk when computing log-probs and entropy", ge=1)
     lora: dict = knob(
         factory=dict,
-        validator=lambda i, a, v: _no_lora_with_fsdp2(i, v),
         help="LoRA adapters through peft (extra 'lora'): {r = 8, alpha = 16.0, dropout = 0.0, target_modules = "
         "['all-linear']} (rllab.lora.LoraConfig); only the adapters train and are checkpointed, the reference is the "
         "base model with the adapters disabled, the rollout side gets merged weights; empty: full fine-tuning",
@@ -57,11 +56,6 @@ class ModelConfig:
 def _fsdp2_only(inst, name: str, value, default) -> None:
     if value != default and inst.strategy != "fsdp2":
         raise ValueError(f"{name} = {value!r} applies only with strategy = 'fsdp2' (strategy is {inst.strategy!r})")
-
-
-def _no_lora_with_fsdp2(inst, value) -> None:
-    if value and inst.strategy == "fsdp2":
-        raise ValueError("lora applies only with strategy = 'single' (adapters on FSDP2 shards are not supported)")
 
 
 def _check_device(name: str, value: str) -> None:

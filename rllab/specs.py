@@ -243,6 +243,8 @@ for _t in (int, float, bool, str):
 
 
 def _str_or_strs(value, _t):
+    if value is None and _t is StrOrStrsOrNone:
+        return None
     if isinstance(value, str):
         return value
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
@@ -252,7 +254,30 @@ def _str_or_strs(value, _t):
 
 StrOrStrs = str | tuple[str, ...]
 """A knob type: one string or a list of them (``urls = "http://a"`` or ``urls = ["http://a", "http://b"]``)."""
+StrOrStrsOrNone = str | tuple[str, ...] | None
 _converter.register_structure_hook(StrOrStrs, _str_or_strs)
+_converter.register_structure_hook(StrOrStrsOrNone, _str_or_strs)
+
+
+def _number(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"expected a number, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
+def _float_or_floats(value, _t):
+    if value is None and _t is FloatOrFloatsOrNone:
+        return None
+    if isinstance(value, (list, tuple)):
+        return tuple(_number(v) for v in value)
+    return _number(value)
+
+
+FloatOrFloats = float | tuple[float, ...]
+"""A knob type: one number or a list of them (``upper = 2.0`` or ``upper = [2.0, 0.1]``)."""
+FloatOrFloatsOrNone = float | tuple[float, ...] | None
+_converter.register_structure_hook(FloatOrFloats, _float_or_floats)
+_converter.register_structure_hook(FloatOrFloatsOrNone, _float_or_floats)
 
 
 def build_config(spec: ComponentSpec, values: Mapping[str, Any]) -> Any:

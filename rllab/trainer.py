@@ -43,11 +43,11 @@ from rllab.config import COMPONENT_SECTIONS, ExperimentConfig, apply_schedule, d
 from rllab.errors import ConfigError, NonFiniteError, RewardError, RllabError  # noqa: F401  (RewardError: re-exported)
 from rllab.lab import Lab
 from rllab.listeners import RunLoggers
-from rllab.models import CriticModel, transformers_progress_bars_off
+from rllab.models import enable_checkpointing, transformers_progress_bars_off
 from rllab.optimizer import Optimizers, StepOutcome, lr_factor
 from rllab.rollout import RolloutStage
 from rllab.config_checks import check_backend_device
-from rllab.runs import CONFIG_FILE, default_run_dir, discard_unstarted, prepare_run_dir, recorded_config
+from rllab.runs import CONFIG_FILE, default_run_dir, discard_unstarted, prepare_run_dir, recorded_config, with_deployment
 from rllab.specs import Component
 
 
@@ -182,13 +182,16 @@ class Trainer:
         self.tokenizer = load_tokenizer(self.model_dir)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.policy = self.placement.build_policy(self._load_model)
-        if self.cfg.model.gradient_checkpointing:
-            enable = getattr(self.policy, "activation_checkpointing_enable", None) or self.policy.gradient_checkpointing_enable
-            enable()
-            self.policy.config.use_cache = False
-        lora_cfg = lora.lora_config(self.cfg.model)
-        self.lora = lora.LoraPolicy.attach(self.policy, lora_cfg) if lora_cfg is not None else None
+        lora_cfg, self.lora = lora.lora_config(self.cfg.model), None
+
+        def prepare(model):  # before the placement shards it: checkpointing, then the adapters
+            if self.cfg.model.gradient_checkpointing:
+                enable_checkpointing(model)
+            if lora_cfg is not None:
+                self.lora = lora.LoraPolicy.attach(model, lora_cfg)
+            return model
+
+        self.policy = self.placement.build_policy(self._load_model, prepare)
         self.policy.train()
         self.reference = None
         self.critic = None
@@ -216,7 +219,7 @@ class Trainer:
             ref_device = resolve_device(self.cfg.model.reference_device) if self.cfg.model.reference_device else self.device
             self.reference = self.placement.build_reference(self._load_model, ref_device)
         if "critic" in needs and self.critic is None:
-            self.critic = (self.lora.critic() if self.lora is not None else CriticModel.from_causal_lm(self.policy)).to(self.device)
+            self.critic = self.placement.build_critic(self.policy, self._load_model, lora=self.lora)
             if getattr(self, "optimizer", None) is not None:
                 self.critic_optimizer = self._adamw(self.critic.parameters(), self.cfg.train.critic_lr)
 
@@ -225,7 +228,7 @@ class Trainer:
             task=self.task, env=self.env, task_name=self.cfg.component(self.cfg.source).name,  # the task's or the environment's
             backend=self.backend, tokenizer=self.tokenizer, config=self.cfg.rollout, seed=self.cfg.train.seed,
             model_name=f"model {self.cfg.model.path!r}" if self.cfg.model.path else "the tiny model",
-            shard=(self.placement.reducer.rank, self.placement.reducer.world_size),
+            reducer=self.placement.reducer,
             context_tokens=getattr(getattr(self.policy, "config", None), "max_position_embeddings", None),
         )
 
@@ -240,8 +243,8 @@ class Trainer:
 
     def _sync_weights(self) -> dict[str, float]:
         """Push the policy's weights to the backend; the sync's metrics (e.g. ``time/weight_sync``)."""
-        model = self.lora.merged() if self.lora is not None else self.placement.rollout_weights(self.policy)  # LoRA: the adapters merged in
-        return {k: float(v) for k, v in (self.backend.update_weights(model) or {}).items()}
+        metrics = self.placement.sync_weights(self.backend, self.policy, lora=self.lora)  # LoRA: the adapters merged in
+        return {k: float(v) for k, v in (metrics or {}).items()}
 
     # ------------------------------------------------------------------ swapping
 
@@ -396,7 +399,7 @@ class Trainer:
     def load_checkpoint(self, path: Path) -> None:
         state = self.placement.load(path)
         # the config in force at that step (schedules may have changed components)
-        cfg = validate(state["config"], lab=self.lab, where="checkpoint")
+        cfg = validate(with_deployment(state["config"], self.cfg.to_dict()), lab=self.lab, where="checkpoint")
         self._reconfigure(attrs.evolve(cfg, schedule=self.cfg.schedule, plugins=self.cfg.plugins, provenance=self.cfg.provenance, train=self.cfg.train))
         self.placement.load_model_states(
             path, state, policy=self.lora if self.lora is not None else self.policy, optimizer=self.optimizer, critic=self.critic, critic_optimizer=self.critic_optimizer
@@ -443,7 +446,7 @@ class Trainer:
                 final = self.evaluate()
                 self.save_checkpoint()
             if self.lora is not None:
-                self.lora.save_adapter(self.run_dir / "adapter")
+                self.placement.save_adapter(self.lora, self.run_dir / "adapter")
         except BaseException as e:
             try:
                 self.hook.on_run_error(run_dir=self.run_dir, step=self.step, error=e)

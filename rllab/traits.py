@@ -158,6 +158,16 @@ TRAITS: dict[str, dict[str, Trait]] = {
             normalize=_optional(_text),
             per_config=True,
         ),
+        "sharded_policy": Trait(
+            help="why the backend cannot take the weights of a sharded policy (model.strategy = 'fsdp2') under a "
+            "config, in a few words; None: it can. Every rank then calls update_weights with full weights (a plain "
+            "module, then state dicts), or, for a backend with follow_weights() (servers every rank shares), rank 0 "
+            "pushes a plain CPU module and the other ranks call follow_weights(). Undeclared: refused.",
+            expected="a non-empty string, None, or a callable config -> one of those",
+            normalize=_optional(_text),
+            default="it does not declare that it takes a sharded policy's weights (its register(...) sets no sharded_policy)",
+            per_config=True,
+        ),
     },
     "algorithm": {
         "uses": Trait(

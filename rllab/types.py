@@ -189,6 +189,9 @@ class RolloutBackend(Protocol):
     def close(self) -> None:
         """Release whatever the backend holds (servers, threads, memory)."""
 
+    # optional: follow_weights() -> Mapping[str, float] | None — servers every data-parallel rank
+    # shares: another rank pushed the weights (rllab.placement.FSDP2.sync_weights); count them
+
 
 # --------------------------------------------------------------------------- tasks
 

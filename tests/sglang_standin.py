@@ -25,10 +25,13 @@ SGLang's: ``log_softmax(z / T)`` before top-k / top-p) and speaks SGLang's nativ
 
 Faults are injected on demand (:meth:`StandIn.fail_next`, :meth:`delay_next`,
 :meth:`abort_next`, :meth:`stale_next`, :meth:`die_after`, :meth:`unavailable_after_update`,
-:meth:`fail_update`). The server is bounded: it stops by itself after ``lifetime_s`` seconds or
+:meth:`fail_update`), or at random: ``abort_rate = p`` aborts each sample with probability ``p``
+(seeded by ``abort_seed``), as SGLang reports a request it preempted or evicted — the row's
+``finish_reason`` is ``{"type": "abort", "message": ..., "status_code": null, "err_type": null}``
+and its output is cut where it stopped; ``aborted`` counts them. The server is bounded: it stops by itself after ``lifetime_s`` seconds or
 ``max_requests`` requests. Run it as a program to stand in for ``python -m sglang.launch_server``::
 
-    python tests/sglang_standin.py --model-path DIR --port 30000 [--weight-version 0] [--instant 16]
+    python tests/sglang_standin.py --model-path DIR --port 30000 [--weight-version 0] [--instant 16] [--abort-rate 0.06]
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import random
 import socket
 import sys
 import threading
@@ -111,6 +115,9 @@ class StandIn:
         max_requests: int = 100_000,
         instant_tokens: int | None = None,
         validate: bool | None = None,
+        abort_rate: float = 0.0,
+        abort_seed: int = 0,
+        abort_message: str = "Abort in waiting queue",
     ):
         self.api = contract()
         if self.api is None and validate:
@@ -120,6 +127,12 @@ class StandIn:
         self.weight_version = weight_version
         self.model_path = None if model_path is None else str(model_path)
         self.instant_tokens = instant_tokens
+        if not 0.0 <= abort_rate < 1.0:
+            raise ValueError(f"stand-in: abort_rate = {abort_rate!r} must be in [0, 1)")
+        self.abort_rate, self.abort_message = abort_rate, abort_message
+        self._abort_rng = random.Random(abort_seed)
+        self.aborted = 0
+        """Samples aborted at random (``abort_rate``) so far."""
         self.lifetime_s, self.max_requests = lifetime_s, max_requests
         self.requests: list[tuple[str, Any]] = []
         """Every request received: ``(path, JSON body or None)``."""
@@ -325,6 +338,22 @@ class StandIn:
             )
         return row
 
+    @staticmethod
+    def _abort_row(row: dict, message: str) -> None:
+        """Finish ``row`` as SGLang finishes a request it aborted mid-decode: what was generated
+        so far (here: half), ``finish_reason`` ``abort`` without a status."""
+        m = row["meta_info"]
+        k = len(row["output_ids"]) // 2
+        row["output_ids"] = row["output_ids"][:k]
+        m["output_token_logprobs"] = m["output_token_logprobs"][:k]
+        m["output_token_logprobs_length"] = m["completion_tokens"] = k
+        for key in ("output_token_sampling_mask", "output_token_sampling_logprobs"):
+            if key in m:
+                m[key] = m[key][:k]
+        if "output_token_sampling_mask_length" in m:
+            m["output_token_sampling_mask_length"] = k
+        m["finish_reason"] = {"type": "abort", "message": message, "status_code": None, "err_type": None}
+
     def _generate(self, body: dict) -> list[dict]:
         delay = self._take("delay")
         if delay:
@@ -341,6 +370,13 @@ class StandIn:
         if abort:
             for r in rows:
                 r["meta_info"]["finish_reason"] = {"type": "abort", "message": abort[0], "status_code": abort[1], "err_type": None}
+        if self.abort_rate:
+            with self._lock:
+                hits = [self._abort_rng.random() < self.abort_rate for _ in rows]
+                self.aborted += sum(hits)
+            for r, hit in zip(rows, hits):
+                if hit:
+                    self._abort_row(r, self.abort_message)
         stale = self._take("stale")
         if stale:
             version, spans = stale
@@ -592,10 +628,13 @@ def main(argv=None) -> None:
     p.add_argument("--instant", type=int, default=None, help="answer with this many fixed tokens, no model")
     p.add_argument("--lifetime-s", type=float, default=300.0)
     p.add_argument("--no-validate", action="store_true")
+    p.add_argument("--abort-rate", type=float, default=0.0, help="abort each sample with this probability")
+    p.add_argument("--abort-seed", type=int, default=0)
     args, _unknown = p.parse_known_args(argv)  # sglang's other flags (--host, --skip-tokenizer-init …) are accepted
     model = None if args.instant is not None else args.model_path
     s = StandIn(model, weight_version=args.weight_version, port=args.port, lifetime_s=args.lifetime_s,
-                instant_tokens=args.instant, validate=False if args.no_validate else None)
+                instant_tokens=args.instant, validate=False if args.no_validate else None,
+                abort_rate=args.abort_rate, abort_seed=args.abort_seed)
     print(f"stand-in listening on {s.url}", flush=True)
     try:
         while not s._dead:

@@ -4,8 +4,14 @@ One fixed batch of 4 prompts × 2 samples; rank r owns the rows of prompts 2r an
 step (REINFORCE++ advantages, whitened over the whole batch; token-mean aggregation; micro-batches
 of 2 rows) runs once with ``model.strategy = "single"`` in this process, and once on 2 ranks with
 ``fsdp2``: the loss, the gradient norm, every gradient and every parameter after the AdamW step
-agree within float tolerance. A sharded checkpoint is written, reloaded and refused for a
-different world size.
+agree within float tolerance; so do they with LoRA adapters and a KL term to the reference (the
+base, adapters off), and the merged weights a sync hands the sampler. A sharded checkpoint is
+written, reloaded and refused for a different world size; a LoRA one holds the adapters only.
+
+A short trainer run (3 steps) on 2 ranks, each fed its groups of the batches the one-process run
+sampled, ends with the one-process run's weights. Each rank evaluates its share of the held-out
+set and reports the whole set's metrics. Slow: a 2-rank run whose rollouts come from the SGLang
+stand-in server (rank 0 pushes the weights), and kill -9 of one rank, then resume.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import os
 import socket
 
+import attrs
 import pytest
 import torch
 
@@ -59,8 +66,31 @@ def _batch(rows: slice | None = None) -> RolloutBatch:
     return RolloutBatch(**batch)
 
 
-def _config(strategy: str, advantage: str = "reinforce_plus_plus"):
-    return validate({**SETTINGS, "advantage": {"name": advantage}, "model": {"strategy": strategy}}, lab=Lab(), where="test")
+LORA = {"r": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj", "down_proj"]}
+
+
+def _config(strategy: str, advantage: str = "reinforce_plus_plus", lora: bool = False):
+    data = {**SETTINGS, "advantage": {"name": advantage}, "model": {"strategy": strategy, **({"lora": LORA} if lora else {})}}
+    if lora:  # a KL term in the loss: the reference (adapters off) takes part
+        data["algorithm"] = {**data["algorithm"], "kl_in": "loss"}
+    return validate(data, lab=Lab(), where="test")
+
+
+def _lora_prepare(cfg, out: dict):
+    """``prepare`` for ``build_policy``: LoRA adapters with nonzero B (drawn from seed 7), so that
+    the adapters change the forward, the merge and A's gradient."""
+    from rllab import lora
+
+    def prepare(model):
+        out["lora"] = lora.LoraPolicy.attach(model, lora.lora_config(cfg.model))
+        torch.manual_seed(7)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0.0, 0.2)
+        return model
+
+    return prepare
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:
@@ -74,10 +104,17 @@ def _run(place, batch: RolloutBatch, cfg) -> dict:
     from rllab.specs import Component
 
     lab = Lab()
-    policy = place.build_policy(_model)
+    held: dict = {}
+    lora = None
+    if cfg.model.lora:
+        policy = place.build_policy(_model, _lora_prepare(cfg, held))
+        lora = held["lora"]
+    else:
+        policy = place.build_policy(_model)
     # eps = 1e-3: AdamW's first step, g / (|g| + eps), stays continuous in the gradient (with 1e-8 it is
     # sign(g), and gradients equal within float tolerance can give opposite steps)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, eps=1e-3)
+    trainable = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, eps=1e-3)
 
     def component(section):
         ref = cfg.component(section)
@@ -95,8 +132,17 @@ def _run(place, batch: RolloutBatch, cfg) -> dict:
         torch.manual_seed(5)
         critic = place.build_critic(policy, load)
         critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.train.critic_lr, eps=1e-3)
+    reference = lora.reference() if lora is not None else None
+    merged = {}
+
+    class Backend:  # what a weight sync hands an hf backend (full weights, adapters merged)
+        def update_weights(self, model):
+            merged.update({k: v.detach().clone() for k, v in (model if isinstance(model, dict) else model.state_dict()).items()})
+
+    if lora is not None:
+        place.sync_weights(Backend(), policy, lora=lora)
     ctx = RunContext(step=0, config=cfg, components=components, rollout=RecordedRollout(batch=batch), policy=policy,
-                     critic=critic, hook=lab.hook, reducer=place.reducer)
+                     reference=reference, kl_coef=0.5 if lora is not None else 0.0, critic=critic, hook=lab.hook, reducer=place.reducer)
     grads = {}
     named = [("", policy)] + ([("critic.", critic)] if critic is not None else [])
 
@@ -109,7 +155,95 @@ def _run(place, batch: RolloutBatch, cfg) -> dict:
         outcome = optimizers.drive(component("algorithm")().step(ctx), step=0, algorithm="rl", nonfinite="raise")
     metrics = place.reducer.mean_metrics(outcome.metrics)
     params = {k + n: _full(p) for k, m in named for n, p in m.named_parameters()}
-    return {"metrics": metrics, "grads": grads, "params": params, "policy": policy, "optimizer": optimizer}
+    return {"metrics": metrics, "grads": grads, "params": params, "policy": policy, "optimizer": optimizer, "lora": lora, "merged": merged}
+
+
+class _KeyedBackend:
+    """Answers by prompt, whatever batch it is in: prompt "k" greedily gives "1" when k is even,
+    and its j-th sample "1" when j < k mod 4 (else "0")."""
+
+    def __init__(self, tok):
+        self.tok = tok
+
+    def generate(self, prompts, params):
+        from rllab.types import Completion
+
+        out = []
+        for i, p in enumerate(prompts):
+            k = int("".join(ch for ch in self.tok.decode(p) if ch.isdigit()))
+            for j in range(params.n):
+                right = k % 2 == 0 if params.temperature == 0 else j < k % 4
+                ids = tuple(self.tok("1" if right else "0", add_special_tokens=False).input_ids)
+                out.append(Completion(prompt_ids=tuple(p), token_ids=ids, log_probs=(0.0,) * len(ids), finish_reason="length", prompt_index=i))
+        return out
+
+    def last_metrics(self):
+        return {}
+
+
+def _evaluate(reducer) -> dict:
+    """Greedy and sampled (n = 4) evaluation of 7 held-out examples under ``reducer``."""
+    from types import SimpleNamespace
+
+    from rllab.rollout import RolloutStage
+    from rllab.tinytok import build_tokenizer
+    from rllab.types import Example
+
+    tok = build_tokenizer()
+    examples = [Example(prompt=str(k), answer="1") for k in range(7)]
+    task = SimpleNamespace(eval_examples=lambda: examples, reward=lambda e, c: float(c == e.answer))
+    config = SimpleNamespace(max_new_tokens=2, temperature=0.7, top_p=1.0, top_k=-1, reward_errors="raise", system_prompt=None)
+    stage = RolloutStage(task=task, task_name="t", backend=_KeyedBackend(tok), tokenizer=tok, config=config, seed=3, reducer=reducer)
+    metrics = stage.evaluate(7, samples=4)
+    metrics.pop("time/eval")
+    return metrics
+
+
+RUN = {"train.steps": 3, "train.warmup_steps": 1, "task.format_weight": 0.5, "algorithm.entropy_coef": 0.01}
+"""A short run of the trainer (tests/tiny.py's settings): 3 steps, LR warm-up and cosine decay,
+gradient clipping, AdamW state carried from step to step; a format reward and an entropy bonus, so that
+the few-step-old tiny model gets a gradient."""
+
+
+def _trainer(strategy: str, run_dir, **settings):
+    from rllab.config import load_config
+    from rllab.trainer import Trainer
+    from tests.tiny import TINY, overrides
+
+    config = load_config(None, overrides({**TINY, **RUN, "model.strategy": strategy, **settings}))
+    return Trainer(config, run_dir=run_dir, progress=False)
+
+
+class _Replay:
+    """The rollout stage of a replayed run: step k trains on this rank's rows (whole groups) of the
+    k-th batch the one-process run sampled."""
+
+    def __init__(self, batches, rank: int, world: int):
+        self.batches, self.rank, self.world = batches, rank, world
+
+    def sample(self, step: int, **_):
+        batch = self.batches[step]
+        P = int(batch.index.max()) + 1
+        mine = (batch.index >= self.rank * P // self.world) & (batch.index < (self.rank + 1) * P // self.world)
+        part = batch.select(mine)
+        self.current = RecordedRollout(batch=attrs.evolve(part, index=part.index - part.index.min()))
+        return self.current.sample(step)
+
+    def to_batch(self, scored):
+        return self.current.to_batch(scored)
+
+
+def _one_process_run(out) -> None:
+    """The short run in this process: its batches (replayed by the ranks) and final weights."""
+    trainer = _trainer("single", out / "single")
+    initial = {n: p.detach().clone() for n, p in trainer.policy.named_parameters()}
+    batches, to_batch = [], trainer.rollout.to_batch
+    trainer.rollout.to_batch = lambda scored: batches.append(to_batch(scored)) or batches[-1]
+    for _ in range(RUN["train.steps"]):
+        trainer.train_step()
+    trainer.close()
+    weights = {n: p.detach().clone() for n, p in trainer.policy.named_parameters()}
+    torch.save({"batches": batches, "weights": weights, "initial": initial}, out / "single.pt")
 
 
 def _worker(rank: int, world: int, port: int, out: str) -> None:
@@ -120,12 +254,41 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     from rllab.errors import NonFiniteError, RllabError
 
     torch.set_num_threads(1)
+    # the short run, its rollouts replayed: every rank trains on its groups of the one-process batches
+    recorded = torch.load(os.path.join(out, "single.pt"), weights_only=False)
+    trainer = _trainer("fsdp2", os.path.join(out, "fsdp2"))
+    trainer.rollout = _Replay(recorded["batches"], rank, world)
+    for _ in range(RUN["train.steps"]):
+        trainer.train_step()
+    trainer.close()
+    run_weights = {n: _full(p) for n, p in trainer.policy.named_parameters()}
     cfg = _config("fsdp2")
     place = placement.for_config(cfg.model, device=torch.device("cpu"), compute_dtype=None)
     half = _run(place, _batch(slice(4 * rank, 4 * rank + 4)), cfg)
     result = {k: half[k] for k in ("metrics", "grads", "params")}
+    result["eval"] = _evaluate(place.reducer)
+    result["run_weights"] = run_weights
     with_critic = _run(place, _batch(slice(4 * rank, 4 * rank + 4)), _config("fsdp2", "gae"))
     result["gae"] = {k: with_critic[k] for k in ("metrics", "grads", "params")}
+    lora_cfg = _config("fsdp2", lora=True)
+    adapted = _run(place, _batch(slice(4 * rank, 4 * rank + 4)), lora_cfg)
+    result["lora"] = {k: adapted[k] for k in ("metrics", "grads", "params", "merged")}
+    # the adapters' checkpoint: only they (and their AdamW state) are written, and they load back
+    lora, lora_opt = adapted["lora"], adapted["optimizer"]
+    lora_state = {"step": 1, "rng": {"torch": torch.get_rng_state(), "python": None},
+                  **place.model_states(policy=lora, optimizer=lora_opt, critic=None, critic_optimizer=None)}
+    lora_path = place.save(os.path.join(out, "lora"), 1, lora_state)
+    held: dict = {}
+    place.build_policy(_model, _lora_prepare(lora_cfg, held))
+    fresh_lora = held["lora"]
+    fresh_lora_opt = torch.optim.AdamW([p for p in fresh_lora.policy.parameters() if p.requires_grad], lr=1.0)
+    place.load_model_states(lora_path, place.load(lora_path), policy=fresh_lora, optimizer=fresh_lora_opt, critic=None, critic_optimizer=None)
+    result["lora_reloaded"] = {n: _full(p) for n, p in fresh_lora.policy.named_parameters() if p.requires_grad}
+    result["lora_opt_reloaded"] = all(
+        torch.equal(_full(lora_opt.state[p]["exp_avg"]), _full(fresh_lora_opt.state[q]["exp_avg"]))
+        for p, q in zip(lora_opt.param_groups[0]["params"], fresh_lora_opt.param_groups[0]["params"])
+    )
+    place.save_adapter(lora, os.path.join(out, "adapter"))
     # a sharded checkpoint: written, read back into a fresh model and optimizer, refused on another world size
     policy, optimizer = half["policy"], half["optimizer"]
     state = {"step": 1, "rng": {"torch": torch.get_rng_state(), "python": None},
@@ -168,22 +331,34 @@ def _port() -> int:
 
 
 @pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory):
+def two_ranks(tmp_path_factory, model_cache):
     out = tmp_path_factory.mktemp("fsdp2")
+    _one_process_run(out)
     torch.multiprocessing.spawn(_worker, args=(2, _port(), str(out)), nprocs=2, join=True)
     return out, [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
 
 
-@pytest.mark.parametrize("advantage", ["reinforce_plus_plus", "gae"])
+@pytest.mark.parametrize("advantage", ["reinforce_plus_plus", "gae", "lora"])
 def test_two_ranks_compute_the_one_rank_loss_gradients_and_update(two_ranks, advantage):
-    """REINFORCE++ (whitened returns) and PPO's GAE with a critic (whitened advantages, value loss)."""
+    """REINFORCE++ (whitened returns), PPO's GAE with a critic (whitened advantages, value loss), and
+    REINFORCE++ with LoRA adapters and a KL term to the reference (the base, adapters off)."""
     _, results = two_ranks
-    cfg = _config("single", advantage)
+    lora = advantage == "lora"
+    cfg = _config("single", "reinforce_plus_plus" if lora else advantage, lora=lora)
     one = _run(placement.Single(device=torch.device("cpu")), _batch(), cfg)
     keys = ("loss/policy", "loss/total", "actor/grad_norm") + (("loss/value", "critic/grad_norm") if advantage == "gae" else ())
     if advantage == "gae":
         results = [res["gae"] for res in results]
         assert any(name.startswith("critic.") for name in one["grads"])
+    if lora:
+        results = [res["lora"] for res in results]
+        keys += ("loss/kl",)
+        assert one["grads"] and all("lora_" in name for name in one["grads"])  # only the adapters train
+        assert one["metrics"]["loss/kl"] > 0  # the adapters moved the policy away from the base
+        for res in results:  # the merged weights a weight sync hands the rollout side
+            assert res["merged"].keys() == one["merged"].keys()
+            for name, w in one["merged"].items():
+                torch.testing.assert_close(res["merged"][name], w, rtol=1e-5, atol=1e-6, msg=name)
     for res in results:
         for key in keys:
             assert res["metrics"][key] == pytest.approx(one["metrics"][key], rel=1e-5, abs=1e-6), key
@@ -193,6 +368,28 @@ def test_two_ranks_compute_the_one_rank_loss_gradients_and_update(two_ranks, adv
         for name, p in one["params"].items():
             torch.testing.assert_close(res["params"][name], p, rtol=1e-4, atol=1e-6, msg=name)
     assert one["metrics"]["actor/grad_norm"] > 0
+
+
+def test_a_short_run_ends_with_the_one_process_runs_weights(two_ranks):
+    """Three trainer steps on 2 ranks, each on its groups of the batches the one-process run sampled
+    (replayed): the final weights are the one-process run's."""
+    out, results = two_ranks
+    single = torch.load(out / "single.pt", weights_only=False)
+    moved = max(float((single["weights"][n] - p).abs().max()) for n, p in single["initial"].items())
+    assert moved > 1e-4  # the run trained
+    for res in results:
+        assert res["run_weights"].keys() == single["weights"].keys()
+        for name, w in single["weights"].items():
+            torch.testing.assert_close(res["run_weights"][name], w, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_each_rank_evaluates_its_share_and_reports_the_whole_sets_metrics(two_ranks):
+    _, results = two_ranks
+    one = _evaluate(distributed.SINGLE)
+    assert one["eval/n"] == 7 and one["eval/accuracy"] == pytest.approx(4 / 7)  # prompts 0, 2, 4, 6
+    assert one["eval/mean@4"] == pytest.approx(sum(k % 4 for k in range(7)) / 28)
+    for res in results:
+        assert res["eval"] == pytest.approx(one)
 
 
 def test_a_sharded_checkpoint_reloads_and_refuses_what_it_must(two_ranks):
@@ -209,6 +406,29 @@ def test_a_sharded_checkpoint_reloads_and_refuses_what_it_must(two_ranks):
         assert "refusing to write the checkpoint after step 2: non-finite" in res["nonfinite"]
         assert "model.world_size = 4 but this run has 2 process(es)" in res["world_refused"]
         assert "model.cpu_offload = true" in res["offload_refused"]
+
+
+def test_a_sharded_lora_checkpoint_and_adapter_hold_the_adapters_only(two_ranks):
+    """The sharded checkpoint of a LoRA policy holds the adapters and their AdamW state, which load
+    back exactly; the final adapter directory (rank 0, gathered) is peft's format."""
+    import torch.distributed.checkpoint as dcp
+    from peft import PeftModel
+
+    out, results = two_ranks
+    meta = dcp.FileSystemReader(str(out / "lora" / "checkpoints" / "step_000001" / "model")).read_metadata()
+    policy_keys = [k for k in meta.state_dict_metadata if k.startswith("policy.")]
+    assert policy_keys and all(".lora_A." in k or ".lora_B." in k for k in policy_keys), policy_keys[:5]
+    trained = {n: p for n, p in results[0]["lora"]["params"].items() if "lora_" in n}
+    assert trained.keys() == results[0]["lora_reloaded"].keys()
+    for res in results:
+        assert res["lora_opt_reloaded"]
+        for name, p in res["lora_reloaded"].items():
+            assert torch.equal(p, trained[name]), name
+    loaded = PeftModel.from_pretrained(_model(), str(out / "adapter"))
+    saved = {n.removeprefix("base_model.model."): p for n, p in loaded.named_parameters() if "lora_" in n}
+    assert saved.keys() == trained.keys()
+    for name, p in saved.items():
+        assert torch.equal(p, trained[name]), name
 
 
 def test_fsdp2_knobs_need_the_fsdp2_strategy():
@@ -236,8 +456,52 @@ def test_data_parallel_refuses_what_would_split_rows_unevenly():
         placement.check_data_parallel(validate({"advantage": {"name": "gpg"}}, lab=lab, where="t"), lab, 2)
     placement.check_data_parallel(validate({"advantage": {"name": "reinforce_plus_plus"}}, lab=lab, where="t"), lab, 2)
     placement.check_data_parallel(validate({"rollout": {"prompts_per_step": 3}}, lab=lab, where="t"), lab, 1)
-    with pytest.raises(Exception, match="backend 'sglang' does not take the gathered weights"):
-        placement.check_data_parallel(validate({"backend": {"name": "sglang", "urls": "http://127.0.0.1:30000"}}, lab=lab, where="t"), lab, 1)
+    sglang = {"name": "sglang", "urls": "http://127.0.0.1:30000"}
+    placement.check_data_parallel(validate({"backend": sglang}, lab=lab, where="t"), lab, 2)  # disk: rank 0 pushes
+    with pytest.raises(Exception, match="backend 'sglang' .*cannot take a sharded policy's weights: weight_sync = 'distributed'"):
+        placement.check_data_parallel(validate({"backend": {**sglang, "weight_sync": "distributed"}}, lab=lab, where="t"), lab, 1)
+    with pytest.raises(Exception, match="launch = true starts a server on rank 0"):
+        placement.check_data_parallel(validate({"backend": {"name": "sglang", "launch": True}}, lab=lab, where="t"), lab, 2)
+
+
+def _sglang_worker(rank: int, world: int, port: int, url: str, run_dir: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    import torch.distributed as dist
+
+    from rllab.config import load_config
+    from rllab.trainer import run_experiment
+    from tests.tiny import TINY, overrides
+
+    torch.set_num_threads(1)
+    settings = {**TINY, "model.strategy": "fsdp2", "train.steps": 2, "train.eval_size": 8, "backend": "sglang",
+                "backend.urls": url, "backend.backoff_s": 0.01, "backend.stale": "error"}
+    run_experiment(load_config(None, overrides(settings)), run_dir=run_dir, progress=False)
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_ranks_sample_from_sglang_servers_that_rank_0_alone_updates(tmp_path, model_cache):
+    """backend = "sglang" (weight_sync = "disk") under fsdp2 on 2 ranks, against the stand-in server:
+    rank 0 gathers the full weights and pushes each version once; both ranks sample their share
+    from the server and every completion carries the version just pushed (stale = "error")."""
+    import json
+
+    from tests.sglang_standin import StandIn
+
+    run_dir = tmp_path / "run"
+    with StandIn(None, lifetime_s=300) as server:
+        torch.multiprocessing.spawn(_sglang_worker, args=(2, _port(), server.url, str(run_dir)), nprocs=2, join=True)
+        versions = [u["weight_version"] for u in server.updates]
+        prompts = sum(len(ids) if isinstance(ids[0], list) else 1
+                      for ids in (body["input_ids"] for path, body in server.requests if path == "/generate"))
+    assert versions == ["1", "2", "3"]  # the first sync, then one per step: rank 0's push alone
+    # rows: each step's 4 prompts × 4 samples (2 prompts per rank); the 8 held-out prompts at the evaluations
+    # before and after, 4 per rank (each rank evaluates its share)
+    assert prompts == 2 * 4 * 4 + 2 * 8
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "rollout/reward" in r]
+    assert [r["sglang/weight_version"] for r in steps] == [2.0, 3.0] and all(r["rollout/stale"] == 0 for r in steps)
+    assert json.loads((run_dir / "final.json").read_text())["steps"] == 2
 
 
 @pytest.mark.slow
@@ -283,6 +547,61 @@ def test_killing_one_rank_stops_the_run_and_it_resumes_from_the_sharded_checkpoi
     assert json.loads((run_dir / "final.json").read_text())["steps"] == 40
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps.count(3) == 1 and max(steps) == 40  # the metrics after the checkpoint were truncated, not doubled
+
+
+def test_a_config_asking_for_more_ranks_than_processes_is_refused(tmp_path, one_rank):
+    """``rllab run model.strategy=fsdp2 model.world_size=2`` started as one process (no torchrun)."""
+    from rllab.config import load_config
+    from rllab.errors import RllabError
+    from rllab.trainer import run_experiment
+
+    with pytest.raises(RllabError, match=r"model.world_size = 2 but this run has 1 process\(es\).*torchrun --nproc-per-node 2"):
+        run_experiment(load_config(None, ["model.strategy=fsdp2", "model.world_size=2"]), run_dir=tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture
+def one_rank(monkeypatch):
+    """This process as the one rank of a torchrun world (its process group destroyed afterwards)."""
+    import torch.distributed as dist
+
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(_port()))
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def test_the_trainer_builds_its_critic_through_the_placement(tmp_path, one_rank, model_cache):
+    """fsdp2 on one rank: PPO's critic is sharded like the policy (built from the model's weights on
+    disk), not copied from the sharded policy (an FSDP module cannot be deep-copied)."""
+    trainer = _trainer("fsdp2", tmp_path / "run", **{"advantage": "gae", "train.steps": 1})
+    try:
+        metrics = trainer.train_step()
+        assert placement.is_sharded(trainer.critic.backbone) and placement.is_sharded(trainer.critic.value_head)
+        assert metrics["loss/value"] > 0 and metrics["critic/grad_norm"] > 0
+    finally:
+        trainer.close()
+
+
+def test_the_output_of_ranks_other_than_0_is_prefixed(monkeypatch):
+    import io
+    import sys
+
+    out, err = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    distributed.prefix_output(distributed.Reducer(rank=0, world_size=2))
+    assert sys.stdout is out  # rank 0 owns the console
+    distributed.prefix_output(distributed.Reducer(rank=1, world_size=2))
+    distributed.prefix_output(distributed.Reducer(rank=1, world_size=2))  # once
+    print("a warning\nover two lines")
+    sys.stderr.write("part ")
+    sys.stderr.write("of a line\n\nerror: boom\n")
+    assert out.getvalue() == "[rank 1] a warning\n[rank 1] over two lines\n"
+    assert err.getvalue() == "[rank 1] part of a line\n\n[rank 1] error: boom\n"
 
 
 def test_an_error_on_one_rank_names_it():

@@ -19,8 +19,9 @@ import torch
 import rllab
 from rllab.chat import PromptRenderer, _ids
 from rllab.config import load_config
+from rllab.demonstrations import demonstration_episodes
 from rllab.environment import Step
-from rllab.episodes import EpisodeLimits, EpisodeRunner, demonstration_episodes
+from rllab.episodes import EpisodeLimits, EpisodeRunner
 from rllab.errors import ConfigError, DuplicateComponentError, EpisodeError, PromptError
 from rllab.settings import RolloutConfig
 from rllab.tinytok import build_chat_tokenizer, build_tokenizer
@@ -367,7 +368,7 @@ def test_from_completions_with_episodes_and_select():
 
 
 def test_demonstrations_are_played_against_the_environment(char):
-    from rllab.tinymodel import encode_episodes
+    from rllab.demonstrations import encode_episodes
 
     env = Env(max_turns=3, done_at=3, obs="no")
     examples = env.train_examples(2, None)
@@ -697,3 +698,17 @@ def test_the_models_context_bounds_an_environments_episodes(char):
     for e in scored.episodes:
         assert len(e.completion.prompt_ids) + len(e.completion.token_ids) <= 15 and e.finish_reason == "overflow"
     assert scored.metrics["env/context_overflows"] == 2.0 and scored.rewards.tolist() == [0.25 + 0.5 - 1.0] * 2
+
+
+def test_the_documented_example_environment_passes_the_contract_suite(tmp_path):
+    """docs/environments.md's complete example, written out as a plugin file, loads and passes `rllab check`."""
+    import re
+
+    from rllab.testing import run_contract
+
+    doc = (ROOT / "docs" / "environments.md").read_text()
+    code = next(b for b in re.findall(r"```python\n(.*?)```", doc, re.S) if "register_environments" in b and "class RetryAddition" in b)
+    path = tmp_path / "documented_env.py"
+    path.write_text(code)
+    results = run_contract(rllab.Lab([str(path)]), "environment", "retry_addition", {"tries": 3})
+    assert all(r.passed for r in results) and len(results) == 5, [(r.check, r.message) for r in results]

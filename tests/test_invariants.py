@@ -39,7 +39,7 @@ def test_no_kernel_file_imports_a_plugin():
 PUBLIC_MODULES = {
     "rllab", "rllab.ops", "rllab.types", "rllab.testing", "rllab.models", "rllab.kernels", "rllab.tinymodel",
     "rllab.algorithm", "rllab.config", "rllab.trainer", "rllab.runs", "rllab.checkpoint", "rllab.tomlio",
-    "rllab.rewards", "rllab.chat", "rllab.hfcompat",
+    "rllab.rewards", "rllab.chat", "rllab.hfcompat", "rllab.environment", "rllab.tools",
 }  # fmt: skip
 # A plugin may build on another only where declared here (a front end of a command plugin).
 PLUGIN_DEPENDENCIES = {"rllab_tui": {"rllab_suite"}}

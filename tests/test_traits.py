@@ -85,6 +85,9 @@ def test_builtin_traits():
     assert "CUDA-IPC" in sglang.trait("needs_cuda", lab.get("rollout_backend", "sglang", urls="http://x", weight_sync="tensor").config)
     assert sglang.trait("needs_cuda", lab.get("rollout_backend", "sglang", urls="http://x").config) is None
     assert lab.spec("rollout_backend", "hf").trait("needs_cuda") is None
+    assert lab.spec("rollout_backend", "hf").trait("sharded_policy") is None
+    assert sglang.trait("sharded_policy", lab.get("rollout_backend", "sglang", urls="http://x").config) is None
+    assert "weight_sync = 'disk'" in sglang.trait("sharded_policy", lab.get("rollout_backend", "sglang", urls="http://x", weight_sync="distributed").config)
     rl = lab.spec("algorithm", "rl")
     assert "policy_loss" in rl.trait("uses") and rl.trait("provides")["policy_loss"] == ("rollout_log_prob",)
     assert "reward_components" in lab.spec("advantage_estimator", "gdpo").requires

@@ -19,6 +19,12 @@ summed over ranks (``ctx.reducer``), so each rank's loss is its share of the glo
 reuses the update's own forward, detached, as the old log-probs instead of a separate no-grad
 forward.
 
+Every step logs the rollout-vs-trainer log-prob gap over the response tokens
+(``mismatch/abs_diff``, ``mismatch/k1``, ``mismatch/k3``, :func:`rllab.ops.log_prob_gap`): from the
+old-log-prob forward when there is one, else from the update's first minibatch before its
+optimizer step (on-policy: the whole batch; bypass mode with several minibatches: that
+minibatch's rows).
+
 A correction that rejects tokens (``rejection``, see :mod:`rllab.hookspecs`) narrows the
 response mask the update trains on, as verl does: rejected tokens leave the loss, the global
 token / sequence counts, the KL and entropy terms and the value loss. The keep mask is computed
@@ -252,7 +258,8 @@ class RL:
             extra["sum_pi_squared"] = torch.where(mask, lss.exp(), torch.zeros_like(lss))
         advantages, returns = estimator(token_rewards=token_rewards, mask=adv_mask, index=batch.index, values=values, **extra)
         weights = None
-        if old is not None:  # else computed per micro-batch from the update's forward
+        if old is not None:  # else measured / computed per micro-batch from the update's forward
+            metrics.update({k: float(v) for k, v in ops.log_prob_gap(old, batch.rollout_log_prob, mask).items()})
             weights, corr_metrics = comps["correction"](old_log_prob=old, rollout_log_prob=batch.rollout_log_prob, mask=mask)
             metrics.update({k: float(v) for k, v in corr_metrics.items()})
         metrics["adv/mean"] = ops.masked_mean(advantages, train_mask).item()
@@ -305,6 +312,8 @@ class RL:
                 for k, v in mb_metrics.items():
                     sums.setdefault(k, []).append(v)
         out = {k: sum(v) / len(v) for k, v in sums.items()}
+        # measured in the update (no old-log-prob forward): the first minibatch, before any optimizer step
+        out.update({k: v[0] for k, v in sums.items() if k.startswith("mismatch/")})
         out["actor/first_approx_kl"] = sums.get("actor/approx_kl", [0.0])[0]
         out["actor/first_clipfrac"] = sums.get("actor/clipfrac", [0.0])[0]
         out["time/update"] = time.perf_counter() - t0
@@ -318,6 +327,8 @@ class RL:
         correction = comps["correction"]
         log_prob, entropy = _logprobs(ctx, ctx.policy, batch, rows, with_entropy=True)
         out: dict[str, float] = {}
+        if p.old_log_prob is None:  # this forward's log-probs against the sampler's (update() keeps the first minibatch's)
+            out.update({k: float(v) for k, v in ops.log_prob_gap(log_prob, batch.rollout_log_prob[rows], mask).items()})
         if _bypass(ctx):  # the loss corrects for the sampler itself, from π_θ / π_rollout
             old, w = batch.rollout_log_prob[rows], None
         elif p.old_log_prob is None:  # on-policy: this forward is the rollout-time policy

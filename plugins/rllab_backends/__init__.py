@@ -14,8 +14,19 @@ def register_rollout_backends(register):
     # the components' modules import torch: loaded when they register, not with the plugin
     from . import hf, sglang
 
-    register("hf", hf.hf, config=hf.HFBackendConfig, aliases=("transformers",))
-    register("sglang", sglang.sglang, config=sglang.SGLangBackendConfig, needs_cuda=_sglang_needs_cuda)
+    register("hf", hf.hf, config=hf.HFBackendConfig, aliases=("transformers",), sharded_policy=None)
+    register("sglang", sglang.sglang, config=sglang.SGLangBackendConfig, needs_cuda=_sglang_needs_cuda, sharded_policy=_sglang_sharded_policy)
+
+
+def _sglang_sharded_policy(config) -> str | None:
+    """Why this SGLang config cannot serve a sharded (fsdp2) policy, or None: rank 0 saves the
+    gathered weights and the servers load them (weight_sync = 'disk')."""
+    if config.weight_sync != "disk":
+        return (f"weight_sync = {config.weight_sync!r} sends the trainer's own tensors, but a sharded policy's full weights "
+                "are a CPU copy gathered on rank 0; use weight_sync = 'disk'")
+    if config.launch:
+        return "launch = true starts a server on rank 0 that the other ranks do not know; start the servers yourself and list them in urls"
+    return None
 
 
 def _sglang_needs_cuda(config) -> str | None:

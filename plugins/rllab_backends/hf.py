@@ -37,6 +37,12 @@ Log-prob conventions (the ``logprobs`` knob), the value reported for the sampled
 
 With ``top_k = -1`` and ``top_p = 1`` the default and ``"processed"`` agree.
 
+Precision: the sampling copy is cast to ``dtype``. Against a float32 trainer, ``bfloat16`` (or
+``float16``) makes the rollout policy differ from the trained one by rounding alone — a mismatch
+you can dial on a CPU, which the trainer logs every step (``mismatch/abs_diff``, ``mismatch/k1``,
+``mismatch/k3``) and the importance corrections act on. ``share_weights`` has no copy, so it
+refuses a ``dtype`` of its own.
+
 Weights: ``model_path`` loads a model directory at construction; otherwise the first
 ``update_weights(model)`` makes a private copy of ``model`` (later calls copy the weights in
 with ``load_state_dict``), or, with ``share_weights = true``, samples from ``model`` itself.
@@ -72,12 +78,24 @@ class HFBackendConfig:
         "'processed' after top-k/top-p renormalisation",
         choices=("temperature", "raw", "processed"),
     )
-    share_weights: bool = rllab.knob(False, help="sample from the trainer's module itself instead of a copy")
+    share_weights: bool = rllab.knob(
+        False, help="sample from the trainer's module itself instead of a copy (in the trainer's dtype: dtype then "
+        "stays at its default)", validator=lambda inst, attr, value: _no_dtype_when_shared(inst, value),
+    )
     seed: int = rllab.knob(0, help="seeds the backend's generator (used when params.seed is None)")
     device: str = rllab.knob("auto", help="torch device of the sampling model: auto (CUDA when available, as model.device), cpu, cuda, cuda:N")
     num_threads: int | None = rllab.knob(
         None, help="torch CPU threads during generate (None: leave the process setting)", ge=1
     )
+
+
+def _no_dtype_when_shared(config, share: bool) -> None:
+    if share and config.dtype != "float32":
+        raise ValueError(
+            f"dtype = {config.dtype!r} is the dtype of the sampling copy, but share_weights = true samples from the "
+            f"trainer's module itself, in the trainer's dtype: drop one of them (a {config.dtype} sampler against the "
+            f"trainer is share_weights = false)"
+        )
 
 
 class HFBackend:

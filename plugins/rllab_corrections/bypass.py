@@ -14,7 +14,8 @@ being trained. Bypass mode skips the extra forward: the trainer passes the rollo
   detached current log-probs on every call, optionally batch-normalised.
 
 Both can reject tokens or sequences first with any :data:`rllab_corrections.rejection.CRITERIA`
-(``rs_criterion``) on the same ratio; rejected tokens leave the mask the loss is aggregated over
+(``rs_criterion``; several, comma-separated or a list, must all pass — thresholds ``rs_upper``
+and ``rs_lower`` as ``upper`` and ``lower`` of ``rejection``) on the same ratio; rejected tokens leave the mask the loss is aggregated over
 (``aggregate(loss, keep)``), as verl's ``effective_mask``.
 
 Signature of every policy loss (:mod:`rllab.hookspecs`); shapes (B, T). ``weights`` from an
@@ -31,10 +32,11 @@ import torch
 
 import rllab
 from rllab import ops
+from rllab import FloatOrFloatsOrNone, StrOrStrsOrNone
 
 from .rejection import (
     CRITERIA, DEFAULT_C_MAX, _keep, _weight_knobs_need_a_weight, check_on_policy_weight_kept, check_rejects_something_only,
-    importance_weights,
+    criteria, importance_weights, resolve_criteria,
 )
 
 LOG_RATIO_CLAMP = 20.0
@@ -43,9 +45,11 @@ LOG_RATIO_CLAMP = 20.0
 def _check_rs(inst, attribute, value):
     if value is not None and inst.rs_criterion is None:
         raise ValueError(f"{attribute.name} = {value!r} needs rs_criterion (rejection sampling is off)")
-    k1 = inst.rs_criterion is not None and inst.rs_criterion.endswith("k1")
-    if attribute.name == "rs_lower" and value is not None and inst.rs_criterion and not k1:
-        raise ValueError(f"rs_lower only applies to k1 criteria, not {inst.rs_criterion!r}")
+
+
+def _check_rs_criterion(inst, attribute, value):
+    if value is not None:
+        criteria(value, knob="rs_criterion")
 
 
 def _check_c_min(inst, attribute, value):
@@ -71,11 +75,18 @@ class BypassConfig:
     )
     c_min: float | None = rllab.knob(None, help="IcePop lower bound (None: truncate)", gt=0.0, validator=_check_c_min)
     batch_normalize: bool = rllab.knob(False, help="divide the IS weights by their batch mean")
-    rs_criterion: str | None = rllab.knob(None, help="rejection criterion (None: off)", choices=CRITERIA)
-    rs_upper: float | None = rllab.knob(None, help="rejection upper threshold (required with rs_criterion)", gt=0.0,
-                                        validator=_check_rs)
-    rs_lower: float | None = rllab.knob(None, help="k1 rejection lower threshold (None: 1/rs_upper)", gt=0.0,
-                                        validator=_check_rs)
+    rs_criterion: StrOrStrsOrNone = rllab.knob(
+        None, help="rejection criterion (None: off); several (comma-separated or a list) must all pass. One or "
+        "more of " + ", ".join(CRITERIA), validator=_check_rs_criterion,
+    )
+    rs_upper: FloatOrFloatsOrNone = rllab.knob(
+        None, help="rejection upper threshold (required with rs_criterion); one shared or one per criterion",
+        validator=_check_rs,
+    )
+    rs_lower: FloatOrFloatsOrNone = rllab.knob(
+        None, help="k1 rejection lower threshold (None: 1/rs_upper); one shared or one per k1 criterion",
+        validator=_check_rs,
+    )
 
     def __attrs_post_init__(self):
         if self.rs_criterion is not None and self.rs_upper is None:
@@ -85,7 +96,8 @@ class BypassConfig:
                 f"is_level = {self.is_level!r} applies to loss_type = 'reinforce' only (PPO's ratio is the correction)"
             )
         _weight_knobs_need_a_weight(self)
-        check_rejects_something_only(self.rs_criterion, self.rs_upper, self.rs_lower, names=("rs_upper", "rs_lower", ""))
+        check_rejects_something_only(self.rs_criterion, self.rs_upper, self.rs_lower,
+                                     names=("rs_upper", "rs_lower", "", "rs_criterion"))
         check_on_policy_weight_kept(self.c_min, self.c_max)
         if self.loss_type == "reinforce" and any(
             getattr(self, k) != d for k, d in (("clip_low", 0.2), ("clip_high", 0.2), ("clip_c", 3.0))
@@ -124,7 +136,7 @@ def bypass_mode(*, log_prob, old_log_prob, advantages, mask, aggregate, config, 
     with torch.no_grad():
         current = log_prob.detach()
         if config.rs_criterion is not None:
-            keep, _ = _keep(config.rs_criterion, current, rollout, mask, config.rs_upper, config.rs_lower)
+            keep, _ = _keep(resolve_criteria(config.rs_criterion, config.rs_upper, config.rs_lower), current, rollout, mask)
         else:
             keep = mask
     log_ratio = torch.clamp(log_prob - rollout, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)

@@ -28,6 +28,15 @@ of the verl releases before 0.9 (paper value 1e-4); verl 0.9.1 dropped it (``seq
 closest 0.9.1 criterion), so it has no 0.9.1 reference and is tested by hand. It combines with the
 criterion: a token is kept only if it passes both.
 
+**Several criteria** (verl's comma-separated ``rollout_rs``, e.g. ``"token_k1,seq_max_k3"``):
+``criterion`` may list several, as one comma-separated string or a list of names, and a token is
+kept only where it passes *every* criterion (verl's ``combined_mask``). ``upper`` is one number
+shared by all of them or a list with one per criterion (verl's ``rollout_rs_threshold``
+``"0.5_2.0,0.1"`` is ``criterion = "token_k1,seq_max_k3"``, ``upper = [2.0, 0.1]``,
+``lower = 0.5``); ``lower`` is one number shared by the k1 criteria or a list with one per k1
+criterion, in their order. A criterion listed twice, a criterion that is not known and a number
+of thresholds that matches neither are refused by name.
+
 A k1 statistic passes where ``log(lower) ≤ stat ≤ log(upper)`` (``lower`` defaults to
 1/``upper``; an empty interval — ``upper`` < 1 with the default ``lower`` — is refused, as is a
 ``veto_threshold`` ≥ 1: both would reject every token); k2 and k3 statistics are non-negative and
@@ -72,7 +81,10 @@ Metrics (detached 0-d, ``tis/…``): ``tis/rs_masked_frac`` (share of valid toke
 ``tis/rs_seq_masked_frac`` (share of non-empty rows with a rejected token; verl divides by all
 rows, empty ones included), ``tis/rs_stat_mean`` (the criterion's statistic averaged over valid
 tokens, verl's ``rollout_rs_<option>_mean``) and the mismatch metrics of
-:func:`mismatch_metrics`.
+:func:`mismatch_metrics`. With several criteria ``tis/rs_masked_frac`` counts the tokens any of
+them rejects, and each criterion ``c`` reports ``tis/rs_<c>_stat_mean`` and
+``tis/rs_<c>_masked_frac`` (verl's ``rollout_rs_<c>_mean`` and ``…_masked_fraction``) in place of
+``tis/rs_stat_mean``.
 """
 
 from __future__ import annotations
@@ -84,6 +96,7 @@ import torch
 
 import rllab
 from rllab import ops
+from rllab import FloatOrFloats, FloatOrFloatsOrNone, StrOrStrs
 
 SAFETY_BOUND = 20.0
 
@@ -96,7 +109,7 @@ CRITERIA = (
     "seq_max_k2", "seq_max_k3",
 )
 
-__all__ = ["CRITERIA", "NARROW", "divergences", "rejection_mask", "keep_mask", "veto_rows", "mismatch_metrics", "rejection", "RejectionConfig"]
+__all__ = ["CRITERIA", "NARROW", "criteria", "resolve_criteria", "divergences", "rejection_mask", "keep_mask", "veto_rows", "mismatch_metrics", "rejection", "RejectionConfig"]
 
 
 def _zero(x: torch.Tensor) -> torch.Tensor:
@@ -145,33 +158,101 @@ def _statistic(criterion: str, old, rollout, mask):
     return _row_stat(level.split("_")[1], per_token, mask)[:, None]
 
 
-def _bounds(criterion: str, upper: float, lower: float | None):
-    if criterion.endswith("k1"):
-        lo = 1.0 / upper if lower is None else lower
-        return math.log(lo), math.log(upper)
-    return None, upper
+def criteria(criterion: str | tuple[str, ...] | list[str], *, knob: str = "criterion") -> tuple[str, ...]:
+    """The criteria named by ``criterion``: one name, a comma-separated string or a list of names.
+
+    Refuses an empty list, an unknown name (listing :data:`CRITERIA`) and a name listed twice."""
+    parts = criterion.split(",") if isinstance(criterion, str) else [p for c in criterion for p in str(c).split(",")]
+    names = tuple(p.strip() for p in parts if p.strip())
+    if not names:
+        raise ValueError(f"{knob} = {criterion!r} names no criterion: must be one or more of {', '.join(CRITERIA)}")
+    for name in names:
+        if name not in CRITERIA:
+            raise ValueError(
+                f"{knob} = {criterion!r}: unknown criterion {name!r}; must be one or more of {', '.join(CRITERIA)}"
+            )
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"{knob} = {criterion!r} lists {', '.join(map(repr, twice))} more than once")
+    return names
 
 
-def rejection_mask(*, old_log_prob, rollout_log_prob, mask, criterion: str, upper: float, lower: float | None = None):
-    """(B, T) bool: True on valid tokens that pass ``criterion`` (verl's ``modified_response_mask``).
+def _as_list(value) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def resolve_criteria(criterion, upper, lower=None, *, names: tuple[str, str, str] = ("criterion", "upper", "lower")):
+    """``((name, lower_ratio | None, upper), ...)``, one per criterion, from the knobs as given.
+
+    ``upper``: one number shared by every criterion or one per criterion; ``lower``: None (1/upper
+    for each k1 criterion), one number shared by the k1 criteria, or one per k1 criterion in order;
+    non-k1 criteria take no lower bound (``lower_ratio`` None). ``names``: the knobs as the user
+    spells them, for the errors."""
+    crit = criteria(criterion, knob=names[0])
+    uppers = _as_list(upper)
+    if len(uppers) not in (1, len(crit)):
+        raise ValueError(
+            f"{names[1]} = {upper!r} gives {len(uppers)} thresholds for {len(crit)} criteria ({', '.join(crit)}): "
+            f"give one shared by all or one per criterion"
+        )
+    uppers = uppers * len(crit) if len(uppers) == 1 else uppers
+    for u in uppers:
+        if not u > 0:
+            raise ValueError(f"{names[1]} = {upper!r} is out of range: every threshold must be > 0")
+    k1 = [c for c in crit if c.endswith("k1")]
+    lowers = [None] * len(k1)
+    if lower is not None:
+        given = _as_list(lower)
+        if not k1:
+            raise ValueError(f"{names[2]} = {lower!r} only applies to k1 criteria, not {', '.join(map(repr, crit))}")
+        if len(given) not in (1, len(k1)):
+            raise ValueError(
+                f"{names[2]} = {lower!r} gives {len(given)} lower bounds for {len(k1)} k1 criteria ({', '.join(k1)}): "
+                f"give one shared by all or one per k1 criterion"
+            )
+        for lo in given:
+            if not lo > 0:
+                raise ValueError(f"{names[2]} = {lower!r} is out of range: every lower bound must be > 0")
+        lowers = given * len(k1) if len(given) == 1 else given
+    lower_of = dict(zip(k1, lowers))
+    return tuple(
+        (c, (1.0 / u if lower_of[c] is None else lower_of[c]) if c in lower_of else None, u)
+        for c, u in zip(crit, uppers)
+    )
+
+
+def rejection_mask(*, old_log_prob, rollout_log_prob, mask, criterion, upper, lower=None):
+    """(B, T) bool: True on valid tokens that pass every criterion (verl's ``modified_response_mask``).
 
     ``old_log_prob``, ``rollout_log_prob`` (B, T) float; ``mask`` (B, T) bool; ``criterion`` one
-    of :data:`CRITERIA`; ``upper`` > 0; ``lower`` (k1 criteria only) > 0, default 1/upper.
+    of :data:`CRITERIA`, or several (comma-separated or a list); ``upper`` > 0, one shared or one
+    per criterion; ``lower`` (k1 criteria only) > 0, one shared or one per k1 criterion, default
+    1/upper.
     """
     where = f"rejection_mask({criterion!r})"
-    if criterion not in CRITERIA:
-        raise ValueError(f"{where}: unknown criterion; must be one of {', '.join(CRITERIA)}")
+    try:
+        specs = resolve_criteria(criterion, upper, lower)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
     old, rollout = _prepare(where, old_log_prob, rollout_log_prob, mask)
-    return _keep(criterion, old, rollout, mask, upper, lower)[0]
+    return _keep(specs, old, rollout, mask)[0]
 
 
-def _keep(criterion, old, rollout, mask, upper, lower):
-    stat = _statistic(criterion, old, rollout, mask)
-    lo, hi = _bounds(criterion, upper, lower)
-    passes = stat <= hi
-    if lo is not None:
-        passes = passes & (stat >= lo)
-    return mask & passes.expand_as(mask), stat.expand_as(mask)
+def _keep(specs, old, rollout, mask):
+    """``(keep (B, T) bool, {criterion: (passes (B, T) bool, statistic (B, T))})`` over the
+    resolved ``specs``: a valid token is kept where it passes every criterion."""
+    keep = mask
+    per = {}
+    for criterion, lower, upper in specs:
+        stat = _statistic(criterion, old, rollout, mask)
+        if lower is None:
+            passes = stat <= upper
+        else:
+            passes = (stat >= math.log(lower)) & (stat <= math.log(upper))
+        passes = mask & passes.expand_as(mask)
+        keep = keep & passes
+        per[criterion] = (passes, stat.expand_as(mask))
+    return keep, per
 
 
 def veto_rows(old_log_prob, rollout_log_prob, mask, threshold: float) -> torch.Tensor:
@@ -212,26 +293,26 @@ def mismatch_metrics(old_log_prob, rollout_log_prob, mask) -> dict[str, torch.Te
 # --------------------------------------------------------------------------- the registered correction
 
 
-def _check_lower(inst, attribute, value):
-    if value is None:
-        return
-    if not inst.criterion.endswith("k1"):
-        raise ValueError(f"lower = {value!r} only applies to k1 criteria, not {inst.criterion!r}")
+def _check_criteria(inst, attribute, value):
+    criteria(value)
 
 
-def check_rejects_something_only(criterion: str | None, upper: float | None, lower: float | None, veto: float | None = None,
-                                 *, names: tuple[str, str, str] = ("upper", "lower", "veto_threshold")) -> None:
+def check_rejects_something_only(criterion, upper, lower, veto: float | None = None,
+                                 *, names: tuple[str, ...] = ("upper", "lower", "veto_threshold", "criterion")) -> None:
     """Refuse thresholds under which every token is rejected (a gradient of 0 at every step): a k1
     interval [lower, upper] that is empty — ``lower`` given or implied as 1/``upper`` — and a veto
     at or above ratio 1 (an on-policy token has π_train/π_rollout = 1; a row survives a veto ``v``
-    only when every token is at least ``v``× likelier under the trainer). ``names``: the knobs as
-    the user spells them."""
-    if criterion is not None and criterion.endswith("k1") and upper is not None:
-        lo = 1.0 / upper if lower is None else lower
-        if lo > upper:
+    only when every token is at least ``v``× likelier under the trainer). ``criterion`` may list
+    several (:func:`resolve_criteria`). ``names``: the knobs as the user spells them (upper, lower,
+    veto, criterion)."""
+    specs = () if criterion is None or upper is None else resolve_criteria(
+        criterion, upper, lower, names=(names[3], names[0], names[1])
+    )
+    for crit, lo, hi in specs:
+        if lo is not None and lo > hi:
             said = f"{names[1]} = {lower!r}" if lower is not None else f"{names[1]} (unset: 1/{names[0]} = {lo:g})"
             raise ValueError(
-                f"{said} exceeds {names[0]} = {upper!r}: criterion {criterion!r} keeps a token only where "
+                f"{said} exceeds {names[0]} = {upper!r}: criterion {crit!r} keeps a token only where "
                 f"{names[1]} ≤ ratio ≤ {names[0]}, an empty interval, so every token would be rejected. "
                 f"Set {names[0]} > 1 (e.g. 1.001) or an explicit {names[1]} ≤ {names[0]}."
             )
@@ -270,10 +351,17 @@ class RejectionConfig:
     0.999_1.001; the default ``lower`` is 1/upper, symmetric in log space — set ``lower=0.999`` for
     the preset's exact bounds)."""
 
-    criterion: str = rllab.knob("seq_mean_k1", help="what is thresholded (verl's rollout_rs option)", choices=CRITERIA)
-    upper: float = rllab.knob(1.001, help="upper threshold (k1: on the ratio scale; k2/k3: on the statistic)", gt=0.0)
-    lower: float | None = rllab.knob(
-        None, help="k1 only: lower threshold on the ratio scale (None: 1/upper)", gt=0.0, validator=_check_lower
+    criterion: StrOrStrs = rllab.knob(
+        "seq_mean_k1", help="what is thresholded (verl's rollout_rs option); several (comma-separated or a list) "
+        "must all pass. One or more of " + ", ".join(CRITERIA), validator=_check_criteria,
+    )
+    upper: FloatOrFloats = rllab.knob(
+        1.001, help="upper threshold (k1: on the ratio scale; k2/k3: on the statistic); one shared by every "
+        "criterion or a list with one per criterion",
+    )
+    lower: FloatOrFloatsOrNone = rllab.knob(
+        None, help="k1 only: lower threshold on the ratio scale (None: 1/upper); one shared by the k1 criteria or "
+        "a list with one per k1 criterion",
     )
     veto_threshold: float | None = rllab.knob(
         None, help="drop a whole row when one of its tokens has π_train/π_rollout below this (pre-0.9 verl; "
@@ -305,6 +393,11 @@ class RejectionConfig:
         _weight_knobs_need_a_weight(self)
         check_rejects_something_only(self.criterion, self.upper, self.lower, self.veto_threshold)
         check_on_policy_weight_kept(self.c_min, self.c_max)
+
+    @property
+    def criteria(self):
+        """The resolved criteria, ``((name, lower_ratio | None, upper), ...)``."""
+        return resolve_criteria(self.criterion, self.upper, self.lower)
 
 
 def _weight_knobs_need_a_weight(config) -> None:
@@ -348,13 +441,13 @@ def importance_weights(old, rollout, mask, *, level: str, c_max: float, c_min: f
 
 
 def _kept(old, rollout, mask, config):
-    """(keep (B, T) bool, statistic (B, T), vetoed (B,) bool or None) on zeroed inputs."""
-    keep, stat = _keep(config.criterion, old, rollout, mask, config.upper, config.lower)
+    """(keep (B, T) bool, per-criterion (passes, statistic), vetoed (B,) bool or None) on zeroed inputs."""
+    keep, per = _keep(config.criteria, old, rollout, mask)
     vetoed = None
     if config.veto_threshold is not None:
         vetoed = veto_rows(old, rollout, mask, config.veto_threshold)
         keep = keep & ~vetoed[:, None]
-    return keep, stat, vetoed
+    return keep, per, vetoed
 
 
 def keep_mask(*, old_log_prob, rollout_log_prob, mask, config):
@@ -378,7 +471,7 @@ def rejection(*, old_log_prob, rollout_log_prob, mask, config):
     Returns detached (B, T) weights (0 on masked and rejected tokens) and ``tis/…`` metrics.
     """
     old, rollout = _prepare("importance_correction 'rejection'", old_log_prob, rollout_log_prob, mask)
-    keep, stat, vetoed = _kept(old, rollout, mask, config)
+    keep, per, vetoed = _kept(old, rollout, mask, config)
     metrics = {}
     if vetoed is not None:
         metrics["tis/veto_seq_frac"] = ops.masked_mean(vetoed.to(old.dtype), mask.any(-1))
@@ -397,9 +490,15 @@ def rejection(*, old_log_prob, rollout_log_prob, mask, config):
             "tis/mean_weight": ops.masked_mean(weights, mask),
             "tis/rs_masked_frac": ops.masked_mean((~keep).to(old.dtype), mask),
             "tis/rs_seq_masked_frac": ops.masked_mean((mask & ~keep).any(-1).to(old.dtype), rows),
-            "tis/rs_stat_mean": ops.masked_mean(stat, mask),
             "tis/rollout_kl": ops.masked_mean(rollout - old, mask),
         }
     )
+    if len(per) == 1:
+        ((_, stat),) = per.values()
+        metrics["tis/rs_stat_mean"] = ops.masked_mean(stat, mask)
+    else:
+        for name, (passes, stat) in per.items():
+            metrics[f"tis/rs_{name}_stat_mean"] = ops.masked_mean(stat, mask)
+            metrics[f"tis/rs_{name}_masked_frac"] = ops.masked_mean((~passes).to(old.dtype), mask)
     metrics.update(mismatch_metrics(old, rollout, mask))
     return weights.detach(), {k: v.detach() for k, v in metrics.items()}

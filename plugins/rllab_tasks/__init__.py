@@ -28,11 +28,16 @@ character used)::
     dataset    a local data set (TRL or verl format) scored by reward functions (:mod:`rllab_tasks.dataset`)
     reasoning_gym  a reasoning-gym procedural data set, scored by its own ``score_answer``
 
-and the built-in environments (:mod:`rllab_tasks.environments`, ``env = NAME``)::
+Environments (multi-turn, :mod:`rllab.environment`, ``env = NAME``): the built-in ones the tiny
+model learns (:mod:`rllab_tasks.environments`)::
 
     calculator  "123*45="      -> <calc(123*45)>, then the product     (a tool the model must call)
     search      "pin of kqz?"  -> <find(kqz,pin)>, then the value      (a per-example key-value store)
     guess       "guess 1-16:"  -> guesses answered higher/lower         (fewer turns, more reward)
+
+and ``textarena``, which plays a single-player textarena game (:mod:`rllab_tasks.textarena_env`),
+and ``reasoning_gym_retry``, which lets the model retry a reasoning-gym question after feedback
+(:mod:`rllab_tasks.reasoning`).
 
 The plugin also registers the built-in reward functions (:mod:`rllab_tasks.rewards`): ``exact``,
 ``contains``, ``numeric``, ``math_verify``, ``format`` and ``length_penalty``.
@@ -89,6 +94,12 @@ def register_environments(register):
     register("calculator", CalculatorEnvironment, config=CalculatorConfig)
     register("search", SearchEnvironment, config=SearchConfig)
     register("guess", GuessEnvironment, config=GuessConfig)
+    # optional libraries: their packages are imported when an environment is built, not here
+    from .reasoning import ReasoningGymRetryConfig, reasoning_gym_retry
+    from .textarena_env import TextArenaConfig, textarena_env
+
+    register("textarena", textarena_env, config=TextArenaConfig)
+    register("reasoning_gym_retry", reasoning_gym_retry, config=ReasoningGymRetryConfig)
 
 
 @rllab.hookimpl

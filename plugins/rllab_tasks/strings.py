@@ -71,10 +71,12 @@ class SortTask(_StringTask):
 
     name = "sort"
     verb = "sort"
-    warm_start_defaults = {"target_accuracy": 0.1, "check_every": 2}
-    """The default warm start (stop at 25%, probed every 10 steps) overshoots to ~37% held-out
-    accuracy, from which GRPO gains only ~8 points in 400 steps; stopping at 10% (probed every 2
-    steps) starts it at ~13% and it gains ~27."""
+    warm_start_defaults = {"target_accuracy": 0.2, "check_every": 2}
+    """Stop the warm start at 20% on the probe (checked every 2 steps): it starts at 17.5% held-out
+    and GRPO gains +27.5 points on each of seeds 0–2 in 400 steps. At 10% the sampling policy is
+    too flat (entropy ~2.9 nats per token, rollout accuracy ~0.1%) and the gain ranged from −5.5
+    to +26 over seeds 0–2; at 30% it starts at 27% and gains +18. Every run levels off at 45%
+    by step ~250."""
 
     def transform(self, s):
         return "".join(sorted(s))

@@ -247,7 +247,7 @@ def test_demonstration_episodes_of_one_prompt_with_shared_first_turns_are_told_a
     """guess has a single prompt and its binary searches share their first turns: the warm
     start's scripted episodes must still each follow their own example."""
     from rllab.chat import PromptRenderer
-    from rllab.episodes import demonstration_episodes
+    from rllab.demonstrations import demonstration_episodes
     from rllab.tinytok import build_tokenizer
 
     env = make("guess")

@@ -237,3 +237,82 @@ def test_thresholds_that_reject_every_token_are_refused(name, knobs, match):
     with pytest.raises(rllab.ConfigError, match=match):
         LAB.get(kind, name, **knobs)
     LAB.get("importance_correction", "rejection", upper=1.0)  # lower = upper = 1: exact on-policy tokens pass
+
+
+# --------------------------------------------------------------------------- several criteria
+
+
+def test_several_criteria_keep_a_token_only_where_all_pass():
+    # lr rows: [0.1, −1.0, 0.5] and [0.05, 0.05, −0.05]
+    # token_k1 in [½, 2] (k1 = −lr in [−0.693, 0.693]): rejects row 0's −1.0 token only
+    # seq_max_k3 ≤ 0.1: row 0 max k3 = e^0.5 − 1.5 = 0.1487 (the −1.0 token: e^−1 = 0.3679 − 1 + 1 = 0.3679)
+    #   → row 0 vetoed; row 1 max = e^0.05 − 1.05 = 0.00127 → kept
+    lr = t([[0.1, -1.0, 0.5], [0.05, 0.05, -0.05]])
+    assert keep(lr, "token_k1", 2.0) == [[True, False, True], [True, True, True]]
+    assert keep(lr, "seq_max_k3", 0.1) == [[False, False, False], [True, True, True]]
+    both = [[False, False, False], [True, True, True]]
+    assert keep(lr, "token_k1,seq_max_k3", [2.0, 0.1]) == both
+    assert keep(lr, ["token_k1", "seq_max_k3"], (2.0, 0.1)) == both
+    # seq_max_k3 loosened to 0.2: row 0 max is the −1.0 token's 0.368 → still vetoed; at 0.4 only
+    # token_k1's rejection of that token is left
+    assert keep(lr, "token_k1,seq_max_k3", [2.0, 0.4]) == [[True, False, True], [True, True, True]]
+    # one threshold shared: 2.0 for both (seq_max_k3 ≤ 2 keeps every row)
+    assert keep(lr, "token_k1,seq_max_k3", 2.0) == [[True, False, True], [True, True, True]]
+    # lower applies to the k1 criteria in order: token_k1 [0.99, 2] rejects k1 = −0.1, −0.5 (lr 0.1, 0.5),
+    # seq_mean_k1 [0.5, 2]: row means of k1 are 0.133 and −0.0167 → both kept
+    assert keep(lr, "token_k1,seq_mean_k1,seq_max_k3", [2.0, 2.0, 0.4], [0.99, 0.5]) == [
+        [False, False, False], [False, False, True]]
+
+
+def test_several_criteria_in_the_correction_report_each_share():
+    lr = t([[0.1, -1.0, 0.5], [0.05, 0.05, -0.05]])
+    rollout = torch.full_like(lr, -2.0)
+    corr = LAB.get("importance_correction", "rejection", criterion="token_k1,seq_max_k3", upper=[2.0, 0.1])
+    w, m = corr(old_log_prob=rollout + lr, rollout_log_prob=rollout, mask=torch.ones(2, 3, dtype=torch.bool))
+    close(w, [[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    close(m["tis/rs_masked_frac"], 3 / 6)
+    close(m["tis/rs_token_k1_masked_frac"], 1 / 6)
+    close(m["tis/rs_seq_max_k3_masked_frac"], 3 / 6)
+    k3 = lambda x: math.exp(x) - 1 - x  # noqa: E731
+    close(m["tis/rs_seq_max_k3_stat_mean"], (k3(-1.0) * 3 + k3(0.05) * 3) / 6)
+    close(m["tis/rs_token_k1_stat_mean"], -sum(lr.flatten().tolist()) / 6)
+    assert "tis/rs_stat_mean" not in m  # one per criterion instead
+
+
+def test_several_criteria_from_the_command_line_and_in_bypass_mode():
+    from rllab.config import parse_overrides
+
+    (key, value), = parse_overrides(["correction.upper=[2.0, 0.1]"])
+    corr = LAB.get("importance_correction", "rejection", criterion=["token_k1", "seq_max_k3"], upper=value)
+    assert corr.config.criteria == (("token_k1", 0.5, 2.0), ("seq_max_k3", None, 0.1))
+    # bypass mode takes the same lists
+    lr = t([[0.1, -1.0, 0.5], [0.05, 0.05, -0.05]])
+    _, m, grad = _bypass(lr, torch.ones_like(lr), rs_criterion="token_k1,seq_max_k3", rs_upper=[2.0, 0.1])
+    close(m["tis/rs_masked_frac"], 3 / 6)
+    assert grad[0].abs().sum() == 0 and (grad[1] != 0).all()  # row 0 rejected, row 1 trained
+
+
+@pytest.mark.parametrize(
+    "knobs, match",
+    [
+        ({"criterion": "token_k1,seq_max_k9"}, r"unknown criterion 'seq_max_k9'; must be one or more of token_k1, .*seq_max_k3"),
+        ({"criterion": "seq_max_k1"}, r"unknown criterion 'seq_max_k1'"),
+        ({"criterion": "token_k1,token_k1"}, r"lists 'token_k1' more than once"),
+        ({"criterion": " , "}, r"names no criterion"),
+        ({"criterion": "token_k1,seq_max_k3", "upper": [2.0, 0.1, 0.2]},
+         r"upper = \(2.0, 0.1, 0.2\) gives 3 thresholds for 2 criteria \(token_k1, seq_max_k3\)"),
+        ({"criterion": "token_k1,seq_mean_k1,seq_max_k3", "upper": 2.0, "lower": [0.5, 0.6, 0.7]},
+         r"lower = .* gives 3 lower bounds for 2 k1 criteria \(token_k1, seq_mean_k1\)"),
+        ({"criterion": "token_k2,seq_max_k3", "upper": 2.0, "lower": 0.5}, r"lower = 0.5 only applies to k1 criteria"),
+        ({"criterion": "token_k1,seq_max_k3", "upper": [2.0, -0.1]}, r"every threshold must be > 0"),
+        ({"criterion": "token_k1,seq_max_k3", "upper": [0.5, 0.1]},
+         r"lower \(unset: 1/upper = 2\) exceeds upper.*criterion 'token_k1'"),
+        ({"criterion": "token_k1", "upper": "2.0"}, r"wrong type"),
+    ],
+)
+def test_bad_criterion_lists_are_refused_by_name(knobs, match):
+    with pytest.raises(rllab.ConfigError, match=match) as e:
+        LAB.get("importance_correction", "rejection", **knobs)
+    assert "rejection" in str(e.value)
+    with pytest.raises(rllab.ConfigError, match=r"rs_criterion = 'token_k1,tok_k2': unknown criterion 'tok_k2'"):
+        LAB.get("policy_loss", "bypass_mode", rs_criterion="token_k1,tok_k2", rs_upper=2.0)

@@ -369,7 +369,7 @@ def test_parse_rows():
     assert comps[2].log_probs == (0.0,) and comps[1].token_ids == ()
     abort = json.dumps([row([4], {"type": "length"}), row([], {"type": "abort", "message": "Abort by pause", "status_code": 503})]).encode()
     comps, aborts = protocol.parse_rows(abort, [(1,)], [0, 0], 0, "u/generate")
-    assert [c.finish_reason for c in comps] == ["length", "abort"] and aborts == [("Abort by pause", 503)]
+    assert [c.finish_reason for c in comps] == ["length", "abort"] and aborts == [(1, "Abort by pause", 503)]
     with pytest.raises(S.SGLangProtocolError, match="u/generate returned 3 results for 2 samples"):
         protocol.parse_rows(raw, [(1,)], [0, 0], 0, "u/generate")
     with pytest.raises(S.SGLangProtocolError, match="u/generate answered with invalid JSON"):
@@ -483,12 +483,14 @@ def test_503_just_after_a_weight_update(lab, fresh, tiny):
 
 def test_aborted_samples_are_retried_or_raise(lab, fresh, tiny):
     prompts = prompts_of(tiny[1])[:2]
-    b = make(lab, fresh.url, retries=1)
+    b = make(lab, fresh.url, abort_retries=1)
     fresh.abort_next("Abort in waiting queue")
     out = b.generate(prompts, SamplingParams(n=2, max_new_tokens=3, seed=0))
     assert len(out) == 4 and all(c.finish_reason in ("stop", "length") for c in out)
+    assert b.last_metrics()["sglang/aborted"] == 4 and b.last_metrics()["sglang/retries"] == 0
     fresh.abort_next("Abort in waiting queue", count=2)
-    with pytest.raises(S.SGLangAbortError, match="2 of 2 samples aborted: Abort in waiting queue"):
+    with pytest.raises(S.SGLangAbortError, match="2 of 2 samples of prompts 0..0 were aborted on every one of 2 tries "
+                                                 r"\(abort_retries = 1\).*: Abort in waiting queue"):
         b.generate(prompts[:1], SamplingParams(n=2, max_new_tokens=3, seed=0))
     fresh.requests.clear()
     fresh.clear_faults()
@@ -811,6 +813,38 @@ def train_both(tmp_path, monkeypatch, *extra):
     return steps("sglang"), steps("hf"), versions, generated
 
 
+def test_random_aborts_resubmit_only_the_aborted_samples(lab, tiny):
+    """A server that aborts samples at random (here 30%, to see several in a few rows): only the
+    aborted samples go out again, each with the seed it had, so a seeded step gets exactly the
+    samples an abort-free server gives; every abort is counted, none is a whole-request retry."""
+    prompts = prompts_of(tiny[1])
+    seeded = SamplingParams(n=3, max_new_tokens=4, seed=5)
+    with StandIn(tiny[2], abort_rate=0.3, abort_seed=1) as flaky, StandIn(tiny[2]) as clean:
+        want = make(lab, clean.url, prompts_per_request=2).generate(prompts, seeded)
+        for per_request in (2, 16):  # two requests in the event loop; one on the blocking path
+            b = make(lab, flaky.url, prompts_per_request=per_request)
+            before = start = flaky.aborted
+            flaky.requests[:] = []
+            got = b.generate(prompts, seeded)
+            m = b.last_metrics()
+            aborted = flaky.aborted - before
+            assert aborted > 0 and m["sglang/aborted"] == aborted and m["sglang/retries"] == 0
+            assert [(c.prompt_index, c.token_ids, c.log_probs) for c in got] == [
+                (c.prompt_index, c.token_ids, c.log_probs) for c in want]
+            # the first round sends all 12 samples; each resubmission only the samples aborted before it
+            first = -(-4 // per_request)  # requests of the first round
+            sent = [len(body["input_ids"]) for body in generates(flaky)]
+            assert sum(sent[:first]) == 12 and sum(sent[first:]) == aborted
+            assert all(sp["n"] == 1 for body in generates(flaky)[first:] for sp in body["sampling_params"])
+        # unseeded n > 1: resubmitted one row per aborted sample; every group complete, in order
+        before = flaky.aborted
+        out = b.generate(prompts, SamplingParams(n=3, max_new_tokens=4))
+        assert [c.prompt_index for c in out] == [i for i in range(4) for _ in range(3)]
+        assert all(c.finish_reason in ("stop", "length") for c in out)
+        assert b.last_metrics()["sglang/aborted"] == flaky.aborted - before
+        assert b.last_metrics()["sglang/aborted_total"] == flaky.aborted - start  # this backend's two calls
+
+
 def test_short_training_run_through_the_standin(tmp_path, monkeypatch):
     ours, theirs, versions, generated = train_both(tmp_path, monkeypatch, "model.warm_start.steps=60", "train.steps=3")
     assert versions == ["1", "2", "3", "4"]  # the first sync, then one per optimizer step
@@ -905,3 +939,58 @@ def test_close_removes_the_snapshot_directory_even_when_closing_connections_fail
     assert not b.sync_dir.exists()
     monkeypatch.undo()
     b.close()
+
+
+def test_a_run_survives_a_server_that_aborts_6_percent_of_samples(tmp_path, monkeypatch):
+    """What ended runs before: about 6% of samples aborted, so nearly every request held one. The
+    run completes; the aborted samples are resubmitted and counted, step by step."""
+    from rllab.config import load_config
+    from rllab.trainer import run_experiment
+
+    monkeypatch.setenv("RLLAB_CACHE", str(tmp_path / "cache"))
+    with StandIn(None, lifetime_s=300, abort_rate=0.06, abort_seed=3) as server:
+        run_experiment(load_config(None, [*SMALL, "model.warm_start.steps=60", "train.steps=3", "rollout.group_size=8",
+                                          "train.eval_size=32", "backend=sglang", f"backend.urls={server.url}",
+                                          "backend.backoff_s=0.01"]),
+                       run_dir=tmp_path / "run", progress=False)
+        total = server.aborted
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "rollout/reward" in r]
+    assert len(steps) == 3 and total > 0
+    totals = [r["sglang/aborted_total"] for r in steps]
+    assert totals == sorted(totals) and totals[-1] <= total
+    assert all(r["sglang/retries"] == 0 for r in steps)  # no whole request was sent again
+    assert sum(r["sglang/aborted"] for r in steps) <= totals[-1]
+
+
+def test_a_run_resumes_on_a_server_that_came_back_at_another_address(tmp_path, monkeypatch, capsys):
+    """The server died after a checkpoint and came back elsewhere: ``--resume RUN
+    backend.urls=NEW`` continues the run from its checkpoint on the new server and records the
+    change; the recorded config now names the new address."""
+    import tomllib
+
+    from rllab.config import load_config
+    from rllab.runs import RESUME_LOG, resume_run
+    from rllab.trainer import run_experiment
+
+    monkeypatch.setenv("RLLAB_CACHE", str(tmp_path / "cache"))
+    run = tmp_path / "run"
+    with StandIn(None, lifetime_s=300) as first:
+        run_experiment(load_config(None, [*SMALL, "model.warm_start.steps=60", "train.steps=1", "backend=sglang",
+                                          f"backend.urls={first.url}", "backend.backoff_s=0.01"]),
+                       run_dir=run, progress=False)
+        old = first.url
+    with StandIn(None, lifetime_s=300) as second:
+        summary = resume_run(run, overrides=["train.steps=2", f"backend.urls=[\"{second.url}\"]", "backend.retries=5"],
+                             progress=False)
+        assert generates(second)  # the new step's rollout and the final evaluation came from here
+    assert summary["steps"] == 2
+    (entry,) = [json.loads(line) for line in (run / RESUME_LOG).read_text().splitlines()]
+    assert entry["from_step"] == 1
+    assert entry["changes"] == {"backend.urls": {"from": old, "to": [second.url]},
+                                "backend.retries": {"from": 3, "to": 5}}
+    out = capsys.readouterr().out
+    assert f"resume at step 1: backend.urls changed from {old!r} to ['{second.url}']" in out
+    assert "backend.retries changed from 3 to 5" in out
+    recorded = tomllib.loads((run / "config.toml").read_text())["backend"]
+    assert recorded["urls"] == [second.url] and recorded["retries"] == 5

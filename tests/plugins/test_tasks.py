@@ -296,7 +296,7 @@ def test_sort_asks_for_its_own_warm_start_and_a_config_still_wins(lab):
     from rllab.tinymodel import WarmStartConfig, task_warm_start
 
     sort = make(lab, "sort")
-    assert task_warm_start(sort, WarmStartConfig()) == WarmStartConfig(target_accuracy=0.1, check_every=2)
+    assert task_warm_start(sort, WarmStartConfig()) == WarmStartConfig(target_accuracy=0.2, check_every=2)
     assert task_warm_start(sort, WarmStartConfig(target_accuracy=0.3)) == WarmStartConfig(target_accuracy=0.3, check_every=2)
     assert task_warm_start(make(lab, "addition"), WarmStartConfig()) == WarmStartConfig()
 

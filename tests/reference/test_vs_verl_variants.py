@@ -265,6 +265,49 @@ def test_rejection_mask_matches_verl(criterion, upper, lower):
     assert kept_any and rejected_any, f"{criterion}: thresholds must keep some tokens and reject others"
 
 
+# several criteria (verl's comma-separated rollout_rs): rllab knobs, verl's rollout_rs_threshold
+RS_SEVERAL = [
+    (dict(criterion="token_k1,seq_max_k3", upper=[1.5, 0.1], lower=0.7), "0.7_1.5,0.1"),
+    (dict(criterion=["seq_mean_k1", "token_k2"], upper=[1.05, 0.05]), f"{1 / 1.05}_1.05,0.05"),
+    (dict(criterion="token_k1, seq_sum_k1, seq_mean_k3", upper=[2.0, 1.5, 0.02], lower=[0.6, 0.5]),
+     "0.6_2.0,0.5_1.5,0.02"),
+    (dict(criterion="seq_sum_k2,token_k3", upper=0.3), "0.3"),  # one threshold shared by every criterion
+]
+
+
+@pytest.mark.parametrize("knobs, threshold", RS_SEVERAL, ids=[k["criterion"] if isinstance(k["criterion"], str)
+                                                              else ",".join(k["criterion"]) for k, _ in RS_SEVERAL])
+def test_several_rejection_criteria_match_verl(knobs, threshold):
+    """A token is kept where it passes every listed criterion: verl's combined mask, its total and
+    per-criterion rejected shares and statistic means."""
+    from rllab_corrections.rejection import criteria, rejection_mask
+
+    names = criteria(knobs["criterion"])
+    corr = component("importance_correction", "rejection", **knobs)
+    kept_any = rejected_any = False
+    rejects = dict.fromkeys(names, 0.0)
+    for cid, B, T, kind, seed in cases(seeds=(0, 1)):
+        old, rollout, mask = _ic_inputs(B, T, kind, seed)
+        keep = rejection_mask(old_log_prob=old, rollout_log_prob=rollout, mask=mask, **knobs)
+        ref_mask, ref_metrics = RC.compute_rollout_rejection_mask(
+            log_ratio=old - rollout, response_mask=mask.float(), rollout_rs=",".join(names),
+            rollout_rs_threshold=threshold,
+        )
+        assert torch.equal(keep, ref_mask.bool()), f"{names} {cid}: keep mask differs"
+        kept_any |= bool(keep.any())
+        rejected_any |= bool((mask & ~keep).any())
+        weights, metrics = corr(old_log_prob=old, rollout_log_prob=rollout, mask=mask)
+        assert_close(weights, ref_mask, f"{names} {cid} weights")
+        assert_close(metric(metrics, "tis/rs_masked_frac"), ref_metrics["rollout_rs_masked_fraction"], f"{cid} frac")
+        for name in names:
+            assert_close(metric(metrics, f"tis/rs_{name}_stat_mean"), ref_metrics[f"rollout_rs_{name}_mean"], f"{name} {cid}")
+            assert_close(metric(metrics, f"tis/rs_{name}_masked_frac"),
+                         ref_metrics[f"rollout_rs_{name}_masked_fraction"], f"{name} {cid} frac")
+            rejects[name] += float(metrics[f"tis/rs_{name}_masked_frac"])
+    assert kept_any and rejected_any, f"{names}: thresholds must keep some tokens and reject others"
+    assert all(rejects.values()), f"every criterion must reject somewhere for the AND to be exercised: {rejects}"
+
+
 @pytest.mark.parametrize("level", ["token", "sequence"])
 @pytest.mark.parametrize("icepop", [False, True])
 @pytest.mark.parametrize("normalize", [False, True])

@@ -5,9 +5,14 @@ body: :mod:`~rllab_backends.sglang.protocol`), sent concurrently, at most ``max_
 time, spread round-robin over ``urls``, on kept-alive HTTP/1.1 connections
 (:mod:`~rllab_backends.sglang.wire`); a step that fits one request sends it on a blocking socket
 in the caller's thread. Failed requests are retried (:mod:`~rllab_backends.sglang.transport`; the
-rows of a timed-out seeded request are first stopped with ``/abort_request``). When retries run
-out the whole ``generate`` call fails: a partial batch is never returned, so the run stops and can
-resume from its last checkpoint. ``update_weights`` pushes the policy by the ``weight_sync`` route
+rows of a timed-out seeded request are first stopped with ``/abort_request``). A sample SGLang
+aborts (``finish_reason`` ``abort`` with no status or a retryable one: a preempted, paused or
+evicted request) is resubmitted on its own — the request's other samples are kept — in a request
+of just the aborted samples (``n = 1`` each, with the seed the full request gave it), at most
+``abort_retries`` times per sample; every aborted sample is counted (``sglang/aborted``). An abort
+with a client-error status (the input is too long) is not resubmitted. When retries run out the
+whole ``generate`` call fails: a partial batch is never returned, so the run stops and can resume
+from its last checkpoint. ``update_weights`` pushes the policy by the ``weight_sync`` route
 (:mod:`~rllab_backends.sglang.sync`); ``launch`` starts a server (:mod:`~rllab_backends.sglang.launch`).
 
 Staleness: every completion carries SGLang's ``weight_version`` (and ``weight_versions``
@@ -65,7 +70,7 @@ class SGLangBackend(Transport, WeightSync, Launch):
         self._own_sync_dir = config.sync_dir is None
         self._metrics: dict[str, float] = {}
         self._sync_metrics: dict[str, float] = {}
-        self._totals = {"stale": 0, "retries": 0}
+        self._totals = {"stale": 0, "retries": 0, "aborted": 0}
         self._loop = Loop()
         self._group = None  # weight_sync = "distributed": rank 0 of the servers' weight-update group
         self._no_sessions: set[str] = set()  # servers without /begin_weight_update (before sglang 0.5.2x)
@@ -96,7 +101,7 @@ class SGLangBackend(Transport, WeightSync, Launch):
         if not self.urls:
             raise SGLangError("sglang backend has no server yet: launch needs model_path or update_weights(model) first")
         t0 = time.perf_counter()
-        retries0 = self._totals["retries"]
+        retries0, aborted0 = self._totals["retries"], self._totals["aborted"]
         if len(prompts) <= self.config.prompts_per_request:
             completions = self._generate_one(prompts, params)
         else:
@@ -122,6 +127,8 @@ class SGLangBackend(Transport, WeightSync, Launch):
             "rollout/stale_dropped": float(len(completions) - len(kept)),
             "rollout/stale_total": float(self._totals["stale"]),
             "sglang/retries": float(self._totals["retries"] - retries0),
+            "sglang/aborted": float(self._totals["aborted"] - aborted0),
+            "sglang/aborted_total": float(self._totals["aborted"]),
             "sglang/requests": float(self._requests),
             "time/sglang_generate": time.perf_counter() - t0,
         }
@@ -136,14 +143,17 @@ class SGLangBackend(Transport, WeightSync, Launch):
         self._rr += 1
         url = self.urls[start % len(self.urls)]
         try:
-            return blocking_attempt(url)
+            out, aborted = blocking_attempt(url)
         except Retry as e:
             failed = e
+        else:
+            return self._loop.run(self._resubmit(prompts, 0, params, out, aborted)) if aborted else out
 
         async def retries():
             if failed.kind == "timeout" and params.seed is not None:
                 await self._abort(url, rids())
-            return await self._with_retries(what, attempt, self.urls, first=(start, failed))
+            out, aborted = await self._with_retries(what, attempt, self.urls, first=(start, failed))
+            return await self._resubmit(prompts, 0, params, out, aborted)
 
         return self._loop.run(retries())
 
@@ -162,22 +172,30 @@ class SGLangBackend(Transport, WeightSync, Launch):
             raise
         return [c for r in results for c in r]
 
-    def request_body(self, prompts: list[tuple[int, ...]], first_index: int, params: SamplingParams) -> tuple[dict, list[int]]:
-        """The ``/generate`` body for ``prompts`` and the prompt (offset) of every row it returns."""
-        return protocol.request_body(prompts, first_index, params, processed=self.config.logprobs == "processed")
+    def request_body(self, prompts: list[tuple[int, ...]], first_index: int, params: SamplingParams,
+                     samples: list[tuple[int, int]] | None = None) -> tuple[dict, list[int]]:
+        """The ``/generate`` body for ``prompts`` (or only their ``samples``, ``(prompt offset,
+        sample)`` pairs) and the prompt (offset) of every row it returns."""
+        return protocol.request_body(prompts, first_index, params, processed=self.config.logprobs == "processed",
+                                     samples=samples)
 
-    def _request(self, prompts: list[tuple[int, ...]], first_index: int, params: SamplingParams):
+    def _request(self, prompts: list[tuple[int, ...]], first_index: int, params: SamplingParams,
+                 samples: list[tuple[int, int]] | None = None):
         """One ``/generate`` request: ``(what, attempt, blocking_attempt, rids)``, its description,
         one try of it on a server (``await attempt(url)`` in the event loop, or
-        ``blocking_attempt(url)`` in this thread), and the row ids of the last try."""
-        body, rows = self.request_body(prompts, first_index, params)
+        ``blocking_attempt(url)`` in this thread), and the row ids of the last try. A try returns
+        ``(completions, aborts)``: one completion per row and ``(row, message, status)`` of each
+        row SGLang aborted (to resubmit). ``samples``: only these (a resubmission)."""
+        body, rows = self.request_body(prompts, first_index, params, samples)
         what = f"/generate for prompts {first_index}..{first_index + len(prompts) - 1}"
+        if samples is not None:
+            what = f"/generate resubmitting {len(samples)} aborted samples of prompts {first_index}..{first_index + len(prompts) - 1}"
         sampled = self.config.logprobs == "processed"
 
         def rids() -> list[str]:  # SGLang names row i "<rid>_<i>"
             return [f"{body['rid']}_{i}" for i in range(len(rows))]
 
-        def answer(url: str, status: int, raw: bytes) -> list[Completion]:
+        def answer(url: str, status: int, raw: bytes) -> tuple[list[Completion], list[tuple[int, str, int | None]]]:
             if status != 200:
                 msg = error_message(raw)
                 if status in RETRYABLE_STATUS:
@@ -186,20 +204,18 @@ class SGLangBackend(Transport, WeightSync, Launch):
                     f"sglang: {url}/generate rejected the request (HTTP {status}): {msg}", status=status, message=msg
                 )
             out, aborted = parse_rows(raw, prompts, rows, first_index, f"{url}/generate", sampled)
-            if aborted:
-                msg, st = aborted[0]
+            for _, msg, st in aborted:
                 if st is not None and 400 <= int(st) < 500 and int(st) not in RETRYABLE_STATUS:
                     raise SGLangAbortError(
                         f"sglang: {url} aborted {len(aborted)} of {len(rows)} samples (status {st}): {msg}"
                     )
-                raise Retry("abort", f"{url}: {len(aborted)} of {len(rows)} samples aborted: {msg}")
-            return out
+            return out, aborted
 
-        def blocking_attempt(url: str) -> list[Completion]:
+        def blocking_attempt(url: str):
             body["rid"] = uuid.uuid4().hex
             return answer(url, *self._call_blocking("POST", url, "/generate", body))
 
-        async def attempt(url: str) -> list[Completion]:
+        async def attempt(url: str):
             assert self._sem is not None
             body["rid"] = uuid.uuid4().hex
             try:
@@ -215,7 +231,32 @@ class SGLangBackend(Transport, WeightSync, Launch):
 
     async def _generate_request(self, prompts: list[tuple[int, ...]], first_index: int, params: SamplingParams):
         what, attempt, _, _ = self._request(prompts, first_index, params)
-        return await self._with_retries(what, attempt, self.urls)
+        out, aborted = await self._with_retries(what, attempt, self.urls)
+        return await self._resubmit(prompts, first_index, params, out, aborted)
+
+    async def _resubmit(self, prompts: list[tuple[int, ...]], first_index: int, params: SamplingParams,
+                        out: list[Completion], aborted: list[tuple[int, str, int | None]]) -> list[Completion]:
+        """Replace the aborted rows of a request's answer ``out`` (row k: sample ``k % n`` of prompt
+        ``k // n``, the request's order) by resubmitting only them, each at most
+        ``abort_retries`` times; every aborted row counts in ``sglang/aborted``."""
+        samples = [(i, j) for i in range(len(prompts)) for j in range(params.n)]
+        pending = [k for k, _, _ in aborted]
+        tries = 1
+        while pending:
+            self._totals["aborted"] += len(pending)
+            if tries > self.config.abort_retries:
+                raise SGLangAbortError(
+                    f"sglang: {len(pending)} of {len(samples)} samples of prompts {first_index}..{first_index + len(prompts) - 1} "
+                    f"were aborted on every one of {tries} tries (abort_retries = {self.config.abort_retries}); no partial "
+                    f"batch is returned (the run stops here and can resume from its last checkpoint): {aborted[0][1]}"
+                )
+            tries += 1
+            what, attempt, _, _ = self._request(prompts, first_index, params, [samples[k] for k in pending])
+            got, aborted = await self._with_retries(what, attempt, self.urls)
+            for k, c in zip(pending, got):
+                out[k] = c
+            pending = [pending[j] for j, _, _ in aborted]
+        return out
 
     async def _abort(self, url: str, rids: list[str]) -> None:
         """Best effort: ask ``url`` to stop rows we gave up on (a timed-out request), so a retry
@@ -260,11 +301,20 @@ class SGLangBackend(Transport, WeightSync, Launch):
             self._sync_metrics["sglang/sync_mib"] = self._sync_bytes / 2**20
         return dict(self._sync_metrics)
 
+    def follow_weights(self) -> dict[str, float]:
+        """Count a weight update another process pushed to the same servers (rank 0 of a
+        data-parallel run, after its ``update_weights``): later completions must carry its
+        version. Sends nothing."""
+        self._syncs += 1
+        self.version = str(self._syncs)
+        return {"sglang/weight_version": float(self._syncs)}
+
     # -- the rest of the protocol
 
     def last_metrics(self) -> dict[str, float]:
         """Counters of the last ``generate`` (namespaced, for the step's log): ``rollout/stale``,
-        ``rollout/stale_dropped``, ``rollout/stale_total``, ``sglang/retries``, ``sglang/requests``,
+        ``rollout/stale_dropped``, ``rollout/stale_total``, ``sglang/retries``, ``sglang/aborted``
+        (aborted samples, each resubmitted), ``sglang/aborted_total``, ``sglang/requests``,
         ``time/sglang_generate``. The weight sync's own metrics are ``update_weights``' return value."""
         return dict(self._metrics)
 

@@ -92,7 +92,11 @@ class SGLangBackendConfig:
     )
     max_in_flight: int = rllab.knob(64, help="most /generate requests outstanding at once (over all servers)", ge=1)
     timeout_s: float = rllab.knob(600.0, help="per-request time limit in seconds", gt=0.0)
-    retries: int = rllab.knob(3, help="extra tries of a failed request (refused, dropped, timed out, 5xx, aborted)", ge=0)
+    retries: int = rllab.knob(3, help="extra tries of a failed request (refused, dropped, timed out, 5xx)", ge=0)
+    abort_retries: int = rllab.knob(
+        8, help="resubmissions of one aborted sample (finish_reason abort) before the run stops; only the aborted "
+        "samples of a request are sent again, each counted in sglang/aborted", ge=0,
+    )
     backoff_s: float = rllab.knob(0.5, help="first retry delay; doubles each try (capped at 30 s)", ge=0.0)
     logprobs: str = rllab.knob(
         "temperature",

@@ -30,7 +30,8 @@ class SGLangRequestError(SGLangError):
 
 
 class SGLangAbortError(SGLangError):
-    """SGLang aborted samples (``finish_reason.type == "abort"``) on every try."""
+    """SGLang aborted a sample (``finish_reason.type == "abort"``) on every one of its tries
+    (``abort_retries``), or with a client-error status (not resubmitted)."""
 
 
 class SGLangProtocolError(SGLangError):
@@ -47,8 +48,8 @@ class StaleSampleError(SGLangError):
 
 class Retry(Exception):
     """A failure worth another try, inside the backend (never leaves it): ``kind`` is one of
-    ``"timeout"``, ``"refused"``, ``"died"``, ``"status"`` (with the HTTP ``status`` and
-    SGLang's ``message``) or ``"abort"``."""
+    ``"timeout"``, ``"refused"``, ``"died"`` or ``"status"`` (with the HTTP ``status`` and
+    SGLang's ``message``). Aborted samples are not a ``Retry``: they are resubmitted on their own."""
 
     def __init__(self, kind: str, text: str, status: int = 0, message: str = ""):
         super().__init__(text)

@@ -21,7 +21,7 @@ Finish reasons, as SGLang sends them::
 
     {"type": "stop", "matched": 2 | "</s>" | [2, 7]}  → "stop"   (token id, string or ids)
     {"type": "length", "length": 128}                 → "length"
-    {"type": "abort", "message": ..., "status_code"}  → an abort (the caller retries)
+    {"type": "abort", "message": ..., "status_code"}  → an abort (the caller resubmits that sample)
     null (unfinished)                                 → SGLangProtocolError
 """
 
@@ -78,11 +78,25 @@ def sampling_params_json(params: SamplingParams, *, n: int | None = None, seed: 
 
 
 def request_body(prompts: list[tuple[int, ...]], first_index: int, params: SamplingParams, *,
-                 processed: bool = False) -> tuple[dict, list[int]]:
+                 processed: bool = False, samples: Sequence[tuple[int, int]] | None = None) -> tuple[dict, list[int]]:
     """The ``/generate`` body for ``prompts`` (the request's first is prompt ``first_index`` of
     the step) and, for each of the ``len(prompts) × n`` rows it returns, its prompt's offset in
-    ``prompts``. ``processed``: ask for ``output_token_sampling_logprobs`` too."""
+    ``prompts``. ``processed``: ask for ``output_token_sampling_logprobs`` too.
+
+    ``samples``: only these ``(prompt offset, sample)`` pairs, one row each (``n = 1``, each with
+    its own ``sampling_seed`` when ``params.seed`` is set — the seed the full request gave it), in
+    the order given: the resubmission of aborted samples."""
     n = params.n
+    if samples is not None:
+        base = sampling_params_json(params, n=1)
+        sps = [base] * len(samples) if params.seed is None else [
+            {**base, "sampling_seed": sample_seed(params.seed, first_index + i, j)} for i, j in samples
+        ]
+        body = {"input_ids": [prompts[i] for i, _ in samples], "sampling_params": sps, "return_logprob": True,
+                "logprob_start_len": -1}
+        if processed:
+            body["return_sampling_mask"] = True
+        return body, [i for i, _ in samples]
     if params.seed is None:
         body: dict[str, Any] = {"input_ids": prompts, "sampling_params": sampling_params_json(params)}
     else:  # one row per sample, each with its own seed
@@ -218,10 +232,10 @@ def _sampling_log_probs(values: Any, n: int, where: str) -> tuple[float, ...]:
 
 
 def parse_rows(raw: bytes, prompts: Sequence[tuple[int, ...]], rows: Sequence[int], first_index: int, where: str,
-               sampled: bool = False) -> tuple[list[Completion], list[tuple[str, int | None]]]:
+               sampled: bool = False) -> tuple[list[Completion], list[tuple[int, str, int | None]]]:
     """The answer of ``where`` (``<url>/generate``) → ``(completions, aborts)``: a ``Completion``
     per row (``rows[j]``: the offset of row j's prompt in ``prompts``; its ``prompt_index`` is
-    ``first_index + rows[j]``) and the ``(message, status)`` of every aborted one."""
+    ``first_index + rows[j]``) and the ``(row j, message, status)`` of every aborted one."""
     try:
         data = decode(raw)
     except ValueError as e:
@@ -236,4 +250,4 @@ def parse_rows(raw: bytes, prompts: Sequence[tuple[int, ...]], rows: Sequence[in
     completions = Completion.columns(
         [prompts[i] for i in rows], ids, log_probs, kinds, [first_index + i for i in rows], versions
     )
-    return completions, [(m, st) for m, st in zip(abort_msgs, abort_statuses) if m is not None]
+    return completions, [(j, m, st) for j, (m, st) in enumerate(zip(abort_msgs, abort_statuses)) if m is not None]

@@ -1,7 +1,7 @@
 """The backend's exchanges with its servers: one HTTP call, retries with backoff, the event loop.
 
-Faults: a refused connection, a dropped connection (a server that died), a timeout, HTTP 5xx /
-503 (a server busy loading weights) and aborted samples are retried with exponential backoff
+Faults: a refused connection, a dropped connection (a server that died), a timeout and HTTP 5xx /
+503 (a server busy loading weights) are retried with exponential backoff
 (``retries``, ``backoff_s``) on the next server that answers ``/health``; an HTTP 4xx is not
 retried and raises :class:`SGLangRequestError` carrying SGLang's own message. When retries run
 out the call fails with an :class:`SGLangError` naming every try.
@@ -16,7 +16,6 @@ from typing import Any
 from . import wire
 from .errors import (
     Retry,
-    SGLangAbortError,
     SGLangProtocolError,
     SGLangRequestError,
     SGLangTimeoutError,
@@ -132,4 +131,4 @@ class Transport:
         )
         if last.kind == "status":
             raise SGLangRequestError(text, status=last.status, message=last.message)
-        raise {"timeout": SGLangTimeoutError, "abort": SGLangAbortError}.get(last.kind, SGLangUnavailableError)(text)
+        raise (SGLangTimeoutError if last.kind == "timeout" else SGLangUnavailableError)(text)
