@@ -994,3 +994,32 @@ def test_a_run_resumes_on_a_server_that_came_back_at_another_address(tmp_path, m
     assert "backend.retries changed from 3 to 5" in out
     recorded = tomllib.loads((run / "config.toml").read_text())["backend"]
     assert recorded["urls"] == [second.url] and recorded["retries"] == 5
+
+
+@pytest.mark.parametrize("env", ["guess", pytest.param("calculator", marks=pytest.mark.slow),
+                                 pytest.param("search", marks=pytest.mark.slow)])
+def test_a_multi_turn_environment_trains_through_the_standin(env, tmp_path, monkeypatch):
+    """Each built-in environment's episodes through the sglang backend: every turn after the
+    first is a request continuing the episode's ids (prompt, turns, observations), the steps train
+    on finite metrics and the episode counters reach the run's metrics."""
+    from rllab.config import load_config
+    from rllab.trainer import run_experiment
+
+    monkeypatch.setenv("RLLAB_CACHE", str(tmp_path / "cache"))
+    small = [k for k in SMALL if not k.startswith("rollout.max_new_tokens")]
+    with StandIn(None, lifetime_s=300) as server:
+        run_experiment(load_config(None, [*small, f"env={env}", "model.warm_start.steps=40", "train.steps=2",
+                                          "backend=sglang", f"backend.urls={server.url}"]),
+                       run_dir=tmp_path / "run", progress=False)
+        bodies = generates(server)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "rollout/reward" in r]
+    assert len(steps) == 2
+    for r in steps:
+        assert r["env/turns"] >= 1 and all(math.isfinite(v) for v in r.values() if isinstance(v, float)), r
+    if env == "guess":  # higher/lower takes several turns
+        assert any(r["env/turns"] > 1 for r in steps)
+    if any(r["env/turns"] > 1 for r in steps):  # a later turn: n = 1 per live episode, longer ids than any prompt
+        later = [b for b in bodies if all(sp["n"] == 1 for sp in b["sampling_params"])]
+        assert later and max(len(ids) for b in later for ids in b["input_ids"]) > min(
+            len(ids) for b in bodies for ids in b["input_ids"])
