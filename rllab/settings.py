@@ -110,6 +110,18 @@ class RolloutConfig:
     overflow_reward: float = knob(
         0.0, help="environments: reward added to an episode ended by max_episode_tokens (on its last model token)"
     )
+    max_staleness: int = knob(
+        0,
+        help="asynchronous rollouts (docs/async.md): sample step s's batch with the weights of step s - k while earlier "
+        "steps train, so samples are up to k weight versions old (0: the synchronous loop)",
+        ge=0,
+    )
+    stale: str = knob(
+        "drop",
+        help="max_staleness > 0: a sample more than max_staleness weight versions older than the trainer is dropped "
+        "or trained on (either way counted as async/dropped or async/stale_trained)",
+        choices=("drop", "train"),
+    )
 
 
 @attrs.frozen(kw_only=True)

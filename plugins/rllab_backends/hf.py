@@ -40,6 +40,8 @@ With ``top_k = -1`` and ``top_p = 1`` the default and ``"processed"`` agree.
 Weights: ``model_path`` loads a model directory at construction; otherwise the first
 ``update_weights(model)`` makes a private copy of ``model`` (later calls copy the weights in
 with ``load_state_dict``), or, with ``share_weights = true``, samples from ``model`` itself.
+Every completion carries ``weight_version``, the number of ``update_weights`` calls before it
+as a string (``"0"``: the ``model_path`` weights), as SGLang counts its syncs.
 """
 
 from __future__ import annotations
@@ -86,6 +88,8 @@ class HFBackend:
     def __init__(self, config: HFBackendConfig):
         self.config = config
         self.model = None
+        self.version = 0
+        """``update_weights`` calls so far: the weight version completions report (as a string)."""
         self.eos_ids: list[int] = []
         """Token ids that always end a completion (the model's eos ids)."""
         self.cache_arg = "cache"
@@ -116,6 +120,7 @@ class HFBackend:
         The first module given is deep-copied (or shared, with ``share_weights``); later ones
         are copied in with ``load_state_dict``, which also casts to ``dtype``.
         """
+        self.version += 1
         if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
             from transformers import AutoModelForCausalLM
 
@@ -138,7 +143,7 @@ class HFBackend:
                 self.model.load_state_dict(model.state_dict())
 
     def last_metrics(self) -> dict[str, float]:
-        """Nothing to report: in-process generation has no retries, versions or servers."""
+        """Nothing to report: in-process generation has no retries or servers (versions are on each completion)."""
         return {}
 
     def close(self) -> None:
@@ -231,6 +236,7 @@ class HFBackend:
         lens = lengths.tolist()
         finished = done.tolist()
         completions = []
+        version = str(self.version)
         for r in range(R):
             k = min(lens[r], steps)
             completions.append(
@@ -240,6 +246,7 @@ class HFBackend:
                     log_probs=tuple(lp_rows[r][:k]),
                     finish_reason="stop" if finished[r] else "length",
                     prompt_index=first_index + r // n,
+                    weight_version=version,
                 )
             )
         return completions
