@@ -50,8 +50,9 @@ from rllab.errors import ConfigError
 from rllab.rollout import RolloutStage, Scored
 
 
-def check(cfg: Any, lab: Any, algorithm: Any, components: Mapping[str, Any]) -> None:
-    """Refuse, by name, what cannot run with ``rollout.max_staleness > 0``."""
+def check_settings(cfg: Any) -> None:
+    """Refuse, by name, settings that cannot run with ``rollout.max_staleness > 0`` (before
+    anything is built)."""
     k = cfg.rollout.max_staleness
     if k == 0:
         return
@@ -69,6 +70,24 @@ def check(cfg: Any, lab: Any, algorithm: Any, components: Mapping[str, Any]) -> 
             f"changes the weights, so it needs its own copy; set share_weights = false or max_staleness = 0",
             key="max_staleness",
         )
+    for entry in cfg.schedule:
+        keys = sorted(key for key in entry.set if key.split(".")[0] == "rollout")
+        if keys:
+            raise ConfigError(
+                f"{where}: the [[schedule]] entry at step {entry.step} changes {', '.join(keys)}, but batches are sampled "
+                f"up to {k} steps ahead with the [rollout] settings in force when they are sampled; drop the entry or "
+                f"use max_staleness = 0",
+                key="max_staleness",
+            )
+
+
+def check_algorithm(cfg: Any, algorithm: Any, components: Mapping[str, Any]) -> None:
+    """Refuse an algorithm or advantage estimator that needs on-policy generation within its
+    step when ``rollout.max_staleness > 0``."""
+    k = cfg.rollout.max_staleness
+    if k == 0:
+        return
+    where = f"rollout.max_staleness = {k}"
     name = cfg.component("algorithm").name
     if not getattr(algorithm, "async_rollouts", False):
         raise ConfigError(
@@ -84,15 +103,6 @@ def check(cfg: Any, lab: Any, algorithm: Any, components: Mapping[str, Any]) -> 
             f"within each step (reward_baselines, ReMax), which cannot be sampled ahead; use max_staleness = 0",
             key="max_staleness",
         )
-    for entry in cfg.schedule:
-        keys = sorted(key for key in entry.set if key.split(".")[0] == "rollout")
-        if keys:
-            raise ConfigError(
-                f"{where}: the [[schedule]] entry at step {entry.step} changes {', '.join(keys)}, but batches are sampled "
-                f"up to {k} steps ahead with the [rollout] settings in force when they are sampled; drop the entry or "
-                f"use max_staleness = 0",
-                key="max_staleness",
-            )
 
 
 class VersionedBackend:
@@ -310,4 +320,4 @@ def is_async(cfg: Any) -> bool:
     return cfg.rollout.max_staleness > 0
 
 
-__all__ = ["AsyncRollout", "VersionedBackend", "apply_staleness", "check", "is_async", "sample_versions"]
+__all__ = ["AsyncRollout", "VersionedBackend", "apply_staleness", "check_algorithm", "check_settings", "is_async", "sample_versions"]

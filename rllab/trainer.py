@@ -79,6 +79,7 @@ class Trainer:
     def __init__(self, cfg: ExperimentConfig, *, lab: Lab | None = None, run_dir: Path | None = None, progress: bool = True):
         self.lab = lab or Lab()
         self.cfg = cfg
+        asyncrollout.check_settings(cfg)
         self.progress = progress
         self.step = 0
         self.run_dir = Path(run_dir) if run_dir else Path(cfg.output_dir) / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -107,7 +108,7 @@ class Trainer:
         self.algorithm = self._component("algorithm")()
         self.kl_controller = self._component("kl_controller")()
         self._build_components()
-        asyncrollout.check(cfg, self.lab, self.algorithm, self.components)
+        asyncrollout.check_algorithm(cfg, self.algorithm, self.components)
         self.prefetch: asyncrollout.AsyncRollout | None = None
         """The batches sampled ahead (``rollout.max_staleness > 0``), else None."""
         try:
