@@ -132,15 +132,16 @@ class RolloutStage:
             turn_limit_reward=getattr(r, "turn_limit_reward", 0.0), overflow_reward=getattr(r, "overflow_reward", 0.0),
         )
 
-    def play(self, examples: Sequence[Example], params: SamplingParams) -> list[EpisodeResult]:
-        """``params.n`` episodes per example (prompt-major) through the episode loop."""
-        runner = EpisodeRunner(
+    def runner(self) -> EpisodeRunner:
+        """The episode loop over this stage's environment (or task), backend and limits."""
+        return EpisodeRunner(
             self.source, name=self.task_name, backend=self.backend, renderer=self.renderer, limits=self.limits,
             on_error=self.config.reward_errors, kind=self.kind,
         )
-        out = runner.play(examples, params)
-        self._last_runner = runner
-        return out
+
+    def play(self, examples: Sequence[Example], params: SamplingParams) -> list[EpisodeResult]:
+        """``params.n`` episodes per example (prompt-major) through the episode loop."""
+        return self.runner().play(examples, params)
 
     # -- text
 
@@ -309,8 +310,8 @@ class RolloutStage:
         rank, world = self.shard
         if world > 1:  # data parallel: this rank's contiguous share of the step's prompts (whole groups)
             examples = examples[rank * P // world:(rank + 1) * P // world]
-        episodes = self.play(examples, self.sampling_params(step, n=G))
-        runner = self._last_runner
+        runner = self.runner()
+        episodes = runner.play(examples, self.sampling_params(step, n=G))
         backend_metrics = runner.backend_metrics
         completions = [e.completion for e in episodes]
         t_step = runner.timings["step"]

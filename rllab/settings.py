@@ -6,6 +6,7 @@ Settings that belong to one algorithm are that algorithm's knobs (the ``[algorit
 
 from __future__ import annotations
 
+import math
 import re
 
 import attrs
@@ -68,6 +69,11 @@ def _check_device(name: str, value: str) -> None:
         raise ValueError(f"{name} = {value!r} is not allowed: must be auto, cpu, cuda or cuda:N")
 
 
+def _finite(inst, attribute, value) -> None:
+    if not math.isfinite(value):
+        raise ValueError(f"{attribute.name} = {value!r} must be a finite number")
+
+
 @attrs.frozen(kw_only=True)
 class RolloutConfig:
     """How completions are sampled for training."""
@@ -105,10 +111,12 @@ class RolloutConfig:
         ge=1,
     )
     turn_limit_reward: float = knob(
-        0.0, help="environments: reward added to an episode that reaches max_turns without ending (on its last model token)"
+        0.0, help="environments: reward added to an episode that reaches max_turns without ending (on its last model token)",
+        validator=_finite,
     )
     overflow_reward: float = knob(
-        0.0, help="environments: reward added to an episode ended by max_episode_tokens (on its last model token)"
+        0.0, help="environments: reward added to an episode ended by max_episode_tokens (on its last model token)",
+        validator=_finite,
     )
     max_staleness: int = knob(
         0,

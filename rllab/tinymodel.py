@@ -316,7 +316,9 @@ def warm_start(
     model, tokenizer, task, config: WarmStartConfig = WarmStartConfig(), *, progress: bool = False,
     renderer: PromptRenderer | None = None,
 ) -> dict:
-    """Fine-tune ``model`` in place on ``task.demonstration`` completions of training prompts.
+    """Fine-tune ``model`` in place on ``task.demonstration`` completions of training prompts
+    (for an environment, on its demonstration episodes, :func:`encode_episodes`: the loss covers
+    the model's turns, not the observations; the probe plays greedy episodes).
 
     Each step draws ``batch_size`` fresh training examples with a generator seeded by
     ``config.seed`` and minimises the mean cross-entropy of ``completion + <eos>`` given

@@ -645,3 +645,36 @@ def test_a_dropped_completion_drops_its_episode_and_counters_add_over_turns(char
 
     with pytest.raises(rllab.RllabError, match="more completions for prompt 0 than were asked"):
         play(env, Twice([[t]]), char, env.train_examples(1, None))
+
+
+def test_environment_settings_are_checked_at_load():
+    class Unbounded(Env):
+        max_turns = 0
+
+    class P:
+        @staticmethod
+        @rllab.hookimpl
+        def register_environments(register):
+            register("unbounded", Unbounded)
+
+    lab = rllab.Lab([P])
+    with pytest.raises(ConfigError, match=r"environment 'unbounded' \(plugin P\) declares max_turns = 0"):
+        load_config(None, ["env=unbounded"], lab=lab)
+    assert load_config(None, ["env=unbounded", "rollout.max_turns=2"], lab=lab).rollout.max_turns == 2
+    with pytest.raises(ConfigError, match=r"overflow_reward = nan must be a finite number"):
+        load_config(None, ["env=unbounded", "rollout.max_turns=2", "rollout.overflow_reward=nan"], lab=lab)
+
+
+def test_the_warm_start_cache_keeps_environments_apart(tmp_path):
+    from rllab.tinymodel import TinyModelConfig, WarmStartConfig, get_or_build
+
+    small = TinyModelConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=32)
+    warm = WarmStartConfig(steps=0, eval_limit=0)
+    task = rllab.Lab().get("task", "addition")()
+    as_task = get_or_build(small, task, {"name": "same"}, warm, cache_dir=tmp_path, progress=False)
+    as_env = get_or_build(small, Env(), {"name": "same"}, warm, cache_dir=tmp_path, progress=False)
+    other = get_or_build(small, Env(), {"name": "same", "tries": 3}, warm, cache_dir=tmp_path, progress=False)
+    assert len({as_task, as_env, other}) == 3
+    import json
+
+    assert json.loads((as_env / "rllab_warm_start.json").read_text())["task_config"] == {"name": "same", "kind": "environment"}
