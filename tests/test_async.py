@@ -300,3 +300,21 @@ def test_a_schedule_that_changes_rollout_settings_is_refused(tmp_path):
     c = load_config(toml, SMALL)
     with pytest.raises(ConfigError, match=r"step 3 changes rollout.temperature"):
         Trainer(c, run_dir=tmp_path / "r", progress=False)
+
+
+@pytest.mark.slow  # starts a stand-in server process (~40 s on a loaded 2-core machine)
+def test_sglang_backend_samples_ahead_from_the_server_with_its_reported_versions(tmp_path):
+    """backend = sglang (the stand-in server): the producer's requests for step t+1 run while step
+    t trains; staleness comes from the versions the server reports."""
+    from tests.sglang_standin import StandIn
+
+    with StandIn(None, lifetime_s=300) as server:
+        tr = Trainer(cfg("rollout.max_staleness=1", "backend=sglang", f"backend.urls={server.url}"), run_dir=tmp_path, progress=False)
+        try:
+            seen, rows = _batches(tr, 3)
+        finally:
+            tr.close()
+        versions = [u["weight_version"] for u in server.updates]
+    assert versions == ["1", "2", "3", "4"]  # the first sync, then one per step
+    assert [st for _, st in seen] == [[0] * 16, [1] * 16, [1] * 16]
+    assert all(r["rollout/stale"] == 0 for r in rows)  # no sync ever landed in the middle of a request
