@@ -318,3 +318,19 @@ def test_sglang_backend_samples_ahead_from_the_server_with_its_reported_versions
     assert versions == ["1", "2", "3", "4"]  # the first sync, then one per step
     assert [st for _, st in seen] == [[0] * 16, [1] * 16, [1] * 16]
     assert all(r["rollout/stale"] == 0 for r in rows)  # no sync ever landed in the middle of a request
+
+
+# --------------------------------------------------------------------------- learning (minutes each)
+
+
+@pytest.mark.slow
+def test_the_default_job_still_learns_with_max_staleness_2(tmp_path):
+    """`rllab run rollout.max_staleness=2`: the default job's budget lifts held-out accuracy by
+    at least 15 points, as the synchronous run does (tests/plugins/test_tasks.py)."""
+    from rllab.trainer import run_experiment
+
+    c = load_config(None, ["rollout.max_staleness=2", "train.checkpoint_every=0"])
+    summary = run_experiment(c, run_dir=tmp_path / "run", progress=False)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert max(r.get("async/staleness_max", 0) for r in rows) == 2.0
+    assert summary["final/accuracy"] - summary["initial/accuracy"] >= 0.15, summary
