@@ -334,3 +334,42 @@ def test_the_default_job_still_learns_with_max_staleness_2(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert max(r.get("async/staleness_max", 0) for r in rows) == 2.0
     assert summary["final/accuracy"] - summary["initial/accuracy"] >= 0.15, summary
+
+
+@pytest.mark.slow  # spawns a process that imports torch and transformers (~40 s on a loaded 2-core machine)
+def test_the_sampler_in_a_child_process_samples_as_in_process_and_follows_each_sync():
+    """backend.process = true: the same completions as the in-process sampler, before and after
+    a sync that changes the weights (CPU float32 weights are shared, a sync copies into them)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rllab_backends.hf import HFBackendConfig, hf
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2, eos_token_id=1, pad_token_id=0))
+    here, child = hf(config=HFBackendConfig(device="cpu")), hf(config=HFBackendConfig(device="cpu", process=True))
+    params = rllab.SamplingParams(n=3, max_new_tokens=5, temperature=1.0, seed=4)
+    torch.set_num_threads(1)  # the child's (OMP_NUM_THREADS=1): the same arithmetic
+    try:
+        samples = []
+        for _ in range(2):
+            here.update_weights(model)
+            child.update_weights(model)
+            a, b = here.generate([[2, 3], [4]], params), child.generate([[2, 3], [4]], params)
+            assert a == b and {c.weight_version for c in b} == {str(child.version)}
+            samples.append([c.token_ids for c in b])
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(torch.randn_like(p))
+        assert samples[0] != samples[1]  # the second sync reached the child
+    finally:
+        here.close()
+        child.close()
+        torch.set_num_threads(2)
+
+
+def test_a_sampler_process_cannot_share_the_trainers_module():
+    from rllab_backends.hf import HFBackendConfig
+
+    with pytest.raises(ValueError, match="share_weights"):
+        HFBackendConfig(process=True, share_weights=True)

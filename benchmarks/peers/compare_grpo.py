@@ -343,6 +343,10 @@ def main(argv: list[str] | None = None) -> int:
         help="also run rllab with rollout.max_staleness = K (asynchronous rollouts; not a TRL setting, so not mirrored) "
         "in every repeat, beside the synchronous run, as the side 'rllab_kK'",
     )  # fmt: skip
+    p.add_argument(
+        "--ahead-override", action="append", default=[], metavar="KEY=VALUE",
+        help="an rllab override for the --max-staleness side only (repeatable), e.g. backend.process=true",
+    )
     p.add_argument("--no-trl", action="store_true", help="rllab only (with --max-staleness: synchronous against asynchronous)")
     p.add_argument("overrides", nargs="*", help="extra rllab overrides (key=value), mirrored on the TRL side where possible")
     args = p.parse_args(argv)
@@ -383,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
             if fw == "rllab":
                 run = run_rllab(config_file, args.plugin, seed, model_dir, out / f"rllab-seed{seed}")
             elif fw == ahead:
-                run = run_rllab(config_file, args.plugin, seed, model_dir, out / f"{ahead}-seed{seed}", (f"rollout.max_staleness={args.max_staleness}",))
+                run = run_rllab(config_file, args.plugin, seed, model_dir, out / f"{ahead}-seed{seed}", (f"rollout.max_staleness={args.max_staleness}", *args.ahead_override))
             else:
                 run = run_trl(args.trl_python, settings, args.steps, seed, model_dir, prompts, out / f"trl-seed{seed}", args.threads)
             run["seed"] = seed

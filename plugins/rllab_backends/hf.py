@@ -75,11 +75,22 @@ class HFBackendConfig:
         choices=("temperature", "raw", "processed"),
     )
     share_weights: bool = rllab.knob(False, help="sample from the trainer's module itself instead of a copy")
+    process: bool = rllab.knob(
+        False,
+        help="sample in a child process (rllab_backends.hf_process): no GIL shared with the trainer, so asynchronous "
+        "rollouts of a small model overlap; CPU float32 weights are shared with it, a sync is one copy",
+        validator=lambda i, a, v: _not_with_share_weights(i, v),
+    )
     seed: int = rllab.knob(0, help="seeds the backend's generator (used when params.seed is None)")
     device: str = rllab.knob("auto", help="torch device of the sampling model: auto (CUDA when available, as model.device), cpu, cuda, cuda:N")
     num_threads: int | None = rllab.knob(
         None, help="torch CPU threads during generate (None: leave the process setting)", ge=1
     )
+
+
+def _not_with_share_weights(inst, value) -> None:
+    if value and inst.share_weights:
+        raise ValueError("process = true cannot sample from the trainer's own module (share_weights = true): set one of them")
 
 
 class HFBackend:
@@ -317,6 +328,10 @@ def _pad_id(model) -> int:
     return eos[0] if eos else 0
 
 
-def hf(*, config: HFBackendConfig) -> HFBackend:
+def hf(*, config: HFBackendConfig):
     """In-process transformers sampling with a KV cache (temperature, top-k, top-p, n per prompt)."""
+    if config.process:
+        from rllab_backends.hf_process import ProcessHFBackend
+
+        return ProcessHFBackend(config)
     return HFBackend(config)
