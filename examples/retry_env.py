@@ -56,13 +56,13 @@ class RetryAddition:
 
     def train_examples(self, n: int, rng: torch.Generator) -> list[Example]:
         out = []
-        while len(out) < n:  # held-out pairs (a + b ≡ 0 mod 7) never train
-            out += [self._example(a, b) for a, b in self._draw(n, rng) if (a + b) % 7 and len(out) < n]
+        while len(out) < n:  # held-out pairs (3a + b ≡ 0 mod 7) never train
+            out += [self._example(a, b) for a, b in self._draw(n, rng) if (3 * a + b) % 7 and len(out) < n]
         return out[:n]
 
     def eval_examples(self) -> list[Example]:
         hi = 10 ** self.config.digits
-        return [self._example(a, b) for a in range(hi) for b in range(hi) if (a + b) % 7 == 0][:64]
+        return [self._example(a, b) for a in range(hi) for b in range(hi) if (3 * a + b) % 7 == 0][:64]
 
     def start(self, example: Example) -> RetryEpisode:
         return RetryEpisode(self, example)

@@ -229,7 +229,8 @@ def cmd_settings(args) -> int:
             t.add_row(k.name, escape(k.type), escape(repr(k.default)), escape(k.allowed), escape(k.help))
         console.print(t)
     if not args.section:
-        rows = ", ".join(f"[{sec}] ({kind}, default {name!r})" for sec, (kind, name) in COMPONENT_SECTIONS.items())
+        rows = ", ".join(f"[{sec}] ({kind}, " + (f"default {name!r})" if name else "optional; instead of [task])")
+                         for sec, (kind, name) in COMPONENT_SECTIONS.items())
         console.print(f"Component sections take name = ... plus that component's knobs (rllab plugins show NAME): {escape(rows)}")
     return 0
 

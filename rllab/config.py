@@ -47,7 +47,7 @@ from typing import Any, Mapping
 
 import attrs
 
-from rllab.config_checks import check_config_only, check_model_settings
+from rllab.config_checks import check_config_only, check_episode_settings, check_model_settings, check_one_source
 from rllab.errors import ConfigError
 from rllab.lab import Lab
 from rllab.schedule import FROZEN_DURING_A_RUN, check_schedule_applies
@@ -349,17 +349,14 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
 
     check_model_settings(plain["model"], text, where)
 
-    _check_one_source(data, text, where)
+    check_one_source(data, text, where)
     components = {
         sec: _component(lab, sec, kind, data.get(sec, {}), default, text, where)
         for sec, (kind, default) in COMPONENT_SECTIONS.items()
         if (default is not None or sec in data) and not (sec == "task" and "env" in data)
     }
     unused = _check_algorithm_fit(lab, components, explicit={sec for sec in COMPONENT_SECTIONS if sec in data}, text=text, where=where)
-    if "env" in components and "env" not in unused:
-        check_episode_bound(lab, components["env"], plain["rollout"], text=text, where=where)
-    elif "task" in components:
-        _check_no_episode_settings(components["task"], plain["rollout"], text=text, where=where)
+    check_episode_settings(lab, components, plain["rollout"], unused=unused, text=text, where=where)
     if "advantage" not in unused and "task" in components and "task" not in unused:
         _check_reward_components(lab, components, plain["rollout"], text=text, where=where)
     check_config_only(lab, components, plain["model"], unused=unused, text=text, where=where)
@@ -406,52 +403,6 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
             raise ConfigError(f"{where}: schedule at step {entry.step}: {e}") from None
     check_schedule_applies(cfg.schedule, steps=cfg.train.steps, where=where)
     return cfg
-
-
-def _check_one_source(data: Mapping[str, Any], text: str, where: str) -> None:
-    """``task`` and ``env`` are exclusive: a config that sets both is refused, naming both."""
-    if "task" in data and "env" in data:
-        def name(v):
-            return v.get("name", "?") if isinstance(v, Mapping) else v
-        line = line_of(text, None, "env") or line_of(text, "env", "name")
-        raise ConfigError(
-            f"{where}: both task {name(data['task'])!r} and env {name(data['env'])!r}{line} are set; a run draws its "
-            f"examples from a task or from an environment, not both: drop one of them",
-            key="env",
-        )
-
-
-def check_episode_bound(lab: Lab, env: ComponentRef, rollout: Any, *, text: str = "", where: str = "<config>") -> None:
-    """An environment's episodes need a bound on their turns: ``rollout.max_turns`` or the
-    environment's own ``max_turns`` (read from its registration's factory when it is a class
-    attribute; an instance's is checked again when the run builds it)."""
-    if rollout.max_turns is not None:
-        return
-    spec = lab.spec("environment", env.name)
-    declared = getattr(spec.fn, "max_turns", None)
-    if declared is not None and (isinstance(declared, bool) or not isinstance(declared, int) or declared < 1):
-        raise ConfigError(
-            f"{where}: environment {env.name!r} (plugin {spec.provider}) declares max_turns = {declared!r}; it must be "
-            f"an integer ≥ 1 (or set rollout.max_turns)",
-            key="max_turns",
-        )
-
-
-EPISODE_SETTINGS = ("max_turns", "max_episode_tokens", "turn_limit_reward", "overflow_reward")
-"""[rollout] settings that only an environment's episodes read."""
-
-
-def _check_no_episode_settings(task: ComponentRef, rollout: Any, *, text: str, where: str) -> None:
-    """A task's episodes have one turn: the episode limits would have no effect, so setting one is refused."""
-    defaults = attrs.fields_dict(type(rollout))
-    for key in EPISODE_SETTINGS:
-        if getattr(rollout, key) != defaults[key].default:
-            raise ConfigError(
-                f"{where}: [rollout] {key}{line_of(text, 'rollout', key)} limits an environment's episodes, but this run "
-                f"samples task {task.name!r} (one turn per sample), so it would have no effect; unset it or choose an "
-                f"environment (env = NAME)",
-                key=key,
-            )
 
 
 def _check_algorithm_fit(lab: Lab, components: dict, *, explicit: set[str], text: str, where: str) -> frozenset:

@@ -10,12 +10,17 @@ plugin, a combination that would otherwise fail only after the model is built (o
   SGLang's ``weight_sync = "tensor"``) while ``[model] device`` is the CPU (``auto`` is checked by
   the trainer once resolved, before it builds anything).
 
+- a config that sets both ``task`` and ``env`` (before the components are built), episode limits
+  with a task, an environment whose ``max_turns`` gives its episodes no bound.
+
 Called by :func:`rllab.config.validate` after the components are built.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
+
+import attrs
 
 from rllab.errors import ConfigError
 from rllab.lab import Lab
@@ -80,3 +85,53 @@ def check_model_settings(model: Any, text: str, where: str) -> None:
         from rllab import lora
 
         lora.check_settings(model, text=text, where=where)
+
+
+def check_one_source(data: Mapping[str, Any], text: str, where: str) -> None:
+    """``task`` and ``env`` are exclusive: a config that sets both is refused, naming both."""
+    if "task" in data and "env" in data:
+        task, env = (v.get("name", "?") if isinstance(v, Mapping) else v for v in (data["task"], data["env"]))
+        line = line_of(text, None, "env") or line_of(text, "env", "name")
+        raise ConfigError(
+            f"{where}: both task {task!r} and env {env!r}{line} are set; a run draws its "
+            f"examples from a task or from an environment, not both: drop one of them",
+            key="env",
+        )
+
+
+def check_episode_settings(lab: Lab, components: Mapping[str, Any], rollout: Any, *, unused: frozenset, text: str, where: str) -> None:
+    """The ``[rollout]`` episode settings: with a task (one turn per sample) they would do
+    nothing, so setting one is refused; an environment's episodes need a bound on their turns,
+    ``rollout.max_turns`` or the environment's own ``max_turns`` (read from its registration's
+    factory when it is a class attribute; an instance's is checked when the run builds it)."""
+    if "task" in components:
+        _check_no_episode_settings(components["task"], rollout, text=text, where=where)
+        return
+    env = components.get("env")
+    if env is None or "env" in unused or rollout.max_turns is not None:
+        return
+    spec = lab.spec("environment", env.name)
+    declared = getattr(spec.fn, "max_turns", None)
+    if declared is not None and (isinstance(declared, bool) or not isinstance(declared, int) or declared < 1):
+        raise ConfigError(
+            f"{where}: environment {env.name!r} (plugin {spec.provider}) declares max_turns = {declared!r}; it must be "
+            f"an integer ≥ 1 (or set rollout.max_turns)",
+            key="max_turns",
+        )
+
+
+EPISODE_SETTINGS = ("max_turns", "max_episode_tokens", "turn_limit_reward", "overflow_reward")
+"""[rollout] settings that only an environment's episodes read."""
+
+
+def _check_no_episode_settings(task: Any, rollout: Any, *, text: str, where: str) -> None:
+    """A task's episodes have one turn: the episode limits would have no effect, so setting one is refused."""
+    defaults = attrs.fields_dict(type(rollout))
+    for key in EPISODE_SETTINGS:
+        if getattr(rollout, key) != defaults[key].default:
+            raise ConfigError(
+                f"{where}: [rollout] {key}{line_of(text, 'rollout', key)} limits an environment's episodes, but this run "
+                f"samples task {task.name!r} (one turn per sample), so it would have no effect; unset it or choose an "
+                f"environment (env = NAME)",
+                key=key,
+            )

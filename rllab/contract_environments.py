@@ -63,7 +63,7 @@ def _setup(comp):
 
 
 def _demos(comp, env, examples, renderer, **kw):
-    from rllab.episodes import demonstration_episodes
+    from rllab.demonstrations import demonstration_episodes
 
     rec = _Recorder(env)
     eps = demonstration_episodes(rec, examples, renderer, name=comp.name, **kw)
@@ -127,7 +127,8 @@ def _env_limits(comp):
     for e in eps:
         if e.turns != 1 or e.finish_reason not in ("stop", "length", "max_turns"):
             raise AssertionError(f"with max_turns = 1 an episode took {e.turns} turns (finish {e.finish_reason!r})")
-    from rllab.episodes import EpisodeLimits, EpisodeRunner, ScriptedBackend
+    from rllab.demonstrations import ScriptedBackend
+    from rllab.episodes import EpisodeLimits, EpisodeRunner
     from rllab.types import SamplingParams
 
     scripts = [list(env.demonstration(e)) for e in examples]
@@ -148,7 +149,8 @@ def _env_limits(comp):
 
 @_check("environment", "a raising environment is named with the example and turn, handled per reward_errors")
 def _env_raises(comp):
-    from rllab.episodes import EpisodeLimits, EpisodeRunner, ScriptedBackend
+    from rllab.demonstrations import ScriptedBackend
+    from rllab.episodes import EpisodeLimits, EpisodeRunner
     from rllab.errors import EpisodeError
     from rllab.types import SamplingParams
 

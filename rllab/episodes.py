@@ -31,7 +31,8 @@ A model turn is decoded up to its first stop token; that text is what ``step`` s
 
 **Limits and finish reasons.** ``max_turns`` bounds the turns (reaching it without the
 environment ending the episode: finish reason ``"max_turns"``, plus ``turn_limit_reward``);
-``max_episode_tokens`` bounds the response-side tokens (model turns and observations): each turn
+``max_episode_tokens`` — and, for an environment, what the prompt leaves of the model's context
+(``context_tokens``) — bounds the response-side tokens (model turns and observations): each turn
 samples at most ``min(max_new_tokens, what remains)`` tokens, and an observation that would leave
 no token for the next turn ends the episode with ``"overflow"`` (plus ``overflow_reward``) — a
 trajectory is never silently truncated. An episode the environment ends finishes with its last
@@ -78,6 +79,9 @@ class EpisodeLimits:
     """Each turn's cap."""
     max_episode_tokens: int | None = None
     """Budget of response-side tokens (model + observation); None: none."""
+    context_tokens: int | None = None
+    """The model's context (prompt + response tokens); an episode's budget is at most what its
+    prompt leaves of it. None: not bounded."""
     turn_limit_reward: float = 0.0
     overflow_reward: float = 0.0
 
@@ -129,18 +133,18 @@ class _State:
     rewards: list[float] = attrs.Factory(list)
     texts: list[str] = attrs.Factory(list)
     total: float = 0.0
-    unplaced: float = 0.0
     turns: int = 0
     observation_tokens: int = 0
     last_model: int = -1
     finish: str | None = None
-    turn_finish: str = "stop"
     error: str | None = None
     metrics: dict = attrs.Factory(dict)
     weight_version: str | None = None
     single: Completion | None = None
     """The first turn's completion, kept as it is for an episode that ends after it."""
     dropped: bool = False
+    budget: int | None = None
+    """Its response-side token budget (None: none)."""
     """The backend returned no completion for it (a stale sample dropped): left out of the step."""
 
     def add(self, ids: Sequence[int], *, model: bool, log_probs: Sequence[float] | None = None) -> None:
@@ -153,10 +157,8 @@ class _State:
 
     def reward(self, value: float) -> None:
         self.total += value
-        if self.last_model >= 0:
+        if self.last_model >= 0:  # else no model token carries it (a turn that sampled nothing): in the total only
             self.rewards[self.last_model] += value
-        else:  # no model token to carry it (a turn that sampled nothing): kept in the total
-            self.unplaced += value
 
 
 def _describe(kind: str, name: str, state: _State, turn: int, text: str | None, e: BaseException) -> str:
@@ -236,14 +238,16 @@ class EpisodeRunner:
                 s.episode = self.env.start(s.example)
             except Exception as e:
                 self._fail(s, 0, None, e)
-        first = params
-        if lim.max_episode_tokens is not None and lim.max_episode_tokens < params.max_new_tokens:
-            first = attrs.evolve(params, max_new_tokens=lim.max_episode_tokens)
+        for s in states:
+            s.budget = self._budget(s)
+        caps = [self._cap(s) for s in states[::G]]
+        first = params if max(caps, default=1) >= params.max_new_tokens else attrs.evolve(params, max_new_tokens=max(caps))
         t0 = time.perf_counter()
         comps = self.backend.generate(prompts, first)
         self.timings["generate"] += time.perf_counter() - t0
         self._collect_metrics()
-        pairs = [(s, c) for s, c in self._match([states[i * G:(i + 1) * G] for i in range(len(examples))], comps) if s.finish is None]
+        pairs = [(s, self._cut(c, self._cap(s)))
+                 for s, c in self._match([states[i * G:(i + 1) * G] for i in range(len(examples))], comps) if s.finish is None]
         turn = 1
         while pairs:
             self._take_turn(pairs, turn)
@@ -291,11 +295,20 @@ class EpisodeRunner:
             # a step's counters: summed over its turns' calls, but for running totals (``*_total``)
             self.backend_metrics[k] = float(v) + (0.0 if k.endswith("_total") else self.backend_metrics.get(k, 0.0))
 
+    def _budget(self, s: _State) -> int | None:
+        """The episode's response-side budget: ``max_episode_tokens``, and what its prompt leaves
+        of the model's context (at least 1)."""
+        lim = self.limits
+        out = lim.max_episode_tokens
+        if lim.context_tokens is not None:
+            room = max(1, lim.context_tokens - len(s.prompt_ids))
+            out = room if out is None else min(out, room)
+        return out
+
     def _cap(self, s: _State) -> int:
+        """This turn's most tokens: ``max_new_tokens``, and what the budget leaves."""
         cap = self.limits.max_new_tokens
-        if self.limits.max_episode_tokens is not None:
-            cap = min(cap, self.limits.max_episode_tokens - len(s.ids))
-        return cap
+        return cap if s.budget is None else max(1, min(cap, s.budget - len(s.ids)))
 
     @staticmethod
     def _cut(c: Completion, cap: int) -> Completion:
@@ -312,7 +325,6 @@ class EpisodeRunner:
                 s.single = c
             s.weight_version = c.weight_version
             s.add(c.token_ids, model=True, log_probs=c.log_probs)
-            s.turn_finish = c.finish_reason
             text = self.renderer.decode(c.token_ids)
             s.texts.append(text)
             texts.append(text)
@@ -347,7 +359,7 @@ class EpisodeRunner:
                 s.reward(lim.turn_limit_reward)
             else:
                 obs = self._observation_ids(s, text, c, step)
-                if lim.max_episode_tokens is not None and len(s.ids) + len(obs) + 1 > lim.max_episode_tokens:
+                if s.budget is not None and len(s.ids) + len(obs) + 1 > s.budget:
                     s.finish = "overflow"
                     s.reward(lim.overflow_reward)
                     continue
@@ -390,7 +402,6 @@ class EpisodeRunner:
         s.error = msg
         s.finish = "abort"
         s.total = 0.0
-        s.unplaced = 0.0
         s.rewards = [0.0] * len(s.rewards)
 
     # -- observations
@@ -507,79 +518,3 @@ class TaskEnvironment:
 
     def describe_error(self, example: Example, text: str | None, turn: int, e: BaseException) -> str:
         return self.stage.reward_error_message(example, text, e)
-
-
-# --------------------------------------------------------------------------- demonstrations
-
-
-class ScriptedBackend:
-    """A rollout backend that answers each episode with given model turns (texts), tokenized as
-    a sampled turn ends (:meth:`rllab.chat.PromptRenderer.response_ids`, log-probs 0): the
-    episode loop plays an environment's demonstrations through it, so a demonstration's ids are
-    exactly those a rollout would have (its observations the environment's real answers).
-
-    :param scripts: per prompt of the first ``generate`` call, its model turns.
-    :param prompts: the prompts (strings or messages) the scripts answer, for the end token.
-    """
-
-    def __init__(self, renderer: PromptRenderer, scripts: Sequence[Sequence[str]], prompts: Sequence[Any]):
-        self.renderer = renderer
-        self.scripts = [list(s) for s in scripts]
-        self.prompts = list(prompts)
-        self.used = [0] * len(self.scripts)
-        self.expect: list[tuple[int, ...] | None] = [None] * len(self.scripts)
-
-    def _turn(self, k: int, index: int, prompt_ids: Sequence[int]) -> Completion:
-        if self.used[k] >= len(self.scripts[k]):
-            raise RllabError(
-                f"the demonstration of example {prompt_text(self.prompts[k])!r} has {len(self.scripts[k])} model turn(s), "
-                f"but its episode did not end after them"
-            )
-        ids = self.renderer.response_ids(self.scripts[k][self.used[k]], prompt=self.prompts[k])
-        self.used[k] += 1
-        self.expect[k] = tuple(prompt_ids) + tuple(ids)
-        return Completion(prompt_ids=tuple(prompt_ids), token_ids=tuple(ids), log_probs=(0.0,) * len(ids),
-                          finish_reason="stop", prompt_index=index)
-
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
-        if all(e is None for e in self.expect):  # the first turn: prompt k answers script k
-            return [self._turn(k, k, p) for k, p in enumerate(prompts) for _ in range(params.n)]
-        out, taken = [], set()
-        for i, p in enumerate(prompts):
-            k = next((k for k, e in enumerate(self.expect) if k not in taken and e is not None and tuple(p[: len(e)]) == e), None)
-            if k is None:
-                raise RllabError("ScriptedBackend: a request continues no scripted episode")
-            taken.add(k)
-            out.append(self._turn(k, i, p))
-        return out
-
-    def last_metrics(self) -> dict:
-        return {}
-
-    def update_weights(self, model: Any) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
-
-
-def demonstration_episodes(env: Any, examples: Sequence[Example], renderer: PromptRenderer, *, name: str = "?",
-                           max_turns: int | None = None) -> list[EpisodeResult]:
-    """One demonstration episode per example: ``env.demonstration(example)``'s model turns
-    played against ``env.start(example)`` through the episode loop (:class:`ScriptedBackend`).
-    An environment that fails raises (its error names it, the example and the turn)."""
-    scripts = []
-    for ex in examples:
-        turns = env.demonstration(ex)
-        if isinstance(turns, str) or not all(isinstance(t, str) for t in turns) or not turns:
-            raise RllabError(
-                f"environment {name!r}: demonstration({prompt_text(ex.prompt)!r}) must return a non-empty list of model "
-                f"turns (strings), got {turns!r}"
-            )
-        scripts.append(list(turns))
-    turns = max_turns or max(1, getattr(env, "max_turns", 1) or 1, max(len(s) for s in scripts))
-    backend = ScriptedBackend(renderer, scripts, [e.prompt for e in examples])
-    longest = max(len(renderer.response_ids(t, prompt=ex.prompt)) for s, ex in zip(scripts, examples) for t in s)
-    runner = EpisodeRunner(env, name=name, backend=backend, renderer=renderer,
-                           limits=EpisodeLimits(max_turns=turns, max_new_tokens=max(1, longest)))
-    return runner.play(examples, SamplingParams(n=1, max_new_tokens=max(1, longest), temperature=0.0))

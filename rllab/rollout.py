@@ -78,6 +78,8 @@ class RolloutStage:
     :param task_name: its registered name (for error messages).
     :param env: instead of a task, an environment (:mod:`rllab.environment`), named ``env_name``
         (or ``task_name``); its episodes follow the ``[rollout]`` limits.
+    :param context_tokens: the model's context length (``max_position_embeddings``): an
+        environment's episode that would outgrow it ends with "overflow" (None: unbounded).
     :param backend: a :class:`rllab.types.RolloutBackend`.
     :param tokenizer: a Hugging Face tokenizer (``pad_token_id`` set).
     :param config: the run's :class:`rllab.config.RolloutConfig`.
@@ -90,7 +92,8 @@ class RolloutStage:
     """
 
     def __init__(self, *, task: Any = None, task_name: str = "?", backend: Any, tokenizer: Any, config: Any, seed: int,
-                 model_name: str = "the model", shard: tuple[int, int] = (0, 1), env: Any = None, env_name: str | None = None):
+                 model_name: str = "the model", shard: tuple[int, int] = (0, 1), env: Any = None, env_name: str | None = None,
+                 context_tokens: int | None = None):
         if (task is None) == (env is None):
             raise RllabError("RolloutStage takes a task or an environment (env=), exactly one")
         self.task = task
@@ -105,6 +108,8 @@ class RolloutStage:
         )
         self.shard = shard
         """(rank, world size): a data-parallel rank samples its contiguous share of each step's prompts."""
+        self.context_tokens = context_tokens
+        """The model's context length (an environment's episodes end with "overflow" before it)."""
         self.source = env if env is not None else TaskEnvironment(task, self)
         """What episodes are played on: the environment, or the task as an environment of one turn."""
         self.limits = self._limits()
@@ -130,6 +135,7 @@ class RolloutStage:
         return EpisodeLimits(
             max_turns=turns, max_new_tokens=r.max_new_tokens, max_episode_tokens=getattr(r, "max_episode_tokens", None),
             turn_limit_reward=getattr(r, "turn_limit_reward", 0.0), overflow_reward=getattr(r, "overflow_reward", 0.0),
+            context_tokens=self.context_tokens,
         )
 
     def runner(self) -> EpisodeRunner:

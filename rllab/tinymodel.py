@@ -227,30 +227,6 @@ def encode_demonstrations(tokenizer, prompts: list, completions: list[str], *, r
     return input_ids, attention_mask, loss_mask
 
 
-def encode_episodes(tokenizer, env, examples: list, *, renderer: PromptRenderer | None = None, name: str = "?"):
-    """As :func:`encode_demonstrations` for an environment: each example's demonstration episode
-    (its model turns played against the environment, :func:`rllab.episodes.demonstration_episodes`)
-    as the right-padded row ``prompt ids + episode ids``, tokenized exactly as the episode loop
-    does; ``loss_mask`` is True where the next token is one of the model's (observations carry no
-    loss)."""
-    from rllab.episodes import demonstration_episodes
-
-    renderer = renderer or PromptRenderer(tokenizer)
-    episodes = demonstration_episodes(env, examples, renderer, name=name)
-    rows = [list(e.completion.prompt_ids) + list(e.completion.token_ids) for e in episodes]
-    B, L = len(rows), max(len(r) for r in rows)
-    input_ids = torch.full((B, L), tokenizer.pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros(B, L, dtype=torch.bool)
-    target = torch.zeros(B, L, dtype=torch.bool)
-    for i, (r, e) in enumerate(zip(rows, episodes)):
-        input_ids[i, : len(r)] = torch.tensor(r)
-        attention_mask[i, : len(r)] = True
-        P = len(e.completion.prompt_ids)
-        model = e.completion.model_mask or (True,) * len(e.completion.token_ids)
-        target[i, P : len(r)] = torch.tensor(model, dtype=torch.bool)
-    return input_ids, attention_mask, target[:, 1:]
-
-
 def is_environment(source) -> bool:
     """Whether a run's example source is an environment (it starts episodes) rather than a task."""
     return callable(getattr(source, "start", None)) and not callable(getattr(source, "reward", None))
@@ -317,7 +293,7 @@ def warm_start(
     renderer: PromptRenderer | None = None,
 ) -> dict:
     """Fine-tune ``model`` in place on ``task.demonstration`` completions of training prompts
-    (for an environment, on its demonstration episodes, :func:`encode_episodes`: the loss covers
+    (for an environment, on its demonstration episodes, :func:`rllab.demonstrations.encode_episodes`: the loss covers
     the model's turns, not the observations; the probe plays greedy episodes).
 
     Each step draws ``batch_size`` fresh training examples with a generator seeded by
@@ -354,6 +330,8 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
             for step in range(1, config.steps + 1):
                 examples = task.train_examples(config.batch_size, rng)
                 if is_environment(task):
+                    from rllab.demonstrations import encode_episodes
+
                     batch = encode_episodes(tokenizer, task, examples, renderer=renderer, name=renderer.task_name)
                 else:
                     batch = encode_demonstrations(
@@ -391,7 +369,9 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
 
 def _accuracy(model, tokenizer, task, examples, max_new_tokens: int, renderer: PromptRenderer | None = None) -> float:
     if is_environment(task):
-        return _episode_accuracy(model, tokenizer, task, examples, max_new_tokens, renderer or PromptRenderer(tokenizer))
+        from rllab.demonstrations import episode_accuracy
+
+        return episode_accuracy(model, tokenizer, task, examples, max_new_tokens, renderer or PromptRenderer(tokenizer))
     was_training = model.training
     model.eval()
     texts = greedy_completions(model, tokenizer, [e.prompt for e in examples], max_new_tokens, renderer=renderer)
@@ -400,48 +380,6 @@ def _accuracy(model, tokenizer, task, examples, max_new_tokens: int, renderer: P
 
     solved = (is_solved(task, e, scalar_reward(task, task.reward(e, t))) for e, t in zip(examples, texts))
     return sum(solved) / len(examples)
-
-
-class _GreedyBackend:
-    """Greedy turns of ``model`` for the episode loop (log-probs not computed: 0)."""
-
-    def __init__(self, model, tokenizer, renderer: PromptRenderer):
-        self.model, self.tokenizer, self.renderer = model, tokenizer, renderer
-
-    @torch.no_grad()
-    def generate(self, prompts, params):
-        from rllab.types import Completion
-
-        stops = list(self.renderer.stop_ids)
-        enc = _left_padded([list(p) for p in prompts], self.tokenizer.pad_token_id)
-        gen = self.model.generate(**enc, max_new_tokens=params.max_new_tokens, do_sample=False,
-                                  eos_token_id=stops[0] if len(stops) == 1 else stops, pad_token_id=self.tokenizer.pad_token_id)
-        out = []
-        for i, row in enumerate(gen[:, enc["input_ids"].shape[1]:].tolist()):
-            cut = self.renderer.cut(row)
-            ids = row[: len(cut) + 1] if len(cut) < len(row) else row
-            stopped = len(cut) < len(row)
-            out += [Completion(prompt_ids=tuple(prompts[i]), token_ids=tuple(ids), log_probs=(0.0,) * len(ids),
-                               finish_reason="stop" if stopped else "length", prompt_index=i)] * params.n
-        return out
-
-    def last_metrics(self):
-        return {}
-
-
-def _episode_accuracy(model, tokenizer, env, examples, max_new_tokens: int, renderer: PromptRenderer) -> float:
-    """The share of ``examples`` whose greedy episode is solved (``env.solved``, else total reward ≥ 1)."""
-    from rllab.episodes import EpisodeLimits, EpisodeRunner
-    from rllab.types import SamplingParams, is_solved
-
-    was_training = model.training
-    model.eval()
-    limits = EpisodeLimits(max_turns=getattr(env, "max_turns", 1) or 1, max_new_tokens=max_new_tokens)
-    runner = EpisodeRunner(env, name=renderer.task_name, backend=_GreedyBackend(model, tokenizer, renderer), renderer=renderer,
-                           limits=limits, on_error="zero")
-    episodes = runner.play(examples, SamplingParams(n=1, max_new_tokens=max_new_tokens, temperature=0.0))
-    model.train(was_training)
-    return sum(is_solved(env, e.example, e.reward) for e in episodes) / len(examples)
 
 
 # --------------------------------------------------------------------------- cache
@@ -514,7 +452,7 @@ def get_or_build(
     """The directory of a warm-started tiny model, built and saved on the first call.
 
     :param task: the task whose demonstrations the model is trained on, or an environment (its
-        demonstration episodes, :func:`encode_episodes`; the key then marks it as one).
+        demonstration episodes, :mod:`rllab.demonstrations`; the key then marks it as one).
     :param task_config: what identifies ``task`` in the cache key — its name and knobs, e.g.
         ``{"name": "addition", "digits": 2, "eval_fraction": 0.1, ...}``.
     :param cache_dir: overrides :func:`cache_root`.

@@ -230,14 +230,11 @@ class Trainer:
 
     def _rollout_stage(self) -> RolloutStage:
         return RolloutStage(
-            task=self.task,
-            env=self.env,
-            task_name=self.cfg.component(self.cfg.source).name,  # the task's or the environment's
-            backend=self.backend, tokenizer=self.tokenizer,
-            config=self.cfg.rollout,
-            seed=self.cfg.train.seed,
+            task=self.task, env=self.env, task_name=self.cfg.component(self.cfg.source).name,  # the task's or the environment's
+            backend=self.backend, tokenizer=self.tokenizer, config=self.cfg.rollout, seed=self.cfg.train.seed,
             model_name=f"model {self.cfg.model.path!r}" if self.cfg.model.path else "the tiny model",
             shard=(self.placement.reducer.rank, self.placement.reducer.world_size),
+            context_tokens=getattr(getattr(self.policy, "config", None), "max_position_embeddings", None),
         )
 
     def _adamw(self, params, lr: float):

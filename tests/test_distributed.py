@@ -83,7 +83,7 @@ def _run(place, batch: RolloutBatch, cfg) -> dict:
         ref = cfg.component(section)
         return Component(spec=lab.spec(COMPONENT_SECTIONS[section][0], ref.name), config=ref.config)
 
-    components = {s: component(s) for s in COMPONENT_SECTIONS if s not in {"task", "algorithm", "kl_controller", "backend"}}
+    components = {s: component(s) for s in cfg.components if s not in {"task", "env", "algorithm", "kl_controller", "backend"}}
     critic = critic_optimizer = None
     if cfg.component("advantage").name == "gae":  # the same value head on both sides: drawn from seed 5
 

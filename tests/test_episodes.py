@@ -19,8 +19,9 @@ import torch
 import rllab
 from rllab.chat import PromptRenderer, _ids
 from rllab.config import load_config
+from rllab.demonstrations import demonstration_episodes
 from rllab.environment import Step
-from rllab.episodes import EpisodeLimits, EpisodeRunner, demonstration_episodes
+from rllab.episodes import EpisodeLimits, EpisodeRunner
 from rllab.errors import ConfigError, DuplicateComponentError, EpisodeError, PromptError
 from rllab.settings import RolloutConfig
 from rllab.tinytok import build_chat_tokenizer, build_tokenizer
@@ -334,15 +335,15 @@ def test_an_environment_without_a_bound_on_its_turns_is_refused(char):
 
 
 def test_token_rewards_sit_on_the_last_model_token_with_holes():
-    mask = torch.tensor([[True, True, False, False, True, False], [True, False, False, False, False, False]])
+    mask = torch.tensor([[True, True, False, False, True, False], [True, False, False, False, False, False], [False] * 6])
     b = RolloutBatch(
-        input_ids=torch.zeros(2, 8, dtype=torch.long), attention_mask=torch.ones(2, 8, dtype=torch.bool), response_mask=mask,
-        rollout_log_prob=torch.zeros(2, 6), index=torch.tensor([0, 0]), scores=torch.tensor([2.0, 3.0]),
+        input_ids=torch.zeros(3, 8, dtype=torch.long), attention_mask=torch.ones(3, 8, dtype=torch.bool), response_mask=mask,
+        rollout_log_prob=torch.zeros(3, 6), index=torch.tensor([0, 0, 1]), scores=torch.tensor([2.0, 3.0, 4.0]),
     )
-    expected = torch.zeros(2, 6)
-    expected[0, 4], expected[1, 0] = 2.0, 3.0  # not at lengths − 1 (= 2, an observation token)
+    expected = torch.zeros(3, 6)
+    expected[0, 4], expected[1, 0] = 2.0, 3.0  # not at lengths − 1 (= 2, an observation token); no model token: none
     assert torch.equal(b.token_rewards, expected)
-    placed = torch.rand(2, 6)
+    placed = torch.rand(3, 6)
     assert b.__class__(**{**attrs.asdict(b, recurse=False), "token_scores": placed}).token_rewards is placed
 
 
@@ -367,7 +368,7 @@ def test_from_completions_with_episodes_and_select():
 
 
 def test_demonstrations_are_played_against_the_environment(char):
-    from rllab.tinymodel import encode_episodes
+    from rllab.demonstrations import encode_episodes
 
     env = Env(max_turns=3, done_at=3, obs="no")
     examples = env.train_examples(2, None)
@@ -488,6 +489,9 @@ def test_a_two_turn_episode_through_the_hf_backend(tiny):
     batch = stage.to_batch(scored)
     assert batch.turns.tolist() == [2] * 6
     assert scored.metrics["env/turns"] == 2.0 and scored.metrics["env/calls"] == 12.0
+    assert scored.metrics["rollout/accuracy"] == 1.0 and scored.metrics["rollout/reward"] == 1.25  # total ≥ 1: solved
+    env.solved = lambda example, total: total > 2
+    assert stage.sample(1).metrics["rollout/accuracy"] == 0.0
     assert scored.metrics["env/observation_tokens"] == len(ids_of(tok, "ok:"))
     assert torch.equal(batch.token_rewards.sum(-1), batch.scores)
     # the rewards sit on model tokens, and observation tokens are holes
@@ -678,3 +682,33 @@ def test_the_warm_start_cache_keeps_environments_apart(tmp_path):
     import json
 
     assert json.loads((as_env / "rllab_warm_start.json").read_text())["task_config"] == {"name": "same", "kind": "environment"}
+
+
+def test_the_models_context_bounds_an_environments_episodes(char):
+    from rllab.rollout import RolloutStage
+
+    eos = char.eos_token_id
+    t = ids_of(char, "abc") + [eos]
+    backend = Scripted([[t, t], [t, t]])
+    env = Env(max_turns=5, done_at=5)
+    # prompt "0+1=" is 5 ids with <bos>: a context of 15 leaves 10 response tokens: 4 + obs 3 + 3 (cut) — then the next obs overflows
+    stage = RolloutStage(env=env, env_name="fake", backend=backend, tokenizer=char, seed=0, context_tokens=15,
+                         config=RolloutConfig(prompts_per_step=1, group_size=2, max_new_tokens=8, overflow_reward=-1.0))
+    scored = stage.sample(0)
+    for e in scored.episodes:
+        assert len(e.completion.prompt_ids) + len(e.completion.token_ids) <= 15 and e.finish_reason == "overflow"
+    assert scored.metrics["env/context_overflows"] == 2.0 and scored.rewards.tolist() == [0.25 + 0.5 - 1.0] * 2
+
+
+def test_the_documented_example_environment_passes_the_contract_suite(tmp_path):
+    """docs/environments.md's complete example, written out as a plugin file, loads and passes `rllab check`."""
+    import re
+
+    from rllab.testing import run_contract
+
+    doc = (ROOT / "docs" / "environments.md").read_text()
+    code = next(b for b in re.findall(r"```python\n(.*?)```", doc, re.S) if "register_environments" in b and "class RetryAddition" in b)
+    path = tmp_path / "documented_env.py"
+    path.write_text(code)
+    results = run_contract(rllab.Lab([str(path)]), "environment", "retry_addition", {"tries": 3})
+    assert all(r.passed for r in results) and len(results) == 5, [(r.check, r.message) for r in results]

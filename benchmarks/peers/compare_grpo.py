@@ -347,6 +347,11 @@ def main(argv: list[str] | None = None) -> int:
         "--ahead-override", action="append", default=[], metavar="KEY=VALUE",
         help="an rllab override for the --max-staleness side only (repeatable), e.g. backend.process=true",
     )
+    p.add_argument(
+        "--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE…]",
+        help="another rllab side with these overrides (not mirrored on the TRL side), repeatable, e.g. "
+        "async_tis:rollout.max_staleness=1,correction=token_truncate",
+    )
     p.add_argument("--no-trl", action="store_true", help="rllab only (with --max-staleness: synchronous against asynchronous)")
     p.add_argument("overrides", nargs="*", help="extra rllab overrides (key=value), mirrored on the TRL side where possible")
     args = p.parse_args(argv)
@@ -374,8 +379,11 @@ def main(argv: list[str] | None = None) -> int:
     config_file.write_text(dump_toml(cfg.to_dict()))
     print(f"model: {model_dir}\nsettings: {json.dumps(settings)}\nresults: {out}")
 
-    ahead = f"rllab_k{args.max_staleness}"
-    sides = ("rllab", *((ahead,) if args.max_staleness else ()), *(() if args.no_trl else ("trl",)))
+    variants = {f"rllab_k{args.max_staleness}": (f"rollout.max_staleness={args.max_staleness}", *args.ahead_override)} if args.max_staleness else {}
+    for v in args.variant:
+        name, _, over = v.partition(":")
+        variants[name] = tuple(x for x in over.split(",") if x)
+    sides = ("rllab", *variants, *(() if args.no_trl else ("trl",)))
     runs: dict[str, list[dict]] = {fw: [] for fw in sides}
     loads: list[dict] = []
     for rep in range(args.repeats):
@@ -386,8 +394,8 @@ def main(argv: list[str] | None = None) -> int:
         for fw in order:
             if fw == "rllab":
                 run = run_rllab(config_file, args.plugin, seed, model_dir, out / f"rllab-seed{seed}")
-            elif fw == ahead:
-                run = run_rllab(config_file, args.plugin, seed, model_dir, out / f"{ahead}-seed{seed}", (f"rollout.max_staleness={args.max_staleness}", *args.ahead_override))
+            elif fw in variants:
+                run = run_rllab(config_file, args.plugin, seed, model_dir, out / f"{fw}-seed{seed}", variants[fw])
             else:
                 run = run_trl(args.trl_python, settings, args.steps, seed, model_dir, prompts, out / f"trl-seed{seed}", args.threads)
             run["seed"] = seed

@@ -27,7 +27,7 @@ REPLAY_VARIES = (
 knobs), the optimizer step's settings (``train.lr`` is scaled by the recorded schedule factor;
 ``train.nonfinite`` decides whether a non-finite update stops the replay or is skipped;
 ``train.seed`` orders the minibatches), the log-prob chunk size, and extra plugins. Everything else
-— model, task, backend, rollout, the rest of train, schedule — is the recording's."""
+— model, task or environment, backend, rollout, the rest of train, schedule — is the recording's."""
 
 
 _ZIP_MAGIC = b"PK\x03\x04"
@@ -40,7 +40,7 @@ def _override_key(override: str) -> str:
 
 def _fixed_by_the_run(key: str) -> bool:
     """Whether a run fixes ``key`` for its whole life (:data:`RECORD_KEEPS`; the algorithm's knobs may change)."""
-    return key in (*RECORD_KEEPS, "algorithm.name") or key.startswith(("model.", "task.", "backend."))
+    return key in (*RECORD_KEEPS, "algorithm.name") or key.startswith(("model.", "task.", "env.", "backend."))
 _HOW = "a recording is written by: rllab record RUN_DIR_or_config --steps K --out FILE.pt"
 
 
@@ -155,9 +155,9 @@ def check_replay_overrides(variant: str, pairs: list[tuple[str, object]]) -> Non
         )
 
 
-RECORD_KEEPS = ("model", "task", "backend", "algorithm", "train.seed")
+RECORD_KEEPS = ("model", "task", "env", "backend", "algorithm", "train.seed")
 """What a recording from a run directory takes from the run as it is: it continues from the run's
-checkpoint, whose model, task, backend, algorithm and seed are fixed."""
+checkpoint, whose model, task (or environment), backend, algorithm and seed are fixed."""
 
 
 def check_record_args(source: str | None, *, out: Path, preset: str | None, overrides: Sequence[str] = ()) -> None:
