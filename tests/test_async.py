@@ -373,3 +373,28 @@ def test_a_sampler_process_cannot_share_the_trainers_module():
 
     with pytest.raises(ValueError, match="share_weights"):
         HFBackendConfig(process=True, share_weights=True)
+
+
+def test_an_environments_batches_follow_the_same_schedule(tmp_path):
+    """env = retry_addition (multi-turn episodes): batch s is step s's episodes played with W(s − k)."""
+    from pathlib import Path
+
+    lab = rllab.Lab([str(Path(__file__).resolve().parents[1] / "examples" / "retry_env.py")])
+    k = 1
+    env = ["env=retry_addition", "env.tries=2"]
+    torch.set_num_threads(1)
+    tr = Trainer(load_config(None, [*SMALL, *env, f"rollout.max_staleness={k}"], lab=lab), lab=lab, run_dir=tmp_path / "a", progress=False)
+    sync = Trainer(load_config(None, [*SMALL, *env], lab=lab), lab=lab, run_dir=tmp_path / "s", progress=False)
+    try:
+        seen, rows = _batches(tr, 3)
+        assert [st for _, st in seen] == [[0] * 16, [1] * 16, [1] * 16]
+        assert all(r["env/turns"] >= 1 for r in rows)
+        expected = [sync.rollout.sample(0), sync.rollout.sample(1)]
+        sync.train_step()
+        expected.append(sync.rollout.sample(2))
+        for (ids, _), want in zip(seen, expected):
+            assert ids == [c.token_ids for c in want.completions]
+    finally:
+        tr.close()
+        sync.close()
+        torch.set_num_threads(2)
