@@ -398,3 +398,37 @@ def test_an_environments_batches_follow_the_same_schedule(tmp_path):
         tr.close()
         sync.close()
         torch.set_num_threads(2)
+
+
+def test_k1_equals_the_synchronous_loop_with_weights_pushed_one_step_late(tmp_path):
+    """An oracle without threads: the synchronous loop whose backend always receives the weights
+    of one sync before (so step s samples with W(s − 1)) trains exactly as max_staleness = 1."""
+
+    class OneLate:
+        def __init__(self, inner, first):
+            self.inner, self.prev = inner, {k: v.clone() for k, v in first.items()}
+
+        def update_weights(self, model):
+            new = {k: v.clone() for k, v in model.state_dict().items()}
+            self.inner.update_weights(self.prev)
+            self.prev = new
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    torch.set_num_threads(1)
+    try:
+        late = Trainer(cfg(), run_dir=tmp_path / "late", progress=False)
+        late.backend = late.rollout.backend = OneLate(late.backend, late.policy.state_dict())
+        ahead = Trainer(cfg("rollout.max_staleness=1"), run_dir=tmp_path / "ahead", progress=False)
+        try:
+            a = [late.train_step() for _ in range(4)]
+            b = [ahead.train_step() for _ in range(4)]
+            drop = lambda rows: [{k: v for k, v in r.items() if not k.startswith(("async/", "time/", "perf/"))} for r in rows]  # noqa: E731
+            assert drop(a) == drop(b)
+            assert all(torch.equal(x, y) for x, y in zip(late.policy.state_dict().values(), ahead.policy.state_dict().values()))
+        finally:
+            late.close()
+            ahead.close()
+    finally:
+        torch.set_num_threads(2)
