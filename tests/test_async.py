@@ -250,6 +250,7 @@ def test_stale_samples_are_dropped_or_trained_and_counted_in_a_run(tmp_path):
             tr.close()
 
 
+@pytest.mark.slow  # two CLI runs and a resume (~20 s quiet, ~55 s under load); the in-process resume test above is fast
 def test_kill_9_then_resume_with_k2_matches_the_uninterrupted_run(tmp_path):
     args = [*SMALL, "train.steps=6", "train.checkpoint_every=2", "rollout.max_staleness=2", "train.eval_every=0"]
     cmd = [sys.executable, "-m", "rllab.cli", "run", *args, "-q"]
