@@ -129,7 +129,13 @@ class RolloutConfig:
         help="max_staleness > 0: a sample more than max_staleness weight versions older than the trainer is dropped "
         "or trained on (either way counted as async/dropped or async/stale_trained)",
         choices=("drop", "train"),
+        validator=lambda i, a, v: _needs_staleness(i, a.name, v),
     )
+
+
+def _needs_staleness(inst, name: str, value) -> None:
+    if value != "drop" and inst.max_staleness == 0:
+        raise ValueError(f"{name} = {value!r} applies only with max_staleness > 0 (max_staleness is 0: every sample is fresh)")
 
 
 @attrs.frozen(kw_only=True)

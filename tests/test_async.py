@@ -295,6 +295,11 @@ def test_combinations_that_cannot_run_ahead_are_refused_by_name(tmp_path, extra,
         assert word in str(e.value)
 
 
+def test_stale_without_max_staleness_is_refused():
+    with pytest.raises(ConfigError, match=r"stale = 'train' applies only with max_staleness > 0"):
+        load_config(None, ["rollout.stale=train"])
+
+
 def test_a_schedule_that_changes_rollout_settings_is_refused(tmp_path):
     toml = tmp_path / "c.toml"
     toml.write_text('[rollout]\nmax_staleness = 2\n\n[[schedule]]\nstep = 3\nset = { "rollout.temperature" = 0.5 }\n')
