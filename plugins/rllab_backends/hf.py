@@ -77,8 +77,8 @@ class HFBackendConfig:
     share_weights: bool = rllab.knob(False, help="sample from the trainer's module itself instead of a copy")
     process: bool = rllab.knob(
         False,
-        help="sample in a child process (rllab_backends.hf_process): no GIL shared with the trainer, so asynchronous "
-        "rollouts of a small model overlap; CPU float32 weights are shared with it, a sync is one copy",
+        help="sample in a child process (rllab_backends.hf_process): no GIL shared with the trainer's thread under "
+        "asynchronous rollouts (it still needs a free core to gain); CPU float32 weights are shared with it, a sync is one copy",
         validator=lambda i, a, v: _not_with_share_weights(i, v),
     )
     seed: int = rllab.knob(0, help="seeds the backend's generator (used when params.seed is None)")

@@ -2,10 +2,11 @@
 
 In-process sampling shares Python's GIL with the trainer: with asynchronous rollouts
 (``rollout.max_staleness``) on a small model, whose steps are mostly Python overhead, the
-producer thread and the trainer then take turns instead of overlapping. Here the sampler
+producer thread and the trainer partly take turns instead of overlapping. Here the sampler
 (:class:`rllab_backends.hf.HFBackend`, unchanged) runs in a spawned child process; ``generate``
 sends the prompts through a pipe and waits for the completions (the caller's thread releases the
-GIL meanwhile).
+GIL meanwhile). On a 2-core machine that other jobs keep busy this measured no faster than the
+thread (benchmarks/README.md, "Asynchronous rollouts"): it helps only where a core is free.
 
 Weights (CPU): the first ``update_weights(module)`` sends the child a copy of the module whose
 tensors live in shared memory; later calls copy the new weights into those same tensors
