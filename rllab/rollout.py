@@ -67,6 +67,9 @@ class Scored:
     component_names: tuple[str, ...] = ()
     episodes: list[EpisodeResult] | None = None
     """The environment's episodes, one per completion (None for a task's single turns)."""
+    staleness: torch.Tensor | None = None
+    """(N,) int64 weight versions between each completion's sampler and the trainer that takes
+    the batch (asynchronous rollouts, :mod:`rllab.asyncrollout`); None: synchronous."""
 
 
 class RolloutStage:
@@ -395,11 +398,12 @@ class RolloutStage:
                     placed[last] += extra
                 token_scores.append(placed)
                 turns.append(e.turns)
-        return RolloutBatch.from_completions(
+        batch = RolloutBatch.from_completions(
             kept, scored.scores[scored.keep], pad_token_id=self.tokenizer.pad_token_id,
             reward_components=comps, reward_component_names=scored.component_names,
             token_scores=token_scores, turns=turns,
         )
+        return batch if scored.staleness is None else attrs.evolve(batch, staleness=scored.staleness[scored.keep])
 
     def evaluate(self, size: int, *, samples: int = 0) -> dict:
         """Greedy accuracy and mean reward on the task's held-out split (its first ``size``

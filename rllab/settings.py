@@ -112,6 +112,24 @@ class RolloutConfig:
         0.0, help="environments: reward added to an episode ended by max_episode_tokens (on its last model token)",
         validator=_finite,
     )
+    max_staleness: int = knob(
+        0,
+        help="asynchronous rollouts (docs/async.md): sample step s's batch with the weights of step s - k while earlier "
+        "steps train, so samples are up to k weight versions old (0: the synchronous loop)",
+        ge=0,
+    )
+    stale: str = knob(
+        "drop",
+        help="max_staleness > 0: a sample more than max_staleness weight versions older than the trainer is dropped "
+        "or trained on (either way counted as async/dropped or async/stale_trained)",
+        choices=("drop", "train"),
+        validator=lambda i, a, v: _needs_staleness(i, a.name, v),
+    )
+
+
+def _needs_staleness(inst, name: str, value) -> None:
+    if value != "drop" and inst.max_staleness == 0:
+        raise ValueError(f"{name} = {value!r} applies only with max_staleness > 0 (max_staleness is 0: every sample is fresh)")
 
 
 @attrs.frozen(kw_only=True)

@@ -37,7 +37,7 @@ from typing import Any
 import attrs
 import torch
 
-from rllab import checkpoint, distributed, lora, memory, placement, rewards
+from rllab import asyncrollout, checkpoint, distributed, lora, memory, placement, rewards
 from rllab.algorithm import RunContext
 from rllab.config import COMPONENT_SECTIONS, ExperimentConfig, apply_schedule, dump_toml, validate
 from rllab.errors import ConfigError, NonFiniteError, RewardError, RllabError  # noqa: F401  (RewardError: re-exported)
@@ -79,6 +79,7 @@ class Trainer:
     def __init__(self, cfg: ExperimentConfig, *, lab: Lab | None = None, run_dir: Path | None = None, progress: bool = True):
         self.lab = lab or Lab()
         self.cfg = cfg
+        asyncrollout.check_settings(cfg)
         self.progress = progress
         self.step = 0
         self.run_dir = Path(run_dir) if run_dir else Path(cfg.output_dir) / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -107,6 +108,9 @@ class Trainer:
         self.algorithm = self._component("algorithm")()
         self.kl_controller = self._component("kl_controller")()
         self._build_components()
+        asyncrollout.check_algorithm(cfg, self.algorithm, self.components)
+        self.prefetch: asyncrollout.AsyncRollout | None = None
+        """The batches sampled ahead (``rollout.max_staleness > 0``), else None."""
         try:
             with transformers_progress_bars_off():  # rllab shows its own progress
                 self._build_models()
@@ -139,7 +143,7 @@ class Trainer:
             step=self.step,
             config=self.cfg,
             components=self.components,
-            rollout=getattr(self, "rollout", None),
+            rollout=getattr(self, "prefetch", None) or getattr(self, "rollout", None),
             policy=self.policy,
             reference=self.reference,
             critic=self.critic,
@@ -204,8 +208,12 @@ class Trainer:
                 f"rollout backend {backend.name!r} (plugin {backend.spec.provider}) has no {', '.join(m + '()' for m in missing)}; "
                 f"a backend follows rllab.RolloutBackend (last_metrics() returns {{}} when it has nothing to report)"
             )
+        if asyncrollout.is_async(self.cfg):  # syncs counted, and never in the middle of a batch
+            self.backend = asyncrollout.VersionedBackend(self.backend)
         self.rollout = self._rollout_stage()
         self._sync_weights()
+        if asyncrollout.is_async(self.cfg):
+            self.prefetch = asyncrollout.AsyncRollout(self.rollout, limit=lambda: self.cfg.train.steps, cpu=self.device.type == "cpu")
 
     def _ensure_models(self) -> None:
         """Build the reference / critic the algorithm needs now (a schedule may add one later)."""
@@ -268,6 +276,8 @@ class Trainer:
             raise RllabError("the algorithm cannot change during a run (its knobs can)")
         if new.train.seed != old.train.seed:
             raise RllabError("train.seed cannot change during a run")
+        if getattr(self, "prefetch", None) is not None and new.rollout != old.rollout:
+            raise RllabError("[rollout] cannot change during a run with rollout.max_staleness > 0 (batches are sampled ahead)")
         placement.check_data_parallel(new, self.lab, self.placement.reducer.world_size)  # a schedule entry too
         if new.component("algorithm") != old.component("algorithm"):
             reconfigure = getattr(self.algorithm, "reconfigure", None)
@@ -314,6 +324,8 @@ class Trainer:
         outcome = self._run_algorithm(self.context())
         metrics = outcome.metrics
         self._scheduler_step()
+        if self.prefetch is not None:  # the batches sampled ahead with the weights this step trained
+            metrics["time/rollout_wait"] = metrics.get("time/rollout_wait", 0.0) + self.prefetch.settle(self.step)
         if outcome.stepped:
             t0 = time.perf_counter()
             metrics.update(self._sync_weights())  # the sync after this step's update belongs to this step
@@ -330,6 +342,8 @@ class Trainer:
         if changed:
             metrics["schedule/changed"] = 1.0
         self.step += 1
+        if self.prefetch is not None:
+            self.prefetch.advance(self.step)
         self.history.append({"step": self.step, **metrics})
         self.hook.on_step_end(step=self.step, metrics=dict(metrics), run_dir=self.run_dir)
         return metrics
@@ -367,7 +381,7 @@ class Trainer:
     def evaluate(self) -> dict:
         """Greedy accuracy and mean reward on the task's held-out split (and mean@n / pass@k with
         ``train.eval_samples``); logged and announced."""
-        metrics = self.rollout.evaluate(self.cfg.train.eval_size, samples=self.cfg.train.eval_samples)
+        metrics = (self.prefetch or self.rollout).evaluate(self.cfg.train.eval_size, samples=self.cfg.train.eval_samples)
         self.history.append({"step": self.step, **metrics})
         self.hook.on_eval_end(step=self.step, metrics=dict(metrics), run_dir=self.run_dir)
         return metrics
@@ -391,6 +405,7 @@ class Trainer:
             "config": self.cfg.to_dict(),
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
             "history": self.history,
+            **({"rollout_ahead": self.prefetch.state_dict(self.step)} if self.prefetch is not None else {}),
         }
         path = self.placement.save(self.run_dir, self.step, state)
         self.hook.on_checkpoint_saved(step=self.step, path=path)
@@ -414,9 +429,13 @@ class Trainer:
         self.history = list(state.get("history", []))
         self.step = state["step"]
         self._sync_weights()
+        if self.prefetch is not None and state.get("rollout_ahead"):
+            self.prefetch.load_state_dict(state["rollout_ahead"])
 
     def close(self) -> None:
         try:
+            if self.prefetch is not None:
+                self.prefetch.close()
             self.loggers.close()
         finally:
             self.backend.close()  # whatever the loggers raise: a backend may hold servers and snapshots

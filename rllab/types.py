@@ -301,6 +301,9 @@ class RolloutBatch:
     token of its turn (episodes); None: the score sits on each row's last model token."""
     turns: torch.Tensor | None = attrs.field(default=None, validator=_tensor(ndim=1, dtype=torch.long, optional=True))
     """(B,) int64 model turns of each row's episode (None: one turn each)."""
+    staleness: torch.Tensor | None = attrs.field(default=None, validator=_tensor(ndim=1, dtype=torch.long, optional=True))
+    """(B,) int64 weight versions between each row's sampler and the trainer (asynchronous
+    rollouts, ``rollout.max_staleness``); None: sampled with the weights it trains (synchronous)."""
 
     def __attrs_post_init__(self):
         B, L = self.input_ids.shape
@@ -317,8 +320,9 @@ class RolloutBatch:
             if getattr(self, name).shape != (B,):
                 raise ValueError(f"RolloutBatch: {name} must have shape ({B},), got {tuple(getattr(self, name).shape)}")
         check_same_shape("RolloutBatch", response_mask=self.response_mask, token_scores=self.token_scores)
-        if self.turns is not None and self.turns.shape != (B,):
-            raise ValueError(f"RolloutBatch: turns must have shape ({B},), got {tuple(self.turns.shape)}")
+        for name in ("turns", "staleness"):
+            if getattr(self, name) is not None and getattr(self, name).shape != (B,):
+                raise ValueError(f"RolloutBatch: {name} must have shape ({B},), got {tuple(getattr(self, name).shape)}")
         comps, names = self.reward_components, self.reward_component_names
         if (comps is None) != (not names) or (comps is not None and comps.shape != (B, len(names))):
             got = None if comps is None else tuple(comps.shape)

@@ -155,10 +155,10 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def run_rllab(config_file: Path, plugins: list[str], seed: int, model_dir: Path, run_dir: Path) -> dict:
+def run_rllab(config_file: Path, plugins: list[str], seed: int, model_dir: Path, run_dir: Path, extra: tuple[str, ...] = ()) -> dict:
     cmd = [
         sys.executable, "-m", "rllab.cli", "run", *(a for p in plugins for a in ("--plugin", p)), str(config_file),
-        f"train.seed={seed}", f"model.path={model_dir}", "--run-dir", str(run_dir), "-q",
+        f"train.seed={seed}", f"model.path={model_dir}", *extra, "--run-dir", str(run_dir), "-q",
     ]  # fmt: skip
     wall = _run(cmd, run_dir.parent / f"{run_dir.name}.log")
     rows = read_jsonl(run_dir / "metrics.jsonl")
@@ -338,11 +338,26 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     p.add_argument("--skip-steps", type=int, default=1, help="leading steps left out of the timing medians (warm-up)")
     p.add_argument("--plugin", action="append", default=[], metavar="PATH_OR_MODULE", help="extra rllab plugin (repeatable), as for `rllab run`")
+    p.add_argument(
+        "--max-staleness", type=int, default=0, metavar="K",
+        help="also run rllab with rollout.max_staleness = K (asynchronous rollouts; not a TRL setting, so not mirrored) "
+        "in every repeat, beside the synchronous run, as the side 'rllab_kK'",
+    )  # fmt: skip
+    p.add_argument(
+        "--ahead-override", action="append", default=[], metavar="KEY=VALUE",
+        help="an rllab override for the --max-staleness side only (repeatable), e.g. backend.process=true",
+    )
+    p.add_argument(
+        "--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE…]",
+        help="another rllab side with these overrides (not mirrored on the TRL side), repeatable, e.g. "
+        "async_tis:rollout.max_staleness=1,correction=token_truncate",
+    )
+    p.add_argument("--no-trl", action="store_true", help="rllab only (with --max-staleness: synchronous against asynchronous)")
     p.add_argument("overrides", nargs="*", help="extra rllab overrides (key=value), mirrored on the TRL side where possible")
     args = p.parse_args(argv)
 
     THREADS["n"] = args.threads
-    if not args.trl_python.exists():
+    if not args.no_trl and not args.trl_python.exists():
         raise SystemExit(f"{args.trl_python} not found: run `bash benchmarks/peers/setup_trl.sh` first")
     import rllab
 
@@ -364,16 +379,23 @@ def main(argv: list[str] | None = None) -> int:
     config_file.write_text(dump_toml(cfg.to_dict()))
     print(f"model: {model_dir}\nsettings: {json.dumps(settings)}\nresults: {out}")
 
-    runs: dict[str, list[dict]] = {"rllab": [], "trl": []}
+    variants = {f"rllab_k{args.max_staleness}": (f"rollout.max_staleness={args.max_staleness}", *args.ahead_override)} if args.max_staleness else {}
+    for v in args.variant:
+        name, _, over = v.partition(":")
+        variants[name] = tuple(x for x in over.split(",") if x)
+    sides = ("rllab", *variants, *(() if args.no_trl else ("trl",)))
+    runs: dict[str, list[dict]] = {fw: [] for fw in sides}
     loads: list[dict] = []
     for rep in range(args.repeats):
         seed = args.seed + rep
         prompts = out / f"prompts-seed{seed}.jsonl"
         write_prompts(task, seed, args.steps, settings["prompts_per_step"], prompts)
-        order = ("rllab", "trl") if rep % 2 == 0 else ("trl", "rllab")
+        order = sides[rep % len(sides):] + sides[:rep % len(sides)]  # each side goes first in turn
         for fw in order:
             if fw == "rllab":
                 run = run_rllab(config_file, args.plugin, seed, model_dir, out / f"rllab-seed{seed}")
+            elif fw in variants:
+                run = run_rllab(config_file, args.plugin, seed, model_dir, out / f"{fw}-seed{seed}", variants[fw])
             else:
                 run = run_trl(args.trl_python, settings, args.steps, seed, model_dir, prompts, out / f"trl-seed{seed}", args.threads)
             run["seed"] = seed
@@ -393,11 +415,12 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     evaluate = lambda m: shared_accuracy(m, tokenizer, task, eval_size=args.eval_size, max_new_tokens=settings["max_new_tokens"])  # noqa: E731
     initial = evaluate(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32))
-    accuracy: dict = {"initial": initial, "rllab": [], "trl": []}
-    for run in runs["rllab"]:
-        after = evaluate(load_rllab_final(out / f"rllab-seed{run['seed']}", model_dir))
-        accuracy["rllab"].append({"seed": run["seed"], "before": initial, "after": after, "rllab_own_eval": run["own_eval"]})
-    for run in runs["trl"]:
+    accuracy: dict = {"initial": initial, **{fw: [] for fw in sides}}
+    for fw in sides[:-1] if not args.no_trl else sides:
+        for run in runs[fw]:
+            after = evaluate(load_rllab_final(out / f"{fw}-seed{run['seed']}", model_dir))
+            accuracy[fw].append({"seed": run["seed"], "before": initial, "after": after, "rllab_own_eval": run["own_eval"]})
+    for run in runs.get("trl", []):
         after = evaluate(AutoModelForCausalLM.from_pretrained(out / f"trl-seed{run['seed']}" / "model", dtype=torch.float32))
         accuracy["trl"].append({"seed": run["seed"], "before": initial, "after": after})
 
@@ -411,19 +434,27 @@ def main(argv: list[str] | None = None) -> int:
             for a, b in zip(rr["steps"], tr["steps"][shift:])
         )
 
-    lr_mismatch = min(lr_gap(0), lr_gap(1)) if args.steps > 1 else lr_gap(0)
+    lr_mismatch = 0.0 if args.no_trl else min(lr_gap(0), lr_gap(1)) if args.steps > 1 else lr_gap(0)
     if lr_mismatch > 1e-6:
         print(f"WARNING: learning rates differ between rllab and TRL (max relative difference {lr_mismatch:.2g})")
 
     summary = {fw: {k: spread([r["medians"][k] for r in runs[fw]]) for k in runs[fw][0]["medians"]} for fw in runs}
     for fw in runs:
         summary[fw]["accuracy_after"] = spread([a["after"] for a in accuracy[fw]])
-    ratio = {
-        "gen_completions_per_s": summary["rllab"]["gen_completions_per_s"]["median"] / summary["trl"]["gen_completions_per_s"]["median"],
-        "completions_per_s": summary["rllab"]["completions_per_s"]["median"] / summary["trl"]["completions_per_s"]["median"],
-        "gen_tokens_per_s": summary["rllab"]["gen_tokens_per_s"]["median"] / summary["trl"]["gen_tokens_per_s"]["median"],
-        "step_speedup": summary["trl"]["s_per_step"]["median"] / summary["rllab"]["s_per_step"]["median"],
-    }
+    ref = "rllab" if args.no_trl else "trl"  # what the rllab sides are divided by
+    sides_over = [fw for fw in sides if fw != ref]
+
+    def ratios(fw: str) -> dict:
+        a, b = summary[fw], summary[ref]
+        return {
+            "gen_completions_per_s": a["gen_completions_per_s"]["median"] / b["gen_completions_per_s"]["median"],
+            "completions_per_s": a["completions_per_s"]["median"] / b["completions_per_s"]["median"],
+            "gen_tokens_per_s": a["gen_tokens_per_s"]["median"] / b["gen_tokens_per_s"]["median"],
+            "step_speedup": b["s_per_step"]["median"] / a["s_per_step"]["median"],
+            "s_per_step_p10": a["s_per_step_p10"]["median"] / b["s_per_step_p10"]["median"],
+        }
+
+    ratio = ratios("rllab") if not args.no_trl else {}
     load_after = os.getloadavg()
     results = {
         "steps": args.steps,
@@ -432,9 +463,10 @@ def main(argv: list[str] | None = None) -> int:
         "rllab_config": cfg.to_dict(),
         "lr_mismatch": lr_mismatch,
         "model_dir": str(model_dir),
-        "trl_versions": runs["trl"][0]["summary"]["versions"],
+        "trl_versions": None if args.no_trl else runs["trl"][0]["summary"]["versions"],
         "summary": summary,
         "ratio_rllab_over_trl": ratio,
+        f"ratio_over_{ref}": {fw: ratios(fw) for fw in sides_over},
         "accuracy": accuracy,
         "curves": {fw: curve(runs[fw]) for fw in runs},
         "load": {"before": load_before, "after": load_after, "per_run": loads, "cpus": os.cpu_count()},
@@ -443,27 +475,34 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
     }
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    plot(results, out / "grpo_curves.png")
+    if not args.no_trl:
+        plot(results, out / "grpo_curves.png")
 
     print(f"\n{args.steps} steps × {args.repeats} repeats; medians over repeats of per-run medians (min–max)")
-    print(f"{'':28s}{'rllab':>28s}{'TRL':>28s}{'rllab/TRL':>11s}")
+    print(f"{'':28s}" + "".join(f"{fw:>28s}" for fw in sides) + "".join(f"{fw + '/' + ref:>18s}" for fw in sides_over))
     rows = [
-        ("completions/s (generation)", "gen_completions_per_s", ratio["gen_completions_per_s"]),
-        ("completions/s (end to end)", "completions_per_s", ratio["completions_per_s"]),
-        ("tokens/s (generation)", "gen_tokens_per_s", ratio["gen_tokens_per_s"]),
-        ("s/step", "s_per_step", 1 / ratio["step_speedup"]),
-        ("s/step, 10th percentile", "s_per_step_p10", summary["rllab"]["s_per_step_p10"]["median"] / summary["trl"]["s_per_step_p10"]["median"]),
-        ("response length (tokens)", "response_length", None),
-        ("mean training reward", "mean_reward", None),
-        ("held-out accuracy after", "accuracy_after", None),
+        ("completions/s (generation)", "gen_completions_per_s", True),
+        ("completions/s (end to end)", "completions_per_s", True),
+        ("tokens/s (generation)", "gen_tokens_per_s", True),
+        ("s/step", "s_per_step", True),
+        ("s/step, 10th percentile", "s_per_step_p10", True),
+        ("response length (tokens)", "response_length", False),
+        ("mean training reward", "mean_reward", False),
+        ("held-out accuracy after", "accuracy_after", False),
     ]
-    for label, key, r in rows:
-        print(f"{label:28s}{fmt(summary['rllab'][key]):>28s}{fmt(summary['trl'][key]):>28s}{'' if r is None else f'{r:.2f}':>11s}")
-    print(f"held-out accuracy before: {initial:.3f} (both; shared greedy evaluation, {args.eval_size} examples)")
-    own = [a["rllab_own_eval"] for a in accuracy["rllab"]]
-    if all(own):
-        print("rllab's own eval before → after: " + ", ".join(f"{o['before']:.3f} → {o['after']:.3f}" for o in own))
-    for fw in ("rllab", "trl"):
+    for label, key, with_ratio in rows:
+        cells = "".join(f"{fmt(summary[fw][key]):>28s}" for fw in sides)
+        if with_ratio:
+            cells += "".join(
+                f"{(1 / ratios(fw)['step_speedup'] if key == 's_per_step' else ratios(fw)[key]):>18.2f}" for fw in sides_over
+            )
+        print(f"{label:28s}{cells}")
+    print(f"held-out accuracy before: {initial:.3f} (shared greedy evaluation, {args.eval_size} examples)")
+    for fw in sides:
+        own = [a.get("rllab_own_eval") for a in accuracy[fw]]
+        if all(own):
+            print(f"{fw}'s own eval before → after: " + ", ".join(f"{o['before']:.3f} → {o['after']:.3f}" for o in own))
+    for fw in sides:
         c = results["curves"][fw]
         q = max(1, len(c) // 5)
         print(f"{fw:5s} reward per step (mean over repeats): first {q} steps {statistics.fmean(c[:q]):.3f}, last {q} steps {statistics.fmean(c[-q:]):.3f}")

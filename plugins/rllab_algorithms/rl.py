@@ -140,6 +140,10 @@ class RL:
         "policy_loss": ("rollout_log_prob",),
     }
 
+    async_rollouts = True
+    """Each step trains on ``ctx.rollout.sample(ctx.step)`` alone, so batches may be sampled ahead
+    (``rollout.max_staleness``, :mod:`rllab.asyncrollout`)."""
+
     def __init__(self, *, config: RLConfig):
         self.config = config
 

@@ -46,6 +46,8 @@ refuses a ``dtype`` of its own.
 Weights: ``model_path`` loads a model directory at construction; otherwise the first
 ``update_weights(model)`` makes a private copy of ``model`` (later calls copy the weights in
 with ``load_state_dict``), or, with ``share_weights = true``, samples from ``model`` itself.
+Every completion carries ``weight_version``, the number of ``update_weights`` calls before it
+as a string (``"0"``: the ``model_path`` weights), as SGLang counts its syncs.
 """
 
 from __future__ import annotations
@@ -82,6 +84,12 @@ class HFBackendConfig:
         False, help="sample from the trainer's module itself instead of a copy (in the trainer's dtype: dtype then "
         "stays at its default)", validator=lambda inst, attr, value: _no_dtype_when_shared(inst, value),
     )
+    process: bool = rllab.knob(
+        False,
+        help="sample in a child process (rllab_backends.hf_process): no GIL shared with the trainer's thread under "
+        "asynchronous rollouts (it still needs a free core to gain); CPU float32 weights are shared with it, a sync is one copy",
+        validator=lambda i, a, v: _not_with_share_weights(i, v),
+    )
     seed: int = rllab.knob(0, help="seeds the backend's generator (used when params.seed is None)")
     device: str = rllab.knob("auto", help="torch device of the sampling model: auto (CUDA when available, as model.device), cpu, cuda, cuda:N")
     num_threads: int | None = rllab.knob(
@@ -98,12 +106,19 @@ def _no_dtype_when_shared(config, share: bool) -> None:
         )
 
 
+def _not_with_share_weights(inst, value) -> None:
+    if value and inst.share_weights:
+        raise ValueError("process = true cannot sample from the trainer's own module (share_weights = true): set one of them")
+
+
 class HFBackend:
     """Batched sampling from a transformers causal LM (see the module docstring)."""
 
     def __init__(self, config: HFBackendConfig):
         self.config = config
         self.model = None
+        self.version = 0
+        """``update_weights`` calls so far: the weight version completions report (as a string)."""
         self.eos_ids: list[int] = []
         """Token ids that always end a completion (the model's eos ids)."""
         self.cache_arg = "cache"
@@ -134,6 +149,7 @@ class HFBackend:
         The first module given is deep-copied (or shared, with ``share_weights``); later ones
         are copied in with ``load_state_dict``, which also casts to ``dtype``.
         """
+        self.version += 1
         if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
             from transformers import AutoModelForCausalLM
 
@@ -156,7 +172,7 @@ class HFBackend:
                 self.model.load_state_dict(model.state_dict())
 
     def last_metrics(self) -> dict[str, float]:
-        """Nothing to report: in-process generation has no retries, versions or servers."""
+        """Nothing to report: in-process generation has no retries or servers (versions are on each completion)."""
         return {}
 
     def close(self) -> None:
@@ -249,6 +265,7 @@ class HFBackend:
         lens = lengths.tolist()
         finished = done.tolist()
         completions = []
+        version = str(self.version)
         for r in range(R):
             k = min(lens[r], steps)
             completions.append(
@@ -258,6 +275,7 @@ class HFBackend:
                     log_probs=tuple(lp_rows[r][:k]),
                     finish_reason="stop" if finished[r] else "length",
                     prompt_index=first_index + r // n,
+                    weight_version=version,
                 )
             )
         return completions
@@ -328,6 +346,10 @@ def _pad_id(model) -> int:
     return eos[0] if eos else 0
 
 
-def hf(*, config: HFBackendConfig) -> HFBackend:
+def hf(*, config: HFBackendConfig):
     """In-process transformers sampling with a KV cache (temperature, top-k, top-p, n per prompt)."""
+    if config.process:
+        from rllab_backends.hf_process import ProcessHFBackend
+
+        return ProcessHFBackend(config)
     return HFBackend(config)

@@ -1,0 +1,323 @@
+"""Asynchronous rollouts with bounded staleness (``rollout.max_staleness = k``).
+
+With ``k = 0`` the trainer samples each step's batch with the weights it trains (the synchronous
+loop; nothing here is used). With ``k ≥ 1`` a producer thread samples the batches of later steps
+while a step trains::
+
+    trainer thread:  ── train step t (batch t) ──┬ settle ┬ sync W(t+1) ┬ train step t+1 …
+    producer thread: ── sample batch t+k with W(t) ┘        └ sample batch t+k+1 with W(t+1) …
+
+The schedule is fixed: the batch of step ``s`` is always sampled with the weights at the start of
+step ``max(0, s − k)`` (``W(0)`` for the first ``k + 1`` batches), from the prompts and sampling
+seed of step ``s`` (``seed_for(seed, s, …)``), whatever the timing. Before a weight sync the
+trainer waits until the producer has sampled batch ``t + k`` ("settle"); syncs, evaluations and
+the producer's batches never overlap (one lock), so the backend's weights are the trainer's
+except while a batch is sampled ahead. A deterministic sampler (``hf`` on CPU) therefore gives a
+deterministic run for a given ``k``, and checkpoints hold the ``k`` batches already sampled ahead,
+so resume after ``kill -9`` reproduces the uninterrupted run: the batch being sampled when the
+checkpoint was written used the checkpoint's own weights and is sampled again.
+
+Versions and staleness: the backend is wrapped in :class:`VersionedBackend`, which counts weight
+syncs (``version``). A completion's version is the integer its backend reports
+(``Completion.weight_version``: ``hf`` and ``sglang`` count their syncs alike), else the version
+at which its batch was sampled. When step ``t`` takes its batch, each sample's staleness is
+``trainer version − sample version`` (``Scored.staleness``, ``RolloutBatch.staleness``); a sample
+more than ``k`` versions old is dropped (``rollout.stale = "drop"``) or trained on (``"train"``),
+counted either way (``async/dropped``, ``async/stale_trained``).
+
+Metrics of a step: ``async/staleness_mean``, ``async/staleness_max``, ``async/staleness_<j>``
+(how many samples are ``j`` versions old: the histogram), ``async/dropped``,
+``async/stale_trained``, and ``time/rollout_wait``, the time the trainer waited for the producer
+(for its batch, and before the weight sync), against ``time/rollout``, the producer's own
+sampling time of that batch (spent while earlier steps trained).
+
+Threads: on CPU the trainer keeps ⌊n/2⌋ of the process's n torch threads and the producer gets
+the rest (one each on two cores; ``backend.num_threads`` still applies inside ``hf`` generation).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import pickle
+import threading
+import time
+from typing import Any, Callable, Mapping
+
+import attrs
+import torch
+
+from rllab.errors import ConfigError
+from rllab.rollout import RolloutStage, Scored
+
+
+def check_settings(cfg: Any) -> None:
+    """Refuse, by name, settings that cannot run with ``rollout.max_staleness > 0`` (before
+    anything is built)."""
+    k = cfg.rollout.max_staleness
+    if k == 0:
+        return
+    where = f"rollout.max_staleness = {k}"
+    if cfg.model.strategy != "single":
+        raise ConfigError(
+            f"{where} with model.strategy = {cfg.model.strategy!r} is not supported (asynchronous rollouts run in one "
+            f"process); set rollout.max_staleness = 0 or model.strategy = \"single\"",
+            key="max_staleness",
+        )
+    backend = cfg.component("backend")
+    if getattr(backend.config, "share_weights", False):
+        raise ConfigError(
+            f"{where} with backend.share_weights = true ({backend.name!r}): the producer samples while the trainer "
+            f"changes the weights, so it needs its own copy; set share_weights = false or max_staleness = 0",
+            key="max_staleness",
+        )
+    for entry in cfg.schedule:
+        keys = sorted(key for key in entry.set if key.split(".")[0] == "rollout")
+        if keys:
+            raise ConfigError(
+                f"{where}: the [[schedule]] entry at step {entry.step} changes {', '.join(keys)}, but batches are sampled "
+                f"up to {k} steps ahead with the [rollout] settings in force when they are sampled; drop the entry or "
+                f"use max_staleness = 0",
+                key="max_staleness",
+            )
+
+
+def check_algorithm(cfg: Any, algorithm: Any, components: Mapping[str, Any]) -> None:
+    """Refuse an algorithm or advantage estimator that needs on-policy generation within its
+    step when ``rollout.max_staleness > 0``."""
+    k = cfg.rollout.max_staleness
+    if k == 0:
+        return
+    where = f"rollout.max_staleness = {k}"
+    name = cfg.component("algorithm").name
+    if not getattr(algorithm, "async_rollouts", False):
+        raise ConfigError(
+            f"{where}: algorithm {name!r} does not take its steps' batches from rollout.sample(step) alone (offline "
+            f"pairs, or pairs sampled and compared within the step as online_dpo does), so its data cannot be sampled "
+            f"ahead; use max_staleness = 0 (algorithms that can: those declaring async_rollouts, e.g. 'rl')",
+            key="max_staleness",
+        )
+    adv = components.get("advantage")
+    if adv is not None and "reward_baselines" in adv.spec.requires:
+        raise ConfigError(
+            f"{where}: advantage {adv.name!r} (plugin {adv.spec.provider}) needs a greedy rollout of the current policy "
+            f"within each step (reward_baselines, ReMax), which cannot be sampled ahead; use max_staleness = 0",
+            key="max_staleness",
+        )
+
+
+class VersionedBackend:
+    """A rollout backend behind a lock that counts its weight syncs.
+
+    ``generate`` and ``update_weights`` hold the (re-entrant) lock, so a sync never lands in the
+    middle of a batch; ``version`` is the number of ``update_weights`` calls so far. Each thread
+    reads the ``last_metrics`` of its own last ``generate``.
+    """
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.lock = threading.RLock()
+        self.version = 0
+        self._local = threading.local()
+
+    def generate(self, prompts, params):
+        with self.lock:
+            out = self.inner.generate(prompts, params)
+            self._local.metrics = self.inner.last_metrics()
+        return out
+
+    def last_metrics(self) -> dict:
+        return dict(getattr(self._local, "metrics", None) or {})
+
+    def update_weights(self, model):
+        with self.lock:
+            out = self.inner.update_weights(model)
+            self.version += 1
+        return out
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+def sample_versions(scored: Scored, produced_at: int) -> torch.Tensor:
+    """(N,) int64: each completion's weight version — the integer its backend reported, else
+    ``produced_at`` (the version its batch was sampled with)."""
+
+    def one(v: Any) -> int:
+        try:
+            return int(v)
+        except (TypeError, ValueError):
+            return produced_at
+
+    return torch.tensor([one(c.weight_version) for c in scored.completions], dtype=torch.long)
+
+
+def apply_staleness(scored: Scored, versions: torch.Tensor, current: int, *, max_staleness: int, stale: str) -> Scored:
+    """``scored`` as step-time data for a trainer at weight version ``current``: its staleness
+    (``current − versions``), samples over ``max_staleness`` dropped (``stale = "drop"``) or
+    kept (``"train"``), and the ``async/*`` metrics (module docstring)."""
+    staleness = (current - versions).clamp(min=0)
+    over = staleness > max_staleness
+    keep = scored.keep & ~over if stale == "drop" else scored.keep
+    n = max(1, staleness.numel())
+    metrics = dict(scored.metrics)
+    metrics.update({
+        "async/staleness_mean": staleness.float().sum().item() / n,
+        "async/staleness_max": float(staleness.max().item()) if staleness.numel() else 0.0,
+        "async/dropped": float((over & scored.keep).sum().item()) if stale == "drop" else 0.0,
+        "async/stale_trained": float((over & scored.keep).sum().item()) if stale == "train" else 0.0,
+        "rollout/kept_frac": keep.float().mean().item() if keep.numel() else 0.0,
+    })
+    for j, c in enumerate(torch.bincount(staleness, minlength=max_staleness + 1).tolist()):
+        metrics[f"async/staleness_{j}"] = float(c)
+    return attrs.evolve(scored, keep=keep, metrics=metrics, staleness=staleness)
+
+
+class AsyncRollout:
+    """The rollout stage seen by the algorithm when ``rollout.max_staleness = k > 0``.
+
+    :param stage: the run's :class:`RolloutStage` (its backend a :class:`VersionedBackend`).
+    :param limit: the run's number of steps, read when a batch would be queued (none past it).
+    :param cpu: whether the trainer computes on the CPU (then the torch threads are split).
+
+    ``sample(step)`` hands out the batch sampled ahead for ``step``; :meth:`settle` and
+    :meth:`advance` are the trainer's, around each weight sync. Everything else is the stage's.
+    """
+
+    def __init__(self, stage: RolloutStage, *, limit: Callable[[], int], cpu: bool):
+        self.stage = stage
+        self.backend: VersionedBackend = stage.backend
+        self.k = stage.config.max_staleness
+        self.stale = stage.config.stale
+        self.limit = limit
+        self.futures: dict[int, concurrent.futures.Future] = {}
+        self.wait_s = 0.0
+        self.regenerated: set[int] = set()
+        """Steps whose batch a checkpoint could not hold: sampled again after a resume (``async/regenerated``)."""
+        threads = torch.get_num_threads()
+        self._trainer_threads = None
+        producer_threads = None
+        if cpu and threads > 1:
+            self._trainer_threads = (threads, threads // 2)
+            producer_threads = threads - threads // 2
+        self.pool = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="rllab-rollout", initializer=_set_threads, initargs=(producer_threads,)
+        )
+        if self._trainer_threads is not None:
+            torch.set_num_threads(self._trainer_threads[1])
+
+    def __getattr__(self, name: str):
+        return getattr(self.stage, name)
+
+    # -- the producer
+
+    def _produce(self, step: int) -> tuple[Scored, int]:
+        with self.backend.lock:  # no sync, evaluation or other batch meanwhile
+            return self.stage.sample(step), self.backend.version
+
+    def _submit(self, step: int) -> None:
+        if step not in self.futures and step < self.limit():
+            self.futures[step] = self.pool.submit(self._produce, step)
+
+    def _wait(self, future: concurrent.futures.Future):
+        t0 = time.perf_counter()
+        out = future.result()
+        self.wait_s += time.perf_counter() - t0
+        return out
+
+    def _fill(self, step: int) -> None:
+        """Queue batches ``step … step + k`` not yet queued (the start of a run, or a resume)."""
+        for s in range(step, step + self.k + 1):
+            self._submit(s)
+
+    # -- the trainer's side
+
+    def sample(self, step: int, **kw: Any) -> Scored:
+        """The batch of ``step``, sampled ahead, with its staleness against the current weights."""
+        if kw:
+            raise ConfigError(f"rollout.max_staleness = {self.k}: a batch sampled ahead has the run's prompts and group size; got {kw}")
+        self._fill(step)
+        self.wait_s = 0.0
+        scored, produced_at = self._wait(self.futures.pop(step))
+        out = apply_staleness(
+            scored, sample_versions(scored, produced_at), self.backend.version, max_staleness=self.k, stale=self.stale
+        )
+        out.metrics["time/rollout_wait"] = self.wait_s
+        if step in self.regenerated:
+            out.metrics["async/regenerated"] = 1.0
+        return out
+
+    def settle(self, step: int) -> float:
+        """Wait until the producer has sampled every batch up to ``step + k`` (before the weight
+        sync that follows step ``step``); returns the seconds waited."""
+        t0 = time.perf_counter()
+        for s in sorted(self.futures):
+            if s <= step + self.k:
+                self.futures[s].result()
+        return time.perf_counter() - t0
+
+    def advance(self, step: int) -> None:
+        """Step ``step`` is next: queue batch ``step + k``, sampled with the weights synced now."""
+        self._fill(step)
+
+    def evaluate(self, size: int, *, samples: int = 0) -> dict:
+        with self.backend.lock:
+            return self.stage.evaluate(size, samples=samples)
+
+    # -- checkpoints
+
+    def state_dict(self, step: int) -> dict:
+        """The batches already sampled for steps ``step …`` (settled), each with its samples' ages
+        (versions behind the current weights), so that a resumed run trains on the same data.
+        A batch that does not pickle (an environment's episode objects) is listed under
+        ``regenerate`` instead: a resumed run samples it again from the checkpoint's weights."""
+        batches, regenerate = {}, []
+        for s, f in sorted(self.futures.items()):
+            if s < step or s > step + self.k - 1 or not f.done():
+                continue
+            scored, produced_at = f.result()
+            ages = self.backend.version - sample_versions(scored, produced_at)
+            try:
+                pickle.dumps(scored)
+            except Exception:
+                regenerate.append(s)
+                continue
+            batches[s] = {"scored": scored, "ages": ages}
+        return {"max_staleness": self.k, "batches": batches, "regenerate": regenerate}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Put back the batches of :meth:`state_dict`, their versions rebased on this process's
+        weight counter (the checkpoint's weights were just synced)."""
+        for s, item in state.get("batches", {}).items():
+            scored, ages = item["scored"], item["ages"]
+            versions = self.backend.version - ages
+            scored = attrs.evolve(
+                scored, completions=[attrs.evolve(c, weight_version=str(int(v))) for c, v in zip(scored.completions, versions.tolist())]
+            )
+            future: concurrent.futures.Future = concurrent.futures.Future()
+            future.set_result((scored, self.backend.version))
+            self.futures[int(s)] = future
+        self.regenerated = set(state.get("regenerate", []))
+
+    def close(self) -> None:
+        for f in self.futures.values():
+            f.cancel()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.futures.clear()
+        if self._trainer_threads is not None:
+            torch.set_num_threads(self._trainer_threads[0])
+            self._trainer_threads = None
+
+
+def _set_threads(n: int | None) -> None:
+    if n is not None:
+        torch.set_num_threads(n)
+
+
+def is_async(cfg: Any) -> bool:
+    return cfg.rollout.max_staleness > 0
+
+
+__all__ = ["AsyncRollout", "VersionedBackend", "apply_staleness", "check_algorithm", "check_settings", "is_async", "sample_versions"]
