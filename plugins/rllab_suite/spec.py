@@ -8,6 +8,7 @@
     seeds = [0, 1, 2]                    # or seeds = 3 (0, 1, 2)
     tasks = ["addition", { name = "sort", max_length = 5 }]
     baseline = "grpo"                    # probability of improvement is against this variant
+    track = ["rollout/response_length"]  # optional: training metrics the report follows over the run
 
     [overrides]                          # applied to every cell
     "rollout.prompts_per_step" = 8
@@ -19,8 +20,6 @@
 
     [axes]                               # a grid, crossed with every variant
     "policy_loss.clip_high" = [0.2, 0.28]
-
-    track = ["rollout/response_length"]  # training metrics reported over the run (optional)
 
 A cell is (variant × task × seed); its config is validated with :func:`rllab.config.load_config`
 and its run directory is keyed by a hash of the resolved config, so a suite that is run again
