@@ -25,8 +25,8 @@ modules are loaded on first use, so loading the plugin stays cheap)::
     expand(suite, lab=...) -> list[Cell]       its cells (variant × task × seed), configs validated
     suite_dir_for(suite, directory) -> Path    where a suite's runs live (``suites/NAME`` or DIR)
     MANIFEST                                   the suite directory's manifest file name
-    read_run(run_dir, variant=, task=, seed=)  one run's record (curves, final numbers)
-    summarize(records, baseline=, variants=)   statistics over seeds (CIs, IQM, P(improvement))
+    read_run(run_dir, variant=, task=, seed=, track=)  one run's record (curves, final numbers, tracked metrics)
+    summarize(records, baseline=, variants=, track=)   statistics over seeds (CIs, IQM, P(improvement), tracked metrics)
     write_all(records, out_dir, title=, ...)   report.md, summary.csv/json, runs.csv, plots
     notes(summary, identical)                  the report's notes (identical variants, …)
     REPORT_COLUMNS                             the summary table's (label, row -> text) columns

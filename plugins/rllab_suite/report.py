@@ -18,6 +18,10 @@ import attrs
 from rllab_suite import stats
 
 METRICS = (("accuracy", "eval/accuracy"), ("reward", "eval/reward"))
+LAST_FRACTION = 0.1
+"""A tracked training metric's "last" value is a run's mean over this share of its last steps (at least one)."""
+WINDOWS = 5
+"""A tracked training metric's trajectory: a run's mean over each of this many equal spans of steps."""
 
 
 @attrs.frozen(kw_only=True)
@@ -36,6 +40,8 @@ class RunRecord:
     reward: list = attrs.field(factory=list)
     train_reward_max: float = math.nan
     error: str = ""
+    train: dict = attrs.field(factory=dict)
+    """Tracked training metrics: name -> (steps, values), one value per training step logged."""
 
     def final(self, metric: str) -> float:
         vals = getattr(self, metric)
@@ -44,8 +50,25 @@ class RunRecord:
     def auc(self, metric: str) -> float:
         return stats.auc(self.steps, getattr(self, metric)) if self.status == "done" and self.steps else math.nan
 
+    def last(self, metric: str) -> float:
+        """A tracked training metric's mean over the last :data:`LAST_FRACTION` of the steps that
+        logged it (at least one); NaN unless the run is done and logged it."""
+        _, vals = self.train.get(metric, ((), ()))
+        if self.status != "done" or not vals:
+            return math.nan
+        k = max(1, math.ceil(LAST_FRACTION * len(vals)))
+        return float(sum(vals[-k:]) / k)
 
-def read_run(run_dir: Path, *, variant: str = "", task: str = "", seed: int | None = None) -> RunRecord:
+    def span(self, metric: str, first: int, last: int) -> float:
+        """A tracked training metric's mean over the steps ``first``…``last`` (inclusive); NaN when none logged it."""
+        steps, vals = self.train.get(metric, ((), ()))
+        inside = [v for s, v in zip(steps, vals) if first <= s <= last]
+        return float(sum(inside) / len(inside)) if self.status == "done" and inside else math.nan
+
+
+def read_run(run_dir: Path, *, variant: str = "", task: str = "", seed: int | None = None, track: tuple = ()) -> RunRecord:
+    """One run's record; ``track`` names training metrics to keep per step (a step logged twice,
+    as after a resume, keeps its last value)."""
     run_dir = Path(run_dir)
     cfg = {}
     if (run_dir / "config.toml").is_file():
@@ -53,6 +76,7 @@ def read_run(run_dir: Path, *, variant: str = "", task: str = "", seed: int | No
     task = task or (cfg.get("task", {}) or {}).get("name", "?")
     seed = seed if seed is not None else int((cfg.get("train", {}) or {}).get("seed", 0))
     steps, acc, rew, train_max = [], [], [], -math.inf
+    tracked: dict[str, dict] = {m: {} for m in track}
     metrics = run_dir / "metrics.jsonl"
     if metrics.is_file():
         for line in metrics.read_text().splitlines():
@@ -67,6 +91,9 @@ def read_run(run_dir: Path, *, variant: str = "", task: str = "", seed: int | No
                 rew.append(row.get("eval/reward", math.nan))
             if "rollout/reward" in row:
                 train_max = max(train_max, row["rollout/reward"])
+            for m in track:
+                if m in row and "step" in row:
+                    tracked[m][row["step"]] = float(row[m])
     error = (run_dir / "error.txt").read_text() if (run_dir / "error.txt").is_file() else ""
     if (run_dir / "final.json").is_file():
         status = "done"
@@ -79,6 +106,7 @@ def read_run(run_dir: Path, *, variant: str = "", task: str = "", seed: int | No
     return RunRecord(
         run_dir=str(run_dir), variant=variant, task=task, seed=seed, status=status, steps=steps, accuracy=acc, reward=rew,
         train_reward_max=train_max if train_max > -math.inf else math.nan, error=error.strip().splitlines()[-1] if error.strip() else "",
+        train={m: (sorted(d), [d[k] for k in sorted(d)]) for m, d in tracked.items() if d},
     )
 
 
@@ -133,11 +161,22 @@ def _flat(d: dict, prefix: str = ""):
 # --------------------------------------------------------------------------- the numbers
 
 
-def summarize(records: list[RunRecord], *, baseline: str | None = None, variants: list[str] | None = None) -> dict:
+def spans(records: list[RunRecord], track: tuple = ()) -> list[tuple[int, int]]:
+    """:data:`WINDOWS` equal spans of training steps (first, last), over the longest run's logged steps."""
+    top = max((s for r in records for m in track for s in r.train.get(m, ((), ()))[0]), default=0)
+    if top < 1:
+        return []
+    n = min(WINDOWS, top)
+    return [(round(i * top / n) + 1, round((i + 1) * top / n)) for i in range(n)]
+
+
+def summarize(records: list[RunRecord], *, baseline: str | None = None, variants: list[str] | None = None, track: tuple = ()) -> dict:
     """Per (task, variant): final and AUC accuracy and reward, mean with a 95% bootstrap CI over
-    seeds; per variant over tasks: IQM of final accuracy and P(improvement) over ``baseline``."""
+    seeds; per variant over tasks: IQM of final accuracy and P(improvement) over ``baseline``;
+    per tracked training metric, its mean over the last steps and over each span of the run."""
     variants = variants or list(dict.fromkeys(r.variant for r in records))
     tasks = list(dict.fromkeys(r.task for r in records))
+    windows = spans(records, track)
     rows = []
     for task in tasks:
         for v in variants:
@@ -151,6 +190,13 @@ def summarize(records: list[RunRecord], *, baseline: str | None = None, variants
                     row[f"{kind}_{metric}"] = {"mean": m, "low": lo, "high": hi}
             row["initial_accuracy"] = stats.mean_ci([r.accuracy[0] for r in done if r.accuracy])[0]
             row["no_signal"] = sum(1 for r in rs if r.train_reward_max == 0.0)
+            row["track"] = {}
+            for m in track:
+                m_, lo, hi = stats.mean_ci([r.last(m) for r in done])
+                row["track"][m] = {
+                    "last": {"mean": m_, "low": lo, "high": hi},
+                    "spans": [dict(zip(("mean", "low", "high"), stats.mean_ci([r.span(m, a, b) for r in done])), first=a, last=b) for a, b in windows],
+                }
             rows.append(row)
     overall = []
     for v in variants:
@@ -173,6 +219,7 @@ def summarize(records: list[RunRecord], *, baseline: str | None = None, variants
     return {
         "baseline": baseline, "variants": variants, "tasks": tasks, "rows": rows, "overall": overall, "failed": failed,
         "confidence": stats.CONFIDENCE, "min_iqm_runs": stats.MIN_IQM_RUNS, "min_poi_seeds": stats.MIN_POI_SEEDS,
+        "track": list(track), "track_missing": [m for m in track if not any(m in r.train for r in records)], "last_fraction": LAST_FRACTION,
     }
 
 
@@ -187,6 +234,30 @@ def format_percent(d: dict | None) -> str:
     if math.isfinite(d.get("low", math.nan)):
         s += f" [{100 * d['low']:.1f}, {100 * d['high']:.1f}]"
     return s
+
+
+def format_value(d: dict | None) -> str:
+    """A statistic ``{"mean", "low", "high"}`` in the metric's own units, 3 significant digits: ``"3.55 [3.41, 3.70]"``; "—" when absent."""
+    if not d or d["mean"] is None or not math.isfinite(d["mean"]):
+        return "—"
+    s = f"{d['mean']:.3g}"
+    if math.isfinite(d.get("low", math.nan)):
+        s += f" [{d['low']:.3g}, {d['high']:.3g}]"
+    return s
+
+
+def track_header(summary: dict) -> list[str]:
+    """The tracked-metrics table's columns: variant, metric, the last steps, then one per span."""
+    spans_ = next((r["track"][m]["spans"] for r in summary["rows"] for m in r.get("track", {})), [])
+    return ["variant", "metric", f"last {round(100 * summary['last_fraction'])}% of steps"] + [f"steps {s['first']}–{s['last']}" for s in spans_]
+
+
+def track_rows(summary: dict, task: str) -> list[list[str]]:
+    return [
+        [r["variant"], m, format_value(t["last"])] + [format_value(s) for s in t["spans"]]
+        for m in summary.get("track", [])
+        for r in summary["rows"] if r["task"] == task and (t := r["track"].get(m))
+    ]
 
 
 def format_probability(d: dict | None) -> str:
@@ -217,6 +288,8 @@ def notes(summary: dict, identical: list | None = None) -> list[str]:
                 f"NO SIGNAL {r['variant']} on {r['task']}: {r['no_signal']} run(s) scored 0 reward on every training group — "
                 "the warm start leaves nothing to learn from; the flat line is not a result"
             )
+    for m in summary.get("track_missing", []):
+        out.append(f"NOT LOGGED tracked metric {m!r}: no run's metrics.jsonl has it (a typo, or a metric this algorithm does not log)")
     for item in identical or []:
         out.append(item["message"])
     if not any(o["iqm_final_accuracy"] for o in summary["overall"]):
@@ -239,6 +312,13 @@ def render_terminal(summary: dict, console, *, title: str = "", identical: list 
             if r["task"] == task:
                 t.add_row(*[escape(fn(r)) for _, fn in COLUMNS])
         console.print(t)
+        if summary.get("track"):
+            t = Table(box=box.SIMPLE_HEAVY, title=f"training metrics — task {task}: mean over seeds [95% CI] of each run's mean")
+            for col in track_header(summary):
+                t.add_column(col, justify="left" if col in ("variant", "metric") else "right")
+            for row in track_rows(summary, task):
+                t.add_row(*map(escape, row))
+            console.print(t)
     t = Table(box=box.SIMPLE_HEAVY, title="over tasks: final accuracy")
     for col in ("variant", "runs", "IQM % [95% CI]", f"P(> {summary['baseline']}) [95% CI]" if summary["baseline"] else "P(improvement)"):
         t.add_column(col, justify="left" if col == "variant" else "right")
@@ -263,6 +343,15 @@ def markdown(summary: dict, *, title: str = "", identical: list | None = None, i
             if r["task"] == task:
                 lines.append("| " + " | ".join(fn(r) for _, fn in COLUMNS) + " |")
         lines.append("")
+        if summary.get("track"):
+            head = track_header(summary)
+            lines += [
+                f"## training metrics, task `{task}`", "",
+                f"Each run's mean of the metric over its last {round(100 * summary['last_fraction'])}% of steps and over each span "
+                "of steps; mean over seeds with a 95% percentile-bootstrap CI.", "",
+                "| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+            ]
+            lines += ["| " + " | ".join(row) + " |" for row in track_rows(summary, task)] + [""]
     base = summary["baseline"]
     lines += ["## over tasks (final accuracy)", "", f"| variant | runs | IQM % [95% CI] | P(> {base or 'baseline'}) [95% CI] |", "|---|---|---|---|"]
     for o in summary["overall"]:
@@ -283,6 +372,9 @@ def write_csv(summary: dict, path: Path) -> None:
         for metric, _ in METRICS:
             for kind in ("final", "auc"):
                 head += [f"{kind}_{metric}_mean", f"{kind}_{metric}_low", f"{kind}_{metric}_high"]
+        track = summary.get("track", [])
+        for m in track:
+            head += [f"last {m} mean", f"last {m} low", f"last {m} high"]
         w.writerow(head)
         for r in summary["rows"]:
             row = [r["task"], r["variant"], r["runs"], r["failed"], r["initial_accuracy"]]
@@ -290,6 +382,9 @@ def write_csv(summary: dict, path: Path) -> None:
                 for kind in ("final", "auc"):
                     d = r[f"{kind}_{metric}"]
                     row += [d["mean"], d["low"], d["high"]]
+            for m in track:
+                d = r["track"][m]["last"]
+                row += [d["mean"], d["low"], d["high"]]
             w.writerow(row)
 
 
@@ -356,22 +451,65 @@ def plot(records: list[RunRecord], summary: dict, out_dir: Path, title: str = ""
     fig.savefig(p, dpi=100)
     plt.close(fig)
     out.append(p)
+    track = [m for m in summary.get("track", []) if m not in summary.get("track_missing", [])]
+    if track:
+        out.append(plot_track(records, tasks, variants, track, out_dir, title))
     return out
 
 
-def write_all(records: list[RunRecord], out_dir: Path, *, title: str, baseline: str | None, variants: list[str] | None = None, identical: list | None = None, console=None) -> dict:
+def plot_track(records: list[RunRecord], tasks: list, variants: list, track: list, out_dir: Path, title: str = "") -> Path:
+    """``track.png``: each tracked training metric against step (one row per task, one column
+    per metric), per variant the mean over seeds of a moving average, and the seeds' range as a band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, axes = plt.subplots(len(tasks), len(track), figsize=(5.5 * len(track), 4 * len(tasks)), squeeze=False)
+    for row, task in zip(axes, tasks):
+        for ax, m in zip(row, track):
+            for i, v in enumerate(variants):
+                rs = [r for r in records if r.task == task and r.variant == v and r.status == "done" and m in r.train]
+                if not rs:
+                    continue
+                steps = sorted(set.intersection(*(set(r.train[m][0]) for r in rs)))
+                if not steps:
+                    continue
+                mat = np.array([[dict(zip(*r.train[m]))[s] for s in steps] for r in rs])
+                k = max(1, len(steps) // 20)
+                smooth = np.array([np.convolve(x, np.ones(k) / k, mode="valid") for x in mat])
+                xs = steps[k - 1:]
+                c = colors[i % len(colors)]
+                ax.plot(xs, smooth.mean(0), color=c, label=f"{v} (n={len(rs)})")
+                ax.fill_between(xs, smooth.min(0), smooth.max(0), color=c, alpha=0.15)
+            ax.set_title(f"{title} — {task}: {m}" if title else f"{task}: {m}", fontsize=10)
+            ax.set_xlabel("step (moving average over 5% of the steps)")
+            ax.set_ylabel(m)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    p = out_dir / "track.png"
+    fig.savefig(p, dpi=100)
+    plt.close(fig)
+    return p
+
+
+def write_all(records: list[RunRecord], out_dir: Path, *, title: str, baseline: str | None, variants: list[str] | None = None, identical: list | None = None, console=None,
+              track: tuple = ()) -> dict:
     """Compute the summary and write ``report.md``, ``summary.csv``, ``summary.json``, ``runs.csv``
-    and the plots into ``out_dir``; print the table on ``console`` if given."""
+    and the plots (``track.png`` too, for tracked training metrics) into ``out_dir``; print the table on ``console`` if given."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary = summarize(records, baseline=baseline, variants=variants)
+    summary = summarize(records, baseline=baseline, variants=variants, track=track)
     images = plot(records, summary, out_dir, title) if any(r.status == "done" for r in records) else []
     (out_dir / "summary.json").write_text(json.dumps({**summary, "notes": notes(summary, identical), "identical": [i for i in identical or [] if "identical" in i]}, indent=2, default=str) + "\n")
     write_csv(summary, out_dir / "summary.csv")
     with (out_dir / "runs.csv").open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["variant", "task", "seed", "status", "final_accuracy", "auc_accuracy", "final_reward", "auc_reward", "run_dir", "error"])
+        w.writerow(["variant", "task", "seed", "status", "final_accuracy", "auc_accuracy", "final_reward", "auc_reward", "run_dir", "error"] + [f"last {m}" for m in track])
         for r in records:
-            w.writerow([r.variant, r.task, r.seed, r.status, r.final("accuracy"), r.auc("accuracy"), r.final("reward"), r.auc("reward"), r.run_dir, r.error])
+            w.writerow([r.variant, r.task, r.seed, r.status, r.final("accuracy"), r.auc("accuracy"), r.final("reward"), r.auc("reward"), r.run_dir, r.error] + [r.last(m) for m in track])
     (out_dir / "report.md").write_text(markdown(summary, title=title, identical=identical, images=images))
     if console is not None:
         render_terminal(summary, console, title=title, identical=identical)

@@ -8,6 +8,7 @@
     seeds = [0, 1, 2]                    # or seeds = 3 (0, 1, 2)
     tasks = ["addition", { name = "sort", max_length = 5 }]
     baseline = "grpo"                    # probability of improvement is against this variant
+    track = ["rollout/response_length"]  # optional: training metrics the report follows over the run
 
     [overrides]                          # applied to every cell
     "rollout.prompts_per_step" = 8
@@ -42,7 +43,7 @@ from rllab.config import load_config, parse_overrides
 
 MANIFEST = "suite.json"
 """A suite directory's manifest: its name, cells and where its suite file came from."""
-SUITE_KEYS = {"name", "preset", "config", "steps", "seeds", "tasks", "baseline", "overrides", "variants", "axes", "description"}
+SUITE_KEYS = {"name", "preset", "config", "steps", "seeds", "tasks", "baseline", "overrides", "variants", "axes", "track", "description"}
 VARIANT_KEYS = {"preset", "config"}
 HASH_EXCLUDE = ("name", "output_dir", "provenance")
 SUITE_OWNED = {"train.seed": "seeds", "train.steps": "steps"}
@@ -98,6 +99,9 @@ class Suite:
     seeds: tuple[int, ...]
     steps: int | None
     baseline: str | None
+    track: tuple[str, ...] = ()
+    """Training metrics (``metrics.jsonl`` keys such as ``rollout/response_length``) the report
+    follows over the run: their mean over the last steps and by fifths of the run."""
     base_dir: Path | None = None
     """Where a relative ``config`` is looked for after the suite file's own directory: the original
     suite file's directory, for the copy a suite directory keeps (recorded in its manifest)."""
@@ -228,6 +232,13 @@ def parse_suite(source: str | Path | dict) -> Suite:
                 f"{where}: {what} sets {key}, which the suite sets in every cell from its {field!r} "
                 f"(it would be replaced); use the suite's {field} = …"
             )
+    track = data.get("track", [])
+    if not isinstance(track, list) or not all(isinstance(t, str) and t.strip() for t in track):
+        raise SuiteError(f"{where}: track must be a list of training metric names (keys of a run's metrics.jsonl, e.g. \"rollout/response_length\"), got {track!r}")
+    if _repeated(track):
+        raise SuiteError(f"{where}: track repeats {', '.join(map(repr, _repeated(track)))}; give each metric once")
+    if any(t.startswith("eval/") for t in track):
+        raise SuiteError(f"{where}: track = {track!r}: eval/ metrics are evaluations, not training metrics; the report already shows eval/accuracy and eval/reward")
     baseline = data.get("baseline")
     if baseline is not None and baseline not in names:
         raise SuiteError(f"{where}: baseline {baseline!r} is not a variant; variants: {', '.join(names)}")
@@ -243,6 +254,7 @@ def parse_suite(source: str | Path | dict) -> Suite:
         seeds=tuple(seeds),
         steps=steps,
         baseline=baseline,
+        track=tuple(track),
         base_dir=_kept_copy_source(path),
     )
 

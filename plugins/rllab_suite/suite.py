@@ -148,7 +148,7 @@ def run_suite(source, *, directory=None, executor_name: str = "local", workers: 
     out = suite_dir_for(suite, directory)
     previous = check_directory(suite, out, replace=replace)
     (out / "runs").mkdir(parents=True, exist_ok=True)
-    manifest = {"name": suite.name, "baseline": suite.baseline, "variants": suite.variant_names, "cells": [c.to_dict() for c in cells]}
+    manifest = {"name": suite.name, "baseline": suite.baseline, "variants": suite.variant_names, "track": list(suite.track), "cells": [c.to_dict() for c in cells]}
     if suite.path is not None and suite.path.resolve() != (out / "suite.toml").resolve():
         shutil.copyfile(suite.path, out / "suite.toml")
         manifest["source_dir"] = str(suite.path.resolve().parent)  # where the copy's relative config paths point
@@ -205,8 +205,9 @@ def report_suite(directory, *, console=None) -> dict:
     manifest = json.loads(path.read_text())
     from rllab_suite import report  # scipy: once the directory is known to be a suite's
 
+    track = tuple(manifest.get("track", ()))
     records = [
-        report.read_run(out / "runs" / c["run"], variant=c["variant"], task=c["task"], seed=c["seed"]) for c in manifest["cells"]
+        report.read_run(out / "runs" / c["run"], variant=c["variant"], task=c["task"], seed=c["seed"], track=track) for c in manifest["cells"]
     ]
     identical = json.loads((out / "identical.json").read_text()) if (out / "identical.json").is_file() else []
     loads = [
@@ -214,7 +215,7 @@ def report_suite(directory, *, console=None) -> dict:
                     f"start {' '.join(f'{x:.2f}' for x in la['start'])}, end {' '.join(f'{x:.2f}' for x in la['end'])}"}
         for la in manifest.get("load_average", [])
     ]
-    return report.write_all(records, out, title=f"suite {manifest['name']}", baseline=manifest.get("baseline"), variants=manifest["variants"], identical=identical + loads, console=console)
+    return report.write_all(records, out, title=f"suite {manifest['name']}", baseline=manifest.get("baseline"), variants=manifest["variants"], identical=identical + loads, console=console, track=track)
 
 
 def _refuse_repeated_runs(dirs: list[Path]) -> None:

@@ -85,6 +85,9 @@ def test_bad_variants_knobs_and_axes_fail_before_anything_runs(lab, tmp_path, ov
         ({"steps": 0}, "steps"),
         ({"axes": {"policy_loss.clip_high": []}}, "policy_loss.clip_high"),
         ({"variants": {"a": "rloo"}}, "variant 'a'"),
+        ({"track": "rollout/response_length"}, "track must be a list"),
+        ({"track": ["actor/clipfrac", "actor/clipfrac"]}, "track repeats 'actor/clipfrac'"),
+        ({"track": ["eval/accuracy"]}, "eval/ metrics are evaluations"),
     ],
 )
 def test_malformed_suite_files_name_the_key(over, needle):
@@ -186,6 +189,63 @@ def test_report_from_run_directories(tmp_path):
     md = (tmp_path / "out" / "report.md").read_text()
     assert "NO SIGNAL c" in md and "51.5 [" in md
     assert report.label_runs([tmp_path / "a0", tmp_path / "a1"]) == ["run", "run"]
+
+
+def _tracked_run(path, *, seed, lengths, done=True):
+    """A run that logged rollout/response_length at steps 1..len(lengths), step 3 twice (a resume)."""
+    path.mkdir(parents=True)
+    (path / "config.toml").write_text(f'[task]\nname = "addition"\n[train]\nseed = {seed}\n')
+    rows = [{"step": 0, "eval/accuracy": 0.1, "eval/reward": 0.1}]
+    rows += [{"step": i + 1, "rollout/reward": 0.5, "rollout/response_length": x} for i, x in enumerate(lengths)]
+    rows.insert(3, {"step": 3, "rollout/reward": 0.5, "rollout/response_length": 1000.0})  # before a resume: replaced by the step 3 that follows
+    rows.append({"step": len(lengths), "eval/accuracy": 0.2, "eval/reward": 0.2})
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if done:
+        (path / "final.json").write_text("{}")
+
+
+def test_tracked_training_metrics_last_steps_and_spans(tmp_path):
+    # 20 steps: the last 10% is steps 19-20; five spans of 4 steps each
+    recs = []
+    for v, offset in (("a", 0.0), ("b", 10.0)):
+        for s in range(3):
+            lengths = [offset + i + 1 + s for i in range(20)]  # value at step k: offset + k + seed
+            _tracked_run(tmp_path / f"{v}{s}", seed=s, lengths=lengths)
+            recs.append(report.read_run(tmp_path / f"{v}{s}", variant=v, track=("rollout/response_length", "actor/typo")))
+    assert recs[0].train["rollout/response_length"][1][2] == 3.0  # the resumed step's value wins
+    assert recs[0].last("rollout/response_length") == pytest.approx(19.5)  # mean of steps 19, 20
+    assert recs[0].span("rollout/response_length", 5, 8) == pytest.approx(6.5)
+    assert report.spans(recs, ("rollout/response_length",)) == [(1, 4), (5, 8), (9, 12), (13, 16), (17, 20)]
+    summary = report.write_all(recs, tmp_path / "out", title="t", baseline="a", track=("rollout/response_length", "actor/typo"))
+    rows = {r["variant"]: r for r in summary["rows"]}
+    last_b = rows["b"]["track"]["rollout/response_length"]["last"]
+    assert last_b["mean"] == pytest.approx(10 + 19.5 + 1)  # seeds 0, 1, 2 add 0, 1, 2
+    assert last_b["low"] == pytest.approx(stats.mean_ci([29.5, 30.5, 31.5])[1])
+    first = rows["a"]["track"]["rollout/response_length"]["spans"][0]
+    assert (first["first"], first["last"], first["mean"]) == (1, 4, pytest.approx(2.5 + 1))
+    assert summary["track_missing"] == ["actor/typo"]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "## training metrics, task `addition`" in md and "| b | rollout/response_length | 30.5 [29.5, 31.5] |" in md
+    assert "steps 17–20" in md and "NOT LOGGED tracked metric 'actor/typo'" in md
+    assert (tmp_path / "out" / "track.png").is_file()
+    assert "last rollout/response_length" in (tmp_path / "out" / "runs.csv").read_text().splitlines()[0]
+    # an unfinished run counts nowhere, as for the evaluation statistics
+    _tracked_run(tmp_path / "c0", seed=0, lengths=[1.0] * 20, done=False)
+    assert math.isnan(report.read_run(tmp_path / "c0", track=("rollout/response_length",)).last("rollout/response_length"))
+
+
+def test_a_suite_directory_reports_the_metrics_its_suite_file_tracks(tmp_path):
+    out = tmp_path / "suite"
+    cells = []
+    for s in range(3):
+        _tracked_run(out / "runs" / f"a-s{s}", seed=s, lengths=[2.0 + s] * 10)
+        cells.append({"variant": "a", "task": "addition", "seed": s, "run": f"a-s{s}"})
+    manifest = {"name": "t", "baseline": None, "variants": ["a"], "track": ["rollout/response_length"], "cells": cells}
+    (out / "suite.json").write_text(json.dumps(manifest))
+    summary = report_suite(out)
+    assert summary["rows"][0]["track"]["rollout/response_length"]["last"]["mean"] == pytest.approx(3.0)
+    assert (out / "track.png").is_file()
+    assert parse_suite(suite(track=["rollout/response_length"])).track == ("rollout/response_length",)
 
 
 # --------------------------------------------------------------------------- running a suite
