@@ -30,7 +30,7 @@ from typing import Any, Mapping
 import torch
 import torch.multiprocessing  # noqa: F401  (registers the pickling of tensors in shared memory)
 
-from rllab.errors import RllabError
+import rllab
 
 
 def _serve(conn, config) -> None:
@@ -86,7 +86,7 @@ class ProcessHFBackend:
             self._conn.send((method, args))
             status, out = self._conn.recv()
         except (EOFError, BrokenPipeError, ConnectionResetError) as e:
-            raise RllabError(
+            raise rllab.RllabError(
                 f"hf backend (process = true): the sampler process stopped (exit code {self._proc.exitcode}) during {method}: {e!r}"
             ) from None
         if status == "error":
@@ -123,7 +123,7 @@ class ProcessHFBackend:
         if self._proc.is_alive():
             try:
                 self._call("close")
-            except RllabError:
+            except rllab.RllabError:
                 pass
             self._proc.join(timeout=10)
             if self._proc.is_alive():
