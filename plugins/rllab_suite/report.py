@@ -226,24 +226,23 @@ def summarize(records: list[RunRecord], *, baseline: str | None = None, variants
 # --------------------------------------------------------------------------- rendering
 
 
-def format_percent(d: dict | None) -> str:
-    """A statistic ``{"mean", "low", "high"}`` of a fraction as ``"62.5 [55.0, 70.0]"`` (percent, 95% CI); "—" when absent."""
+def _format_stat(d: dict | None, render) -> str:
     if not d or d["mean"] is None or not math.isfinite(d["mean"]):
         return "—"
-    s = f"{100 * d['mean']:.1f}"
+    s = render(d["mean"])
     if math.isfinite(d.get("low", math.nan)):
-        s += f" [{100 * d['low']:.1f}, {100 * d['high']:.1f}]"
+        s += f" [{render(d['low'])}, {render(d['high'])}]"
     return s
+
+
+def format_percent(d: dict | None) -> str:
+    """A statistic ``{"mean", "low", "high"}`` of a fraction as ``"62.5 [55.0, 70.0]"`` (percent, 95% CI); "—" when absent."""
+    return _format_stat(d, lambda x: f"{100 * x:.1f}")
 
 
 def format_value(d: dict | None) -> str:
     """A statistic ``{"mean", "low", "high"}`` in the metric's own units, 3 significant digits: ``"3.55 [3.41, 3.70]"``; "—" when absent."""
-    if not d or d["mean"] is None or not math.isfinite(d["mean"]):
-        return "—"
-    s = f"{d['mean']:.3g}"
-    if math.isfinite(d.get("low", math.nan)):
-        s += f" [{d['low']:.3g}, {d['high']:.3g}]"
-    return s
+    return _format_stat(d, lambda x: f"{x:.3g}")
 
 
 def track_header(summary: dict) -> list[str]:
