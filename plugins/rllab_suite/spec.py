@@ -312,10 +312,14 @@ def _resolve(path: str | None, suite: Suite) -> str | None:
     return str(p)
 
 
-def cell_overrides(suite: Suite, variant: Variant, task: tuple, seed: int) -> list[tuple[str, Any]]:
+def cell_overrides(suite: Suite, variant: Variant, task: tuple, seed: int, environments=()) -> list[tuple[str, Any]]:
+    """A cell's overrides, in order. A ``tasks`` entry that names one of ``environments`` (the
+    registered environment names) selects ``env`` instead of ``task``, its knobs as ``env.KNOB``."""
     name, knobs = task
     pairs = list(suite.overrides)
-    if name:
+    if name in environments:
+        pairs += [("env", name), *((f"env.{k.removeprefix('task.')}", v) for k, v in knobs)]
+    elif name:
         pairs += [("task", name), *knobs]
     pairs += list(variant.overrides)
     pairs += [("train.seed", seed)]
@@ -332,13 +336,14 @@ def expand(suite: Suite, *, lab=None) -> list[Cell]:
     lab = lab or Lab()
     cells: list[Cell] = []
     problems: dict[str, str] = {}
+    environments = frozenset(lab.names("environment"))
     for v in suite.variants:
         for task, label in zip(suite.tasks, suite.task_labels):
             for seed in suite.seeds:
                 preset = v.preset or (None if v.config else suite.base_preset)
                 source = _resolve(v.config or (None if v.preset else suite.base_config), suite)
                 try:
-                    cfg = load_config(source, cell_overrides(suite, v, task, seed), lab=lab, preset=preset)
+                    cfg = load_config(source, cell_overrides(suite, v, task, seed, environments), lab=lab, preset=preset)
                 except RllabError as e:
                     problems.setdefault(v.name, str(e))
                     continue

@@ -610,6 +610,23 @@ def test_tasks_that_resolve_to_one_config_are_refused(lab):
         expand(parse_suite(suite(tasks=["addition", {"name": "addition", "digits": 2}])), lab=lab)
 
 
+def test_environments_are_suite_tasks_by_name_or_through_the_overrides(lab):
+    """A ``tasks`` entry naming an environment selects ``env`` (its knobs as ``env.KNOB``) and
+    drops the base's task; ``env`` in ``[overrides]`` does the same for every cell."""
+    cells = expand(parse_suite(suite(tasks=["addition", "guess", {"name": "guess", "high": 8}], seeds=[0])), lab=lab)
+    by_task = {c.task: c.config for c in cells if c.variant == "grpo"}
+    assert set(by_task) == {"addition", "guess", "guess[high=8]"}
+    assert by_task["addition"]["task"]["name"] == "addition" and by_task["addition"].get("env") is None
+    assert by_task["guess"]["env"] == {**by_task["guess"]["env"], "name": "guess", "high": 16} and by_task["guess"].get("task") is None
+    assert by_task["guess[high=8]"]["env"]["high"] == 8
+    data = suite(overrides={**SMALL, "env": "guess", "env.max_turns": 3}, seeds=[0])
+    del data["tasks"]  # the base config's: here the environment set in [overrides]
+    over = expand(parse_suite(data), lab=lab)
+    assert {(c.task, c.config["env"]["name"], c.config["env"]["max_turns"], c.config.get("task")) for c in over} == {("guess", "guess", 3, None)}
+    with pytest.raises(SuiteError, match=r"variant 'grpo'.*hgh"):
+        expand(parse_suite(suite(tasks=[{"name": "guess", "hgh": 8}], seeds=[0])), lab=lab)
+
+
 @pytest.mark.parametrize(
     "over,needle",
     [
