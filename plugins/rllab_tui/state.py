@@ -132,15 +132,16 @@ class Grid:
     def to_toml(self) -> str:
         return "# a suite file (docs/suites.md); run it with: rllab suite FILE\n" + dump_toml(self.to_dict())
 
-    def base_pairs(self) -> list[tuple[str, Any]]:
-        """The overrides every cell shares: the suite's, the first task's, the budget."""
+    def base_pairs(self, environments=()) -> list[tuple[str, Any]]:
+        """The overrides every cell shares: the suite's, the first task's, the budget. A first
+        task that names one of ``environments`` (registered environment names) selects ``env``,
+        as a suite does."""
         pairs = list(self.overrides.items())
         if self.tasks:
             t = self.tasks[0]
-            if isinstance(t, str):
-                pairs.append(("task", t))
-            else:
-                pairs += [("task", t["name"])] + [(f"task.{k}", v) for k, v in t.items() if k != "name"]
+            name, knobs = (t, {}) if isinstance(t, str) else (t["name"], {k: v for k, v in t.items() if k != "name"})
+            section = "env" if name in environments else "task"
+            pairs += [(section, name)] + [(f"{section}.{k}", v) for k, v in knobs.items()]
         return pairs + [("train.steps", self.steps)]
 
 
@@ -180,7 +181,8 @@ def check_axis(lab, grid: Grid, key: str, values: list) -> list[str]:
     problems = []
     for v in values:
         try:
-            load_config(None, [*grid.base_pairs(), (key, v)], lab=lab, preset=grid.preset or None)
+            load_config(None, [*grid.base_pairs(frozenset(lab.names("environment"))), (key, v)], lab=lab,
+                        preset=grid.preset or None)
         except RllabError as e:
             problems.append(f"{key}={v}: {e}")
     return problems

@@ -115,6 +115,16 @@ def test_axis_values_are_validated_against_the_base_config(lab):
         state.parse_axis("advantage")
 
 
+def test_a_grid_on_an_environment_validates_its_axes_on_the_environment(lab):
+    """A grid whose task is an environment's name checks its axes with ``env = NAME`` (as the
+    suite runs it), and the environment's knobs as ``env.KNOB``."""
+    g = state.Grid(overrides=dict(SMALL), steps=2, tasks=[{"name": "guess", "high": 8}])
+    assert ("env", "guess") in g.base_pairs({"guess"}) and ("env.high", 8) in g.base_pairs({"guess"})
+    assert state.check_axis(lab, g, "advantage", ["grpo", "rloo"]) == []
+    assert state.check_axis(lab, state.Grid(overrides=dict(SMALL), steps=2, tasks=[{"name": "guess", "hgh": 8}]),
+                            "advantage", ["grpo"])
+
+
 def test_step_time_estimate_comes_from_measured_runs(suite_dir):
     per_step, n = state.step_seconds(suite_dir)
     assert n == 6 and per_step == pytest.approx(0.5 + 0.1 * 5 / 4, rel=0.3)
