@@ -149,7 +149,8 @@ def episode_accuracy(model, tokenizer, env, examples, max_new_tokens: int, rende
     """The share of ``examples`` whose greedy episode is solved (``env.solved``, else total reward ≥ 1)."""
     was_training = model.training
     model.eval()
-    limits = EpisodeLimits(max_turns=getattr(env, "max_turns", 1) or 1, max_new_tokens=max_new_tokens)
+    limits = EpisodeLimits(max_turns=getattr(env, "max_turns", 1) or 1, max_new_tokens=max_new_tokens,
+                           context_tokens=getattr(getattr(model, "config", None), "max_position_embeddings", None))
     runner = EpisodeRunner(env, name=renderer.task_name, backend=_GreedyBackend(model, tokenizer, renderer), renderer=renderer,
                            limits=limits, on_error="zero")
     episodes = runner.play(examples, SamplingParams(n=1, max_new_tokens=max_new_tokens, temperature=0.0))

@@ -228,6 +228,14 @@ class EpisodeRunner:
         lim = self.limits
         G = params.n
         prompts = [self.renderer.encode(e.prompt) for e in examples]
+        if lim.context_tokens is not None:
+            for ex, ids in zip(examples, prompts):
+                if len(ids) >= lim.context_tokens:
+                    raise PromptError(
+                        f"{self.kind} {self.name!r}: the prompt of example {prompt_text(ex.prompt)[:80]!r} is {len(ids)} tokens, "
+                        f"and {self.renderer.model_name} has a context of {lim.context_tokens}: nothing is left for the "
+                        f"model's turns. Use a model with a longer context (the tiny model: model.tiny.max_position_embeddings)"
+                    )
         states = []
         for i, ex in enumerate(examples):
             msgs = self.renderer.messages(ex.prompt)

@@ -700,6 +700,18 @@ def test_the_models_context_bounds_an_environments_episodes(char):
     assert scored.metrics["env/context_overflows"] == 2.0 and scored.rewards.tolist() == [0.25 + 0.5 - 1.0] * 2
 
 
+def test_a_prompt_as_long_as_the_context_is_refused_naming_the_example():
+    """A prompt that leaves the model no room for a turn is an error naming the environment, the
+    example and the lengths, not a turn sampled past the model's context."""
+    from rllab.rollout import RolloutStage
+
+    char = build_tokenizer()
+    stage = RolloutStage(env=Env(max_turns=2), env_name="fake", backend=Scripted([]), tokenizer=char, seed=0,
+                         context_tokens=5, config=RolloutConfig(prompts_per_step=1, group_size=2, max_new_tokens=8))
+    with pytest.raises(PromptError, match=r"environment 'fake'.*'0\+1=' is 5 tokens.*context of 5"):
+        stage.sample(0)
+
+
 def test_the_documented_example_environment_passes_the_contract_suite(tmp_path):
     """docs/environments.md's complete example, written out as a plugin file, loads and passes `rllab check`."""
     import re
