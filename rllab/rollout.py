@@ -2,7 +2,7 @@
 
 Every rollout is played by the episode loop (:mod:`rllab.episodes`): a run's environment
 (``env = NAME``) gives multi-turn episodes; a task (``task = NAME``) is an environment of one
-turn (:class:`rllab.episodes.TaskEnvironment`) whose step scores as below, so its batches are
+turn (:class:`rllab.task_environment.TaskEnvironment`) whose step scores as below, so its batches are
 the single-turn batches they always were.
 
 One stage serves every algorithm: the RL step (:meth:`RolloutStage.sample` then
@@ -43,9 +43,10 @@ from rllab import ops
 from rllab.algorithm import seed_for
 from rllab.chat import Messages, PromptRenderer, prompt_text
 from rllab.distributed import SINGLE, Reducer
-from rllab.episodes import EpisodeLimits, EpisodeResult, EpisodeRunner, TaskEnvironment
+from rllab.episodes import EpisodeLimits, EpisodeResult, EpisodeRunner
 from rllab.errors import ConfigError, RewardError, RllabError
 from rllab.evalmetrics import sampled_metrics
+from rllab.task_environment import TaskEnvironment
 from rllab.types import Completion, Example, RolloutBatch, SamplingParams, is_solved
 
 
