@@ -49,7 +49,8 @@ def test_staleness_k4_is_the_staleness_suite_at_k_4():
 
 def test_staleness_clip_controls_differ_from_the_staleness_arms_only_where_they_say():
     k2, control = cells("staleness"), cells("staleness_clip")
-    assert {v for v, _ in control} == {"sync", "bypass", "sync_mb4", "bypass_mb4", "bypass_noclip"}
+    assert {v for v, _ in control} == {"sync", "bypass", "sync_mb4", "bypass_mb4", "bypass_noclip",
+                                         "sync_lr_half"}
     for seed in range(5):
         for arm in ("sync", "bypass"):  # the staleness suite's own arms, rerun
             assert control[(arm, seed)].key == k2[(arm, seed)].key
@@ -58,5 +59,6 @@ def test_staleness_clip_controls_differ_from_the_staleness_arms_only_where_they_
         assert control[("sync", seed)].config["rollout"]["max_staleness"] == 0
         assert control[("bypass", seed)].config["rollout"]["max_staleness"] == 2
         noclip = differences(control[("bypass", seed)], control[("bypass_noclip", seed)])
+        assert differences(control[("sync", seed)], control[("sync_lr_half", seed)]) == {"train.lr": (2e-4, 1e-4)}
         assert noclip == {"policy_loss.clip_low": (0.2, 1.0), "policy_loss.clip_high": (0.2, 1000.0),
                           "policy_loss.clip_c": (3.0, 1e6)}
