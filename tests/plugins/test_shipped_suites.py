@@ -1,0 +1,64 @@
+"""The suite files shipped in benchmarks/suites: each expands into validated cells, and the
+staleness suites compare what their comments say they compare (cell for cell)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rllab_suite.spec import _flatten, expand, parse_suite
+
+SUITES = Path(__file__).resolve().parents[2] / "benchmarks" / "suites"
+SHIPPED = sorted(SUITES.glob("*.toml"))
+
+
+def cells(name: str) -> dict:
+    """(variant, seed) → cell of the shipped suite file ``name``.toml (one task in these suites)."""
+    return {(c.variant, c.seed): c for c in expand(parse_suite(SUITES / f"{name}.toml"))}
+
+
+def differences(a, b) -> dict:
+    """The settings where two cells' resolved configs differ (the run name aside): key → (a, b)."""
+    fa, fb = dict(_flatten(a.config)), dict(_flatten(b.config))
+    return {k: (fa.get(k), fb.get(k)) for k in fa.keys() | fb.keys() if k != "name" and fa.get(k) != fb.get(k)}
+
+
+def test_suite_files_are_shipped():
+    assert {"staleness.toml", "staleness_k4.toml", "staleness_clip.toml"} <= {p.name for p in SHIPPED}
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_every_shipped_suite_expands_into_validated_cells(path):
+    suite = parse_suite(path)
+    expanded = expand(suite)  # validates every cell's config
+    assert len(expanded) == len(suite.variants) * len(suite.tasks) * len(suite.seeds)
+    assert len({c.key for c in expanded}) == len(expanded)
+
+
+def test_staleness_k4_is_the_staleness_suite_at_k_4():
+    k2, k4 = cells("staleness"), cells("staleness_k4")
+    assert k2.keys() == k4.keys() and len(k2) == 6 * 5
+    for (variant, seed), cell in k4.items():
+        diff = differences(k2[(variant, seed)], cell)
+        if variant == "sync":  # max_staleness = 0 in both: the same run
+            assert diff == {} and cell.key == k2[(variant, seed)].key
+        else:
+            assert diff == {"rollout.max_staleness": (2, 4)}, (variant, diff)
+
+
+def test_staleness_clip_controls_differ_from_the_staleness_arms_only_where_they_say():
+    k2, control = cells("staleness"), cells("staleness_clip")
+    assert {v for v, _ in control} == {"sync", "bypass", "sync_mb4", "bypass_mb4", "bypass_noclip",
+                                         "sync_lr_half"}
+    for seed in range(5):
+        for arm in ("sync", "bypass"):  # the staleness suite's own arms, rerun
+            assert control[(arm, seed)].key == k2[(arm, seed)].key
+            assert differences(control[(arm, seed)], control[(f"{arm}_mb4", seed)]) == {
+                "algorithm.minibatches": (1, 4)}
+        assert control[("sync", seed)].config["rollout"]["max_staleness"] == 0
+        assert control[("bypass", seed)].config["rollout"]["max_staleness"] == 2
+        noclip = differences(control[("bypass", seed)], control[("bypass_noclip", seed)])
+        assert differences(control[("sync", seed)], control[("sync_lr_half", seed)]) == {"train.lr": (2e-4, 1e-4)}
+        assert noclip == {"policy_loss.clip_low": (0.2, 1.0), "policy_loss.clip_high": (0.2, 1000.0),
+                          "policy_loss.clip_c": (3.0, 1e6)}
