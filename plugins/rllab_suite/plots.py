@@ -51,11 +51,7 @@ def plot(records: list[RunRecord], summary: dict, out_dir: Path, title: str = ""
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    p = out_dir / "curves.png"
-    fig.savefig(p, dpi=100)
-    plt.close(fig)
-    out.append(p)
+    out.append(_save(fig, out_dir / "curves.png"))
     fig, axes = plt.subplots(1, len(tasks), figsize=(max(4, 1.2 * len(variants) + 2) * len(tasks), 4), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         for i, v in enumerate(variants):
@@ -74,11 +70,7 @@ def plot(records: list[RunRecord], summary: dict, out_dir: Path, title: str = ""
         ax.set_ylim(0, 1.02)
         ax.set_title(f"{task}: mean, 95% CI, seeds", fontsize=10)
         ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    p = out_dir / "final.png"
-    fig.savefig(p, dpi=100)
-    plt.close(fig)
-    out.append(p)
+    out.append(_save(fig, out_dir / "final.png"))
     track = [m for m in summary.get("track", []) if m not in summary.get("track_missing", [])]
     if track:
         out.append(plot_track(records, tasks, variants, track, out_dir, title))
@@ -117,8 +109,13 @@ def plot_track(records: list[RunRecord], tasks: list, variants: list, track: lis
             ax.set_ylabel(m)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
+    return _save(fig, out_dir / "track.png")
+
+
+def _save(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
-    p = out_dir / "track.png"
-    fig.savefig(p, dpi=100)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
-    return p
+    return path

@@ -14,12 +14,12 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
+from rllab.tomlio import dump_toml
 from rllab_suite import executor
 from tests.tiny import TINY
 
@@ -77,19 +77,13 @@ def _group(pgid: int) -> list[str]:
 
 
 def _suite_file(tmp_path: Path) -> Path:
-    settings = {**TINY, "train.checkpoint_every": 1, "train.eval_every": 0}
+    """Two cells of 60 steps, a checkpoint after every step."""
     f = tmp_path / "suite.toml"
-    f.write_text(textwrap.dedent('''
-        name = "ctrlc"
-        preset = "grpo"
-        steps = 60
-        seeds = 1
-        tasks = ["addition"]
-        [variants]
-        grpo = {}
-        rloo = { advantage = "rloo" }
-        [overrides]
-    ''') + "\n".join(f'"{k}" = {v}' for k, v in settings.items()) + "\n")
+    f.write_text(dump_toml({
+        "name": "ctrlc", "preset": "grpo", "steps": 60, "seeds": 1, "tasks": ["addition"],
+        "overrides": {**TINY, "train.checkpoint_every": 1, "train.eval_every": 0},
+        "variants": {"grpo": {}, "rloo": {"advantage": "rloo"}},
+    }))
     return f
 
 
