@@ -152,7 +152,7 @@ def test_ctrl_c_stops_the_suite_and_its_workers_and_the_suite_continues(tmp_path
     text = log.read_text()
     print(f"{how}: exit {rc} {stopped_in:.1f} s after the SIGINT (load {os.getloadavg()[0]:.2f})")
     assert rc == 130, text
-    assert stopped_in < 10.0, f"stopped after {stopped_in:.1f} s"
+    assert stopped_in < executor.STOP_GRACE_S + 10.0, f"stopped after {stopped_in:.1f} s"  # measured 1-7 s at load 3-5 on 2 cores
     assert not left, f"left running: {left}"
     assert "stopped at their last checkpoint" in text and f"Continue the suite with: rllab suite {out}" in text.replace("\n", "")
     runs = sorted((out / "runs").iterdir())
