@@ -9,8 +9,8 @@ Ctrl-C (SIGINT to the suite process alone, as ``kill -INT``, or to its whole pro
 terminal sends it) stops the suite within seconds: the running cells are interrupted (each keeps its
 last checkpoint and is continued by the next ``rllab suite``), workers that do not stop within
 :data:`STOP_GRACE_S` are killed, and :class:`KeyboardInterrupt` goes on to the caller. A worker
-takes the first SIGINT or SIGTERM it gets as the interrupt and ignores the rest, so the parent's
-own signal and the terminal's do not cut its cleanup short.
+takes the first SIGINT it gets as the interrupt and ignores the rest, so the parent's own signal
+and the terminal's do not cut its cleanup short; one whose suite process is gone interrupts itself.
 """
 
 from __future__ import annotations
@@ -126,9 +126,9 @@ def _ignore(signum, frame) -> None:
 
 
 def _interrupt_once(signum, frame) -> None:
-    """A worker's SIGINT / SIGTERM handler: the first one interrupts the cell, later ones are ignored."""
+    """A worker's SIGINT handler: the first one interrupts the cell, later ones are ignored.
+    (SIGTERM keeps its default: the pool ends a worker with it when another died.)"""
     signal.signal(signal.SIGINT, _ignore)
-    signal.signal(signal.SIGTERM, _ignore)
     raise KeyboardInterrupt
 
 
@@ -137,14 +137,13 @@ def _watch_parent(parent: int) -> None:
     and end it :data:`STOP_GRACE_S` later: with no parent to send it work, it would wait for ever."""
     while os.getppid() == parent:
         time.sleep(1.0)
-    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), signal.SIGINT)
     time.sleep(STOP_GRACE_S)
     os._exit(1)
 
 
 def _init_worker(parent: int) -> None:
     signal.signal(signal.SIGINT, _interrupt_once)
-    signal.signal(signal.SIGTERM, _interrupt_once)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="rllab-suite-parent-watch").start()
 
 
