@@ -407,8 +407,10 @@ def main(argv: list[str] | None = None) -> int:
     except RllabError as e:
         err_console.print(f"[red]error:[/] {escape(str(e))}")
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         err_console.print("[yellow]interrupted[/]")
+        for note in getattr(e, "__notes__", ()):  # how to continue (rllab.runs.note_interrupt)
+            err_console.print(escape(note), highlight=False)
         return 130
 
 

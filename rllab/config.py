@@ -48,7 +48,8 @@ from typing import Any, Mapping
 import attrs
 
 from rllab.config_checks import (
-    check_config_only, check_episode_settings, check_model_settings, check_one_source, environment_rollout_defaults,
+    check_algorithm_fit, check_config_only, check_episode_settings, check_model_settings, check_one_source, check_reward_components,
+    environment_rollout_defaults,
 )
 from rllab.errors import ConfigError
 from rllab.lab import Lab
@@ -357,12 +358,12 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
         for sec, (kind, default) in COMPONENT_SECTIONS.items()
         if (default is not None or sec in data) and not (sec == "task" and "env" in data)
     }
-    unused = _check_algorithm_fit(lab, components, explicit={sec for sec in COMPONENT_SECTIONS if sec in data}, text=text, where=where)
+    unused = check_algorithm_fit(lab, components, explicit={sec for sec in COMPONENT_SECTIONS if sec in data}, text=text, where=where)
     if "env" in components and "env" not in unused:
         plain["rollout"] = environment_rollout_defaults(lab, components["env"], plain["rollout"], data.get("rollout", {}), where=where)
     check_episode_settings(lab, components, plain["rollout"], unused=unused, text=text, where=where)
     if "advantage" not in unused and "task" in components and "task" not in unused:
-        _check_reward_components(lab, components, plain["rollout"], text=text, where=where)
+        check_reward_components(lab, components, plain["rollout"], text=text, where=where)
     check_config_only(lab, components, plain["model"], unused=unused, text=text, where=where)
 
     loggers = data.get("loggers", ("jsonl",))
@@ -407,76 +408,6 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
             raise ConfigError(f"{where}: schedule at step {entry.step}: {e}") from None
     check_schedule_applies(cfg.schedule, steps=cfg.train.steps, where=where)
     return cfg
-
-
-def _check_algorithm_fit(lab: Lab, components: dict, *, explicit: set[str], text: str, where: str) -> frozenset:
-    """Refuse what the chosen algorithm cannot honour: a component section it never reads (when
-    the config set it), or a component that requires an input the algorithm does not provide.
-    Returns the sections the algorithm does not use."""
-    algo = components["algorithm"]
-    algo_spec = lab.spec("algorithm", algo.name)
-    uses, provides = algo_spec.trait("uses"), algo_spec.trait("provides")
-    unused: set[str] = set()
-    for sec, ref in components.items():
-        if sec == "algorithm":
-            continue
-        if uses is not None and sec not in uses:
-            if sec in explicit:
-                raise ConfigError(
-                    f"{where}: [{sec}]{line_of(text, None, sec) or line_of(text, sec, 'name')} is set, but algorithm "
-                    f"{algo.name!r} does not use it, so it would have no effect. Algorithm {algo.name!r} uses: "
-                    f"{', '.join(sorted(uses))}.",
-                    key=sec,
-                )
-            unused.add(sec)
-            continue
-        spec = lab.spec(COMPONENT_SECTIONS[sec][0], ref.name)
-        missing = [r for r in spec.requires if r not in provides.get(spec.kind, ())]
-        if missing:
-            have = ", ".join(sorted(provides.get(spec.kind, ()))) or "none"
-            raise ConfigError(
-                f"{where}: [{sec}] {spec.kind} {ref.name!r} (plugin {spec.provider}) requires {', '.join(missing)}, which "
-                f"algorithm {algo.name!r} does not provide to a {spec.kind} (it provides: {have}).",
-                key=sec,
-            )
-    return frozenset(unused)
-
-
-def _check_reward_components(lab: Lab, components: dict, rollout: Any, *, text: str, where: str) -> None:
-    """An estimator that ``requires=("reward_components",)`` needs K ≥ 2 task reward components (the
-    task's ``reward_components`` trait; when undeclared, checked on the first batch), K
-    ``reward_weights`` and no overlong penalty (it shapes only the scalar score)."""
-    adv, task = components["advantage"], components["task"]
-    est = lab.spec("advantage_estimator", adv.name)
-    if "reward_components" not in est.requires:
-        return
-    names = lab.spec("task", task.name).trait("reward_components", task.config)
-    if names is None:
-        return
-    who = f"advantage_estimator {adv.name!r} (plugin {est.provider})"
-    if len(names) < 2:
-        raise ConfigError(
-            f"{where}: [advantage]{line_of(text, 'advantage', 'name') or line_of(text, None, 'advantage')} {who} "
-            f"normalises each reward component on its own, but task {task.name!r} has "
-            f"{'one reward' if not names else f'one reward component {names[0]!r}'}: with one component it is GRPO's "
-            f"group normalisation followed by batch whitening. Use a task with several reward components (e.g. "
-            f"task.format_weight = 0.1 on 'addition') or another estimator (grpo, reinforce_plus_plus_baseline).",
-            key="advantage",
-        )
-    weights = getattr(adv.config, "reward_weights", None)
-    if weights is not None and len(weights) != len(names):
-        raise ConfigError(
-            f"{where}: [advantage] reward_weights{line_of(text, 'advantage', 'reward_weights')}: {who} has "
-            f"{len(weights)} weight{'s' * (len(weights) != 1)} for the {len(names)} reward components {names!r} of task {task.name!r}.",
-            key="reward_weights",
-        )
-    if getattr(rollout, "overlong_buffer", 0) > 0:
-        raise ConfigError(
-            f"{where}: [rollout] overlong_buffer{line_of(text, 'rollout', 'overlong_buffer')}: the overlong penalty "
-            f"shapes the scalar score, which {who} does not read (it reads task {task.name!r}'s reward components); "
-            f"set rollout.overlong_buffer = 0.",
-            key="overlong_buffer",
-        )
 
 
 def _build_plain(cls: type, sec: str, values: Mapping, text: str, where: str):

@@ -12,6 +12,10 @@ plugin, a combination that would otherwise fail only after the model is built (o
 
 - a config that sets both ``task`` and ``env`` (before the components are built), episode limits
   with a task, an environment whose ``max_turns`` gives its episodes no bound.
+- a component section the algorithm does not read, or a component that requires an input the
+  algorithm does not provide (its traits ``uses`` / ``provides``);
+- an advantage estimator that normalises each reward component with a task of fewer than two
+  components, a ``reward_weights`` of another length, or an overlong penalty it would not read.
 
 Called by :func:`rllab.config.validate` after the components are built.
 """
@@ -156,3 +160,75 @@ def _check_no_episode_settings(task: Any, rollout: Any, *, text: str, where: str
                 f"environment (env = NAME)",
                 key=key,
             )
+
+
+def check_algorithm_fit(lab: Lab, components: dict, *, explicit: set[str], text: str, where: str) -> frozenset:
+    """Refuse what the chosen algorithm cannot honour: a component section it never reads (when
+    the config set it), or a component that requires an input the algorithm does not provide.
+    Returns the sections the algorithm does not use."""
+    from rllab.config import COMPONENT_SECTIONS  # the section → kind map (config.py imports this module)
+
+    algo = components["algorithm"]
+    algo_spec = lab.spec("algorithm", algo.name)
+    uses, provides = algo_spec.trait("uses"), algo_spec.trait("provides")
+    unused: set[str] = set()
+    for sec, ref in components.items():
+        if sec == "algorithm":
+            continue
+        if uses is not None and sec not in uses:
+            if sec in explicit:
+                raise ConfigError(
+                    f"{where}: [{sec}]{line_of(text, None, sec) or line_of(text, sec, 'name')} is set, but algorithm "
+                    f"{algo.name!r} does not use it, so it would have no effect. Algorithm {algo.name!r} uses: "
+                    f"{', '.join(sorted(uses))}.",
+                    key=sec,
+                )
+            unused.add(sec)
+            continue
+        spec = lab.spec(COMPONENT_SECTIONS[sec][0], ref.name)
+        missing = [r for r in spec.requires if r not in provides.get(spec.kind, ())]
+        if missing:
+            have = ", ".join(sorted(provides.get(spec.kind, ()))) or "none"
+            raise ConfigError(
+                f"{where}: [{sec}] {spec.kind} {ref.name!r} (plugin {spec.provider}) requires {', '.join(missing)}, which "
+                f"algorithm {algo.name!r} does not provide to a {spec.kind} (it provides: {have}).",
+                key=sec,
+            )
+    return frozenset(unused)
+
+
+def check_reward_components(lab: Lab, components: dict, rollout: Any, *, text: str, where: str) -> None:
+    """An estimator that ``requires=("reward_components",)`` needs K ≥ 2 task reward components (the
+    task's ``reward_components`` trait; when undeclared, checked on the first batch), K
+    ``reward_weights`` and no overlong penalty (it shapes only the scalar score)."""
+    adv, task = components["advantage"], components["task"]
+    est = lab.spec("advantage_estimator", adv.name)
+    if "reward_components" not in est.requires:
+        return
+    names = lab.spec("task", task.name).trait("reward_components", task.config)
+    if names is None:
+        return
+    who = f"advantage_estimator {adv.name!r} (plugin {est.provider})"
+    if len(names) < 2:
+        raise ConfigError(
+            f"{where}: [advantage]{line_of(text, 'advantage', 'name') or line_of(text, None, 'advantage')} {who} "
+            f"normalises each reward component on its own, but task {task.name!r} has "
+            f"{'one reward' if not names else f'one reward component {names[0]!r}'}: with one component it is GRPO's "
+            f"group normalisation followed by batch whitening. Use a task with several reward components (e.g. "
+            f"task.format_weight = 0.1 on 'addition') or another estimator (grpo, reinforce_plus_plus_baseline).",
+            key="advantage",
+        )
+    weights = getattr(adv.config, "reward_weights", None)
+    if weights is not None and len(weights) != len(names):
+        raise ConfigError(
+            f"{where}: [advantage] reward_weights{line_of(text, 'advantage', 'reward_weights')}: {who} has "
+            f"{len(weights)} weight{'s' * (len(weights) != 1)} for the {len(names)} reward components {names!r} of task {task.name!r}.",
+            key="reward_weights",
+        )
+    if getattr(rollout, "overlong_buffer", 0) > 0:
+        raise ConfigError(
+            f"{where}: [rollout] overlong_buffer{line_of(text, 'rollout', 'overlong_buffer')}: the overlong penalty "
+            f"shapes the scalar score, which {who} does not read (it reads task {task.name!r}'s reward components); "
+            f"set rollout.overlong_buffer = 0.",
+            key="overlong_buffer",
+        )

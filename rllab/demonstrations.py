@@ -127,9 +127,9 @@ class _GreedyBackend:
     @torch.no_grad()
     def generate(self, prompts, params):
         stops = list(self.renderer.stop_ids)
-        from rllab.tinymodel import _left_padded
+        from rllab.supervised import left_padded
 
-        enc = _left_padded([list(p) for p in prompts], self.tokenizer.pad_token_id)
+        enc = left_padded([list(p) for p in prompts], self.tokenizer.pad_token_id)
         gen = self.model.generate(**enc, max_new_tokens=params.max_new_tokens, do_sample=False,
                                   eos_token_id=stops[0] if len(stops) == 1 else stops, pad_token_id=self.tokenizer.pad_token_id)
         out = []

@@ -1,4 +1,5 @@
-"""Run directories: what a run records about itself, and resuming one.
+"""Run directories: what a run records about itself; starting a run (:func:`run_experiment`) and
+resuming one (:func:`resume_run`).
 
 ``RUN_DIR/config.toml`` is the experiment with every knob's value (defaults included), the extra
 plugins it loaded and, under ``[provenance]``, the versions that ran it: ``rllab run
@@ -187,6 +188,50 @@ def default_run_dir(cfg) -> Path:
             path = base.with_name(f"{base.name}-{n}")
 
 
+def run_experiment(cfg: ExperimentConfig, *, lab: Lab | None = None, run_dir: Path | None = None, progress: bool = True,
+                   overwrite: bool = False) -> dict:
+    """Train from scratch (:class:`rllab.trainer.Trainer`); returns the summary also written to
+    ``RUN_DIR/final.json``.
+
+    A ``run_dir`` that already holds a run is refused (continue it with :func:`resume_run`), or
+    with ``overwrite=True`` replaced: see :func:`prepare_run_dir`. None picks a new
+    ``OUTPUT_DIR/NAME-TIMESTAMP``.
+
+    A run that fails before its first step completes leaves no run directory behind: one it
+    created is removed, and in one that existed only what the run added is.
+    """
+    from rllab import distributed, placement
+    from rllab.trainer import Trainer, resolve_device
+
+    reducer = placement.start(cfg.model, device_type=resolve_device(cfg.model.device).type)
+    existed = run_dir is not None and Path(run_dir).is_dir()
+    if reducer.is_main:  # under torchrun rank 0 makes the run directory and every rank uses it
+        run_dir = prepare_run_dir(run_dir, overwrite=overwrite) if run_dir is not None else default_run_dir(cfg)
+    run_dir = Path(reducer.broadcast(str(run_dir)))
+    before = frozenset(p.name for p in run_dir.iterdir()) if existed and run_dir.is_dir() else None
+    trainer = None
+    try:
+        trainer = Trainer(cfg, lab=lab, run_dir=run_dir, progress=progress)
+        return trainer.run()
+    except BaseException as e:
+        if (trainer is None or trainer.step == 0) and reducer.is_main:
+            discard_unstarted(run_dir, before)
+        elif reducer.is_main:
+            note_interrupt(e, run_dir)
+        distributed.name_rank(e, reducer)
+        raise
+
+
+def note_interrupt(error: BaseException, run_dir: Path) -> None:
+    """On a Ctrl-C (:class:`KeyboardInterrupt`) of a run that got past its first step, a note
+    (``error.add_note``, printed by the CLI) on how to continue it, and from where."""
+    if not isinstance(error, KeyboardInterrupt):
+        return
+    last = checkpoint.latest(run_dir)
+    kept = f"{run_dir} keeps its last checkpoint ({last.name})" if last is not None else f"{run_dir} has no checkpoint yet (it starts over)"
+    error.add_note(f"{kept}; continue it with: rllab run --resume {run_dir}")
+
+
 def resume_run(run_dir: Path, *, lab: Lab | None = None, overrides: list[str] = (), progress: bool = True) -> dict:
     """Continue an interrupted run from its last checkpoint (or restart it if it has none). A run
     stopped after its final checkpoint but before writing ``final.json`` is finished: its summary
@@ -236,6 +281,8 @@ def resume_run(run_dir: Path, *, lab: Lab | None = None, overrides: list[str] = 
     except BaseException as e:
         from rllab.distributed import name_rank
 
+        if reducer.is_main:
+            note_interrupt(e, run_dir)
         name_rank(e, reducer)
         raise
 

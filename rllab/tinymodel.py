@@ -11,7 +11,8 @@ Three steps, each usable alone:
    ``Qwen2ForCausalLM``) of about half a million parameters with that vocabulary.
 3. :func:`warm_start` — supervised fine-tuning on a task's demonstrations (loss on the
    completion tokens and ``<eos>`` only), so that RL starts from a policy that is sometimes
-   right: on the default addition task, held-out greedy accuracy lands in the 10–40% range.
+   right: on the default addition task, held-out greedy accuracy lands in the 10–40% range
+   (the demonstration encoding, loss and greedy evaluation it uses are :mod:`rllab.supervised`'s).
 
 :func:`get_or_build` chains them and caches the result as an ordinary Hugging Face model
 directory (``config.json``, ``model.safetensors``, tokenizer files) under
@@ -39,6 +40,9 @@ import torch
 
 from rllab.chat import PromptRenderer
 from rllab.lab import knob
+from rllab.supervised import (  # noqa: F401  (re-exported: the warm start's building blocks)
+    demonstration_loss, encode_demonstrations, evaluate_greedy, greedy_accuracy, greedy_completions, is_environment,
+)
 from rllab.tinyprogress import warm_start_progress
 from rllab.tinytok import (  # noqa: F401  (the tokenizers' names, re-exported)
     BOS, CHARACTERS, EOS, PAD, SPECIAL_TOKENS, TOKENIZERS, UNK, build_chat_tokenizer, build_tokenizer,
@@ -197,97 +201,6 @@ def count_parameters(model) -> int:
 # --------------------------------------------------------------------------- warm start
 
 
-def encode_demonstrations(tokenizer, prompts: list, completions: list[str], *, renderer: PromptRenderer | None = None):
-    """Right-padded ``prompt completion <end>`` rows and a mask over their targets.
-
-    A string prompt is ``<bos> prompt`` and ``<end>`` is ``<eos>``; a chat prompt (or any prompt
-    under a system prompt) is rendered by ``renderer`` (default: ``PromptRenderer(tokenizer)``)
-    with the chat template and ``<end>`` is the template's end-of-turn token — the ids the
-    rollout stage would sample from and stop at.
-
-    :returns: ``input_ids`` (B, L) int64, ``attention_mask`` (B, L) bool, and ``loss_mask``
-        (B, L − 1) bool — True where the next token (``input_ids[:, 1:]``) belongs to the
-        completion or is its ``<end>``.
-    """
-    renderer = renderer or PromptRenderer(tokenizer)
-    rows, starts = [], []
-    for p, c in zip(prompts, completions):
-        p_ids = renderer.encode(p)
-        c_ids = renderer.response_ids(c, prompt=p)
-        rows.append(p_ids + c_ids)
-        starts.append(len(p_ids))
-    B, L = len(rows), max(len(r) for r in rows)
-    input_ids = torch.full((B, L), tokenizer.pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros(B, L, dtype=torch.bool)
-    for i, r in enumerate(rows):
-        input_ids[i, : len(r)] = torch.tensor(r)
-        attention_mask[i, : len(r)] = True
-    pos = torch.arange(1, L).unsqueeze(0)
-    loss_mask = (pos >= torch.tensor(starts).unsqueeze(1)) & attention_mask[:, 1:]
-    return input_ids, attention_mask, loss_mask
-
-
-def is_environment(source) -> bool:
-    """Whether a run's example source is an environment (it starts episodes) rather than a task."""
-    return callable(getattr(source, "start", None)) and not callable(getattr(source, "reward", None))
-
-
-def demonstration_loss(model, input_ids, attention_mask, loss_mask) -> torch.Tensor:
-    """Mean next-token cross-entropy over the completion tokens (``loss_mask``)."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask.long()).logits[:, :-1].float()
-    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), input_ids[:, 1:], reduction="none")
-    return torch.where(loss_mask, nll, torch.zeros_like(nll)).sum() / loss_mask.sum().clamp(min=1)
-
-
-@torch.no_grad()
-def greedy_completions(
-    model, tokenizer, prompts: list, max_new_tokens: int, batch_size: int = 256, *, renderer: PromptRenderer | None = None
-) -> list[str]:
-    """Greedy completions (decoded up to the first stop token — ``<eos>``, or the chat template's
-    end of turn — special tokens dropped) for each prompt (a string or chat messages, encoded by
-    ``renderer``, default ``PromptRenderer(tokenizer)``)."""
-    renderer = renderer or PromptRenderer(tokenizer)
-    stops = list(renderer.stop_ids)
-    out: list[str] = []
-    for start in range(0, len(prompts), batch_size):
-        chunk = prompts[start : start + batch_size]
-        if renderer.system_prompt is None and all(isinstance(p, str) for p in chunk):
-            enc = dict(tokenizer(chunk, return_tensors="pt", padding=True))
-        else:
-            enc = _left_padded([renderer.encode(p) for p in chunk], tokenizer.pad_token_id)
-        gen = model.generate(
-            **enc,
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            eos_token_id=stops[0] if len(stops) == 1 else stops,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-        for row in gen[:, enc["input_ids"].shape[1] :].tolist():
-            out.append(renderer.decode(row))
-    return out
-
-
-def _left_padded(rows: list[list[int]], pad: int) -> dict:
-    """``input_ids`` / ``attention_mask`` (B, L) int64 of left-padded id rows."""
-    L = max(len(r) for r in rows)
-    input_ids = torch.full((len(rows), L), pad, dtype=torch.long)
-    attention_mask = torch.zeros(len(rows), L, dtype=torch.long)
-    for i, r in enumerate(rows):
-        input_ids[i, L - len(r) :] = torch.tensor(r, dtype=torch.long)
-        attention_mask[i, L - len(r) :] = 1
-    return {"input_ids": input_ids, "attention_mask": attention_mask}
-
-
-def evaluate_greedy(
-    model, tokenizer, task, *, limit: int | None = None, max_new_tokens: int = 16, renderer: PromptRenderer | None = None
-) -> float:
-    """Mean reward of greedy completions on (the first ``limit`` of) ``task.eval_examples()``."""
-    examples = task.eval_examples()[:limit]
-    if not examples:
-        return float("nan")
-    return _accuracy(model, tokenizer, task, examples, max_new_tokens, renderer)
-
-
 def warm_start(
     model, tokenizer, task, config: WarmStartConfig = WarmStartConfig(), *, progress: bool = False,
     renderer: PromptRenderer | None = None,
@@ -347,7 +260,7 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
                 losses.append(loss.item())
                 metrics["warm/steps"] = step
                 if step % config.check_every == 0 or step == config.steps:
-                    acc = _accuracy(model, tokenizer, task, probe, config.eval_max_new_tokens, renderer)
+                    acc = greedy_accuracy(model, tokenizer, task, probe, config.eval_max_new_tokens, renderer)
                     metrics["warm/probe_accuracy"] = acc
                     advance(step, losses[-1], acc)
                     if config.target_accuracy is not None and acc >= config.target_accuracy:
@@ -366,20 +279,6 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
     metrics["warm/seconds"] = time.perf_counter() - t0
     return metrics
 
-
-def _accuracy(model, tokenizer, task, examples, max_new_tokens: int, renderer: PromptRenderer | None = None) -> float:
-    if is_environment(task):
-        from rllab.demonstrations import episode_accuracy
-
-        return episode_accuracy(model, tokenizer, task, examples, max_new_tokens, renderer or PromptRenderer(tokenizer))
-    was_training = model.training
-    model.eval()
-    texts = greedy_completions(model, tokenizer, [e.prompt for e in examples], max_new_tokens, renderer=renderer)
-    model.train(was_training)
-    from rllab.types import is_solved, scalar_reward
-
-    solved = (is_solved(task, e, scalar_reward(task, task.reward(e, t))) for e, t in zip(examples, texts))
-    return sum(solved) / len(examples)
 
 
 # --------------------------------------------------------------------------- cache

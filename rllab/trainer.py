@@ -47,7 +47,7 @@ from rllab.models import enable_checkpointing, transformers_progress_bars_off
 from rllab.optimizer import Optimizers, StepOutcome, lr_factor
 from rllab.rollout import RolloutStage
 from rllab.config_checks import check_backend_device
-from rllab.runs import CONFIG_FILE, default_run_dir, discard_unstarted, prepare_run_dir, recorded_config, with_deployment
+from rllab.runs import CONFIG_FILE, recorded_config, run_experiment, with_deployment  # noqa: F401  (run_experiment: re-exported)
 from rllab.specs import Component
 
 
@@ -487,34 +487,3 @@ class Trainer:
         self.close()
         self.hook.on_run_end(run_dir=self.run_dir, metrics=summary, history=list(self.history))
         return summary
-
-
-# --------------------------------------------------------------------------- entry points
-
-
-def run_experiment(cfg: ExperimentConfig, *, lab: Lab | None = None, run_dir: Path | None = None, progress: bool = True,
-                   overwrite: bool = False) -> dict:
-    """Train from scratch; returns the summary also written to ``RUN_DIR/final.json``.
-
-    A ``run_dir`` that already holds a run is refused (continue it with
-    :func:`rllab.runs.resume_run`), or with ``overwrite=True`` replaced: see
-    :func:`rllab.runs.prepare_run_dir`. None picks a new ``OUTPUT_DIR/NAME-TIMESTAMP``.
-
-    A run that fails before its first step completes leaves no run directory behind: one it
-    created is removed, and in one that existed only what the run added is.
-    """
-    reducer = placement.start(cfg.model, device_type=resolve_device(cfg.model.device).type)
-    existed = run_dir is not None and Path(run_dir).is_dir()
-    if reducer.is_main:  # under torchrun rank 0 makes the run directory and every rank uses it
-        run_dir = prepare_run_dir(run_dir, overwrite=overwrite) if run_dir is not None else default_run_dir(cfg)
-    run_dir = Path(reducer.broadcast(str(run_dir)))
-    before = frozenset(p.name for p in run_dir.iterdir()) if existed and run_dir.is_dir() else None
-    trainer = None
-    try:
-        trainer = Trainer(cfg, lab=lab, run_dir=run_dir, progress=progress)
-        return trainer.run()
-    except BaseException as e:
-        if (trainer is None or trainer.step == 0) and reducer.is_main:
-            discard_unstarted(run_dir, before)
-        distributed.name_rank(e, reducer)
-        raise

@@ -1,5 +1,5 @@
-"""Rejection sampling on the rollout/training mismatch, and the mismatch metrics (verl 0.9.1
-``rollout_corr_helper``).
+"""Rejection sampling on the rollout/training mismatch (verl 0.9.1 ``rollout_corr_helper``); the
+divergence estimates it thresholds and the mismatch metrics are :mod:`rllab_corrections.divergence`'s.
 
 Liu et al. 2025, "When Speed Kills Stability: Demystifying RL Collapse from the
 Training-Inference Mismatch". Where an importance weight *re-weights* a token whose trainer and
@@ -97,8 +97,7 @@ import torch
 import rllab
 from rllab import ops
 from rllab import FloatOrFloats, FloatOrFloatsOrNone, StrOrStrs
-
-SAFETY_BOUND = 20.0
+from rllab_corrections.divergence import SAFETY_BOUND, _zero, divergences, mismatch_metrics, row_stat  # noqa: F401  (re-exported)
 
 NARROW = ("after_advantage", "before_advantage", "off")
 
@@ -110,10 +109,6 @@ CRITERIA = (
 )
 
 __all__ = ["CRITERIA", "NARROW", "criteria", "resolve_criteria", "divergences", "rejection_mask", "keep_mask", "veto_rows", "mismatch_metrics", "rejection", "RejectionConfig"]
-
-
-def _zero(x: torch.Tensor) -> torch.Tensor:
-    return torch.zeros((), dtype=x.dtype, device=x.device)
 
 
 def _prepare(where, old_log_prob, rollout_log_prob, mask):
@@ -133,29 +128,13 @@ def _prepare(where, old_log_prob, rollout_log_prob, mask):
     return torch.where(mask, old.to(dtype), zero), torch.where(mask, rollout.to(dtype), zero)
 
 
-def divergences(old_log_prob, rollout_log_prob):
-    """Per-token (k1, k2, k3), each (B, T), from the log-ratio clamped to ±20 (inputs zeroed where masked)."""
-    lr = torch.clamp(old_log_prob - rollout_log_prob, -SAFETY_BOUND, SAFETY_BOUND)
-    return {"k1": -lr, "k2": 0.5 * lr**2, "k3": torch.exp(lr) - 1.0 - lr}
-
-
-def _row_stat(kind: str, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Row sum / mean / max of ``values`` over valid tokens, (B,); 0 for an empty row."""
-    if kind == "sum":
-        return ops.masked_sum(values, mask, dim=-1)
-    if kind == "mean":
-        return ops.masked_mean(values, mask, dim=-1)
-    top = torch.where(mask, values, torch.full_like(values, -math.inf)).amax(-1)
-    return torch.where(mask.any(-1), top, _zero(top))
-
-
 def _statistic(criterion: str, old, rollout, mask):
     """The criterion's statistic: (B, T) for token criteria, (B, 1) broadcastable for sequence ones."""
     level, _, estimator = criterion.rpartition("_")
     per_token = divergences(old, rollout)[estimator]
     if level == "token":
         return per_token
-    return _row_stat(level.split("_")[1], per_token, mask)[:, None]
+    return row_stat(level.split("_")[1], per_token, mask)[:, None]
 
 
 def criteria(criterion: str | tuple[str, ...] | list[str], *, knob: str = "criterion") -> tuple[str, ...]:
@@ -259,35 +238,6 @@ def veto_rows(old_log_prob, rollout_log_prob, mask, threshold: float) -> torch.T
     """(B,) bool: rows with a valid token whose ratio exp(clamp(lr_t, ±20)) is below ``threshold``."""
     lr = torch.clamp(old_log_prob - rollout_log_prob, -SAFETY_BOUND, SAFETY_BOUND)
     return (mask & (lr < math.log(threshold))).any(-1)
-
-
-def mismatch_metrics(old_log_prob, rollout_log_prob, mask) -> dict[str, torch.Tensor]:
-    """Token- and sequence-level k1/k2/k3 estimates of the mismatch, and the χ² divergences.
-
-    For N in 1, 2, 3 (k_N as in the module docstring; inputs (B, T) zeroed where masked):
-
-    * ``tis/kN_token`` — mean of k_N over valid tokens (verl ``rollout_rs_token_kN_mean``;
-      ``tis/k1_token`` is verl's ``kl``, ``tis/k3_token`` its ``k3_kl`` up to the ±20 clamp);
-    * ``tis/kN_seq_sum`` — mean over non-empty rows of Σ_t k_N (``rollout_rs_seq_sum_kN_seq_mean``);
-    * ``tis/kN_seq_mean`` — mean over non-empty rows of mean_t k_N (``…seq_mean_kN_seq_mean``);
-    * ``tis/kN_seq_max`` (N = 2, 3) — mean over non-empty rows of max_t k_N;
-    * ``tis/chi2_token = mean_t ρ_t² − 1`` and ``tis/chi2_seq = mean_i (Π_t ρ_t)² − 1`` with
-      ρ = π_train/π_rollout, log-ratios clamped to ±20 (verl's ``chi2_token``, ``chi2_seq``; the
-      sequence mean is over non-empty rows, verl's over every row).
-    """
-    rows = mask.any(-1)
-    out = {}
-    for name, per_token in divergences(old_log_prob, rollout_log_prob).items():
-        out[f"tis/{name}_token"] = ops.masked_mean(per_token, mask)
-        for kind in ("sum", "mean", "max"):
-            if kind == "max" and name == "k1":
-                continue
-            out[f"tis/{name}_seq_{kind}"] = ops.masked_mean(_row_stat(kind, per_token, mask), rows)
-    lr = torch.clamp(old_log_prob - rollout_log_prob, -SAFETY_BOUND, SAFETY_BOUND)
-    out["tis/chi2_token"] = ops.masked_mean(torch.exp(lr).square(), mask) - 1.0
-    seq_lr = torch.clamp((old_log_prob - rollout_log_prob).sum(-1), -SAFETY_BOUND, SAFETY_BOUND)
-    out["tis/chi2_seq"] = ops.masked_mean(torch.exp(2.0 * seq_lr), rows) - 1.0
-    return {k: v.detach() for k, v in out.items()}
 
 
 # --------------------------------------------------------------------------- the registered correction

@@ -4,17 +4,28 @@ Each cell runs :func:`rllab.trainer.run_experiment` into its own run directory; 
 holds ``config.toml`` but no ``final.json`` (an interrupted cell) is continued with
 :func:`rllab.runs.resume_run` (one stopped after its final checkpoint is finished there). A cell that raises is recorded as failed (``error.txt`` in its run
 directory, with the traceback) and the others go on. Worker output goes to ``RUN_DIR/log.txt``.
+
+Ctrl-C (SIGINT to the suite process alone, as ``kill -INT``, or to its whole process group, as a
+terminal sends it) stops the suite within seconds: the running cells are interrupted (each keeps its
+last checkpoint and is continued by the next ``rllab suite``), workers that do not stop within
+:data:`STOP_GRACE_S` are killed, and :class:`KeyboardInterrupt` goes on to the caller. A worker
+takes the first SIGINT it gets as the interrupt and ignores the rest, so the parent's own signal
+and the terminal's do not cut its cleanup short; one whose suite process is gone interrupts itself.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import threading
 import time
 import traceback
 from pathlib import Path
 
 EXECUTORS = ("local", "ray")
+STOP_GRACE_S = 5.0
+"""Seconds an interrupted worker has to stop (its trainer closes its backend) before it is killed."""
 
 
 def cores() -> int:
@@ -107,6 +118,52 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.stop()
+            self.bar = None
+
+
+def _ignore(signum, frame) -> None:
+    """A no-op handler (unlike ``SIG_IGN``, no program the worker starts inherits it)."""
+
+
+def _interrupt_once(signum, frame) -> None:
+    """A worker's SIGINT handler: the first one interrupts the cell, later ones are ignored.
+    (SIGTERM keeps its default: the pool ends a worker with it when another died.)"""
+    signal.signal(signal.SIGINT, _ignore)
+    raise KeyboardInterrupt
+
+
+def _watch_parent(parent: int) -> None:
+    """Interrupt this worker when the suite process is gone (killed without stopping its workers),
+    and end it :data:`STOP_GRACE_S` later: with no parent to send it work, it would wait for ever."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(STOP_GRACE_S)
+    os._exit(1)
+
+
+def _init_worker(parent: int) -> None:
+    signal.signal(signal.SIGINT, _interrupt_once)
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="rllab-suite-parent-watch").start()
+
+
+def stop_processes(procs, *, grace: float = STOP_GRACE_S) -> None:
+    """Interrupt ``procs`` (``multiprocessing.Process``), give them ``grace`` seconds, then kill the
+    rest; a second Ctrl-C while waiting kills them at once. None is left running on return."""
+    procs = [p for p in procs if p.is_alive()]
+    for p in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p.pid, signal.SIGINT)
+    try:
+        deadline = time.monotonic() + grace
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+    finally:  # the grace ran out, or a second Ctrl-C came
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        for p in procs:
+            p.join(5.0)
 
 
 def run_local(jobs: list[dict], *, workers: int, progress: Progress, describe) -> list[dict]:
@@ -122,7 +179,8 @@ def run_local(jobs: list[dict], *, workers: int, progress: Progress, describe) -
             progress.finished(r, describe(job))
             results.append(r)
         return results
-    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_init_worker, initargs=(os.getpid(),))
+    try:
         pending = {}
         queue = list(jobs)
         while queue or pending:
@@ -141,6 +199,12 @@ def run_local(jobs: list[dict], *, workers: int, progress: Progress, describe) -
                     (Path(job["run_dir"]) / "error.txt").write_text(r["error"] + "\n")
                 progress.finished(r, describe(job))
                 results.append(r)
+    except BaseException:  # Ctrl-C (or a failure here): the workers' cells stop too, none is left running
+        procs = list((getattr(pool, "_processes", None) or {}).values())  # the pool's workers (it has no public accessor)
+        pool.shutdown(wait=False, cancel_futures=True)
+        stop_processes(procs)
+        raise
+    pool.shutdown()
     return results
 
 
@@ -157,9 +221,8 @@ def run_ray(jobs: list[dict], *, workers: int | None, progress: Progress, descri
         kwargs = {"address": address} if address else {"num_cpus": workers or cores(), "include_dashboard": False, "log_to_driver": False}
         ray.init(**kwargs)
     remote = ray.remote(num_cpus=1, max_retries=0)(run_cell)
-    results = []
+    results, refs = [], {}
     try:
-        refs = {}
         for job in jobs:
             refs[remote.remote(job)] = job
             progress.started()
@@ -175,6 +238,10 @@ def run_ray(jobs: list[dict], *, workers: int | None, progress: Progress, descri
                     (Path(job["run_dir"]) / "error.txt").write_text(r["error"] + "\n")
                 progress.finished(r, describe(job))
                 results.append(r)
+    except KeyboardInterrupt:  # the running tasks get a KeyboardInterrupt too (a cluster's would run on)
+        for ref in refs:  # a finished one is left as it is
+            ray.cancel(ref)
+        raise
     finally:
         if started_here:
             ray.shutdown()

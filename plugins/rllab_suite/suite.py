@@ -178,6 +178,10 @@ def run_suite(source, *, directory=None, executor_name: str = "local", workers: 
                 executor.run_ray(jobs, workers=workers, progress=bar, describe=lambda j: j["what"], address=address)
             else:
                 executor.run_local(jobs, workers=n, progress=bar, describe=lambda j: j["what"])
+        except KeyboardInterrupt:
+            bar.close()
+            console.print(f"[yellow]suite {suite.name} interrupted[/]: {_interrupted(todo, out)}", highlight=False)
+            raise
         finally:
             bar.close()
         load_end = os.getloadavg()
@@ -194,6 +198,19 @@ def run_suite(source, *, directory=None, executor_name: str = "local", workers: 
             console.print(f"[yellow]identical-variant check skipped: {type(e).__name__}: {e}[/]", highlight=False)
             identical = [{"identical": False, "message": f"identical-variant check skipped: {type(e).__name__}: {e}"}]
     return report_suite(out, console=console)
+
+
+def _interrupted(todo: list[Cell], out: Path) -> str:
+    """What an interrupt left of the cells that were to run, and how to continue."""
+    from rllab.checkpoint import latest
+
+    runs = [out / "runs" / c.slug for c in todo]
+    finished = sum((r / "final.json").is_file() for r in runs)
+    kept = sum(not (r / "final.json").is_file() and latest(r) is not None for r in runs)
+    rest = len(runs) - finished - kept
+    parts = [f"{finished} of {len(runs)} cells finished"] + [f"{kept} stopped at their last checkpoint"] * bool(kept)
+    parts += [f"{rest} had no checkpoint yet (they start from the beginning)"] * bool(rest)
+    return f"{', '.join(parts)}. Continue the suite with: rllab suite {out}"
 
 
 def report_suite(directory, *, console=None) -> dict:

@@ -1,0 +1,121 @@
+"""A suite's or comparison's plots (matplotlib, imported when called): ``curves.png`` (held-out
+accuracy against step), ``final.png`` (final accuracy per variant, seeds as dots) and
+``track.png`` (the tracked training metrics), from the records and summary of
+:mod:`rllab_suite.report`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rllab_suite import stats
+
+if TYPE_CHECKING:
+    from rllab_suite.report import RunRecord
+
+
+def plot(records: list[RunRecord], summary: dict, out_dir: Path, title: str = "") -> list[Path]:
+    """``curves.png`` (held-out accuracy per variant with a 95% CI band, one panel per task) and
+    ``final.png`` (final accuracy per variant with its CI and the seeds as dots)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    tasks, variants = summary["tasks"], summary["variants"]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    out = []
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for i, v in enumerate(variants):
+            rs = [r for r in records if r.task == task and r.variant == v and r.status == "done"]
+            if not rs:
+                continue
+            steps = sorted(set.intersection(*(set(r.steps) for r in rs)))
+            if not steps:
+                continue
+            mat = np.array([[r.accuracy[r.steps.index(s)] for s in steps] for r in rs])
+            cis = [stats.mean_ci(mat[:, j]) for j in range(len(steps))]
+            mean = np.array([c[0] for c in cis])
+            c = colors[i % len(colors)]
+            ax.plot(steps, mean, "-o", ms=3, color=c, label=f"{v} (n={len(rs)})")
+            lo, hi = np.array([c_[1] for c_ in cis]), np.array([c_[2] for c_ in cis])
+            if np.isfinite(lo).all():
+                ax.fill_between(steps, lo, hi, color=c, alpha=0.2)
+        ax.set_title(f"{title} — {task}" if title else task, fontsize=10)
+        ax.set_xlabel("step")
+        ax.set_ylabel("held-out accuracy (greedy)")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    out.append(_save(fig, out_dir / "curves.png"))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(max(4, 1.2 * len(variants) + 2) * len(tasks), 4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for i, v in enumerate(variants):
+            row = next((r for r in summary["rows"] if r["task"] == task and r["variant"] == v), None)
+            if row is None or not row["runs"]:
+                continue
+            d = row["final_accuracy"]
+            err = None
+            if math.isfinite(d["low"]):
+                err = [[d["mean"] - d["low"]], [d["high"] - d["mean"]]]
+            ax.bar(i, d["mean"], yerr=err, color=colors[i % len(colors)], alpha=0.6, capsize=4)
+            pts = [r.final("accuracy") for r in records if r.task == task and r.variant == v and r.status == "done"]
+            ax.plot([i] * len(pts), pts, "k.", ms=6)
+        ax.set_xticks(range(len(variants)), variants, rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("final held-out accuracy")
+        ax.set_ylim(0, 1.02)
+        ax.set_title(f"{task}: mean, 95% CI, seeds", fontsize=10)
+        ax.grid(alpha=0.3, axis="y")
+    out.append(_save(fig, out_dir / "final.png"))
+    track = [m for m in summary.get("track", []) if m not in summary.get("track_missing", [])]
+    if track:
+        out.append(plot_track(records, tasks, variants, track, out_dir, title))
+    return out
+
+
+def plot_track(records: list[RunRecord], tasks: list, variants: list, track: list, out_dir: Path, title: str = "") -> Path:
+    """``track.png``: each tracked training metric against step (one row per task, one column
+    per metric), per variant the mean over seeds of a moving average, and the seeds' range as a band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, axes = plt.subplots(len(tasks), len(track), figsize=(5.5 * len(track), 4 * len(tasks)), squeeze=False)
+    for row, task in zip(axes, tasks):
+        for ax, m in zip(row, track):
+            for i, v in enumerate(variants):
+                rs = [r for r in records if r.task == task and r.variant == v and r.status == "done" and m in r.train]
+                if not rs:
+                    continue
+                steps = sorted(set.intersection(*(set(r.train[m][0]) for r in rs)))
+                if not steps:
+                    continue
+                mat = np.array([[dict(zip(*r.train[m]))[s] for s in steps] for r in rs])
+                k = max(1, len(steps) // 20)
+                smooth = np.array([np.convolve(x, np.ones(k) / k, mode="valid") for x in mat])
+                xs = steps[k - 1:]
+                c = colors[i % len(colors)]
+                ax.plot(xs, smooth.mean(0), color=c, label=f"{v} (n={len(rs)})")
+                ax.fill_between(xs, smooth.min(0), smooth.max(0), color=c, alpha=0.15)
+            ax.set_title(f"{title} — {task}: {m}" if title else f"{task}: {m}", fontsize=10)
+            ax.set_xlabel("step (moving average over 5% of the steps)")
+            ax.set_ylabel(m)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+    return _save(fig, out_dir / "track.png")
+
+
+def _save(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
