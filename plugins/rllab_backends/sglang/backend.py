@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import copy
 import functools
 import shutil
 import subprocess
@@ -70,7 +71,10 @@ class SGLangBackend(Transport, WeightSync, Launch):
         self._own_sync_dir = config.sync_dir is None
         self._metrics: dict[str, float] = {}
         self._sync_metrics: dict[str, float] = {}
-        self._totals = {"stale": 0, "retries": 0, "aborted": 0}
+        self._totals = {"stale": 0, "retries": 0, "aborted": 0, "mixed": 0}
+        self._lane: SGLangBackend | None = None  # push = "pause": the pushes' own loop and connections
+        self._newest: str | None = None  # push = "pause": the version being pushed (a request may end with it first)
+        self._submitted: str | None = None  # the version when the current generate began
         self._loop = Loop()
         self._group = None  # weight_sync = "distributed": rank 0 of the servers' weight-update group
         self._no_sessions: set[str] = set()  # servers without /begin_weight_update (before sglang 0.5.2x)
@@ -101,26 +105,33 @@ class SGLangBackend(Transport, WeightSync, Launch):
         if not self.urls:
             raise SGLangError("sglang backend has no server yet: launch needs model_path or update_weights(model) first")
         t0 = time.perf_counter()
-        retries0, aborted0 = self._totals["retries"], self._totals["aborted"]
+        retries0, aborted0, mixed0 = self._totals["retries"], self._totals["aborted"], self._totals["mixed"]
+        self._submitted = submitted = self.version
         if len(prompts) <= self.config.prompts_per_request:
             completions = self._generate_one(prompts, params)
         else:
             completions = self._loop.run(self._generate(prompts, params))
-        version = self.version
-        stale = [] if version is None else [c for c in completions if c.weight_version != version]
+        if self.config.push == "pause" and submitted is not None:
+            # pushes land meanwhile: a completion's (oldest) version is any one pushed since submission
+            newest = max(int(submitted), int(self.version), int(self._newest or submitted))
+            fresh = {str(v) for v in range(int(submitted), newest + 1)}
+            expected = f"one of {sorted(fresh, key=int)}, pushed while the batch was sampled"
+        else:
+            fresh, expected = {self.version}, repr(self.version)
+        stale = [] if submitted is None else [c for c in completions if c.weight_version not in fresh]
         if stale and self.config.stale == "error":
             raise StaleSampleError(
                 f"sglang: {len(stale)} of {len(completions)} completions were sampled with weight_version "
-                f"{sorted({str(c.weight_version) for c in stale})}, not the last pushed {self.version!r}"
+                f"{sorted({str(c.weight_version) for c in stale})}, not {'the last pushed ' if len(fresh) == 1 else ''}{expected}"
             )
         self._totals["stale"] += len(stale)
         kept = completions
         if stale and self.config.stale == "drop":
-            kept = [c for c in completions if c.weight_version == self.version]
+            kept = [c for c in completions if c.weight_version in fresh]
             if not kept:
                 raise StaleSampleError(
                     f"sglang: every completion was stale (weight_version {sorted({str(c.weight_version) for c in stale})}, "
-                    f"expected {self.version!r}); is every server in admin_urls?"
+                    f"expected {expected}); is every server in admin_urls?"
                 )
         self._metrics = {
             "rollout/stale": float(len(stale)),
@@ -132,6 +143,9 @@ class SGLangBackend(Transport, WeightSync, Launch):
             "sglang/requests": float(self._requests),
             "time/sglang_generate": time.perf_counter() - t0,
         }
+        if self.config.push == "pause":
+            self._metrics["sglang/mixed_version_samples"] = float(self._totals["mixed"] - mixed0)
+            self._metrics["sglang/mixed_version_total"] = float(self._totals["mixed"])
         return kept
 
     def _generate_one(self, prompts: list[tuple[int, ...]], params: SamplingParams) -> list[Completion]:
@@ -203,7 +217,10 @@ class SGLangBackend(Transport, WeightSync, Launch):
                 raise SGLangRequestError(
                     f"sglang: {url}/generate rejected the request (HTTP {status}): {msg}", status=status, message=msg
                 )
-            out, aborted = parse_rows(raw, prompts, rows, first_index, f"{url}/generate", sampled)
+            mixed: list[int] = []
+            out, aborted = parse_rows(raw, prompts, rows, first_index, f"{url}/generate", sampled,
+                                      oldest=self.config.push == "pause", submitted=self._submitted, mixed=mixed)
+            self._totals["mixed"] += len(mixed)
             for _, msg, st in aborted:
                 if st is not None and 400 <= int(st) < 500 and int(st) not in RETRYABLE_STATUS:
                     raise SGLangAbortError(
@@ -286,20 +303,43 @@ class SGLangBackend(Transport, WeightSync, Launch):
         if self.config.launch and self._process is None:
             path = self._snapshot(model, version)
             self._launch(str(path), version)
-        elif self.config.weight_sync == "tensor" and not _is_path(model):
-            self._loop.run(self._sync_tensor(model, version))
-        elif self.config.weight_sync == "distributed" and not _is_path(model):
-            self._loop.run(self._sync_distributed(model, version))
-        else:  # "disk", or a model directory (any weight_sync): the servers load it themselves
-            path = self._snapshot(model, version)
-            self._loop.run(self._sync_disk(str(path), version))
-            self._prune(keep=path)
+        else:
+            lane = self._push_lane()
+            self._newest = version
+            lane._sync_bytes = 0
+            if self.config.weight_sync == "tensor" and not _is_path(model):
+                lane._loop.run(lane._paused(lambda: lane._sync_tensor(model, version)))
+            elif self.config.weight_sync == "distributed" and not _is_path(model):
+                lane._loop.run(lane._paused(lambda: lane._sync_distributed(model, version)))
+            else:  # "disk", or a model directory (any weight_sync): the servers load it themselves
+                path = self._snapshot(model, version)
+                lane._loop.run(lane._paused(lambda: lane._sync_disk(str(path), version)))
+                self._prune(keep=path)
+            self._sync_bytes = lane._sync_bytes
         self._syncs += 1
         self.version = version
         self._sync_metrics = {"time/weight_sync": time.perf_counter() - t0, "sglang/weight_version": float(self._syncs)}
         if self._sync_bytes:
             self._sync_metrics["sglang/sync_mib"] = self._sync_bytes / 2**20
         return dict(self._sync_metrics)
+
+    def _push_lane(self) -> "SGLangBackend":
+        """Who makes a push: this backend (``push = "drain"``), or with ``push = "pause"`` a
+        shallow copy of it with an event loop and connections of its own (made on the first push
+        after a launch), so that a push can run while another thread is inside ``generate``."""
+        if self.config.push != "pause":
+            return self
+        if self._lane is None:
+            lane = copy.copy(self)
+            lane._session, lane._sem, lane._loop, lane._lane = None, None, Loop(), None
+            self._lane = lane
+        return self._lane
+
+    @property
+    def pushes_in_flight(self) -> bool:
+        """A push leaves the requests in flight running (``push = "pause"``): asynchronous
+        rollouts then sync the weights without waiting for the batch being sampled."""
+        return self.config.push == "pause"
 
     def follow_weights(self) -> dict[str, float]:
         """Count a weight update another process pushed to the same servers (rank 0 of a
@@ -318,21 +358,30 @@ class SGLangBackend(Transport, WeightSync, Launch):
         ``time/sglang_generate``. The weight sync's own metrics are ``update_weights``' return value."""
         return dict(self._metrics)
 
+    def _close_connections(self) -> None:
+        """Leave the weight-update group (best effort), close the connections and the loop."""
+        if self._group is not None and self._session is not None and not self._loop.loop.is_closed():
+            for u in self.admin_urls or self.urls:  # best effort: the servers may be gone already
+                try:
+                    self._loop.run(self._call("POST", u, "/destroy_weights_update_group", {"group_name": self._group.group_name}, timeout=10.0))
+                except Retry:
+                    pass
+        self._drop_group()
+        if self._session is not None and not self._loop.loop.is_closed():
+            self._loop.run(self._session.close())
+            self._session = None
+        self._loop.close()
+
     def close(self) -> None:
         """Close connections, stop a launched server and remove a private snapshot directory —
         the last two whatever the first steps raise."""
         try:
-            if self._group is not None and self._session is not None and not self._loop.loop.is_closed():
-                for u in self.admin_urls or self.urls:  # best effort: the servers may be gone already
-                    try:
-                        self._loop.run(self._call("POST", u, "/destroy_weights_update_group", {"group_name": self._group.group_name}, timeout=10.0))
-                    except Retry:
-                        pass
-            self._drop_group()
-            if self._session is not None and not self._loop.loop.is_closed():
-                self._loop.run(self._session.close())
-                self._session = None
-            self._loop.close()
+            lane, self._lane = self._lane, None
+            try:
+                if lane is not None:
+                    lane._close_connections()
+            finally:
+                self._close_connections()
         finally:
             try:
                 self._stop_process()
