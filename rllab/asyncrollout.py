@@ -28,7 +28,7 @@ counted either way (``async/dropped``, ``async/stale_trained``).
 Metrics of a step: ``async/staleness_mean``, ``async/staleness_max``, ``async/staleness_<j>``
 (how many samples are ``j`` versions old: the histogram), ``async/dropped``,
 ``async/stale_trained``, and ``time/rollout_wait``, the time the trainer waited for the producer
-(for its batch, and before the weight sync), against ``time/rollout``, the producer's own
+(for its batch, and before the weight sync: that share alone is ``time/push_wait``), against ``time/rollout``, the producer's own
 sampling time of that batch (spent while earlier steps trained).
 
 Pushes that do not wait (``sglang`` with ``backend.push = "pause"``, a backend whose
