@@ -217,6 +217,23 @@ def test_a_request_in_flight_across_a_push(lab, tmp_path, push):
         assert [c.weight_version for c in out["v"]] == ["1", "1"] and m["rollout/stale"] == 0
 
 
+def test_a_version_older_than_the_generate_is_still_stale(lab, tmp_path):
+    """push = 'pause' accepts any version pushed since the generate began; an older one (a server
+    that missed a push) is stale as with 'drain': counted, dropped or an error."""
+    with StandIn(None, instant_tokens=4, weight_version="0") as server:
+        b = make(lab, server.url, push="pause", stale="keep")
+        b.update_weights(str(tmp_path))
+        b.update_weights(str(tmp_path))
+        server.stale_next("1")
+        assert [c.weight_version for c in b.generate([(1, 2)], PARAMS)] == ["1", "1"]
+        assert b.last_metrics()["rollout/stale"] == 2
+        e = make(lab, server.url, push="pause", stale="error")
+        e.update_weights(str(tmp_path))
+        server.stale_next("0")
+        with pytest.raises(S.StaleSampleError, match=r"weight_version \['0'\], not one of \['1'\] \(pushed since this generate began\)"):
+            e.generate([(1, 2)], PARAMS)
+
+
 # --------------------------------------------------------------------------- asynchronous rollouts
 
 

@@ -19,7 +19,10 @@ Staleness: every completion carries SGLang's ``weight_version`` (and ``weight_ve
 spans, when the weights changed mid-request). One that differs from the version last pushed is
 stale: ``stale = "drop"`` removes it, ``"keep"`` keeps it, ``"error"`` stops the run; every case
 is counted in :meth:`SGLangBackend.last_metrics` (``rollout/stale`` …), so no stale sample is
-trained on silently.
+trained on silently. With ``push = "pause"`` pushes land while requests are in flight: a
+completion's version is then its *oldest* (the first span's; without spans, the version when the
+``generate`` began), any version pushed since the ``generate`` began is fresh, and completions
+that span a push are counted (``sglang/mixed_version_samples``).
 """
 
 from __future__ import annotations
@@ -115,14 +118,15 @@ class SGLangBackend(Transport, WeightSync, Launch):
             # pushes land meanwhile: a completion's (oldest) version is any one pushed since submission
             newest = max(int(submitted), int(self.version), int(self._newest or submitted))
             fresh = {str(v) for v in range(int(submitted), newest + 1)}
-            expected = f"one of {sorted(fresh, key=int)}, pushed while the batch was sampled"
+            expected = f"one of {sorted(fresh, key=int)} (pushed since this generate began)"
+            wanted = expected
         else:
-            fresh, expected = {self.version}, repr(self.version)
+            fresh, expected, wanted = {self.version}, repr(self.version), f"the last pushed {self.version!r}"
         stale = [] if submitted is None else [c for c in completions if c.weight_version not in fresh]
         if stale and self.config.stale == "error":
             raise StaleSampleError(
                 f"sglang: {len(stale)} of {len(completions)} completions were sampled with weight_version "
-                f"{sorted({str(c.weight_version) for c in stale})}, not {'the last pushed ' if len(fresh) == 1 else ''}{expected}"
+                f"{sorted({str(c.weight_version) for c in stale})}, not {wanted}"
             )
         self._totals["stale"] += len(stale)
         kept = completions
@@ -355,7 +359,9 @@ class SGLangBackend(Transport, WeightSync, Launch):
         """Counters of the last ``generate`` (namespaced, for the step's log): ``rollout/stale``,
         ``rollout/stale_dropped``, ``rollout/stale_total``, ``sglang/retries``, ``sglang/aborted``
         (aborted samples, each resubmitted), ``sglang/aborted_total``, ``sglang/requests``,
-        ``time/sglang_generate``. The weight sync's own metrics are ``update_weights``' return value."""
+        ``time/sglang_generate``; with ``push = "pause"`` also ``sglang/mixed_version_samples``
+        (completions that span a push) and ``sglang/mixed_version_total``. The weight sync's own
+        metrics are ``update_weights``' return value."""
         return dict(self._metrics)
 
     def _close_connections(self) -> None:
