@@ -484,6 +484,8 @@ class StandIn:
                 m[key] = m[key][:k]
         if "output_token_sampling_mask_length" in m:
             m["output_token_sampling_mask_length"] = k
+        if "weight_versions" in m:  # shown as add_weight_versions_to_meta_info does, for the tokens kept
+            m["weight_versions"] = [{**sp, "end": min(sp["end"], k)} for sp in m["weight_versions"] if sp["start"] < k or sp["start"] == 0]
         m["finish_reason"] = {"type": "abort", "message": message, "status_code": None, "err_type": None}
 
     def _generate(self, body: dict) -> list[dict]:
