@@ -296,3 +296,35 @@ def test_rllab_run_with_pause_pushes_against_the_standin(tmp_path, model_cache):
     steps = [r for r in rows if "async/staleness_max" in r]
     assert len(steps) == 3 and all(r["async/staleness_max"] <= 1 and r["async/dropped"] == 0 for r in steps)
     assert all("sglang/mixed_version_samples" in r for r in steps)
+
+
+@pytest.mark.slow  # two trainers and two slow batches (~15 s on a loaded 2-core machine)
+def test_a_checkpoint_with_a_batch_in_flight_resumes_by_sampling_it_again(tmp_path, model_cache):
+    """push = 'pause': the checkpoint after step 0 is written while batch 1 decodes (1.8 s at
+    0.3 s per token); it holds no batch, and the resumed run samples batch 1 again from the
+    checkpoint's weights (async/regenerated, staleness 0)."""
+    import torch
+
+    from rllab.config import load_config
+    from rllab.trainer import Trainer
+    from tests.tiny import TINY, overrides
+
+    with StandIn(None, instant_tokens=6, token_delay_s=0.3, lifetime_s=120) as server:
+        cfg = load_config(None, [*overrides(TINY), "model.warm_start.steps=0", "rollout.max_staleness=1", "backend=sglang",
+                                 f"backend.urls={server.url}", "backend.push=pause"])
+        tr = Trainer(cfg, run_dir=tmp_path / "a", progress=False)
+        try:
+            tr.train_step()
+            assert not tr.prefetch.futures[1].done()
+            ckpt = tr.save_checkpoint()
+        finally:
+            tr.close()
+        ahead = torch.load(ckpt / "state.pt", weights_only=False)["rollout_ahead"]
+        assert ahead["regenerate"] == [1] and ahead["batches"] == {}
+        again = Trainer(cfg, run_dir=tmp_path / "b", progress=False)
+        try:
+            again.load_checkpoint(ckpt)
+            m = again.train_step()
+        finally:
+            again.close()
+    assert m["async/regenerated"] == 1.0 and m["async/staleness_max"] == 0.0
