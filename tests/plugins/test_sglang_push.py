@@ -148,6 +148,7 @@ def test_standin_reports_spans_as_sglang_computes_them():
         t.start()
         while not server.running:
             time.sleep(0.005)
+        time.sleep(0.06)  # a token or two out
         post(server.url, "/pause_generation", {"mode": "in_place"})
         time.sleep(0.1)  # paused: no token comes out meanwhile
         post(server.url, "/update_weights_from_disk", {"model_path": "x", "weight_version": "2", "flush_cache": False})
@@ -209,7 +210,7 @@ def test_a_request_in_flight_across_a_push(lab, tmp_path, push):
         t.join()
         m = b.last_metrics()
     if push == "pause":
-        assert left == 1 and push_s < 0.2  # the request was still decoding (~0.5 s left) when the push returned
+        assert left == 1 and push_s < 0.3  # the request was still decoding (~0.55 s left) when the push returned
         assert [c.weight_version for c in out["v"]] == ["1", "1"]
         assert m["sglang/mixed_version_samples"] == 2 and m["rollout/stale"] == 0
     else:
