@@ -646,7 +646,9 @@ class StandIn:
             if q:
                 self._faults["unavailable"] = [time.monotonic() + q[0]]
             return 200, {"success": True, "message": "Succeeded to update model weights.", "num_paused_requests": 0}
-        if path == "/flush_cache":
+        if path == "/flush_cache":  # only an idle server flushes (a paused one ignores its waiting queue)
+            if self.running and not (self.paused and self.pause_mode == "retract"):
+                return 400, "Flush cache failed.\n"
             return 200, "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n"
         if path == "/pause_generation":
             unknown = set(body) - PAUSE_FIELDS

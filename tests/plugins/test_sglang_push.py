@@ -73,6 +73,23 @@ def test_a_pause_push_is_pause_then_update_then_continue(lab, tmp_path, mode, fl
         out = b.generate([(1, 2)], PARAMS)
         assert [c.weight_version for c in out] == ["1", "1"]
         assert b.last_metrics()["sglang/mixed_version_samples"] == 0
+        # in place, the push could not flush: the next generate does, before its requests
+        assert admin_calls(server)[3:] == ([] if flush else [("/flush_cache", None)])
+        assert [p for p, _ in server.requests][-2:] == (["/continue_generation", "/generate"] if flush else ["/flush_cache", "/generate"])
+
+
+def test_a_refused_flush_is_tried_again_before_the_next_batch(lab, tmp_path):
+    with StandIn(None, instant_tokens=4, weight_version="0") as server:
+        b = make(lab, server.url, push="pause")
+        b.update_weights(str(tmp_path))
+        server.fail_next(400, "Flush cache failed.", path="/flush_cache")  # another client's requests were running
+        b.generate([(1, 2)], PARAMS)
+        assert b.last_metrics()["sglang/flush_deferred"] == 1
+        b.generate([(1, 2)], PARAMS)
+        assert b.last_metrics()["sglang/flush_deferred"] == 0
+        b.generate([(1, 2)], PARAMS)  # flushed: nothing more until the next push
+        assert [p for p, _ in server.requests if p in ("/flush_cache", "/generate")] == [
+            "/flush_cache", "/generate", "/flush_cache", "/generate", "/generate"]
 
 
 def test_drain_sends_what_it_always_sent(lab, tmp_path):
@@ -186,20 +203,30 @@ def test_the_oldest_version_of_a_completion_and_the_mixed_count():
 
 
 def _in_thread(fn):
+    """``fn()`` in a thread: ``(thread, out)``; after ``join``, ``out["v"]`` is its value (or
+    ``out["error"]`` what it raised)."""
     out: dict = {}
-    t = threading.Thread(target=lambda: out.setdefault("v", fn()))
+
+    def run():
+        try:
+            out["v"] = fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised by the test
+            out["error"] = e
+
+    t = threading.Thread(target=run)
     t.start()
     return t, out
 
 
 @pytest.mark.parametrize("push", ["pause", "drain"])
 def test_a_request_in_flight_across_a_push(lab, tmp_path, push):
-    """16 tokens at 50 ms: a push 0.25 s in. 'pause' returns at once and the request finishes with
-    both versions (oldest counted, one mixed sample each); 'drain' waits for it to finish."""
+    """16 tokens at 50 ms: a push 0.25 s in (behind the lock of asynchronous rollouts, as a run
+    calls it). 'pause' returns at once and the request finishes with both versions (oldest
+    counted, one mixed sample each); 'drain' waits for it to finish."""
     with StandIn(None, instant_tokens=16, token_delay_s=0.05, weight_version="0") as server:
-        b = make(lab, server.url, push=push)
+        b = asyncrollout.VersionedBackend(make(lab, server.url, push=push))
         b.update_weights(str(tmp_path))
-        t, out = _in_thread(lambda: b.generate([(1, 2)], PARAMS.__class__(n=2, max_new_tokens=16)))
+        t, out = _in_thread(lambda: (b.generate([(1, 2)], SamplingParams(n=2, max_new_tokens=16)), b.last_metrics()))
         while not server.running:
             time.sleep(0.005)
         time.sleep(0.25)
@@ -208,14 +235,16 @@ def test_a_request_in_flight_across_a_push(lab, tmp_path, push):
         push_s = time.perf_counter() - t0
         left = server.running
         t.join()
-        m = b.last_metrics()
+        if "error" in out:
+            raise out["error"]
+        got, m = out["v"]
     if push == "pause":
         assert left == 1 and push_s < 0.3  # the request was still decoding (~0.55 s left) when the push returned
-        assert [c.weight_version for c in out["v"]] == ["1", "1"]
+        assert [c.weight_version for c in got] == ["1", "1"]
         assert m["sglang/mixed_version_samples"] == 2 and m["rollout/stale"] == 0
     else:
         assert left == 0 and push_s > 0.3  # it waited for the request (~0.55 s left)
-        assert [c.weight_version for c in out["v"]] == ["1", "1"] and m["rollout/stale"] == 0
+        assert [c.weight_version for c in got] == ["1", "1"] and m["rollout/stale"] == 0
 
 
 def test_a_version_older_than_the_generate_is_still_stale(lab, tmp_path):

@@ -74,7 +74,8 @@ class SGLangBackend(Transport, WeightSync, Launch):
         self._own_sync_dir = config.sync_dir is None
         self._metrics: dict[str, float] = {}
         self._sync_metrics: dict[str, float] = {}
-        self._totals = {"stale": 0, "retries": 0, "aborted": 0, "mixed": 0}
+        self._totals = {"stale": 0, "retries": 0, "aborted": 0, "mixed": 0, "flush_deferred": 0}
+        self._flush_due = False  # push = "pause", pause_mode = "in_place": the prefix cache holds old KV
         self._lane: SGLangBackend | None = None  # push = "pause": the pushes' own loop and connections
         self._newest: str | None = None  # push = "pause": the version being pushed (a request may end with it first)
         self._submitted: str | None = None  # the version when the current generate began
@@ -109,7 +110,10 @@ class SGLangBackend(Transport, WeightSync, Launch):
             raise SGLangError("sglang backend has no server yet: launch needs model_path or update_weights(model) first")
         t0 = time.perf_counter()
         retries0, aborted0, mixed0 = self._totals["retries"], self._totals["aborted"], self._totals["mixed"]
+        deferred0 = self._totals["flush_deferred"]
         self._submitted = submitted = self.version
+        if self._flush_due:
+            self._flush_prefix_cache()
         if len(prompts) <= self.config.prompts_per_request:
             completions = self._generate_one(prompts, params)
         else:
@@ -150,6 +154,7 @@ class SGLangBackend(Transport, WeightSync, Launch):
         if self.config.push == "pause":
             self._metrics["sglang/mixed_version_samples"] = float(self._totals["mixed"] - mixed0)
             self._metrics["sglang/mixed_version_total"] = float(self._totals["mixed"])
+            self._metrics["sglang/flush_deferred"] = float(self._totals["flush_deferred"] - deferred0)
         return kept
 
     def _generate_one(self, prompts: list[tuple[int, ...]], params: SamplingParams) -> list[Completion]:
@@ -320,12 +325,30 @@ class SGLangBackend(Transport, WeightSync, Launch):
                 lane._loop.run(lane._paused(lambda: lane._sync_disk(str(path), version)))
                 self._prune(keep=path)
             self._sync_bytes = lane._sync_bytes
+            self._flush_due = not self._flush_cache()  # an in-place push could not flush: the next batch does
         self._syncs += 1
         self.version = version
         self._sync_metrics = {"time/weight_sync": time.perf_counter() - t0, "sglang/weight_version": float(self._syncs)}
         if self._sync_bytes:
             self._sync_metrics["sglang/sync_mib"] = self._sync_bytes / 2**20
         return dict(self._sync_metrics)
+
+    def _flush_prefix_cache(self) -> None:
+        """After an in-place push (``pause_mode = "in_place"``, which cannot flush), before the
+        next ``generate`` sends anything: ``POST /flush_cache`` on every admin server, so that no
+        new request reuses prefix KV computed with the old weights. SGLang flushes only an idle
+        server — between two batches it is, unless another client is using it; a refusal (or a
+        server that does not answer) leaves the flush due for the next ``generate`` and counts in
+        ``sglang/flush_deferred``."""
+        self._flush_due = False
+        for u in self.admin_urls or self.urls:
+            try:
+                status, _ = self._call_blocking("POST", u, "/flush_cache")
+            except Retry:
+                status = None
+            if status != 200:
+                self._flush_due = True
+                self._totals["flush_deferred"] += 1
 
     def _push_lane(self) -> "SGLangBackend":
         """Who makes a push: this backend (``push = "drain"``), or with ``push = "pause"`` a

@@ -91,8 +91,8 @@ class SGLangBackendConfig:
     pause_mode: str = rllab.knob(
         "in_place",
         help="push = 'pause': SGLang's pause mode. 'in_place' keeps the requests' KV cache (computed with the old "
-        "weights) and cannot flush the prefix cache; 'retract' moves them back to the queue, flushes the cache "
-        "and recomputes their KV with the new weights",
+        "weights; the prefix cache is flushed before the next batch instead); 'retract' moves them back to the "
+        "queue, flushes the cache with the update and recomputes their KV with the new weights",
         choices=("in_place", "retract"),
     )
     sync_dir: str | None = rllab.knob(

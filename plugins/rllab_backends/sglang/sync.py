@@ -25,7 +25,8 @@ server skips the writer lock), then the route's calls, then ``POST /continue_gen
 after a failed update): the requests in flight go on with the new weights, and SGLang reports each
 one's ``weight_versions`` spans. With ``pause_mode = "in_place"`` the requests keep their KV cache,
 so the update is sent with ``flush_cache: false`` (SGLang refuses to flush a cache that running
-requests hold: the update would fail); ``"retract"`` moves them back to the queue, so the cache is
+requests hold: the update would fail; the backend's next ``generate`` flushes instead, before its
+requests); ``"retract"`` moves them back to the queue, so the cache is
 flushed and their KV recomputed with the new weights when they resume. The pushes of ``"pause"``
 run on a lane of their own (event loop and connections), so that they can be made while another
 thread is inside ``generate``.
