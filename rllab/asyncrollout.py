@@ -28,8 +28,19 @@ counted either way (``async/dropped``, ``async/stale_trained``).
 Metrics of a step: ``async/staleness_mean``, ``async/staleness_max``, ``async/staleness_<j>``
 (how many samples are ``j`` versions old: the histogram), ``async/dropped``,
 ``async/stale_trained``, and ``time/rollout_wait``, the time the trainer waited for the producer
-(for its batch, and before the weight sync), against ``time/rollout``, the producer's own
+(for its batch, and before the weight sync: that share alone is ``time/push_wait``), against ``time/rollout``, the producer's own
 sampling time of that batch (spent while earlier steps trained).
+
+Pushes that do not wait (``sglang`` with ``backend.push = "pause"``, a backend whose
+``pushes_in_flight`` is true): the sync neither settles nor takes the lock, so the producer's
+requests stay in flight across it and finish with the new weights — a completion may carry tokens
+of two versions. The backend reports each completion's *oldest* version, so a sample's staleness
+is that of its oldest token, and the drop/train rule applies to it. The bound holds: batch ``s``
+is queued after the sync that follows step ``s − k − 1``, so its tokens are at most ``k`` versions
+old when step ``s`` takes it (``async/dropped`` stays 0 unless a server lags). What a batch is
+sampled with now depends on timing: such a run is not deterministic, and a checkpoint holds only
+the batches already finished; one still in flight is sampled again after a resume, from the
+checkpoint's weights (counted in ``async/regenerated``).
 
 Threads: on CPU the trainer keeps ⌊n/2⌋ of the process's n torch threads and the producer gets
 the rest (one each on two cores; ``backend.num_threads`` still applies inside ``hf`` generation).
@@ -38,6 +49,7 @@ the rest (one each on two cores; ``backend.num_threads`` still applies inside ``
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import pickle
 import threading
 import time
@@ -109,14 +121,17 @@ class VersionedBackend:
     """A rollout backend behind a lock that counts its weight syncs.
 
     ``generate`` and ``update_weights`` hold the (re-entrant) lock, so a sync never lands in the
-    middle of a batch; ``version`` is the number of ``update_weights`` calls so far. Each thread
-    reads the ``last_metrics`` of its own last ``generate``.
+    middle of a batch — except on a backend whose ``pushes_in_flight`` is true (``overlap``),
+    whose syncs run beside its batches; ``version`` is the number of ``update_weights`` calls so
+    far. Each thread reads the ``last_metrics`` of its own last ``generate``.
     """
 
     def __init__(self, inner: Any):
         self.inner = inner
         self.lock = threading.RLock()
         self.version = 0
+        self.overlap = bool(getattr(inner, "pushes_in_flight", False))
+        """Weight syncs do not wait for the batch being sampled (module docstring)."""
         self._local = threading.local()
 
     def generate(self, prompts, params):
@@ -129,7 +144,7 @@ class VersionedBackend:
         return dict(getattr(self._local, "metrics", None) or {})
 
     def update_weights(self, model):
-        with self.lock:
+        with contextlib.nullcontext() if self.overlap else self.lock:
             out = self.inner.update_weights(model)
             self.version += 1
         return out
@@ -251,7 +266,10 @@ class AsyncRollout:
 
     def settle(self, step: int) -> float:
         """Wait until the producer has sampled every batch up to ``step + k`` (before the weight
-        sync that follows step ``step``); returns the seconds waited."""
+        sync that follows step ``step``); returns the seconds waited. A backend whose pushes
+        leave its requests in flight (``overlap``) is not waited for: 0."""
+        if self.backend.overlap:
+            return 0.0
         t0 = time.perf_counter()
         for s in sorted(self.futures):
             if s <= step + self.k:
@@ -271,11 +289,15 @@ class AsyncRollout:
     def state_dict(self, step: int) -> dict:
         """The batches already sampled for steps ``step …`` (settled), each with its samples' ages
         (versions behind the current weights), so that a resumed run trains on the same data.
-        A batch that does not pickle (an environment's episode objects) is listed under
-        ``regenerate`` instead: a resumed run samples it again from the checkpoint's weights."""
+        A batch that does not pickle (an environment's episode objects), or that is still being
+        sampled (syncs that do not wait, ``overlap``), is listed under ``regenerate`` instead: a
+        resumed run samples it again from the checkpoint's weights."""
         batches, regenerate = {}, []
         for s, f in sorted(self.futures.items()):
-            if s < step or s > step + self.k - 1 or not f.done():
+            if s < step or s > step + self.k - 1:
+                continue
+            if not f.done():  # in flight across the last sync (overlap): sampled again after a resume
+                regenerate.append(s)
                 continue
             scored, produced_at = f.result()
             ages = self.backend.version - sample_versions(scored, produced_at)

@@ -331,7 +331,8 @@ class EpisodeRunner:
         for s, c in pairs:
             if turn == 1:
                 s.single = c
-            s.weight_version = c.weight_version
+            if s.weight_version is None:  # the first turn's: the oldest weights in the episode (pushes may land between turns)
+                s.weight_version = c.weight_version
             s.add(c.token_ids, model=True, log_probs=c.log_probs)
             text = self.renderer.decode(c.token_ids)
             s.texts.append(text)

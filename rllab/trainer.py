@@ -325,7 +325,8 @@ class Trainer:
         metrics = outcome.metrics
         self._scheduler_step()
         if self.prefetch is not None:  # the batches sampled ahead with the weights this step trained
-            metrics["time/rollout_wait"] = metrics.get("time/rollout_wait", 0.0) + self.prefetch.settle(self.step)
+            metrics["time/push_wait"] = self.prefetch.settle(self.step)
+            metrics["time/rollout_wait"] = metrics.get("time/rollout_wait", 0.0) + metrics["time/push_wait"]
         if outcome.stepped:
             t0 = time.perf_counter()
             metrics.update(self._sync_weights())  # the sync after this step's update belongs to this step

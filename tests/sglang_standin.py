@@ -23,6 +23,21 @@ SGLang's: ``log_softmax(z / T)`` before top-k / top-p) and speaks SGLang's nativ
   not in api_types.py; their fields below are transcribed from sglang 0.5.23's
   ``srt/managers/io_struct.py`` (``UpdateWeightFromDiskReqInput`` …).
 
+Weight pushes meet the requests in flight as in SGLang 0.5.23: a ``/generate`` holds the
+model-update lock (a reader) until it is answered, and an update on a server that is not paused
+takes it as the writer — it waits until every request in flight has finished, and new requests
+wait behind it. ``/pause_generation`` (modes ``in_place`` and ``retract``; ``abort`` is not
+modelled) stops decoding and holds new requests until ``/continue_generation``; an update on a
+paused server skips the lock. ``flush_cache`` is refused, after the weights changed, while requests
+are running (``in_place``): the update answers ``success: false`` with SGLang's message, and only
+the scheduler's version (the spans) moves. Every finished row reports ``weight_versions`` spans
+as 0.5.23 does: ``[{"version", "start", "end"}]``, one more span after each version change that
+found it with output. With ``token_delay_s > 0`` a request decodes one token per
+``token_delay_s`` (all rows of a request together), so that a push can land mid-request: the rest
+of each row is then sampled again from what it has, with the new weights (SGLang's ``retract``;
+with ``in_place`` the real server keeps the old weights' KV of the tokens so far, which the
+stand-in does not model).
+
 Faults are injected on demand (:meth:`StandIn.fail_next`, :meth:`delay_next`,
 :meth:`abort_next`, :meth:`stale_next`, :meth:`die_after`, :meth:`unavailable_after_update`,
 :meth:`fail_update`), or at random: ``abort_rate = p`` aborts each sample with probability ``p``
@@ -37,6 +52,7 @@ and its output is cut where it stopped; ``aborted`` counts them. The server is b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import random
@@ -56,6 +72,14 @@ UPDATE_FROM_DISK_FIELDS = {
     "rid", "model_path", "load_format", "abort_all_requests", "weight_version", "is_async", "torch_empty_cache",
     "keep_pause", "recapture_cuda_graph", "token_step", "flush_cache", "manifest",
 }
+
+PAUSE_FIELDS = {"rid", "mode"}
+PAUSE_MODES = ("abort", "retract", "in_place")
+CONTINUE_FIELDS = {"rid", "torch_empty_cache"}
+FLUSH_REFUSED = (
+    "Weights were updated, but the cache was not flushed because requests are still running or queued. "
+    "Retract or finish them, then call /flush_cache."
+)
 
 INIT_GROUP_FIELDS = {"rid", "master_address", "master_port", "rank_offset", "world_size", "group_name", "backend"}
 UPDATE_FROM_DISTRIBUTED_FIELDS = {
@@ -95,6 +119,44 @@ def launch_knobs(**extra) -> dict:
     return {"launch": True, "launch_command": cmd, "backoff_s": 0.01, "launch_timeout_s": 120.0, **extra}
 
 
+class _RWLock:
+    """SGLang's model-update lock (``aio_rwlock.RWLock``) with threads: readers share it, a writer
+    waits for them, and a waiting writer holds new readers back."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._readers = self._waiting = 0
+        self._writer = False
+
+    @contextlib.contextmanager
+    def reader(self):
+        with self._cond:
+            while self._writer or self._waiting:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def writer(self):
+        with self._cond:
+            self._waiting += 1
+            while self._writer or self._readers:
+                self._cond.wait()
+            self._waiting -= 1
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -118,6 +180,7 @@ class StandIn:
         abort_rate: float = 0.0,
         abort_seed: int = 0,
         abort_message: str = "Abort in waiting queue",
+        token_delay_s: float = 0.0,
     ):
         self.api = contract()
         if self.api is None and validate:
@@ -138,6 +201,17 @@ class StandIn:
         """Every request received: ``(path, JSON body or None)``."""
         self.updates: list[dict] = []
         self.paused = False
+        """``/pause_generation`` was called (and not ``/continue_generation`` since)."""
+        self.pause_mode: str | None = None
+        self.token_delay_s = token_delay_s
+        """Seconds per decoded token (0: a request is answered at once)."""
+        self.span_version = weight_version
+        """The scheduler's version, which the ``weight_versions`` spans name (``weight_version`` is
+        the tokenizer's, which ``meta_info.weight_version`` reports: a failed flush moves only this)."""
+        self.running = 0
+        """Requests decoding now."""
+        self._pause_cond = threading.Condition()
+        self._rw = _RWLock()
         self._lock = threading.Lock()  # the model and the fault counters
         self._faults: dict[str, list] = {"fail": [], "delay": [], "abort": [], "stale": [], "unavailable": []}
         self._die_after: int | None = None
@@ -276,7 +350,7 @@ class StandIn:
                 k = min(self.instant_tokens, params.max_new_tokens)
                 for _ in range(n):
                     support = ([[5]] * k, [0.0] * k) if body.get("return_sampling_mask") else None
-                    rows.append(((5,) * k, (-1.0,) * k, "length", len(p), params, support))
+                    rows.append(_Decoding(tuple(p), (5,) * k, (-1.0,) * k, "length", params, support, self.span_version))
                 continue
             with self._lock:
                 if self._backend is None:
@@ -284,8 +358,64 @@ class StandIn:
                 out = self._backend.generate([p], params)
                 for c in out:
                     support = self._support(p, c.token_ids, params) if body.get("return_sampling_mask") else None
-                    rows.append((c.token_ids, c.log_probs, c.finish_reason, len(p), params, support))
-        return [self._row(*r) for r in rows]
+                    rows.append(_Decoding(tuple(p), c.token_ids, c.log_probs, c.finish_reason, params, support, self.span_version))
+        self._decode(rows)
+        return [self._row(r) for r in rows]
+
+    def _decode(self, rows: list["_Decoding"]) -> None:
+        """Play the rows' decoding out in time (``token_delay_s`` per token, all rows together),
+        stopping while the server is paused; a version change finds each row with ``i`` tokens:
+        with ``i > 0`` it records the event (old version, ``i``) as SGLang's scheduler does
+        (``record_weight_version_events``), and the rest of the row is sampled again with the new
+        weights. A row ends with its spans (``compute_weight_version_spans``) and the tokenizer's
+        version at that moment."""
+        with self._lock:
+            self.running += 1
+        try:
+            i = 0
+            while True:
+                if self.token_delay_s:
+                    with self._pause_cond:
+                        while self.paused and not self._dead:
+                            self._pause_cond.wait(0.05)
+                version = self.span_version
+                for j, r in enumerate(rows):
+                    if r.version is not None:
+                        continue
+                    if version != r.seen:
+                        if i > 0:
+                            r.events.append((r.seen, i))
+                        if i < len(r.tokens):
+                            self._resample(r, i)
+                        r.seen = version
+                    if i >= len(r.tokens):
+                        r.finish_at(version, self.weight_version)
+                if all(r.version is not None for r in rows):
+                    return
+                if self.token_delay_s:
+                    time.sleep(self.token_delay_s)
+                i += 1
+        finally:
+            with self._lock:
+                self.running -= 1
+
+    def _resample(self, r: "_Decoding", i: int) -> None:
+        """Sample row ``r`` again after its first ``i`` tokens, with the weights loaded now."""
+        if self._backend is None:  # instant_tokens: the same fixed tokens
+            return
+        import attrs
+
+        params = attrs.evolve(r.params, n=1, max_new_tokens=r.params.max_new_tokens - i,
+                              seed=None if r.params.seed is None else r.params.seed + i)
+        prefix = r.prompt + tuple(r.tokens[:i])
+        with self._lock:
+            c = self._backend.generate([prefix], params)[0]
+            support = self._support(prefix, c.token_ids, params) if r.support is not None else None
+        r.tokens = tuple(r.tokens[:i]) + tuple(c.token_ids)
+        r.log_probs = tuple(r.log_probs[:i]) + tuple(c.log_probs)
+        r.finish = c.finish_reason
+        if support is not None:
+            r.support = (list(r.support[0][:i]) + support[0], list(r.support[1][:i]) + support[1])
 
     def _support(self, prompt, tokens, params) -> tuple[list, list]:
         """``return_sampling_mask`` (selected mode): per output token the ids it was drawn from
@@ -310,7 +440,8 @@ class StandIn:
             masks.append(keep[row[keep].argsort(descending=True)].tolist())
         return masks, lp.tolist()
 
-    def _row(self, tokens, log_probs, finish, prompt_len, params, support=None) -> dict:
+    def _row(self, r: "_Decoding") -> dict:
+        tokens, log_probs, finish, params, support = r.tokens, r.log_probs, r.finish, r.params, r.support
         if finish == "stop":
             fr = {"type": "stop", "matched": int(tokens[-1])}
         else:
@@ -321,10 +452,11 @@ class StandIn:
             "meta_info": {
                 "id": uuid.uuid4().hex,
                 "finish_reason": fr,
-                "prompt_tokens": prompt_len,
+                "prompt_tokens": len(r.prompt),
                 "completion_tokens": len(tokens),
                 "cached_tokens": 0,
-                "weight_version": self.weight_version,
+                "weight_version": r.version,
+                "weight_versions": r.spans(),
                 "e2e_latency": 0.0,
                 "output_token_logprobs": [[lp, t, None] for lp, t in zip(log_probs, tokens)],
                 "output_token_logprobs_length": len(tokens),
@@ -352,6 +484,8 @@ class StandIn:
                 m[key] = m[key][:k]
         if "output_token_sampling_mask_length" in m:
             m["output_token_sampling_mask_length"] = k
+        if "weight_versions" in m:  # shown as add_weight_versions_to_meta_info does, for the tokens kept
+            m["weight_versions"] = [{**sp, "end": min(sp["end"], k)} for sp in m["weight_versions"] if sp["start"] < k or sp["start"] == 0]
         m["finish_reason"] = {"type": "abort", "message": message, "status_code": None, "err_type": None}
 
     def _generate(self, body: dict) -> list[dict]:
@@ -363,9 +497,11 @@ class StandIn:
             raise _HTTPError(fail[0], fail[1])
         if self._unavailable():
             raise _HTTPError(503, "The server is updating weights; try again.")
-        if self.paused:
-            raise _HTTPError(503, "Generation is paused.")
-        rows = self._rows(body)
+        with self._pause_cond:  # the tokenizer holds new requests while paused
+            while self.paused and not self._dead:
+                self._pause_cond.wait(0.05)
+        with self._rw.reader():  # held until answered: an update that is not paused waits for it
+            rows = self._rows(body)
         abort = self._take("abort")
         if abort:
             for r in rows:
@@ -387,6 +523,7 @@ class StandIn:
                     m["weight_versions"] = [{"version": version, "start": 0, "end": k // 2}, {"version": m["weight_version"], "start": k // 2, "end": k}]
                 else:
                     m["weight_version"] = version
+                    m["weight_versions"] = [{"version": version, "start": 0, "end": m["completion_tokens"]}]
         if self.validate:
             for r in rows:
                 self.api.decode_GenerateResponse(r)
@@ -496,28 +633,47 @@ class StandIn:
             if self._fail_update is not None:
                 msg, self._fail_update = self._fail_update, None
                 return 400, {"success": False, "message": msg, "num_paused_requests": 0}
-            try:
-                with self._lock:
-                    self._load(body["model_path"]) if self.instant_tokens is None else None
-            except Exception as e:  # the real server rolls back and reports the loader's message
-                return 400, {"success": False, "message": f"Failed to update weights: {e}. Rolling back to the previous weights.", "num_paused_requests": 0}
-            if body.get("weight_version") is not None:
-                self.weight_version = str(body["weight_version"])
+            with self._update_lock():
+                try:
+                    with self._lock:
+                        self._load(body["model_path"]) if self.instant_tokens is None else None
+                        refused = self._updated(body)
+                except Exception as e:  # the real server rolls back and reports the loader's message
+                    return 400, {"success": False, "message": f"Failed to update weights: {e}. Rolling back to the previous weights.", "num_paused_requests": 0}
+            if refused:
+                return 400, {"success": False, "message": refused, "num_paused_requests": 0}
             q = self._faults.pop("after_update", None)
             if q:
                 self._faults["unavailable"] = [time.monotonic() + q[0]]
             return 200, {"success": True, "message": "Succeeded to update model weights.", "num_paused_requests": 0}
-        if path == "/flush_cache":
+        if path == "/flush_cache":  # only an idle server flushes (a paused one ignores its waiting queue)
+            if self.running and not (self.paused and self.pause_mode == "retract"):
+                return 400, "Flush cache failed.\n"
             return 200, "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n"
         if path == "/pause_generation":
-            self.paused = True
+            unknown = set(body) - PAUSE_FIELDS
+            mode = body.get("mode", "abort")
+            if unknown or mode not in PAUSE_MODES:
+                return 400, {"error": {"message": f"invalid PauseGenerationReqInput: unknown {sorted(unknown)} or mode {mode!r} not in {list(PAUSE_MODES)}"}}
+            if mode == "abort":
+                return 400, {"error": {"message": "stand-in: /pause_generation mode 'abort' is not modelled"}}
+            self.updates.append({"route": path, **body})
+            with self._pause_cond:
+                self.paused, self.pause_mode = True, mode
             return 200, {"message": "Generation paused successfully.", "status": "ok"}
         if path == "/continue_generation":
-            self.paused = False
+            unknown = set(body) - CONTINUE_FIELDS
+            if unknown:
+                return 400, {"error": {"message": f"invalid ContinueGenerationReqInput: unknown {sorted(unknown)}"}}
+            self.updates.append({"route": path, **body})
+            with self._pause_cond:
+                self.paused, self.pause_mode = False, None
+                self._pause_cond.notify_all()
             return 200, {"message": "Generation continued successfully.", "status": "ok"}
         if path in ("/begin_weight_update", "/end_weight_update"):
             self.updates.append({"route": path, **body})
-            self._session_open = path == "/begin_weight_update"
+            with self._update_lock():
+                self._session_open = path == "/begin_weight_update"
             return 200, {"success": True, "message": "ok"}
         if path == "/update_weights_from_tensor":
             self.updates.append({"route": path, **body})
@@ -526,8 +682,10 @@ class StandIn:
             names = body.get("serialized_named_tensors")
             if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
                 return 400, {"error": {"message": "serialized_named_tensors must be a list of base64 strings, one per TP rank"}}
-            if body.get("weight_version") is not None:
-                self.weight_version = str(body["weight_version"])
+            with self._update_lock(), self._lock:
+                refused = self._updated(body)
+            if refused:
+                return 400, {"success": False, "message": refused}
             return 200, {"success": True, "message": "Succeeded to update model weights."}
         if path == "/init_weights_update_group":
             return self._init_group(body)
@@ -547,7 +705,7 @@ class StandIn:
                 return 400, {"error": {"message": f"Get parameter by name failed: no parameter {body.get('name')!r}"}}
             return 200, params[body["name"]].detach().flatten()[: int(body.get("truncate_size", 100))].tolist()
         if path == "/update_weight_version":
-            self.weight_version = str(body["new_version"])
+            self.weight_version = self.span_version = str(body["new_version"])
             return 200, {"success": True, "message": "ok", "new_version": self.weight_version}
         if path == "/abort_request":
             if self.validate:
@@ -555,6 +713,27 @@ class StandIn:
             return 200, None
         return 404, {"detail": "Not Found"}
 
+
+    def _update_lock(self):
+        """The model-update writer lock for an update, unless the server is paused (SGLang skips
+        it then: whoever paused holds the requests)."""
+        with self._pause_cond:
+            paused = self.paused
+        return contextlib.nullcontext() if paused else self._rw.writer()
+
+    def _updated(self, body: dict) -> str | None:
+        """After new weights are in: the scheduler's version moves (the spans), then the cache
+        is flushed if asked — refused while requests run in place (a retracted one waits in the
+        queue, which a paused server ignores) — and only then the tokenizer's version moves.
+        Returns SGLang's message when the flush was refused (the update fails)."""
+        version = body.get("weight_version")
+        if version is not None:
+            self.span_version = str(version)
+        if body.get("flush_cache", True) and self.running and not (self.paused and self.pause_mode == "retract"):
+            return FLUSH_REFUSED
+        if version is not None:
+            self.weight_version = str(version)
+        return None
 
     # -- weight_sync = "distributed": the receiving side, as sglang 0.5.23's ModelRunner does it
 
@@ -603,15 +782,48 @@ class StandIn:
             dist.broadcast(t, src=0, group=self._groups[name])
             received.append((n, t))
         params = dict(self._backend.model.named_parameters()) if self._backend is not None else {}
-        with self._lock, torch.no_grad():
+        with self._update_lock(), self._lock, torch.no_grad():
             for n, t in received:  # the model's load_weights: each name into its parameter, cast to its dtype
                 if n in params:
                     params[n].copy_(t)
                 elif self._backend is not None:
                     return 400, {"success": False, "message": f"Failed to update parameter online: unknown parameter {n!r}"}
-        if body.get("weight_version") is not None:
-            self.weight_version = str(body["weight_version"])
+            refused = self._updated(body)
+        if refused:
+            return 400, {"success": False, "message": refused}
         return 200, {"success": True, "message": "Succeeded to update parameter online."}
+
+
+class _Decoding:
+    """One row of a /generate request while it decodes: its tokens so far (all of them, sampled
+    ahead; :meth:`StandIn._resample` replaces the rest after a version change), the version
+    change events it saw, and, once finished, the versions it reports."""
+
+    def __init__(self, prompt, tokens, log_probs, finish, params, support, seen):
+        self.prompt, self.tokens, self.log_probs, self.finish = prompt, tuple(tokens), tuple(log_probs), finish
+        self.params, self.support = params, support
+        self.seen = seen  # the (scheduler's) version of the weights its tokens come from
+        self.events: list[tuple[str, int]] = []
+        self.version: str | None = None  # meta_info.weight_version (the tokenizer's) once finished
+        self.final: str | None = None  # the scheduler's version when it finished
+
+    def finish_at(self, span_version: str, version: str) -> None:
+        self.final, self.version = span_version, version
+
+    def spans(self) -> list[dict]:
+        """``meta_info.weight_versions`` as sglang 0.5.23 computes and shows them
+        (``compute_weight_version_spans`` then ``add_weight_versions_to_meta_info``)."""
+        n = len(self.tokens)
+        spans: list[dict] = []
+        for version, end in [*self.events, (self.final, n)]:
+            end = min(end, n)
+            if spans and end <= spans[-1]["end"]:
+                continue
+            if spans and version == spans[-1]["version"]:
+                spans[-1]["end"] = end
+                continue
+            spans.append({"version": version, "start": spans[-1]["end"] if spans else 0, "end": end})
+        return [{**sp, "end": min(sp["end"], n)} for sp in spans if sp["start"] < n or sp["start"] == 0]
 
 
 class _HTTPError(Exception):
@@ -630,11 +842,12 @@ def main(argv=None) -> None:
     p.add_argument("--no-validate", action="store_true")
     p.add_argument("--abort-rate", type=float, default=0.0, help="abort each sample with this probability")
     p.add_argument("--abort-seed", type=int, default=0)
+    p.add_argument("--token-delay-s", type=float, default=0.0, help="seconds per decoded token (requests in flight can cross a push)")
     args, _unknown = p.parse_known_args(argv)  # sglang's other flags (--host, --skip-tokenizer-init …) are accepted
     model = None if args.instant is not None else args.model_path
     s = StandIn(model, weight_version=args.weight_version, port=args.port, lifetime_s=args.lifetime_s,
                 instant_tokens=args.instant, validate=False if args.no_validate else None,
-                abort_rate=args.abort_rate, abort_seed=args.abort_seed)
+                abort_rate=args.abort_rate, abort_seed=args.abort_seed, token_delay_s=args.token_delay_s)
     print(f"stand-in listening on {s.url}", flush=True)
     try:
         while not s._dead:

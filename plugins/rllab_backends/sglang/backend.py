@@ -19,13 +19,17 @@ Staleness: every completion carries SGLang's ``weight_version`` (and ``weight_ve
 spans, when the weights changed mid-request). One that differs from the version last pushed is
 stale: ``stale = "drop"`` removes it, ``"keep"`` keeps it, ``"error"`` stops the run; every case
 is counted in :meth:`SGLangBackend.last_metrics` (``rollout/stale`` …), so no stale sample is
-trained on silently.
+trained on silently. With ``push = "pause"`` pushes land while requests are in flight: a
+completion's version is then its *oldest* (the first span's; without spans, the version when the
+``generate`` began), any version pushed since the ``generate`` began is fresh, and completions
+that span a push are counted (``sglang/mixed_version_samples``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import copy
 import functools
 import shutil
 import subprocess
@@ -70,7 +74,11 @@ class SGLangBackend(Transport, WeightSync, Launch):
         self._own_sync_dir = config.sync_dir is None
         self._metrics: dict[str, float] = {}
         self._sync_metrics: dict[str, float] = {}
-        self._totals = {"stale": 0, "retries": 0, "aborted": 0}
+        self._totals = {"stale": 0, "retries": 0, "aborted": 0, "mixed": 0, "flush_deferred": 0}
+        self._flush_due = False  # push = "pause", pause_mode = "in_place": the prefix cache holds old KV
+        self._lane: SGLangBackend | None = None  # push = "pause": the pushes' own loop and connections
+        self._newest: str | None = None  # push = "pause": the version being pushed (a request may end with it first)
+        self._submitted: str | None = None  # the version when the current generate began
         self._loop = Loop()
         self._group = None  # weight_sync = "distributed": rank 0 of the servers' weight-update group
         self._no_sessions: set[str] = set()  # servers without /begin_weight_update (before sglang 0.5.2x)
@@ -101,26 +109,37 @@ class SGLangBackend(Transport, WeightSync, Launch):
         if not self.urls:
             raise SGLangError("sglang backend has no server yet: launch needs model_path or update_weights(model) first")
         t0 = time.perf_counter()
-        retries0, aborted0 = self._totals["retries"], self._totals["aborted"]
+        retries0, aborted0, mixed0 = self._totals["retries"], self._totals["aborted"], self._totals["mixed"]
+        deferred0 = self._totals["flush_deferred"]
+        self._submitted = submitted = self.version
+        if self._flush_due:
+            self._flush_prefix_cache()
         if len(prompts) <= self.config.prompts_per_request:
             completions = self._generate_one(prompts, params)
         else:
             completions = self._loop.run(self._generate(prompts, params))
-        version = self.version
-        stale = [] if version is None else [c for c in completions if c.weight_version != version]
+        if self.config.push == "pause" and submitted is not None:
+            # pushes land meanwhile: a completion's (oldest) version is any one pushed since submission
+            newest = max(int(submitted), int(self.version), int(self._newest or submitted))
+            fresh = {str(v) for v in range(int(submitted), newest + 1)}
+            expected = f"one of {sorted(fresh, key=int)} (pushed since this generate began)"
+            wanted = expected
+        else:
+            fresh, expected, wanted = {self.version}, repr(self.version), f"the last pushed {self.version!r}"
+        stale = [] if submitted is None else [c for c in completions if c.weight_version not in fresh]
         if stale and self.config.stale == "error":
             raise StaleSampleError(
                 f"sglang: {len(stale)} of {len(completions)} completions were sampled with weight_version "
-                f"{sorted({str(c.weight_version) for c in stale})}, not the last pushed {self.version!r}"
+                f"{sorted({str(c.weight_version) for c in stale})}, not {wanted}"
             )
         self._totals["stale"] += len(stale)
         kept = completions
         if stale and self.config.stale == "drop":
-            kept = [c for c in completions if c.weight_version == self.version]
+            kept = [c for c in completions if c.weight_version in fresh]
             if not kept:
                 raise StaleSampleError(
                     f"sglang: every completion was stale (weight_version {sorted({str(c.weight_version) for c in stale})}, "
-                    f"expected {self.version!r}); is every server in admin_urls?"
+                    f"expected {expected}); is every server in admin_urls?"
                 )
         self._metrics = {
             "rollout/stale": float(len(stale)),
@@ -132,6 +151,10 @@ class SGLangBackend(Transport, WeightSync, Launch):
             "sglang/requests": float(self._requests),
             "time/sglang_generate": time.perf_counter() - t0,
         }
+        if self.config.push == "pause":
+            self._metrics["sglang/mixed_version_samples"] = float(self._totals["mixed"] - mixed0)
+            self._metrics["sglang/mixed_version_total"] = float(self._totals["mixed"])
+            self._metrics["sglang/flush_deferred"] = float(self._totals["flush_deferred"] - deferred0)
         return kept
 
     def _generate_one(self, prompts: list[tuple[int, ...]], params: SamplingParams) -> list[Completion]:
@@ -203,7 +226,10 @@ class SGLangBackend(Transport, WeightSync, Launch):
                 raise SGLangRequestError(
                     f"sglang: {url}/generate rejected the request (HTTP {status}): {msg}", status=status, message=msg
                 )
-            out, aborted = parse_rows(raw, prompts, rows, first_index, f"{url}/generate", sampled)
+            mixed: list[int] = []
+            out, aborted = parse_rows(raw, prompts, rows, first_index, f"{url}/generate", sampled,
+                                      oldest=self.config.push == "pause", submitted=self._submitted, mixed=mixed)
+            self._totals["mixed"] += len(mixed)
             for _, msg, st in aborted:
                 if st is not None and 400 <= int(st) < 500 and int(st) not in RETRYABLE_STATUS:
                     raise SGLangAbortError(
@@ -286,20 +312,61 @@ class SGLangBackend(Transport, WeightSync, Launch):
         if self.config.launch and self._process is None:
             path = self._snapshot(model, version)
             self._launch(str(path), version)
-        elif self.config.weight_sync == "tensor" and not _is_path(model):
-            self._loop.run(self._sync_tensor(model, version))
-        elif self.config.weight_sync == "distributed" and not _is_path(model):
-            self._loop.run(self._sync_distributed(model, version))
-        else:  # "disk", or a model directory (any weight_sync): the servers load it themselves
-            path = self._snapshot(model, version)
-            self._loop.run(self._sync_disk(str(path), version))
-            self._prune(keep=path)
+        else:
+            lane = self._push_lane()
+            self._newest = version
+            lane._sync_bytes = 0
+            if self.config.weight_sync == "tensor" and not _is_path(model):
+                lane._loop.run(lane._paused(lambda: lane._sync_tensor(model, version)))
+            elif self.config.weight_sync == "distributed" and not _is_path(model):
+                lane._loop.run(lane._paused(lambda: lane._sync_distributed(model, version)))
+            else:  # "disk", or a model directory (any weight_sync): the servers load it themselves
+                path = self._snapshot(model, version)
+                lane._loop.run(lane._paused(lambda: lane._sync_disk(str(path), version)))
+                self._prune(keep=path)
+            self._sync_bytes = lane._sync_bytes
+            self._flush_due = not self._flush_cache()  # an in-place push could not flush: the next batch does
         self._syncs += 1
         self.version = version
         self._sync_metrics = {"time/weight_sync": time.perf_counter() - t0, "sglang/weight_version": float(self._syncs)}
         if self._sync_bytes:
             self._sync_metrics["sglang/sync_mib"] = self._sync_bytes / 2**20
         return dict(self._sync_metrics)
+
+    def _flush_prefix_cache(self) -> None:
+        """After an in-place push (``pause_mode = "in_place"``, which cannot flush), before the
+        next ``generate`` sends anything: ``POST /flush_cache`` on every admin server, so that no
+        new request reuses prefix KV computed with the old weights. SGLang flushes only an idle
+        server — between two batches it is, unless another client is using it; a refusal (or a
+        server that does not answer) leaves the flush due for the next ``generate`` and counts in
+        ``sglang/flush_deferred``."""
+        self._flush_due = False
+        for u in self.admin_urls or self.urls:
+            try:
+                status, _ = self._call_blocking("POST", u, "/flush_cache")
+            except Retry:
+                status = None
+            if status != 200:
+                self._flush_due = True
+                self._totals["flush_deferred"] += 1
+
+    def _push_lane(self) -> "SGLangBackend":
+        """Who makes a push: this backend (``push = "drain"``), or with ``push = "pause"`` a
+        shallow copy of it with an event loop and connections of its own (made on the first push
+        after a launch), so that a push can run while another thread is inside ``generate``."""
+        if self.config.push != "pause":
+            return self
+        if self._lane is None:
+            lane = copy.copy(self)
+            lane._session, lane._sem, lane._loop, lane._lane = None, None, Loop(), None
+            self._lane = lane
+        return self._lane
+
+    @property
+    def pushes_in_flight(self) -> bool:
+        """A push leaves the requests in flight running (``push = "pause"``): asynchronous
+        rollouts then sync the weights without waiting for the batch being sampled."""
+        return self.config.push == "pause"
 
     def follow_weights(self) -> dict[str, float]:
         """Count a weight update another process pushed to the same servers (rank 0 of a
@@ -315,24 +382,35 @@ class SGLangBackend(Transport, WeightSync, Launch):
         """Counters of the last ``generate`` (namespaced, for the step's log): ``rollout/stale``,
         ``rollout/stale_dropped``, ``rollout/stale_total``, ``sglang/retries``, ``sglang/aborted``
         (aborted samples, each resubmitted), ``sglang/aborted_total``, ``sglang/requests``,
-        ``time/sglang_generate``. The weight sync's own metrics are ``update_weights``' return value."""
+        ``time/sglang_generate``; with ``push = "pause"`` also ``sglang/mixed_version_samples``
+        (completions that span a push) and ``sglang/mixed_version_total``. The weight sync's own
+        metrics are ``update_weights``' return value."""
         return dict(self._metrics)
+
+    def _close_connections(self) -> None:
+        """Leave the weight-update group (best effort), close the connections and the loop."""
+        if self._group is not None and self._session is not None and not self._loop.loop.is_closed():
+            for u in self.admin_urls or self.urls:  # best effort: the servers may be gone already
+                try:
+                    self._loop.run(self._call("POST", u, "/destroy_weights_update_group", {"group_name": self._group.group_name}, timeout=10.0))
+                except Retry:
+                    pass
+        self._drop_group()
+        if self._session is not None and not self._loop.loop.is_closed():
+            self._loop.run(self._session.close())
+            self._session = None
+        self._loop.close()
 
     def close(self) -> None:
         """Close connections, stop a launched server and remove a private snapshot directory —
         the last two whatever the first steps raise."""
         try:
-            if self._group is not None and self._session is not None and not self._loop.loop.is_closed():
-                for u in self.admin_urls or self.urls:  # best effort: the servers may be gone already
-                    try:
-                        self._loop.run(self._call("POST", u, "/destroy_weights_update_group", {"group_name": self._group.group_name}, timeout=10.0))
-                    except Retry:
-                        pass
-            self._drop_group()
-            if self._session is not None and not self._loop.loop.is_closed():
-                self._loop.run(self._session.close())
-                self._session = None
-            self._loop.close()
+            lane, self._lane = self._lane, None
+            try:
+                if lane is not None:
+                    lane._close_connections()
+            finally:
+                self._close_connections()
         finally:
             try:
                 self._stop_process()

@@ -80,6 +80,21 @@ class SGLangBackendConfig:
         help="weight_sync = 'distributed': dtype on the wire ('model': the policy's own; 'bfloat16' halves float32 traffic)",
         choices=("model", "bfloat16", "float16", "float32"),
     )
+    push: str = rllab.knob(
+        "drain",
+        help="how a weight push meets the requests in flight: 'drain' = SGLang's update waits until they have "
+        "finished (and rllab's asynchronous rollouts wait for the batch being sampled: a deterministic schedule); "
+        "'pause' = /pause_generation, the update, /continue_generation: they finish with the new weights, each "
+        "completion counted under its oldest version (not deterministic; docs/async.md)",
+        choices=("drain", "pause"),
+    )
+    pause_mode: str = rllab.knob(
+        "in_place",
+        help="push = 'pause': SGLang's pause mode. 'in_place' keeps the requests' KV cache (computed with the old "
+        "weights; the prefix cache is flushed before the next batch instead); 'retract' moves them back to the "
+        "queue, flushes the cache with the update and recomputes their KV with the new weights",
+        choices=("in_place", "retract"),
+    )
     sync_dir: str | None = rllab.knob(
         None, help="directory for weight snapshots, visible to every server; None: a private temporary directory"
     )
@@ -113,6 +128,8 @@ class SGLangBackendConfig:
     )
 
     def __attrs_post_init__(self):
+        if self.push != "pause" and self.pause_mode != attrs.fields(type(self)).pause_mode.default:
+            raise ValueError(f"pause_mode acts only with push = 'pause' (push is {self.push!r})")
         if self.weight_sync != "distributed":
             fields = attrs.fields(type(self))
             set_ = [f.name for f in fields if f.name.startswith("distributed_") and getattr(self, f.name) != f.default]

@@ -166,9 +166,16 @@ def _finish(meta: Mapping, where: str) -> tuple[str, str | None, int | None]:
     return fr["type"], None, None
 
 
-def _row_fields(row: Any, where: str, sampled: bool):
+def _row_fields(row: Any, where: str, sampled: bool, oldest: bool = False, submitted: str | None = None):
     """One ``/generate`` result → ``(token ids, log-probs, finish reason, weight version, abort
-    message, abort status)``, each checked against the contract (module docstring)."""
+    message, abort status, mixed)``, each checked against the contract (module docstring).
+
+    The weight version: ``meta_info.weight_version`` (the server's at the end), or, when
+    ``meta_info.weight_versions`` spans name several, all of them joined (``"2|3"``: stale
+    against any one version). With ``oldest`` (``push = "pause"``): the version of the row's first
+    span — the weights of its first tokens, the oldest in it — or, from a server that reports no
+    spans, ``submitted`` (the version in force when the request was sent; conservative), else
+    ``meta_info.weight_version``. ``mixed``: the spans name more than one version."""
     if not isinstance(row, dict):
         raise SGLangProtocolError(f"{where}: expected an object, got {type(row).__name__}")
     meta = row.get("meta_info")
@@ -195,12 +202,13 @@ def _row_fields(row: Any, where: str, sampled: bool):
     if sampled and abort_msg is None:
         log_probs = _sampling_log_probs(meta.get("output_token_sampling_logprobs"), len(ids), where)
     version = meta.get("weight_version")
-    spans = meta.get("weight_versions")
-    if spans:
-        versions = {str(s.get("version")) for s in spans if isinstance(s, dict)}
-        if len(versions) > 1:
-            version = "|".join(sorted(versions))  # the weights changed mid-request
-    return tuple(ids), log_probs, kind, None if version is None else str(version), abort_msg, abort_status
+    spans = [s for s in meta.get("weight_versions") or () if isinstance(s, dict)]
+    versions = {str(s.get("version")) for s in spans}
+    if oldest:
+        version = spans[0].get("version") if spans else (submitted if submitted is not None else version)
+    elif len(versions) > 1:
+        version = "|".join(sorted(versions))  # the weights changed mid-request
+    return tuple(ids), log_probs, kind, None if version is None else str(version), abort_msg, abort_status, len(versions) > 1
 
 
 def parse_row(row: Any, prompt: tuple[int, ...], prompt_index: int, where: str = "result",
@@ -211,7 +219,7 @@ def parse_row(row: Any, prompt: tuple[int, ...], prompt_index: int, where: str =
     ``sampled`` (``logprobs = "processed"``) the completion's log-probs are
     ``output_token_sampling_logprobs`` instead: one float per output token.
     """
-    ids, log_probs, kind, version, abort_msg, abort_status = _row_fields(row, where, sampled)
+    ids, log_probs, kind, version, abort_msg, abort_status, _ = _row_fields(row, where, sampled)
     c = Completion(prompt_ids=prompt, token_ids=ids, log_probs=log_probs, finish_reason=kind,
                    prompt_index=prompt_index, weight_version=version)
     return c, abort_msg, abort_status
@@ -232,10 +240,13 @@ def _sampling_log_probs(values: Any, n: int, where: str) -> tuple[float, ...]:
 
 
 def parse_rows(raw: bytes, prompts: Sequence[tuple[int, ...]], rows: Sequence[int], first_index: int, where: str,
-               sampled: bool = False) -> tuple[list[Completion], list[tuple[int, str, int | None]]]:
+               sampled: bool = False, *, oldest: bool = False, submitted: str | None = None,
+               mixed: list[int] | None = None) -> tuple[list[Completion], list[tuple[int, str, int | None]]]:
     """The answer of ``where`` (``<url>/generate``) → ``(completions, aborts)``: a ``Completion``
     per row (``rows[j]``: the offset of row j's prompt in ``prompts``; its ``prompt_index`` is
-    ``first_index + rows[j]``) and the ``(row j, message, status)`` of every aborted one."""
+    ``first_index + rows[j]``) and the ``(row j, message, status)`` of every aborted one.
+    ``oldest``, ``submitted``: each completion's version is its oldest (:func:`_row_fields`);
+    ``mixed``: the rows j (not aborted) whose tokens span a weight update are appended to it."""
     try:
         data = decode(raw)
     except ValueError as e:
@@ -245,8 +256,10 @@ def parse_rows(raw: bytes, prompts: Sequence[tuple[int, ...]], rows: Sequence[in
     if not isinstance(data, list) or len(data) != len(rows):
         got = len(data) if isinstance(data, list) else type(data).__name__
         raise SGLangProtocolError(f"sglang: {where} returned {got} results for {len(rows)} samples")
-    fields = [_row_fields(row, f"{where} result", sampled) for row in data]
-    ids, log_probs, kinds, versions, abort_msgs, abort_statuses = zip(*fields) if fields else ((),) * 6
+    fields = [_row_fields(row, f"{where} result", sampled, oldest, submitted) for row in data]
+    ids, log_probs, kinds, versions, abort_msgs, abort_statuses, spans = zip(*fields) if fields else ((),) * 7
+    if mixed is not None:
+        mixed.extend(j for j, (m, a) in enumerate(zip(spans, abort_msgs)) if m and a is None)  # an abort is resubmitted
     completions = Completion.columns(
         [prompts[i] for i in rows], ids, log_probs, kinds, [first_index + i for i in rows], versions
     )

@@ -16,6 +16,20 @@
   group is left half-way): the run stops with the server's message.
 
 Admin calls are retried on transport faults and 503 (a server busy loading) like ``/generate``.
+
+``push`` says what happens to the requests in flight. ``"drain"``: SGLang's update takes its
+model-update writer lock, so it waits until every request in flight has finished, and flushes the
+cache. ``"pause"``: every server in ``admin_urls`` gets ``POST /pause_generation {"mode":
+pause_mode}`` first (its requests stop where they are and new ones wait; an update on a paused
+server skips the writer lock), then the route's calls, then ``POST /continue_generation`` (also
+after a failed update): the requests in flight go on with the new weights, and SGLang reports each
+one's ``weight_versions`` spans. With ``pause_mode = "in_place"`` the requests keep their KV cache,
+so the update is sent with ``flush_cache: false`` (SGLang refuses to flush a cache that running
+requests hold: the update would fail; the backend's next ``generate`` flushes instead, before its
+requests); ``"retract"`` moves them back to the queue, so the cache is
+flushed and their KV recomputed with the new weights when they resume. The pushes of ``"pause"``
+run on a lane of their own (event loop and connections), so that they can be made while another
+thread is inside ``generate``.
 """
 
 from __future__ import annotations
@@ -127,9 +141,38 @@ class WeightSync:
         except (SGLangUnavailableError, SGLangTimeoutError, SGLangRequestError) as e:
             raise SGLangWeightSyncError(str(e)) from e
 
+    def _flush_cache(self) -> bool:
+        """Whether an update asks SGLang to flush its cache: not while requests stay in place."""
+        return not (self.config.push == "pause" and self.config.pause_mode == "in_place")
+
+    async def _paused(self, route) -> None:
+        """``await route()`` (a route's coroutine function); with ``push = "pause"`` between
+        ``/pause_generation`` and ``/continue_generation`` on every target (module docstring)."""
+        if self.config.push != "pause":
+            return await route()
+        targets = self.admin_urls or self.urls
+        paused: list[str] = []
+        try:
+            for u in targets:
+                what = f"/pause_generation (push = 'pause', pause_mode = {self.config.pause_mode!r})"
+                if await self._admin(u, "/pause_generation", {"mode": self.config.pause_mode}, what, missing_ok=True) is None:
+                    raise SGLangWeightSyncError(
+                        f"sglang: {u} has no /pause_generation (HTTP 404), which push = 'pause' needs (an SGLang server "
+                        f"with in-place pausing, e.g. 0.5.23); use push = 'drain'"
+                    )
+                paused.append(u)
+            await route()
+        except BaseException:
+            for u in paused:  # never leave a server paused; the update's own error is the one raised
+                with contextlib.suppress(Exception):
+                    await self._admin(u, "/continue_generation", {}, "/continue_generation")
+            raise
+        for u in paused:
+            await self._admin(u, "/continue_generation", {}, "/continue_generation")
+
     async def _sync_disk(self, path: str, version: str) -> None:
         self._client()
-        body = {"model_path": path, "weight_version": version, "flush_cache": True, "abort_all_requests": False}
+        body = {"model_path": path, "weight_version": version, "flush_cache": self._flush_cache(), "abort_all_requests": False}
         targets = self.admin_urls or self.urls
         await asyncio.gather(*(self._admin(u, "/update_weights_from_disk", body, "/update_weights_from_disk") for u in targets))
 
@@ -160,7 +203,7 @@ class WeightSync:
         payload = tensor_payload(model)
         self._client()
         targets = self.admin_urls or self.urls
-        body = {"serialized_named_tensors": [payload] * self.config.tp_size, "weight_version": version, "flush_cache": True}
+        body = {"serialized_named_tensors": [payload] * self.config.tp_size, "weight_version": version, "flush_cache": self._flush_cache()}
         async with self._weight_update_sessions(targets):
             for u in targets:
                 await self._admin(u, "/update_weights_from_tensor", body, "/update_weights_from_tensor")
@@ -232,7 +275,7 @@ class WeightSync:
             ]
             await self._together(f"joining the weight-update group at {group.address}:{group.port}", group.join, joins)
             self._group = group
-        body = {**describe(named), "group_name": self._group.group_name, "weight_version": version, "flush_cache": True}
+        body = {**describe(named), "group_name": self._group.group_name, "weight_version": version, "flush_cache": self._flush_cache()}
         async with self._weight_update_sessions(targets):
             try:
                 posts = [self._once(u, "/update_weights_from_distributed", body) for u in targets]
