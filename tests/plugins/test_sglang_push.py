@@ -239,7 +239,7 @@ def test_a_request_in_flight_across_a_push(lab, tmp_path, push):
             raise out["error"]
         got, m = out["v"]
     if push == "pause":
-        assert left == 1 and push_s < 0.3  # the request was still decoding (~0.55 s left) when the push returned
+        assert left == 1  # the request was still decoding (~0.55 s left) when the push returned
         assert [c.weight_version for c in got] == ["1", "1"]
         assert m["sglang/mixed_version_samples"] == 2 and m["rollout/stale"] == 0
     else:
@@ -292,12 +292,13 @@ def test_async_sync_does_not_wait_for_the_batch_in_flight(lab, tmp_path, push):
             waited = ar.settle(0)
             backend.update_weights(str(tmp_path))
             sync_s = time.perf_counter() - t0
+            in_flight = server.running  # requests still decoding when the sync returned
             state = ar.state_dict(1)  # a checkpoint now: batch 1 is not sampled yet
             c0, c1 = (ar.futures[s].result()[0].completions for s in (0, 1))
         finally:
             ar.close()
     if push == "pause":
-        assert waited == 0.0 and sync_s < 0.3 and backend.version == 2
+        assert waited == 0.0 and in_flight >= 1 and backend.version == 2  # (state, not seconds: robust to load)
         assert state["regenerate"] == [1] and state["batches"] == {}
         assert {c.weight_version for c in c0} == {"1"}  # crossed the push: its oldest version
         assert {c.weight_version for c in c1} <= {"1", "2"}
@@ -310,6 +311,7 @@ def test_async_sync_does_not_wait_for_the_batch_in_flight(lab, tmp_path, push):
 # --------------------------------------------------------------------------- a run
 
 
+@pytest.mark.filterwarnings("ignore:.*scored 0")  # the stand-in's fixed tokens (--instant) never answer right
 def test_rllab_run_with_pause_pushes_against_the_standin(tmp_path, model_cache):
     """`rllab run backend=sglang rollout.max_staleness=1 backend.push=pause` end to end, its
     requests decoding slowly enough that the pushes land on them."""
