@@ -43,7 +43,11 @@ never branches on which one it has:
   adapters together); only the adapters train and reach the checkpoint; the reference is
   :class:`rllab.lora.AdaptersOff`; the rollout side gets the gathered weights with the adapters
   merged (:meth:`rllab.lora.LoraPolicy.merge_state_dict`); a critic starts from the model's
-  weights on disk, like every sharded critic.
+  weights on disk, like every sharded critic. The base weights never change, so the first sync
+  gathers the full state dict and keeps its base tensors where they landed (each rank's device
+  for ``hf``, rank 0's CPU memory for shared servers); every later sync gathers only the adapters
+  (one all-gather, :meth:`FSDP2.gather_full`) and merges them into that cached base. A resumed
+  run starts with an empty cache (and loading a checkpoint empties it), so it gathers in full once.
 """
 
 from __future__ import annotations
@@ -177,6 +181,10 @@ class FSDP2:
         self.offload = CPUOffloadPolicy() if cpu_offload else None
         self._sampler_ready = False
         self._server_copy: torch.nn.Module | None = None  # rank 0's CPU copy for a backend with shared servers
+        # LoRA: the frozen base tensors of the full state dict, gathered at the first sync (where that
+        # sync's full tensors land), and the policy and route they were gathered for
+        self._lora_base: dict[str, torch.Tensor] | None = None
+        self._lora_base_of: tuple[Any, bool] | None = None
 
     def _shard(self, model: torch.nn.Module, *, layers_of: torch.nn.Module, units: tuple[torch.nn.Module, ...]) -> torch.nn.Module:
         """``fully_shard`` every decoder layer of ``layers_of``, then each of ``units`` (the modules
@@ -235,12 +243,27 @@ class FSDP2:
 
         Every rank calls it. A backend of its own on each rank (``hf``) gets a plain module the
         first time, a state dict after. A backend with ``follow_weights`` (shared servers) gets a
-        plain CPU module from rank 0 only, and the other ranks follow once it is pushed."""
+        plain CPU module from rank 0 only, and the other ranks follow once it is pushed.
+
+        LoRA: the first sync for ``policy`` (and the first after a checkpoint is loaded) gathers
+        the full state dict and caches its frozen base tensors; later ones gather the adapters
+        only and merge them into the cache: the same tensors as a full gather would give."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         shared = callable(getattr(backend, "follow_weights", None))
-        # shared servers: the full tensors land in rank 0's CPU memory only (the other ranks get {})
-        full = get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True, cpu_offload=shared))
+        if lora is not None and self._lora_base is not None and self._lora_base_of == (policy, shared):
+            # the base is frozen: only the adapters are gathered, then merged into the cached base
+            names = lora.adapter_names()
+            params = dict(policy.named_parameters())
+            adapters = dict(zip(names, self.gather_full([params[n] for n in names], cpu=shared)))
+            full = {**self._lora_base, **adapters} if not shared or self.reducer.is_main else {}
+        else:
+            # shared servers: the full tensors land in rank 0's CPU memory only (the other ranks get {})
+            full = get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True, cpu_offload=shared))
+            if lora is not None:
+                adapters = set(lora.adapter_names())
+                self._lora_base = {k: v for k, v in full.items() if k not in adapters}
+                self._lora_base_of = (policy, shared)
         if shared:
             metrics = None
             if self.reducer.is_main:
@@ -263,6 +286,48 @@ class FSDP2:
         plain = _plain_model(policy.config, self.device)
         plain.load_state_dict(full)
         return backend.update_weights(plain)
+
+    def gather_full(self, params: list[torch.Tensor], *, cpu: bool = False) -> list[torch.Tensor]:
+        """The full tensors of sharded parameters (DTensors), gathered in one all-gather; every
+        rank calls it with the same parameters in the same order.
+
+        A parameter sharded on dim 0 (``Shard(0)``, FSDP2's default) holds on rank ``r`` rows
+        ``[r·c, min((r+1)·c, n))`` with ``c = ceil(n / world_size)`` (``torch.chunk``): each rank
+        pads its shards to ``c`` rows, flattens and concatenates them, and the full tensor is the
+        first ``n`` rows of the ranks' blocks in rank order. Any other placement is gathered by
+        ``full_tensor()`` on its own (after the shared all-gather, on every rank alike).
+        ``cpu``: the full tensors on rank 0's CPU only (the other ranks get an empty list), like
+        ``get_model_state_dict(cpu_offload=True)``; else on this rank's device, on every rank."""
+        import torch.distributed as dist
+        from torch.distributed.tensor import Shard
+
+        world = self.reducer.world_size
+        on_dim0 = [tuple(p.placements) == (Shard(0),) for p in params]
+        pieces, sizes = [], []
+        for p, flat in zip(params, on_dim0):
+            if not flat:
+                continue
+            local = p.to_local().detach()
+            rows = -(-p.shape[0] // world)
+            if local.shape[0] != max(0, min(rows, p.shape[0] - self.reducer.rank * rows)) or local.shape[1:] != p.shape[1:]:
+                raise RllabError(f"model.strategy = 'fsdp2': a shard of shape {tuple(local.shape)} of a {tuple(p.shape)} parameter is not torch.chunk's dim-0 shard")
+            block = local.new_zeros((rows, *p.shape[1:]))
+            block[: local.shape[0]] = local
+            pieces.append(block.reshape(-1))
+            sizes.append(block.numel())
+        gathered = []
+        if pieces:
+            mine = torch.cat(pieces).to(self.device)
+            blocks = [torch.empty_like(mine) for _ in range(world)]
+            dist.all_gather(blocks, mine, group=self.mesh.get_group())
+            gathered = [torch.cat(parts) for parts in zip(*(b.split(sizes) for b in blocks))]
+        out, it = [], iter(gathered)
+        for p, flat in zip(params, on_dim0):
+            full = next(it).view(-1, *p.shape[1:])[: p.shape[0]] if flat else p.full_tensor().detach()
+            out.append(full.cpu() if cpu else full)
+        if cpu and not self.reducer.is_main:
+            return []
+        return out
 
     def save_adapter(self, lora: LoraPolicy, path) -> None:
         """Rank 0 writes the adapters (gathered in full) in peft's format at ``path``; every rank calls it."""
@@ -302,6 +367,7 @@ class FSDP2:
     def load_model_states(self, path, state: dict, *, policy, optimizer, critic, critic_optimizer) -> None:
         from rllab import dcp
 
+        self._lora_base = self._lora_base_of = None  # the next sync gathers everything again
         dcp.load_models(path, state, reducer=self.reducer, policy=policy, optimizer=optimizer, critic=critic, critic_optimizer=critic_optimizer)
 
     def quiet(self, hook: Any) -> Any:
