@@ -47,7 +47,8 @@ never branches on which one it has:
   gathers the full state dict and keeps its base tensors where they landed (each rank's device
   for ``hf``, rank 0's CPU memory for shared servers); every later sync gathers only the adapters
   (one all-gather, :meth:`FSDP2.gather_full`) and merges them into that cached base. A resumed
-  run starts with an empty cache (and loading a checkpoint empties it), so it gathers in full once.
+  run is a new process with an empty cache: its first sync gathers in full (the checkpoint it
+  loads holds the adapters only, so the base it caches is the run's).
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ class FSDP2:
         self._sampler_ready = False
         self._server_copy: torch.nn.Module | None = None  # rank 0's CPU copy for a backend with shared servers
         # LoRA: the frozen base tensors of the full state dict, gathered at the first sync (where that
-        # sync's full tensors land), and the policy and route they were gathered for
+        # sync's full tensors land), and (the policy, shared route?) they were gathered for
         self._lora_base: dict[str, torch.Tensor] | None = None
         self._lora_base_of: tuple[Any, bool] | None = None
 
@@ -245,13 +246,15 @@ class FSDP2:
         first time, a state dict after. A backend with ``follow_weights`` (shared servers) gets a
         plain CPU module from rank 0 only, and the other ranks follow once it is pushed.
 
-        LoRA: the first sync for ``policy`` (and the first after a checkpoint is loaded) gathers
-        the full state dict and caches its frozen base tensors; later ones gather the adapters
-        only and merge them into the cache: the same tensors as a full gather would give."""
+        LoRA: the first sync of ``policy`` through this route gathers the full state dict and
+        caches its frozen base tensors; later ones gather the adapters only and merge them into
+        the cache: the same tensors a full gather would give (the base never changes: it does
+        not train, and a checkpoint loads the adapters only)."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         shared = callable(getattr(backend, "follow_weights", None))
-        if lora is not None and self._lora_base is not None and self._lora_base_of == (policy, shared):
+        cached = self._lora_base_of is not None and self._lora_base_of[0] is policy and self._lora_base_of[1] == shared
+        if lora is not None and cached:
             # the base is frozen: only the adapters are gathered, then merged into the cached base
             names = lora.adapter_names()
             params = dict(policy.named_parameters())
@@ -322,12 +325,10 @@ class FSDP2:
             dist.all_gather(blocks, mine, group=self.mesh.get_group())
             gathered = [torch.cat(parts) for parts in zip(*(b.split(sizes) for b in blocks))]
         out, it = [], iter(gathered)
-        for p, flat in zip(params, on_dim0):
-            full = next(it).view(-1, *p.shape[1:])[: p.shape[0]] if flat else p.full_tensor().detach()
+        for p, flat in zip(params, on_dim0):  # full_tensor() is a collective: every rank calls it
+            full = next(it).view(-1, *p.shape[1:])[: p.shape[0]].to(p.dtype) if flat else p.full_tensor().detach()
             out.append(full.cpu() if cpu else full)
-        if cpu and not self.reducer.is_main:
-            return []
-        return out
+        return [] if cpu and not self.reducer.is_main else out
 
     def save_adapter(self, lora: LoraPolicy, path) -> None:
         """Rank 0 writes the adapters (gathered in full) in peft's format at ``path``; every rank calls it."""
@@ -367,7 +368,6 @@ class FSDP2:
     def load_model_states(self, path, state: dict, *, policy, optimizer, critic, critic_optimizer) -> None:
         from rllab import dcp
 
-        self._lora_base = self._lora_base_of = None  # the next sync gathers everything again
         dcp.load_models(path, state, reducer=self.reducer, policy=policy, optimizer=optimizer, critic=critic, critic_optimizer=critic_optimizer)
 
     def quiet(self, hook: Any) -> Any:
