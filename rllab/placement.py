@@ -249,7 +249,9 @@ class FSDP2:
         LoRA: the first sync of ``policy`` through this route gathers the full state dict and
         caches its frozen base tensors; later ones gather the adapters only and merge them into
         the cache: the same tensors a full gather would give (the base never changes: it does
-        not train, and a checkpoint loads the adapters only)."""
+        not train, and a checkpoint loads the adapters only). The untargeted tensors handed over
+        are the cached ones themselves: a backend copies them (``load_state_dict``), never writes
+        into them."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         shared = callable(getattr(backend, "follow_weights", None))
