@@ -258,9 +258,7 @@ class FSDP2:
         cached = self._lora_base_of is not None and self._lora_base_of[0] is policy and self._lora_base_of[1] == shared
         if lora is not None and cached:
             # the base is frozen: only the adapters are gathered, then merged into the cached base
-            names = lora.adapter_names()
-            params = dict(policy.named_parameters())
-            adapters = dict(zip(names, self.gather_full([params[n] for n in names], cpu=shared)))
+            adapters = self._gather_adapters(policy, lora, cpu=shared)
             full = {**self._lora_base, **adapters} if not shared or self.reducer.is_main else {}
         else:
             # shared servers: the full tensors land in rank 0's CPU memory only (the other ranks get {})
@@ -332,13 +330,18 @@ class FSDP2:
             out.append(full.cpu() if cpu else full)
         return [] if cpu and not self.reducer.is_main else out
 
+    def _gather_adapters(self, policy: torch.nn.Module, lora: LoraPolicy, *, cpu: bool) -> dict[str, torch.Tensor]:
+        """The full tensors of ``policy``'s adapters by :meth:`~rllab.lora.LoraPolicy.adapter_names`
+        (``cpu``: on rank 0's CPU only, the other ranks get ``{}``); every rank calls it."""
+        names = lora.adapter_names()
+        params = dict(policy.named_parameters())
+        return dict(zip(names, self.gather_full([params[n] for n in names], cpu=cpu)))
+
     def save_adapter(self, lora: LoraPolicy, path) -> None:
         """Rank 0 writes the adapters (gathered in full) in peft's format at ``path``; every rank calls it."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        full = get_model_state_dict(lora.policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        state = self._gather_adapters(lora.policy, lora, cpu=True)
         if self.reducer.is_main:
-            lora.save_adapter(path, state={k: full[k] for k in lora.adapter_names()})
+            lora.save_adapter(path, state=state)
         self.reducer.barrier()
 
     def model_states(self, **models: Any) -> dict[str, Any]:
