@@ -43,7 +43,12 @@ never branches on which one it has:
   adapters together); only the adapters train and reach the checkpoint; the reference is
   :class:`rllab.lora.AdaptersOff`; the rollout side gets the gathered weights with the adapters
   merged (:meth:`rllab.lora.LoraPolicy.merge_state_dict`); a critic starts from the model's
-  weights on disk, like every sharded critic.
+  weights on disk, like every sharded critic. The base weights never change, so the first sync
+  gathers the full state dict and keeps its base tensors where they landed (each rank's device
+  for ``hf``, rank 0's CPU memory for shared servers); every later sync gathers only the adapters
+  (one all-gather, :meth:`FSDP2.gather_full`) and merges them into that cached base. A resumed
+  run is a new process with an empty cache: its first sync gathers in full (the checkpoint it
+  loads holds the adapters only, so the base it caches is the run's).
 """
 
 from __future__ import annotations
@@ -177,6 +182,10 @@ class FSDP2:
         self.offload = CPUOffloadPolicy() if cpu_offload else None
         self._sampler_ready = False
         self._server_copy: torch.nn.Module | None = None  # rank 0's CPU copy for a backend with shared servers
+        # LoRA: the frozen base tensors of the full state dict, gathered at the first sync (where that
+        # sync's full tensors land), and (the policy, shared route?) they were gathered for
+        self._lora_base: dict[str, torch.Tensor] | None = None
+        self._lora_base_of: tuple[Any, bool] | None = None
 
     def _shard(self, model: torch.nn.Module, *, layers_of: torch.nn.Module, units: tuple[torch.nn.Module, ...]) -> torch.nn.Module:
         """``fully_shard`` every decoder layer of ``layers_of``, then each of ``units`` (the modules
@@ -235,12 +244,29 @@ class FSDP2:
 
         Every rank calls it. A backend of its own on each rank (``hf``) gets a plain module the
         first time, a state dict after. A backend with ``follow_weights`` (shared servers) gets a
-        plain CPU module from rank 0 only, and the other ranks follow once it is pushed."""
+        plain CPU module from rank 0 only, and the other ranks follow once it is pushed.
+
+        LoRA: the first sync of ``policy`` through this route gathers the full state dict and
+        caches its frozen base tensors; later ones gather the adapters only and merge them into
+        the cache: the same tensors a full gather would give (the base never changes: it does
+        not train, and a checkpoint loads the adapters only). The untargeted tensors handed over
+        are the cached ones themselves: a backend copies them (``load_state_dict``), never writes
+        into them."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         shared = callable(getattr(backend, "follow_weights", None))
-        # shared servers: the full tensors land in rank 0's CPU memory only (the other ranks get {})
-        full = get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True, cpu_offload=shared))
+        cached = self._lora_base_of is not None and self._lora_base_of[0] is policy and self._lora_base_of[1] == shared
+        if lora is not None and cached:
+            # the base is frozen: only the adapters are gathered, then merged into the cached base
+            adapters = self._gather_adapters(policy, lora, cpu=shared)
+            full = {**self._lora_base, **adapters} if not shared or self.reducer.is_main else {}
+        else:
+            # shared servers: the full tensors land in rank 0's CPU memory only (the other ranks get {})
+            full = get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True, cpu_offload=shared))
+            if lora is not None:
+                adapters = set(lora.adapter_names())
+                self._lora_base = {k: v for k, v in full.items() if k not in adapters}
+                self._lora_base_of = (policy, shared)
         if shared:
             metrics = None
             if self.reducer.is_main:
@@ -264,13 +290,58 @@ class FSDP2:
         plain.load_state_dict(full)
         return backend.update_weights(plain)
 
+    def gather_full(self, params: list[torch.Tensor], *, cpu: bool = False) -> list[torch.Tensor]:
+        """The full tensors of sharded parameters (DTensors), gathered in one all-gather; every
+        rank calls it with the same parameters in the same order.
+
+        A parameter sharded on dim 0 (``Shard(0)``, FSDP2's default) holds on rank ``r`` rows
+        ``[r·c, min((r+1)·c, n))`` with ``c = ceil(n / world_size)`` (``torch.chunk``): each rank
+        pads its shards to ``c`` rows, flattens and concatenates them, and the full tensor is the
+        first ``n`` rows of the ranks' blocks in rank order. Any other placement is gathered by
+        ``full_tensor()`` on its own (after the shared all-gather, on every rank alike).
+        ``cpu``: the full tensors on rank 0's CPU only (the other ranks get an empty list), like
+        ``get_model_state_dict(cpu_offload=True)``; else on this rank's device, on every rank."""
+        import torch.distributed as dist
+        from torch.distributed.tensor import Shard
+
+        world = self.reducer.world_size
+        on_dim0 = [tuple(p.placements) == (Shard(0),) for p in params]
+        pieces, sizes = [], []
+        for p, flat in zip(params, on_dim0):
+            if not flat:
+                continue
+            local = p.to_local().detach()
+            rows = -(-p.shape[0] // world)
+            if local.shape[0] != max(0, min(rows, p.shape[0] - self.reducer.rank * rows)) or local.shape[1:] != p.shape[1:]:
+                raise RllabError(f"model.strategy = 'fsdp2': a shard of shape {tuple(local.shape)} of a {tuple(p.shape)} parameter is not torch.chunk's dim-0 shard")
+            block = local.new_zeros((rows, *p.shape[1:]))
+            block[: local.shape[0]] = local
+            pieces.append(block.reshape(-1))
+            sizes.append(block.numel())
+        gathered = []
+        if pieces:
+            mine = torch.cat(pieces).to(self.device)
+            blocks = [torch.empty_like(mine) for _ in range(world)]
+            dist.all_gather(blocks, mine, group=self.mesh.get_group())
+            gathered = [torch.cat(parts) for parts in zip(*(b.split(sizes) for b in blocks))]
+        out, it = [], iter(gathered)
+        for p, flat in zip(params, on_dim0):  # full_tensor() is a collective: every rank calls it
+            full = next(it).view(-1, *p.shape[1:])[: p.shape[0]].to(p.dtype) if flat else p.full_tensor().detach()
+            out.append(full.cpu() if cpu else full)
+        return [] if cpu and not self.reducer.is_main else out
+
+    def _gather_adapters(self, policy: torch.nn.Module, lora: LoraPolicy, *, cpu: bool) -> dict[str, torch.Tensor]:
+        """The full tensors of ``policy``'s adapters by :meth:`~rllab.lora.LoraPolicy.adapter_names`
+        (``cpu``: on rank 0's CPU only, the other ranks get ``{}``); every rank calls it."""
+        names = lora.adapter_names()
+        params = dict(policy.named_parameters())
+        return dict(zip(names, self.gather_full([params[n] for n in names], cpu=cpu)))
+
     def save_adapter(self, lora: LoraPolicy, path) -> None:
         """Rank 0 writes the adapters (gathered in full) in peft's format at ``path``; every rank calls it."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        full = get_model_state_dict(lora.policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        state = self._gather_adapters(lora.policy, lora, cpu=True)
         if self.reducer.is_main:
-            lora.save_adapter(path, state={k: full[k] for k in lora.adapter_names()})
+            lora.save_adapter(path, state=state)
         self.reducer.barrier()
 
     def model_states(self, **models: Any) -> dict[str, Any]:

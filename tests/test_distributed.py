@@ -7,6 +7,7 @@ of 2 rows) runs once with ``model.strategy = "single"`` in this process, and onc
 agree within float tolerance; so do they with LoRA adapters and a KL term to the reference (the
 base, adapters off), and the merged weights a sync hands the sampler. A sharded checkpoint is
 written, reloaded and refused for a different world size; a LoRA one holds the adapters only.
+A LoRA sync gathers the frozen base once and the adapters after, pushing what a full gather gives.
 
 A short trainer run (3 steps) on 2 ranks, each fed its groups of the batches the one-process run
 sampled, ends with the one-process run's weights. Each rank evaluates its share of the held-out
@@ -320,8 +321,72 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
         distributed.init_from_env(device_type="cpu", expected=4)
     except RllabError as e:
         result["world_refused"] = str(e)
+    result["lora_sync"] = _lora_syncs(adapted["policy"], lora, adapted["optimizer"], place.reducer, without=with_critic["policy"])
+    result["gather_full"] = _gather_full_cases(place)
     torch.save(result, os.path.join(out, f"rank{rank}.pt"))
     dist.destroy_process_group()
+
+
+class _Recorder:
+    """A rollout backend that keeps copies of the weights each sync hands it (``hf``: a module, then
+    state dicts; ``shared``: a module from rank 0, ``follow_weights`` on the others)."""
+
+    def __init__(self, shared: bool):
+        self.pushed: list[dict] = []
+        if shared:
+            self.follow_weights = lambda: self.pushed.append({})
+
+    def update_weights(self, model):
+        self.pushed.append({k: v.detach().clone() for k, v in (model if isinstance(model, dict) else model.state_dict()).items()})
+
+
+def _lora_syncs(policy, lora, optimizer, reducer, *, without) -> dict:
+    """Syncs of a sharded LoRA policy through a placement that caches the base, between AdamW steps,
+    each against a fresh placement's full gather + merge; the full gathers each made; and syncs
+    of the policy ``without`` LoRA, which never cache."""
+    from torch.distributed.checkpoint import state_dict as sd
+
+    full_gathers = []
+    real = sd.get_model_state_dict
+    sd.get_model_state_dict = lambda *a, **k: full_gathers.append(1) or real(*a, **k)
+    try:
+        out: dict = {}
+
+        def fresh():
+            return placement.FSDP2(device=torch.device("cpu"), reducer=reducer, compute_dtype=None, cpu_offload=False)
+
+        for route in ("hf", "shared"):
+            cached, recorder, reference = fresh(), _Recorder(route == "shared"), []
+            full_gathers.clear()
+            for step in range(3):
+                cached.sync_weights(recorder, policy, lora=lora)
+                again = _Recorder(route == "shared")
+                fresh().sync_weights(again, policy, lora=lora)
+                reference.append(again.pushed[-1])
+                ids = torch.randint(1, 48, (2, 6), generator=torch.Generator().manual_seed(10 * reducer.rank + step))
+                policy(input_ids=ids).logits.float().pow(2).mean().backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            out[route] = {"pushed": recorder.pushed, "reference": reference, "full_gathers": len(full_gathers) - len(reference)}
+            out[route]["cached"] = cached._lora_base is not None
+        full_gathers.clear()
+        plain = fresh()
+        for _ in range(2):
+            plain.sync_weights(_Recorder(False), without, lora=None)
+        out["without_lora"] = {"full_gathers": len(full_gathers), "cached": plain._lora_base is not None}
+        return out
+    finally:
+        sd.get_model_state_dict = real
+
+
+def _gather_full_cases(place) -> dict:
+    """``FSDP2.gather_full`` on tensors sharded unevenly (5 and 1 rows over 2 ranks: one rank's
+    shard is empty), a 1-D one, a replicated one (gathered by ``full_tensor``), and to rank 0's CPU only."""
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    wholes = [torch.arange(15.0).view(5, 3), torch.arange(3.0).view(1, 3), torch.arange(7.0), torch.arange(4.0).view(2, 2)]
+    placed = [distribute_tensor(w, place.mesh, [Shard(0)]) for w in wholes[:3]] + [distribute_tensor(wholes[3], place.mesh, [Replicate()])]
+    return {"wholes": wholes, "full": place.gather_full(placed), "cpu": place.gather_full(placed, cpu=True)}
 
 
 def _port() -> int:
@@ -429,6 +494,42 @@ def test_a_sharded_lora_checkpoint_and_adapter_hold_the_adapters_only(two_ranks)
     assert saved.keys() == trained.keys()
     for name, p in saved.items():
         assert torch.equal(p, trained[name]), name
+
+
+def test_a_lora_sync_gathers_the_base_once_and_pushes_the_full_gathers_merge(two_ranks):
+    """Three syncs of the sharded LoRA policy between AdamW steps, through the ``hf`` route (every
+    rank) and the shared-servers route (rank 0): one full gather, then the adapters only, merged
+    into the cached base; each push equals exactly what a fresh placement's full gather + merge
+    pushes at that point. Without LoRA every sync gathers in full and nothing is cached."""
+    _, results = two_ranks
+    for rank, res in enumerate(results):
+        syncs = res["lora_sync"]
+        for route in ("hf", "shared"):
+            got = syncs[route]
+            assert got["cached"] and got["full_gathers"] == 1, (route, got["full_gathers"])
+            if route == "shared" and rank == 1:  # rank 1 follows the pushes of rank 0
+                assert got["pushed"] == [{}] * 3 and got["reference"] == [{}] * 3
+                continue
+            assert len(got["pushed"]) == 3
+            for pushed, reference in zip(got["pushed"], got["reference"]):
+                assert pushed.keys() == reference.keys() and any(k.endswith("q_proj.weight") for k in pushed)
+                for name, w in reference.items():
+                    assert torch.equal(pushed[name], w), (route, rank, name)
+            q = next(k for k in got["pushed"][0] if k.endswith("q_proj.weight"))
+            assert not torch.equal(got["pushed"][0][q], got["pushed"][-1][q])  # the adapters moved between syncs
+        assert syncs["without_lora"] == {"full_gathers": 2, "cached": False}
+
+
+def test_gather_full_gives_full_tensors_of_uneven_and_replicated_shards(two_ranks):
+    _, results = two_ranks
+    for rank, res in enumerate(results):
+        cases = res["gather_full"]
+        assert len(cases["full"]) == 4
+        for got, whole in zip(cases["full"], cases["wholes"]):
+            assert torch.equal(got, whole)
+        assert len(cases["cpu"]) == (4 if rank == 0 else 0)
+        for got, whole in zip(cases["cpu"], cases["wholes"]):
+            assert got.device.type == "cpu" and torch.equal(got, whole)
 
 
 def test_fsdp2_knobs_need_the_fsdp2_strategy():

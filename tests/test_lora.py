@@ -165,6 +165,34 @@ def test_reference_and_merged_views_share_or_merge_the_right_tensors(tmp_path):
         torch.testing.assert_close(response_logprobs(again, ids, attn, T), merged_lp, rtol=0, atol=1e-6)
 
 
+def test_the_single_strategy_syncs_the_merged_view_and_keeps_no_base_copy():
+    """``single``: every sync hands the backend the one merged view, refreshed (its targeted
+    weights follow the adapters), its untargeted tensors the policy's own: nothing is gathered or
+    cached (the fsdp2 base cache is tests/test_distributed.py's)."""
+    from rllab.placement import Single
+
+    model = random_qwen()
+    lp = lora.LoraPolicy.attach(model, lora.LoraConfig(r=2, target_modules=("q_proj",)))
+    handed = []
+
+    class Backend:
+        def update_weights(self, m):
+            handed.append((m, m.model.layers[0].self_attn.q_proj.weight.detach().clone()))
+
+    place = Single(device=torch.device("cpu"))
+    place.sync_weights(Backend(), model, lora=lp)
+    with torch.no_grad():
+        model.model.layers[0].self_attn.q_proj.lora_B.default.weight.fill_(0.5)
+    place.sync_weights(Backend(), model, lora=lp)
+    (first, w0), (second, w1) = handed
+    assert first is second is lp.merged()
+    base = model.model.layers[0].self_attn.q_proj.base_layer.weight
+    assert torch.equal(w0, base) and not torch.equal(w1, base)  # B = 0 at the start, then 0.5
+    base_ptrs = {p.data_ptr() for n, p in model.named_parameters() if "lora_" not in n}
+    assert {n for n, p in first.named_parameters() if p.data_ptr() not in base_ptrs} == {f"{t}.weight" for t in lp.targets}
+    assert vars(place).keys() == {"device", "reducer"}
+
+
 def test_gradient_checkpointing_gives_the_same_adapter_gradients():
     ids, attn, T = batch()
     grads = []
