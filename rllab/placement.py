@@ -44,8 +44,10 @@ never branches on which one it has:
   :class:`rllab.lora.AdaptersOff`; the rollout side gets the gathered weights with the adapters
   merged (:meth:`rllab.lora.LoraPolicy.merge_state_dict`); a critic starts from the model's
   weights on disk, like every sharded critic. The base weights never change, so the first sync
-  gathers the full state dict and keeps its base tensors where they landed (each rank's device
-  for ``hf``, rank 0's CPU memory for shared servers); every later sync gathers only the adapters
+  gathers the full state dict and keeps its base tensors where they landed (rank 0's CPU memory
+  for shared servers; each rank's memory for ``hf`` on CPU — not on an accelerator, where the
+  kept copy would double each rank's device memory: there every sync gathers in full,
+  :meth:`FSDP2.keeps_lora_base`); every later sync gathers only the adapters
   (one all-gather, :meth:`FSDP2.gather_full`) and merges them into that cached base. A resumed
   run is a new process with an empty cache: its first sync gathers in full (the checkpoint it
   loads holds the adapters only, so the base it caches is the run's).
@@ -263,7 +265,7 @@ class FSDP2:
         else:
             # shared servers: the full tensors land in rank 0's CPU memory only (the other ranks get {})
             full = get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True, cpu_offload=shared))
-            if lora is not None:
+            if lora is not None and self.keeps_lora_base(shared):
                 adapters = set(lora.adapter_names())
                 self._lora_base = {k: v for k, v in full.items() if k not in adapters}
                 self._lora_base_of = (policy, shared)
@@ -289,6 +291,13 @@ class FSDP2:
         plain = _plain_model(policy.config, self.device)
         plain.load_state_dict(full)
         return backend.update_weights(plain)
+
+    def keeps_lora_base(self, shared: bool) -> bool:
+        """Whether a LoRA sync keeps the gathered base for the next syncs: for shared servers (in
+        rank 0's CPU memory) and on CPU; not for a per-rank ``hf`` sampler on an accelerator,
+        where the kept copy would sit in each rank's device memory beside the sampler's own full
+        copy (every sync gathers in full there instead)."""
+        return shared or self.device.type == "cpu"
 
     def gather_full(self, params: list[torch.Tensor], *, cpu: bool = False) -> list[torch.Tensor]:
         """The full tensors of sharded parameters (DTensors), gathered in one all-gather; every

@@ -372,3 +372,14 @@ def test_record_refuses_lora(tmp_path):
 
     with pytest.raises(RllabError, match="lora"):
         record(None, overrides=list(SMALL), steps=1, out=tmp_path / "r.pt")
+
+
+def test_fsdp2_keeps_the_lora_base_only_where_it_costs_no_device_memory():
+    """A kept base sits in rank 0's CPU memory (shared servers) or in CPU memory; a per-rank hf
+    sampler on an accelerator gathers in full each sync instead of doubling device memory."""
+    from types import SimpleNamespace
+
+    from rllab.placement import FSDP2
+
+    for device, shared, keeps in (("cpu", False, True), ("cpu", True, True), ("cuda", True, True), ("cuda", False, False)):
+        assert FSDP2.keeps_lora_base(SimpleNamespace(device=torch.device(device)), shared) is keeps, (device, shared)
