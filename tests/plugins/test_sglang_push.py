@@ -22,20 +22,7 @@ from rllab_backends.sglang import protocol
 
 from tests.sglang_standin import FLUSH_REFUSED, StandIn
 
-_OPEN: list = []
-
-
-@pytest.fixture(autouse=True)
-def close_backends():
-    yield
-    while _OPEN:
-        _OPEN.pop().close()
-
-
-def make(lab, url, **knobs):
-    b = lab.get("rollout_backend", "sglang", **{"urls": url, "backoff_s": 0.01, **knobs})()
-    _OPEN.append(b)
-    return b
+from tests.plugins.test_sglang import close_backends, make  # noqa: F401  (close_backends: an autouse fixture)
 
 
 def admin_calls(server):
