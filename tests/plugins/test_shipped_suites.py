@@ -70,11 +70,13 @@ def test_staleness_k4_bounds_differ_from_the_k4_arms_only_in_the_bound():
     arms = {"tis": ("tis", {}),  # staleness_k4's own arm, rerun: the same run
             "mis_c5": ("mis", {"correction.c_max": (2.0, 5.0)}),
             "mis_c20": ("mis", {"correction.c_max": (2.0, 20.0)}),
-            "rejection_k3_05": ("rejection", {"correction.upper": (0.1, 0.5)})}
+            "rejection_k3_05": ("rejection", {"correction.upper": (0.1, 0.5)}),
+            "rejection_k3_2": ("rejection", {"correction.upper": (0.1, 2.0)})}
     assert bounds.keys() == {(arm, seed) for arm in arms for seed in range(5)}
     for (variant, seed), cell in bounds.items():
         reference, expected = arms[variant]
         assert cell.config["rollout"]["max_staleness"] == 4
         assert differences(k4[(reference, seed)], cell) == expected, variant
         assert (cell.key == k4[(reference, seed)].key) == (variant == "tis")
-    assert bounds[("rejection_k3_05", 0)].config["correction"]["criterion"] == "seq_max_k3"
+    for arm in ("rejection_k3_05", "rejection_k3_2"):
+        assert bounds[(arm, 0)].config["correction"]["criterion"] == "seq_max_k3"
