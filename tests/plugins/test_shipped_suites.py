@@ -25,7 +25,8 @@ def differences(a, b) -> dict:
 
 
 def test_suite_files_are_shipped():
-    assert {"staleness.toml", "staleness_k4.toml", "staleness_clip.toml"} <= {p.name for p in SHIPPED}
+    assert {"staleness.toml", "staleness_k4.toml", "staleness_clip.toml", "staleness_k4_bounds.toml"} <= {
+        p.name for p in SHIPPED}
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
@@ -62,3 +63,20 @@ def test_staleness_clip_controls_differ_from_the_staleness_arms_only_where_they_
         assert differences(control[("sync", seed)], control[("sync_lr_half", seed)]) == {"train.lr": (2e-4, 1e-4)}
         assert noclip == {"policy_loss.clip_low": (0.2, 1.0), "policy_loss.clip_high": (0.2, 1000.0),
                           "policy_loss.clip_c": (3.0, 1e6)}
+
+
+def test_staleness_k4_bounds_differ_from_the_k4_arms_only_in_the_bound():
+    k4, bounds = cells("staleness_k4"), cells("staleness_k4_bounds")
+    arms = {"tis": ("tis", {}),  # staleness_k4's own arm, rerun: the same run
+            "mis_c5": ("mis", {"correction.c_max": (2.0, 5.0)}),
+            "mis_c20": ("mis", {"correction.c_max": (2.0, 20.0)}),
+            "rejection_k3_05": ("rejection", {"correction.upper": (0.1, 0.5)}),
+            "rejection_k3_2": ("rejection", {"correction.upper": (0.1, 2.0)})}
+    assert bounds.keys() == {(arm, seed) for arm in arms for seed in range(5)}
+    for (variant, seed), cell in bounds.items():
+        reference, expected = arms[variant]
+        assert cell.config["rollout"]["max_staleness"] == 4
+        assert differences(k4[(reference, seed)], cell) == expected, variant
+        assert (cell.key == k4[(reference, seed)].key) == (variant == "tis")
+    for arm in ("rejection_k3_05", "rejection_k3_2"):
+        assert bounds[(arm, 0)].config["correction"]["criterion"] == "seq_max_k3"
