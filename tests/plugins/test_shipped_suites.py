@@ -25,7 +25,8 @@ def differences(a, b) -> dict:
 
 
 def test_suite_files_are_shipped():
-    assert {"staleness.toml", "staleness_k4.toml", "staleness_clip.toml", "staleness_k4_bounds.toml"} <= {
+    assert {"staleness.toml", "staleness_k4.toml", "staleness_clip.toml", "staleness_k4_bounds.toml",
+            "staleness_k4_rejection_is.toml"} <= {
         p.name for p in SHIPPED}
 
 
@@ -80,3 +81,16 @@ def test_staleness_k4_bounds_differ_from_the_k4_arms_only_in_the_bound():
         assert (cell.key == k4[(reference, seed)].key) == (variant == "tis")
     for arm in ("rejection_k3_05", "rejection_k3_2"):
         assert bounds[(arm, 0)].config["correction"]["criterion"] == "seq_max_k3"
+
+
+def test_staleness_k4_rejection_is_arms_differ_from_the_unweighted_rejection_arms_only_in_is_level():
+    k4, bounds = cells("staleness_k4"), cells("staleness_k4_bounds")
+    weighted = cells("staleness_k4_rejection_is")
+    arms = {"rejection_is_k3_01": k4, "rejection_is_k3_05": bounds}  # where the unweighted arm ran
+    unweighted = {"rejection_is_k3_01": "rejection", "rejection_is_k3_05": "rejection_k3_05"}
+    assert weighted.keys() == {(arm, seed) for arm in arms for seed in range(5)}
+    for (variant, seed), cell in weighted.items():
+        reference = arms[variant][(unweighted[variant], seed)]
+        assert cell.config["rollout"]["max_staleness"] == 4
+        assert cell.config["correction"]["criterion"] == "seq_max_k3"
+        assert differences(reference, cell) == {"correction.is_level": ("none", "token")}, variant
