@@ -428,11 +428,12 @@ def rejection(*, old_log_prob, rollout_log_prob, mask, config):
     if config.is_level == "none":
         w = mask.to(old.dtype)
     else:
-        w, metrics = importance_weights(
+        w, is_metrics = importance_weights(
             old, rollout, mask, level=config.is_level, c_max=DEFAULT_C_MAX if config.c_max is None else config.c_max,
             c_min=config.c_min,
             batch_normalize=config.batch_normalize,
         )
+        metrics.update(is_metrics)
     weights = torch.where(keep, w, _zero(w))
     rows = mask.any(-1)
     metrics.update(

@@ -217,6 +217,12 @@ def test_veto_drops_rows_with_one_catastrophic_token():
         old_log_prob=rollout + lr, rollout_log_prob=rollout, mask=mask
     )
     close(w, mask.double())
+    # with an IS weight on the kept tokens the veto still drops row 0 and is still reported;
+    # the kept tokens carry their ratio e^lr truncated at c_max = 2
+    w, m = LAB.get("importance_correction", "rejection", criterion="token_k2", upper=100.0, veto_threshold=1e-4,
+                   is_level="token")(old_log_prob=rollout + lr, rollout_log_prob=rollout, mask=mask)
+    close(w, [[0.0, 0.0, 0.0], [1.0, 1.0, 0.0], [math.exp(-9.0), 1.0, 1.0]])
+    close(m["tis/veto_seq_frac"], 1 / 3)
 
 
 @pytest.mark.parametrize(
