@@ -369,6 +369,8 @@ def importance_weights(old, rollout, mask, *, level: str, c_max: float, c_min: f
     broadcast. Truncated at ``c_max`` (``c_min`` None) or zeroed outside [``c_min``, ``c_max``].
     ``batch_normalize`` divides by the mean weight over valid tokens (token level) or over
     non-empty rows (sequence level) when that mean exceeds 1e-8 (metric ``tis/batch_norm_factor``).
+    Metric ``tis/frac_truncated`` (``c_min`` None) or ``tis/frac_masked``: the share of valid
+    tokens whose raw weight the bound changed.
     """
     log_w = old - rollout
     if level == "sequence":
@@ -376,9 +378,12 @@ def importance_weights(old, rollout, mask, *, level: str, c_max: float, c_min: f
     raw = torch.where(mask, torch.exp(torch.clamp(log_w, -SAFETY_BOUND, SAFETY_BOUND)), _zero(log_w))
     if c_min is None:
         weights = raw.clamp(max=c_max)
+        changed, what = raw > c_max, "truncated"
     else:
         weights = torch.where((raw >= c_min) & (raw <= c_max), raw, _zero(raw))
-    metrics = {}
+        changed, what = (raw < c_min) | (raw > c_max), "masked"
+    # the share of weighted tokens the bound changed, as token_truncate / token_mask report it
+    metrics = {f"tis/frac_{what}": ops.masked_mean(changed.to(raw.dtype), mask).detach()}
     if batch_normalize:
         if level == "token":
             mean = ops.masked_mean(weights, mask)

@@ -71,6 +71,19 @@ def test_rejection_correction_times_token_weights():
     close(w, [[math.exp(0.1), 0.0, math.exp(-0.3)]])
     close(m["tis/rs_masked_frac"], 1 / 3)
     close(m["tis/k2_token"], (0.01 + 0.81 + 0.09) / 2 / 3)
+    close(m["tis/frac_truncated"], 1 / 3)  # e^0.9 > c_max = 2 (rejected as well)
+
+
+def test_rejection_reports_the_share_of_weights_its_bound_changed():
+    # c_min 0.8, c_max 2: e^0.1 kept, e^0.9 = 2.46 and e^-0.3 = 0.74 leave the band; the last token is padding
+    lr = t([[0.1, 0.9, -0.3, 5.0]])
+    rollout = torch.full_like(lr, -2.0)
+    mask = torch.tensor([[True, True, True, False]])
+    corr = LAB.get("importance_correction", "rejection", criterion="token_k2", upper=10.0, is_level="token", c_min=0.8)
+    w, m = corr(old_log_prob=rollout + lr, rollout_log_prob=rollout, mask=mask)
+    close(w, [[math.exp(0.1), 0.0, 0.0, 0.0]])
+    close(m["tis/frac_masked"], 2 / 3)
+    assert "tis/frac_truncated" not in m
 
 
 def test_batch_normalize_makes_the_mean_weight_one():
