@@ -292,6 +292,17 @@ def cmd_run(args) -> int:
 # --------------------------------------------------------------------------- main
 
 
+class _Once(argparse.Action):
+    """A single-valued option that refuses to be given twice (the first would be silently lost)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        before = getattr(namespace, self.dest, None)
+        if before is not None:
+            hint = "; presets do not combine: start from one and set the other's keys as overrides" if self.dest == "preset" else ""
+            parser.error(f"argument {option_string}: given twice ({before!r} and {values!r}){hint}")
+        setattr(namespace, self.dest, values)
+
+
 def build_parser(lab: Lab | None = None) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--plugin", action="append", metavar="PATH_OR_MODULE", help="load an extra plugin (repeatable)")
@@ -332,10 +343,10 @@ def build_parser(lab: Lab | None = None) -> argparse.ArgumentParser:
     sr = sub.add_parser("run", parents=[common], help="train (default: GRPO on the addition task)")
     sr.add_argument("config", nargs="?", help="an experiment TOML file")
     sr.add_argument("overrides", nargs="*", help="dotted overrides, e.g. policy_loss.clip_high=0.28 advantage=rloo")
-    sr.add_argument("--preset", help="start from a bundled preset (see 'rllab presets')")
-    sr.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint (train.steps=N extends it)")
-    sr.add_argument("--steps", type=int, help="shortcut for train.steps=N")
-    sr.add_argument("--run-dir", help="where to write the run (default: OUTPUT_DIR/NAME-TIMESTAMP); one that holds a run is refused")
+    sr.add_argument("--preset", action=_Once, help="start from a bundled preset (see 'rllab presets')")
+    sr.add_argument("--resume", action=_Once, metavar="RUN_DIR", help="continue a run from its last checkpoint (train.steps=N extends it)")
+    sr.add_argument("--steps", action=_Once, type=int, help="shortcut for train.steps=N")
+    sr.add_argument("--run-dir", action=_Once, help="where to write the run (default: OUTPUT_DIR/NAME-TIMESTAMP); one that holds a run is refused")
     sr.add_argument("--overwrite", action="store_true", help="with --run-dir: remove the run already there first (to continue it instead: --resume)")
     sr.add_argument("-q", "--quiet", action="store_true", help="no progress bar (the final summary line is still printed)")
     sr.set_defaults(func=cmd_run)

@@ -1,5 +1,7 @@
 """The rllab command: listings, show, check and errors."""
 
+import pytest
+
 from rllab.cli import main
 
 
@@ -127,3 +129,13 @@ def test_a_bad_knob_is_a_config_error_before_any_check(capsys):
     assert code == 1 and "KEY=VALUE" in err and "contract:" not in out
     code, out, err = run(capsys, "check", "grpo", "--knob", "singleton=zero")
     assert code == 0 and "builds with the given knobs" in out and "all checks passed" in out
+
+
+def test_a_single_valued_run_option_given_twice_is_refused(capsys):
+    """`--preset a --preset b` used to run b alone, a silently lost."""
+    for argv, named in ((["--preset", "async_grpo", "--preset", "dapo"], "--preset"), (["--steps", "2", "--steps", "3"], "--steps")):
+        with pytest.raises(SystemExit) as e:
+            main(["run", *argv])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert f"argument {named}: given twice" in err, err
