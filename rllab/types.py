@@ -426,19 +426,13 @@ class RolloutBatch:
         )
 
     def select(self, rows: torch.Tensor) -> "RolloutBatch":
-        """The sub-batch of the given rows (a bool mask or integer index over B)."""
-        return attrs.evolve(
-            self,
-            input_ids=self.input_ids[rows],
-            attention_mask=self.attention_mask[rows],
-            response_mask=self.response_mask[rows],
-            rollout_log_prob=self.rollout_log_prob[rows],
-            index=self.index[rows],
-            scores=self.scores[rows],
-            reward_components=None if self.reward_components is None else self.reward_components[rows],
-            token_scores=None if self.token_scores is None else self.token_scores[rows],
-            turns=None if self.turns is None else self.turns[rows],
-        )
+        """The sub-batch of the given rows (a bool mask or integer index over B).
+
+        Every tensor field of a batch is per row (its first dimension is B), so each one is
+        indexed, the fields added later included; the others (the component names) are kept."""
+        return attrs.evolve(self, **{
+            f.name: value[rows] for f in attrs.fields(type(self)) if isinstance(value := getattr(self, f.name), torch.Tensor)
+        })
 
 
 @attrs.frozen(kw_only=True)

@@ -455,3 +455,42 @@ def test_an_environment_learns_with_max_staleness_2_and_tis(tmp_path):
     run_experiment(c, lab=lab, run_dir=tmp_path / "run", progress=False)
     rewards = [json.loads(x)["rollout/reward"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if "rollout/reward" in x]
     assert sum(rewards[-20:]) / 20 - sum(rewards[:20]) / 20 >= 0.05, rewards
+
+
+def test_an_async_batch_selects_every_per_row_field_its_staleness_included(tmp_path):
+    """A sub-batch of an asynchronous batch keeps each row's staleness (and every other per-row
+    field): ``select`` indexes every tensor field, not a hand-kept list of them."""
+    tr = Trainer(cfg("rollout.max_staleness=1"), run_dir=tmp_path, progress=False)
+    try:
+        seen = []
+        original = tr.algorithm.step
+
+        def spy(ctx):
+            scored = ctx.rollout.sample(ctx.step)
+            seen.append(ctx.rollout.to_batch(scored))
+            ctx.rollout.sample = lambda step, _s=scored: _s  # the step's own call gets this batch
+            try:
+                return (yield from original(ctx))
+            finally:
+                del ctx.rollout.sample
+
+        tr.algorithm.step = spy
+        tr.train_step()
+        tr.train_step()
+        batch = seen[-1]
+        assert batch.staleness is not None and batch.staleness.shape == (batch.input_ids.shape[0],)
+        batch = attrs.evolve(batch, staleness=torch.arange(batch.input_ids.shape[0]))  # tell the rows apart
+        rows = torch.tensor([2, 0, 5])
+        sub = batch.select(rows)
+        for f in attrs.fields(type(batch)):
+            value = getattr(batch, f.name)
+            if isinstance(value, torch.Tensor):
+                assert torch.equal(getattr(sub, f.name), value[rows]), f.name
+            else:
+                assert getattr(sub, f.name) == value, f.name
+        assert sub.staleness.tolist() == [2, 0, 5]
+        mask = torch.zeros(batch.input_ids.shape[0], dtype=torch.bool)
+        mask[[1, 3]] = True
+        assert batch.select(mask).staleness.tolist() == [1, 3]
+    finally:
+        tr.close()
