@@ -87,15 +87,7 @@ def cmd_plugins(args) -> int:
 
 
 def _show(lab: Lab, name: str, kind: str | None, doc: bool = False) -> int:
-    specs = [lab.spec(kind, name)] if kind else lab.find(name)
-    if not specs:
-        known = sorted({s.name for s in lab.specs()})
-        import difflib
-
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        err_console.print(f"[red]error:[/] no component named {name!r}.{hint} Run 'rllab plugins' to list them.")
-        return 1
+    specs = lab.resolve(name, kind)  # unknown: close names of every kind, and a plugin that may be missing
     for spec in specs:
         title = f"[bold]{spec.name}[/] — {spec.kind} from plugin [cyan]{spec.provider}[/]"
         if spec.distribution:
@@ -164,9 +156,7 @@ def cmd_check(args) -> int:
 
     lab = _lab(args)
     _problems(lab)
-    specs = [lab.spec(args.kind, args.name)] if args.kind else lab.find(args.name)
-    if not specs:
-        lab.spec("policy_loss", args.name)  # raises the helpful unknown-name error
+    specs = lab.resolve(args.name, args.kind)  # unknown: close names of every kind, and a plugin that may be missing
     knobs = {}
     for item in args.knob or ():
         k, eq, v = item.partition("=")
