@@ -363,7 +363,7 @@ class Lab:
         if found is not None:
             return found
         known = sorted(self._registry[kind]) + sorted(self._aliases[kind])
-        close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.5)
+        close = _close_names(str(name), known, n=1, cutoff=0.5)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         elsewhere = [s.kind for s in self.find(str(name))]
         if elsewhere:
@@ -383,6 +383,8 @@ class Lab:
         """The specs ``name`` names: of ``kind`` (one, or :meth:`spec`'s error), or of every kind
         (at least one). A name no kind has raises :class:`UnknownComponentError` with the close
         names of every kind, each with its kind, and what may be missing (a plugin not loaded)."""
+        if not str(name).strip():
+            raise UnknownComponentError(f"the component name is empty ({name!r}): give one; 'rllab plugins' lists them.")
         if kind is not None:
             return [self.spec(kind, name)]
         found = self.find(name)
@@ -398,7 +400,7 @@ class Lab:
         for k in KINDS:
             for n in (*self._registry[k], *self._aliases[k]):
                 kinds_of.setdefault(n, []).append(k)
-        close = difflib.get_close_matches(name, list(kinds_of), n=3, cutoff=0.6)
+        close = _close_names(name, list(kinds_of), n=3, cutoff=0.6)
         if not close:
             return ""
         return " Did you mean " + " or ".join(f"{c!r} ({_kinds_text(kinds_of[c])})" for c in close) + "?"
@@ -431,6 +433,14 @@ class Lab:
     def hook(self):
         """The event hooks: ``lab.hook.on_step_end(step=..., metrics=...)``."""
         return self.pm.hook
+
+
+def _close_names(name: str, candidates: list[str], *, n: int, cutoff: float) -> list[str]:
+    """The ``candidates`` closest to ``name``, compared without case (``GRPO`` finds ``grpo``)."""
+    lower: dict[str, str] = {}
+    for c in candidates:
+        lower.setdefault(c.lower(), c)
+    return [lower[c] for c in difflib.get_close_matches(name.lower(), list(lower), n=n, cutoff=cutoff)]
 
 
 def _kinds_text(kinds: Iterable[str]) -> str:

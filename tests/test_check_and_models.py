@@ -63,6 +63,15 @@ def test_a_name_of_another_kind_than_kind_says_which_it_is(capsys, command):
     assert "'ppo_clip' is registered as a policy_loss, not as an advantage_estimator" in err
 
 
+def test_a_name_in_other_case_or_an_empty_name(capsys):
+    code, _, err = run(capsys, "check", "GRPO")
+    assert code == 1 and "Did you mean 'grpo' (an advantage_estimator)" in flat(err)
+    code, _, err = run(capsys, "plugins", "show", "PPO_Clip", "--kind", "policy_loss")
+    assert code == 1 and "Did you mean 'ppo_clip'?" in flat(err)
+    code, _, err = run(capsys, "check", "")
+    assert code == 1 and "the component name is empty" in flat(err)
+
+
 def test_resolve_lists_close_names_of_several_kinds():
     """The library call behind both commands: close names of every kind, aliases included."""
     mod = type(rllab)("two_kinds")
@@ -232,6 +241,15 @@ def test_each_unusable_model_directory_is_refused_naming_what_is_missing(tmp_pat
         check_model_dir(str(path))
     assert f"model.path {str(path)!r}" in str(e.value) and expected in str(e.value)
     assert e.value.key == "path"
+
+
+@pytest.mark.parametrize("value", ["", " "])
+def test_an_empty_model_path_is_refused_not_read_as_the_tiny_model(value):
+    """``model.path=`` used to train the tiny model, as if the setting were left out."""
+    from rllab.config import load_config
+
+    with pytest.raises(ConfigError, match=r"path = '\s*' is empty: give a model directory, or leave path out"):
+        load_config(None, [f"model.path={json.dumps(value)}"])
 
 
 def test_a_hub_name_is_told_to_download_first(tmp_path, monkeypatch):
