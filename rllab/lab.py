@@ -369,7 +369,10 @@ class Lab:
         if elsewhere:
             hint += f" {name!r} is registered as {_kinds_text(elsewhere)}, not as {_kinds_text([kind])}."
         elif not close:
-            hint += self._suggest(str(name))
+            hint += self._suggest(str(name), skip=kind)
+        elif (ratio := difflib.SequenceMatcher(None, str(name).lower(), close[0].lower()).ratio()) < 1:
+            # a closer name of another kind may be what was meant (a name in the wrong section)
+            hint += self._suggest(str(name), skip=kind, lead=" Or, of another kind,", tail="?", cutoff=ratio + 1e-9)
         listed = ", ".join(sorted(self._registry[kind])) or "(none loaded)"
         extra = "" if elsewhere else self._missing_hint()
         raise UnknownComponentError(f"unknown {kind} {name!r}.{hint} Known {kind} names: {listed}.{extra}")
@@ -393,17 +396,20 @@ class Lab:
         hint = self._suggest(str(name))
         raise UnknownComponentError(f"unknown component {name!r}: no kind of component has that name.{hint}{self._missing_hint()}")
 
-    def _suggest(self, name: str) -> str:
+    def _suggest(self, name: str, *, skip: str | None = None, lead: str = " Did you mean", tail: str = "?",
+                 cutoff: float = 0.6) -> str:
         """`` Did you mean 'a' (a policy_loss) or 'b' (a task)?`` over every kind's names and
-        aliases, or ``""`` when none is close."""
+        aliases (but those of ``skip``) at least ``cutoff`` similar, or ``""`` when none is."""
         kinds_of: dict[str, list[str]] = {}
         for k in KINDS:
+            if k == skip:
+                continue
             for n in (*self._registry[k], *self._aliases[k]):
                 kinds_of.setdefault(n, []).append(k)
-        close = _close_names(name, list(kinds_of), n=3, cutoff=0.6)
+        close = _close_names(name, list(kinds_of), n=3, cutoff=max(cutoff, 0.6))
         if not close:
             return ""
-        return " Did you mean " + " or ".join(f"{c!r} ({_kinds_text(kinds_of[c])})" for c in close) + "?"
+        return f"{lead} " + " or ".join(f"{c!r} ({_kinds_text(kinds_of[c])})" for c in close) + tail
 
     def _missing_hint(self) -> str:
         """Why a name may be missing: a plugin not loaded, broken, or left out by the environment."""

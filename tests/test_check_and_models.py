@@ -63,6 +63,15 @@ def test_a_name_of_another_kind_than_kind_says_which_it_is(capsys, command):
     assert "'ppo_clip' is registered as a policy_loss, not as an advantage_estimator" in err
 
 
+def test_with_kind_a_closer_name_of_another_kind_is_offered_too(capsys):
+    """``--kind policy_loss grop``: the policy loss ``dro`` is close, the advantage estimator
+    ``grpo`` closer (a name put in the wrong section); a less close one is not offered."""
+    code, _, err = run(capsys, "plugins", "show", "grop", "--kind", "policy_loss")
+    assert code == 1 and "Did you mean 'dro'? Or, of another kind, 'grpo' (an advantage_estimator)?" in flat(err)
+    code, _, err = run(capsys, "check", "token-maen", "--kind", "loss_aggregation")
+    assert code == 1 and "Did you mean 'token-mean'?" in flat(err) and "another kind" not in err
+
+
 def test_a_name_in_other_case_or_an_empty_name(capsys):
     code, _, err = run(capsys, "check", "GRPO")
     assert code == 1 and "Did you mean 'grpo' (an advantage_estimator)" in flat(err)
