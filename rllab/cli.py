@@ -59,7 +59,8 @@ def cmd_plugins(args) -> int:
             return 2
         return _show(lab, args.name, args.kind, doc=args.doc)
     if args.action is not None:
-        err_console.print(f"[red]error:[/] unknown action {args.action!r} (did you mean 'rllab plugins show {args.action}'?)")
+        name = args.name or args.action  # `plugins shwo NAME` (a typo of show) or `plugins NAME` (show left out)
+        err_console.print(f"[red]error:[/] unknown action {args.action!r}: the only action is 'show' (did you mean 'rllab plugins show {name}'?)")
         return 2
     kinds = [args.kind] if args.kind else list(KINDS)
     table = Table(box=box.SIMPLE_HEAVY, title="rllab components")

@@ -81,6 +81,13 @@ def test_a_name_in_other_case_or_an_empty_name(capsys):
     assert code == 1 and "the component name is empty" in flat(err)
 
 
+@pytest.mark.parametrize("argv", [("shwo", "grpo"), ("grpo",)])
+def test_a_mistyped_or_missing_show_suggests_the_name_given(capsys, argv):
+    """``rllab plugins shwo grpo`` used to suggest ``rllab plugins show shwo``."""
+    code, _, err = run(capsys, "plugins", *argv)
+    assert code == 2 and "did you mean 'rllab plugins show grpo'?" in flat(err)
+
+
 def test_resolve_lists_close_names_of_several_kinds():
     """The library call behind both commands: close names of every kind, aliases included."""
     mod = type(rllab)("two_kinds")
