@@ -59,7 +59,8 @@ def cmd_plugins(args) -> int:
             return 2
         return _show(lab, args.name, args.kind, doc=args.doc)
     if args.action is not None:
-        err_console.print(f"[red]error:[/] unknown action {args.action!r} (did you mean 'rllab plugins show {args.action}'?)")
+        name = args.name or args.action  # `plugins shwo NAME` (a typo of show) or `plugins NAME` (show left out)
+        err_console.print(f"[red]error:[/] unknown action {args.action!r}: the only action is 'show' (did you mean 'rllab plugins show {name}'?)")
         return 2
     kinds = [args.kind] if args.kind else list(KINDS)
     table = Table(box=box.SIMPLE_HEAVY, title="rllab components")
@@ -87,15 +88,7 @@ def cmd_plugins(args) -> int:
 
 
 def _show(lab: Lab, name: str, kind: str | None, doc: bool = False) -> int:
-    specs = [lab.spec(kind, name)] if kind else lab.find(name)
-    if not specs:
-        known = sorted({s.name for s in lab.specs()})
-        import difflib
-
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        err_console.print(f"[red]error:[/] no component named {name!r}.{hint} Run 'rllab plugins' to list them.")
-        return 1
+    specs = lab.resolve(name, kind)  # unknown: close names of every kind, and a plugin that may be missing
     for spec in specs:
         title = f"[bold]{spec.name}[/] — {spec.kind} from plugin [cyan]{spec.provider}[/]"
         if spec.distribution:
@@ -164,9 +157,7 @@ def cmd_check(args) -> int:
 
     lab = _lab(args)
     _problems(lab)
-    specs = [lab.spec(args.kind, args.name)] if args.kind else lab.find(args.name)
-    if not specs:
-        lab.spec("policy_loss", args.name)  # raises the helpful unknown-name error
+    specs = lab.resolve(args.name, args.kind)  # unknown: close names of every kind, and a plugin that may be missing
     knobs = {}
     for item in args.knob or ():
         k, eq, v = item.partition("=")

@@ -8,6 +8,7 @@ character one for string prompts, the chat one for chat prompts): no model is ne
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
@@ -29,7 +30,7 @@ class _Recorder:
         return getattr(self.env, name)
 
     def start(self, example):
-        inner = self.env.start(example)
+        inner = _episode(self.env, example)
         log: list = []
         self.steps.append(log)
         outer = self
@@ -39,12 +40,35 @@ class _Recorder:
                 if outer.fail_at is not None and len(log) + 1 >= outer.fail_at:
                     raise RuntimeError("contract probe: a failing step")
                 out = inner.step(text)
-                if hasattr(out, "__await__"):
-                    raise TypeError("the contract checks call step synchronously; an async step is awaited by the rollout loop")
+                if inspect.isawaitable(out):  # async def step: awaited by the episode loop, as in a run
+                    return _recorded(out, log)
                 log.append(out)
                 return out
 
         return Recorded()
+
+
+def _episode(env: Any, example: Any) -> Any:
+    """``env.start(example)``, refused when it is an awaitable: the episode loop starts episodes
+    synchronously (only an episode's ``step`` may be ``async def``)."""
+    episode = env.start(example)
+    if inspect.isawaitable(episode):
+        close = getattr(episode, "close", None)
+        if close is not None:
+            close()  # a coroutine never awaited: no "never awaited" warning on top of the error
+        raise AssertionError(
+            f"start(example) returned an awaitable ({type(episode).__name__}): start must return the "
+            "episode itself (make start a plain def; only an episode's step may be async def, so do the "
+            "waiting in the first step)"
+        )
+    return episode
+
+
+async def _recorded(awaitable: Any, log: list) -> Any:
+    """``awaitable``'s step, appended to ``log`` once it is there."""
+    out = await awaitable
+    log.append(out)
+    return out
 
 
 def _setup(comp):
@@ -55,6 +79,7 @@ def _setup(comp):
     examples = env.train_examples(4, _gen(0))
     if not examples:
         raise AssertionError("train_examples(4, rng) returned no examples")
+    _episode(env, examples[0])
     chat = any(not isinstance(e.prompt, str) for e in examples)
     tok = build_chat_tokenizer() if chat else build_tokenizer()
     if tok.pad_token_id is None:

@@ -355,32 +355,80 @@ class Lab:
         return out
 
     def spec(self, kind: str, name: str) -> ComponentSpec:
-        """The spec registered as ``name`` (or an alias) of ``kind``; a helpful error if none."""
+        """The spec registered as ``name`` (or an alias) of ``kind``; a helpful error if none: the
+        close names of that kind, or of any other kind, and what may be missing."""
         self.register_components()
         self._check_kind(kind)
         found = self._lookup(kind, name)
         if found is not None:
             return found
         known = sorted(self._registry[kind]) + sorted(self._aliases[kind])
-        close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.5)
+        close = _close_names(str(name), known, n=1, cutoff=0.5)
         hint = f" Did you mean {close[0]!r}?" if close else ""
+        elsewhere = [s.kind for s in self.find(str(name))]
+        if elsewhere:
+            hint += f" {name!r} is registered as {_kinds_text(elsewhere)}, not as {_kinds_text([kind])}."
+        elif not close:
+            hint += self._suggest(str(name), skip=kind)
+        elif (ratio := difflib.SequenceMatcher(None, str(name).lower(), close[0].lower()).ratio()) < 1:
+            # a closer name of another kind may be what was meant (a name in the wrong section)
+            hint += self._suggest(str(name), skip=kind, lead=" Or, of another kind,", tail="?", cutoff=ratio + 1e-9)
         listed = ", ".join(sorted(self._registry[kind])) or "(none loaded)"
-        broken = [p.name for p in self.plugins if not p.ok]
-        extra = f" Broken plugins: {', '.join(broken)}." if broken else ""
-        if self.skipped:
-            by_env: dict[str, list[str]] = {}
-            for plugin, env in self.skipped:
-                by_env.setdefault(env, []).append(plugin)
-            extra += "".join(
-                f" {env}={os.environ.get(env, '')!r} left out the installed plugins {', '.join(names)}."
-                for env, names in by_env.items()
-            )
+        extra = "" if elsewhere else self._missing_hint()
         raise UnknownComponentError(f"unknown {kind} {name!r}.{hint} Known {kind} names: {listed}.{extra}")
 
     def find(self, name: str) -> list[ComponentSpec]:
         """Every spec of any kind registered under ``name`` or an alias of it."""
         self.register_components()
         return [s for k in KINDS if (s := self._lookup(k, name)) is not None]
+
+    def resolve(self, name: str, kind: str | None = None) -> list[ComponentSpec]:
+        """The specs ``name`` names: of ``kind`` (one, or :meth:`spec`'s error), or of every kind
+        (at least one). A name no kind has raises :class:`UnknownComponentError` with the close
+        names of every kind, each with its kind, and what may be missing (a plugin not loaded)."""
+        if not str(name).strip():
+            raise UnknownComponentError(f"the component name is empty ({name!r}): give one; 'rllab plugins' lists them.")
+        if kind is not None:
+            return [self.spec(kind, name)]
+        found = self.find(name)
+        if found:
+            return found
+        hint = self._suggest(str(name))
+        raise UnknownComponentError(f"unknown component {name!r}: no kind of component has that name.{hint}{self._missing_hint()}")
+
+    def _suggest(self, name: str, *, skip: str | None = None, lead: str = " Did you mean", tail: str = "?",
+                 cutoff: float = 0.6) -> str:
+        """`` Did you mean 'a' (a policy_loss) or 'b' (a task)?`` over every kind's names and
+        aliases (but those of ``skip``) at least ``cutoff`` similar, or ``""`` when none is."""
+        kinds_of: dict[str, list[str]] = {}
+        for k in KINDS:
+            if k == skip:
+                continue
+            for n in (*self._registry[k], *self._aliases[k]):
+                kinds_of.setdefault(n, []).append(k)
+        close = _close_names(name, list(kinds_of), n=3, cutoff=max(cutoff, 0.6))
+        if not close:
+            return ""
+        return f"{lead} " + " or ".join(f"{c!r} ({_kinds_text(kinds_of[c])})" for c in close) + tail
+
+    def _missing_hint(self) -> str:
+        """Why a name may be missing: a plugin not loaded, broken, or left out by the environment."""
+        out = (
+            " If it comes from a plugin, that plugin may not be loaded: pass --plugin FILE.py (or a module "
+            "name), list it in the config's plugins = [...], or install its package; 'rllab plugins' lists what is loaded."
+        )
+        broken = [p.name for p in self.plugins if not p.ok]
+        if broken:
+            out += f" Broken plugins: {', '.join(broken)}."
+        if self.skipped:
+            by_env: dict[str, list[str]] = {}
+            for plugin, env in self.skipped:
+                by_env.setdefault(env, []).append(plugin)
+            out += "".join(
+                f" {env}={os.environ.get(env, '')!r} left out the installed plugins {', '.join(names)}."
+                for env, names in by_env.items()
+            )
+        return out
 
     def get(self, kind: str, name: str, **knobs: Any) -> Component:
         """The component ``name`` of ``kind`` bound to a config validated from ``knobs``."""
@@ -391,6 +439,20 @@ class Lab:
     def hook(self):
         """The event hooks: ``lab.hook.on_step_end(step=..., metrics=...)``."""
         return self.pm.hook
+
+
+def _close_names(name: str, candidates: list[str], *, n: int, cutoff: float) -> list[str]:
+    """The ``candidates`` closest to ``name``, compared without case (``GRPO`` finds ``grpo``)."""
+    lower: dict[str, str] = {}
+    for c in candidates:
+        lower.setdefault(c.lower(), c)
+    return [lower[c] for c in difflib.get_close_matches(name.lower(), list(lower), n=n, cutoff=cutoff)]
+
+
+def _kinds_text(kinds: Iterable[str]) -> str:
+    """``an advantage_estimator and an algorithm``."""
+    parts = [f"{'an' if k[0] in 'aeiou' else 'a'} {k}" for k in dict.fromkeys(kinds)]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def import_file(path: Path, *, prefix: str, reuse: bool = False):

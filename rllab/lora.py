@@ -45,6 +45,7 @@ import torch
 from torch import nn
 
 from rllab.errors import ConfigError, RllabError
+from rllab.hfcompat import peft_deprecations_quiet
 from rllab.specs import ComponentSpec, build_config, knob
 
 ALL_LINEAR = "all-linear"
@@ -218,7 +219,8 @@ class LoraPolicy:
             r=config.r, lora_alpha=config.alpha, lora_dropout=config.dropout, target_modules=targets,
             bias="none", task_type="CAUSAL_LM",
         )
-        peft_model = peft.get_peft_model(model, peft_cfg)
+        with peft_deprecations_quiet():  # peft reads transformers' deprecated is_gradient_checkpointing
+            peft_model = peft.get_peft_model(model, peft_cfg)
         return cls(peft_model=peft_model, policy=peft_model.get_base_model(), config=config, targets=tuple(targets))
 
     def counts(self) -> dict[str, float]:

@@ -48,8 +48,14 @@ HIDDEN_PATH_MODEL_TYPES = frozenset(
 # --------------------------------------------------------------------------- transformers models
 
 
+TOKENIZER_PROBE = "1+1=2"
+"""Text every usable tokenizer encodes to at least one token (checked when one loads)."""
+
+
 def load_tokenizer(model_dir) -> "object":
-    """The tokenizer saved in a Hugging Face model directory, encoding as it did when saved.
+    """The tokenizer saved in a Hugging Face model directory, encoding as it did when saved; one
+    that encodes :data:`TOKENIZER_PROBE` to nothing (no vocabulary) is refused with a
+    :class:`~rllab.errors.ConfigError` naming the directory.
 
     ``AutoTokenizer`` picks the tokenizer class from the model's type when the directory's
     ``tokenizer_config.json`` names the generic ``TokenizersBackend`` (transformers 5), and a
@@ -64,10 +70,22 @@ def load_tokenizer(model_dir) -> "object":
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     config = Path(model_dir) / "tokenizer_config.json"
+    tokenizer = None
     if config.is_file() and (Path(model_dir) / "tokenizer.json").is_file():
         if json.loads(config.read_text()).get("tokenizer_class") == "TokenizersBackend":
-            return PreTrainedTokenizerFast.from_pretrained(model_dir)
-    return AutoTokenizer.from_pretrained(model_dir)
+            tokenizer = PreTrainedTokenizerFast.from_pretrained(model_dir)
+    if tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if not list(tokenizer(TOKENIZER_PROBE, add_special_tokens=False).input_ids):
+        from rllab.errors import ConfigError
+
+        raise ConfigError(
+            f"the tokenizer in {str(model_dir)!r} encodes {TOKENIZER_PROBE!r} to no tokens: its vocabulary is missing "
+            f"(the directory holds {', '.join(sorted(p.name for p in Path(model_dir).iterdir()))}). Save the base "
+            f"model's tokenizer there: AutoTokenizer.from_pretrained(BASE_DIR).save_pretrained(DIR).",
+            key="path",
+        )
+    return tokenizer
 
 
 def enable_checkpointing(model: nn.Module) -> None:

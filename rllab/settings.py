@@ -18,7 +18,11 @@ from rllab.specs import knob
 class ModelConfig:
     """Which model to train."""
 
-    path: str | None = knob(None, help="a local Hugging Face model directory; None builds the tiny default model")
+    path: str | None = knob(
+        None,
+        help="a local Hugging Face model directory (config.json, weights and tokenizer files); None builds the tiny default model",
+        validator=lambda i, a, v: _not_blank(a.name, v),
+    )
     tiny: dict = knob(factory=dict, help="overrides of the tiny model's architecture and tokenizer (rllab.tinymodel.TinyModelConfig; tokenizer = \"chat\" gives it a chat template)")
     warm_start: dict = knob(factory=dict, help="overrides of the supervised warm start (rllab.tinymodel.WarmStartConfig)")
     device: str = knob("auto", help="where the policy, reference and critic train: auto (CUDA when available), cpu, cuda, cuda:N", validator=lambda i, a, v: _check_device(a.name, v))
@@ -61,6 +65,11 @@ def _fsdp2_only(inst, name: str, value, default) -> None:
 def _check_device(name: str, value: str) -> None:
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
         raise ValueError(f"{name} = {value!r} is not allowed: must be auto, cpu, cuda or cuda:N")
+
+
+def _not_blank(name: str, value: str | None) -> None:
+    if value is not None and not value.strip():
+        raise ValueError(f"{name} = {value!r} is empty: give a model directory, or leave {name} out for the tiny model")
 
 
 def _finite(inst, attribute, value) -> None:

@@ -43,6 +43,7 @@ from rllab.config import COMPONENT_SECTIONS, ExperimentConfig, apply_schedule, d
 from rllab.errors import ConfigError, NonFiniteError, RewardError, RllabError  # noqa: F401  (RewardError: re-exported)
 from rllab.lab import Lab
 from rllab.listeners import RunLoggers
+from rllab.modeldir import check_model_dir
 from rllab.models import enable_checkpointing, transformers_progress_bars_off
 from rllab.optimizer import Optimizers, StepOutcome, lr_factor
 from rllab.rollout import RolloutStage
@@ -157,10 +158,7 @@ class Trainer:
     def _model_dir(self) -> Path:
         mc = self.cfg.model
         if mc.path:
-            path = Path(mc.path).expanduser()
-            if not (path / "config.json").is_file():
-                raise RllabError(f"model.path {str(path)!r} is not a Hugging Face model directory (no config.json)")
-            return path
+            return check_model_dir(mc.path)  # config.json, weights and tokenizer files, or a ConfigError saying which
         from rllab import tinymodel
 
         return tinymodel.get_or_build(

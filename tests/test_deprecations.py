@@ -8,6 +8,8 @@ import subprocess
 import sys
 import warnings
 
+import pytest
+
 from .tiny import TINY, overrides
 from .warning_probe import ROOT, record_into
 
@@ -27,6 +29,34 @@ def test_a_short_default_job_raises_no_deprecation_warning(tmp_path):
     found, stderr = _probe(tmp_path, *overrides(TINY), "train.steps=2", "model.warm_start.steps=20")
     assert found == [], json.dumps(found, indent=1)
     assert "deprecated" not in stderr.lower(), stderr[-4000:]  # transformers' logger notices too
+
+
+def test_a_short_lora_job_raises_no_deprecation_warning(tmp_path):
+    """The same with LoRA adapters (peft): peft reads transformers' deprecated
+    ``is_gradient_checkpointing`` when it wraps the model, which warned on every LoRA run."""
+    pytest.importorskip("peft")
+    found, stderr = _probe(tmp_path, *overrides(TINY), "train.steps=2", "model.warm_start.steps=20", "model.lora.r=8")
+    assert found == [], json.dumps(found, indent=1)
+    assert "deprecated" not in stderr.lower(), stderr[-4000:]
+
+
+def test_the_peft_filter_is_narrow():
+    """Only transformers' warning about the old attribute name is silenced around peft's call:
+    another FutureWarning, or the same text as another category, still shows."""
+    from rllab.hfcompat import peft_deprecations_quiet
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with peft_deprecations_quiet():
+            warnings.warn("`is_gradient_checkpointing` is deprecated and will be removed in v6.", FutureWarning)
+            warnings.warn("`is_gradient_checkpointing` is deprecated and will be removed in v6.", UserWarning)
+            warnings.warn("`past_key_values` is deprecated", FutureWarning)
+        warnings.warn("`is_gradient_checkpointing` is deprecated and will be removed in v6.", FutureWarning)
+    assert [(w.category, str(w.message)[:25]) for w in seen] == [
+        (UserWarning, "`is_gradient_checkpointin"),
+        (FutureWarning, "`past_key_values` is depr"),
+        (FutureWarning, "`is_gradient_checkpointin"),
+    ]
 
 
 def test_the_probe_catches_an_old_style_call_and_names_rllabs_frame():
