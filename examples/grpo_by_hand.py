@@ -80,9 +80,10 @@ def main() -> None:
                                       temperature=cfg.rollout.temperature, max_grad_norm=cfg.train.max_grad_norm)
         finally:
             trainer.close()
-    print(f"{batch.input_ids.shape[0]} rows, mean reward {batch.scores.mean().item():.3f}, loss {loss.item():.6f}")
+    # On-policy the loss's value is minus the mean advantage per token (often about 0): what trains is its gradient.
+    print(f"{batch.input_ids.shape[0]} rows, mean reward {batch.scores.mean().item():.3f}, loss {loss.item():.4g}")
     for name, value in sorted(metrics.items()):
-        print(f"  {name:<22} {value:.6f}")
+        print(f"  {name:<20} {value:.4g}")
 
 
 if __name__ == "__main__":

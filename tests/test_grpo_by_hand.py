@@ -33,9 +33,10 @@ def load_example():
 
 
 def test_the_example_step_is_the_rl_step(tmp_path):
-    # the components the example names, and the rl algorithm's defaults for the rest (aggregation)
+    # the components the example names, the rl algorithm's defaults for the rest (aggregation), and a
+    # temperature that is not 1, so that the example must pass it on
     cfg = load_config(None, [*overrides(TINY), "advantage=grpo", "policy_loss=ppo_clip", "algorithm.epochs=1",
-                             "algorithm.minibatches=1", "loggers=[]"])
+                             "algorithm.minibatches=1", "rollout.temperature=0.8", "loggers=[]"])
     tr = Trainer(cfg, run_dir=tmp_path, progress=False)
     try:
         batch = tr.rollout.to_batch(tr.rollout.sample(0))
