@@ -45,7 +45,11 @@ def test_the_example_step_is_the_rl_step(tmp_path):
         batch = attrs.evolve(batch, scores=torch.rand(batch.scores.shape, generator=torch.Generator().manual_seed(0)))
         weights, optimizer_state = copy.deepcopy(tr.policy.state_dict()), copy.deepcopy(tr.optimizer.state_dict())
         grads: list[list[torch.Tensor]] = []  # the (clipped) gradients each optimizer step applies
-        tr.optimizer.register_step_pre_hook(lambda opt, *_: grads.append([p.grad.clone() for p in tr.policy.parameters() if p.grad is not None]))
+
+        def record(optimizer, *_):
+            grads.append([p.grad.clone() for p in tr.policy.parameters() if p.grad is not None])
+
+        tr.optimizer.register_step_pre_hook(record)
 
         # by hand, with the run's optimizer and settings
         loss, by_hand = load_example().grpo_step(
