@@ -8,6 +8,7 @@ with micro-batches, KL, critics and corrections; ``tests/test_grpo_by_hand.py`` 
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 
 import torch
@@ -68,6 +69,9 @@ def main() -> None:
     from rllab.config import load_config
     from rllab.trainer import Trainer
 
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if extra := parser.parse_known_args()[1]:
+        parser.error(f"it takes no settings (got {' '.join(extra)}): the step is written for rl's defaults; `rllab run` takes settings")
     lab = rllab.Lab()  # every installed plugin's components
     cfg = load_config(None, ["loggers=[]"], lab=lab)  # the defaults: the tiny model on the addition task
     with tempfile.TemporaryDirectory() as run_dir:
