@@ -86,9 +86,16 @@ def describe_holder(run_dir: Path) -> str:
     return text
 
 
-def acquire(run_dir: Path) -> RunLock:
+RUN_ADVICE = ("For a new run choose another --run-dir; otherwise wait for that run to end, or {stop}, and if it did not "
+              "finish continue it with: rllab run --resume {dir}")
+"""What a refused run is told to do (``{stop}``: how to stop the holder, ``{dir}``: the directory)."""
+
+
+def acquire(run_dir: Path, *, advice: str = RUN_ADVICE) -> RunLock:
     """Take the exclusive lock of ``run_dir`` (created if missing) for this process, or raise
-    :class:`RunDirInUseError` naming the directory and the process that holds it.
+    :class:`RunDirInUseError` naming the directory, the process that holds it and ``advice``
+    (a template: ``{stop}``, ``{dir}``). Another directory whose files one process at a time
+    must write (a suite's) is locked the same way.
 
     The lock file is checked to still be the one at its path once locked (a holder removes it
     when it releases), so two processes never both believe they hold it. A file system without
@@ -107,9 +114,8 @@ def acquire(run_dir: Path) -> RunLock:
             pid = holder(run_dir).get("pid")
             stop = f"stop it with `kill {pid}`" if pid else "stop it"
             raise RunDirInUseError(
-                f"{run_dir} is in use by another rllab process ({who}): two processes writing one run directory would "
-                f"mix their metrics and race on its checkpoints. For a new run choose another --run-dir; otherwise wait "
-                f"for that run to end, or {stop}, and if it did not finish continue it with: rllab run --resume {run_dir}"
+                f"{run_dir} is in use by another rllab process ({who}): two processes writing one directory would mix "
+                f"their metrics and race on its checkpoints. {advice.format(stop=stop, dir=run_dir)}"
             ) from None
         except OSError as e:
             os.close(fd)

@@ -237,3 +237,52 @@ def test_a_run_that_fails_after_its_first_step_says_how_it_continues(tmp_path, m
     else:
         assert f"{run} has no checkpoint yet" in err and "starts the run over from step 0" in err
     assert not (run / runlock.LOCK_FILE).exists()  # released on the way out
+
+
+# --------------------------------------------------------------------------- suites
+
+
+class _HeldElsewhere:
+    """``path``'s lock, held by another (small) process until the block ends."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self) -> int:
+        code = "import sys, time; from rllab import runlock; runlock.acquire(sys.argv[1]); print('held', flush=True); time.sleep(120)"
+        self.proc = subprocess.Popen([sys.executable, "-c", code, str(self.path)], env=_env(), stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline().strip() == "held"
+        return self.proc.pid
+
+    def __exit__(self, *exc) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def test_a_suite_directory_in_use_is_refused_and_so_is_a_cell_in_use(tmp_path, capsys):
+    """Two ``rllab suite`` on one directory would run the same cells and rewrite its suite.json;
+    a cell that another process (an ``rllab run --resume`` of it) is writing is left alone."""
+    import textwrap
+
+    from rllab_suite.executor import run_cell
+
+    suite = tmp_path / "s.toml"
+    suite.write_text(textwrap.dedent('''
+        name = "m"
+        steps = 2
+        seeds = 1
+        tasks = ["addition"]
+        [variants]
+        grpo = {}
+    '''))
+    out = tmp_path / "suite"
+    with _HeldElsewhere(out) as pid:
+        assert main(["suite", str(suite), "--dir", str(out), "--workers", "1", "-q"]) == 1
+        err = _flat(capsys.readouterr().err)
+        assert f"{out} is in use by another rllab process (pid {pid}" in err and f"continue it with: rllab suite {out}" in err
+        assert sorted(p.name for p in out.iterdir()) == [runlock.LOCK_FILE]  # nothing of the suite written
+    cell = tmp_path / "cell"
+    with _HeldElsewhere(cell) as pid:
+        result = run_cell({"key": "k", "config": {}, "run_dir": str(cell)})
+        assert result["status"] == "failed" and f"pid {pid}" in result["error"]
+        assert sorted(p.name for p in cell.iterdir()) == [runlock.LOCK_FILE]  # no log.txt, no error.txt
