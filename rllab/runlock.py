@@ -105,7 +105,13 @@ def acquire(run_dir: Path, *, advice: str = RUN_ADVICE) -> RunLock:
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / LOCK_FILE
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise RllabError(
+                f"cannot open {path}, the lock that keeps a second process out of {run_dir} ({e.strerror or e}): "
+                f"{'remove that directory' if path.is_dir() else 'choose a directory this process can write'}"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

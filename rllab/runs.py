@@ -312,7 +312,15 @@ def resume_run(run_dir: Path, *, lab: Lab | None = None, overrides: list[str] = 
             f"rllab run {cfg_path} {' '.join(f'{k}={v}' for k, v in pairs)}"
         )
     lab = lab or Lab()
-    cfg = load_config(cfg_path, pairs, lab=lab)
+    try:
+        cfg = load_config(cfg_path, pairs, lab=lab)
+    except ConfigError as e:
+        if e.key == "strategy":  # torchrun around a one-process run: its strategy is part of the experiment
+            raise ConfigError(
+                f"{e}. A resume cannot change model.strategy: continue {run_dir} as one process, without torchrun",
+                key="strategy",
+            ) from None
+        raise
     changes = _deployment_changes(load_config(cfg_path, [], lab=lab), cfg, [k for k, _ in pairs if k in DEPLOYMENT_SETTINGS])
     from rllab import placement
     from rllab.trainer import resolve_device

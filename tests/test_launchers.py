@@ -79,6 +79,18 @@ def test_torchrun_with_the_single_strategy_is_refused_before_any_model(tmp_path,
     assert load_config(None).model.strategy == "single"
 
 
+def test_torchrun_around_the_resume_of_a_one_process_run_is_refused(tmp_path, monkeypatch, capsys, no_model):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text('[model]\nstrategy = "single"\n[provenance]\nrllab = "0"\n')
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    assert main(["run", "--resume", str(run)]) == 1
+    err = _flat(capsys.readouterr().err)
+    assert "WORLD_SIZE=2" in err and f"A resume cannot change model.strategy: continue {run} as one process, without torchrun" in err
+    assert sorted(p.name for p in run.iterdir()) == ["config.toml"]
+
+
 @pytest.mark.parametrize(
     "environ, match",
     [
@@ -131,6 +143,13 @@ def test_a_held_lock_refuses_another_taker_and_is_gone_once_released(tmp_path):
         assert held.fd is not None
     assert not (run / runlock.LOCK_FILE).exists()
     runlock.acquire(run).release()  # free again
+
+
+def test_a_lock_file_that_cannot_be_opened_is_refused_naming_it(tmp_path):
+    run = tmp_path / "run"
+    (run / runlock.LOCK_FILE).mkdir(parents=True)
+    with pytest.raises(RllabError, match=rf"cannot open {run / runlock.LOCK_FILE}, the lock .*: remove that directory"):
+        runlock.acquire(run)
 
 
 def test_a_stale_lock_file_does_not_block(tmp_path):
