@@ -253,6 +253,11 @@ def test_a_run_that_fails_after_its_first_step_says_how_it_continues(tmp_path, m
     err = _flat(capsys.readouterr().err)
     if checkpoint_every:
         assert f"{run} keeps its last checkpoint (step_000002); continue it with: rllab run --resume {run}" in err
+        # a resume told to stop before that checkpoint: not "already finished", which it is not
+        assert main(["run", "--resume", str(run), "train.steps=1", "-q"]) == 1
+        err = _flat(capsys.readouterr().err)
+        assert f"train.steps = 1, but {run} is already past it: its last checkpoint (step_000002)" in err
+        assert "already finished" not in err
     else:
         assert f"{run} has no checkpoint yet" in err and "starts the run over from step 0" in err
     assert not (run / runlock.LOCK_FILE).exists()  # released on the way out
