@@ -310,3 +310,22 @@ def test_a_suite_directory_in_use_is_refused_and_so_is_a_cell_in_use(tmp_path, c
         result = run_cell({"key": "k", "config": {}, "run_dir": str(cell)})
         assert result["status"] == "failed" and f"pid {pid}" in result["error"]
         assert sorted(p.name for p in cell.iterdir()) == [runlock.LOCK_FILE]  # no log.txt, no error.txt
+
+
+def test_a_resume_whose_server_is_gone_names_the_checkpoint_it_can_continue_from(tmp_path, model_cache, capsys):
+    """backend = sglang: two steps against the stand-in server (a checkpoint after each), then the
+    server is gone; the resume fails at its first use of the server and says the checkpoint is
+    kept and how to continue from it (on a server that came back, or moved: backend.urls=...)."""
+    from tests.sglang_standin import StandIn
+
+    run = tmp_path / "run"
+    with StandIn(None, lifetime_s=300) as server:
+        settings = {**TINY, "backend": "sglang", "backend.urls": server.url, "backend.backoff_s": 0.01,
+                    "train.checkpoint_every": 1, "train.eval_every": 0, "train.eval_size": 4}
+        assert main(["run", *overrides(settings), "--steps", "2", "-q", "--run-dir", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["run", "--resume", str(run), "train.steps=3", "backend.retries=0", "-q"]) == 1  # extend it by a step
+    err = _flat(capsys.readouterr().err)
+    assert "sglang:" in err and "the run stops here" in err and "can resume" not in err
+    assert f"{run} keeps its last checkpoint (step_000002); continue it with: rllab run --resume {run}" in err
+    assert not (run / runlock.LOCK_FILE).exists()
