@@ -79,8 +79,9 @@ def check_backend_device(lab: Lab, components: Mapping[str, Any], device: str, *
 
 def launcher_env(environ: Mapping[str, str] | None = None) -> tuple[int, int, int]:
     """(rank, world size, local rank) from ``torchrun``'s environment (``RANK``, ``WORLD_SIZE``,
-    ``LOCAL_RANK``); (0, 1, 0) without it. A value that is not a whole number, a world size below
-    1, or a rank missing or outside ``0 … WORLD_SIZE - 1`` when ``WORLD_SIZE > 1`` is refused."""
+    ``LOCAL_RANK``); (0, 1, 0) without it. A ``WORLD_SIZE`` that is not a whole number ≥ 1 is
+    refused, and when it is above 1 so is a ``RANK`` missing, malformed or outside
+    ``0 … WORLD_SIZE - 1`` and a malformed ``LOCAL_RANK``."""
     env = os.environ if environ is None else environ
 
     def whole(name: str, default: int, low: int) -> int:
@@ -100,6 +101,9 @@ def launcher_env(environ: Mapping[str, str] | None = None) -> tuple[int, int, in
         return value
 
     world = whole("WORLD_SIZE", 1, 1)
+    if world == 1:  # one process: RANK and LOCAL_RANK (left by another tool) name nothing, except the GPU torchrun gave it
+        local = env.get("LOCAL_RANK", "0").strip()
+        return 0, 1, int(local) if local.isdigit() else 0
     rank, local = whole("RANK", 0, 0), whole("LOCAL_RANK", 0, 0)
     if world > 1 and (env.get("RANK") is None or rank >= world):
         got = "no RANK" if env.get("RANK") is None else f"RANK={rank}"

@@ -110,6 +110,9 @@ def test_a_malformed_torchrun_environment_is_refused(environ, match):
 def test_a_torchrun_environment_is_read():
     assert launcher_env({}) == (0, 1, 0)
     assert launcher_env({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1"}) == (3, 4, 1)
+    # one process: a RANK or LOCAL_RANK another tool left behind is no reason to refuse it
+    assert launcher_env({"RANK": "3", "LOCAL_RANK": "-1"}) == (0, 1, 0)
+    assert launcher_env({"WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0"}) == (0, 1, 0)
 
 
 def test_torchrun_with_two_processes_and_no_strategy_is_refused(tmp_path):
