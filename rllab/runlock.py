@@ -9,7 +9,8 @@ refused with :class:`RunDirInUseError`, naming the directory and the holder's pi
 
 The kernel releases a ``flock`` when its holder exits, however it exits (``kill -9`` included): a
 lock file left behind by a dead process is stale and does not block. Under ``torchrun`` only
-rank 0, the rank that writes the run's files, holds the lock.
+rank 0, the rank that writes the run's files, holds the lock. Code that drives a
+:class:`rllab.trainer.Trainer` itself takes the same lock with ``with acquire(run_dir): ...``.
 """
 
 from __future__ import annotations

@@ -361,7 +361,7 @@ def _resume(run_dir: Path, cfg, changes: dict, *, lab: Lab, progress: bool, is_m
                 raise RllabError(
                     f"train.steps = {cfg.train.steps}, but {run_dir} is already past it: its last checkpoint ({ckpt.name}) is "
                     f"after step {trainer.step}, and a run cannot be shortened. Continue it with: rllab run --resume {run_dir} "
-                    f"(train.steps=N with N > {trainer.step} extends it)"
+                    f"train.steps=N with N > {trainer.step} (the total an earlier --resume extended it to, or more)"
                 )
         if reducer.is_main:
             _truncate_metrics(run_dir, trainer.step, [ref.name for ref in cfg.loggers], cfg)
