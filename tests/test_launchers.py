@@ -308,6 +308,11 @@ def test_a_suite_directory_in_use_is_refused_and_so_is_a_cell_in_use(tmp_path, c
         err = _flat(capsys.readouterr().err)
         assert f"{out} is in use by another rllab process (pid {pid}" in err and f"continue it with: rllab suite {out}" in err
         assert sorted(p.name for p in out.iterdir()) == [runlock.LOCK_FILE]  # nothing of the suite written
+        (out / "suite.json").write_text("{}")  # as a running suite has it
+        assert main(["suite", "report", str(out)]) == 1  # its report would race the suite's own
+        err = _flat(capsys.readouterr().err)
+        assert f"{out} is in use by another rllab process (pid {pid}" in err and "Its report is written when it ends" in err
+        assert sorted(p.name for p in out.iterdir()) == [runlock.LOCK_FILE, "suite.json"]
     cell = tmp_path / "cell"
     with _HeldElsewhere(cell) as pid:
         result = run_cell({"key": "k", "config": {}, "run_dir": str(cell)})
