@@ -103,7 +103,10 @@ def acquire(run_dir: Path, *, advice: str = RUN_ADVICE) -> RunLock:
     ``flock`` support is warned about and the run goes on unlocked.
     """
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RllabError(f"cannot create the directory {run_dir} ({e.strerror or e}): choose one this process can write") from None
     path = run_dir / LOCK_FILE
     while True:
         try:

@@ -153,6 +153,9 @@ def test_a_lock_file_that_cannot_be_opened_is_refused_naming_it(tmp_path):
     (run / runlock.LOCK_FILE).mkdir(parents=True)
     with pytest.raises(RllabError, match=rf"cannot open {run / runlock.LOCK_FILE}, the lock .*: remove that directory"):
         runlock.acquire(run)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(RllabError, match=rf"cannot create the directory {tmp_path / 'file' / 'run'} \(Not a directory\)"):
+        runlock.acquire(tmp_path / "file" / "run")  # was a traceback from the trainer
 
 
 def test_a_stale_lock_file_does_not_block(tmp_path):
