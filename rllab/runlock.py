@@ -120,9 +120,9 @@ def acquire(run_dir: Path, *, advice: str = RUN_ADVICE) -> RunLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            who = describe_holder(run_dir)
-            pid = holder(run_dir).get("pid")
-            stop = f"stop it with `kill {pid}`" if pid else "stop it"
+            who, info = describe_holder(run_dir), holder(run_dir)
+            elsewhere = f" on host {info['host']}" if info.get("host") not in (None, socket.gethostname()) else ""
+            stop = f"stop it with `kill {info['pid']}`{elsewhere}" if "pid" in info else "stop it"
             raise RunDirInUseError(
                 f"{run_dir} is in use by another rllab process ({who}): two processes writing one directory would mix "
                 f"their metrics and race on its checkpoints. {advice.format(stop=stop, dir=run_dir)}"

@@ -155,7 +155,7 @@ def cmd_suite(args) -> int:
         if Path(args.dir).is_dir():  # a suite running there writes its own report when it ends
             from rllab import runlock
 
-            with runlock.acquire(Path(args.dir), advice="Its report is written when it ends; or stop it ({stop}) and then run: rllab suite report {dir}"):
+            with runlock.acquire(Path(args.dir), advice="Its report is written when it ends; or {stop} and then run: rllab suite report {dir}"):
                 report_suite(args.dir, console=console)
         else:
             report_suite(args.dir, console=console)  # says what is missing
