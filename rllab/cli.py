@@ -408,10 +408,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except RllabError as e:
         err_console.print(f"[red]error:[/] {escape(str(e))}")
+        for note in getattr(e, "__notes__", ()):  # whether and how the run can continue (rllab.runs)
+            err_console.print(escape(note), highlight=False)
         return 1
     except KeyboardInterrupt as e:
         err_console.print("[yellow]interrupted[/]")
-        for note in getattr(e, "__notes__", ()):  # how to continue (rllab.runs.note_interrupt)
+        for note in getattr(e, "__notes__", ()):  # whether and how the run can continue (rllab.runs)
             err_console.print(escape(note), highlight=False)
         return 130
 

@@ -48,8 +48,8 @@ from typing import Any, Mapping
 import attrs
 
 from rllab.config_checks import (
-    check_algorithm_fit, check_config_only, check_episode_settings, check_model_settings, check_one_source, check_reward_components,
-    environment_rollout_defaults,
+    check_algorithm_fit, check_config_only, check_episode_settings, check_launcher, check_model_settings, check_one_source,
+    check_reward_components, environment_rollout_defaults,
 )
 from rllab.errors import ConfigError
 from rllab.lab import Lab
@@ -351,6 +351,7 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
         plain[sec] = _build_plain(cls, sec, values, text, where)
 
     check_model_settings(plain["model"], text, where)
+    check_launcher(plain["model"], text, where)  # torchrun's WORLD_SIZE against [model] strategy, before any model exists
 
     check_one_source(data, text, where)
     components = {

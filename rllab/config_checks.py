@@ -17,11 +17,16 @@ plugin, a combination that would otherwise fail only after the model is built (o
 - an advantage estimator that normalises each reward component with a task of fewer than two
   components, a ``reward_weights`` of another length, or an overlong penalty it would not read.
 
+- a launcher and a strategy that disagree: ``WORLD_SIZE > 1`` in the environment (``torchrun``
+  started several processes) with ``[model] strategy = "single"``, where each process would train
+  its own copy and all would write one run directory; and a malformed ``torchrun`` environment.
+
 Called by :func:`rllab.config.validate` after the components are built.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping
 
 import attrs
@@ -69,6 +74,61 @@ def check_backend_device(lab: Lab, components: Mapping[str, Any], device: str, *
         f"{backend.name!r} (plugin {spec.provider}) needs the policy on CUDA: {reason}; but the policy is on {device} "
         f"([model] device). Set [model] device = \"cuda\" on a GPU machine, or change the backend's setting.",
         key="backend",
+    )
+
+
+def launcher_env(environ: Mapping[str, str] | None = None) -> tuple[int, int, int]:
+    """(rank, world size, local rank) from ``torchrun``'s environment (``RANK``, ``WORLD_SIZE``,
+    ``LOCAL_RANK``); (0, 1, 0) without it. A ``WORLD_SIZE`` that is not a whole number ≥ 1 is
+    refused, and when it is above 1 so is a ``RANK`` missing, malformed or outside
+    ``0 … WORLD_SIZE - 1`` and a malformed ``LOCAL_RANK``."""
+    env = os.environ if environ is None else environ
+
+    def whole(name: str, default: int, low: int) -> int:
+        raw = env.get(name)
+        if raw is None or raw.strip() == "":
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise ConfigError(
+                f"{name}={raw!r} in the environment is not a whole number ≥ {low}; torchrun sets it for each process it "
+                f"starts: unset it to run one process, or start the run with `torchrun --nproc-per-node N -m rllab run ...`",
+                key=name,
+            )
+        return value
+
+    world = whole("WORLD_SIZE", 1, 1)
+    if world == 1:  # one process: RANK and LOCAL_RANK (left by another tool) name nothing, except the GPU torchrun gave it
+        local = env.get("LOCAL_RANK", "0").strip()
+        return 0, 1, int(local) if local.isdigit() else 0
+    rank, local = whole("RANK", 0, 0), whole("LOCAL_RANK", 0, 0)
+    if world > 1 and (env.get("RANK") is None or rank >= world):
+        got = "no RANK" if env.get("RANK") is None else f"RANK={rank}"
+        raise ConfigError(
+            f"WORLD_SIZE={world} in the environment but {got}: each of the {world} processes needs its own RANK "
+            f"(0 … {world - 1}); start the run with `torchrun --nproc-per-node {world} -m rllab run ...`, which sets them",
+            key="RANK",
+        )
+    return rank, world, local
+
+
+def check_launcher(model: Any, text: str, where: str) -> None:
+    """Refuse ``WORLD_SIZE > 1`` with a single-process strategy: every process would build and
+    train its own identical model and write the same run directory (each metric row twice, a
+    race on every checkpoint). Checked at load, before any model is built."""
+    _, world, _ = launcher_env()
+    if world == 1 or model.strategy != "single":
+        return
+    raise ConfigError(
+        f"{where}: WORLD_SIZE={world} in the environment (torchrun started {world} processes) but [model] strategy = "
+        f"{model.strategy!r}{line_of(text, 'model', 'strategy')} (one process, one device): each of the {world} "
+        f"processes would train its own copy of the model on the same data and all would write the same run "
+        f"directory. Set model.strategy=fsdp2 to train one model over the {world} processes (data parallel), or run "
+        f"one process (without torchrun)",
+        key="strategy",
     )
 
 

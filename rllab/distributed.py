@@ -190,8 +190,11 @@ def prefix_output(reducer: Reducer) -> None:
 
 
 def env_world() -> tuple[int, int, int]:
-    """(rank, world size, local rank) from ``torchrun``'s environment; (0, 1, 0) without it."""
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
+    """(rank, world size, local rank) from ``torchrun``'s environment; (0, 1, 0) without it. A
+    malformed one is refused (:func:`rllab.config_checks.launcher_env`)."""
+    from rllab.config_checks import launcher_env
+
+    return launcher_env()
 
 
 def init_from_env(*, device_type: str, expected: int | None = None) -> Reducer:

@@ -10,6 +10,14 @@ A new run never starts in a directory that already holds one (:func:`prepare_run
 metrics would mix with the old run's and its checkpoints and ``final.json`` would be overwritten.
 ``--overwrite`` replaces the old run first (the whole directory, by one rename, so a crash leaves
 either the old run or the new one, never a mix); an empty or unrelated directory is used as it is.
+
+No two processes write one run directory: a run holds its lock (:mod:`rllab.runlock`; under
+``torchrun``, rank 0 holds it) from before the directory is prepared until the run ends, and a
+second run or ``--resume`` there is refused, naming the holder's pid.
+
+A run that stops on an error says whether it can be continued (:func:`note_how_to_continue`): from
+which checkpoint, with which ``--resume`` command, or that nothing was saved and it must be
+started again.
 """
 
 from __future__ import annotations
@@ -20,12 +28,13 @@ import shutil
 import time
 import tomllib
 from pathlib import Path
+from typing import Callable
 
 import torch
 
-from rllab import checkpoint
+from rllab import checkpoint, runlock
 from rllab.config import load_config, parse_overrides
-from rllab.errors import RllabError
+from rllab.errors import ConfigError, RllabError
 from rllab.lab import Lab
 
 CONFIG_FILE = "config.toml"
@@ -145,9 +154,13 @@ def prepare_run_dir(run_dir: Path, *, overwrite: bool = False) -> Path:
     if here == target or target in here.parents:
         raise RllabError(f"--overwrite would remove {run_dir}, which holds the current directory: run from elsewhere")
     aside = target.with_name(f".{target.name}.replaced")
-    shutil.rmtree(aside, ignore_errors=True)  # left by an interrupted replacement
+    fresh = target.with_name(f".{target.name}.new")
+    for left in (aside, fresh):  # left by an interrupted replacement
+        shutil.rmtree(left, ignore_errors=True)
+    fresh.mkdir()
+    runlock.carry_into(target / runlock.LOCK_FILE, fresh)  # the replacement is locked from its first moment
     os.replace(target, aside)
-    target.mkdir()
+    os.rename(fresh, target)
     shutil.rmtree(aside)
     return run_dir
 
@@ -195,7 +208,8 @@ def run_experiment(cfg: ExperimentConfig, *, lab: Lab | None = None, run_dir: Pa
 
     A ``run_dir`` that already holds a run is refused (continue it with :func:`resume_run`), or
     with ``overwrite=True`` replaced: see :func:`prepare_run_dir`. None picks a new
-    ``OUTPUT_DIR/NAME-TIMESTAMP``.
+    ``OUTPUT_DIR/NAME-TIMESTAMP``. A ``run_dir`` another process is writing is refused
+    (:class:`rllab.runlock.RunDirInUseError`); this run holds it until it ends.
 
     A run that fails before its first step completes leaves no run directory behind: one it
     created is removed, and in one that existed only what the run added is.
@@ -205,9 +219,24 @@ def run_experiment(cfg: ExperimentConfig, *, lab: Lab | None = None, run_dir: Pa
 
     reducer = placement.start(cfg.model, device_type=resolve_device(cfg.model.device).type)
     existed = run_dir is not None and Path(run_dir).is_dir()
-    if reducer.is_main:  # under torchrun rank 0 makes the run directory and every rank uses it
-        run_dir = prepare_run_dir(run_dir, overwrite=overwrite) if run_dir is not None else default_run_dir(cfg)
-    run_dir = Path(reducer.broadcast(str(run_dir)))
+
+    def claim() -> tuple[Path, runlock.RunLock]:
+        if run_dir is None:
+            path = default_run_dir(cfg)
+        elif Path(run_dir).exists() and not Path(run_dir).is_dir():
+            raise RllabError(f"run directory {run_dir} is a file, not a directory: choose another --run-dir")
+        else:
+            path = Path(run_dir)
+        lock = runlock.acquire(path)  # before anything is read or replaced there
+        try:
+            return prepare_run_dir(path, overwrite=overwrite), lock
+        except BaseException:
+            lock.release()
+            if not existed and path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
+            raise
+
+    run_dir, lock = claim_on_main(reducer, claim)  # under torchrun every rank uses the directory rank 0 claimed
     before = frozenset(p.name for p in run_dir.iterdir()) if existed and run_dir.is_dir() else None
     trainer = None
     try:
@@ -216,20 +245,46 @@ def run_experiment(cfg: ExperimentConfig, *, lab: Lab | None = None, run_dir: Pa
     except BaseException as e:
         if (trainer is None or trainer.step == 0) and reducer.is_main:
             discard_unstarted(run_dir, before)
+            if not isinstance(e, ConfigError):  # a refused setting says itself what to change
+                removed = f"{run_dir} was removed" if before is None else f"what it wrote to {run_dir} was removed"
+                e.add_note(f"the run stopped before its first step completed: nothing was saved and there is no checkpoint "
+                           f"to resume from ({removed}); start the run again")
         elif reducer.is_main:
-            note_interrupt(e, run_dir)
+            note_how_to_continue(e, run_dir)
         distributed.name_rank(e, reducer)
         raise
+    finally:
+        if lock is not None:
+            lock.release()
 
 
-def note_interrupt(error: BaseException, run_dir: Path) -> None:
-    """On a Ctrl-C (:class:`KeyboardInterrupt`) of a run that got past its first step, a note
-    (``error.add_note``, printed by the CLI) on how to continue it, and from where."""
-    if not isinstance(error, KeyboardInterrupt):
-        return
+def claim_on_main(reducer, claim: Callable[[], tuple[Path, runlock.RunLock]]) -> tuple[Path, runlock.RunLock | None]:
+    """``claim()`` — the run directory and its lock — on rank 0 only (the rank that writes the
+    run's files); every rank gets the directory, or raises the error that refused it."""
+    path = lock = refused = None
+    if reducer.is_main:
+        try:
+            path, lock = claim()
+        except RllabError as e:
+            refused = e
+    shared = reducer.broadcast((False, str(refused)) if refused is not None else (True, str(path)))
+    if refused is not None:
+        raise refused
+    if not shared[0]:
+        raise RllabError(f"rank 0 refused the run directory: {shared[1]}")
+    return Path(shared[1]), lock
+
+
+def note_how_to_continue(error: BaseException, run_dir: Path) -> None:
+    """On an error (a Ctrl-C included) of a run that got past its first step, a note
+    (``error.add_note``, printed by the CLI) on whether and how it can be continued, and from
+    which checkpoint."""
     last = checkpoint.latest(run_dir)
-    kept = f"{run_dir} keeps its last checkpoint ({last.name})" if last is not None else f"{run_dir} has no checkpoint yet (it starts over)"
-    error.add_note(f"{kept}; continue it with: rllab run --resume {run_dir}")
+    if last is not None:
+        error.add_note(f"{run_dir} keeps its last checkpoint ({last.name}); continue it with: rllab run --resume {run_dir}")
+    else:
+        error.add_note(f"{run_dir} has no checkpoint yet (train.checkpoint_every), so nothing can be continued: "
+                       f"rllab run --resume {run_dir} starts the run over from step 0")
 
 
 def resume_run(run_dir: Path, *, lab: Lab | None = None, overrides: list[str] = (), progress: bool = True) -> dict:
@@ -257,32 +312,69 @@ def resume_run(run_dir: Path, *, lab: Lab | None = None, overrides: list[str] = 
             f"rllab run {cfg_path} {' '.join(f'{k}={v}' for k, v in pairs)}"
         )
     lab = lab or Lab()
-    cfg = load_config(cfg_path, pairs, lab=lab)
+    try:
+        cfg = load_config(cfg_path, pairs, lab=lab)
+    except ConfigError as e:
+        if e.key == "strategy":  # torchrun around a one-process run: its strategy is part of the experiment
+            raise ConfigError(
+                f"{e}. A resume cannot change model.strategy: continue {run_dir} as one process, without torchrun",
+                key="strategy",
+            ) from None
+        raise
     changes = _deployment_changes(load_config(cfg_path, [], lab=lab), cfg, [k for k, _ in pairs if k in DEPLOYMENT_SETTINGS])
+    from rllab import placement
+    from rllab.trainer import resolve_device
+
+    reducer = placement.start(cfg.model, device_type=resolve_device(cfg.model.device).type)
+    _, lock = claim_on_main(reducer, lambda: (run_dir, runlock.acquire(run_dir)))
+    try:
+        return _resume(run_dir, cfg, changes, lab=lab, progress=progress, is_main=reducer.is_main)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _resume(run_dir: Path, cfg, changes: dict, *, lab: Lab, progress: bool, is_main: bool) -> dict:
+    """The part of :func:`resume_run` that runs while the run directory is locked."""
+    from rllab.distributed import name_rank
     from rllab.trainer import Trainer
 
-    trainer = Trainer(cfg, lab=lab, run_dir=run_dir, progress=progress)
+    try:
+        trainer = Trainer(cfg, lab=lab, run_dir=run_dir, progress=progress)
+    except BaseException as e:  # e.g. a server that does not answer: the checkpoint is still there
+        if not isinstance(e, ConfigError) and is_main:
+            note_how_to_continue(e, run_dir)
+        raise
     reducer = trainer.placement.reducer
     try:
         ckpt = reducer.broadcast(checkpoint.latest(run_dir))  # every rank resumes from the one rank 0 found
         if ckpt is not None:
             trainer.load_checkpoint(ckpt)
             # a run stopped after its last checkpoint but before final.json is finished, not refused
-            if trainer.step > cfg.train.steps or (trainer.step == cfg.train.steps and (run_dir / "final.json").is_file()):
+            if trainer.step >= cfg.train.steps and (run_dir / "final.json").is_file():
                 trainer.close()
                 raise RllabError(
                     f"{run_dir} already finished its {trainer.step} steps; extend it with: rllab run --resume {run_dir} train.steps=N (N > {trainer.step})"
+                )
+            if trainer.step > cfg.train.steps:
+                trainer.close()
+                raise RllabError(
+                    f"train.steps = {cfg.train.steps}, but {run_dir} is already past it: its last checkpoint ({ckpt.name}) is "
+                    f"after step {trainer.step}, and a run cannot be shortened. Continue it with: rllab run --resume {run_dir} "
+                    f"train.steps=N with N > {trainer.step} (the total an earlier --resume extended it to, or more)"
                 )
         if reducer.is_main:
             _truncate_metrics(run_dir, trainer.step, [ref.name for ref in cfg.loggers], cfg)
             if changes:
                 record_deployment_changes(run_dir, trainer.step, changes)
+    except BaseException as e:
+        name_rank(e, reducer)
+        raise
+    try:
         return trainer.run()
     except BaseException as e:
-        from rllab.distributed import name_rank
-
         if reducer.is_main:
-            note_interrupt(e, run_dir)
+            note_how_to_continue(e, run_dir)
         name_rank(e, reducer)
         raise
 

@@ -152,7 +152,13 @@ def cmd_suite(args) -> int:
         if not args.dir:
             raise rllab.RllabError("usage: rllab suite report DIR")
         _check_report_dir(Path(args.dir))
-        report_suite(args.dir, console=console)
+        if Path(args.dir).is_dir():  # a suite running there writes its own report when it ends
+            from rllab import runlock
+
+            with runlock.acquire(Path(args.dir), advice="Its report is written when it ends; or {stop} and then run: rllab suite report {dir}"):
+                report_suite(args.dir, console=console)
+        else:
+            report_suite(args.dir, console=console)  # says what is missing
         console.print(f"report written to {Path(args.dir) / 'report.md'}", highlight=False)
         return 0
     if args.dir_positional:

@@ -23,6 +23,8 @@ import time
 import traceback
 from pathlib import Path
 
+from rllab import RllabError, runlock
+
 EXECUTORS = ("local", "ray")
 STOP_GRACE_S = 5.0
 """Seconds an interrupted worker has to stop (its trainer closes its backend) before it is killed."""
@@ -48,9 +50,13 @@ def run_cell(job: dict) -> dict:
 
     torch.set_num_threads(job.get("threads", 1))
     run_dir = Path(job["run_dir"])
+    t0 = time.perf_counter()
+    try:  # a cell another process is writing (an `rllab run --resume` of it) is left to it: not even its log is touched
+        runlock.acquire(run_dir).release()
+    except RllabError as e:
+        return {"key": job["key"], "status": "failed", "error": f"{type(e).__name__}: {e}", "seconds": time.perf_counter() - t0}
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "error.txt").unlink(missing_ok=True)
-    t0 = time.perf_counter()
     with open(run_dir / "log.txt", "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         try:
             from rllab import Lab

@@ -8,10 +8,13 @@ import os
 import shutil
 from pathlib import Path
 
-from rllab import RllabError
+from rllab import RllabError, runlock
 from rllab_suite import executor  # replay (torch) and report (scipy) are imported where used
 from rllab_suite.spec import MANIFEST, Cell, Suite, SuiteError, _slug, config_key, expand, parse_suite
 
+SUITE_ADVICE = ("For another suite give another --dir; otherwise wait for that suite to end, or {stop}, and continue it "
+                "with: rllab suite {dir}")
+"""What a second ``rllab suite`` on a suite directory in use is told."""
 RECORD_STEPS = 2
 """Batches recorded for the identical-variant check."""
 
@@ -146,58 +149,68 @@ def run_suite(source, *, directory=None, executor_name: str = "local", workers: 
     suite = parse_suite(source)
     cells = expand(suite, lab=lab)  # every cell validated before anything runs
     out = suite_dir_for(suite, directory)
-    previous = check_directory(suite, out, replace=replace)
-    (out / "runs").mkdir(parents=True, exist_ok=True)
-    manifest = {"name": suite.name, "baseline": suite.baseline, "variants": suite.variant_names, "track": list(suite.track), "cells": [c.to_dict() for c in cells]}
-    if suite.path is not None and suite.path.resolve() != (out / "suite.toml").resolve():
-        shutil.copyfile(suite.path, out / "suite.toml")
-        manifest["source_dir"] = str(suite.path.resolve().parent)  # where the copy's relative config paths point
-    elif previous.get("source_dir"):
-        manifest["source_dir"] = previous["source_dir"]
-    manifest["load_average"] = previous.get("load_average", [])
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-    todo = [c for c in cells if not (out / "runs" / c.slug / "final.json").is_file()]
-    console.print(
-        f"suite [bold]{suite.name}[/]: {len(suite.variants)} variants × {len(suite.tasks)} tasks × {len(suite.seeds)} seeds = "
-        f"{len(cells)} cells, {len(cells) - len(todo)} already done, {len(todo)} to run → {out}",
-        highlight=False,
-    )
-    if todo:
-        load_start = os.getloadavg()
-        console.print(f"load average (1, 5, 15 min) at the start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} on {executor.cores()} cores", highlight=False)
-        prebuild_models(todo, lab=lab, console=console)
-        n, threads = executor.plan_workers(workers, len(todo))
-        if executor_name == "ray":
-            console.print(f"executor ray ({address or 'a local instance'}), torch threads per run {threads}", highlight=False)
-        else:
-            console.print(f"executor local: {n} worker process(es) on {executor.cores()} core(s), torch threads per run {threads}", highlight=False)
-        jobs = [{"key": c.key, "config": c.config, "run_dir": str((out / "runs" / c.slug).resolve()), "threads": threads, "what": f"{c.variant} on {c.task} seed {c.seed}"} for c in todo]
-        bar = executor.Progress(len(jobs), console=console, enabled=progress)
-        try:
-            if executor_name == "ray":
-                executor.run_ray(jobs, workers=workers, progress=bar, describe=lambda j: j["what"], address=address)
-            else:
-                executor.run_local(jobs, workers=n, progress=bar, describe=lambda j: j["what"])
-        except KeyboardInterrupt:
-            bar.close()
-            console.print(f"[yellow]suite {suite.name} interrupted[/]: {_interrupted(todo, out)}", highlight=False)
-            raise
-        finally:
-            bar.close()
-        load_end = os.getloadavg()
-        console.print(f"load average (1, 5, 15 min) at the end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}", highlight=False)
-        manifest["load_average"].append({"cells": len(todo), "cores": executor.cores(), "start": list(load_start), "end": list(load_end)})
+    if out.exists() and not out.is_dir():
+        check_directory(suite, out)  # refuses the file, naming it
+    # one process at a time runs a suite directory: two would run the same cells and rewrite suite.json
+    created = not out.exists()
+    lock = runlock.acquire(out, advice=SUITE_ADVICE)
+    try:
+        previous = check_directory(suite, out, replace=replace)
+        (out / "runs").mkdir(parents=True, exist_ok=True)
+        manifest = {"name": suite.name, "baseline": suite.baseline, "variants": suite.variant_names, "track": list(suite.track), "cells": [c.to_dict() for c in cells]}
+        if suite.path is not None and suite.path.resolve() != (out / "suite.toml").resolve():
+            shutil.copyfile(suite.path, out / "suite.toml")
+            manifest["source_dir"] = str(suite.path.resolve().parent)  # where the copy's relative config paths point
+        elif previous.get("source_dir"):
+            manifest["source_dir"] = previous["source_dir"]
+        manifest["load_average"] = previous.get("load_average", [])
         (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-    identical = []
-    if check_identical:
-        identical_path = out / "identical.json"
-        try:
-            identical = identical_variants(cells, lab=lab, out_dir=out, console=console)
-            identical_path.write_text(json.dumps(identical, indent=2, default=str) + "\n")
-        except Exception as e:  # the check informs the report; it never sinks the suite's results
-            console.print(f"[yellow]identical-variant check skipped: {type(e).__name__}: {e}[/]", highlight=False)
-            identical = [{"identical": False, "message": f"identical-variant check skipped: {type(e).__name__}: {e}"}]
-    return report_suite(out, console=console)
+        todo = [c for c in cells if not (out / "runs" / c.slug / "final.json").is_file()]
+        console.print(
+            f"suite [bold]{suite.name}[/]: {len(suite.variants)} variants × {len(suite.tasks)} tasks × {len(suite.seeds)} seeds = "
+            f"{len(cells)} cells, {len(cells) - len(todo)} already done, {len(todo)} to run → {out}",
+            highlight=False,
+        )
+        if todo:
+            load_start = os.getloadavg()
+            console.print(f"load average (1, 5, 15 min) at the start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} on {executor.cores()} cores", highlight=False)
+            prebuild_models(todo, lab=lab, console=console)
+            n, threads = executor.plan_workers(workers, len(todo))
+            if executor_name == "ray":
+                console.print(f"executor ray ({address or 'a local instance'}), torch threads per run {threads}", highlight=False)
+            else:
+                console.print(f"executor local: {n} worker process(es) on {executor.cores()} core(s), torch threads per run {threads}", highlight=False)
+            jobs = [{"key": c.key, "config": c.config, "run_dir": str((out / "runs" / c.slug).resolve()), "threads": threads, "what": f"{c.variant} on {c.task} seed {c.seed}"} for c in todo]
+            bar = executor.Progress(len(jobs), console=console, enabled=progress)
+            try:
+                if executor_name == "ray":
+                    executor.run_ray(jobs, workers=workers, progress=bar, describe=lambda j: j["what"], address=address)
+                else:
+                    executor.run_local(jobs, workers=n, progress=bar, describe=lambda j: j["what"])
+            except KeyboardInterrupt:
+                bar.close()
+                console.print(f"[yellow]suite {suite.name} interrupted[/]: {_interrupted(todo, out)}", highlight=False)
+                raise
+            finally:
+                bar.close()
+            load_end = os.getloadavg()
+            console.print(f"load average (1, 5, 15 min) at the end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}", highlight=False)
+            manifest["load_average"].append({"cells": len(todo), "cores": executor.cores(), "start": list(load_start), "end": list(load_end)})
+            (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        identical = []
+        if check_identical:
+            identical_path = out / "identical.json"
+            try:
+                identical = identical_variants(cells, lab=lab, out_dir=out, console=console)
+                identical_path.write_text(json.dumps(identical, indent=2, default=str) + "\n")
+            except Exception as e:  # the check informs the report; it never sinks the suite's results
+                console.print(f"[yellow]identical-variant check skipped: {type(e).__name__}: {e}[/]", highlight=False)
+                identical = [{"identical": False, "message": f"identical-variant check skipped: {type(e).__name__}: {e}"}]
+        return report_suite(out, console=console)
+    finally:
+        lock.release()
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # refused before it wrote anything
 
 
 def _interrupted(todo: list[Cell], out: Path) -> str:

@@ -415,7 +415,8 @@ def test_connection_refused(lab, tiny):
     t0 = time.monotonic()
     with pytest.raises(S.SGLangUnavailableError, match=r"(?s)failed after 3 tries.*cannot connect.*no server answered") as e:
         b.generate(prompts_of(tiny[1])[:1], SamplingParams(max_new_tokens=2))
-    assert isinstance(e.value, rllab.RllabError) and "resume from its last checkpoint" in str(e.value)
+    # the backend cannot know whether a checkpoint exists: rllab.runs says how the run continues, if it can
+    assert isinstance(e.value, rllab.RllabError) and "the run stops here" in str(e.value) and "resume" not in str(e.value)
     assert time.monotonic() - t0 < 5
     b.close()
 

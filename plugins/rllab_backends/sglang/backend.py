@@ -11,8 +11,8 @@ evicted request) is resubmitted on its own — the request's other samples are k
 of just the aborted samples (``n = 1`` each, with the seed the full request gave it), at most
 ``abort_retries`` times per sample; every aborted sample is counted (``sglang/aborted``). An abort
 with a client-error status (the input is too long) is not resubmitted. When retries run out the
-whole ``generate`` call fails: a partial batch is never returned, so the run stops and can resume
-from its last checkpoint. ``update_weights`` pushes the policy by the ``weight_sync`` route
+whole ``generate`` call fails: a partial batch is never returned, so the run stops (and says whether
+a checkpoint lets ``--resume`` continue it). ``update_weights`` pushes the policy by the ``weight_sync`` route
 (:mod:`~rllab_backends.sglang.sync`); ``launch`` starts a server (:mod:`~rllab_backends.sglang.launch`).
 
 Staleness: every completion carries SGLang's ``weight_version`` (and ``weight_versions``
@@ -274,7 +274,7 @@ class SGLangBackend(Transport, WeightSync, Launch):
                 raise SGLangAbortError(
                     f"sglang: {len(pending)} of {len(samples)} samples of prompts {first_index}..{first_index + len(prompts) - 1} "
                     f"were aborted on every one of {tries} tries (abort_retries = {self.config.abort_retries}); no partial "
-                    f"batch is returned (the run stops here and can resume from its last checkpoint): {aborted[0][1]}"
+                    f"batch is returned (the run stops here): {aborted[0][1]}"
                 )
             tries += 1
             what, attempt, _, _ = self._request(prompts, first_index, params, [samples[k] for k in pending])

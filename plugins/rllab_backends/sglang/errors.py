@@ -9,7 +9,7 @@ RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 
 class SGLangError(RllabError):
-    """A rollout from SGLang failed; the step produced nothing (resume from the last checkpoint)."""
+    """A rollout from SGLang failed; the step produced nothing (the run stops; rllab run says whether a checkpoint lets it continue)."""
 
 
 class SGLangUnavailableError(SGLangError):

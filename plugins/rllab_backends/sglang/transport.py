@@ -127,7 +127,7 @@ class Transport:
                 last = e
         text = (
             f"sglang: {what} failed after {self.config.retries + 1} tries; no partial batch is returned "
-            f"(the run stops here and can resume from its last checkpoint):\n  " + "\n  ".join(failures)
+            f"(the run stops here):\n  " + "\n  ".join(failures)
         )
         if last.kind == "status":
             raise SGLangRequestError(text, status=last.status, message=last.message)
