@@ -347,6 +347,7 @@ def get_or_build(
     cache_dir: str | os.PathLike | None = None,
     progress: bool = True,
     system_prompt: str | None = None,
+    rollout: Any = None,
 ) -> Path:
     """The directory of a warm-started tiny model, built and saved on the first call.
 
@@ -357,6 +358,9 @@ def get_or_build(
     :param cache_dir: overrides :func:`cache_root`.
     :param system_prompt: the run's ``rollout.system_prompt``, so the demonstrations are rendered
         as the rollouts will be (part of the cache key when set).
+    :param rollout: the run's ``[rollout]`` config: the warm start's prompts are checked against the
+        model's context as the run's will be (:mod:`rllab.prompt_limits`), before it trains;
+        ``rollout.max_prompt_tokens`` drops the longer ones here too (part of the cache key when set).
     :returns: a normal Hugging Face model directory, also holding ``rllab_warm_start.json``
         (the configs and the warm-start metrics).
 
@@ -367,11 +371,18 @@ def get_or_build(
     if is_environment(task):  # an environment's demonstrations are episodes: never the key of a task's model
         task_config = {**task_config, "kind": "environment"}
     root = cache_root(cache_dir)
-    key = cache_key(model_config, task_config, warm_config, system_prompt)
+    cap = getattr(rollout, "max_prompt_tokens", None)
+    key = cache_key(model_config, {**task_config, **({"max_prompt_tokens": cap} if cap is not None else {})}, warm_config,
+                    system_prompt)
     final = root / f"tiny-qwen2-{key}"
     if (final / METRICS_FILE).is_file():
         return final
     model, tokenizer = build_tiny_model(model_config)
+    if rollout is not None and warm_config.steps > 0:  # a prompt that cannot fit is refused before the warm start trains
+        from rllab.prompt_limits import PromptLimits
+
+        task = PromptLimits(task, tokenizer=tokenizer, rollout=rollout, context_tokens=model_config.max_position_embeddings,
+                            name=str(task_config.get("name", "?")), model_name="the tiny model", announce=False).for_rollout(rollout)
     renderer = PromptRenderer(
         tokenizer, system_prompt=system_prompt, task_name=str(task_config.get("name", "?")), model_name="the tiny model"
     )
