@@ -45,7 +45,7 @@ _CACHE = 1 << 16
 def _where(ex: Example, index: int, split: str) -> str:
     row = ex.meta.get("row") if isinstance(ex.meta, dict) else None
     head = prompt_text(ex.prompt)[:60]
-    return f"{row or f'{split} example {index}'} (prompt {head!r}…)"
+    return f"{row or ('training draw' if split == 'train' else 'held-out example') + f' {index}'} (prompt {head!r}…)"
 
 
 class PromptLimits:

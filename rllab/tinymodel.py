@@ -339,6 +339,22 @@ def task_warm_start(task, warm_config: WarmStartConfig) -> WarmStartConfig:
     return attrs.evolve(warm_config, **changes) if changes else warm_config
 
 
+def task_tiny_model(task, model_config: TinyModelConfig) -> TinyModelConfig:
+    """Apply a task's or environment's own tiny-model defaults (``tiny_model_defaults``, a dict of
+    :class:`TinyModelConfig` knobs) to the knobs the config left at their defaults.
+
+    A game whose opening prompt is 517 characters asks for ``max_position_embeddings = 1024``, so
+    the tiny model it is trained with has room for it; a knob set in the config still wins.
+    """
+    wanted = dict(getattr(task, "tiny_model_defaults", None) or {})
+    fields = {f.name: f for f in attrs.fields(TinyModelConfig)}
+    unknown = sorted(set(wanted) - set(fields))
+    if unknown:
+        raise ValueError(f"task {getattr(task, 'name', task)!r}: tiny_model_defaults names unknown tiny-model knobs {unknown}")
+    changes = {k: v for k, v in wanted.items() if getattr(model_config, k) == fields[k].default}
+    return attrs.evolve(model_config, **changes) if changes else model_config
+
+
 def get_or_build(
     model_config: TinyModelConfig,
     task,
@@ -352,7 +368,9 @@ def get_or_build(
     """The directory of a warm-started tiny model, built and saved on the first call.
 
     :param task: the task whose demonstrations the model is trained on, or an environment (its
-        demonstration episodes, :mod:`rllab.demonstrations`; the key then marks it as one).
+        demonstration episodes, :mod:`rllab.demonstrations`; the key then marks it as one). Its
+        ``warm_start_defaults`` and ``tiny_model_defaults`` apply to the knobs left at their
+        defaults (:func:`task_warm_start`, :func:`task_tiny_model`).
     :param task_config: what identifies ``task`` in the cache key — its name and knobs, e.g.
         ``{"name": "addition", "digits": 2, "eval_fraction": 0.1, ...}``.
     :param cache_dir: overrides :func:`cache_root`.
@@ -368,6 +386,7 @@ def get_or_build(
     concurrent builders never see a half-written model; the first rename wins.
     """
     warm_config = task_warm_start(task, warm_config)
+    model_config = task_tiny_model(task, model_config)
     if is_environment(task):  # an environment's demonstrations are episodes: never the key of a task's model
         task_config = {**task_config, "kind": "environment"}
     root = cache_root(cache_dir)
