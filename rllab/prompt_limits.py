@@ -108,6 +108,13 @@ class PromptLimits:
             return self.source
         new = rollout.max_new_tokens
         task = self.kind == "task"
+        if task and ctx is not None and new >= ctx:
+            raise ConfigError(
+                f"rollout.max_new_tokens = {new} is {self.renderer.model_name}'s whole context ({ctx} tokens) or more: a "
+                f"response could not follow any prompt; lower it to the context minus the longest prompt, or use a model "
+                f"with a longer context (the tiny model: model.tiny.max_position_embeddings)",
+                key="max_new_tokens",
+            )
         if cap is not None and ctx is not None and (cap >= ctx or (task and cap + new > ctx)):
             need = ctx - new if task else ctx - 1
             raise ConfigError(

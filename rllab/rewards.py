@@ -224,6 +224,8 @@ def load_reward_function(ref: str, *, lab: Any = None, name: str | None = None, 
         try:
             spec = lab.spec("reward_function", ref)
         except KeyError as e:  # a dotted name not registered: most likely a module without its function
+            if Path(f"{ref}.py").is_file():
+                raise ConfigError(f"{e} There is a file {ref}.py here: name its function as {ref}.py:NAME") from None
             if "." in ref.strip("."):
                 raise ConfigError(
                     f"{e} A reward function from a module is named module:function: {ref}:NAME "

@@ -126,14 +126,15 @@ def test_max_prompt_tokens_drops_longer_rows_from_train_and_eval_and_counts_them
         ({"max_prompt_tokens": 256}, r"rollout.max_prompt_tokens = 256 leaves no room for the response: the model's context is 256 "
          r"tokens and rollout.max_new_tokens = 8; set rollout.max_prompt_tokens ≤ 248"),
         ({"max_prompt_tokens": 3}, r"rollout.max_prompt_tokens = 3 drops every one of the 30 training prompts .*the shortest is 5 tokens"),
+        ({"max_new_tokens": 256}, r"rollout.max_new_tokens = 256 is the model's whole context \(256 tokens\) or more"),
     ],
 )
-def test_a_max_prompt_tokens_that_leaves_nothing_is_refused(tmp_path, char, rollout, message):
+def test_a_max_prompt_tokens_or_max_new_tokens_that_leaves_nothing_is_refused(tmp_path, char, rollout, message):
     task = _dataset(_jsonl(tmp_path / "long.jsonl", _rows()), eval_fraction=0.25)
     limits, cfg = _limits(task, char, **rollout)
     with pytest.raises(ConfigError, match=message) as e:
         limits.for_rollout(cfg)
-    assert e.value.key == "max_prompt_tokens"
+    assert e.value.key == next(iter(rollout))
 
 
 class _Generated:
@@ -255,7 +256,7 @@ def test_a_missing_required_knob_names_it_and_how_to_set_it():
 # ---------------------------------------------------------------- reward references
 
 
-def test_a_reward_file_without_its_function_is_refused_naming_the_functions_in_it(tmp_path):
+def test_a_reward_file_without_its_function_is_refused_naming_the_functions_in_it(tmp_path, monkeypatch):
     from rllab.rewards import load_reward_function
 
     path = tmp_path / "my_rewards.py"
@@ -268,6 +269,10 @@ def test_a_reward_file_without_its_function_is_refused_naming_the_functions_in_i
     with pytest.raises(ConfigError, match=r"unknown reward_function 'my_pkg.rewards'.*named module:function: my_pkg.rewards:NAME"):
         load_reward_function("my_pkg.rewards")
     assert load_reward_function(f"{path}:accuracy").name == "accuracy"
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"unknown reward_function 'my_rewards'.*There is a file my_rewards.py here: name its "
+                       r"function as my_rewards.py:NAME"):
+        load_reward_function("my_rewards")
 
 
 # ---------------------------------------------------------------- environment steps

@@ -129,7 +129,7 @@ class DatasetTask:
                     f"{who}: {marked.meta['row']}, column {config.split_column!r}: "
                     f"{marked.meta['columns'][config.split_column]!r} in the training file while eval_path is set"
                 )
-            evals = read_rows(config.eval_path, who=who)
+            evals = read_rows(config.eval_path, who=f"{who}: eval_path")
             esrc = Path(config.eval_path).expanduser()
             self.eval = [self._example(r, i, esrc, answer_col, required) for split in evals.values() for i, r in enumerate(split)]
         elif len(tables) > 1:
