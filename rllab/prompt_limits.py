@@ -144,7 +144,8 @@ class PromptLimits:
             if rows and dropped[split] == len(rows):
                 raise ConfigError(
                     f"rollout.max_prompt_tokens = {cap} drops every one of the {len(rows)} {label} prompts of {self.kind} "
-                    f"{self.name!r} checked (the shortest is {min(self.length(e.prompt) for e in rows)} tokens); raise it",
+                    f"{self.name!r} checked (the shortest is {min(self.length(e.prompt) for e in rows)} tokens); raise it"
+                    + (f" or use a model with a longer context than {ctx}" if ctx is not None else ""),
                     key="max_prompt_tokens",
                 )
         if cap is not None:

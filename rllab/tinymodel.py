@@ -33,7 +33,7 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 import attrs
 import torch
@@ -339,9 +339,10 @@ def task_warm_start(task, warm_config: WarmStartConfig) -> WarmStartConfig:
     return attrs.evolve(warm_config, **changes) if changes else warm_config
 
 
-def task_tiny_model(task, model_config: TinyModelConfig) -> TinyModelConfig:
+def task_tiny_model(task, model_config: TinyModelConfig, given: Collection[str] | None = None) -> TinyModelConfig:
     """Apply a task's or environment's own tiny-model defaults (``tiny_model_defaults``, a dict of
-    :class:`TinyModelConfig` knobs) to the knobs the config left at their defaults.
+    :class:`TinyModelConfig` knobs) to the knobs the config did not set (``given``: the knobs it
+    set; None: those at their default values).
 
     A game whose opening prompt is 517 characters asks for ``max_position_embeddings = 1024``, so
     the tiny model it is trained with has room for it; a knob set in the config still wins.
@@ -351,7 +352,7 @@ def task_tiny_model(task, model_config: TinyModelConfig) -> TinyModelConfig:
     unknown = sorted(set(wanted) - set(fields))
     if unknown:
         raise ValueError(f"task {getattr(task, 'name', task)!r}: tiny_model_defaults names unknown tiny-model knobs {unknown}")
-    changes = {k: v for k, v in wanted.items() if getattr(model_config, k) == fields[k].default}
+    changes = {k: v for k, v in wanted.items() if (k not in given if given is not None else getattr(model_config, k) == fields[k].default)}
     return attrs.evolve(model_config, **changes) if changes else model_config
 
 
@@ -364,6 +365,7 @@ def get_or_build(
     progress: bool = True,
     system_prompt: str | None = None,
     rollout: Any = None,
+    tiny_given: Collection[str] | None = None,
 ) -> Path:
     """The directory of a warm-started tiny model, built and saved on the first call.
 
@@ -379,6 +381,8 @@ def get_or_build(
     :param rollout: the run's ``[rollout]`` config: the warm start's prompts are checked against the
         model's context as the run's will be (:mod:`rllab.prompt_limits`), before it trains;
         ``rollout.max_prompt_tokens`` drops the longer ones here too (part of the cache key when set).
+    :param tiny_given: the ``model.tiny`` knobs the config set (the task's ``tiny_model_defaults``
+        apply to the others); None: to those at their default values.
     :returns: a normal Hugging Face model directory, also holding ``rllab_warm_start.json``
         (the configs and the warm-start metrics).
 
@@ -386,7 +390,7 @@ def get_or_build(
     concurrent builders never see a half-written model; the first rename wins.
     """
     warm_config = task_warm_start(task, warm_config)
-    model_config = task_tiny_model(task, model_config)
+    model_config = task_tiny_model(task, model_config, tiny_given)
     if is_environment(task):  # an environment's demonstrations are episodes: never the key of a task's model
         task_config = {**task_config, "kind": "environment"}
     root = cache_root(cache_dir)
@@ -397,7 +401,7 @@ def get_or_build(
     if (final / METRICS_FILE).is_file():
         return final
     model, tokenizer = build_tiny_model(model_config)
-    if rollout is not None and warm_config.steps > 0:  # a prompt that cannot fit is refused before the warm start trains
+    if rollout is not None:  # a prompt that cannot fit is refused before the warm start trains (or evaluates)
         from rllab.prompt_limits import PromptLimits
 
         task = PromptLimits(task, tokenizer=tokenizer, rollout=rollout, context_tokens=model_config.max_position_embeddings,

@@ -187,6 +187,7 @@ def test_a_task_can_give_the_tiny_model_the_context_it_needs():
 
     assert task_tiny_model(Long(), TinyModelConfig()).max_position_embeddings == 1024
     assert task_tiny_model(Long(), TinyModelConfig(max_position_embeddings=512)).max_position_embeddings == 512  # the config wins
+    assert task_tiny_model(Long(), TinyModelConfig(), given=("max_position_embeddings",)).max_position_embeddings == 256  # even at 256
     Long.tiny_model_defaults = {"max_positions": 1}
     with pytest.raises(ValueError, match=r"tiny_model_defaults names unknown tiny-model knobs \['max_positions'\]"):
         task_tiny_model(Long(), TinyModelConfig())
