@@ -237,8 +237,11 @@ def load_reward_function(ref: str, *, lab: Any = None, name: str | None = None, 
     if knobs:
         raise ConfigError(f"reward function {ref!r}: knobs {dict(knobs)!r} are for registered reward functions; this one has none")
     target, attr = ref.rsplit(":", 1)
-    if target.endswith(".py") or "/" in target or "\\" in target:
+    _check_parts(ref, target, attr)
+    if _looks_like_path(target):
         path = Path(target).expanduser().resolve()
+        if path.is_dir():
+            raise ConfigError(f"reward function {ref!r}: {path} is a directory; name a file and a function in it: path/to/file.py:NAME")
         if not path.is_file():
             raise ConfigError(f"reward function {ref!r}: no such file {path}")
         from rllab.lab import import_file
@@ -260,7 +263,18 @@ def load_reward_function(ref: str, *, lab: Any = None, name: str | None = None, 
 
 
 def _looks_like_path(ref: str) -> bool:
-    return ref.endswith(".py") or "/" in ref or "\\" in ref
+    return ref.lower().endswith(".py") or "/" in ref or "\\" in ref
+
+
+def _check_parts(ref: str, target: str, attr: str) -> None:
+    """``module:function`` / ``file.py:function`` with both parts given, no spaces, one colon."""
+    if not target.strip() or not attr.strip():
+        part = "the module or file before" if not target.strip() else "the function after"
+        raise ConfigError(f"reward function {ref!r}: {part} ':' is missing; write module:function or path/to/file.py:function")
+    if target != target.strip() or attr != attr.strip():
+        raise ConfigError(f"reward function {ref!r}: spaces around ':'; write it without them ({target.strip()}:{attr.strip()})")
+    if ":" in target and not _looks_like_path(target):
+        raise ConfigError(f"reward function {ref!r}: more than one ':'; write module:function or path/to/file.py:function")
 
 
 def _refuse_path_without_function(ref: str) -> None:

@@ -276,6 +276,28 @@ def test_a_reward_file_without_its_function_is_refused_naming_the_functions_in_i
         load_reward_function("my_rewards")
 
 
+@pytest.mark.parametrize(
+    "ref, message",
+    [
+        (":accuracy", r"the module or file before ':' is missing"),
+        ("my_rewards.py:", r"the function after ':' is missing"),
+        ("my_rewards.py:accuracy:x", r"more than one ':'"),
+        ("my_rewards.py :accuracy", r"spaces around ':'; write it without them \(my_rewards.py:accuracy\)"),
+        ("./:accuracy", r"is a directory; name a file and a function in it"),
+        ("my_rewards.PY", r"names a file but not the function in it: write my_rewards.PY:accuracy"),
+    ],
+)
+def test_a_malformed_reward_reference_says_how_to_write_it(tmp_path, monkeypatch, ref, message):
+    from rllab.rewards import load_reward_function
+
+    monkeypatch.chdir(tmp_path)
+    body = "def accuracy(completions, **kw):\n    return [0.0] * len(completions)\n"
+    (tmp_path / "my_rewards.py").write_text(body)
+    (tmp_path / "my_rewards.PY").write_text(body)
+    with pytest.raises(ConfigError, match=message):
+        load_reward_function(ref)
+
+
 # ---------------------------------------------------------------- environment steps
 
 
