@@ -224,6 +224,8 @@ def test_textarena_games_ask_for_a_context_that_holds_their_prompt():
          {"prompt_column": "question", "answer_column": "answr"},
          r"missing column 'answr' \(columns: question, solution\); name the column with task.answer_column \(task.answer_column=solution\?\)"),
         ("bad.jsonl", "hello\n", {}, r"cannot read .*bad.jsonl as .jsonl: .*JSON parse error"),
+        ("holes.csv", "prompt,answer\n1+1=,2\n,3\n2+2=,4\n", {},
+         r"holes.csv row 2: missing column 'prompt' in this row \(null or absent\); give every row a prompt"),
     ],
 )
 def test_bad_data_files_are_refused_naming_the_file_and_the_fix(tmp_path, name, content, knobs, message):

@@ -188,7 +188,9 @@ class DatasetTask:
         if not isinstance(row, dict):
             raise ValueError(f"{where}: expected an object, got {type(row).__name__}")
         found, prompt = column(row, c.prompt_column)
-        if not found or prompt is None:
+        if found and prompt is None:
+            raise ValueError(f"{where}: missing column {c.prompt_column!r} in this row (null or absent); give every row a prompt or remove the row")
+        if not found:
             raise ValueError(f"{where}: missing column {c.prompt_column!r} (columns: {', '.join(row)}){_name_it(row, 'prompt_column')}")
         prompt = parse_prompt(prompt, f"{where}, column {c.prompt_column!r}")
         found, answer = column(row, answer_col)
