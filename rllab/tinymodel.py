@@ -323,9 +323,10 @@ def _model_key(model_config: TinyModelConfig) -> dict:
     return out
 
 
-def task_warm_start(task, warm_config: WarmStartConfig) -> WarmStartConfig:
+def task_warm_start(task, warm_config: WarmStartConfig, given: Collection[str] | None = None) -> WarmStartConfig:
     """Apply a task's own warm-start defaults (``task.warm_start_defaults``, a dict of
-    :class:`WarmStartConfig` knobs) to the knobs the config left at their defaults.
+    :class:`WarmStartConfig` knobs) to the knobs the config did not set (``given``: the knobs it
+    set; None: those at their default values).
 
     A task whose warm start overshoots (sort reaches 35% by the first probe, leaving RL little
     to learn) asks for a lower target probed more often; a knob set in the config still wins.
@@ -335,7 +336,7 @@ def task_warm_start(task, warm_config: WarmStartConfig) -> WarmStartConfig:
     unknown = sorted(set(wanted) - set(fields))
     if unknown:
         raise ValueError(f"task {getattr(task, 'name', task)!r}: warm_start_defaults names unknown warm-start knobs {unknown}")
-    changes = {k: v for k, v in wanted.items() if getattr(warm_config, k) == fields[k].default}
+    changes = {k: v for k, v in wanted.items() if (k not in given if given is not None else getattr(warm_config, k) == fields[k].default)}
     return attrs.evolve(warm_config, **changes) if changes else warm_config
 
 
@@ -366,6 +367,7 @@ def get_or_build(
     system_prompt: str | None = None,
     rollout: Any = None,
     tiny_given: Collection[str] | None = None,
+    warm_given: Collection[str] | None = None,
 ) -> Path:
     """The directory of a warm-started tiny model, built and saved on the first call.
 
@@ -382,14 +384,15 @@ def get_or_build(
         model's context as the run's will be (:mod:`rllab.prompt_limits`), before it trains;
         ``rollout.max_prompt_tokens`` drops the longer ones here too (part of the cache key when set).
     :param tiny_given: the ``model.tiny`` knobs the config set (the task's ``tiny_model_defaults``
-        apply to the others); None: to those at their default values.
+        apply to the others); None: to those at their default values. ``warm_given``: the same for
+        ``model.warm_start`` and ``warm_start_defaults``.
     :returns: a normal Hugging Face model directory, also holding ``rllab_warm_start.json``
         (the configs and the warm-start metrics).
 
     The model is written to a temporary sibling directory and renamed into place, so
     concurrent builders never see a half-written model; the first rename wins.
     """
-    warm_config = task_warm_start(task, warm_config)
+    warm_config = task_warm_start(task, warm_config, warm_given)
     model_config = task_tiny_model(task, model_config, tiny_given)
     if is_environment(task):  # an environment's demonstrations are episodes: never the key of a task's model
         task_config = {**task_config, "kind": "environment"}

@@ -171,7 +171,7 @@ class Trainer:
             self.cfg.component(self.cfg.source).to_dict(),
             tinymodel.WarmStartConfig(**mc.warm_start),
             progress=self.progress,
-            system_prompt=self.cfg.rollout.system_prompt, rollout=self.cfg.rollout, tiny_given=tuple(mc.tiny),
+            system_prompt=self.cfg.rollout.system_prompt, rollout=self.cfg.rollout, tiny_given=tuple(mc.tiny), warm_given=tuple(mc.warm_start),
         )
 
     def _load_model(self):

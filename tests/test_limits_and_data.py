@@ -18,7 +18,7 @@ from rllab.errors import ConfigError, EpisodeError, PromptError
 from rllab.chat import PromptRenderer
 from rllab.prompt_limits import PromptLimits
 from rllab.settings import RolloutConfig
-from rllab.tinymodel import TinyModelConfig, task_tiny_model
+from rllab.tinymodel import TinyModelConfig, WarmStartConfig, task_tiny_model, task_warm_start
 from rllab.tinytok import build_tokenizer
 from rllab.types import Completion, Example
 
@@ -188,6 +188,9 @@ def test_a_task_can_give_the_tiny_model_the_context_it_needs():
     assert task_tiny_model(Long(), TinyModelConfig()).max_position_embeddings == 1024
     assert task_tiny_model(Long(), TinyModelConfig(max_position_embeddings=512)).max_position_embeddings == 512  # the config wins
     assert task_tiny_model(Long(), TinyModelConfig(), given=("max_position_embeddings",)).max_position_embeddings == 256  # even at 256
+    Long.warm_start_defaults = {"steps": 60}
+    assert task_warm_start(Long(), WarmStartConfig()).steps == 60
+    assert task_warm_start(Long(), WarmStartConfig(), given=("steps",)).steps == 600  # model.warm_start.steps=600 set: kept
     Long.tiny_model_defaults = {"max_positions": 1}
     with pytest.raises(ValueError, match=r"tiny_model_defaults names unknown tiny-model knobs \['max_positions'\]"):
         task_tiny_model(Long(), TinyModelConfig())
