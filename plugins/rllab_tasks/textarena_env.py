@@ -38,8 +38,8 @@ game's higher/lower hints, never by the secret) and ``TowerOfHanoi`` (the classi
 winning ones; the other games set ``warm_start.steps = 0`` by default and refuse a warm start (and
 ``rllab check``'s episode checks, which play demonstrations).
 
-The tiny character model: every game's prompt is hundreds of characters (GuessTheNumber-v0: 508,
-TowerOfHanoi-v0: 357, Minesweeper-v0-small: 842), beyond the tiny model's default 256 positions.
+The tiny character model: every game's prompt is hundreds of characters (GuessTheNumber-v0: 516,
+TowerOfHanoi-v0: 373, Minesweeper-v0-small: 858), beyond the tiny model's default 256 positions.
 The environment's ``tiny_model_defaults`` give the tiny model the context the game needs (1024
 positions for GuessTheNumber-v0, 2048 for Minesweeper-v0-small) unless ``model.tiny.max_position_embeddings``
 is set; a pretrained model keeps its own. Blackjack (``♣ ♦``) and PegJump (``○ ●``) use characters
@@ -252,7 +252,7 @@ class TextArenaEnvironment:
         if _family(config.game) not in DEMONSTRATIONS:
             self.warm_start_defaults = {"steps": 0}
         else:  # a demonstration is a whole game of hundreds of tokens: smaller batches and probes, so it takes minutes
-            self.warm_start_defaults = WARM_START
+            self.warm_start_defaults = dict(WARM_START)
         self._eval: list[Example] | None = None
 
     @property
