@@ -39,6 +39,7 @@ Example (a one-guess game)::
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Awaitable, Mapping, Protocol, Sequence, runtime_checkable
 
 import attrs
@@ -57,6 +58,31 @@ def _finite_reward(inst, attribute, value):
 def _observation(inst, attribute, value):
     if value is not None and not isinstance(value, str):
         raise TypeError(f"Step.observation must be a string or None, got {type(value).__name__} {value!r}")
+
+
+def _role(inst, attribute, value):
+    if value not in OBSERVATION_ROLES:
+        raise ValueError(
+            f"Step.role = {value!r} is not a role an observation can take; use one of {', '.join(map(repr, OBSERVATION_ROLES))} "
+            f"(the model's own turns are the assistant's)"
+        )
+
+
+def _metrics(inst, attribute, value):
+    if not isinstance(value, Mapping):
+        raise TypeError(f"Step.metrics must be a mapping of name → number, got {type(value).__name__} {value!r}")
+    for key, v in value.items():
+        if not isinstance(key, str):
+            raise TypeError(f"Step.metrics: key {key!r} is a {type(key).__name__}, not a string")
+        if not isinstance(v, numbers.Real) and callable(getattr(v, "item", None)) and getattr(v, "ndim", 0) == 0:
+            v = v.item()  # a 0-d tensor or array
+        if not isinstance(v, numbers.Real):
+            raise TypeError(
+                f"Step.metrics[{key!r}] = {v!r} is a {type(v).__name__}, not a number; a step's metrics are counts summed "
+                f"over a batch's episodes (env/{key})"
+            )
+        if not math.isfinite(v):
+            raise ValueError(f"Step.metrics[{key!r}] = {v!r} must be finite")
 
 
 @attrs.frozen(kw_only=True)
@@ -78,8 +104,8 @@ class Step:
     observation: str | None = attrs.field(default=None, validator=_observation)
     reward: float = attrs.field(default=0.0, validator=_finite_reward)
     done: bool = False
-    role: str = attrs.field(default="user", validator=attrs.validators.in_(OBSERVATION_ROLES))
-    metrics: Mapping[str, float] = attrs.field(factory=dict)
+    role: str = attrs.field(default="user", validator=_role)
+    metrics: Mapping[str, float] = attrs.field(factory=dict, validator=_metrics)
 
 
 @runtime_checkable
@@ -106,6 +132,9 @@ class Environment(Protocol):
     - ``rollout_defaults`` (on the registered factory, e.g. a class attribute): a dict of
       ``[rollout]`` settings the environment needs (``{"max_new_tokens": 16}`` for turns that
       hold a tool call), applied to those the config does not set.
+    - ``warm_start_defaults`` / ``tiny_model_defaults``: dicts of ``model.warm_start`` /
+      ``model.tiny`` knobs for the tiny default model (``{"max_position_embeddings": 1024}`` for
+      prompts longer than its 256 positions), applied to those the config leaves at their defaults.
     - ``step_batch(episodes, texts, *, completion_ids) -> list``: one :class:`Step` (or the
       exception it raised) per live episode; the rollout loop then calls it once per turn instead
       of each episode's ``step`` (a batched reward model or checker).

@@ -215,18 +215,33 @@ def load_reward_function(ref: str, *, lab: Any = None, name: str | None = None, 
     if not isinstance(ref, str) or not ref.strip():
         raise ConfigError(f"reward function reference {ref!r}: give a registered name, module:function or path.py:function")
     name = name or reward_name(ref)
+    if ":" not in ref and _looks_like_path(ref):
+        _refuse_path_without_function(ref)
     if ":" not in ref:
         from rllab.lab import Lab
 
         lab = lab if lab is not None else (_LAB.get() or Lab())
-        spec = lab.spec("reward_function", ref)
+        try:
+            spec = lab.spec("reward_function", ref)
+        except KeyError as e:  # a dotted name not registered: most likely a module without its function
+            if Path(f"{ref}.py").is_file():
+                raise ConfigError(f"{e} There is a file {ref}.py here: name its function as {ref}.py:NAME") from None
+            if "." in ref.strip("."):
+                raise ConfigError(
+                    f"{e} A reward function from a module is named module:function: {ref}:NAME "
+                    f"(or path/to/file.py:NAME for a file)"
+                ) from None
+            raise
         comp = lab.get("reward_function", ref, **dict(knobs or {}))
         return RewardFunction(name=name, ref=ref, fn=spec.fn, style=spec.trait("signature"), config=comp.config)
     if knobs:
         raise ConfigError(f"reward function {ref!r}: knobs {dict(knobs)!r} are for registered reward functions; this one has none")
     target, attr = ref.rsplit(":", 1)
-    if target.endswith(".py") or "/" in target or "\\" in target:
+    _check_parts(ref, target, attr)
+    if _looks_like_path(target):
         path = Path(target).expanduser().resolve()
+        if path.is_dir():
+            raise ConfigError(f"reward function {ref!r}: {path} is a directory; name a file and a function in it: path/to/file.py:NAME")
         if not path.is_file():
             raise ConfigError(f"reward function {ref!r}: no such file {path}")
         from rllab.lab import import_file
@@ -245,6 +260,38 @@ def load_reward_function(ref: str, *, lab: Any = None, name: str | None = None, 
         have = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
         raise ConfigError(f"reward function {ref!r}: {target} has no function {attr!r} (functions: {', '.join(have) or 'none'})")
     return RewardFunction(name=name, ref=ref, fn=fn, style=style_of(fn, f"reward function {ref!r}"))
+
+
+def _looks_like_path(ref: str) -> bool:
+    return ref.lower().endswith(".py") or "/" in ref or "\\" in ref
+
+
+def _check_parts(ref: str, target: str, attr: str) -> None:
+    """``module:function`` / ``file.py:function`` with both parts given, no spaces, one colon."""
+    if not target.strip() or not attr.strip():
+        part = "the module or file before" if not target.strip() else "the function after"
+        raise ConfigError(f"reward function {ref!r}: {part} ':' is missing; write module:function or path/to/file.py:function")
+    if target != target.strip() or attr != attr.strip():
+        raise ConfigError(f"reward function {ref!r}: spaces around ':'; write it without them ({target.strip()}:{attr.strip()})")
+    if ":" in target and not _looks_like_path(target):
+        raise ConfigError(f"reward function {ref!r}: more than one ':'; write module:function or path/to/file.py:function")
+
+
+def _refuse_path_without_function(ref: str) -> None:
+    """A file given without ``:function``: refused, naming the functions the file defines."""
+    path = Path(ref).expanduser().resolve()
+    if not path.is_file():
+        raise ConfigError(f"reward function {ref!r}: no such file {path}; a file's reward function is named path/to/file.py:NAME")
+    try:
+        import ast
+
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        have = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and not n.name.startswith("_")]
+    except (OSError, SyntaxError, ValueError):
+        have = []
+    listed = f" (functions in it: {', '.join(have)})" if have else ""
+    first = have[0] if have else "NAME"
+    raise ConfigError(f"reward function {ref!r} names a file but not the function in it: write {ref}:{first}{listed}")
 
 
 @attrs.frozen(kw_only=True)

@@ -87,6 +87,13 @@ class RolloutConfig:
     temperature: float = knob(1.0, help="sampling temperature", gt=0.0)
     top_p: float = knob(1.0, help="nucleus sampling mass", gt=0.0, le=1.0)
     top_k: int = knob(-1, help="top-k sampling (-1: off)", ge=-1)
+    max_prompt_tokens: int | None = knob(
+        None,
+        help="drop prompts longer than this many tokens from training draws and the held-out examples, counted at load "
+        "(printed, and in final.json as prompts/dropped_train, prompts/dropped_eval); None: a prompt that does not fit "
+        "the model's context (a task's: with max_new_tokens) is refused at load (rllab.prompt_limits)",
+        ge=1,
+    )
     dynamic_sampling: bool = knob(False, help="drop groups whose scores are all equal (DAPO)")
     overlong_buffer: int = knob(0, help="DAPO overlong shaping: penalise the last N tokens before the cap (0: off)", ge=0)
     overlong_penalty: float = knob(1.0, help="DAPO overlong shaping: the penalty reached at the cap", ge=0.0)

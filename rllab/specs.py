@@ -304,6 +304,13 @@ def build_config(spec: ComponentSpec, values: Mapping[str, Any]) -> Any:
                 f" [{_flatten(e)}]",
                 key=key,
             ) from None
+    missing = [k for k, f in fields.items() if f.default is attrs.NOTHING and f.init and k not in kwargs]
+    if missing:  # a required knob: say which and how to set it, not the constructor's signature error
+        k = missing[0]
+        about = fields[k].metadata.get("help", "")
+        sec = {"task": "task", "environment": "env"}.get(spec.kind)
+        how = f" (on the command line: {sec}.{k}=...)" if sec else ""
+        raise ConfigError(f"{who} needs knob {k!r}{f' ({about})' if about else ''}, which has no default; set it{how}", key=k)
     try:
         return cls(**kwargs)
     except (ValueError, TypeError) as e:

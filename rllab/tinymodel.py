@@ -33,7 +33,7 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 import attrs
 import torch
@@ -323,9 +323,10 @@ def _model_key(model_config: TinyModelConfig) -> dict:
     return out
 
 
-def task_warm_start(task, warm_config: WarmStartConfig) -> WarmStartConfig:
+def task_warm_start(task, warm_config: WarmStartConfig, given: Collection[str] | None = None) -> WarmStartConfig:
     """Apply a task's own warm-start defaults (``task.warm_start_defaults``, a dict of
-    :class:`WarmStartConfig` knobs) to the knobs the config left at their defaults.
+    :class:`WarmStartConfig` knobs) to the knobs the config did not set (``given``: the knobs it
+    set; None: those at their default values).
 
     A task whose warm start overshoots (sort reaches 35% by the first probe, leaving RL little
     to learn) asks for a lower target probed more often; a knob set in the config still wins.
@@ -335,8 +336,25 @@ def task_warm_start(task, warm_config: WarmStartConfig) -> WarmStartConfig:
     unknown = sorted(set(wanted) - set(fields))
     if unknown:
         raise ValueError(f"task {getattr(task, 'name', task)!r}: warm_start_defaults names unknown warm-start knobs {unknown}")
-    changes = {k: v for k, v in wanted.items() if getattr(warm_config, k) == fields[k].default}
+    changes = {k: v for k, v in wanted.items() if (k not in given if given is not None else getattr(warm_config, k) == fields[k].default)}
     return attrs.evolve(warm_config, **changes) if changes else warm_config
+
+
+def task_tiny_model(task, model_config: TinyModelConfig, given: Collection[str] | None = None) -> TinyModelConfig:
+    """Apply a task's or environment's own tiny-model defaults (``tiny_model_defaults``, a dict of
+    :class:`TinyModelConfig` knobs) to the knobs the config did not set (``given``: the knobs it
+    set; None: those at their default values).
+
+    A game whose opening prompt is 517 characters asks for ``max_position_embeddings = 1024``, so
+    the tiny model it is trained with has room for it; a knob set in the config still wins.
+    """
+    wanted = dict(getattr(task, "tiny_model_defaults", None) or {})
+    fields = {f.name: f for f in attrs.fields(TinyModelConfig)}
+    unknown = sorted(set(wanted) - set(fields))
+    if unknown:
+        raise ValueError(f"task {getattr(task, 'name', task)!r}: tiny_model_defaults names unknown tiny-model knobs {unknown}")
+    changes = {k: v for k, v in wanted.items() if (k not in given if given is not None else getattr(model_config, k) == fields[k].default)}
+    return attrs.evolve(model_config, **changes) if changes else model_config
 
 
 def get_or_build(
@@ -347,31 +365,50 @@ def get_or_build(
     cache_dir: str | os.PathLike | None = None,
     progress: bool = True,
     system_prompt: str | None = None,
+    rollout: Any = None,
+    tiny_given: Collection[str] | None = None,
+    warm_given: Collection[str] | None = None,
 ) -> Path:
     """The directory of a warm-started tiny model, built and saved on the first call.
 
     :param task: the task whose demonstrations the model is trained on, or an environment (its
-        demonstration episodes, :mod:`rllab.demonstrations`; the key then marks it as one).
+        demonstration episodes, :mod:`rllab.demonstrations`; the key then marks it as one). Its
+        ``warm_start_defaults`` and ``tiny_model_defaults`` apply to the knobs left at their
+        defaults (:func:`task_warm_start`, :func:`task_tiny_model`).
     :param task_config: what identifies ``task`` in the cache key — its name and knobs, e.g.
         ``{"name": "addition", "digits": 2, "eval_fraction": 0.1, ...}``.
     :param cache_dir: overrides :func:`cache_root`.
     :param system_prompt: the run's ``rollout.system_prompt``, so the demonstrations are rendered
         as the rollouts will be (part of the cache key when set).
+    :param rollout: the run's ``[rollout]`` config: the warm start's prompts are checked against the
+        model's context as the run's will be (:mod:`rllab.prompt_limits`), before it trains;
+        ``rollout.max_prompt_tokens`` drops the longer ones here too (part of the cache key when set).
+    :param tiny_given: the ``model.tiny`` knobs the config set (the task's ``tiny_model_defaults``
+        apply to the others); None: to those at their default values. ``warm_given``: the same for
+        ``model.warm_start`` and ``warm_start_defaults``.
     :returns: a normal Hugging Face model directory, also holding ``rllab_warm_start.json``
         (the configs and the warm-start metrics).
 
     The model is written to a temporary sibling directory and renamed into place, so
     concurrent builders never see a half-written model; the first rename wins.
     """
-    warm_config = task_warm_start(task, warm_config)
+    warm_config = task_warm_start(task, warm_config, warm_given)
+    model_config = task_tiny_model(task, model_config, tiny_given)
     if is_environment(task):  # an environment's demonstrations are episodes: never the key of a task's model
         task_config = {**task_config, "kind": "environment"}
     root = cache_root(cache_dir)
-    key = cache_key(model_config, task_config, warm_config, system_prompt)
+    cap = getattr(rollout, "max_prompt_tokens", None)
+    key = cache_key(model_config, {**task_config, **({"max_prompt_tokens": cap} if cap is not None else {})}, warm_config,
+                    system_prompt)
     final = root / f"tiny-qwen2-{key}"
     if (final / METRICS_FILE).is_file():
         return final
     model, tokenizer = build_tiny_model(model_config)
+    if rollout is not None:  # a prompt that cannot fit is refused before the warm start trains (or evaluates)
+        from rllab.prompt_limits import PromptLimits
+
+        task = PromptLimits(task, tokenizer=tokenizer, rollout=rollout, context_tokens=model_config.max_position_embeddings,
+                            name=str(task_config.get("name", "?")), model_name="the tiny model", announce=False).for_rollout(rollout)
     renderer = PromptRenderer(
         tokenizer, system_prompt=system_prompt, task_name=str(task_config.get("name", "?")), model_name="the tiny model"
     )

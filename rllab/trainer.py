@@ -46,6 +46,7 @@ from rllab.listeners import RunLoggers
 from rllab.modeldir import check_model_dir
 from rllab.models import enable_checkpointing, transformers_progress_bars_off
 from rllab.optimizer import Optimizers, StepOutcome, lr_factor
+from rllab.prompt_limits import PromptLimits
 from rllab.rollout import RolloutStage
 from rllab.config_checks import check_backend_device
 from rllab.runs import CONFIG_FILE, recorded_config, run_experiment, with_deployment  # noqa: F401  (run_experiment: re-exported)
@@ -112,6 +113,7 @@ class Trainer:
         asyncrollout.check_algorithm(cfg, self.algorithm, self.components)
         self.prefetch: asyncrollout.AsyncRollout | None = None
         """The batches sampled ahead (``rollout.max_staleness > 0``), else None."""
+        self.prompt_limits: PromptLimits | None = None
         try:
             with transformers_progress_bars_off():  # rllab shows its own progress
                 self._build_models()
@@ -167,7 +169,7 @@ class Trainer:
             self.cfg.component(self.cfg.source).to_dict(),
             tinymodel.WarmStartConfig(**mc.warm_start),
             progress=self.progress,
-            system_prompt=self.cfg.rollout.system_prompt,
+            system_prompt=self.cfg.rollout.system_prompt, rollout=self.cfg.rollout, tiny_given=tuple(mc.tiny), warm_given=tuple(mc.warm_start),
         )
 
     def _load_model(self):
@@ -230,12 +232,16 @@ class Trainer:
                 self.critic_optimizer = self._adamw(self.critic.parameters(), self.cfg.train.critic_lr)
 
     def _rollout_stage(self) -> RolloutStage:
+        name, model_name = self.cfg.component(self.cfg.source).name, f"model {self.cfg.model.path!r}" if self.cfg.model.path else "the tiny model"
+        context = getattr(getattr(self.policy, "config", None), "max_position_embeddings", None)
+        if self.prompt_limits is None:  # prompts against the context, once the tokenizer exists (rllab.prompt_limits)
+            self.prompt_limits = PromptLimits(self.task if self.env is None else self.env, tokenizer=self.tokenizer, rollout=self.cfg.rollout,
+                                              context_tokens=context, name=name, model_name=model_name, announce=self.placement.reducer.is_main)
+        source = self.prompt_limits.for_rollout(self.cfg.rollout)  # refuses a prompt that does not fit, or drops it
         return RolloutStage(
-            task=self.task, env=self.env, task_name=self.cfg.component(self.cfg.source).name,  # the task's or the environment's
+            task=source if self.env is None else None, env=source if self.env is not None else None, task_name=name,
             backend=self.backend, tokenizer=self.tokenizer, config=self.cfg.rollout, seed=self.cfg.train.seed,
-            model_name=f"model {self.cfg.model.path!r}" if self.cfg.model.path else "the tiny model",
-            reducer=self.placement.reducer,
-            context_tokens=getattr(getattr(self.policy, "config", None), "max_position_embeddings", None),
+            model_name=model_name, reducer=self.placement.reducer, context_tokens=context,
         )
 
     def _adamw(self, params, lr: float):
@@ -478,6 +484,7 @@ class Trainer:
             "final/reward": final["eval/reward"],
             "steps": t.steps,
             "nonfinite_skipped": getattr(self, "nonfinite_skipped", 0),
+            **(self.prompt_limits.summary() if self.prompt_limits is not None else {}),  # rollout.max_prompt_tokens's drops
             "run_dir": str(self.run_dir),
             **({k.replace("model/", "lora/"): int(v) for k, v in self.lora.counts().items()} if self.lora is not None else {}),
         }

@@ -611,7 +611,7 @@ def test_start_failures_bad_metrics_and_a_silent_chat_step_are_environment_error
         def start(self, example):
             return type("E", (), {"step": lambda self, text: Step(reward=1.0, done=True, metrics={"calls": "many"})})()
 
-    with pytest.raises(EpisodeError, match=r"at turn 1 \(model turn '5'\): ValueError"):
+    with pytest.raises(EpisodeError, match=r"at turn 1 \(model turn '5'\): TypeError: Step.metrics\['calls'\] = 'many' is a str, not a number"):
         play(Words(), Scripted([[ids_of(char, "5") + [eos]]]), char, Words().train_examples(1, None))
 
     class Silent(Env):

@@ -29,27 +29,67 @@ def read_rows(path: str, *, who: str) -> dict[str, list[dict]]:
     p = Path(path).expanduser()
     if not p.exists():
         raise FileNotFoundError(f"{who}: no such file or directory: {p} (data sets are read from local paths only)")
+    _check_shape(p, who)
     datasets = _datasets()
     quiet = datasets.are_progress_bars_disabled()
     datasets.disable_progress_bars()  # no "Generating train split" bar for a local file
+    verbosity = datasets.logging.get_verbosity()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its own "Failed to load JSON" line: the error says it
     try:
         if p.is_dir():
             ds = datasets.load_from_disk(str(p))
         else:
-            builder = BUILDERS.get(p.suffix.lower())
-            if builder is None:
-                raise ValueError(f"unknown file type {p.suffix!r}; use one of {', '.join(BUILDERS)} or a save_to_disk directory")
-            ds = datasets.load_dataset(builder, data_files=str(p), split="train")
+            ds = datasets.load_dataset(BUILDERS[p.suffix.lower()], data_files=str(p), split="train")
     except FileNotFoundError as e:
         raise FileNotFoundError(f"{who}: {p}: {e}") from None
     except Exception as e:  # datasets / arrow raise many kinds on a malformed file
-        raise ValueError(f"{who}: cannot read {p}: {type(e).__name__}: {e}") from None
+        if "corresponds to no data" in str(e):
+            raise ValueError(f"{who}: {p} has no rows; {_NEEDS}") from None
+        cause = e.__cause__ or e.__context__
+        why = f"{type(e).__name__}: {e}" + (f" ({type(cause).__name__}: {cause})" if cause is not None else "")
+        raise ValueError(f"{who}: cannot read {p} as {p.suffix or 'a data set'}: {why}") from None
     finally:
+        datasets.logging.set_verbosity(verbosity)
         if not quiet:
             datasets.enable_progress_bars()
     if isinstance(ds, datasets.DatasetDict):
-        return {name: split.to_list() for name, split in ds.items()}
-    return {"train": ds.to_list()}
+        tables = {name: split.to_list() for name, split in ds.items()}
+    else:
+        tables = {"train": ds.to_list()}
+    if not any(tables.values()):
+        raise ValueError(f"{who}: {p} has no rows; {_NEEDS}")
+    return tables
+
+
+_NEEDS = "a data set needs at least two rows (one to train on, one held out)"
+
+
+def _check_shape(p: Path, who: str) -> None:
+    """Refuse what ``datasets`` would answer with a puzzle: a directory that ``save_to_disk`` did not
+    write, a file type it is not read as, an empty file, a text file of blank lines only."""
+    if p.is_dir():
+        if not any((p / marker).is_file() for marker in ("dataset_info.json", "dataset_dict.json", "state.json")):
+            inside = sorted(str(f.relative_to(p)) for f in p.rglob("*") if f.suffix.lower() in BUILDERS)[:3]
+            hint = f"; the data files in it: {', '.join(inside)} (give one as the path)" if inside else ""
+            raise ValueError(
+                f"{who}: {p} is a directory but not one written by Dataset.save_to_disk (no dataset_info.json or "
+                f"dataset_dict.json); give a {', '.join(BUILDERS)} file or a save_to_disk directory{hint}"
+            )
+        return
+    if not p.is_file():
+        raise ValueError(f"{who}: {p} is not a regular file")
+    if p.suffix.lower() not in BUILDERS:
+        raise ValueError(
+            f"{who}: {p}: unknown file type {p.suffix!r}; use one of {', '.join(BUILDERS)} or a save_to_disk directory "
+            f"(the type is read from the file's extension)"
+        )
+    if p.stat().st_size == 0:
+        raise ValueError(f"{who}: {p} is empty (0 bytes); {_NEEDS}")
+    if p.suffix.lower() in (".jsonl", ".json", ".csv"):
+        with p.open("rb") as f:
+            head = f.read(1 << 16)
+        if not head.strip() and len(head) == p.stat().st_size:
+            raise ValueError(f"{who}: {p} holds only blank lines; {_NEEDS}")
 
 
 def column(row: Mapping[str, Any], name: str) -> tuple[bool, Any]:

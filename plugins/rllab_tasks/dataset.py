@@ -86,6 +86,16 @@ class DatasetConfig:
     seed: int = rllab.knob(0, help="shuffles the rows before the held-out fraction is cut")
 
 
+def _name_it(row: dict, knob: str) -> str:
+    """How to name the column instead: the knob, and the row's columns it could be."""
+    guess = next((k for k in row if k.lower() in {"prompt_column": PROMPT_NAMES, "answer_column": ANSWER_NAMES}.get(knob, ())), None)
+    return f"; name the column with task.{knob}" + (f" (task.{knob}={guess}?)" if guess else "")
+
+
+PROMPT_NAMES = ("prompt", "question", "problem", "query", "input", "instruction", "messages", "text")
+ANSWER_NAMES = ("answer", "solution", "target", "output", "label", "ground_truth", "response")
+
+
 def dataset_components(config: DatasetConfig) -> tuple[str, ...]:
     """The reward components a config declares: the function names with two or more, else none."""
     refs = _refs(config.rewards)
@@ -119,7 +129,7 @@ class DatasetTask:
                     f"{who}: {marked.meta['row']}, column {config.split_column!r}: "
                     f"{marked.meta['columns'][config.split_column]!r} in the training file while eval_path is set"
                 )
-            evals = read_rows(config.eval_path, who=who)
+            evals = read_rows(config.eval_path, who=f"{who}: eval_path")
             esrc = Path(config.eval_path).expanduser()
             self.eval = [self._example(r, i, esrc, answer_col, required) for split in evals.values() for i, r in enumerate(split)]
         elif len(tables) > 1:
@@ -140,7 +150,8 @@ class DatasetTask:
         for split, rows in (("training", self.train), ("evaluation", self.eval)):
             if not rows:
                 raise ValueError(
-                    f"{who}: {src} has no {split} rows ({len(self.train)} training, {len(self.eval)} evaluation)"
+                    f"{who}: {src} has no {split} rows ({len(self.train)} training, {len(self.eval)} evaluation); "
+                    f"{self._split_fix(split, tables, first)}"
                 )
         self.eval = self.eval[: config.eval_size]
         self.has_answer = all(e.meta["ground_truth"] is not None for e in self.train + self.eval)
@@ -158,20 +169,35 @@ class DatasetTask:
             self.reward_components = self.rewards.names
             self.reward_weights = self.rewards.weights
 
+    def _split_fix(self, split: str, tables: dict, first: list) -> str:
+        """What to do about an empty training or evaluation split, given how the rows were split."""
+        c = self.config
+        if c.eval_path is not None:
+            return "every row of path trains and every row of eval_path is held out"
+        if len(tables) > 1:
+            return (f"its splits are {', '.join(sorted(tables))}: evaluation reads {', '.join(EVAL_SPLITS)}, training the "
+                    f"others; or give task.eval_path")
+        if first and c.split_column in first[0]:
+            return (f"its {c.split_column!r} column marks the rows; mark some {'train' if split == 'training' else 'eval'}, "
+                    f"or give task.eval_path")
+        return "a data set needs at least two rows (one to train on, one held out), or give task.eval_path"
+
     def _example(self, row: dict, i: int, src: Path, answer_col: str, required: bool, split: str | None = None) -> Example:
         c = self.config
         where = f"task {self.name!r}: {src} row {i + 1}" + (f" (split {split!r})" if split else "")
         if not isinstance(row, dict):
             raise ValueError(f"{where}: expected an object, got {type(row).__name__}")
         found, prompt = column(row, c.prompt_column)
-        if not found or prompt is None:
-            raise ValueError(f"{where}: missing column {c.prompt_column!r} (columns: {', '.join(row)})")
+        if found and prompt is None:
+            raise ValueError(f"{where}: missing column {c.prompt_column!r} in this row (null or absent); give every row a prompt or remove the row")
+        if not found:
+            raise ValueError(f"{where}: missing column {c.prompt_column!r} (columns: {', '.join(row)}){_name_it(row, 'prompt_column')}")
         prompt = parse_prompt(prompt, f"{where}, column {c.prompt_column!r}")
         found, answer = column(row, answer_col)
         if found and answer is not None:
             answer = text_value(answer, f"{where}, column {answer_col!r}")
         elif required:
-            raise ValueError(f"{where}: missing column {answer_col!r} (columns: {', '.join(row)})")
+            raise ValueError(f"{where}: missing column {answer_col!r} (columns: {', '.join(row)}){_name_it(row, 'answer_column')}")
         else:
             answer = None
         demo = row.get(c.demonstration_column)

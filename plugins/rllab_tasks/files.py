@@ -94,6 +94,8 @@ class JsonlTask:
     def __init__(self, config: JsonlConfig):
         self.config = config
         path = Path(config.path).expanduser()
+        if path.is_dir():
+            raise ValueError(f"task 'jsonl': path {path} is a directory; give a JSONL file (task=dataset also reads save_to_disk directories)")
         if not path.is_file():
             raise FileNotFoundError(f"task 'jsonl': no such file: {path}")
         if config.reward not in REWARD_FNS:
@@ -102,6 +104,8 @@ class JsonlTask:
         self.train: list[Example] = []
         self.eval: list[Example] = []
         eval_path = None if config.eval_path is None else Path(config.eval_path).expanduser()
+        if eval_path is not None and eval_path.is_dir():
+            raise ValueError(f"task 'jsonl': eval_path {eval_path} is a directory; give a JSONL file")
         if eval_path is not None and not eval_path.is_file():
             raise FileNotFoundError(f"task 'jsonl': no such file: {eval_path} (eval_path)")
         for ex, split, where in self._rows(path):
@@ -121,8 +125,13 @@ class JsonlTask:
                 self.eval.append(ex)
             if not self.eval:
                 raise ValueError(f"task 'jsonl': eval_path {eval_path} has no rows")
+        if not self.train and (not self.eval or eval_path is not None):
+            raise ValueError(f"task 'jsonl': {path} has no rows (it is empty or holds only blank lines); give one JSON object per line")
         if not self.train:
-            raise ValueError(f"task 'jsonl': {path} has no training rows ({len(self.eval)} eval rows)")
+            raise ValueError(
+                f"task 'jsonl': {path} has no training rows ({len(self.eval)} eval rows: marked split 'eval' or in the held-out "
+                f"share); add rows, mark some split 'train' or lower task.eval_fraction"
+            )
         self.eval = self.eval[: config.eval_size]
 
     def _rows(self, path: Path):

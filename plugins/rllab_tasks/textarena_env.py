@@ -38,9 +38,11 @@ game's higher/lower hints, never by the secret) and ``TowerOfHanoi`` (the classi
 winning ones; the other games set ``warm_start.steps = 0`` by default and refuse a warm start (and
 ``rllab check``'s episode checks, which play demonstrations).
 
-The tiny character model: every game's prompt is hundreds of characters (GuessTheNumber-v0: 508,
-TowerOfHanoi-v0: 357, Minesweeper-v0-small: 842), beyond the tiny model's default 256 positions;
-raise ``model.max_position_embeddings``. Blackjack (``♣ ♦``) and PegJump (``○ ●``) use characters
+The tiny character model: every game's prompt is hundreds of characters (GuessTheNumber-v0: 516,
+TowerOfHanoi-v0: 373, Minesweeper-v0-small: 858), beyond the tiny model's default 256 positions.
+The environment's ``tiny_model_defaults`` give the tiny model the context the game needs (1024
+positions for GuessTheNumber-v0, 2048 for Minesweeper-v0-small) unless ``model.tiny.max_position_embeddings``
+is set; a pretrained model keeps its own. Blackjack (``♣ ♦``) and PegJump (``○ ●``) use characters
 the character tokenizer encodes as ``<unk>``.
 """
 
@@ -102,6 +104,10 @@ UNSUPPORTED = {
     "Sudoku-v0-hard": "its reset takes seconds, 8 s measured",
 }
 """Why other single-player textarena ids are refused (matched on the id, then on its game name)."""
+
+
+WARM_START = {"steps": 60, "batch_size": 16, "probe_size": 16, "check_every": 20, "eval_limit": 16}
+"""The tiny model's warm start on a game with demonstrations (``model.warm_start.*`` set in the config win)."""
 
 
 class TextArenaError(rllab.RllabError):
@@ -245,7 +251,17 @@ class TextArenaEnvironment:
         self.max_turns = config.max_turns if config.max_turns is not None else int(own)
         if _family(config.game) not in DEMONSTRATIONS:
             self.warm_start_defaults = {"steps": 0}
+        else:  # a demonstration is a whole game of hundreds of tokens: smaller batches and probes, so it takes minutes
+            self.warm_start_defaults = dict(WARM_START)
         self._eval: list[Example] | None = None
+
+    @property
+    def tiny_model_defaults(self) -> dict:
+        """The tiny model's context for this game (``rllab.tinymodel.task_tiny_model``): the least power
+        of two ≥ 1024 that holds the opening prompt in the character tokenizer (a token per character
+        and ``<bos>``) and 256 more tokens for the episode's turns (RoPE: no parameters are added)."""
+        need = len(self.example(0).prompt) + 1 + 256
+        return {"max_position_embeddings": max(1024, 1 << (need - 1).bit_length())}
 
     def _is_eval(self, seed: int) -> bool:
         return in_eval_split(str(seed), seed=self.config.seed, eval_fraction=self.config.eval_fraction)

@@ -246,7 +246,7 @@ def test_jsonl_errors(lab, tmp_path):
         ('{"prompt": "a"}\n', "missing key 'answer'"),
         ('[1, 2]\n', "expected an object"),
         ('{"prompt": "a", "answer": "b", "split": "test"}\n', "split must be"),
-        ('\n\n', "no training rows"),
+        ('\n\n', r"has no rows \(it is empty or holds only blank lines\)"),
     ]:
         bad.write_text(content)
         with pytest.raises(ValueError, match=match):
