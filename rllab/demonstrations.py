@@ -146,7 +146,8 @@ class _GreedyBackend:
 
 
 def episode_accuracy(model, tokenizer, env, examples, max_new_tokens: int, renderer: PromptRenderer) -> float:
-    """The share of ``examples`` whose greedy episode is solved (``env.solved``, else total reward ≥ 1)."""
+    """The share of ``examples`` whose greedy episode is solved (:func:`rllab.accuracy.is_solved`:
+    ``env.solved``, else total reward ≥ 1; a failed episode never is)."""
     was_training = model.training
     model.eval()
     limits = EpisodeLimits(max_turns=getattr(env, "max_turns", 1) or 1, max_new_tokens=max_new_tokens,
@@ -155,4 +156,4 @@ def episode_accuracy(model, tokenizer, env, examples, max_new_tokens: int, rende
                            limits=limits, on_error="zero")
     episodes = runner.play(examples, SamplingParams(n=1, max_new_tokens=max_new_tokens, temperature=0.0))
     model.train(was_training)
-    return sum(is_solved(env, e.example, e.reward) for e in episodes) / len(examples)
+    return sum(e.error is None and is_solved(env, e.example, e.reward) for e in episodes) / len(examples)

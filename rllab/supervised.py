@@ -10,6 +10,8 @@ episodes instead, :mod:`rllab.demonstrations`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 from rllab.chat import PromptRenderer
@@ -119,6 +121,7 @@ def greedy_accuracy(model, tokenizer, task, examples, max_new_tokens: int, rende
     model.train(was_training)
     from rllab.types import is_solved, scalar_reward
 
-    solved = (is_solved(task, e, scalar_reward(task, task.reward(e, t))) for e, t in zip(examples, texts))
+    outs = [task.reward(e, t) for e, t in zip(examples, texts)]
+    solved = (is_solved(task, e, scalar_reward(task, out), out if isinstance(out, Mapping) else None) for e, out in zip(examples, outs))
     return sum(solved) / len(examples)
 
