@@ -36,6 +36,14 @@ def budget_text(limits: Any) -> str:
     return ", ".join(parts)
 
 
+def _budget_fix(limits: Any) -> str:
+    """What to change when every episode overflowed: the setting that bounds them, else the context."""
+    room = "or make the environment's observations shorter (or its episodes end sooner: rollout.max_turns)."
+    if getattr(limits, "max_episode_tokens", None) is not None:
+        return f"Raise rollout.max_episode_tokens (or unset it), {room}"
+    return f"The model's context bounds them: use a model with a longer context, {room}"
+
+
 def check_step(episodes: Sequence[Any], *, kind: str, name: str, policy: str, limits: Any) -> dict[str, float]:
     """The step's failure shares; raises when none of its ``episodes`` gave anything to learn from.
 
@@ -67,8 +75,7 @@ def check_step(episodes: Sequence[Any], *, kind: str, name: str, policy: str, li
         raise ConfigError(
             f"every episode of {who} in this step ended by overflowing its token budget (finish reason 'overflow', "
             f"{overflow} of {n}){also}: no episode reached its end, so there is nothing to learn from. The budget: "
-            f"{budget_text(limits)}. Raise rollout.max_episode_tokens (or unset it), use a model with a longer context, "
-            f"or make the environment's observations shorter.",
+            f"{budget_text(limits)}. {_budget_fix(limits)}",
             key="rollout.max_episode_tokens",
         )
     return {"rollout/error_frac": len(failed) / n, "rollout/overflow_frac": overflow / n}
