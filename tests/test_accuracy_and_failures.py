@@ -145,10 +145,14 @@ def test_the_dataset_tasks_correct_component_knob(tmp_path):
     both = ("exact", "length_penalty")
     task = DatasetTask(DatasetConfig(path=str(data), rewards=both, reward_weights=(1.0, 0.01)))
     assert solved_rule(task) == "reward component 'exact' ≥ 1 (the first, primary component)"
-    task = DatasetTask(DatasetConfig(path=str(data), rewards=both, correct_component="length_penalty"))
-    assert "'length_penalty'" in solved_rule(task)
+    task = DatasetTask(DatasetConfig(path=str(data), rewards=("exact", "format"), correct_component="format"))
+    assert "'format'" in solved_rule(task)
     with pytest.raises(ConfigError, match="'exact', 'length_penalty'"):
         DatasetTask(DatasetConfig(path=str(data), rewards=both, correct_component="exactt"))
+    # a shaping term first would make accuracy 0 whatever the answers: refused, saying what to do
+    with pytest.raises(ConfigError, match="'length_penalty' ≥ 1, which never scores above 0.*task.correct_component"):
+        DatasetTask(DatasetConfig(path=str(data), rewards=both[::-1]))
+    assert "'exact'" in solved_rule(DatasetTask(DatasetConfig(path=str(data), rewards=both[::-1], correct_component="exact")))
 
 
 # --------------------------------------------------------------------------- failures

@@ -40,6 +40,7 @@ from rllab.rewards import RewardSet, reward_names
 from rllab.types import Example, correct_component
 
 from .datafiles import EVAL_SPLITS, column, parse_prompt, read_rows, text_value
+from .rewards import SHAPING
 
 FORMATS = ("auto", "trl", "verl")
 DEFAULT_REWARDS = {"trl": ("exact",), "verl": ("math_verify",)}
@@ -165,7 +166,13 @@ class DatasetTask:
             self.reward_weights = self.rewards.weights
         if config.correct_component is not None and tuple(self.rewards.names) != (config.correct_component,):
             self.correct_component = config.correct_component
-            correct_component(self, who=who)  # refuses a name that is not one of the components, listing them
+        counted = correct_component(self, who=who)  # refuses a name that is not one of the components, listing them
+        if counted in SHAPING:
+            raise rllab.ConfigError(
+                f"{who}: accuracy would count reward component {counted!r} ≥ 1, which never scores above 0 (a shaping "
+                f"term): put the function that checks the answer first in task.rewards, or name it with "
+                f"task.correct_component (one of {', '.join(map(repr, self.rewards.names))})", key="correct_component",
+            )
 
     def _example(self, row: dict, i: int, src: Path, answer_col: str, required: bool, split: str | None = None) -> Example:
         c = self.config
