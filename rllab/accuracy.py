@@ -26,11 +26,16 @@ def correct_component(task: Any, *, who: str = "the task") -> str | None:
     chosen = getattr(task, "correct_component", None)
     if chosen is None:
         return names[0] if names else None
-    if chosen not in names:
-        known = f"its reward components are {', '.join(map(repr, names))}" if names else "it has a single reward, no components"
+    if not names:
         raise ConfigError(
-            f"{who}: correct_component = {chosen!r} is not one of its reward components; {known}. Name one of them "
-            f"(task.correct_component), or leave it unset for the first", key="correct_component",
+            f"{who}: correct_component = {chosen!r}, but it has a single reward, no components: leave correct_component "
+            f"unset (a reward ≥ 1 is solved); it chooses among two or more reward components", key="correct_component",
+        )
+    if chosen not in names:
+        raise ConfigError(
+            f"{who}: correct_component = {chosen!r} is not one of its reward components; its reward components are "
+            f"{', '.join(map(repr, names))}. Name one of them (task.correct_component), or leave it unset for the first",
+            key="correct_component",
         )
     return chosen
 

@@ -121,7 +121,7 @@ def test_an_unknown_correctness_component_is_refused_listing_the_components(char
     with pytest.raises(ConfigError, match=r"correct_component = 'corect' is not one of its reward components; its reward "
                                           r"components are 'correct', 'length'"):
         stage(char, task)
-    with pytest.raises(ConfigError, match="it has a single reward, no components"):
+    with pytest.raises(ConfigError, match="it has a single reward, no components: leave correct_component unset"):
         stage(char, Task(correct_component="correct"))
 
 
@@ -363,3 +363,11 @@ def test_the_header_and_final_json_say_what_accuracy_counts(plugin, tmp_path, ca
     out = " ".join(capsys.readouterr().out.split())
     assert "task 'flaky'; accuracy counts an answer solved when reward ≥ 1" in out
     assert json.loads((tmp_path / "run" / "final.json").read_text(encoding="utf-8"))["solved_when"] == "reward ≥ 1"
+
+
+def test_a_zero_reward_run_whose_completions_are_cut_names_the_token_cap_once(plugin, tmp_path, capsys):
+    assert run(plugin, tmp_path, "task=addition", "rollout.max_new_tokens=1", "train.steps=5") == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.count("scored 0") == 1 and "nothing to learn from" in err
+    assert "of the completions were cut at their token cap before they ended (rollout.max_new_tokens = 1" in err
+    assert "warm start" not in err

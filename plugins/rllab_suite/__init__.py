@@ -124,8 +124,14 @@ def _cause(s: dict) -> str:
             f"{s['overflow_frac'] / n:.0%} of the episodes overflowed their token budget (finish reason 'overflow', "
             f"rollout.max_episode_tokens = {s['budget']!r}): raise rollout.max_episode_tokens or shorten the observations."
         )
+    if s["stopped"] / n < 1 - MOST:
+        budget = f", rollout.max_episode_tokens = {s['budget']!r}" if s["kind"] == "environment" else ""
+        return (
+            f"{1 - s['stopped'] / n:.0%} of the completions were cut at their token cap before they ended (rollout.max_new_tokens = "
+            f"{s['max_new_tokens']!r}{budget}; rollout/stop_frac {s['stopped'] / n:.2f}). Raise the cap."
+        )
     return (
-        "the warm start leaves nothing to learn from. Use an easier task config or a longer warm start "
+        "the warm start leaves the model no reward to start from. Use an easier task config or a longer warm start "
         "(model.warm_start.target_accuracy / model.warm_start.steps)."
     )
 
@@ -136,7 +142,8 @@ def on_run_start(run_dir, config, start_step, total_steps, progress):
         "steps": 0, "zero": 0, "warned": False, "noted": set(), "error_frac": 0.0, "overflow_frac": 0.0,
         "kind": "environment" if config.source == "env" else "task", "task": config.component(config.source).name,
         "total": total_steps - start_step, "policy": config.rollout.reward_errors,
-        "budget": getattr(config.rollout, "max_episode_tokens", None),
+        "budget": getattr(config.rollout, "max_episode_tokens", None), "max_new_tokens": config.rollout.max_new_tokens,
+        "stopped": 0.0,
     }
 
 
@@ -147,6 +154,7 @@ def on_step_end(step, metrics, run_dir):
         return
     s["steps"] += 1
     s["zero"] += metrics["rollout/reward"] == 0.0 and metrics.get("rollout/score", 0.0) == 0.0
+    s["stopped"] += float(metrics.get("rollout/stop_frac", 1.0))
     who = f"{s['kind']} {s['task']!r}"
     for key, what in (("error_frac", "samples failed their reward"), ("overflow_frac", "episodes overflowed their token budget")):
         frac = float(metrics.get(f"rollout/{key}", 0.0))
@@ -161,8 +169,8 @@ def on_step_end(step, metrics, run_dir):
     if not s["warned"] and s["zero"] == s["steps"] and s["steps"] >= min(ZERO_REWARD_STEPS, s["total"]):
         s["warned"] = True
         _warn(
-            f"{run_dir}: every rollout of the first {s['steps']} steps scored 0 on {who} — every group's advantage is 0 "
-            f"and the policy cannot learn; {_cause(s)}"
+            f"{run_dir}: every rollout of the first {s['steps']} steps scored 0 on {who}, so there is nothing to learn from "
+            f"(every group's advantage is 0); {_cause(s)}"
         )
 
 
