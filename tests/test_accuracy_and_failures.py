@@ -245,10 +245,11 @@ PLUGIN = textwrap.dedent(
     @attrs.frozen
     class FlakyConfig:
         fail: int = rllab.knob(0, help="of every 4 reward calls, this many raise", ge=0, le=4)
+        score: float = rllab.knob(0.0, help="the reward of the others")
 
 
     class Flaky:
-        """Prompts i+1=; of every 4 reward calls the first `fail` raise, the others score 0."""
+        """Prompts i+1=; of every 4 reward calls the first `fail` raise, the others score `score`."""
 
         def __init__(self, config):
             self.config, self.calls = config, 0
@@ -263,7 +264,7 @@ PLUGIN = textwrap.dedent(
             self.calls += 1
             if (self.calls - 1) % 4 < self.config.fail:
                 raise RuntimeError("grader offline")
-            return 0.0
+            return self.config.score
 
         def demonstration(self, example):
             return example.answer
@@ -371,3 +372,13 @@ def test_a_zero_reward_run_whose_completions_are_cut_names_the_token_cap_once(pl
     assert err.count("scored 0") == 1 and "nothing to learn from" in err
     assert "of the completions were cut at their token cap before they ended (rollout.max_new_tokens = 1" in err
     assert "warm start" not in err
+
+
+def test_rllab_run_where_half_the_samples_fail_goes_on_and_skip_dropping_every_group_is_said(plugin, tmp_path, capsys):
+    # 2 of every 4 reward calls raise: every group of 4 has a failure, and skip drops each whole group
+    assert run(plugin, tmp_path, "task=flaky", "task.fail=2", "task.score=1.0", "rollout.reward_errors=skip",
+               "train.steps=5") == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.count("drops a failed sample's whole group, so the step trained on nothing") == 1
+    assert err.count("no step of the first 5 kept a sample to train on") == 1 and "50% of the samples failed" in err
+    assert run(plugin, tmp_path, "task=flaky", "task.fail=2", "rollout.reward_errors=zero", "train.steps=2", "--overwrite") == 0

@@ -110,6 +110,17 @@ def _warn(text: str) -> None:
     warnings.warn(text, NoLearningSignalWarning, stacklevel=2)
 
 
+def _nothing(s: dict, who: str) -> str:
+    """The no-learning warning: what was empty, and why."""
+    if s["zero"] == s["steps"]:
+        what = f"every rollout of the first {s['steps']} steps scored 0 on {who}, so there is nothing to learn from (every group's advantage is 0)"
+        return f"{what}; {_cause(s)}"
+    what = f"no step of the first {s['steps']} kept a sample to train on (rollout/kept_frac 0) on {who}, so nothing was learnt"
+    if s["error_frac"] > 0:
+        return f"{what}; {_cause(s)}"
+    return f"{what}; rollout.dynamic_sampling drops every group whose rewards are all equal, and every group's were."
+
+
 def _cause(s: dict) -> str:
     """Why every reward was 0: the reward errors or overflows seen, else the warm start."""
     n = max(1, s["steps"])
@@ -143,7 +154,7 @@ def on_run_start(run_dir, config, start_step, total_steps, progress):
         "kind": "environment" if config.source == "env" else "task", "task": config.component(config.source).name,
         "total": total_steps - start_step, "policy": config.rollout.reward_errors,
         "budget": getattr(config.rollout, "max_episode_tokens", None), "max_new_tokens": config.rollout.max_new_tokens,
-        "stopped": 0.0,
+        "stopped": 0.0, "empty": 0,
     }
 
 
@@ -155,31 +166,32 @@ def on_step_end(step, metrics, run_dir):
     s["steps"] += 1
     s["zero"] += metrics["rollout/reward"] == 0.0 and metrics.get("rollout/score", 0.0) == 0.0
     s["stopped"] += float(metrics.get("rollout/stop_frac", 1.0))
+    empty = metrics.get("rollout/kept_frac", 1.0) == 0.0
+    s["empty"] += empty
     who = f"{s['kind']} {s['task']!r}"
     for key, what in (("error_frac", "samples failed their reward"), ("overflow_frac", "episodes overflowed their token budget")):
         frac = float(metrics.get(f"rollout/{key}", 0.0))
         s[key] += frac
-        if frac > MOST and key not in s["noted"]:  # every sample failing stops the run (rllab.episode_stats)
+        dropped_all = key == "error_frac" and frac > 0 and empty and s["policy"] == "skip"
+        if (frac > MOST or dropped_all) and key not in s["noted"]:  # every sample failing stops the run (rllab.episode_stats)
             s["noted"].add(key)
             fix = (f"fix the reward function (rollout.reward_errors = {s['policy']!r} hides the failures; \"raise\" stops at the "
                    "first one with its message)") if key == "error_frac" else \
                 f"raise rollout.max_episode_tokens (now {s['budget']!r}) or shorten the observations"
-            _say(f"{run_dir}: at step {step}, {frac:.0%} of the {what} on {who}; the run goes on with the rest, but {fix}. "
+            lost = " — rollout.reward_errors = 'skip' drops a failed sample's whole group, so the step trained on nothing" if dropped_all else ""
+            _say(f"{run_dir}: at step {step}, {frac:.0%} of the {what} on {who}{lost}; the run goes on, but {fix}. "
                  "Said once per run.")
-    if not s["warned"] and s["zero"] == s["steps"] and s["steps"] >= min(ZERO_REWARD_STEPS, s["total"]):
+    if not s["warned"] and s["steps"] >= min(ZERO_REWARD_STEPS, s["total"]) and s["steps"] in (s["zero"], s["empty"]):
         s["warned"] = True
-        _warn(
-            f"{run_dir}: every rollout of the first {s['steps']} steps scored 0 on {who}, so there is nothing to learn from "
-            f"(every group's advantage is 0); {_cause(s)}"
-        )
+        _warn(f"{run_dir}: {_nothing(s, who)}")
 
 
 @rllab.hookimpl
 def on_run_end(run_dir, metrics, history):
     s = _ACTIVE.pop(Path(run_dir), None)
-    if s and s["steps"] and s["zero"] == s["steps"] and not s["warned"]:  # said once: at the step, else here
-        _warn(f"{run_dir}: all {s['steps']} steps scored 0 reward in every group: its flat curve is no result (nothing "
-              f"was learnt from); {_cause(s)}")
+    if s and s["steps"] and s["steps"] in (s["zero"], s["empty"]) and not s["warned"]:  # said once: at the step, else here
+        who = f"{s['kind']} {s['task']!r}"
+        _warn(f"{run_dir}: {_nothing(s, who)} Its flat curve is no result.")
 
 
 @rllab.hookimpl
