@@ -382,3 +382,29 @@ def test_rllab_run_where_half_the_samples_fail_goes_on_and_skip_dropping_every_g
     assert err.count("drops a failed sample's whole group, so the step trained on nothing") == 1
     assert err.count("no step of the first 5 kept a sample to train on") == 1 and "50% of the samples failed" in err
     assert run(plugin, tmp_path, "task=flaky", "task.fail=2", "rollout.reward_errors=zero", "train.steps=2", "--overwrite") == 0
+
+
+def test_the_warm_starts_probe_stops_on_a_reward_that_always_fails_and_counts_an_occasional_one_unsolved():
+    from rllab.supervised import greedy_accuracy
+    from rllab.tinymodel import TinyModelConfig, build_tiny_model
+
+    model, char = build_tiny_model(TinyModelConfig(hidden_size=32, intermediate_size=64))
+    examples = Task().train_examples(4, None)
+    with pytest.raises(RewardError, match=r"failed on every one of the 4 examples the warm start measured.*grader offline"):
+        greedy_accuracy(model, char, Task(always_fails), examples, 2)
+    calls = []
+
+    def first_fails(ex, text):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("flaky grader")
+        return 1.0
+
+    assert greedy_accuracy(model, char, Task(first_fails), examples, 2) == 0.75
+    class Broken(Chatty):
+        def step(self, text):
+            raise KeyError("no such tool")
+
+    with pytest.raises(EpisodeError, match=r"every one of the 4 greedy episodes the warm start measured its accuracy on failed.*"
+                                           r"no such tool"):
+        greedy_accuracy(model, char, Broken(), examples, 2)
