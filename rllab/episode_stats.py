@@ -20,7 +20,7 @@ from typing import Any, Sequence
 from rllab.errors import ConfigError, EpisodeError, RewardError
 
 ERROR_ADVICE = (
-    "Fix the reward function (or environment) first: the error is in it. rollout.reward_errors = \"skip\" or \"zero\" "
+    "Fix the reward function (or environment) first. rollout.reward_errors = \"skip\" or \"zero\" "
     "only carries a run past occasional failures; a step whose every sample fails stops the run anyway."
 )
 """What a failed reward's or environment's error message ends with under ``reward_errors = "raise"``."""
