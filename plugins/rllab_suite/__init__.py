@@ -15,10 +15,11 @@ which variants are the same computation by replaying them on one recorded batch
 probability of improvement over a baseline (:mod:`rllab_suite.stats`, :mod:`rllab_suite.report`).
 
 The plugin also listens to every run's ``on_step_end``: a run whose rollouts score 0 in every
-group for its first steps — every advantage 0 — is announced once on stderr, naming the cause
-(reward errors, episodes overflowing their token budget, or a warm start that leaves nothing to
-learn from) instead of producing a silent flat line; so is, once, a step where most samples
-failed their reward or overflowed.
+group for its first steps — every advantage 0 — or whose steps keep no sample to train on is
+announced once on stderr, naming the cause (reward errors, episodes overflowing their token
+budget, completions cut at their token cap, or a warm start that leaves nothing to learn from)
+instead of producing a silent flat line; so is, once, a step where most samples failed their
+reward or overflowed.
 
 Public API, for front ends such as ``rllab tui`` (importable from ``rllab_suite`` itself; its
 modules are loaded on first use, so loading the plugin stays cheap)::
@@ -113,7 +114,8 @@ def _warn(text: str) -> None:
 def _nothing(s: dict, who: str) -> str:
     """The no-learning warning: what was empty, and why."""
     if s["zero"] == s["steps"]:
-        what = f"every rollout of the first {s['steps']} steps scored 0 on {who}, so there is nothing to learn from (every group's advantage is 0)"
+        what = (f"every rollout of the first {s['steps']} steps scored 0 on {who}, so there is nothing to learn from "
+                "(every group's advantage is 0)")
         return f"{what}; {_cause(s)}"
     what = f"no step of the first {s['steps']} kept a sample to train on (rollout/kept_frac 0) on {who}, so nothing was learnt"
     if s["error_frac"] > 0:
@@ -178,7 +180,8 @@ def on_step_end(step, metrics, run_dir):
             fix = (f"fix the reward function (rollout.reward_errors = {s['policy']!r} hides the failures; \"raise\" stops at the "
                    "first one with its message)") if key == "error_frac" else \
                 f"raise rollout.max_episode_tokens (now {s['budget']!r}) or shorten the observations"
-            lost = " — rollout.reward_errors = 'skip' drops a failed sample's whole group, so the step trained on nothing" if dropped_all else ""
+            lost = (" — rollout.reward_errors = 'skip' drops a failed sample's whole group, so the step trained on nothing"
+                    if dropped_all else "")
             _say(f"{run_dir}: at step {step}, {frac:.0%} of the {what} on {who}{lost}; the run goes on, but {fix}. "
                  "Said once per run.")
     if not s["warned"] and s["steps"] >= min(ZERO_REWARD_STEPS, s["total"]) and s["steps"] in (s["zero"], s["empty"]):
