@@ -44,7 +44,7 @@ def _budget_fix(limits: Any) -> str:
     return f"The model's context bounds them: use a model with a longer context, {room}"
 
 
-def check_step(episodes: Sequence[Any], *, kind: str, name: str, policy: str, limits: Any) -> dict[str, float]:
+def check_step(episodes: Sequence[Any], *, kind: str, name: str, policy: str, limits: Any, total: Any = None) -> dict[str, float]:
     """The step's failure shares; raises when none of its ``episodes`` gave anything to learn from.
 
     :param episodes: the step's :class:`rllab.episodes.EpisodeResult` (``error`` set on a failed
@@ -52,33 +52,36 @@ def check_step(episodes: Sequence[Any], *, kind: str, name: str, policy: str, li
     :param kind: ``"task"`` or ``"environment"``, and ``name`` its registered name (for messages).
     :param policy: ``rollout.reward_errors``.
     :param limits: the stage's :class:`rllab.episodes.EpisodeLimits` (named in the overflow message).
+    :param total: the counts summed over data-parallel ranks (:meth:`rllab.distributed.Reducer.sum`),
+        so that every rank decides alike; None: one process.
     :raises RewardError: (:class:`~rllab.errors.EpisodeError` for an environment) every sample
         failed; the message names the task or environment and the first failure.
     :raises ConfigError: every episode overflowed its budget (``key`` ``rollout.max_episode_tokens``).
     """
-    n = len(episodes)
+    failed = [e for e in episodes if e.error is not None]
+    local = [len(episodes), len(failed), sum(e.error is None and e.finish_reason == "overflow" for e in episodes)]
+    n, n_failed, overflow = (int(total(x)) for x in local) if total is not None else local
     if n == 0:
         return {}
-    failed = [e for e in episodes if e.error is not None]
-    overflow = sum(e.error is None and e.finish_reason == "overflow" for e in episodes)
     who = f"{kind} {name!r}"
-    if len(failed) == n:
+    first = failed[0].error if failed else "(on another rank)"
+    if n_failed == n:
         error = EpisodeError if kind == "environment" else RewardError
         raise error(
             f"every one of this step's {n} samples failed (rollout.reward_errors = {policy!r}), so there is nothing to "
-            f"learn from: {who} is broken, not unlucky. The first failure: {failed[0].error} Fix the "
+            f"learn from: {who} is broken, not unlucky. The first failure: {first} Fix the "
             f"{'environment' if kind == 'environment' else 'reward function'} (run with rollout.reward_errors = \"raise\" "
             f"to stop at the first failure)."
         )
-    if overflow + len(failed) == n:
-        also = f" ({len(failed)} more failed: {failed[0].error})" if failed else ""
+    if overflow + n_failed == n:
+        also = f" ({n_failed} more failed: {first})" if n_failed else ""
         raise ConfigError(
             f"every episode of {who} in this step ended by overflowing its token budget (finish reason 'overflow', "
             f"{overflow} of {n}){also}: no episode reached its end, so there is nothing to learn from. The budget: "
             f"{budget_text(limits)}. {_budget_fix(limits)}",
             key="rollout.max_episode_tokens",
         )
-    return {"rollout/error_frac": len(failed) / n, "rollout/overflow_frac": overflow / n}
+    return {"rollout/error_frac": n_failed / n, "rollout/overflow_frac": overflow / n}
 
 
 def episode_metrics(episodes: Sequence[Any]) -> dict[str, float]:

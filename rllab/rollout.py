@@ -354,7 +354,8 @@ class RolloutStage:
         lengths = torch.tensor([c.model_tokens for c in completions], dtype=torch.float32)
         count, _, std = ops.group_stats(scores, index)
         all_equal = (std == 0) & (count > 1)
-        health = check_step(episodes, kind=self.kind, name=self.task_name, policy=r.reward_errors, limits=self.limits)
+        health = check_step(episodes, kind=self.kind, name=self.task_name, policy=r.reward_errors, limits=self.limits,
+                            total=self.reducer.sum if world > 1 else None)
         solved = [e.error is None and self.solved(examples[c.prompt_index], x, k)
                   for e, c, x, k in zip(episodes, completions, raw, comps)]
         metrics = {
