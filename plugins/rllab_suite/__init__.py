@@ -141,7 +141,8 @@ def _cause(s: dict) -> str:
         budget = f", rollout.max_episode_tokens = {s['budget']!r}" if s["kind"] == "environment" else ""
         return (
             f"{1 - s['stopped'] / n:.0%} of the completions were cut at their token cap before they ended (rollout.max_new_tokens = "
-            f"{s['max_new_tokens']!r}{budget}; rollout/stop_frac {s['stopped'] / n:.2f}). Raise the cap."
+            f"{s['max_new_tokens']!r}{budget}; rollout/stop_frac {s['stopped'] / n:.2f}). Raise the cap if the answers need "
+            f"more tokens; a model that never ends its answers needs a (longer) warm start (model.warm_start.steps)."
         )
     return (
         "the warm start leaves the model no reward to start from. Use an easier task config or a longer warm start "
