@@ -9,12 +9,9 @@ negative shaping term (a length penalty weighted 0.01) would put every correct a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from rllab.errors import ConfigError, RllabError
-
-if TYPE_CHECKING:
-    from rllab.types import Example
 
 
 def correct_component(task: Any, *, who: str = "the task") -> str | None:
@@ -52,7 +49,7 @@ def solved_rule(task: Any, *, kind: str = "task") -> str:
     return f"reward component {name!r} ≥ 1 ({how})"
 
 
-def is_solved(task: Any, example: "Example", reward: float, components: Mapping[str, float] | Sequence[float] | None = None) -> bool:
+def is_solved(task: Any, example: Any, reward: float, components: Mapping[str, float] | Sequence[float] | None = None) -> bool:
     """Whether an answer is solved (see :class:`Task`): ``task.solved(example, reward)`` when the
     task defines it; else, for a task of several reward components, its correctness component
     (:func:`correct_component`) ≥ 1, read from ``components`` (a mapping name → value, or the
