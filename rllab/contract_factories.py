@@ -42,7 +42,7 @@ def _task(comp):
         if names and (not isinstance(out, dict) or set(out) != set(names)):
             raise AssertionError(f"reward returned {out!r}, not a dict of its reward_components {names!r}")
         r = scalar_reward(task, out)
-        if (r != 1.0) if not names else not is_solved(task, e, r):
+        if (r != 1.0) if not names else not is_solved(task, e, r, out):
             raise AssertionError(f"demonstration {task.demonstration(e)!r} for {e.prompt!r} scored {out!r}")
         if not math.isfinite(scalar_reward(task, task.reward(e, ""))):
             raise AssertionError("the empty completion's reward is not finite")

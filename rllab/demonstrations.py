@@ -16,8 +16,9 @@ from typing import Any, Sequence
 import torch
 
 from rllab.chat import PromptRenderer, prompt_text
+from rllab.episode_stats import ERROR_ADVICE
 from rllab.episodes import EpisodeLimits, EpisodeResult, EpisodeRunner
-from rllab.errors import RllabError
+from rllab.errors import EpisodeError, RllabError
 from rllab.types import Completion, Example, SamplingParams, is_solved
 
 
@@ -146,7 +147,8 @@ class _GreedyBackend:
 
 
 def episode_accuracy(model, tokenizer, env, examples, max_new_tokens: int, renderer: PromptRenderer) -> float:
-    """The share of ``examples`` whose greedy episode is solved (``env.solved``, else total reward ≥ 1)."""
+    """The share of ``examples`` whose greedy episode is solved (:func:`rllab.accuracy.is_solved`:
+    ``env.solved``, else total reward ≥ 1; a failed episode never is)."""
     was_training = model.training
     model.eval()
     limits = EpisodeLimits(max_turns=getattr(env, "max_turns", 1) or 1, max_new_tokens=max_new_tokens,
@@ -155,4 +157,10 @@ def episode_accuracy(model, tokenizer, env, examples, max_new_tokens: int, rende
                            limits=limits, on_error="zero")
     episodes = runner.play(examples, SamplingParams(n=1, max_new_tokens=max_new_tokens, temperature=0.0))
     model.train(was_training)
-    return sum(is_solved(env, e.example, e.reward) for e in episodes) / len(examples)
+    failed = [e for e in episodes if e.error is not None]
+    if failed and len(failed) == len(episodes):  # an environment that always fails is broken: say so now, not 0%
+        raise EpisodeError(
+            f"every one of the {len(episodes)} greedy episodes the warm start measured its accuracy on failed; the first: "
+            f"{failed[0].error} {ERROR_ADVICE}"
+        )
+    return sum(e.error is None and is_solved(env, e.example, e.reward) for e in episodes) / len(examples)

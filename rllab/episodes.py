@@ -61,6 +61,7 @@ import attrs
 from rllab.algorithm import seed_for
 from rllab.chat import PromptRenderer, _ids, prompt_text
 from rllab.environment import Step
+from rllab.episode_stats import ERROR_ADVICE
 from rllab.errors import EpisodeError, PromptError, RllabError
 from rllab.types import Completion, Example, SamplingParams
 
@@ -166,7 +167,7 @@ def _describe(kind: str, name: str, state: _State, turn: int, text: str | None, 
     when = f"at turn {turn}" if turn else "when starting its episode"
     return (
         f"{kind} {name!r} failed on example {prompt_text(state.example.prompt)!r} {when}{seen}: "
-        f"{type(e).__name__}: {e}. Set rollout.reward_errors = \"skip\" or \"zero\" to continue past such episodes."
+        f"{type(e).__name__}: {e}."
     )
 
 
@@ -407,7 +408,7 @@ class EpisodeRunner:
         describe: Callable | None = getattr(self.env, "describe_error", None)
         msg = describe(s.example, text, turn, e) if describe is not None else _describe(self.kind, self.name, s, turn, text, e)
         if self.on_error == "raise":
-            raise EpisodeError(msg) from None
+            raise EpisodeError(f"{msg} {ERROR_ADVICE}") from None
         s.error = msg
         s.finish = "abort"
         s.total = 0.0

@@ -399,7 +399,7 @@ def register_commands(subparsers):
 
 
 @hookspec
-def on_run_start(run_dir, config, start_step, total_steps, progress):
+def on_run_start(run_dir, config, start_step, total_steps, progress, solved_when):
     """Called once before the first step of a run (also when resuming).
 
     :param run_dir: the run directory (:class:`pathlib.Path`).
@@ -407,6 +407,9 @@ def on_run_start(run_dir, config, start_step, total_steps, progress):
     :param start_step: steps already done (0 for a new run, the checkpoint's step on resume).
     :param total_steps: the step the run ends at.
     :param progress: whether live progress output is wanted (False under ``rllab run -q``).
+    :param solved_when: what counts as solved for ``rollout/accuracy`` and ``eval/accuracy``, in
+        words (:func:`rllab.accuracy.solved_rule`: ``"reward ≥ 1"``, ``"reward component
+        'correct' ≥ 1 (…)"``, ``"the task's own solved(example, reward)"``).
     """
 
 

@@ -14,8 +14,10 @@ for completions, and never changes weights (the trainer syncs them).
 Scoring follows ``rollout.reward_errors``: a reward that raises or is NaN/inf stops the run with
 a :class:`~rllab.errors.RewardError` naming the task, prompt and completion (``raise``), drops
 the sample's whole group (``skip``) or scores it 0 (``zero``), counted as
-``rollout/reward_errors``. What "solved" means is the task's: ``task.solved(example, reward)``
-when the task defines it, else ``reward ≥ 1``.
+``rollout/reward_errors``; a step whose every sample failed (or, for an environment, whose every
+episode overflowed its token budget) stops the run (:mod:`rllab.episode_stats`). What "solved" means
+(``rollout/accuracy``, ``eval/accuracy``) is :func:`rllab.accuracy.is_solved`: the task's own
+``solved(example, reward)``, else its correctness reward component ≥ 1, else ``reward ≥ 1``.
 
 A task may also define ``reward_batch(examples, completions, *, completion_ids) -> list`` (one
 ``reward`` result per pair; ``completion_ids`` the sampled token ids of each completion, its stop
@@ -46,8 +48,9 @@ from rllab.distributed import SINGLE, Reducer
 from rllab.episodes import EpisodeLimits, EpisodeResult, EpisodeRunner
 from rllab.errors import ConfigError, RewardError, RllabError
 from rllab.evalmetrics import sampled_metrics
+from rllab.episode_stats import ERROR_ADVICE, check_step, episode_metrics
 from rllab.task_environment import TaskEnvironment
-from rllab.types import Completion, Example, RolloutBatch, SamplingParams, is_solved
+from rllab.types import Completion, Example, RolloutBatch, SamplingParams, correct_component, is_solved, solved_rule
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -117,6 +120,8 @@ class RolloutStage:
         self.source = env if env is not None else TaskEnvironment(task, self)
         """What episodes are played on: the environment, or the task as an environment of one turn."""
         self.limits = self._limits()
+        if env is None:
+            correct_component(task, who=f"task {self.task_name!r}")  # an unknown name is refused before any sampling
 
     @property
     def kind(self) -> str:
@@ -185,8 +190,15 @@ class RolloutStage:
     def generate(self, examples: Sequence[Example], params: SamplingParams) -> list[Completion]:
         return self.backend.generate([self.encode(e.prompt) for e in examples], params)
 
-    def solved(self, example: Example, reward: float) -> bool:
-        return is_solved(self.task if self.env is None else self.env, example, reward)
+    def solved(self, example: Example, reward: float, components: Sequence[float] | None = None) -> bool:
+        """Whether an answer is solved (:func:`rllab.accuracy.is_solved`; ``components`` the
+        answer's reward components in the declared order, for a task that has several)."""
+        return is_solved(self.task if self.env is None else self.env, example, reward, components)
+
+    @property
+    def solved_rule(self) -> str:
+        """What counts as solved, in words (a run's header, ``final.json``)."""
+        return solved_rule(self.task, kind="task") if self.env is None else solved_rule(self.env, kind="environment")
 
     @property
     def component_names(self) -> tuple[str, ...]:
@@ -259,7 +271,7 @@ class RolloutStage:
         for ex, text, row in zip(rows, texts, self.score_rows(rows, texts, [list(c.token_ids) for c in completions])):
             if isinstance(row, BaseException):
                 if policy == "raise":
-                    raise RewardError(self.reward_error_message(ex, text, row)) from None
+                    raise RewardError(f"{self.reward_error_message(ex, text, row)} {ERROR_ADVICE}") from None
                 errors += 1
                 rewards.append(0.0)
                 comps.append([0.0] * len(names))
@@ -292,11 +304,10 @@ class RolloutStage:
         return out
 
     def reward_error_message(self, example: Example, text: str | None, e: BaseException) -> str:
-        """The message of a task's failed reward (``reward_errors = "raise"``)."""
+        """What a task's failed reward was: the task, the prompt, the completion and the error."""
         return (
             f"reward of task {self.task_name!r} failed on prompt {prompt_text(example.prompt)!r} with completion {text!r}: "
-            f"{type(e).__name__}: {e}. Set rollout.reward_errors = \"skip\" or \"zero\" to continue past "
-            f"such samples."
+            f"{type(e).__name__}: {e}."
         )
 
     def overlong_penalty(self, completions: Sequence[Completion]) -> torch.Tensor:
@@ -343,7 +354,10 @@ class RolloutStage:
         lengths = torch.tensor([c.model_tokens for c in completions], dtype=torch.float32)
         count, _, std = ops.group_stats(scores, index)
         all_equal = (std == 0) & (count > 1)
-        solved = [self.solved(examples[c.prompt_index], x) for c, x in zip(completions, raw)]
+        health = check_step(episodes, kind=self.kind, name=self.task_name, policy=r.reward_errors, limits=self.limits,
+                            total=self.reducer.sum if world > 1 else None)
+        solved = [e.error is None and self.solved(examples[c.prompt_index], x, k)
+                  for e, c, x, k in zip(episodes, completions, raw, comps)]
         metrics = {
             "rollout/reward": rewards.mean().item(),
             "rollout/score": scores.mean().item(),
@@ -352,6 +366,7 @@ class RolloutStage:
             "rollout/empty_frac": (lengths == 0).float().mean().item(),
             "rollout/stop_frac": sum(c.finish_reason == "stop" for c in completions) / len(completions),
             "rollout/reward_errors": float(errors),
+            **health,
             "rollout/groups_all_equal": all_equal.float().sum().item() / max(1, G),
             "time/rollout": t1 - t0,
             "time/reward": t2 - t1,
@@ -423,7 +438,7 @@ class RolloutStage:
         rewards = [e.reward for e in episodes]
         n = red.sum(len(rewards))
         metrics = {
-            "eval/accuracy": red.sum(sum(bool(self.solved(e, x)) for e, x in zip(examples, rewards))) / n,
+            "eval/accuracy": red.sum(sum(self._solved_episode(e) for e in episodes)) / n,
             "eval/reward": red.sum(float(sum(rewards))) / n,
             "eval/n": float(n),
         }
@@ -433,28 +448,14 @@ class RolloutStage:
             params = attrs.evolve(self.sampling_params(0, n=samples), seed=seed_for(self.seed, 0, 5))
             correct = [0] * len(examples)
             for e in (self.play(examples, params) if examples else []):
-                i = e.completion.prompt_index
-                correct[i] += bool(self.solved(examples[i], e.reward))
+                correct[e.completion.prompt_index] += self._solved_episode(e)
             metrics.update(sampled_metrics([k for share in red.gather(correct) for k in share], samples))
         metrics["time/eval"] = time.perf_counter() - t0
         return metrics
 
-
-def episode_metrics(episodes: Sequence[EpisodeResult]) -> dict[str, float]:
-    """A step's episode counters: ``env/turns`` and ``env/observation_tokens`` (means per
-    episode), ``env/context_overflows`` and ``env/turn_limits`` (episodes that ended so), and each
-    ``Step.metrics`` key summed over the episodes as ``env/<key>``."""
-    n = max(1, len(episodes))
-    out = {
-        "env/turns": sum(e.turns for e in episodes) / n,
-        "env/observation_tokens": sum(e.observation_tokens for e in episodes) / n,
-        "env/context_overflows": float(sum(e.finish_reason == "overflow" for e in episodes)),
-        "env/turn_limits": float(sum(e.finish_reason == "max_turns" for e in episodes)),
-    }
-    for e in episodes:
-        for k, v in e.metrics.items():
-            out[f"env/{k}"] = out.get(f"env/{k}", 0.0) + float(v)
-    return out
+    def _solved_episode(self, e: EpisodeResult) -> bool:
+        """Whether a played episode is solved (a failed one never is)."""
+        return e.error is None and self.solved(e.example, e.reward, getattr(e.episode, "components", None))
 
 
 class RecordedRollout:

@@ -99,7 +99,8 @@ class RolloutConfig:
     overlong_penalty: float = knob(1.0, help="DAPO overlong shaping: the penalty reached at the cap", ge=0.0)
     reward_errors: str = knob(
         "raise",
-        help="what a reward that raises or is NaN/inf does: raise, skip the sample's group, or score 0",
+        help="what a reward that raises or is NaN/inf does: raise, skip the sample's group, or score 0 (skip and zero carry "
+        "a run past occasional failures; a step where every sample fails stops the run)",
         choices=("raise", "skip", "zero"),
     )
     system_prompt: str | None = knob(

@@ -10,6 +10,8 @@ episodes instead, :mod:`rllab.demonstrations`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 from rllab.chat import PromptRenderer
@@ -119,6 +121,28 @@ def greedy_accuracy(model, tokenizer, task, examples, max_new_tokens: int, rende
     model.train(was_training)
     from rllab.types import is_solved, scalar_reward
 
-    solved = (is_solved(task, e, scalar_reward(task, task.reward(e, t))) for e, t in zip(examples, texts))
+    outs = [_probe_reward(task, e, t) for e, t in zip(examples, texts)]
+    failed = [(e, t, out) for e, t, out in zip(examples, texts, outs) if isinstance(out, Exception)]
+    if failed and len(failed) == len(examples):  # a reward that always fails is broken: say so now, not 0%
+        from rllab.chat import prompt_text
+        from rllab.episode_stats import ERROR_ADVICE
+        from rllab.errors import RewardError
+
+        e, t, err = failed[0]
+        name = getattr(renderer, "task_name", None) or type(task).__name__
+        raise RewardError(
+            f"reward of task {name!r} failed on every one of the {len(examples)} examples the warm start measured its "
+            f"greedy accuracy on; the first, prompt {prompt_text(e.prompt)!r} with completion {t!r}: "
+            f"{type(err).__name__}: {err}. {ERROR_ADVICE}"
+        ) from err
+    solved = (not isinstance(out, Exception) and is_solved(task, e, scalar_reward(task, out), out if isinstance(out, Mapping) else None)
+              for e, out in zip(examples, outs))
     return sum(solved) / len(examples)
 
+
+def _probe_reward(task, example, text: str):
+    """``task.reward(example, text)``, or the exception it raised (a failed answer is not solved)."""
+    try:
+        return task.reward(example, text)
+    except Exception as e:
+        return e

@@ -48,10 +48,10 @@ class TaskEnvironment:
     def demonstration(self, example: Example) -> list[str]:
         return [self.task.demonstration(example)]
 
-    def solved(self, example: Example, reward: float) -> bool:
+    def solved(self, example: Example, reward: float, components: Sequence[float] | None = None) -> bool:
         from rllab.types import is_solved
 
-        return is_solved(self.task, example, reward)
+        return is_solved(self.task, example, reward, components)
 
     def step_batch(self, episodes: Sequence[_TaskEpisode], texts: Sequence[str], *, completion_ids) -> list:
         rows = self.stage.score_rows([e.example for e in episodes], texts, completion_ids)

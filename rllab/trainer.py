@@ -453,7 +453,8 @@ class Trainer:
         try:
             if self.step == 0 and self.placement.reducer.is_main:
                 (self.run_dir / CONFIG_FILE).write_text(dump_toml(recorded_config(self.cfg, self.lab)))
-            self.hook.on_run_start(run_dir=self.run_dir, config=self.cfg, start_step=self.step, total_steps=t.steps, progress=self.progress)
+            self.hook.on_run_start(run_dir=self.run_dir, config=self.cfg, start_step=self.step, total_steps=t.steps, progress=self.progress,
+                                   solved_when=self.rollout.solved_rule)
             if self.step == 0:
                 self.evaluate()
             while self.step < t.steps:
@@ -482,6 +483,7 @@ class Trainer:
             "initial/accuracy": initial.get("eval/accuracy", float("nan")),
             "final/accuracy": final["eval/accuracy"],
             "final/reward": final["eval/reward"],
+            "solved_when": self.rollout.solved_rule,
             "steps": t.steps,
             "nonfinite_skipped": getattr(self, "nonfinite_skipped", 0),
             **(self.prompt_limits.summary() if self.prompt_limits is not None else {}),  # rollout.max_prompt_tokens's drops
@@ -489,7 +491,7 @@ class Trainer:
             **({k.replace("model/", "lora/"): int(v) for k, v in self.lora.counts().items()} if self.lora is not None else {}),
         }
         if self.placement.reducer.is_main:
-            (self.run_dir / "final.json").write_text(json.dumps(summary, indent=2) + "\n")
+            (self.run_dir / "final.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         self.close()
         self.hook.on_run_end(run_dir=self.run_dir, metrics=summary, history=list(self.history))
         return summary

@@ -21,6 +21,7 @@ import attrs
 import numpy as np
 import torch
 
+from rllab.accuracy import correct_component, is_solved, solved_rule  # noqa: F401  (re-exported: rllab.types.is_solved)
 from rllab.chat import check_prompt
 
 # --------------------------------------------------------------------------- validators
@@ -215,8 +216,12 @@ class Example:
 class Task(Protocol):
     """A prompt source with a verifiable reward.
 
-    A task may also define ``solved(example, reward) -> bool``: what counts as solved for
-    ``rollout/accuracy`` and ``eval/accuracy``. Without it, a reward ≥ 1 is solved.
+    **What counts as solved** for ``rollout/accuracy``, ``eval/accuracy`` and the warm start's
+    probe (:func:`is_solved`), in this order: the task's own ``solved(example, reward) -> bool``
+    when it defines one; else, for a task of several reward components, its correctness
+    component ≥ 1 — the one ``correct_component`` names, default the first (primary) component;
+    else a reward ≥ 1. Accuracy never comes from the weighted sum of several components, where a
+    negative shaping term (a length penalty) would pull a correct answer under 1.
 
     **Several reward components.** A task that scores a completion on several criteria (as TRL's
     list of ``reward_funcs``) sets ``reward_components``, a tuple of K ≥ 2 names, and its
@@ -225,7 +230,9 @@ class Task(Protocol):
     declared order), logs each one's mean as ``reward/<name>``, and defines the scalar reward as
     the weighted sum ``Σ_k w_k·r_k`` with the task's optional ``reward_weights`` (K floats,
     default all 1 — TRL's default ``sum_then_normalize`` aggregation); the scalar is what
-    ``solved``, the single-reward estimators and the reward metrics see. Estimators that
+    the task's ``solved``, the single-reward estimators and the reward metrics see. The optional
+    ``correct_component`` (one of the names; default the first) is the component that says
+    whether an answer is correct (see above). Estimators that
     normalise each component on its own (``gdpo``, ``normalize_then_sum``) read the components.
     So that a config is checked before any model loads, the task's registration declares the
     names too: ``register(name, factory, reward_components=...)``, a tuple or a callable
@@ -255,12 +262,6 @@ def scalar_reward(task: Any, value: Any) -> float:
     names = tuple(getattr(task, "reward_components", None) or value)
     weights = getattr(task, "reward_weights", None) or (1.0,) * len(names)
     return sum(float(w) * float(value[n]) for w, n in zip(weights, names))
-
-
-def is_solved(task: Any, example: "Example", reward: float) -> bool:
-    """``task.solved(example, reward)`` when the task defines it, else ``reward ≥ 1``."""
-    fn = getattr(task, "solved", None)
-    return bool(fn(example, reward)) if fn is not None else reward >= 1.0
 
 
 # --------------------------------------------------------------------------- batches

@@ -685,7 +685,7 @@ def test_the_warm_start_cache_keeps_environments_apart(tmp_path):
 
 
 def test_the_models_context_bounds_an_environments_episodes(char):
-    from rllab.rollout import RolloutStage
+    from rllab.rollout import RolloutStage, episode_metrics
 
     eos = char.eos_token_id
     t = ids_of(char, "abc") + [eos]
@@ -694,10 +694,14 @@ def test_the_models_context_bounds_an_environments_episodes(char):
     # prompt "0+1=" is 5 ids with <bos>: a context of 15 leaves 10 response tokens: 4 + obs 3 + 3 (cut) — then the next obs overflows
     stage = RolloutStage(env=env, env_name="fake", backend=backend, tokenizer=char, seed=0, context_tokens=15,
                          config=RolloutConfig(prompts_per_step=1, group_size=2, max_new_tokens=8, overflow_reward=-1.0))
-    scored = stage.sample(0)
-    for e in scored.episodes:
+    episodes = stage.play(env.train_examples(1, None), stage.sampling_params(0, n=2))
+    for e in episodes:
         assert len(e.completion.prompt_ids) + len(e.completion.token_ids) <= 15 and e.finish_reason == "overflow"
-    assert scored.metrics["env/context_overflows"] == 2.0 and scored.rewards.tolist() == [0.25 + 0.5 - 1.0] * 2
+    assert episode_metrics(episodes)["env/context_overflows"] == 2.0 and [e.reward for e in episodes] == [0.25 + 0.5 - 1.0] * 2
+    # a step whose every episode overflowed has nothing to learn from: it stops, naming the budget
+    stage.backend = Scripted([[t, t], [t, t]])
+    with pytest.raises(ConfigError, match="overflowing its token budget.*the model's context of 15 tokens"):
+        stage.sample(0)
 
 
 def test_a_prompt_as_long_as_the_context_is_refused_naming_the_example():

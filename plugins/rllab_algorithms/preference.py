@@ -199,15 +199,15 @@ class DPO(_Preference):
         gen = torch.Generator().manual_seed(seed_for(ctx.seed, 0, 3))
         examples = r.task.train_examples(self.config.pairs, gen)
         comps = r.generate(examples, r.sampling_params(10**6, n=4))
-        rewards, _, _ = r.score(examples, comps)
-        worst: dict[int, tuple[float, rllab.Completion]] = {}
-        for c, s in zip(comps, rewards):
+        rewards, parts, _, _ = r.score_components(examples, comps)
+        worst: dict[int, tuple[float, rllab.Completion, list[float]]] = {}
+        for c, s, p in zip(comps, rewards, parts):
             if c.prompt_index not in worst or s < worst[c.prompt_index][0]:
-                worst[c.prompt_index] = (s, c)
+                worst[c.prompt_index] = (s, c, p)
         return [
             (r.encode(e.prompt), r.response_ids(r.task.demonstration(e), prompt=e.prompt), list(worst[i][1].token_ids))
             for i, e in enumerate(examples)
-            if not r.solved(e, worst[i][0])
+            if not r.solved(e, worst[i][0], worst[i][2])
         ]
 
     def step(self, ctx: RunContext):

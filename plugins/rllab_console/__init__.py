@@ -1,7 +1,9 @@
 """The terminal reporter: a live progress bar, the final summary line and ``curves.png``.
 
-It is an ordinary plugin on the run's event hooks (as pytest's terminal reporter is): it draws a
-rich progress bar from ``on_run_start`` to ``on_run_end`` when the run asks for progress, shows
+It is an ordinary plugin on the run's event hooks (as pytest's terminal reporter is): when the
+run asks for progress it prints a header line (the run directory, the task or environment, and
+what counts as solved for the accuracy it reports), draws a
+rich progress bar from ``on_run_start`` to ``on_run_end``, shows
 the latest eval accuracy from ``on_eval_end``, always prints one summary line at the end (also
 under ``rllab run -q``), and plots training reward and eval accuracy into ``RUN_DIR/curves.png``.
 Another front end (a TUI, a notebook widget) listens to the same hooks.
@@ -19,7 +21,7 @@ _RUNS: dict[Path, "_Reporter"] = {}
 
 
 class _Reporter:
-    def __init__(self, run_dir: Path, config, start: int, total: int, progress: bool):
+    def __init__(self, run_dir: Path, config, start: int, total: int, progress: bool, solved_when: str | None = None):
         from rich.console import Console
 
         # piped output (files, CI logs) keeps whole lines instead of folding paths at 80 columns
@@ -30,6 +32,7 @@ class _Reporter:
         self.last_eval: float | None = None
         self.progress = None
         if progress:
+            print_header(self.console, run_dir, config, solved_when)
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
             self.progress = Progress(
@@ -52,6 +55,15 @@ class _Reporter:
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
+
+
+def print_header(console, run_dir: Path, config, solved_when: str | None) -> None:
+    """The run's first line: its directory, its task (or environment) and what accuracy counts."""
+    from rich.markup import escape
+
+    source = f"{'environment' if config.source == 'env' else 'task'} {config.component(config.source).name!r}"
+    solved = f"; accuracy counts an answer solved when {solved_when}" if solved_when else ""
+    console.print(f"[bold]run[/] [cyan]{escape(str(run_dir))}[/]: {escape(source)}{escape(solved)}", highlight=False, soft_wrap=True)
 
 
 _NAMED = ("advantage", "policy_loss", "preference_loss")
@@ -144,8 +156,8 @@ def plot_run(run_dir: Path, history: list[dict], title: str | None = None) -> Pa
 
 
 @rllab.hookimpl
-def on_run_start(run_dir, config, start_step, total_steps, progress):
-    _RUNS[Path(run_dir)] = _Reporter(Path(run_dir), config, start_step, total_steps, progress)
+def on_run_start(run_dir, config, start_step, total_steps, progress, solved_when):
+    _RUNS[Path(run_dir)] = _Reporter(Path(run_dir), config, start_step, total_steps, progress, solved_when)
 
 
 @rllab.hookimpl

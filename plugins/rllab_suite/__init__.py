@@ -15,8 +15,11 @@ which variants are the same computation by replaying them on one recorded batch
 probability of improvement over a baseline (:mod:`rllab_suite.stats`, :mod:`rllab_suite.report`).
 
 The plugin also listens to every run's ``on_step_end``: a run whose rollouts score 0 in every
-group for its first steps — a warm start that leaves nothing to learn from, every advantage 0 —
-is announced loudly on stderr instead of producing a silent flat line.
+group for its first steps — every advantage 0 — or whose steps keep no sample to train on is
+announced once on stderr, naming the cause (reward errors, episodes overflowing their token
+budget, completions cut at their token cap, or a warm start that leaves nothing to learn from)
+instead of producing a silent flat line; so is, once, a step where most samples failed their
+reward or overflowed.
 
 Public API, for front ends such as ``rllab tui`` (importable from ``rllab_suite`` itself; its
 modules are loaded on first use, so loading the plugin stays cheap)::
@@ -79,47 +82,120 @@ def __getattr__(name: str):
 
 ZERO_REWARD_STEPS = 5
 """Warn once a run's first this-many steps all scored 0 in every group."""
+MOST = 0.5
+"""A step where more than this share of the samples failed (reward errors, overflow) is announced, once per run."""
 
 
 class NoLearningSignalWarning(UserWarning):
-    """Every rollout of a run's first steps scored 0: there is nothing to learn from."""
+    """Every rollout of a run's first steps scored 0: there is nothing to learn from.
 
+    The listener prints its one line on stderr; the warning itself is ignored unless asked for
+    (``warnings.simplefilter("error", NoLearningSignalWarning)``, ``pytest.warns``), so the user
+    reads it once and without Python's warning format."""
+
+
+warnings.filterwarnings("ignore", category=NoLearningSignalWarning, append=True)  # a filter set by the user comes first
 
 _ACTIVE: dict[Path, dict] = {}
 
 
-def _warn(text: str) -> None:
+def _say(text: str) -> None:
     from rich.console import Console
+    from rich.markup import escape
 
-    Console(stderr=True, width=None if sys.stderr.isatty() else 200).print(f"[bold red]warning:[/] {text}", highlight=False)
+    Console(stderr=True, width=None if sys.stderr.isatty() else 200).print(f"[bold red]warning:[/] {escape(text)}", highlight=False)
+
+
+def _warn(text: str) -> None:
+    _say(text)
     warnings.warn(text, NoLearningSignalWarning, stacklevel=2)
+
+
+def _nothing(s: dict, who: str) -> str:
+    """The no-learning warning: what was empty, and why."""
+    if s["zero"] == s["steps"]:
+        what = (f"every rollout of the first {s['steps']} steps scored 0 on {who}, so there is nothing to learn from "
+                "(every group's advantage is 0)")
+        return f"{what}; {_cause(s)}"
+    what = f"no step of the first {s['steps']} kept a sample to train on (rollout/kept_frac 0) on {who}, so nothing was learnt"
+    if s["error_frac"] > 0:
+        return f"{what}; {_cause(s)}"
+    return f"{what}; rollout.dynamic_sampling drops every group whose rewards are all equal, and every group's were."
+
+
+def _cause(s: dict) -> str:
+    """Why every reward was 0: the reward errors or overflows seen, else the warm start."""
+    n = max(1, s["steps"])
+    if s["error_frac"] > 0:
+        return (
+            f"{s['error_frac'] / n:.0%} of the samples failed their reward (rollout.reward_errors = {s['policy']!r}, counted in "
+            "rollout/reward_errors): fix the reward function or environment; rollout.reward_errors = \"raise\" stops at the "
+            "first failure with its message."
+        )
+    if s["overflow_frac"] > 0:
+        return (
+            f"{s['overflow_frac'] / n:.0%} of the episodes overflowed their token budget (finish reason 'overflow', "
+            f"rollout.max_episode_tokens = {s['budget']!r}): raise rollout.max_episode_tokens or shorten the observations."
+        )
+    if s["stopped"] / n < 1 - MOST:
+        budget = f", rollout.max_episode_tokens = {s['budget']!r}" if s["kind"] == "environment" else ""
+        return (
+            f"{1 - s['stopped'] / n:.0%} of the completions were cut at their token cap before they ended (rollout.max_new_tokens = "
+            f"{s['max_new_tokens']!r}{budget}; rollout/stop_frac {s['stopped'] / n:.2f}). Raise the cap if the answers need "
+            f"more tokens; a model that never ends its answers needs a (longer) warm start (model.warm_start.steps)."
+        )
+    return (
+        "the warm start leaves the model no reward to start from. Use an easier task config or a longer warm start "
+        "(model.warm_start.target_accuracy / model.warm_start.steps)."
+    )
 
 
 @rllab.hookimpl
 def on_run_start(run_dir, config, start_step, total_steps, progress):
-    _ACTIVE[Path(run_dir)] = {"steps": 0, "zero": 0, "warned": False, "task": config.component(config.source).name, "total": total_steps - start_step}
+    _ACTIVE[Path(run_dir)] = {
+        "steps": 0, "zero": 0, "warned": False, "noted": set(), "error_frac": 0.0, "overflow_frac": 0.0,
+        "kind": "environment" if config.source == "env" else "task", "task": config.component(config.source).name,
+        "total": total_steps - start_step, "policy": config.rollout.reward_errors,
+        "budget": getattr(config.rollout, "max_episode_tokens", None), "max_new_tokens": config.rollout.max_new_tokens,
+        "stopped": 0.0, "empty": 0,
+    }
 
 
 @rllab.hookimpl
 def on_step_end(step, metrics, run_dir):
     s = _ACTIVE.get(Path(run_dir))
-    if s is not None and "rollout/reward" in metrics:
-        s["steps"] += 1
-        s["zero"] += metrics["rollout/reward"] == 0.0 and metrics.get("rollout/score", 0.0) == 0.0
-        if not s["warned"] and s["zero"] == s["steps"] and s["steps"] >= min(ZERO_REWARD_STEPS, s["total"]):
-            s["warned"] = True
-            _warn(
-                f"{run_dir}: every rollout of the first {s['steps']} steps scored 0 on task {s['task']!r} — every group's "
-                "advantage is 0 and the policy cannot learn; the warm start leaves nothing to learn from. Use an easier task "
-                "config or a longer warm start (model.warm_start.target_accuracy / model.warm_start.steps)."
-            )
+    if s is None or "rollout/reward" not in metrics:
+        return
+    s["steps"] += 1
+    s["zero"] += metrics["rollout/reward"] == 0.0 and metrics.get("rollout/score", 0.0) == 0.0
+    s["stopped"] += float(metrics.get("rollout/stop_frac", 1.0))
+    empty = metrics.get("rollout/kept_frac", 1.0) == 0.0
+    s["empty"] += empty
+    who = f"{s['kind']} {s['task']!r}"
+    for key, what in (("error_frac", "samples failed their reward"), ("overflow_frac", "episodes overflowed their token budget")):
+        frac = float(metrics.get(f"rollout/{key}", 0.0))
+        s[key] += frac
+        dropped_all = key == "error_frac" and frac > 0 and empty and s["policy"] == "skip"
+        if (frac > MOST or dropped_all) and key not in s["noted"]:  # every sample failing stops the run (rllab.episode_stats)
+            s["noted"].add(key)
+            fix = (f"fix the reward function (rollout.reward_errors = {s['policy']!r} hides the failures; \"raise\" stops at the "
+                   "first one with its message)") if key == "error_frac" else \
+                f"raise rollout.max_episode_tokens (now {s['budget']!r}) or shorten the observations"
+            lost = (" — rollout.reward_errors = 'skip' drops a failed sample's whole group, so the step trained on nothing"
+                    if dropped_all else "")
+            _say(f"{run_dir}: at step {step}, {frac:.0%} of the {what} on {who}{lost}; the run goes on, but {fix}. "
+                 "Said once per run.")
+    if not s["warned"] and s["steps"] >= min(ZERO_REWARD_STEPS, s["total"]) and s["steps"] in (s["zero"], s["empty"]):
+        s["warned"] = True
+        _warn(f"{run_dir}: {_nothing(s, who)}")
 
 
 @rllab.hookimpl
 def on_run_end(run_dir, metrics, history):
     s = _ACTIVE.pop(Path(run_dir), None)
-    if s and s["steps"] and s["zero"] == s["steps"]:
-        _warn(f"{run_dir}: all {s['steps']} steps scored 0 reward in every group: its flat curve is no result (nothing was learnt from).")
+    if s and s["steps"] and s["steps"] in (s["zero"], s["empty"]) and not s["warned"]:  # said once: at the step, else here
+        who = f"{s['kind']} {s['task']!r}"
+        _warn(f"{run_dir}: {_nothing(s, who)} Its flat curve is no result.")
 
 
 @rllab.hookimpl

@@ -14,7 +14,9 @@ Reads JSON lines, JSON, Parquet, CSV or a ``save_to_disk`` directory through ``d
 Rewards: ``rewards`` names reward functions (registered names, ``module:function`` or
 ``path.py:function``, in TRL's or verl's signature; see :mod:`rllab.rewards`), weighted by
 ``reward_weights``; two or more become the task's reward components (``gdpo``,
-``normalize_then_sum``). Default: ``math_verify`` for verl data, ``exact`` otherwise.
+``normalize_then_sum``). Default: ``math_verify`` for verl data, ``exact`` otherwise. With
+several, accuracy is the first function's value ≥ 1 (``correct_component`` names another), never
+the weighted sum.
 
 Splits: ``eval_path`` (a second file), else a ``split`` column (``train`` / ``eval``, ``test``,
 ``validation``), else the ``test``/``validation`` split of a saved ``DatasetDict``, else a held-out
@@ -35,9 +37,10 @@ import torch
 
 import rllab
 from rllab.rewards import RewardSet, reward_names
-from rllab.types import Example
+from rllab.types import Example, correct_component
 
 from .datafiles import EVAL_SPLITS, column, parse_prompt, read_rows, text_value
+from .rewards import SHAPING
 
 FORMATS = ("auto", "trl", "verl")
 DEFAULT_REWARDS = {"trl": ("exact",), "verl": ("math_verify",)}
@@ -69,6 +72,10 @@ class DatasetConfig:
         "empty: math_verify for verl data, exact otherwise",
     )
     reward_weights: tuple[float, ...] | None = rllab.knob(None, help="one weight per reward function (TRL's reward_weights); None: all 1")
+    correct_component: str | None = rllab.knob(
+        None, help="with several reward functions, the one whose value ≥ 1 means a correct answer (rollout/accuracy, "
+        "eval/accuracy); None: the first. Accuracy never comes from the weighted sum",
+    )
     reward_knobs: str = rllab.knob(
         "{}", help='knobs of registered reward functions, as a JSON object by name: \'{"format": {"pattern": "<a>.*</a>"}}\'',
         validator=_json_object,
@@ -168,6 +175,15 @@ class DatasetTask:
         if len(refs) >= 2:
             self.reward_components = self.rewards.names
             self.reward_weights = self.rewards.weights
+        if config.correct_component is not None and tuple(self.rewards.names) != (config.correct_component,):
+            self.correct_component = config.correct_component
+        counted = correct_component(self, who=who)  # refuses a name that is not one of the components, listing them
+        if counted in SHAPING:
+            raise rllab.ConfigError(
+                f"{who}: accuracy would count reward component {counted!r} ≥ 1, which never scores above 0 (a shaping "
+                f"term): put the function that checks the answer first in task.rewards, or name it with "
+                f"task.correct_component (one of {', '.join(map(repr, self.rewards.names))})", key="correct_component",
+            )
 
     def _split_fix(self, split: str, tables: dict, first: list) -> str:
         """What to do about an empty training or evaluation split, given how the rows were split."""

@@ -117,6 +117,10 @@ def length_penalty(*, completions, config: LengthPenaltyConfig, **columns) -> li
     return [-min(1.0, max(0, len(text_of(c)) - m) / m) for c in completions]
 
 
+SHAPING = ("length_penalty",)
+"""Built-in functions that never score 1 (shaping terms): never the component accuracy reads."""
+
+
 def register(register):
     """Register the built-in reward functions with ``register`` (the hook's callable)."""
     register("exact", exact)

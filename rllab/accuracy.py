@@ -1,0 +1,70 @@
+"""What counts as solved: the one notion of "correct" behind ``rollout/accuracy``,
+``eval/accuracy`` and the tiny model's warm-start probe.
+
+In this order: the task's (or environment's) own ``solved(example, reward)``; else, for a task of
+several reward components, its correctness component ≥ 1 (``correct_component``, default the
+first, primary component); else a reward ≥ 1. Never the weighted sum of several components: a
+negative shaping term (a length penalty weighted 0.01) would put every correct answer under 1.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from rllab.errors import ConfigError, RllabError
+
+
+def correct_component(task: Any, *, who: str = "the task") -> str | None:
+    """The reward component that says whether an answer is correct: the task's
+    ``correct_component`` when it names one, else its first (primary) ``reward_components`` name;
+    None for a single-reward task. A name that is not one of the components is refused
+    (:class:`~rllab.errors.ConfigError` listing them)."""
+    names = tuple(getattr(task, "reward_components", None) or ())
+    chosen = getattr(task, "correct_component", None)
+    if chosen is None:
+        return names[0] if names else None
+    if not names:
+        raise ConfigError(
+            f"{who}: correct_component = {chosen!r}, but it has a single reward, no components: leave correct_component "
+            f"unset (a reward ≥ 1 is solved); it chooses among two or more reward components", key="correct_component",
+        )
+    if chosen not in names:
+        raise ConfigError(
+            f"{who}: correct_component = {chosen!r} is not one of its reward components; its reward components are "
+            f"{', '.join(map(repr, names))}. Name one of them (task.correct_component), or leave it unset for the first",
+            key="correct_component",
+        )
+    return chosen
+
+
+def solved_rule(task: Any, *, kind: str = "task") -> str:
+    """What counts as solved for ``task`` (:func:`is_solved`), in words, for a run's header and
+    ``final.json``."""
+    if getattr(task, "solved", None) is not None:
+        return f"the {kind}'s own solved(example, reward)"
+    name = correct_component(task)
+    if name is None:
+        return "reward ≥ 1"
+    how = "task.correct_component" if getattr(task, "correct_component", None) is not None else "the first, primary component"
+    return f"reward component {name!r} ≥ 1 ({how})"
+
+
+def is_solved(task: Any, example: Any, reward: float, components: Mapping[str, float] | Sequence[float] | None = None) -> bool:
+    """Whether an answer is solved (see :class:`Task`): ``task.solved(example, reward)`` when the
+    task defines it; else, for a task of several reward components, its correctness component
+    (:func:`correct_component`) ≥ 1, read from ``components`` (a mapping name → value, or the
+    values in the declared order); else ``reward ≥ 1``."""
+    fn = getattr(task, "solved", None)
+    if fn is not None:
+        return bool(fn(example, reward))
+    name = correct_component(task)
+    if name is None:
+        return reward >= 1.0
+    if not components:
+        raise RllabError(
+            f"is_solved: the task has reward components {tuple(task.reward_components)!r} and no solved(); pass the "
+            f"answer's components (accuracy comes from component {name!r}, never from the weighted sum)"
+        )
+    if not isinstance(components, Mapping):
+        components = dict(zip(task.reward_components, components))
+    return float(components[name]) >= 1.0
