@@ -247,6 +247,14 @@ class EpisodeRunner:
                 s.episode = self.env.start(s.example)
             except Exception as e:
                 self._fail(s, 0, None, e)
+            if inspect.isawaitable(s.episode):  # every episode would fail alike: a contract error, whatever reward_errors says
+                if hasattr(s.episode, "close"):
+                    s.episode.close()  # a coroutine never awaited: no "never awaited" warning on top of the error
+                raise EpisodeError(
+                    f"{self.kind} {self.name!r}: start(example) returned an awaitable ({type(s.episode).__name__}); start must "
+                    f"return the episode itself. Make start a plain def (only an episode's step may be async def: do the "
+                    f"waiting in the first step)"
+                )
         for s in states:
             s.budget = self._budget(s)
         caps = [self._cap(s) for s in states[::G]]

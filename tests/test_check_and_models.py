@@ -187,6 +187,20 @@ def test_an_async_start_is_refused_saying_only_step_may_be_async(capsys, tmp_pat
     assert "never awaited" not in err
 
 
+@pytest.mark.parametrize("errors", ["raise", "skip"])
+def test_a_run_on_an_async_start_stops_at_once_naming_it(capsys, tmp_path, errors):
+    """Not an AttributeError on a coroutine deep in the loop, and not one failed episode per sample
+    under ``skip``: every episode would fail alike, so the run stops naming the contract."""
+    path = _async_env(tmp_path, "async_start_run", "async def start(self, example):\n    return Episode(example.answer)\n")
+    code, out, err = run(capsys, "run", "--plugin", str(path), "env=async_start_run", "rollout.max_turns=2",
+                         "model.warm_start.steps=0", f"rollout.reward_errors={errors}", "--steps", "1",
+                         "--run-dir", str(tmp_path / "run"))
+    text = flat(out + err)
+    assert code == 1, text
+    assert "start(example) returned an awaitable" in text and "'async_start_run'" in text, text
+    assert "never awaited" not in err and "AttributeError" not in text
+
+
 # --------------------------------------------------------------------------- model.path
 
 
