@@ -41,7 +41,7 @@ def solved_rule(task: Any, *, kind: str = "task") -> str:
     """What counts as solved for ``task`` (:func:`is_solved`), in words, for a run's header and
     ``final.json``."""
     if getattr(task, "solved", None) is not None:
-        return f"the {kind}'s own solved(example, reward)"
+        return f"the {kind}'s own solved(example, reward) is true"
     name = correct_component(task)
     if name is None:
         return "reward ≥ 1"

@@ -409,7 +409,7 @@ def on_run_start(run_dir, config, start_step, total_steps, progress, solved_when
     :param progress: whether live progress output is wanted (False under ``rllab run -q``).
     :param solved_when: what counts as solved for ``rollout/accuracy`` and ``eval/accuracy``, in
         words (:func:`rllab.accuracy.solved_rule`: ``"reward ≥ 1"``, ``"reward component
-        'correct' ≥ 1 (…)"``, ``"the task's own solved(example, reward)"``).
+        'correct' ≥ 1 (…)"``, ``"the task's own solved(example, reward) is true"``).
     """
 
 

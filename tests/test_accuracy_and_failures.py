@@ -113,7 +113,7 @@ def test_the_tasks_own_solved_wins(char):
                 solved=lambda example, reward: reward > 0.5 and example.answer == "1")
     s = stage(char, task)
     assert s.sample(0).metrics["rollout/accuracy"] == 0.5  # prompt 0 ("0+1=" → "1") only
-    assert s.solved_rule == "the task's own solved(example, reward)"
+    assert s.solved_rule == "the task's own solved(example, reward) is true"
 
 
 def test_an_unknown_correctness_component_is_refused_listing_the_components(char):
@@ -408,3 +408,15 @@ def test_the_warm_starts_probe_stops_on_a_reward_that_always_fails_and_counts_an
     with pytest.raises(EpisodeError, match=r"every one of the 4 greedy episodes the warm start measured its accuracy on failed.*"
                                            r"no such tool"):
         greedy_accuracy(model, char, Broken(), examples, 2)
+
+
+def test_overflow_advice_names_the_context_when_no_episode_budget_is_set():
+    """Episodes overflow the model's context when rollout.max_episode_tokens is unset: the advice
+    names the context, not "raise max_episode_tokens (now None)"."""
+    import rllab_suite
+
+    base = {"steps": 2, "error_frac": 0.0, "overflow_frac": 1.2, "policy": "raise", "stopped": 2.0,
+            "kind": "environment", "max_new_tokens": 16}
+    unset = rllab_suite._cause({**base, "budget": None})
+    assert "model.tiny.max_position_embeddings" in unset and "None" not in unset
+    assert "raise rollout.max_episode_tokens (now 40)" in rllab_suite._cause({**base, "budget": 40})

@@ -134,8 +134,8 @@ def _cause(s: dict) -> str:
         )
     if s["overflow_frac"] > 0:
         return (
-            f"{s['overflow_frac'] / n:.0%} of the episodes overflowed their token budget (finish reason 'overflow', "
-            f"rollout.max_episode_tokens = {s['budget']!r}): raise rollout.max_episode_tokens or shorten the observations."
+            f"{s['overflow_frac'] / n:.0%} of the episodes overflowed their token budget (finish reason 'overflow'): "
+            f"{_overflow_fix(s)}."
         )
     if s["stopped"] / n < 1 - MOST:
         budget = f", rollout.max_episode_tokens = {s['budget']!r}" if s["kind"] == "environment" else ""
@@ -148,6 +148,15 @@ def _cause(s: dict) -> str:
         "the warm start leaves the model no reward to start from. Use an easier task config or a longer warm start "
         "(model.warm_start.target_accuracy / model.warm_start.steps)."
     )
+
+
+def _overflow_fix(s: dict) -> str:
+    """What to change when episodes overflow: the budget the run set, or the model's context."""
+    if s["budget"] is None:
+        return ("the episodes outgrow the model's context (rollout.max_episode_tokens is unset): use a model with a longer "
+                "context (the tiny model: model.tiny.max_position_embeddings), shorten the observations, or end episodes "
+                "sooner with rollout.max_turns")
+    return f"raise rollout.max_episode_tokens (now {s['budget']!r}) or shorten the observations"
 
 
 @rllab.hookimpl
@@ -180,7 +189,7 @@ def on_step_end(step, metrics, run_dir):
             s["noted"].add(key)
             fix = (f"fix the reward function (rollout.reward_errors = {s['policy']!r} hides the failures; \"raise\" stops at the "
                    "first one with its message)") if key == "error_frac" else \
-                f"raise rollout.max_episode_tokens (now {s['budget']!r}) or shorten the observations"
+                _overflow_fix(s)
             lost = (" — rollout.reward_errors = 'skip' drops a failed sample's whole group, so the step trained on nothing"
                     if dropped_all else "")
             _say(f"{run_dir}: at step {step}, {frac:.0%} of the {what} on {who}{lost}; the run goes on, but {fix}. "
