@@ -59,6 +59,7 @@ import attrs
 import torch
 
 from rllab.errors import ConfigError
+from rllab.members import member
 from rllab.rollout import RolloutStage, Scored
 
 
@@ -101,7 +102,7 @@ def check_algorithm(cfg: Any, algorithm: Any, components: Mapping[str, Any]) -> 
         return
     where = f"rollout.max_staleness = {k}"
     name = cfg.component("algorithm").name
-    if not getattr(algorithm, "async_rollouts", False):
+    if not member(algorithm, "algorithm", "async_rollouts"):
         raise ConfigError(
             f"{where}: algorithm {name!r} does not take its steps' batches from rollout.sample(step) alone (offline "
             f"pairs, or pairs sampled and compared within the step as online_dpo does), so its data cannot be sampled "
@@ -130,7 +131,7 @@ class VersionedBackend:
         self.inner = inner
         self.lock = threading.RLock()
         self.version = 0
-        self.overlap = bool(getattr(inner, "pushes_in_flight", False))
+        self.overlap = bool(member(inner, "rollout_backend", "pushes_in_flight"))
         """Weight syncs do not wait for the batch being sampled (module docstring)."""
         self._local = threading.local()
 

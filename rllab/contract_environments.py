@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from rllab.contract_checks import ContractSkip, _check, _gen
+from rllab.members import member
 
 
 class _Recorder:
@@ -21,7 +22,7 @@ class _Recorder:
     def __init__(self, env: Any, fail_at: int | None = None):
         self.env = env
         self.fail_at = fail_at
-        self.max_turns = getattr(env, "max_turns", 1)
+        self.max_turns = member(env, "environment", "max_turns")
         self.steps: list[list] = []
 
     def __getattr__(self, name):  # train_examples, eval_examples, demonstration, solved, tools

@@ -63,6 +63,7 @@ from rllab import checkpoint, distributed
 from rllab.distributed import Reducer
 from rllab.errors import RllabError
 from rllab.lora import LoraPolicy
+from rllab.members import member
 
 
 def _same(model: torch.nn.Module) -> torch.nn.Module:
@@ -256,7 +257,7 @@ class FSDP2:
         into them."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        shared = callable(getattr(backend, "follow_weights", None))
+        shared = callable(member(backend, "rollout_backend", "follow_weights"))
         cached = self._lora_base_of is not None and self._lora_base_of[0] is policy and self._lora_base_of[1] == shared
         if lora is not None and cached:
             # the base is frozen: only the adapters are gathered, then merged into the cached base

@@ -43,6 +43,7 @@ from rllab.config import COMPONENT_SECTIONS, ExperimentConfig, apply_schedule, d
 from rllab.errors import ConfigError, NonFiniteError, RewardError, RllabError  # noqa: F401  (RewardError: re-exported)
 from rllab.lab import Lab
 from rllab.listeners import RunLoggers
+from rllab.members import member
 from rllab.modeldir import check_model_dir
 from rllab.models import enable_checkpointing, transformers_progress_bars_off
 from rllab.optimizer import Optimizers, StepOutcome, lr_factor
@@ -284,7 +285,7 @@ class Trainer:
             raise RllabError("[rollout] cannot change during a run with rollout.max_staleness > 0 (batches are sampled ahead)")
         placement.check_data_parallel(new, self.lab, self.placement.reducer.world_size)  # a schedule entry too
         if new.component("algorithm") != old.component("algorithm"):
-            reconfigure = getattr(self.algorithm, "reconfigure", None)
+            reconfigure = member(self.algorithm, "algorithm", "reconfigure")
             if reconfigure is None:
                 raise RllabError(f"algorithm {new.component('algorithm').name!r} cannot change its knobs during a run (it has no reconfigure method)")
             reconfigure(new.component("algorithm").config)
