@@ -63,9 +63,9 @@ from rllab.members import member
 from rllab.rollout import RolloutStage, Scored
 
 
-def check_settings(cfg: Any) -> None:
+def check_settings(cfg: Any, lab: Any) -> None:
     """Refuse, by name, settings that cannot run with ``rollout.max_staleness > 0`` (before
-    anything is built)."""
+    anything is built); ``lab`` answers the backend's ``shares_weights`` trait."""
     k = cfg.rollout.max_staleness
     if k == 0:
         return
@@ -77,10 +77,11 @@ def check_settings(cfg: Any) -> None:
             key="max_staleness",
         )
     backend = cfg.component("backend")
-    if getattr(backend.config, "share_weights", False):
+    shared = lab.spec("rollout_backend", backend.name).trait("shares_weights", backend.config)
+    if shared is not None:
         raise ConfigError(
-            f"{where} with backend.share_weights = true ({backend.name!r}): the producer samples while the trainer "
-            f"changes the weights, so it needs its own copy; set share_weights = false or max_staleness = 0",
+            f"{where} with backend {backend.name!r} sampling from the trainer's own weights ({shared}): the producer "
+            f"samples while the trainer changes the weights, so it needs its own copy; change that or set max_staleness = 0",
             key="max_staleness",
         )
     for entry in cfg.schedule:

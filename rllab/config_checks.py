@@ -49,7 +49,7 @@ def check_config_only(lab: Lab, components: Mapping[str, Any], model: Any, *, un
 def _check_bypass_correction(lab: Lab, components: Mapping[str, Any], *, text: str, where: str) -> None:
     loss, corr = components["policy_loss"], components["correction"]
     spec = lab.spec("policy_loss", loss.name)
-    if spec.trait("old_log_prob", loss.config) != "rollout" or corr.name == "none":
+    if spec.trait("old_log_prob", loss.config) != "rollout" or lab.spec("importance_correction", corr.name).trait("identity", corr.config):
         return
     raise ConfigError(
         f"{where}: [correction]{line_of(text, 'correction', 'name') or line_of(text, None, 'correction')} "
@@ -279,7 +279,7 @@ def check_reward_components(lab: Lab, components: dict, rollout: Any, *, text: s
             f"task.format_weight = 0.1 on 'addition') or another estimator (grpo, reinforce_plus_plus_baseline).",
             key="advantage",
         )
-    weights = getattr(adv.config, "reward_weights", None)
+    weights = est.trait("component_weights", adv.config)
     if weights is not None and len(weights) != len(names):
         raise ConfigError(
             f"{where}: [advantage] reward_weights{line_of(text, 'advantage', 'reward_weights')}: {who} has "

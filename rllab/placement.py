@@ -447,7 +447,9 @@ def check_data_parallel(cfg: Any, lab: Any, world_size: int) -> None:
             f"{where}: advantage {adv.name!r} (plugin {spec.provider}) couples rows across the batch ({coupled}), "
             "which is not all-reduced; choose an estimator without a batch step or with whitening"
         )
-    algorithm = cfg.component("algorithm").name
-    if algorithm != "rl":
-        raise RllabError(f"{where}: algorithm {algorithm!r} has no data-parallel normalisers; use algorithm 'rl' or strategy 'single'")
+    algorithm = cfg.component("algorithm")
+    if not lab.spec("algorithm", algorithm.name).trait("data_parallel", algorithm.config):
+        fit = [n for n in lab.names("algorithm") if lab.spec("algorithm", n).traits.get("data_parallel")]
+        raise RllabError(f"{where}: algorithm {algorithm.name!r} has no data-parallel normalisers (it does not declare the trait "
+                         f"data_parallel); use an algorithm that does ({', '.join(map(repr, fit)) or 'none installed'}) or strategy 'single'")
 

@@ -82,7 +82,7 @@ class Trainer:
     def __init__(self, cfg: ExperimentConfig, *, lab: Lab | None = None, run_dir: Path | None = None, progress: bool = True):
         self.lab = lab or Lab()
         self.cfg = cfg
-        asyncrollout.check_settings(cfg)
+        asyncrollout.check_settings(cfg, self.lab)
         self.progress = progress
         self.step = 0
         self.run_dir = Path(run_dir) if run_dir else Path(cfg.output_dir) / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
