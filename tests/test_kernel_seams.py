@@ -94,3 +94,118 @@ def test_the_scan_catches(code):
 def test_the_scan_passes_text():
     code = '"""Uses rl."""\nraise ValueError(f"use algorithm \'rl\'")\n# "rl"\nx = f"{name!r} is not rl"\n'
     assert not violations(code, "x.py", {"rl"})
+
+
+# --------------------------------------------------------------------------- optional members and base classes
+
+
+def test_every_base_class_carries_every_declared_default():
+    import rllab
+    from rllab.members import MEMBERS
+
+    for protocol, base in (("environment", rllab.Environment), ("task", rllab.Task), ("rollout_backend", rllab.RolloutBackend)):
+        for name, spec in MEMBERS[protocol].items():
+            if name == "last_metrics":  # a method on the base: {} (the member's None is for an object without it)
+                continue
+            assert getattr(base, name) == spec.default, (protocol, name)
+
+
+def test_an_object_without_the_base_reads_the_declared_defaults():
+    import rllab
+    from rllab.members import member
+
+    class Duck:  # a third-party environment written without rllab.Environment
+        def train_examples(self, n, rng): ...
+        def eval_examples(self): ...
+        def start(self, example): ...
+        def demonstration(self, example): ...
+
+    duck = Duck()
+    assert isinstance(duck, rllab.Environment) and not isinstance(object(), rllab.Environment)
+    assert member(duck, "environment", "max_turns") == 1
+    assert member(duck, "environment", "rollout_defaults") == {}
+    assert member(duck, "environment", "solved") is None
+    duck.max_turns = None  # None is kept for max_turns (the run refuses it, naming it) ...
+    assert member(duck, "environment", "max_turns") is None
+    duck.rollout_defaults = None  # ... and reads as the default elsewhere
+    assert member(duck, "environment", "rollout_defaults") == {}
+    assert member(object(), "rollout_backend", "pushes_in_flight") is False
+    assert member(object(), "algorithm", "async_rollouts") is False
+
+
+def test_a_subclass_inherits_the_defaults_and_must_define_the_required_members():
+    import rllab
+
+    class Env(rllab.Environment):
+        max_turns = 3
+
+        def train_examples(self, n, rng):
+            return []
+
+        def eval_examples(self):
+            return []
+
+        def start(self, example):
+            return None
+
+    env = Env()
+    assert env.max_turns == 3 and env.solved is None and env.describe_error is None and env.warm_start_defaults == {}
+    with pytest.raises(NotImplementedError, match="Env has no demonstration"):
+        env.demonstration(None)
+
+    class Half(rllab.RolloutBackend):
+        def generate(self, prompts, params):
+            return []
+
+    with pytest.raises(TypeError, match="update_weights"):
+        Half()
+
+    class Backend(Half):
+        def update_weights(self, model):
+            return None
+
+    backend = Backend()
+    assert backend.last_metrics() == {} and backend.close() is None and backend.follow_weights is None
+    assert isinstance(backend, rllab.RolloutBackend)
+
+
+def _algorithm_plugin(**traits):
+    import types
+
+    import rllab
+    from rllab_algorithms import rl
+
+    mod = types.ModuleType("third_party_rl")
+
+    @rllab.hookimpl
+    def register_algorithms(register):
+        register("my_rl", rl.rl, config=rl.RLConfig, uses=rl.RL.uses, provides=rl.RL.provides, **traits)
+
+    mod.register_algorithms = register_algorithms
+    return mod
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_data_parallel_is_the_algorithms_declaration_not_its_name(declared):
+    from rllab import placement
+    from rllab.config import validate
+
+    lab = Lab([_algorithm_plugin(data_parallel=declared)])
+    cfg = validate({"algorithm": {"name": "my_rl"}, "model": {"strategy": "fsdp2"}}, lab=lab, where="t")
+    if declared:
+        placement.check_data_parallel(cfg, lab, 2)
+    else:
+        with pytest.raises(Exception, match=r"algorithm 'my_rl' has no data-parallel normalisers .*data_parallel.*'rl'"):
+            placement.check_data_parallel(cfg, lab, 2)
+
+
+def test_shares_weights_is_the_backends_declaration():
+    from rllab import asyncrollout
+    from rllab.config import validate
+
+    lab = Lab()
+    cfg = validate({"rollout": {"max_staleness": 1}, "backend": {"name": "hf", "share_weights": True}}, lab=lab, where="t")
+    with pytest.raises(Exception, match=r"backend 'hf' sampling from the trainer's own weights \(backend.share_weights = true\)"):
+        asyncrollout.check_settings(cfg, lab)
+    assert lab.spec("rollout_backend", "hf").trait("shares_weights", cfg.component("backend").config) is not None
+    assert lab.spec("rollout_backend", "sglang").trait("shares_weights") is None
