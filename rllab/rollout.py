@@ -210,9 +210,7 @@ class RolloutStage:
         """w_k of the scalar reward Σ_k w_k·r_k: the task's ``reward_weights``, default all 1."""
         names = self.component_names
         weights = member(self.task, "task", "reward_weights")
-        if weights is None:
-            return [1.0] * len(names)
-        weights = [float(w) for w in weights]
+        weights = [1.0] * len(names) if weights is None else [float(w) for w in weights]
         if len(weights) != len(names):
             raise RewardError(
                 f"task {self.task_name!r}: reward_weights has {len(weights)} entries for its {len(names)} reward "
