@@ -88,6 +88,10 @@ MEMBERS: dict[str, dict[str, Member]] = {
         ),
         "warm_start_defaults": _KNOB_DEFAULTS["warm_start_defaults"],
         "tiny_model_defaults": _KNOB_DEFAULTS["tiny_model_defaults"],
+        "train": Member(
+            help="every training row, a list of Example, when the task holds them (a data set): the prompt-length "
+            "check then measures all of them; None: it measures a sample of train_examples",
+        ),
     },
     "rollout_backend": {
         "last_metrics": Member(

@@ -241,8 +241,8 @@ class Task(Structural):
     ``reward`` and ``demonstration`` (duck typing). A subclass inherits the default of every
     optional member (:data:`rllab.members.MEMBERS` ``["task"]``), which the kernel applies to an
     object that does not subclass too: ``reward_components`` (``()``), ``reward_weights``,
-    ``correct_component``, ``solved``, ``reward_batch`` (None each), ``warm_start_defaults`` and
-    ``tiny_model_defaults`` (``{}``), described below and in :mod:`rllab.members`.
+    ``correct_component``, ``solved``, ``reward_batch``, ``train`` (None each), ``warm_start_defaults``
+    and ``tiny_model_defaults`` (``{}``), described below and in :mod:`rllab.members`.
 
     **What counts as solved** for ``rollout/accuracy``, ``eval/accuracy`` and the warm start's
     probe (:func:`is_solved`), in this order: the task's own ``solved(example, reward) -> bool``
