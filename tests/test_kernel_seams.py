@@ -209,3 +209,80 @@ def test_shares_weights_is_the_backends_declaration():
         asyncrollout.check_settings(cfg, lab)
     assert lab.spec("rollout_backend", "hf").trait("shares_weights", cfg.component("backend").config) is not None
     assert lab.spec("rollout_backend", "sglang").trait("shares_weights") is None
+
+
+def _env_plugin(cls):
+    import types
+
+    import attrs
+
+    import rllab
+
+    @attrs.frozen
+    class Cfg:
+        pass
+
+    mod = types.ModuleType("third_party_env")
+
+    @rllab.hookimpl
+    def register_environments(register):
+        register("probe_env", cls, config=Cfg)
+
+    mod.register_environments = register_environments
+    return mod
+
+
+def test_a_subclass_missing_a_required_member_is_refused_at_registration_naming_it():
+    import rllab
+
+    class Half(rllab.Environment):
+        def __init__(self, *, config):
+            self.config = config
+
+        def train_examples(self, n, rng):
+            return []
+
+        def eval_examples(self):
+            return []
+
+    lab = Lab([_env_plugin(Half)], entry_points=False)
+    assert any("class Half does not define start, which its base class requires" in p for p in lab.problems)
+
+
+def test_the_contract_refuses_an_environment_without_a_bound_on_its_turns():
+    import torch
+
+    import rllab
+    from rllab.testing import run_contract
+
+    class Episode:
+        def __init__(self, answer):
+            self.answer = answer
+
+        def step(self, text):
+            return rllab.Step(reward=float(text.strip() == self.answer), done=True)
+
+    class Unbounded(rllab.Environment):
+        max_turns = 0
+
+        def __init__(self, *, config):
+            self.config = config
+
+        def _ex(self, i):
+            return rllab.Example(prompt=f"{i}+1=", answer=str(i + 1))
+
+        def train_examples(self, n, rng):
+            return [self._ex(i) for i in torch.randint(0, 5, (n,), generator=rng).tolist()]
+
+        def eval_examples(self):
+            return [self._ex(i) for i in range(5)]
+
+        def start(self, example):
+            return Episode(example.answer)
+
+        def demonstration(self, example):
+            return [example.answer]
+
+    lab = Lab([_env_plugin(Unbounded)], entry_points=False)
+    failed = [r for r in run_contract(lab, "environment", "probe_env") if not r.passed]
+    assert failed and "max_turns = 0" in failed[0].message
