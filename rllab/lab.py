@@ -420,9 +420,9 @@ class Lab:
             " If it comes from a plugin, that plugin may not be loaded: pass --plugin FILE.py (or a module "
             "name), list it in the config's plugins = [...], or install its package; 'rllab plugins' lists what is loaded."
         )
-        broken = [p.name for p in self.plugins if not p.ok]
+        broken = [f"{p.name} ({p.error})" for p in self.plugins if not p.ok]
         if broken:
-            out += f" Broken plugins: {', '.join(broken)}."
+            out += f" Broken plugins: {'; '.join(broken)}."
         if self.skipped:
             by_env: dict[str, list[str]] = {}
             for plugin, env in self.skipped:
