@@ -207,7 +207,7 @@ class Trainer:
         if missing:
             raise RllabError(
                 f"rollout backend {backend.name!r} (plugin {backend.spec.provider}) has no {', '.join(m + '()' for m in missing)}; "
-                f"a backend follows rllab.RolloutBackend (last_metrics() returns {{}} when it has nothing to report)"
+                f"subclass rllab.RolloutBackend, whose last_metrics() returns {{}} and close() does nothing until overridden"
             )
         if asyncrollout.is_async(self.cfg):  # syncs counted, and never in the middle of a batch
             self.backend = asyncrollout.VersionedBackend(self.backend)
