@@ -13,6 +13,10 @@ config; :meth:`rllab.ComponentSpec.trait` calls it with the config. :data:`TRAIT
 trait of every kind (``rllab.hookspecs`` documents them with their kind's hook).
 
 Optional *inputs* are not traits: a component that wants one lists it in ``requires=(...)``.
+What the kernel reads from a built object (an environment's ``max_turns``, a backend's
+``follow_weights``, ...) are its optional members, declared with their defaults in
+:mod:`rllab.members`. The kernel asks a trait or a member, never a component's name or a knob of
+its config (``tests/test_kernel_seams.py``).
 """
 
 from __future__ import annotations
