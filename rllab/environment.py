@@ -26,7 +26,7 @@ Example (a one-guess game)::
                 return Step(reward=1.0, done=True)
             return Step(observation="wrong, again:", reward=0.0)
 
-    class Guess:
+    class Guess(Environment):       # every optional member not set here keeps its default
         max_turns = 3
         def train_examples(self, n, rng): ...
         def eval_examples(self): ...
