@@ -44,6 +44,7 @@ from rllab.specs import FloatOrFloats, FloatOrFloatsOrNone, StrOrStrs, StrOrStrs
 # ``rllab --help`` or a config error answers without loading torch.
 _ON_FIRST_USE = {
     "rllab.algorithm": ("Algorithm", "KLSample", "OptimizerStep", "RunContext", "StepReport"),
+    "rllab.environment": ("Environment", "Episode", "Step"),
     "rllab.ops": ("RowError",),
     "rllab.optimizer": ("Optimizers", "StepOutcome"),
     "rllab.rollout": ("RecordedRollout",),
@@ -57,6 +58,7 @@ _SUBMODULES_ON_FIRST_USE = ("algorithm", "ops")
 if _TYPE_CHECKING:
     from rllab import algorithm, ops
     from rllab.algorithm import Algorithm, KLSample, OptimizerStep, RunContext, StepReport
+    from rllab.environment import Environment, Episode, Step
     from rllab.ops import RowError
     from rllab.optimizer import Optimizers, StepOutcome
     from rllab.rollout import RecordedRollout
@@ -109,6 +111,8 @@ __all__ = [
     "ComponentSpec",
     "ConfigError",
     "DuplicateComponentError",
+    "Environment",
+    "Episode",
     "FloatOrFloats",
     "FloatOrFloatsOrNone",
     "Example",
@@ -121,6 +125,7 @@ __all__ = [
     "RolloutBatch",
     "RowError",
     "SamplingParams",
+    "Step",
     "StrOrStrs",
     "StrOrStrsOrNone",
     "Task",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from rllab.errors import ConfigError, RllabError
+from rllab.members import member
 
 
 def correct_component(task: Any, *, who: str = "the task") -> str | None:
@@ -19,8 +20,8 @@ def correct_component(task: Any, *, who: str = "the task") -> str | None:
     ``correct_component`` when it names one, else its first (primary) ``reward_components`` name;
     None for a single-reward task. A name that is not one of the components is refused
     (:class:`~rllab.errors.ConfigError` listing them)."""
-    names = tuple(getattr(task, "reward_components", None) or ())
-    chosen = getattr(task, "correct_component", None)
+    names = tuple(member(task, "task", "reward_components"))
+    chosen = member(task, "task", "correct_component")
     if chosen is None:
         return names[0] if names else None
     if not names:
@@ -40,12 +41,12 @@ def correct_component(task: Any, *, who: str = "the task") -> str | None:
 def solved_rule(task: Any, *, kind: str = "task") -> str:
     """What counts as solved for ``task`` (:func:`is_solved`), in words, for a run's header and
     ``final.json``."""
-    if getattr(task, "solved", None) is not None:
+    if member(task, "task", "solved") is not None:
         return f"the {kind}'s own solved(example, reward) is true"
     name = correct_component(task)
     if name is None:
         return "reward ≥ 1"
-    how = "task.correct_component" if getattr(task, "correct_component", None) is not None else "the first, primary component"
+    how = "task.correct_component" if member(task, "task", "correct_component") is not None else "the first, primary component"
     return f"reward component {name!r} ≥ 1 ({how})"
 
 
@@ -54,7 +55,7 @@ def is_solved(task: Any, example: Any, reward: float, components: Mapping[str, f
     task defines it; else, for a task of several reward components, its correctness component
     (:func:`correct_component`) ≥ 1, read from ``components`` (a mapping name → value, or the
     values in the declared order); else ``reward ≥ 1``."""
-    fn = getattr(task, "solved", None)
+    fn = member(task, "task", "solved")
     if fn is not None:
         return bool(fn(example, reward))
     name = correct_component(task)

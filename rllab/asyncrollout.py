@@ -59,12 +59,13 @@ import attrs
 import torch
 
 from rllab.errors import ConfigError
+from rllab.members import member
 from rllab.rollout import RolloutStage, Scored
 
 
-def check_settings(cfg: Any) -> None:
+def check_settings(cfg: Any, lab: Any) -> None:
     """Refuse, by name, settings that cannot run with ``rollout.max_staleness > 0`` (before
-    anything is built)."""
+    anything is built); ``lab`` answers the backend's ``shares_weights`` trait."""
     k = cfg.rollout.max_staleness
     if k == 0:
         return
@@ -76,10 +77,11 @@ def check_settings(cfg: Any) -> None:
             key="max_staleness",
         )
     backend = cfg.component("backend")
-    if getattr(backend.config, "share_weights", False):
+    shared = lab.spec("rollout_backend", backend.name).trait("shares_weights", backend.config)
+    if shared is not None:
         raise ConfigError(
-            f"{where} with backend.share_weights = true ({backend.name!r}): the producer samples while the trainer "
-            f"changes the weights, so it needs its own copy; set share_weights = false or max_staleness = 0",
+            f"{where} with backend {backend.name!r} sampling from the trainer's own weights ({shared}): the producer "
+            f"samples while the trainer changes the weights, so it needs its own copy; change that or set max_staleness = 0",
             key="max_staleness",
         )
     for entry in cfg.schedule:
@@ -101,7 +103,7 @@ def check_algorithm(cfg: Any, algorithm: Any, components: Mapping[str, Any]) -> 
         return
     where = f"rollout.max_staleness = {k}"
     name = cfg.component("algorithm").name
-    if not getattr(algorithm, "async_rollouts", False):
+    if not member(algorithm, "algorithm", "async_rollouts"):
         raise ConfigError(
             f"{where}: algorithm {name!r} does not take its steps' batches from rollout.sample(step) alone (offline "
             f"pairs, or pairs sampled and compared within the step as online_dpo does), so its data cannot be sampled "
@@ -130,7 +132,7 @@ class VersionedBackend:
         self.inner = inner
         self.lock = threading.RLock()
         self.version = 0
-        self.overlap = bool(getattr(inner, "pushes_in_flight", False))
+        self.overlap = bool(member(inner, "rollout_backend", "pushes_in_flight"))
         """Weight syncs do not wait for the batch being sampled (module docstring)."""
         self._local = threading.local()
 

@@ -28,6 +28,7 @@ from rich.table import Table
 
 from rllab.errors import RllabError
 from rllab.lab import KINDS, Lab
+from rllab.members import member
 from rllab.traits import TRAITS
 
 # Piped output (files, CI logs, tests) gets wide tables instead of 80 columns of folded text.
@@ -132,7 +133,7 @@ def _show(lab: Lab, name: str, kind: str | None, doc: bool = False) -> int:
 def _show_tools(spec) -> None:
     """The tools an environment built with its default knobs exposes (its ``tools``)."""
     try:
-        tools = list(getattr(spec.fn(config=spec.config()), "tools", None) or ())
+        tools = list(member(spec.fn(config=spec.config()), "environment", "tools"))
     except Exception as e:  # noqa: BLE001 — listing must not fail on an environment that needs knobs set
         console.print(escape(f"(tools not listed: building it with its default knobs raised {type(e).__name__}: {e})"), style="dim")
         return

@@ -33,6 +33,7 @@ import attrs
 
 from rllab.errors import ConfigError
 from rllab.lab import Lab
+from rllab.members import member
 from rllab.tomlio import line_of
 
 
@@ -48,7 +49,7 @@ def check_config_only(lab: Lab, components: Mapping[str, Any], model: Any, *, un
 def _check_bypass_correction(lab: Lab, components: Mapping[str, Any], *, text: str, where: str) -> None:
     loss, corr = components["policy_loss"], components["correction"]
     spec = lab.spec("policy_loss", loss.name)
-    if spec.trait("old_log_prob", loss.config) != "rollout" or corr.name == "none":
+    if spec.trait("old_log_prob", loss.config) != "rollout" or lab.spec("importance_correction", corr.name).trait("identity", corr.config):
         return
     raise ConfigError(
         f"{where}: [correction]{line_of(text, 'correction', 'name') or line_of(text, None, 'correction')} "
@@ -175,7 +176,7 @@ def check_episode_settings(lab: Lab, components: Mapping[str, Any], rollout: Any
     if env is None or "env" in unused or rollout.max_turns is not None:
         return
     spec = lab.spec("environment", env.name)
-    declared = getattr(spec.fn, "max_turns", None)
+    declared = member(spec.fn, "environment", "max_turns")
     if declared is not None and (isinstance(declared, bool) or not isinstance(declared, int) or declared < 1):
         raise ConfigError(
             f"{where}: environment {env.name!r} (plugin {spec.provider}) declares max_turns = {declared!r}; it must be "
@@ -190,7 +191,7 @@ def environment_rollout_defaults(lab: Lab, env: Any, rollout: Any, given: Mappin
     hold a tool call) applied to the settings the config does not set; a setting the config gives
     wins. The run's saved config shows the values used."""
     spec = lab.spec("environment", env.name)
-    wanted = dict(getattr(spec.fn, "rollout_defaults", None) or {})
+    wanted = dict(member(spec.fn, "environment", "rollout_defaults"))
     fields = attrs.fields_dict(type(rollout))
     unknown = sorted(set(wanted) - set(fields))
     if unknown:
@@ -278,7 +279,7 @@ def check_reward_components(lab: Lab, components: dict, rollout: Any, *, text: s
             f"task.format_weight = 0.1 on 'addition') or another estimator (grpo, reinforce_plus_plus_baseline).",
             key="advantage",
         )
-    weights = getattr(adv.config, "reward_weights", None)
+    weights = est.trait("component_weights", adv.config)
     if weights is not None and len(weights) != len(names):
         raise ConfigError(
             f"{where}: [advantage] reward_weights{line_of(text, 'advantage', 'reward_weights')}: {who} has "

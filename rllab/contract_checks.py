@@ -378,8 +378,8 @@ def _agg_masked(comp):
     _finite(base, "aggregate")
     nan = torch.where(mask, x, torch.full_like(x, float("nan")))
     _close(comp(loss_mat=nan, mask=mask), base, "aggregate with NaN at masked positions")
-    if comp.name.endswith("norm") or getattr(comp.config, "horizon", "absent") is None:
-        return  # a horizon of "the mask width" legitimately depends on padding
+    if comp.trait("padding_dependent") is not None:
+        return  # e.g. a horizon of "the mask width" legitimately depends on padding
     _close(comp(loss_mat=_pad(x, 3), mask=_pad(mask, 3, False)), base, "aggregate after padding")
 
 

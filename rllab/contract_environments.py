@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from rllab.contract_checks import ContractSkip, _check, _gen
+from rllab.members import member
 
 
 class _Recorder:
@@ -21,7 +22,7 @@ class _Recorder:
     def __init__(self, env: Any, fail_at: int | None = None):
         self.env = env
         self.fail_at = fail_at
-        self.max_turns = getattr(env, "max_turns", 1)
+        self.max_turns = member(env, "environment", "max_turns")
         self.steps: list[list] = []
 
     def __getattr__(self, name):  # train_examples, eval_examples, demonstration, solved, tools
@@ -148,6 +149,9 @@ def _env_ids(comp):
 @_check("environment", "limits respected: max_turns and the token budget")
 def _env_limits(comp):
     env, examples, tok, renderer = _setup(comp)
+    turns = member(env, "environment", "max_turns")
+    if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
+        raise AssertionError(f"max_turns = {turns!r}: an episode needs a bound on its turns, an integer ≥ 1 (a run refuses it)")
     _, eps = _demos(comp, env, examples, renderer, max_turns=1)
     for e in eps:
         if e.turns != 1 or e.finish_reason not in ("stop", "length", "max_turns"):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Mapping
 
 from rllab.contract_checks import _check, _gen
+from rllab.members import member
 
 
 @_check("kl_controller", "a finite, non-negative value that updates")
@@ -36,7 +37,7 @@ def _task(comp):
         raise AssertionError("eval_examples is empty")
     from rllab.types import is_solved, scalar_reward
 
-    names = tuple(getattr(task, "reward_components", None) or ())
+    names = tuple(member(task, "task", "reward_components"))
     for e in ex1 + task.eval_examples()[:4]:
         out = task.reward(e, task.demonstration(e))
         if names and (not isinstance(out, dict) or set(out) != set(names)):

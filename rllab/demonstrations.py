@@ -19,6 +19,7 @@ from rllab.chat import PromptRenderer, prompt_text
 from rllab.episode_stats import ERROR_ADVICE
 from rllab.episodes import EpisodeLimits, EpisodeResult, EpisodeRunner
 from rllab.errors import EpisodeError, RllabError
+from rllab.members import member
 from rllab.types import Completion, Example, SamplingParams, is_solved
 
 
@@ -89,7 +90,7 @@ def demonstration_episodes(env: Any, examples: Sequence[Example], renderer: Prom
                 f"turns (strings), got {turns!r}"
             )
         scripts.append(list(turns))
-    turns = max_turns or max(1, getattr(env, "max_turns", 1) or 1, max(len(s) for s in scripts))
+    turns = max_turns or max(1, member(env, "environment", "max_turns") or 1, max(len(s) for s in scripts))
     backend = ScriptedBackend(renderer, scripts, [e.prompt for e in examples])
     longest = max(len(renderer.response_ids(t, prompt=ex.prompt)) for s, ex in zip(scripts, examples) for t in s)
     runner = EpisodeRunner(env, name=name, backend=backend, renderer=renderer,
@@ -151,7 +152,7 @@ def episode_accuracy(model, tokenizer, env, examples, max_new_tokens: int, rende
     ``env.solved``, else total reward ≥ 1; a failed episode never is)."""
     was_training = model.training
     model.eval()
-    limits = EpisodeLimits(max_turns=getattr(env, "max_turns", 1) or 1, max_new_tokens=max_new_tokens,
+    limits = EpisodeLimits(max_turns=member(env, "environment", "max_turns") or 1, max_new_tokens=max_new_tokens,
                            context_tokens=getattr(getattr(model, "config", None), "max_position_embeddings", None))
     runner = EpisodeRunner(env, name=renderer.task_name, backend=_GreedyBackend(model, tokenizer, renderer), renderer=renderer,
                            limits=limits, on_error="zero")

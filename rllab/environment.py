@@ -26,7 +26,7 @@ Example (a one-guess game)::
                 return Step(reward=1.0, done=True)
             return Step(observation="wrong, again:", reward=0.0)
 
-    class Guess:
+    class Guess(Environment):       # every optional member not set here keeps its default
         max_turns = 3
         def train_examples(self, n, rng): ...
         def eval_examples(self): ...
@@ -38,11 +38,15 @@ Example (a one-guess game)::
 
 from __future__ import annotations
 
+import abc
 import math
 import numbers
 from typing import Awaitable, Mapping, Protocol, Sequence, runtime_checkable
 
 import attrs
+
+from rllab.members import Structural as _Structural
+from rllab.members import with_defaults
 
 OBSERVATION_ROLES = ("user", "tool")
 """The roles an observation may take when the prompt is rendered with a chat template."""
@@ -117,39 +121,52 @@ class Episode(Protocol):
         (or an awaitable of one)."""
 
 
-@runtime_checkable
-class Environment(Protocol):
-    """A source of examples whose episodes span several model turns.
+@with_defaults("environment")
+class Environment(_Structural):
+    """A source of examples whose episodes span several model turns; the base class of environments.
 
-    Also read when present:
+    An environment has ``train_examples``, ``eval_examples``, ``start`` and ``demonstration``.
+    ``isinstance(obj, Environment)`` holds for any object with those four (duck typing); a
+    subclass also inherits the default of every optional member (:data:`rllab.members.MEMBERS`
+    ``["environment"]``), which the kernel applies to an object that does not subclass too:
 
     - ``max_turns`` (int, default 1): the most model turns an episode may take; the
       ``rollout.max_turns`` setting overrides it.
-    - ``solved(example, reward) -> bool``: what counts as solved for ``rollout/accuracy`` and
-      ``eval/accuracy``, given the episode's total reward (default: total reward ≥ 1).
-    - ``tools``: the tools the environment exposes (see :mod:`rllab.tools`), listed by
-      ``rllab plugins show NAME``.
-    - ``rollout_defaults`` (on the registered factory, e.g. a class attribute): a dict of
-      ``[rollout]`` settings the environment needs (``{"max_new_tokens": 16}`` for turns that
-      hold a tool call), applied to those the config does not set.
-    - ``warm_start_defaults`` / ``tiny_model_defaults``: dicts of ``model.warm_start`` /
-      ``model.tiny`` knobs for the tiny default model (``{"max_position_embeddings": 1024}`` for
-      prompts longer than its 256 positions), applied to those the config leaves at their defaults.
-    - ``step_batch(episodes, texts, *, completion_ids) -> list``: one :class:`Step` (or the
-      exception it raised) per live episode; the rollout loop then calls it once per turn instead
-      of each episode's ``step`` (a batched reward model or checker).
+    - ``solved(example, reward) -> bool`` (default None): what counts as solved for
+      ``rollout/accuracy`` and ``eval/accuracy``, given the episode's total reward (None: total
+      reward ≥ 1).
+    - ``describe_error(example, text, turn, error) -> str`` (default None): the message of a
+      failed episode (None: the kernel's own).
+    - ``step_batch(episodes, texts, *, completion_ids) -> list`` (default None): one :class:`Step`
+      (or the exception it raised) per live episode; the rollout loop then calls it once per turn
+      instead of each episode's ``step`` (a batched reward model or checker).
+    - ``tools`` (default ``()``): the tools the environment exposes (see :mod:`rllab.tools`), listed
+      by ``rllab plugins show NAME``.
+    - ``rollout_defaults`` (on the registered factory, e.g. a class attribute; default ``{}``): a
+      dict of ``[rollout]`` settings the environment needs (``{"max_new_tokens": 16}`` for turns
+      that hold a tool call), applied to those the config does not set.
+    - ``warm_start_defaults`` / ``tiny_model_defaults`` (default ``{}``): dicts of
+      ``model.warm_start`` / ``model.tiny`` knobs for the tiny default model
+      (``{"max_position_embeddings": 1024}`` for prompts longer than its 256 positions), applied
+      to those the config leaves at their defaults.
     """
 
+    _required = ("train_examples", "eval_examples", "start", "demonstration")
+
+    @abc.abstractmethod
     def train_examples(self, n: int, rng) -> list:
         """Draw ``n`` training :class:`rllab.types.Example` s using the ``torch.Generator`` ``rng``
         (deterministic given its state)."""
 
+    @abc.abstractmethod
     def eval_examples(self) -> list:
         """The held-out evaluation split (fixed)."""
 
+    @abc.abstractmethod
     def start(self, example) -> Episode:
         """A fresh episode for ``example``; its opening prompt is ``example.prompt``."""
 
     def demonstration(self, example) -> Sequence[str]:
         """The model turns of a demonstration episode for the supervised warm start; the
         observations between them are the environment's own answers to them."""
+        raise NotImplementedError(f"{type(self).__name__} has no demonstration(example): the supervised warm start needs one")

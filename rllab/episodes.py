@@ -63,6 +63,7 @@ from rllab.chat import PromptRenderer, _ids, prompt_text
 from rllab.environment import Step
 from rllab.episode_stats import ERROR_ADVICE
 from rllab.errors import EpisodeError, PromptError, RllabError
+from rllab.members import member
 from rllab.types import Completion, Example, SamplingParams
 
 FINISH_REASONS = ("stop", "length", "max_turns", "overflow", "abort")
@@ -307,7 +308,7 @@ class EpisodeRunner:
         return [self._result(s) for s in states]
 
     def _collect_metrics(self) -> None:
-        metrics = getattr(self.backend, "last_metrics", None)
+        metrics = member(self.backend, "rollout_backend", "last_metrics")
         for k, v in ((metrics() if metrics is not None else None) or {}).items():
             # a step's counters: summed over its turns' calls, but for running totals (``*_total``)
             self.backend_metrics[k] = float(v) + (0.0 if k.endswith("_total") else self.backend_metrics.get(k, 0.0))
@@ -386,7 +387,7 @@ class EpisodeRunner:
 
     def _steps(self, pairs: list[tuple[_State, Completion]], texts: list[str]) -> list:
         """Each live episode's answer to its turn (a Step, or the exception it raised)."""
-        batch = getattr(self.env, "step_batch", None)
+        batch = member(self.env, "environment", "step_batch")
         if batch is not None:
             try:
                 out = list(batch([s.episode for s, _ in pairs], texts, completion_ids=[list(c.token_ids) for _, c in pairs]))
@@ -413,7 +414,7 @@ class EpisodeRunner:
         return out
 
     def _fail(self, s: _State, turn: int, text: str | None, e: BaseException) -> None:
-        describe: Callable | None = getattr(self.env, "describe_error", None)
+        describe: Callable | None = member(self.env, "environment", "describe_error")
         msg = describe(s.example, text, turn, e) if describe is not None else _describe(self.kind, self.name, s, turn, text, e)
         if self.on_error == "raise":
             raise EpisodeError(f"{msg} {ERROR_ADVICE}") from None

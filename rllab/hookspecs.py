@@ -83,7 +83,9 @@ def register_advantage_estimators(register):
     Traits: ``batch_step=`` (per config) — a few words naming a step that couples every row of
     the batch (``"whiten"``, ``"batch std"``), or None: the estimator's statistics stay within
     each group. The contract suite then checks that other groups move by one affine map instead
-    of not at all.
+    of not at all. ``component_weights=`` (per config) — the weights the estimator gives the
+    task's reward components (one per component, checked against the task's at load), or None:
+    the task's own ``reward_weights``.
     """
 
 
@@ -151,7 +153,9 @@ def register_loss_aggregations(register):
     ``global_rows`` int, only for a mode registered with ``requires=("global_rows",)``: the
     number of rows of the whole minibatch, empty rows included.
 
-    Traits: none.
+    Traits: ``padding_dependent=`` (per config) — why the aggregate depends on the padding width
+    (a horizon of the mask width), or None: it does not, and the contract checks pad a batch and
+    expect the same value.
     """
 
 
@@ -174,6 +178,11 @@ def register_rollout_backends(register):
     ``update_weights`` (a plain module, then state dicts), or, when the backend has
     ``follow_weights()`` (servers every rank shares), rank 0's alone gets a plain CPU module and the
     other ranks' ``follow_weights()`` is called once it is pushed. Undeclared: refused.
+    ``shares_weights=`` (per config) — why the backend samples from the trainer's own weights (no
+    copy of its own), or None: it keeps a copy; asynchronous rollouts are refused with it.
+
+    Subclass :class:`rllab.RolloutBackend` for the defaults of ``last_metrics``, ``close`` and
+    the optional members (:data:`rllab.members.MEMBERS`).
     """
 
 
@@ -196,7 +205,9 @@ def register_importance_corrections(register):
     ``"after_advantage"``, ``"before_advantage"`` (when the step narrows, relative to the advantage
     estimator) or None (never); and ``keep_mask=``, a function
     ``(*, old_log_prob, rollout_log_prob, mask, config) -> (B, T) bool`` (the valid tokens kept).
-    The ``rl`` step then computes the old log-probs before the update.
+    The ``rl`` step then computes the old log-probs before the update. ``identity=True`` — the
+    correction changes nothing (``none``), so it combines with a policy loss that corrects for the
+    sampler itself.
     """
 
 
@@ -252,6 +263,9 @@ def register_tasks(register):
     Traits: ``reward_components=`` (per config) — the names of the reward components the task's
     instances declare (empty for a single reward), so a config is checked before any model loads;
     undeclared, the check waits for the first batch.
+
+    Subclass :class:`rllab.Task` for the defaults of its optional members (``reward_weights``,
+    ``solved``, ``reward_batch``, …; :data:`rllab.members.MEMBERS`).
     """
 
 
@@ -267,7 +281,9 @@ def register_environments(register):
 
     :param register: call ``register(name, factory, config=...)`` once per environment.
 
-    Traits: none.
+    Traits: none. Subclass :class:`rllab.Environment` for the defaults of its optional members
+    (``max_turns``, ``solved``, ``describe_error``, ``rollout_defaults``, …;
+    :data:`rllab.members.MEMBERS`).
     """
 
 
@@ -313,7 +329,9 @@ def register_loggers(register):
 
     :param register: call ``register(name, factory, config=...)`` once per logger.
 
-    Traits: none.
+    Traits: ``truncate=`` — a function ``(*, run_dir, config, step) -> None`` that drops what
+    the logger wrote for steps after ``step`` when a run resumes from that step's checkpoint (so
+    the resumed log has no duplicates); None: it keeps everything.
     """
 
 
@@ -377,7 +395,13 @@ def register_algorithms(register):
     ``{"task", "backend", "policy_loss"}``; a section it does not use is refused when a config
     sets it; None: every section); ``provides=`` — the optional inputs it passes to components,
     by kind (``{"advantage_estimator": ("values", ...)}``): a component whose ``requires`` names
-    an input its algorithm does not provide is refused at load.
+    an input its algorithm does not provide is refused at load. ``data_parallel=True`` — its step
+    all-reduces its normalisers across ranks, so it runs with ``model.strategy = "fsdp2"`` on
+    several ranks (otherwise refused there); ``replayable=True`` — its step takes each batch from
+    ``ctx.rollout.sample(step)``, so ``rllab record`` / ``rllab replay`` can hand it recorded ones.
+    Optional member: ``async_rollouts`` (default False) on the algorithm object — its batches
+    may be sampled ahead (``rollout.max_staleness > 0``); ``reconfigure(config)`` (default None)
+    — it takes a ``[[schedule]]`` entry's new knobs.
     """
 
 

@@ -290,6 +290,9 @@ class Lab:
                 raise TypeError(f"{kind} {name!r}: fn must be callable, got {fn!r}")
             if config is not None and not attrs.has(config):
                 raise TypeError(f"{kind} {name!r}: config must be an attrs class, got {config!r}")
+            if isinstance(fn, type) and getattr(fn, "__abstractmethods__", None):  # a base class's required members
+                missing = ", ".join(sorted(fn.__abstractmethods__))
+                raise TypeError(f"plugin {provider!r}: {kind} {name!r}: class {fn.__name__} does not define {missing}, which its base class requires")
             requires = (requires,) if isinstance(requires, str) else tuple(requires)
             if not all(isinstance(r, str) and r for r in requires):
                 raise TypeError(f"{kind} {name!r}: requires must be a tuple of input names, got {requires!r}")
@@ -417,9 +420,9 @@ class Lab:
             " If it comes from a plugin, that plugin may not be loaded: pass --plugin FILE.py (or a module "
             "name), list it in the config's plugins = [...], or install its package; 'rllab plugins' lists what is loaded."
         )
-        broken = [p.name for p in self.plugins if not p.ok]
+        broken = [f"{p.name} ({p.error})" for p in self.plugins if not p.ok]
         if broken:
-            out += f" Broken plugins: {', '.join(broken)}."
+            out += f" Broken plugins: {'; '.join(broken)}."
         if self.skipped:
             by_env: dict[str, list[str]] = {}
             for plugin, env in self.skipped:

@@ -63,6 +63,7 @@ from rllab import checkpoint, distributed
 from rllab.distributed import Reducer
 from rllab.errors import RllabError
 from rllab.lora import LoraPolicy
+from rllab.members import member
 
 
 def _same(model: torch.nn.Module) -> torch.nn.Module:
@@ -256,7 +257,7 @@ class FSDP2:
         into them."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        shared = callable(getattr(backend, "follow_weights", None))
+        shared = callable(member(backend, "rollout_backend", "follow_weights"))
         cached = self._lora_base_of is not None and self._lora_base_of[0] is policy and self._lora_base_of[1] == shared
         if lora is not None and cached:
             # the base is frozen: only the adapters are gathered, then merged into the cached base
@@ -446,7 +447,9 @@ def check_data_parallel(cfg: Any, lab: Any, world_size: int) -> None:
             f"{where}: advantage {adv.name!r} (plugin {spec.provider}) couples rows across the batch ({coupled}), "
             "which is not all-reduced; choose an estimator without a batch step or with whitening"
         )
-    algorithm = cfg.component("algorithm").name
-    if algorithm != "rl":
-        raise RllabError(f"{where}: algorithm {algorithm!r} has no data-parallel normalisers; use algorithm 'rl' or strategy 'single'")
+    algorithm = cfg.component("algorithm")
+    if not lab.spec("algorithm", algorithm.name).trait("data_parallel", algorithm.config):
+        fit = [n for n in lab.names("algorithm") if lab.spec("algorithm", n).traits.get("data_parallel")]
+        raise RllabError(f"{where}: algorithm {algorithm.name!r} has no data-parallel normalisers (it does not declare the trait "
+                         f"data_parallel); use an algorithm that does ({', '.join(map(repr, fit)) or 'none installed'}) or strategy 'single'")
 

@@ -32,6 +32,7 @@ import torch
 
 from rllab.chat import PromptRenderer, prompt_key, prompt_text
 from rllab.errors import ConfigError, PromptError, RllabError
+from rllab.members import member
 from rllab.supervised import is_environment
 from rllab.types import Example
 
@@ -91,7 +92,7 @@ class PromptLimits:
 
     def _rows(self) -> tuple[list[Example], bool, list[Example]]:
         """(training rows, whether they are all of them, held-out rows)."""
-        train = getattr(self.source, "train", None)  # the data-set tasks keep every row in a list
+        train = member(self.source, "task", "train")  # a task that holds every row in a list
         if isinstance(train, list) and all(isinstance(e, Example) for e in train):
             return list(train), True, list(self.source.eval_examples())
         probe = list(self.source.train_examples(PROBE, torch.Generator().manual_seed(0)))

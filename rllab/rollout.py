@@ -49,6 +49,7 @@ from rllab.episodes import EpisodeLimits, EpisodeResult, EpisodeRunner
 from rllab.errors import ConfigError, RewardError, RllabError
 from rllab.evalmetrics import sampled_metrics
 from rllab.episode_stats import ERROR_ADVICE, check_step, episode_metrics
+from rllab.members import member
 from rllab.task_environment import TaskEnvironment
 from rllab.types import Completion, Example, RolloutBatch, SamplingParams, correct_component, is_solved, solved_rule
 
@@ -134,7 +135,7 @@ class RolloutStage:
             return EpisodeLimits(max_turns=1, max_new_tokens=r.max_new_tokens)
         turns = getattr(r, "max_turns", None)
         if turns is None:
-            turns = getattr(self.env, "max_turns", 1)
+            turns = member(self.env, "environment", "max_turns")
             if turns is None or isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
                 raise ConfigError(
                     f"environment {self.task_name!r} has max_turns = {turns!r}: an episode needs a bound on its turns; give "
@@ -203,15 +204,13 @@ class RolloutStage:
     @property
     def component_names(self) -> tuple[str, ...]:
         """The task's reward component names (empty for a single-reward task and for an environment)."""
-        return tuple(getattr(self.task, "reward_components", None) or ()) if self.env is None else ()
+        return tuple(member(self.task, "task", "reward_components")) if self.env is None else ()
 
     def component_weights(self) -> list[float]:
         """w_k of the scalar reward Σ_k w_k·r_k: the task's ``reward_weights``, default all 1."""
         names = self.component_names
-        weights = getattr(self.task, "reward_weights", None)
-        if weights is None:
-            return [1.0] * len(names)
-        weights = [float(w) for w in weights]
+        weights = member(self.task, "task", "reward_weights")
+        weights = [1.0] * len(names) if weights is None else [float(w) for w in weights]
         if len(weights) != len(names):
             raise RewardError(
                 f"task {self.task_name!r}: reward_weights has {len(weights)} entries for its {len(names)} reward "
@@ -224,7 +223,7 @@ class RolloutStage:
         task defines it (reward functions in TRL's batched signature are then called once per step);
         None when it does not, or when the batch call fails — each completion is then scored alone,
         so a failure is charged to its own row under ``reward_errors``."""
-        batch = getattr(self.task, "reward_batch", None)
+        batch = member(self.task, "task", "reward_batch")
         if batch is None or not texts:
             return None
         try:
@@ -291,7 +290,7 @@ class RolloutStage:
         if ids is None:
             ids = [list(self.tokenizer(t, add_special_tokens=False).input_ids) for t in texts]
         batched = self._batch_rewards(examples, texts, ids)
-        one_by_one = getattr(self.task, "reward_batch", None) if batched is None else None
+        one_by_one = member(self.task, "task", "reward_batch") if batched is None else None
         out: list = []
         for i, (ex, text) in enumerate(zip(examples, texts)):
             try:

@@ -364,7 +364,7 @@ def _resume(run_dir: Path, cfg, changes: dict, *, lab: Lab, progress: bool, is_m
                     f"train.steps=N with N > {trainer.step} (the total an earlier --resume extended it to, or more)"
                 )
         if reducer.is_main:
-            _truncate_metrics(run_dir, trainer.step, [ref.name for ref in cfg.loggers], cfg)
+            _truncate_logs(run_dir, trainer.step, cfg, trainer.lab)
             if changes:
                 record_deployment_changes(run_dir, trainer.step, changes)
     except BaseException as e:
@@ -379,16 +379,13 @@ def _resume(run_dir: Path, cfg, changes: dict, *, lab: Lab, progress: bool, is_m
         raise
 
 
-def _truncate_metrics(run_dir: Path, step: int, loggers, cfg) -> None:
-    """Drop metric rows written after the checkpoint, so the resumed log has no duplicates."""
-    if "jsonl" not in loggers:
-        return
-    ref = next(r for r in cfg.loggers if r.name == "jsonl")
-    path = run_dir / getattr(ref.config, "filename", "metrics.jsonl")
-    if not path.is_file():
-        return
-    keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
-    path.write_text("".join(ln + "\n" for ln in keep))
+def _truncate_logs(run_dir: Path, step: int, cfg, lab) -> None:
+    """Each logger with the trait truncate drops what it wrote after the checkpoint's step, so the
+    resumed log has no duplicates."""
+    for ref in cfg.loggers:
+        truncate = lab.spec("logger", ref.name).traits.get("truncate")
+        if truncate is not None:
+            truncate(run_dir=run_dir, config=ref.config, step=step)
 
 
 def with_deployment(recorded: dict, current: dict) -> dict:

@@ -128,6 +128,64 @@ def {fn}(*, completions, config, **columns):
     return [1.0 if len(t) <= config.max_chars else 0.0 for t in texts]
 ''',
     ),
+    "environment": (
+        'high: int = rllab.knob(8, help="secrets are drawn from 1..high", ge=2)\n'
+        'max_turns: int = rllab.knob(4, help="guesses allowed per episode (binary search needs ceil(log2(high + 1)))", ge=1)',
+        '''
+class {cls}Episode:
+    """One game: the model guesses the secret; a wrong guess is answered "higher" or "lower"."""
+
+    def __init__(self, secret: int):
+        self.secret = secret
+
+    def step(self, text: str) -> rllab.Step:
+        """Consume one model turn (decoded up to its stop token); 1.0 and done when right."""
+        guess = text.strip()
+        if guess == str(self.secret):
+            return rllab.Step(reward=1.0, done=True)
+        higher = not guess.isdigit() or int(guess) < self.secret
+        return rllab.Step(observation="higher:" if higher else "lower:")
+
+
+class {fn}(rllab.Environment):
+    """Higher/lower in 1..high. The class is its own factory: ``{fn}(config=...)``.
+
+    Optional members not set here take rllab.Environment's defaults (see rllab.members):
+    solved (total reward ≥ 1), describe_error, step_batch, tools, warm_start_defaults, ...
+    """
+
+    rollout_defaults = {{"max_new_tokens": 4}}
+    """[rollout] settings this environment needs, applied to those a config does not set."""
+
+    def __init__(self, *, config):
+        self.config = config
+        self.max_turns = config.max_turns
+
+    def _example(self, secret: int) -> rllab.Example:
+        return rllab.Example(prompt=f"guess 1-{{self.config.high}}:", answer=str(secret), meta={{"secret": secret}})
+
+    def train_examples(self, n, rng):
+        """n secrets drawn with the torch.Generator rng."""
+        return [self._example(s) for s in torch.randint(1, self.config.high + 1, (n,), generator=rng).tolist()]
+
+    def eval_examples(self):
+        """Every secret once, in order."""
+        return [self._example(s) for s in range(1, self.config.high + 1)]
+
+    def start(self, example):
+        return {cls}Episode(example.meta["secret"])
+
+    def demonstration(self, example):
+        """Binary search: the model turns of a solved episode (for the supervised warm start)."""
+        lo, hi, secret, turns = 1, self.config.high, example.meta["secret"], []
+        while True:
+            guess = (lo + hi) // 2
+            turns.append(str(guess))
+            if guess == secret:
+                return turns
+            lo, hi = (guess + 1, hi) if secret > guess else (lo, guess - 1)
+''',
+    ),
 }
 
 
@@ -185,7 +243,7 @@ class {cfg_cls}:
     """Knobs of {name}."""
 
 {fields_block}
-{body.format(fn=ident, name=name)}
+{body.format(fn=ident, name=name, cls=cfg_cls.removesuffix("Config"))}
 
 @rllab.hookimpl
 def {_HOOK[kind]}(register):

@@ -40,6 +40,7 @@ import torch
 
 from rllab.chat import PromptRenderer
 from rllab.lab import knob
+from rllab.members import member
 from rllab.supervised import (  # noqa: F401  (re-exported: the warm start's building blocks)
     demonstration_loss, encode_demonstrations, evaluate_greedy, greedy_accuracy, greedy_completions, is_environment,
 )
@@ -331,7 +332,7 @@ def task_warm_start(task, warm_config: WarmStartConfig, given: Collection[str] |
     A task whose warm start overshoots (sort reaches 35% by the first probe, leaving RL little
     to learn) asks for a lower target probed more often; a knob set in the config still wins.
     """
-    wanted = dict(getattr(task, "warm_start_defaults", None) or {})
+    wanted = dict(member(task, "task", "warm_start_defaults"))
     fields = {f.name: f for f in attrs.fields(WarmStartConfig)}
     unknown = sorted(set(wanted) - set(fields))
     if unknown:
@@ -348,7 +349,7 @@ def task_tiny_model(task, model_config: TinyModelConfig, given: Collection[str] 
     A game whose opening prompt is 517 characters asks for ``max_position_embeddings = 1024``, so
     the tiny model it is trained with has room for it; a knob set in the config still wins.
     """
-    wanted = dict(getattr(task, "tiny_model_defaults", None) or {})
+    wanted = dict(member(task, "task", "tiny_model_defaults"))
     fields = {f.name: f for f in attrs.fields(TinyModelConfig)}
     unknown = sorted(set(wanted) - set(fields))
     if unknown:

@@ -43,6 +43,7 @@ from rllab.config import COMPONENT_SECTIONS, ExperimentConfig, apply_schedule, d
 from rllab.errors import ConfigError, NonFiniteError, RewardError, RllabError  # noqa: F401  (RewardError: re-exported)
 from rllab.lab import Lab
 from rllab.listeners import RunLoggers
+from rllab.members import member
 from rllab.modeldir import check_model_dir
 from rllab.models import enable_checkpointing, transformers_progress_bars_off
 from rllab.optimizer import Optimizers, StepOutcome, lr_factor
@@ -81,7 +82,7 @@ class Trainer:
     def __init__(self, cfg: ExperimentConfig, *, lab: Lab | None = None, run_dir: Path | None = None, progress: bool = True):
         self.lab = lab or Lab()
         self.cfg = cfg
-        asyncrollout.check_settings(cfg)
+        asyncrollout.check_settings(cfg, self.lab)
         self.progress = progress
         self.step = 0
         self.run_dir = Path(run_dir) if run_dir else Path(cfg.output_dir) / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -206,7 +207,7 @@ class Trainer:
         if missing:
             raise RllabError(
                 f"rollout backend {backend.name!r} (plugin {backend.spec.provider}) has no {', '.join(m + '()' for m in missing)}; "
-                f"a backend follows rllab.RolloutBackend (last_metrics() returns {{}} when it has nothing to report)"
+                f"subclass rllab.RolloutBackend, whose last_metrics() returns {{}} and close() does nothing until overridden"
             )
         if asyncrollout.is_async(self.cfg):  # syncs counted, and never in the middle of a batch
             self.backend = asyncrollout.VersionedBackend(self.backend)
@@ -284,7 +285,7 @@ class Trainer:
             raise RllabError("[rollout] cannot change during a run with rollout.max_staleness > 0 (batches are sampled ahead)")
         placement.check_data_parallel(new, self.lab, self.placement.reducer.world_size)  # a schedule entry too
         if new.component("algorithm") != old.component("algorithm"):
-            reconfigure = getattr(self.algorithm, "reconfigure", None)
+            reconfigure = member(self.algorithm, "algorithm", "reconfigure")
             if reconfigure is None:
                 raise RllabError(f"algorithm {new.component('algorithm').name!r} cannot change its knobs during a run (it has no reconfigure method)")
             reconfigure(new.component("algorithm").config)

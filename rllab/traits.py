@@ -13,6 +13,10 @@ config; :meth:`rllab.ComponentSpec.trait` calls it with the config. :data:`TRAIT
 trait of every kind (``rllab.hookspecs`` documents them with their kind's hook).
 
 Optional *inputs* are not traits: a component that wants one lists it in ``requires=(...)``.
+What the kernel reads from a built object (an environment's ``max_turns``, a backend's
+``follow_weights``, ...) are its optional members, declared with their defaults in
+:mod:`rllab.members`. The kernel asks a trait or a member, never a component's name or a knob of
+its config (``tests/test_kernel_seams.py``).
 """
 
 from __future__ import annotations
@@ -67,6 +71,20 @@ def _strs(value) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _bool(value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"got {type(value).__name__} {value!r}")
+    return value
+
+
+def _floats(value) -> tuple[float, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
+        raise TypeError(f"got {type(value).__name__} {value!r}")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        raise TypeError(f"got {value!r}, with an item that is not a number")
+    return tuple(float(v) for v in value)
+
+
 def _optional(normalize: Callable[[Any], Any]) -> Callable[[Any], Any]:
     def check(value):
         return None if value is None else normalize(value)
@@ -100,6 +118,30 @@ TRAITS: dict[str, dict[str, Trait]] = {
             normalize=_optional(_text),
             per_config=True,
         ),
+        "component_weights": Trait(
+            help="the weights the estimator gives the task's reward components under a config (one per component, "
+            "checked against the task's before any model loads); None: the task's own reward_weights.",
+            expected="a tuple of numbers, None, or a callable config -> one of those",
+            normalize=_optional(_floats),
+            per_config=True,
+        ),
+    },
+    "loss_aggregation": {
+        "padding_dependent": Trait(
+            help="why the aggregate depends on the padding width under a config (a horizon of the mask width), in a "
+            "few words; None: it does not (the contract checks pad the batch and expect the same value).",
+            expected="a non-empty string, None, or a callable config -> one of those",
+            normalize=_optional(_text),
+            per_config=True,
+        ),
+    },
+    "logger": {
+        "truncate": Trait(
+            help="fn(*, run_dir, config, step) -> None: drop what the logger wrote for steps after step, when a run "
+            "resumes from a checkpoint of that step (so the resumed log has no duplicates); None: it keeps everything.",
+            expected="a callable",
+            normalize=_optional(_function),
+        ),
     },
     "policy_loss": {
         "aggregation": Trait(
@@ -117,6 +159,13 @@ TRAITS: dict[str, dict[str, Trait]] = {
         ),
     },
     "importance_correction": {
+        "identity": Trait(
+            help="True: the correction leaves the loss as it is (no correction), so it combines with a policy loss that "
+            "corrects for the sampler itself (old_log_prob = 'rollout').",
+            expected="True or False",
+            normalize=_bool,
+            default=False,
+        ),
         "narrows_mask": Trait(
             help="when the rl step narrows its response mask to keep_mask: 'after_advantage', "
             "'before_advantage' (the estimator sees the narrowed mask) or None (never). Needs keep_mask.",
@@ -168,6 +217,13 @@ TRAITS: dict[str, dict[str, Trait]] = {
             default="it does not declare that it takes a sharded policy's weights (its register(...) sets no sharded_policy)",
             per_config=True,
         ),
+        "shares_weights": Trait(
+            help="why the backend samples from the trainer's own weights under a config (no copy of its own), in a few "
+            "words; None: it keeps its own copy. Asynchronous rollouts (rollout.max_staleness > 0) are refused with it.",
+            expected="a non-empty string, None, or a callable config -> one of those",
+            normalize=_optional(_text),
+            per_config=True,
+        ),
     },
     "algorithm": {
         "uses": Trait(
@@ -182,6 +238,20 @@ TRAITS: dict[str, dict[str, Trait]] = {
             expected="a mapping of component kind -> tuple of input names",
             normalize=_provides,
             default=MappingProxyType({}),
+        ),
+        "data_parallel": Trait(
+            help="True: the algorithm's step all-reduces its normalisers across data-parallel ranks, so it runs with "
+            "model.strategy = 'fsdp2' on several ranks; False: refused there.",
+            expected="True or False",
+            normalize=_bool,
+            default=False,
+        ),
+        "replayable": Trait(
+            help="True: the algorithm's step takes each batch from ctx.rollout.sample(step) (a RolloutBatch of "
+            "policy-gradient rollouts), so `rllab record` / `rllab replay` can hand it recorded batches; False: refused there.",
+            expected="True or False",
+            normalize=_bool,
+            default=False,
         ),
     },
 }

@@ -14,8 +14,9 @@ values, so building one never synchronises a device.
 
 from __future__ import annotations
 
+import abc
 from itertools import chain
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -23,6 +24,7 @@ import torch
 
 from rllab.accuracy import correct_component, is_solved, solved_rule  # noqa: F401  (re-exported: rllab.types.is_solved)
 from rllab.chat import check_prompt
+from rllab.members import Structural, member, with_defaults
 
 # --------------------------------------------------------------------------- validators
 
@@ -166,9 +168,26 @@ class Completion:
         return rows
 
 
-@runtime_checkable
-class RolloutBackend(Protocol):
-    """Where completions come from (in-process transformers, SGLang servers, ...).
+@with_defaults("rollout_backend")
+class RolloutBackend(Structural):
+    """Where completions come from (in-process transformers, SGLang servers, ...); the base class of
+    rollout backends.
+
+    ``isinstance(obj, RolloutBackend)`` holds for any object with ``generate``, ``last_metrics``,
+    ``update_weights`` and ``close`` (duck typing). A subclass defines ``generate`` and
+    ``update_weights`` and inherits the rest: ``last_metrics() -> {}``, ``close()`` doing nothing,
+    and the default of every optional member (:data:`rllab.members.MEMBERS` ``["rollout_backend"]``),
+    which the kernel applies to an object that does not subclass too:
+
+    - ``follow_weights() -> Mapping[str, float] | None`` (default None): servers every
+      data-parallel rank shares; another rank pushed the weights
+      (:meth:`rllab.placement.FSDP2.sync_weights`), count them. None: each rank's backend takes
+      the weights itself.
+    - ``pushes_in_flight`` (bool, default False): a weight sync need not wait for the batch being
+      sampled (asynchronous rollouts overlap them).
+
+    What a backend declares before it is built (needs CUDA, takes a sharded policy's weights,
+    samples from the trainer's own weights) are traits of its registration (:mod:`rllab.traits`).
 
     Its metrics reach the step's row through two typed channels, never through attributes the
     trainer looks for: ``last_metrics()`` (what the last ``generate`` measured, read by the
@@ -177,21 +196,23 @@ class RolloutBackend(Protocol):
     namespaced (``sglang/retries``, ``time/weight_sync``); values are floats.
     """
 
+    _required = ("generate", "last_metrics", "update_weights", "close")
+
+    @abc.abstractmethod
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
         """Sample ``params.n`` completions for each prompt, grouped: prompt 0's n first."""
 
     def last_metrics(self) -> Mapping[str, float]:
         """Counters of the last ``generate`` call for the step's row; ``{}`` when there are none."""
+        return {}
 
+    @abc.abstractmethod
     def update_weights(self, model: Any) -> Mapping[str, float] | None:
         """Make later ``generate`` calls sample from ``model``'s current weights; returns the
         sync's metrics for the step it follows (or None: nothing to report)."""
 
     def close(self) -> None:
         """Release whatever the backend holds (servers, threads, memory)."""
-
-    # optional: follow_weights() -> Mapping[str, float] | None — servers every data-parallel rank
-    # shares: another rank pushed the weights (rllab.placement.FSDP2.sync_weights); count them
 
 
 # --------------------------------------------------------------------------- tasks
@@ -212,9 +233,16 @@ class Example:
     meta: dict = attrs.field(factory=dict, eq=False)
 
 
-@runtime_checkable
-class Task(Protocol):
-    """A prompt source with a verifiable reward.
+@with_defaults("task")
+class Task(Structural):
+    """A prompt source with a verifiable reward; the base class of tasks.
+
+    ``isinstance(obj, Task)`` holds for any object with ``train_examples``, ``eval_examples``,
+    ``reward`` and ``demonstration`` (duck typing). A subclass inherits the default of every
+    optional member (:data:`rllab.members.MEMBERS` ``["task"]``), which the kernel applies to an
+    object that does not subclass too: ``reward_components`` (``()``), ``reward_weights``,
+    ``correct_component``, ``solved``, ``reward_batch``, ``train`` (None each), ``warm_start_defaults``
+    and ``tiny_model_defaults`` (``{}``), described below and in :mod:`rllab.members`.
 
     **What counts as solved** for ``rollout/accuracy``, ``eval/accuracy`` and the warm start's
     probe (:func:`is_solved`), in this order: the task's own ``solved(example, reward) -> bool``
@@ -238,19 +266,28 @@ class Task(Protocol):
     names too: ``register(name, factory, reward_components=...)``, a tuple or a callable
     ``config -> tuple`` (empty for one reward).
     Single-reward tasks set nothing and return a float, as before.
+
+    **Batched rewards.** ``reward_batch(examples, texts, *, completion_ids) -> list`` (optional)
+    scores every completion of a step at once.
     """
 
+    _required = ("train_examples", "eval_examples", "reward", "demonstration")
+
+    @abc.abstractmethod
     def train_examples(self, n: int, rng: "torch.Generator") -> list[Example]:
         """Draw ``n`` training examples using ``rng`` (deterministic given its state)."""
 
+    @abc.abstractmethod
     def eval_examples(self) -> list[Example]:
         """The held-out evaluation split (fixed)."""
 
+    @abc.abstractmethod
     def reward(self, example: Example, completion: str) -> float:
         """Score a decoded completion; 1.0 for a correct answer is the convention."""
 
     def demonstration(self, example: Example) -> str:
         """A correct completion for ``example`` (used for a supervised warm start)."""
+        raise NotImplementedError(f"{type(self).__name__} has no demonstration(example): the supervised warm start needs one")
 
 
 def scalar_reward(task: Any, value: Any) -> float:
@@ -259,8 +296,8 @@ def scalar_reward(task: Any, value: Any) -> float:
     default all 1) for a mapping of components."""
     if not isinstance(value, Mapping):
         return float(value)
-    names = tuple(getattr(task, "reward_components", None) or value)
-    weights = getattr(task, "reward_weights", None) or (1.0,) * len(names)
+    names = tuple(member(task, "task", "reward_components") or value)
+    weights = member(task, "task", "reward_weights") or (1.0,) * len(names)
     return sum(float(w) * float(value[n]) for w, n in zip(weights, names))
 
 

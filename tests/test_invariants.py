@@ -34,12 +34,12 @@ def test_no_kernel_file_imports_a_plugin():
 
 
 # What plugins may import from the kernel: the component API (chat prompts: rllab.chat; KV caches:
-# rllab.hfcompat), plus the run-level modules that
+# rllab.hfcompat; optional members and their defaults: rllab.members), plus the run-level modules that
 # command plugins drive (configs, the trainer, run directories, checkpoints, TOML).
 PUBLIC_MODULES = {
     "rllab", "rllab.ops", "rllab.types", "rllab.testing", "rllab.models", "rllab.kernels", "rllab.tinymodel",
     "rllab.algorithm", "rllab.config", "rllab.trainer", "rllab.runs", "rllab.checkpoint", "rllab.tomlio",
-    "rllab.rewards", "rllab.chat", "rllab.hfcompat", "rllab.environment", "rllab.tools",
+    "rllab.rewards", "rllab.chat", "rllab.hfcompat", "rllab.environment", "rllab.tools", "rllab.members",
 }  # fmt: skip
 # A plugin may build on another only where declared here (a front end of a command plugin).
 PLUGIN_DEPENDENCIES = {"rllab_tui": {"rllab_suite"}}

@@ -80,3 +80,14 @@ def test_scaffold_refuses_existing_dir_and_bad_kind(tmp_path):
         scaffold("x", "policy_loss", tmp_path)
     with pytest.raises(ConfigError, match="cannot scaffold kind 'nope'"):
         scaffold("y", "nope", tmp_path)
+
+
+def test_a_scaffolded_environment_passes_rllab_check(tmp_path):
+    root = scaffold("higher_lower", "environment", tmp_path)
+    module = (root / "rllab_higher_lower" / "__init__.py").read_text()
+    assert "(rllab.Environment)" in module and "register_environments" in module
+    env = _env(root)
+    cli = [sys.executable, "-m", "rllab.cli"]
+    check = subprocess.run([*cli, "check", "higher_lower", "--plugin", "rllab_higher_lower"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "contract: environment higher_lower" in check.stdout and "all checks passed" in check.stdout

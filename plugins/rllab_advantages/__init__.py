@@ -45,13 +45,19 @@ def register_advantage_estimators(register):
     register("gpg", group.gpg, config=group.GPGConfig, batch_step="α = B / #non-zero scores")
     register("grpo_passk", group.grpo_passk, config=group.PassKConfig)
     components = ("reward_components",)
-    register("gdpo", baselines.gdpo, config=baselines.GDPOConfig, requires=components, batch_step="whiten")
+    weights = _component_weights
+    register("gdpo", baselines.gdpo, config=baselines.GDPOConfig, requires=components, batch_step="whiten", component_weights=weights)
     register(
         "normalize_then_sum", baselines.normalize_then_sum, config=baselines.NormalizeThenSumConfig,
-        requires=components, batch_step="batch std",
+        requires=components, batch_step="batch std", component_weights=weights,
     )
     otb_inputs = ("old_log_prob", "sum_pi_squared")
     register("optimal_token_baseline", baselines.optimal_token_baseline, config=baselines.OTBConfig, requires=otb_inputs)
     register(
         "tir_optimal_token_baseline", baselines.tir_optimal_token_baseline, config=baselines.OTBConfig, requires=otb_inputs
     )
+
+
+def _component_weights(config):
+    """The reward_weights knob (None: the task's own weights)."""
+    return config.reward_weights

@@ -191,4 +191,7 @@ def register_loss_aggregations(register):
     register("token-sum", token_sum)
     register("seq-mean-token-sum", seq_mean_token_sum, config=SeqMeanConfig, requires=("global_rows",))
     register("seq-mean-token-mean", seq_mean_token_mean, config=SeqMeanConfig, requires=("global_rows",))
-    register("seq-mean-token-sum-norm", seq_mean_token_sum_norm, config=SeqMeanTokenSumNormConfig, requires=("global_rows",))
+    register(
+        "seq-mean-token-sum-norm", seq_mean_token_sum_norm, config=SeqMeanTokenSumNormConfig, requires=("global_rows",),
+        padding_dependent=lambda config: "horizon = None divides by the mask width T" if config.horizon is None else None,
+    )

@@ -14,7 +14,7 @@ def register_algorithms(register):
     # the components' modules import torch: loaded when they register, not with the plugin
     from . import preference, rl
 
-    register("rl", rl.rl, config=rl.RLConfig, uses=rl.RL.uses, provides=rl.RL.provides)
+    register("rl", rl.rl, config=rl.RLConfig, uses=rl.RL.uses, provides=rl.RL.provides, data_parallel=True, replayable=True)
     for name, factory, cls, config in (
         ("dpo", preference.dpo, preference.DPO, preference.DPOConfig),
         ("online_dpo", preference.online_dpo, preference.OnlineDPO, preference.OnlineDPOConfig),

@@ -14,7 +14,7 @@ def register_rollout_backends(register):
     # the components' modules import torch: loaded when they register, not with the plugin
     from . import hf, sglang
 
-    register("hf", hf.hf, config=hf.HFBackendConfig, aliases=("transformers",), sharded_policy=None)
+    register("hf", hf.hf, config=hf.HFBackendConfig, aliases=("transformers",), sharded_policy=None, shares_weights=_hf_shares_weights)
     register("sglang", sglang.sglang, config=sglang.SGLangBackendConfig, needs_cuda=_sglang_needs_cuda, sharded_policy=_sglang_sharded_policy)
 
 
@@ -36,3 +36,8 @@ def _sglang_needs_cuda(config) -> str | None:
     if config.weight_sync == "distributed" and config.distributed_backend == "nccl":
         return "weight_sync = 'distributed' with distributed_backend = 'nccl' (use 'gloo' on a CPU policy)"
     return None
+
+
+def _hf_shares_weights(config) -> str | None:
+    """Why this hf config samples from the trainer's own weights (no copy of its own), or None."""
+    return "backend.share_weights = true" if config.share_weights else None

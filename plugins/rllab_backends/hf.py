@@ -111,7 +111,7 @@ def _not_with_share_weights(inst, value) -> None:
         raise ValueError("process = true cannot sample from the trainer's own module (share_weights = true): set one of them")
 
 
-class HFBackend:
+class HFBackend(rllab.RolloutBackend):
     """Batched sampling from a transformers causal LM (see the module docstring)."""
 
     def __init__(self, config: HFBackendConfig):

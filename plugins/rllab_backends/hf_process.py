@@ -62,7 +62,7 @@ def _serve(conn, config) -> None:
             conn.send(("error", e))
 
 
-class ProcessHFBackend:
+class ProcessHFBackend(rllab.RolloutBackend):
     """An :class:`~rllab_backends.hf.HFBackend` in a child process (see the module docstring)."""
 
     def __init__(self, config: Any):

@@ -24,7 +24,7 @@ def register_importance_corrections(register):
     register("token_mask", token_mask, config=MaskConfig, aliases=("mis",))
     register("sequence_truncate", sequence_truncate, config=CorrectionConfig)
     register("sequence_mask", sequence_mask, config=MaskConfig)
-    register("none", no_correction)
+    register("none", no_correction, identity=True)
     register(
         "rejection", rejection, config=RejectionConfig, aliases=("rs",), keep_mask=keep_mask, narrows_mask=narrows_mask
     )

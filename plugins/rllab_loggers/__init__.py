@@ -53,6 +53,16 @@ def jsonl(*, config: JsonlConfig, run_dir) -> JsonlLogger:
     return JsonlLogger(Path(run_dir) / config.filename)
 
 
+def truncate_jsonl(*, run_dir, config: JsonlConfig, step: int) -> None:
+    """Drop the rows written after ``step`` (a run resumed from that step's checkpoint), so the
+    resumed log has no duplicates."""
+    path = Path(run_dir) / config.filename
+    if not path.is_file():
+        return
+    keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
+    path.write_text("".join(ln + "\n" for ln in keep))
+
+
 def read_jsonl(path) -> list[dict]:
     """The rows of a metrics file (helper for plots and tests)."""
     with open(path, encoding="utf-8") as f:
@@ -93,5 +103,5 @@ def tensorboard(*, config: TensorBoardConfig, run_dir) -> TensorBoardLogger:
 
 @rllab.hookimpl
 def register_loggers(register):
-    register("jsonl", jsonl, config=JsonlConfig)
+    register("jsonl", jsonl, config=JsonlConfig, truncate=truncate_jsonl)
     register("tensorboard", tensorboard, config=TensorBoardConfig)

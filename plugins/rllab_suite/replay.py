@@ -36,6 +36,7 @@ import attrs
 import torch
 
 from rllab import RllabError
+from rllab.members import member
 
 FORMAT = "rllab-record/1"
 RTOL = 1e-3
@@ -65,8 +66,10 @@ def record(source: str | Path | None, *, steps: int, out: Path, overrides=(), pr
         ckpt = latest_checkpoint(Path(source))
     else:
         cfg = load_config(source, list(overrides), lab=lab, preset=preset)
-    if cfg.component("algorithm").name != "rl":
-        raise RllabError(f"rllab record records policy-gradient rollouts; this config's algorithm is {cfg.component('algorithm').name!r}, not 'rl'")
+    algo = cfg.component("algorithm")
+    if not lab.spec("algorithm", algo.name).trait("replayable", algo.config):
+        raise RllabError(f"rllab record records policy-gradient rollouts; this config's algorithm {algo.name!r} does not take its "
+                         f"batches from them (it does not declare the trait replayable); use one that does ({_replayable(lab)})")
     if steps < 1:
         raise RllabError(f"--steps must be at least 1, got {steps}")
     if cfg.model.lora:
@@ -152,6 +155,11 @@ def _model(data: dict, key: str):
     return model
 
 
+def _replayable(lab) -> str:
+    """The installed algorithms that declare the trait replayable, for messages."""
+    return ", ".join(repr(n) for n in lab.names("algorithm") if lab.spec("algorithm", n).traits.get("replayable")) or "none installed"
+
+
 def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> list[ReplayResult]:
     """Run each (name, resolved config) on every recorded batch; see the module docstring."""
     from rllab import Component, Lab, Optimizers, RecordedRollout, RolloutBatch, RunContext
@@ -163,8 +171,9 @@ def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> 
     for name, raw in configs:
         cfg = load_config(copy.deepcopy(raw), lab=lab)
         algo_name = cfg.component("algorithm").name
-        if algo_name != "rl":
-            raise RllabError(f"variant {name!r}: replay runs the 'rl' algorithm's step; this variant's algorithm is {algo_name!r}")
+        if not lab.spec("algorithm", algo_name).trait("replayable", cfg.component("algorithm").config):
+            raise RllabError(f"variant {name!r}: replay runs an algorithm's step on recorded policy-gradient batches; this "
+                             f"variant's algorithm {algo_name!r} does not declare the trait replayable; use one that does ({_replayable(lab)})")
 
         def comp(sec):
             ref = cfg.component(sec)
@@ -185,7 +194,7 @@ def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> 
             # the algorithm's own step, its rollout stage handing out the recorded batch
             batch = RolloutBatch(**rec["batch"])
             # the recorded task's reward_weights, which gdpo / normalize_then_sum default to
-            weights = getattr(comp("task")(), "reward_weights", None) if batch.reward_components is not None else None
+            weights = member(comp("task")(), "task", "reward_weights") if batch.reward_components is not None else None
             ctx = attrs.evolve(ctx, reference=reference, critic=critic, rollout=RecordedRollout(batch=batch, component_weights=weights))
             params = [p for p in policy.parameters()]
             opt = torch.optim.AdamW(params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)

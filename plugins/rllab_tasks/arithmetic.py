@@ -46,7 +46,7 @@ class AdditionConfig:
     seed: int = seed_knob()
 
 
-class AdditionTask(SplitTask):
+class AdditionTask(SplitTask, rllab.Task):
     """Multi-digit addition: ``"12+34="`` → ``"46"``. Reward: the stripped completion equals the sum.
 
     Both operands have exactly ``digits`` digits (0–9 when ``digits`` is 1), so every prompt
@@ -104,7 +104,7 @@ class ChainConfig:
     seed: int = seed_knob()
 
 
-class ChainTask(SplitTask):
+class ChainTask(SplitTask, rllab.Task):
     """A chain of additions and subtractions: ``"3+8-5+7="`` → ``"13"``. Exact-match reward.
 
     Harder than ``addition``: the answer depends on every term and every carry, so the reward is
@@ -195,7 +195,7 @@ def evaluate_countdown(expression: str) -> tuple[int, list[int]] | None:
         return None
 
 
-class CountdownTask(SplitTask):
+class CountdownTask(SplitTask, rllab.Task):
     """Countdown: reach the target using every given number exactly once with ``+ - *``.
 
     ``"make 22 from 3 5 7:"`` → e.g. ``"3*5+7"``. The numbers are listed in ascending order;

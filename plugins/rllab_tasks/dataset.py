@@ -109,7 +109,7 @@ def dataset_components(config: DatasetConfig) -> tuple[str, ...]:
     return reward_names(refs) if len(refs) >= 2 else ()
 
 
-class DatasetTask:
+class DatasetTask(rllab.Task):
     """Prompts from a local data set, scored by reward functions (see the module docstring)."""
 
     name = "dataset"

@@ -74,7 +74,7 @@ def _max_turns_knob(default: int, help: str):
     return rllab.knob(default, help=help, ge=1, le=32)
 
 
-class _ToolEnvironment(SplitTask):
+class _ToolEnvironment(SplitTask, rllab.Environment):
     """A split of examples whose episodes call the environment's tools and then answer.
 
     Subclasses define ``draw``, ``tools_for(example)`` and ``demonstration``; the answer turn
@@ -296,7 +296,7 @@ class GuessConfig:
     )
 
 
-class GuessEnvironment:
+class GuessEnvironment(rllab.Environment):
     """Higher/lower: guess a secret in ``1..high`` from feedback. ``"guess 1-16:"`` → ``"8"`` →
     ``"higher"`` → ... A right guess scores +1 and ends the episode; each wrong (or invalid:
     not an integer in range) guess scores ``-turn_cost`` on its turn, so an episode's reward is

@@ -75,7 +75,7 @@ class JsonlConfig:
     seed: int = seed_knob()
 
 
-class JsonlTask:
+class JsonlTask(rllab.Task):
     """Prompts and answers from a JSONL file, scored by a named reward function.
 
     Each line is an object with a ``prompt`` — a string, or chat messages

@@ -62,7 +62,7 @@ class ReasoningGymConfig:
     seed: int = seed_knob()
 
 
-class ReasoningGymTask:
+class ReasoningGymTask(rllab.Task):
     """A reasoning-gym data set: its questions as prompts, its ``score_answer`` as the reward.
 
     Entries are generated on demand (entry ``i`` is a function of ``seed`` and ``i``): the held-out
@@ -182,7 +182,7 @@ class ReasoningGymRetryEpisode:
         return Step(observation=cfg.feedback, metrics={"wrong_answers": 1.0})
 
 
-class ReasoningGymRetryEnvironment:
+class ReasoningGymRetryEnvironment(rllab.Environment):
     """A reasoning-gym data set where the model may retry: the :class:`ReasoningGymTask`'s examples
     and scorer, played over up to ``max_turns`` answers.
 

@@ -45,7 +45,7 @@ class StringTaskConfig:
     seed: int = seed_knob()
 
 
-class _StringTask(SplitTask):
+class _StringTask(SplitTask, rllab.Task):
     verb = ""
 
     def transform(self, s: str) -> str:

@@ -230,7 +230,7 @@ class TextArenaEpisode:
         return out
 
 
-class TextArenaEnvironment:
+class TextArenaEnvironment(rllab.Environment):
     """A textarena single-player game: an example is a seed, an episode is one game."""
 
     name = "textarena"

@@ -39,7 +39,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from rllab.types import Completion, SamplingParams
+from rllab.types import Completion, RolloutBackend, SamplingParams
 
 from . import protocol, wire
 from .config import SGLangBackendConfig, parse_urls
@@ -58,7 +58,7 @@ from .sync import WeightSync, _is_path
 from .transport import Loop, Transport
 
 
-class SGLangBackend(Transport, WeightSync, Launch):
+class SGLangBackend(Transport, WeightSync, Launch, RolloutBackend):
     """Rollouts from SGLang servers (see the module docstring and docs/sglang.md)."""
 
     def __init__(self, config: SGLangBackendConfig):
