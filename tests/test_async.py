@@ -332,7 +332,7 @@ def test_sglang_backend_samples_ahead_from_the_server_with_its_reported_versions
 @pytest.mark.slow
 def test_the_default_job_still_learns_with_max_staleness_2(tmp_path):
     """`rllab run rollout.max_staleness=2`: the default job's budget lifts held-out accuracy by
-    at least 15 points, as the synchronous run does (tests/plugins/test_tasks.py)."""
+    at least 15 points, as the synchronous run does (tests/plugins/test_tasks_builtin.py)."""
     from rllab.trainer import run_experiment
 
     c = load_config(None, ["rollout.max_staleness=2", "train.checkpoint_every=0"])

@@ -2,7 +2,7 @@
 of every registered preference loss, compared with a snapshot (``preference_knobs.json``).
 
 Regenerate the snapshot only for an intended change of a knob:
-``python -m tests.plugins.test_dpo_knobs > tests/plugins/preference_knobs.json``.
+``python -m tests.plugins.test_preference_losses_knobs > tests/plugins/preference_knobs.json``.
 """
 
 import json

@@ -22,7 +22,7 @@ from rllab_backends.sglang import protocol
 
 from tests.sglang_standin import FLUSH_REFUSED, StandIn
 
-from tests.plugins.test_sglang import close_backends, make  # noqa: F401  (close_backends: an autouse fixture)
+from tests.plugins.test_backends_sglang import close_backends, make  # noqa: F401  (close_backends: an autouse fixture)
 
 
 def admin_calls(server):
