@@ -65,8 +65,9 @@ def module_edges(name: str, path: Path, modules: dict):
     """``(imported module, line)`` for each import of a module of the same package by ``name``.
 
     ``from p import x`` depends on ``p.x`` when that is a module, otherwise on ``p`` itself (its
-    ``__init__``). Importing a module implies importing its enclosing packages first; that
-    implicit dependency is not an edge, only an explicit import of the package is.
+    ``__init__``). Importing ``p.q.x`` runs the ``__init__`` of ``p.q`` first, so it depends on
+    that package too, unless ``name`` is inside it (its own packages are imported before it
+    anyway); an explicit ``import p`` or ``from p import y`` from inside ``p`` does count.
     """
     source = path.read_text(encoding="utf-8")
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
@@ -84,6 +85,11 @@ def module_edges(name: str, path: Path, modules: dict):
             resolved = _resolve(target, modules)
             if resolved is not None and resolved != name:
                 yield resolved, node.lineno
+            package_of = resolved.rpartition(".")[0] if resolved else ""
+            while package_of:  # the enclosing packages the import runs, outside name's own
+                if package_of in modules and package_of != name and not name.startswith(package_of + "."):
+                    yield package_of, node.lineno
+                package_of = package_of.rpartition(".")[0]
 
 
 def import_graph(package: Path):
@@ -182,9 +188,25 @@ def test_the_graph_sees_lazy_relative_and_literal_imports(tmp_path):
     )
     assert graph["pkg"] == {"pkg.a": [1]}
     assert graph["pkg.a"] == {"pkg.b": [2]}
-    assert graph["pkg.b"] == {"pkg.sub.c": [4], "pkg.a": [6]}
+    assert graph["pkg.b"] == {"pkg.sub.c": [4], "pkg.sub": [4], "pkg.a": [6]}
     assert graph["pkg.sub.c"] == {"pkg.b": [1], "pkg.a": [2], "pkg": [3]}
     assert strongly_connected(graph) == [["pkg", "pkg.a", "pkg.b", "pkg.sub.c"]]
+
+
+def test_importing_a_module_of_a_package_depends_on_the_package(tmp_path):
+    graph, _ = _graph_of(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/a.py": "def f():\n    from pkg.sub.c import h\n",
+            "pkg/sub/__init__.py": "from pkg.a import f\nfrom . import c\n",
+            "pkg/sub/c.py": "import pkg.sub.d\nfrom pkg import sub\n",
+            "pkg/sub/d.py": "",
+        },
+    )
+    assert graph["pkg.a"] == {"pkg.sub.c": [2], "pkg.sub": [2]}
+    assert graph["pkg.sub.c"] == {"pkg.sub.d": [1], "pkg.sub": [2]}  # its own package: only where it imports it
+    assert strongly_connected(graph) == [["pkg.a", "pkg.sub", "pkg.sub.c"]]
 
 
 def test_type_checking_imports_do_not_count(tmp_path):
