@@ -359,7 +359,7 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
         for sec, (kind, default) in COMPONENT_SECTIONS.items()
         if (default is not None or sec in data) and not (sec == "task" and "env" in data)
     }
-    unused = check_algorithm_fit(lab, components, explicit={sec for sec in COMPONENT_SECTIONS if sec in data}, text=text, where=where)
+    unused = check_algorithm_fit(lab, components, kinds={sec: kind for sec, (kind, _) in COMPONENT_SECTIONS.items()}, explicit={sec for sec in COMPONENT_SECTIONS if sec in data}, text=text, where=where)
     if "env" in components and "env" not in unused:
         plain["rollout"] = environment_rollout_defaults(lab, components["env"], plain["rollout"], data.get("rollout", {}), where=where)
     check_episode_settings(lab, components, plain["rollout"], unused=unused, text=text, where=where)

@@ -26,14 +26,19 @@ Called by :func:`rllab.config.validate` after the components are built.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Mapping
 
 import attrs
 
 from rllab.errors import ConfigError
 from rllab.lab import Lab
+<<<<<<< HEAD
 from rllab.members import member
+=======
+from rllab.launcher import launcher_env  # noqa: F401  (re-exported: read with the launcher check)
+from rllab.specs import ComponentSpec, build_config
+from rllab.tinyconfig import TinyModelConfig, WarmStartConfig
+>>>>>>> w-cycles
 from rllab.tomlio import line_of
 
 
@@ -78,44 +83,6 @@ def check_backend_device(lab: Lab, components: Mapping[str, Any], device: str, *
     )
 
 
-def launcher_env(environ: Mapping[str, str] | None = None) -> tuple[int, int, int]:
-    """(rank, world size, local rank) from ``torchrun``'s environment (``RANK``, ``WORLD_SIZE``,
-    ``LOCAL_RANK``); (0, 1, 0) without it. A ``WORLD_SIZE`` that is not a whole number ≥ 1 is
-    refused, and when it is above 1 so is a ``RANK`` missing, malformed or outside
-    ``0 … WORLD_SIZE - 1`` and a malformed ``LOCAL_RANK``."""
-    env = os.environ if environ is None else environ
-
-    def whole(name: str, default: int, low: int) -> int:
-        raw = env.get(name)
-        if raw is None or raw.strip() == "":
-            return default
-        try:
-            value = int(raw)
-        except ValueError:
-            value = None
-        if value is None or value < low:
-            raise ConfigError(
-                f"{name}={raw!r} in the environment is not a whole number ≥ {low}; torchrun sets it for each process it "
-                f"starts: unset it to run one process, or start the run with `torchrun --nproc-per-node N -m rllab run ...`",
-                key=name,
-            )
-        return value
-
-    world = whole("WORLD_SIZE", 1, 1)
-    if world == 1:  # one process: RANK and LOCAL_RANK (left by another tool) name nothing, except the GPU torchrun gave it
-        local = env.get("LOCAL_RANK", "0").strip()
-        return 0, 1, int(local) if local.isdigit() else 0
-    rank, local = whole("RANK", 0, 0), whole("LOCAL_RANK", 0, 0)
-    if world > 1 and (env.get("RANK") is None or rank >= world):
-        got = "no RANK" if env.get("RANK") is None else f"RANK={rank}"
-        raise ConfigError(
-            f"WORLD_SIZE={world} in the environment but {got}: each of the {world} processes needs its own RANK "
-            f"(0 … {world - 1}); start the run with `torchrun --nproc-per-node {world} -m rllab run ...`, which sets them",
-            key="RANK",
-        )
-    return rank, world, local
-
-
 def check_launcher(model: Any, text: str, where: str) -> None:
     """Refuse ``WORLD_SIZE > 1`` with a single-process strategy: every process would build and
     train its own identical model and write the same run directory (each metric row twice, a
@@ -136,10 +103,7 @@ def check_launcher(model: Any, text: str, where: str) -> None:
 def check_model_settings(model: Any, text: str, where: str) -> None:
     """Validate ``model.tiny`` / ``model.warm_start`` against the tiny model's own config classes,
     and ``model.lora`` when adapters are asked for."""
-    from rllab import tinymodel
-    from rllab.specs import ComponentSpec, build_config
-
-    for key, cls in (("tiny", tinymodel.TinyModelConfig), ("warm_start", tinymodel.WarmStartConfig)):
+    for key, cls in (("tiny", TinyModelConfig), ("warm_start", WarmStartConfig)):
         pseudo = ComponentSpec(kind="section", name=f"model.{key}", fn=lambda: None, config=cls, provider="rllab")
         try:
             build_config(pseudo, getattr(model, key))
@@ -223,12 +187,11 @@ def _check_no_episode_settings(task: Any, rollout: Any, *, text: str, where: str
             )
 
 
-def check_algorithm_fit(lab: Lab, components: dict, *, explicit: set[str], text: str, where: str) -> frozenset:
+def check_algorithm_fit(lab: Lab, components: dict, *, kinds: Mapping[str, str], explicit: set[str], text: str, where: str) -> frozenset:
     """Refuse what the chosen algorithm cannot honour: a component section it never reads (when
     the config set it), or a component that requires an input the algorithm does not provide.
-    Returns the sections the algorithm does not use."""
-    from rllab.config import COMPONENT_SECTIONS  # the section → kind map (config.py imports this module)
-
+    ``kinds``: each section's component kind (:data:`rllab.config.COMPONENT_SECTIONS`). Returns
+    the sections the algorithm does not use."""
     algo = components["algorithm"]
     algo_spec = lab.spec("algorithm", algo.name)
     uses, provides = algo_spec.trait("uses"), algo_spec.trait("provides")
@@ -246,7 +209,7 @@ def check_algorithm_fit(lab: Lab, components: dict, *, explicit: set[str], text:
                 )
             unused.add(sec)
             continue
-        spec = lab.spec(COMPONENT_SECTIONS[sec][0], ref.name)
+        spec = lab.spec(kinds[sec], ref.name)
         missing = [r for r in spec.requires if r not in provides.get(spec.kind, ())]
         if missing:
             have = ", ".join(sorted(provides.get(spec.kind, ()))) or "none"

@@ -6,7 +6,8 @@ against ``env.start(example)`` through the episode loop (:class:`ScriptedBackend
 turn with the next demonstration turn), so a demonstration's ids are exactly those a rollout
 would have and its observations are the environment's real answers; :func:`encode_episodes`
 turns them into a supervised batch whose loss covers the model's tokens only;
-:func:`episode_accuracy` plays greedy episodes of a model (the warm start's probe).
+:func:`episode_accuracy` plays greedy episodes of a model (the warm start's probe);
+:func:`left_padded` batches prompt ids for ``generate`` (here and in :mod:`rllab.supervised`).
 """
 
 from __future__ import annotations
@@ -120,6 +121,17 @@ def encode_episodes(tokenizer, env, examples: list, *, renderer: PromptRenderer 
     return input_ids, attention_mask, target[:, 1:]
 
 
+def left_padded(rows: list[list[int]], pad: int) -> dict:
+    """``input_ids`` / ``attention_mask`` (B, L) int64 of left-padded id rows."""
+    L = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), L), pad, dtype=torch.long)
+    attention_mask = torch.zeros(len(rows), L, dtype=torch.long)
+    for i, r in enumerate(rows):
+        input_ids[i, L - len(r) :] = torch.tensor(r, dtype=torch.long)
+        attention_mask[i, L - len(r) :] = 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
 class _GreedyBackend:
     """Greedy turns of ``model`` for the episode loop (log-probs not computed: 0)."""
 
@@ -129,8 +141,6 @@ class _GreedyBackend:
     @torch.no_grad()
     def generate(self, prompts, params):
         stops = list(self.renderer.stop_ids)
-        from rllab.supervised import left_padded
-
         enc = left_padded([list(p) for p in prompts], self.tokenizer.pad_token_id)
         gen = self.model.generate(**enc, max_new_tokens=params.max_new_tokens, do_sample=False,
                                   eos_token_id=stops[0] if len(stops) == 1 else stops, pad_token_id=self.tokenizer.pad_token_id)

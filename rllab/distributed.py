@@ -30,6 +30,7 @@ import attrs
 import torch
 
 from rllab.errors import RllabError
+from rllab.launcher import launcher_env
 
 
 @attrs.frozen(kw_only=True)
@@ -191,9 +192,7 @@ def prefix_output(reducer: Reducer) -> None:
 
 def env_world() -> tuple[int, int, int]:
     """(rank, world size, local rank) from ``torchrun``'s environment; (0, 1, 0) without it. A
-    malformed one is refused (:func:`rllab.config_checks.launcher_env`)."""
-    from rllab.config_checks import launcher_env
-
+    malformed one is refused (:func:`rllab.launcher.launcher_env`)."""
     return launcher_env()
 
 
@@ -237,3 +236,12 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def is_sharded(model: Any) -> bool:
+    """Whether ``model`` is an FSDP2 module (its parameters are DTensor shards)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a torch built without distributed support
+        return False
+    return isinstance(model, FSDPModule)

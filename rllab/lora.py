@@ -44,9 +44,11 @@ import attrs
 import torch
 from torch import nn
 
+from rllab.distributed import is_sharded
 from rllab.errors import ConfigError, RllabError
 from rllab.hfcompat import peft_deprecations_quiet
 from rllab.specs import ComponentSpec, build_config, knob
+from rllab.tinyconfig import TinyModelConfig
 
 ALL_LINEAR = "all-linear"
 """The ``target_modules`` name that targets every linear layer except the output head."""
@@ -164,8 +166,6 @@ def _skeleton_names(path: str | None, tiny: tuple) -> tuple[tuple[str, ...], tup
         from transformers import AutoConfig, AutoModelForCausalLM, Qwen2Config
 
         if path is None:
-            from rllab.tinymodel import TinyModelConfig
-
             t = TinyModelConfig(**dict(tiny))
             hf = Qwen2Config(vocab_size=16, hidden_size=t.hidden_size, intermediate_size=t.intermediate_size,
                              num_hidden_layers=t.num_layers, num_attention_heads=t.num_heads, num_key_value_heads=t.num_kv_heads,
@@ -234,8 +234,6 @@ class LoraPolicy:
     def reference(self) -> nn.Module:
         """The base model (adapters disabled) as a frozen module over the policy's own tensors
         (:class:`AdaptersOff` for a sharded policy)."""
-        from rllab.placement import is_sharded
-
         if is_sharded(self.policy):
             return AdaptersOff(self).eval()  # not requires_grad_(False): its parameters are the policy's
         memo = {id(p): p for p in self.policy.parameters()}

@@ -12,11 +12,14 @@ The trainer calls it at start (``[train] keep_freed_memory``, on by default); th
 the process keeps up to ``keep_mib`` of freed memory mapped. The same effect from outside the
 process: ``MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824``, or a
 ``LD_PRELOAD`` of jemalloc or tcmalloc.
+
+:func:`peak_rss_mb` reports the process's peak resident memory (the trainer's ``perf/peak_rss_mb``).
 """
 
 from __future__ import annotations
 
 import ctypes
+import resource
 import sys
 
 _M_TRIM_THRESHOLD = -1
@@ -45,3 +48,8 @@ def keep_freed_memory(keep_mib: int = 1024) -> bool:
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)) and bool(mallopt(_M_TRIM_THRESHOLD, keep_mib << 20))
+
+
+def peak_rss_mb() -> float:
+    """The peak resident set size of this process so far, in MiB (Linux reports it in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

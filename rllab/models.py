@@ -22,6 +22,7 @@ import math
 import torch
 from torch import nn
 
+from rllab.distributed import is_sharded
 from rllab.hfcompat import cache_argument, output_cache, with_cache
 from rllab.kernels import CHUNK_ELEMENTS, HIDDEN_CHUNK_TOKENS, logprobs_from_hidden, logprobs_from_logits
 
@@ -152,8 +153,6 @@ def supports_hidden_path(model: nn.Module) -> bool:
     config = getattr(model, "config", None)
     if getattr(config, "model_type", None) not in HIDDEN_PATH_MODEL_TYPES:
         return False
-    from rllab.placement import is_sharded
-
     if is_sharded(model):  # FSDP2 holds a shard of the head outside the model's own forward
         return False
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None

@@ -60,7 +60,7 @@ from typing import Any, Callable
 import torch
 
 from rllab import checkpoint, distributed
-from rllab.distributed import Reducer
+from rllab.distributed import Reducer, is_sharded  # noqa: F401  (is_sharded: re-exported)
 from rllab.errors import RllabError
 from rllab.lora import LoraPolicy
 from rllab.members import member
@@ -68,15 +68,6 @@ from rllab.members import member
 
 def _same(model: torch.nn.Module) -> torch.nn.Module:
     return model
-
-
-def is_sharded(model: Any) -> bool:
-    """Whether ``model`` is an FSDP2 module (its parameters are DTensor shards)."""
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # a torch built without distributed support
-        return False
-    return isinstance(model, FSDPModule)
 
 
 class Single:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import torch
 
 from rllab.chat import PromptRenderer
+from rllab.demonstrations import episode_accuracy, left_padded
 
 
 def encode_demonstrations(tokenizer, prompts: list, completions: list[str], *, renderer: PromptRenderer | None = None):
@@ -87,17 +88,6 @@ def greedy_completions(
     return out
 
 
-def left_padded(rows: list[list[int]], pad: int) -> dict:
-    """``input_ids`` / ``attention_mask`` (B, L) int64 of left-padded id rows."""
-    L = max(len(r) for r in rows)
-    input_ids = torch.full((len(rows), L), pad, dtype=torch.long)
-    attention_mask = torch.zeros(len(rows), L, dtype=torch.long)
-    for i, r in enumerate(rows):
-        input_ids[i, L - len(r) :] = torch.tensor(r, dtype=torch.long)
-        attention_mask[i, L - len(r) :] = 1
-    return {"input_ids": input_ids, "attention_mask": attention_mask}
-
-
 def evaluate_greedy(
     model, tokenizer, task, *, limit: int | None = None, max_new_tokens: int = 16, renderer: PromptRenderer | None = None
 ) -> float:
@@ -112,8 +102,6 @@ def greedy_accuracy(model, tokenizer, task, examples, max_new_tokens: int, rende
     """Mean solved rate of greedy completions of ``examples`` (for an environment: of greedy
     episodes, :func:`rllab.demonstrations.episode_accuracy`)."""
     if is_environment(task):
-        from rllab.demonstrations import episode_accuracy
-
         return episode_accuracy(model, tokenizer, task, examples, max_new_tokens, renderer or PromptRenderer(tokenizer))
     was_training = model.training
     model.eval()

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import random
-import resource
 import time
 from functools import partial
 from pathlib import Path
@@ -50,12 +49,8 @@ from rllab.optimizer import Optimizers, StepOutcome, lr_factor
 from rllab.prompt_limits import PromptLimits
 from rllab.rollout import RolloutStage
 from rllab.config_checks import check_backend_device
-from rllab.runs import CONFIG_FILE, recorded_config, run_experiment, with_deployment  # noqa: F401  (run_experiment: re-exported)
+from rllab.rundir import CONFIG_FILE, recorded_config, start_run, with_deployment
 from rllab.specs import Component
-
-
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def resolve_device(name: str) -> torch.device:
@@ -68,10 +63,18 @@ def resolve_device(name: str) -> torch.device:
     return dev
 
 
+def run_experiment(cfg: ExperimentConfig, *, lab: Lab | None = None, run_dir: Path | None = None, progress: bool = True,
+                   overwrite: bool = False) -> dict:
+    """Train from scratch (:class:`Trainer`); returns the summary also written to ``RUN_DIR/final.json``.
+    ``run_dir`` (None: a new one), ``overwrite`` and a failure before the first step: see :func:`rllab.rundir.start_run`."""
+    reducer = placement.start(cfg.model, device_type=resolve_device(cfg.model.device).type)
+    return start_run(cfg, reducer, lambda path: Trainer(cfg, lab=lab, run_dir=path, progress=progress), run_dir=run_dir, overwrite=overwrite)
+
+
 class Trainer:
     """Owns the models, optimizers, components and run directory of one experiment.
 
-    Use :func:`run_experiment` / :func:`resume_run`, or drive it from Python::
+    Use :func:`run_experiment` / :func:`rllab.runs.resume_run`, or drive it from Python::
 
         trainer = Trainer(cfg, lab=lab, run_dir=path)
         for _ in range(10):
@@ -339,7 +342,7 @@ class Trainer:
         if outcome.kl is not None and self.reference is not None:
             self.kl_controller.update(current_kl=outcome.kl.value, n_steps=outcome.kl.samples)
         metrics["time/step"] = time.perf_counter() - t_start
-        metrics["perf/peak_rss_mb"] = _peak_rss_mb()
+        metrics["perf/peak_rss_mb"] = memory.peak_rss_mb()
         if self.device.type == "cuda":
             metrics["perf/peak_cuda_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
         metrics["optim/lr"] = self.scheduler.get_last_lr()[0]

@@ -31,9 +31,7 @@ import os
 
 import torch
 
-# the autograd hand-over (_keep, _backward_start) shared with the torch path; read at call time,
-# as rllab.kernels imports this module in turn
-from rllab import kernels as _kernels
+from rllab.kernel_autograd import _backward_start, _keep  # the autograd hand-over shared with the torch path
 
 try:  # Triton is optional: without it (or on CPU) rllab.kernels keeps its torch path
     import triton
@@ -216,14 +214,14 @@ class _LogitsLogProb(torch.autograd.Function):
         stats = _new_stats(B * T, logits.device, with_entropy)
         _fold(x, T, x.stride(0), x.stride(1), B * T, V, 0, labels, stats, 1.0 / temperature, True, with_entropy)
         log_prob, lse, entropy = _finish(stats, with_entropy)
-        _kernels._keep(ctx, (x, labels, lse, entropy), temperature=temperature)
+        _keep(ctx, (x, labels, lse, entropy), temperature=temperature)
         log_prob = log_prob.view(B, T)
         return (log_prob, entropy.view(B, T)) if with_entropy else log_prob
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_lp, g_ent=None):
-        start = _kernels._backward_start(ctx, g_lp, g_ent, n_diff=1)
+        start = _backward_start(ctx, g_lp, g_ent, n_diff=1)
         if start is None:
             return None, None, None, None
         (x, labels, lse, entropy), _, g_lp, g_ent = start
@@ -315,13 +313,13 @@ class _HiddenLogProb(torch.autograd.Function):
                 _fold(z, n, 0, v1 - v0, n, v1 - v0, v0, y, part, inv_tau, v0 == 0, with_entropy)
         del buf
         log_prob, lse, entropy = _finish(stats, with_entropy)
-        _kernels._keep(ctx, (hidden, weight, bias, labels, lse, entropy), temperature=temperature, rows=rows, cols=cols)
+        _keep(ctx, (hidden, weight, bias, labels, lse, entropy), temperature=temperature, rows=rows, cols=cols)
         return (log_prob, entropy) if with_entropy else log_prob
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_lp, g_ent=None):
-        start = _kernels._backward_start(ctx, g_lp, g_ent, n_diff=3)
+        start = _backward_start(ctx, g_lp, g_ent, n_diff=3)
         if start is None:
             return (None,) * 8
         (hidden, weight, bias, labels, lse, entropy), (need_h, need_w, need_b), g_lp, g_ent = start

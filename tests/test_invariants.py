@@ -38,7 +38,7 @@ def test_no_kernel_file_imports_a_plugin():
 # command plugins drive (configs, the trainer, run directories, checkpoints, TOML).
 PUBLIC_MODULES = {
     "rllab", "rllab.ops", "rllab.types", "rllab.testing", "rllab.models", "rllab.kernels", "rllab.tinymodel",
-    "rllab.algorithm", "rllab.config", "rllab.trainer", "rllab.runs", "rllab.checkpoint", "rllab.tomlio",
+    "rllab.algorithm", "rllab.config", "rllab.trainer", "rllab.runs", "rllab.rundir", "rllab.checkpoint", "rllab.tomlio",
     "rllab.rewards", "rllab.chat", "rllab.hfcompat", "rllab.environment", "rllab.tools", "rllab.members",
 }  # fmt: skip
 # A plugin may build on another only where declared here (a front end of a command plugin).

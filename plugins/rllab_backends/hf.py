@@ -61,6 +61,7 @@ import torch
 import rllab
 from rllab.hfcompat import cache_argument, output_cache, with_cache
 from rllab.types import Completion, SamplingParams
+from rllab_backends.hf_process import ProcessHFBackend
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -349,7 +350,5 @@ def _pad_id(model) -> int:
 def hf(*, config: HFBackendConfig):
     """In-process transformers sampling with a KV cache (temperature, top-k, top-p, n per prompt)."""
     if config.process:
-        from rllab_backends.hf_process import ProcessHFBackend
-
-        return ProcessHFBackend(config)
+        return ProcessHFBackend(config, HFBackend)
     return HFBackend(config)

@@ -3,7 +3,8 @@
 In-process sampling shares Python's GIL with the trainer: with asynchronous rollouts
 (``rollout.max_staleness``) on a small model, whose steps are mostly Python overhead, the
 producer thread and the trainer partly take turns instead of overlapping. Here the sampler
-(:class:`rllab_backends.hf.HFBackend`, unchanged) runs in a spawned child process; ``generate``
+(:class:`rllab_backends.hf.HFBackend`, unchanged, handed in by the ``hf`` factory) runs in a
+spawned child process; ``generate``
 sends the prompts through a pipe and waits for the completions (the caller's thread releases the
 GIL meanwhile). On a 2-core machine that other jobs keep busy this measured no faster than the
 thread (benchmarks/README.md, "Asynchronous rollouts"): it helps only where a core is free.
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import copy
 import multiprocessing as mp
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 import torch.multiprocessing  # noqa: F401  (registers the pickling of tensors in shared memory)
@@ -33,13 +34,12 @@ import torch.multiprocessing  # noqa: F401  (registers the pickling of tensors i
 import rllab
 
 
-def _serve(conn, config) -> None:
-    """The child: an in-process :class:`HFBackend` answering ``(method, args)`` messages."""
+def _serve(conn, config, make_backend: Callable[[Any], Any]) -> None:
+    """The child: an in-process backend (``make_backend(config)`` with ``process = false``:
+    an :class:`~rllab_backends.hf.HFBackend`) answering ``(method, args)`` messages."""
     import attrs
 
-    from rllab_backends.hf import HFBackend
-
-    backend = HFBackend(attrs.evolve(config, process=False))
+    backend = make_backend(attrs.evolve(config, process=False))
     while True:
         try:
             method, args = conn.recv()
@@ -62,10 +62,18 @@ def _serve(conn, config) -> None:
             conn.send(("error", e))
 
 
+<<<<<<< HEAD
 class ProcessHFBackend(rllab.RolloutBackend):
     """An :class:`~rllab_backends.hf.HFBackend` in a child process (see the module docstring)."""
+=======
+class ProcessHFBackend:
+    """An :class:`~rllab_backends.hf.HFBackend` in a child process (see the module docstring).
+>>>>>>> w-cycles
 
-    def __init__(self, config: Any):
+    ``make_backend``: the in-process backend's class (or a picklable factory), which the child
+    calls with ``config`` (``process = false``)."""
+
+    def __init__(self, config: Any, make_backend: Callable[[Any], Any]):
         self.config = config
         self.version = 0
         self._shared = None
@@ -74,7 +82,7 @@ class ProcessHFBackend(rllab.RolloutBackend):
         self._in_place = config.dtype == "float32" and (auto if config.device == "auto" else config.device) == "cpu"
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child, config), name="rllab-hf-sampler", daemon=True)
+        self._proc = ctx.Process(target=_serve, args=(child, config, make_backend), name="rllab-hf-sampler", daemon=True)
         self._proc.start()
         child.close()
         if config.model_path is not None:

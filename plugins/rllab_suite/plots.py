@@ -1,19 +1,15 @@
 """A suite's or comparison's plots (matplotlib, imported when called): ``curves.png`` (held-out
 accuracy against step), ``final.png`` (final accuracy per variant, seeds as dots) and
 ``track.png`` (the tracked training metrics), from the records and summary of
-:mod:`rllab_suite.report`.
+:mod:`rllab_suite.records` and :mod:`rllab_suite.report`.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 from rllab_suite import stats
-
-if TYPE_CHECKING:
-    from rllab_suite.report import RunRecord
+from rllab_suite.records import RunRecord
 
 
 def plot(records: list[RunRecord], summary: dict, out_dir: Path, title: str = "") -> list[Path]:

@@ -31,7 +31,7 @@ def suite_dir_for(suite: Suite, directory: str | Path | None) -> Path:
 def check_directory(suite: Suite, out: Path, *, replace: bool = False) -> dict:
     """The manifest ``out`` already holds (``{}`` for none); another suite's is refused unless
     ``replace``, and then forgotten (its notes and recordings do not carry into this suite's report)."""
-    from rllab.runs import run_markers
+    from rllab.rundir import run_markers
 
     if out.exists() and not out.is_dir():
         raise SuiteError(f"--dir {out} is a file: a suite directory holds the suite's runs, suite.json and report; give a directory")
@@ -262,7 +262,7 @@ def _refuse_repeated_runs(dirs: list[Path]) -> None:
 def _check_out(out: Path) -> None:
     """``--out`` takes a directory of its own: a run's or a suite's would have its files (a run's
     ``curves.png``, a suite's ``report.md`` and ``summary.csv``) replaced by the comparison's."""
-    from rllab.runs import run_markers
+    from rllab.rundir import run_markers
 
     if out.exists() and not out.is_dir():
         raise RllabError(f"--out {out} is a file: the report is a directory (report.md, CSV, JSON, plots); choose another --out")

@@ -1,0 +1,104 @@
+"""One run's record for a report (:class:`RunRecord`), read from its directory alone
+(``config.toml``, ``metrics.jsonl``, ``final.json``, ``error.txt``) by :func:`read_run`; the
+reports (:mod:`rllab_suite.report`) and plots (:mod:`rllab_suite.plots`) are made from these.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from pathlib import Path
+
+import attrs
+
+from rllab_suite import stats
+
+LAST_FRACTION = 0.1
+"""A tracked training metric's "last" value is a run's mean over this share of its last steps (at least one)."""
+
+
+@attrs.frozen(kw_only=True)
+class RunRecord:
+    """What a report needs from one run directory."""
+
+    run_dir: str
+    variant: str
+    task: str
+    seed: int
+    status: str
+    """``done``, ``failed``, ``running`` (no final.json) or ``missing``."""
+    steps: list = attrs.field(factory=list)
+    """Eval steps, with ``accuracy`` and ``reward`` at each below."""
+    accuracy: list = attrs.field(factory=list)
+    reward: list = attrs.field(factory=list)
+    train_reward_max: float = math.nan
+    error: str = ""
+    train: dict = attrs.field(factory=dict)
+    """Tracked training metrics: name -> (steps, values), one value per training step logged."""
+
+    def final(self, metric: str) -> float:
+        vals = getattr(self, metric)
+        return float(vals[-1]) if vals and self.status == "done" else math.nan
+
+    def auc(self, metric: str) -> float:
+        return stats.auc(self.steps, getattr(self, metric)) if self.status == "done" and self.steps else math.nan
+
+    def last(self, metric: str) -> float:
+        """A tracked training metric's mean over the last :data:`LAST_FRACTION` of the steps that
+        logged it (at least one); NaN unless the run is done and logged it."""
+        _, vals = self.train.get(metric, ((), ()))
+        if self.status != "done" or not vals:
+            return math.nan
+        k = max(1, math.ceil(LAST_FRACTION * len(vals)))
+        return float(sum(vals[-k:]) / k)
+
+    def span(self, metric: str, first: int, last: int) -> float:
+        """A tracked training metric's mean over the steps ``first``…``last`` (inclusive); NaN when none logged it."""
+        steps, vals = self.train.get(metric, ((), ()))
+        inside = [v for s, v in zip(steps, vals) if first <= s <= last]
+        return float(sum(inside) / len(inside)) if self.status == "done" and inside else math.nan
+
+
+def read_run(run_dir: Path, *, variant: str = "", task: str = "", seed: int | None = None, track: tuple = ()) -> RunRecord:
+    """One run's record; ``track`` names training metrics to keep per step (a step logged twice,
+    as after a resume, keeps its last value)."""
+    run_dir = Path(run_dir)
+    cfg = {}
+    if (run_dir / "config.toml").is_file():
+        cfg = tomllib.loads((run_dir / "config.toml").read_text())
+    task = task or (cfg.get("task", {}) or {}).get("name", "?")
+    seed = seed if seed is not None else int((cfg.get("train", {}) or {}).get("seed", 0))
+    steps, acc, rew, train_max = [], [], [], -math.inf
+    tracked: dict[str, dict] = {m: {} for m in track}
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.is_file():
+        for line in metrics.read_text().splitlines():
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            if "eval/accuracy" in row:
+                if steps and steps[-1] == row["step"]:
+                    steps.pop(), acc.pop(), rew.pop()
+                steps.append(row["step"])
+                acc.append(row["eval/accuracy"])
+                rew.append(row.get("eval/reward", math.nan))
+            if "rollout/reward" in row:
+                train_max = max(train_max, row["rollout/reward"])
+            for m in track:
+                if m in row and "step" in row:
+                    tracked[m][row["step"]] = float(row[m])
+    error = (run_dir / "error.txt").read_text() if (run_dir / "error.txt").is_file() else ""
+    if (run_dir / "final.json").is_file():
+        status = "done"
+    elif error:
+        status = "failed"
+    elif run_dir.is_dir():
+        status = "running"
+    else:
+        status = "missing"
+    return RunRecord(
+        run_dir=str(run_dir), variant=variant, task=task, seed=seed, status=status, steps=steps, accuracy=acc, reward=rew,
+        train_reward_max=train_max if train_max > -math.inf else math.nan, error=error.strip().splitlines()[-1] if error.strip() else "",
+        train={m: (sorted(d), [d[k] for k in sorted(d)]) for m, d in tracked.items() if d},
+    )
