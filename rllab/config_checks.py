@@ -32,13 +32,10 @@ import attrs
 
 from rllab.errors import ConfigError
 from rllab.lab import Lab
-<<<<<<< HEAD
-from rllab.members import member
-=======
 from rllab.launcher import launcher_env  # noqa: F401  (re-exported: read with the launcher check)
+from rllab.members import member
 from rllab.specs import ComponentSpec, build_config
 from rllab.tinyconfig import TinyModelConfig, WarmStartConfig
->>>>>>> w-cycles
 from rllab.tomlio import line_of
 
 

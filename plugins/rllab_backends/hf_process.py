@@ -62,13 +62,8 @@ def _serve(conn, config, make_backend: Callable[[Any], Any]) -> None:
             conn.send(("error", e))
 
 
-<<<<<<< HEAD
 class ProcessHFBackend(rllab.RolloutBackend):
-    """An :class:`~rllab_backends.hf.HFBackend` in a child process (see the module docstring)."""
-=======
-class ProcessHFBackend:
     """An :class:`~rllab_backends.hf.HFBackend` in a child process (see the module docstring).
->>>>>>> w-cycles
 
     ``make_backend``: the in-process backend's class (or a picklable factory), which the child
     calls with ``config`` (``process = false``)."""
