@@ -245,3 +245,13 @@ def is_sharded(model: Any) -> bool:
     except ImportError:  # a torch built without distributed support
         return False
     return isinstance(model, FSDPModule)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` → CUDA when available, else CPU; an explicit CUDA device must exist."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RllabError(f"model.device = {name!r} but CUDA is not available here (torch {torch.__version__}); use device = \"cpu\" or \"auto\"")
+    return dev

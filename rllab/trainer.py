@@ -51,16 +51,7 @@ from rllab.rollout import RolloutStage
 from rllab.config_checks import check_backend_device
 from rllab.rundir import CONFIG_FILE, recorded_config, start_run, with_deployment
 from rllab.specs import Component
-
-
-def resolve_device(name: str) -> torch.device:
-    """``auto`` → CUDA when available, else CPU; an explicit CUDA device must exist."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(name)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RllabError(f"model.device = {name!r} but CUDA is not available here (torch {torch.__version__}); use device = \"cpu\" or \"auto\"")
-    return dev
+from rllab.distributed import resolve_device  # noqa: F401  (re-exported: where it was)
 
 
 def run_experiment(cfg: ExperimentConfig, *, lab: Lab | None = None, run_dir: Path | None = None, progress: bool = True,
