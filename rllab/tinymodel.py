@@ -254,6 +254,19 @@ def _model_key(model_config: TinyModelConfig) -> dict:
     return out
 
 
+def _declared_defaults(task, member_name: str, config, given: Collection[str] | None, what: str):
+    """``config`` with the task's declared defaults (``member_name``, a dict of knobs of the
+    config's class) applied to the knobs the config did not set (``given``: the knobs it set;
+    None: those at their default values); an unknown knob is refused."""
+    wanted = dict(member(task, "task", member_name))
+    fields = {f.name: f for f in attrs.fields(type(config))}
+    unknown = sorted(set(wanted) - set(fields))
+    if unknown:
+        raise ValueError(f"task {getattr(task, 'name', task)!r}: {member_name} names unknown {what} knobs {unknown}")
+    changes = {k: v for k, v in wanted.items() if (k not in given if given is not None else getattr(config, k) == fields[k].default)}
+    return attrs.evolve(config, **changes) if changes else config
+
+
 def task_warm_start(task, warm_config: WarmStartConfig, given: Collection[str] | None = None) -> WarmStartConfig:
     """Apply a task's own warm-start defaults (``task.warm_start_defaults``, a dict of
     :class:`WarmStartConfig` knobs) to the knobs the config did not set (``given``: the knobs it
@@ -262,13 +275,7 @@ def task_warm_start(task, warm_config: WarmStartConfig, given: Collection[str] |
     A task whose warm start overshoots (sort reaches 35% by the first probe, leaving RL little
     to learn) asks for a lower target probed more often; a knob set in the config still wins.
     """
-    wanted = dict(member(task, "task", "warm_start_defaults"))
-    fields = {f.name: f for f in attrs.fields(WarmStartConfig)}
-    unknown = sorted(set(wanted) - set(fields))
-    if unknown:
-        raise ValueError(f"task {getattr(task, 'name', task)!r}: warm_start_defaults names unknown warm-start knobs {unknown}")
-    changes = {k: v for k, v in wanted.items() if (k not in given if given is not None else getattr(warm_config, k) == fields[k].default)}
-    return attrs.evolve(warm_config, **changes) if changes else warm_config
+    return _declared_defaults(task, "warm_start_defaults", warm_config, given, "warm-start")
 
 
 def task_tiny_model(task, model_config: TinyModelConfig, given: Collection[str] | None = None) -> TinyModelConfig:
@@ -279,13 +286,7 @@ def task_tiny_model(task, model_config: TinyModelConfig, given: Collection[str] 
     A game whose opening prompt is 517 characters asks for ``max_position_embeddings = 1024``, so
     the tiny model it is trained with has room for it; a knob set in the config still wins.
     """
-    wanted = dict(member(task, "task", "tiny_model_defaults"))
-    fields = {f.name: f for f in attrs.fields(TinyModelConfig)}
-    unknown = sorted(set(wanted) - set(fields))
-    if unknown:
-        raise ValueError(f"task {getattr(task, 'name', task)!r}: tiny_model_defaults names unknown tiny-model knobs {unknown}")
-    changes = {k: v for k, v in wanted.items() if (k not in given if given is not None else getattr(model_config, k) == fields[k].default)}
-    return attrs.evolve(model_config, **changes) if changes else model_config
+    return _declared_defaults(task, "tiny_model_defaults", model_config, given, "tiny-model")
 
 
 def get_or_build(
