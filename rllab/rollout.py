@@ -416,6 +416,7 @@ class RolloutStage:
         batch = RolloutBatch.from_completions(
             kept, scored.scores[scored.keep], pad_token_id=self.tokenizer.pad_token_id,
             reward_components=comps, reward_component_names=scored.component_names,
+            reward_component_weights=None if comps is None else self.component_weights(),
             token_scores=token_scores, turns=turns,
         )
         return batch if scored.staleness is None else attrs.evolve(batch, staleness=scored.staleness[scored.keep])
@@ -474,7 +475,7 @@ class RecordedRollout:
         self._weights = None if component_weights is None else [float(w) for w in component_weights]
 
     def component_weights(self) -> list[float] | None:
-        """The recorded task's ``reward_weights`` (None: not given, all 1), as
+        """The recorded task's ``reward_weights`` (None: not given: the batch's own, else all 1), as
         :meth:`RolloutStage.component_weights`."""
         return None if self._weights is None else list(self._weights)
 
@@ -483,7 +484,11 @@ class RecordedRollout:
         return Scored(examples=[], completions=[], rewards=empty, scores=empty, keep=torch.zeros(0, dtype=torch.bool), metrics=dict(self.metrics))
 
     def to_batch(self, scored: Scored) -> RolloutBatch:
-        return self.batch
+        """The recorded batch, carrying ``component_weights`` when they were given (they win over
+        the batch's own ``reward_component_weights``)."""
+        if self._weights is None or self.batch.reward_components is None:
+            return self.batch
+        return attrs.evolve(self.batch, reward_component_weights=self._weights)
 
     def _cannot(self, what: str):
         raise RllabError(f"a recorded rollout cannot {what}: it holds one batch and no model to sample from")
