@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import attrs
 import torch
 
+from rllab.algorithm import ROLLOUT_MEMBERS
 from rllab.errors import ConfigError
 from rllab.members import member
 from rllab.rollout import RolloutStage, Scored
@@ -237,6 +238,15 @@ class AsyncRollout:
         )
         if self._trainer_threads is not None:
             torch.set_num_threads(self._trainer_threads[1])
+
+    def __getattr__(self, name: str):
+        """Only reached for a member this class does not have: says what an algorithm may use."""
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(
+            f"the rollout has no member {name!r} with rollout.max_staleness > 0 (batches sampled ahead): an algorithm "
+            f"may use the members of rllab.Rollout only ({', '.join(ROLLOUT_MEMBERS)})", name=name, obj=self,
+        )
 
     # -- the rest of the rollout protocol (rllab.algorithm.Rollout): the stage's own, nothing else
 
