@@ -43,11 +43,11 @@ from rllab.specs import FloatOrFloats, FloatOrFloatsOrNone, StrOrStrs, StrOrStrs
 # ``rllab.ops``), so that ``import rllab`` -- every plugin's first line -- stays cheap and
 # ``rllab --help`` or a config error answers without loading torch.
 _ON_FIRST_USE = {
-    "rllab.algorithm": ("Algorithm", "KLSample", "OptimizerStep", "RunContext", "StepReport"),
+    "rllab.algorithm": ("Algorithm", "KLSample", "OptimizerStep", "Rollout", "RunContext", "StepReport"),
     "rllab.environment": ("Environment", "Episode", "Step"),
     "rllab.ops": ("RowError",),
     "rllab.optimizer": ("Optimizers", "StepOutcome"),
-    "rllab.rollout": ("RecordedRollout",),
+    "rllab.recorded": ("RecordedRollout",),
     "rllab.types": (
         "Completion", "Example", "PreferencePair", "RolloutBackend", "RolloutBatch", "SamplingParams", "Task",
         "check_mask", "check_same_shape", "check_tensor",
@@ -57,11 +57,11 @@ _SUBMODULES_ON_FIRST_USE = ("algorithm", "ops")
 
 if _TYPE_CHECKING:
     from rllab import algorithm, ops
-    from rllab.algorithm import Algorithm, KLSample, OptimizerStep, RunContext, StepReport
+    from rllab.algorithm import Algorithm, KLSample, OptimizerStep, Rollout, RunContext, StepReport
     from rllab.environment import Environment, Episode, Step
     from rllab.ops import RowError
     from rllab.optimizer import Optimizers, StepOutcome
-    from rllab.rollout import RecordedRollout
+    from rllab.recorded import RecordedRollout
     from rllab.types import (
         Completion,
         Example,
@@ -101,6 +101,7 @@ __all__ = [
     "OptimizerStep",
     "Optimizers",
     "RecordedRollout",
+    "Rollout",
     "RewardError",
     "RunContext",
     "StepOutcome",

@@ -33,13 +33,17 @@ reference that the KL controller adapts β to, and the number of samples it was 
 from __future__ import annotations
 
 import math
-from typing import Any, Generator, Mapping, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generator, Mapping, Protocol, Sequence, runtime_checkable
 
 import attrs
 import torch
 
 from rllab.distributed import SINGLE, Reducer
 from rllab.errors import NonFiniteError, RllabError
+
+if TYPE_CHECKING:
+    from rllab.rollout import Scored
+    from rllab.types import Completion, Example, RolloutBatch, SamplingParams
 
 
 def seed_for(seed: int, step: int, salt: int) -> int:
@@ -94,7 +98,8 @@ class RunContext:
     """A read-only view of the run for one step.
 
     ``components`` maps config sections (``policy_loss``, ``advantage``, …) to built components;
-    ``rollout`` is the :class:`rllab.rollout.RolloutStage`; ``reference`` / ``critic`` are None
+    ``rollout`` is the run's :class:`Rollout` (its :class:`rllab.rollout.RolloutStage`, the
+    asynchronous wrapper around it, or a :class:`rllab.RecordedRollout`); ``reference`` / ``critic`` are None
     unless the algorithm's ``needs`` asked for them. ``kl_coef`` is the KL controller's current β.
     """
 
@@ -102,7 +107,7 @@ class RunContext:
     """0-based index of the step being taken (the run has completed ``step`` steps)."""
     config: Any
     components: Mapping[str, Any]
-    rollout: Any
+    rollout: Rollout | None
     policy: torch.nn.Module
     reference: torch.nn.Module | None = None
     critic: torch.nn.Module | None = None
@@ -132,6 +137,54 @@ class _Null:
 
     def __exit__(self, *exc):
         return False
+
+
+@runtime_checkable
+class Rollout(Protocol):
+    """What an algorithm may use of ``ctx.rollout``: every rollout a run hands an algorithm (the
+    :class:`rllab.rollout.RolloutStage`, :class:`rllab.asyncrollout.AsyncRollout` around it,
+    :class:`rllab.RecordedRollout`) has each of these members and forwards nothing else, so a
+    step that reaches for another one fails with an AttributeError naming it. A recorded rollout
+    raises :class:`rllab.RllabError` from the members that would need a model or a task."""
+
+    task: Any
+    """The run's task (its examples, demonstrations)."""
+    tokenizer: Any
+    """The policy's tokenizer (``pad_token_id``)."""
+
+    def sample(self, step: int, **kw: Any) -> Scored:
+        """The step's scored rollouts (``prompts=``, ``group_size=`` override the config's)."""
+
+    def to_batch(self, scored: Scored) -> RolloutBatch | None:
+        """The kept completions as a padded batch (None when nothing is kept)."""
+
+    def greedy_rewards(self, examples: Sequence[Example]) -> torch.Tensor:
+        """(N,) float32: the reward of one greedy completion per example (ReMax's baselines)."""
+
+    def generate(self, examples: Sequence[Example], params: SamplingParams) -> list[Completion]:
+        """Completions of the examples' prompts."""
+
+    def sampling_params(self, step: int, *, n: int, greedy: bool = False) -> SamplingParams:
+        """The rollout settings' sampling parameters for ``step`` (``n`` samples per prompt)."""
+
+    def score_components(self, examples: Sequence[Example], completions: Sequence[Completion]) -> tuple:
+        """``(rewards, components, keep, n_errors)`` of completions of the examples."""
+
+    def solved(self, example: Example, reward: float, components: Sequence[float] | None = None) -> bool:
+        """Whether an answer with this reward is solved."""
+
+    def encode(self, prompt: Any) -> list[int]:
+        """The token ids of a prompt (a string, or chat messages)."""
+
+    def response_ids(self, text: str, *, prompt: Any = None) -> list[int]:
+        """Token ids of a response text to ``prompt``, ending as a sampled response would."""
+
+    def evaluate(self, size: int, *, samples: int = 0) -> dict:
+        """Held-out metrics (``eval/accuracy``, …) on the first ``size`` evaluation examples."""
+
+
+ROLLOUT_MEMBERS: tuple[str, ...] = tuple(dict.fromkeys(n for n in (*Rollout.__annotations__, *vars(Rollout)) if not n.startswith("_")))
+"""The members of :class:`Rollout`, by name."""
 
 
 @runtime_checkable

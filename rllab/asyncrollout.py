@@ -53,14 +53,18 @@ import contextlib
 import pickle
 import threading
 import time
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import attrs
 import torch
 
+from rllab.algorithm import ROLLOUT_MEMBERS
 from rllab.errors import ConfigError
 from rllab.members import member
 from rllab.rollout import RolloutStage, Scored
+
+if TYPE_CHECKING:
+    from rllab.types import Completion, Example, RolloutBatch, SamplingParams
 
 
 def check_settings(cfg: Any, lab: Any) -> None:
@@ -125,7 +129,9 @@ class VersionedBackend:
     ``generate`` and ``update_weights`` hold the (re-entrant) lock, so a sync never lands in the
     middle of a batch — except on a backend whose ``pushes_in_flight`` is true (``overlap``),
     whose syncs run beside its batches; ``version`` is the number of ``update_weights`` calls so
-    far. Each thread reads the ``last_metrics`` of its own last ``generate``.
+    far. Each thread reads the ``last_metrics`` of its own last ``generate``. The backend
+    protocol's optional members (``follow_weights``, ``pushes_in_flight``) are the inner
+    backend's; nothing else is forwarded (``inner`` is the backend itself).
     """
 
     def __init__(self, inner: Any):
@@ -154,8 +160,15 @@ class VersionedBackend:
     def close(self) -> None:
         self.inner.close()
 
-    def __getattr__(self, name: str):
-        return getattr(self.inner, name)
+    # the backend protocol's optional members (rllab.members.MEMBERS["rollout_backend"]), the inner
+    # backend's own; nothing else is forwarded
+    @property
+    def follow_weights(self):
+        return member(self.inner, "rollout_backend", "follow_weights")
+
+    @property
+    def pushes_in_flight(self) -> bool:
+        return self.overlap
 
 
 def sample_versions(scored: Scored, produced_at: int) -> torch.Tensor:
@@ -200,7 +213,8 @@ class AsyncRollout:
     :param cpu: whether the trainer computes on the CPU (then the torch threads are split).
 
     ``sample(step)`` hands out the batch sampled ahead for ``step``; :meth:`settle` and
-    :meth:`advance` are the trainer's, around each weight sync. Everything else is the stage's.
+    :meth:`advance` are the trainer's, around each weight sync. The other members of the rollout
+    protocol (:class:`rllab.algorithm.Rollout`) are the stage's; nothing else is forwarded.
     """
 
     def __init__(self, stage: RolloutStage, *, limit: Callable[[], int], cpu: bool):
@@ -226,7 +240,47 @@ class AsyncRollout:
             torch.set_num_threads(self._trainer_threads[1])
 
     def __getattr__(self, name: str):
-        return getattr(self.stage, name)
+        """Only reached for a member this class does not have: says what an algorithm may use."""
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(
+            f"the rollout has no member {name!r} with rollout.max_staleness > 0 (batches sampled ahead): an algorithm "
+            f"may use the members of rllab.Rollout only ({', '.join(ROLLOUT_MEMBERS)})", name=name, obj=self,
+        )
+
+    # -- the rest of the rollout protocol (rllab.algorithm.Rollout): the stage's own, nothing else
+
+    @property
+    def task(self) -> Any:
+        return self.stage.task
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.stage.tokenizer
+
+    def to_batch(self, scored: Scored) -> RolloutBatch | None:
+        return self.stage.to_batch(scored)
+
+    def greedy_rewards(self, examples: Sequence[Example]) -> torch.Tensor:
+        return self.stage.greedy_rewards(examples)
+
+    def generate(self, examples: Sequence[Example], params: SamplingParams) -> list[Completion]:
+        return self.stage.generate(examples, params)
+
+    def sampling_params(self, step: int, *, n: int, greedy: bool = False) -> SamplingParams:
+        return self.stage.sampling_params(step, n=n, greedy=greedy)
+
+    def score_components(self, examples: Sequence[Example], completions: Sequence[Completion]) -> tuple:
+        return self.stage.score_components(examples, completions)
+
+    def solved(self, example: Example, reward: float, components: Sequence[float] | None = None) -> bool:
+        return self.stage.solved(example, reward, components)
+
+    def encode(self, prompt: Any) -> list[int]:
+        return self.stage.encode(prompt)
+
+    def response_ids(self, text: str, *, prompt: Any = None) -> list[int]:
+        return self.stage.response_ids(text, prompt=prompt)
 
     # -- the producer
 

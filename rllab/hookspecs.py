@@ -378,7 +378,8 @@ def register_algorithms(register):
         step(ctx) -> Generator[OptimizerStep, dict, dict]
 
     ``ctx`` is a :class:`rllab.RunContext` (the step number, the config, the built components by
-    section, the rollout stage, the models, the KL coefficient). ``step`` is a generator: after
+    section, the rollout — a :class:`rllab.Rollout`: ``sample``, ``to_batch``, ``greedy_rewards``, …,
+    and nothing else —, the models, the KL coefficient). ``step`` is a generator: after
     each backward pass it yields an :class:`rllab.OptimizerStep`; the trainer then checks the
     gradients, clips them, steps the optimizer(s), zeroes the gradients and sends back a dict of
     metrics (``actor/grad_norm``, …) — :class:`rllab.Optimizers`, the same step ``rllab replay``

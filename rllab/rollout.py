@@ -416,6 +416,7 @@ class RolloutStage:
         batch = RolloutBatch.from_completions(
             kept, scored.scores[scored.keep], pad_token_id=self.tokenizer.pad_token_id,
             reward_components=comps, reward_component_names=scored.component_names,
+            reward_component_weights=None if comps is None else self.component_weights(),
             token_scores=token_scores, turns=turns,
         )
         return batch if scored.staleness is None else attrs.evolve(batch, staleness=scored.staleness[scored.keep])
@@ -455,44 +456,3 @@ class RolloutStage:
     def _solved_episode(self, e: EpisodeResult) -> bool:
         """Whether a played episode is solved (a failed one never is)."""
         return e.error is None and self.solved(e.example, e.reward, getattr(e.episode, "components", None))
-
-
-class RecordedRollout:
-    """A rollout stage that hands out one recorded :class:`RolloutBatch` instead of sampling.
-
-    ``rllab replay`` puts one in a :class:`rllab.RunContext` (``rollout=``) so that an algorithm's
-    own ``step(ctx)`` trains on recorded rollouts: :meth:`sample` gives a :class:`Scored` with no
-    completions (a recording keeps the batch, not the texts) and the recorded ``metrics``;
-    :meth:`to_batch` gives the batch. Anything that would generate (ReMax's greedy baselines,
-    evaluation) raises :class:`rllab.RllabError`.
-    """
-
-    def __init__(self, *, batch: RolloutBatch, metrics: Mapping[str, float] | None = None,
-                 component_weights: Sequence[float] | None = None):
-        self.batch = batch
-        self.metrics = dict(metrics or {})
-        self._weights = None if component_weights is None else [float(w) for w in component_weights]
-
-    def component_weights(self) -> list[float] | None:
-        """The recorded task's ``reward_weights`` (None: not given, all 1), as
-        :meth:`RolloutStage.component_weights`."""
-        return None if self._weights is None else list(self._weights)
-
-    def sample(self, step: int, **_: Any) -> Scored:
-        empty = torch.zeros(0, dtype=torch.float32)
-        return Scored(examples=[], completions=[], rewards=empty, scores=empty, keep=torch.zeros(0, dtype=torch.bool), metrics=dict(self.metrics))
-
-    def to_batch(self, scored: Scored) -> RolloutBatch:
-        return self.batch
-
-    def _cannot(self, what: str):
-        raise RllabError(f"a recorded rollout cannot {what}: it holds one batch and no model to sample from")
-
-    def greedy_rewards(self, examples: Sequence[Example]) -> torch.Tensor:
-        self._cannot("sample greedy baselines (an estimator that requires reward_baselines)")
-
-    def generate(self, examples: Sequence[Example], params: SamplingParams):
-        self._cannot("generate")
-
-    def evaluate(self, size: int) -> dict:
-        self._cannot("evaluate")

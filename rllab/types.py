@@ -334,6 +334,12 @@ class RolloutBatch:
     """(B, K) float32 per-component rewards of a multi-component task (None: one reward)."""
     reward_component_names: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     """The K component names, in column order (empty with one reward)."""
+    reward_component_weights: tuple[float, ...] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(lambda ws: tuple(float(w) for w in ws))
+    )
+    """The K weights w_k of the task's scalar reward Σ_k w_k·r_k, in column order (the task's
+    ``reward_weights``; the rollout stage gives all 1 when it declares none). None: not given
+    (one reward, or a batch built without them); estimators then weigh every component 1."""
     token_scores: torch.Tensor | None = attrs.field(default=None, validator=_tensor(ndim=2, dtype=torch.float32, optional=True))
     """(B, T) float32 rewards placed on response tokens — each turn's reward on the last model
     token of its turn (episodes); None: the score sits on each row's last model token."""
@@ -367,6 +373,11 @@ class RolloutBatch:
             raise ValueError(
                 f"RolloutBatch: reward_components {got} must be (B, K) = ({B}, {len(names)}) for the names {names!r}"
             )
+        weights = self.reward_component_weights
+        if weights is not None and len(weights) != len(names):
+            raise ValueError(
+                f"RolloutBatch: reward_component_weights has {len(weights)} entries for the {len(names)} components {names!r}"
+            )
 
     @property
     def response_length(self) -> int:
@@ -395,14 +406,15 @@ class RolloutBatch:
     def from_completions(
         cls, completions: Sequence[Completion], scores: Sequence[float], pad_token_id: int,
         *, reward_components: "torch.Tensor | None" = None, reward_component_names: Sequence[str] = (),
-        token_scores: "Sequence[Sequence[float]] | None" = None, turns: "Sequence[int] | None" = None,
+        reward_component_weights: Sequence[float] | None = None, token_scores: "Sequence[Sequence[float]] | None" = None, turns: "Sequence[int] | None" = None,
     ) -> "RolloutBatch":
         """Pad completions into a batch. Rows keep the order given; ``index`` is the prompt index.
 
         ``response_mask`` is True on each completion's model tokens (``Completion.model_mask``;
         all of them when it is None), ``attention_mask`` on every real token.
 
-        :param reward_components: (B, K) float per-component rewards, with their K names.
+        :param reward_components: (B, K) float per-component rewards, with their K names and
+            (optionally) the K weights of the task's scalar reward.
         :param token_scores: per completion, one reward per entry of its ``token_ids`` (episodes).
         :param turns: per completion, its episode's model turns.
         """
@@ -459,6 +471,7 @@ class RolloutBatch:
             scores=scores_t,
             reward_components=None if reward_components is None else torch.as_tensor(reward_components, dtype=torch.float32),
             reward_component_names=tuple(reward_component_names),
+            reward_component_weights=reward_component_weights,
             token_scores=token_scores_t,
             turns=None if turns is None else torch.tensor(list(turns), dtype=torch.long),
         )
@@ -467,7 +480,7 @@ class RolloutBatch:
         """The sub-batch of the given rows (a bool mask or integer index over B).
 
         Every tensor field of a batch is per row (its first dimension is B), so each one is
-        indexed, the fields added later included; the others (the component names) are kept."""
+        indexed, the fields added later included; the others (the component names and weights) are kept."""
         return attrs.evolve(self, **{
             f.name: value[rows] for f in attrs.fields(type(self)) if isinstance(value := getattr(self, f.name), torch.Tensor)
         })

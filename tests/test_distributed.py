@@ -29,7 +29,7 @@ from rllab.algorithm import RunContext
 from rllab.config import validate
 from rllab.lab import Lab
 from rllab.optimizer import Optimizers
-from rllab.rollout import RecordedRollout
+from rllab.recorded import RecordedRollout
 from rllab.types import RolloutBatch
 
 SETTINGS = {

@@ -41,7 +41,8 @@ config that pairs them with a single-reward task is refused at load — with one
 TRL's group-then-batch standardisation of one reward, so the choice is almost certainly a
 mistake — as is a ``reward_weights`` knob whose length is not the task's K. Without a
 ``reward_weights`` knob the ``rl`` step weights the components as the task's scalar reward does
-(the task's ``reward_weights``, ``(1, format_weight)`` for ``addition``; TRL's one ``reward_weights``
+(the batch's ``reward_component_weights``: the task's ``reward_weights``, ``(1, format_weight)``
+for ``addition``; TRL's one ``reward_weights``
 serves both of its aggregations), so ``task.format_weight`` matters; ``reward_weights = [1, 1]``
 restores verl's equal weighting. Called directly, the functions keep verl's fallback (no
 ``reward_components``: the row score is the one component) and weight all 1 without the knob.

@@ -95,6 +95,21 @@ class Prepared:
     mask: torch.Tensor = attrs.field(default=attrs.Factory(lambda self: self.batch.response_mask, takes_self=True))
     """(B, T) bool: the tokens the update trains on — the response mask, narrowed to the tokens a
     rejecting correction keeps."""
+    kl_penalty: float | None = None
+    """The KL controller's measure when it is the [kl] penalty's (``kl_measure = penalty_row_mean``,
+    KL in the reward): verl's mean over rows of each row's masked mean. None: the step measures
+    ``old − ref`` per token instead."""
+
+
+@attrs.frozen(kw_only=True)
+class Updated:
+    """What :meth:`RL.update` returns: its metrics (logged only) and the KL it measured."""
+
+    metrics: dict
+    policy_ref_kl: float | None = None
+    """On-policy steps with a reference: the mean over valid tokens of ``old − ref`` measured by the
+    update's own forwards (the first-epoch log-probs are the old policy), aggregated over
+    micro-batches and minibatches as its ``kl/policy_ref`` metric is. None otherwise."""
 
 
 def _logprobs(ctx: RunContext, model, batch, rows=None, with_entropy=False):
@@ -195,15 +210,17 @@ class RL:
         batch = _to(batch, ctx.device)
         prepared, prep_metrics = self.prepare(ctx, batch, extra)
         metrics.update(prep_metrics)
-        update = yield from self.update(ctx, prepared)
-        metrics.update(update)
+        updated = yield from self.update(ctx, prepared)
+        metrics.update(updated.metrics)
+        policy_ref = updated.policy_ref_kl
         if prepared.ref_log_prob is not None and prepared.old_log_prob is not None:
-            metrics["kl/policy_ref"] = ops.masked_mean(prepared.old_log_prob - prepared.ref_log_prob, batch.response_mask).item()
+            policy_ref = ops.masked_mean(prepared.old_log_prob - prepared.ref_log_prob, batch.response_mask).item()
+            metrics["kl/policy_ref"] = policy_ref
         metrics["kl/coef"] = prepared.beta
         rows = int(batch.input_ids.shape[0])
         metrics["train/rows"] = float(rows)
         # the controller's measure: verl's penalty mean (kl_measure = penalty_row_mean), else old − ref per token
-        kl = prep_metrics.get("kl/current", metrics.get("kl/policy_ref"))
+        kl = prepared.kl_penalty if prepared.kl_penalty is not None else policy_ref
         return rllab.StepReport(metrics=metrics, kl=None if kl is None else rllab.KLSample(value=kl, samples=rows))
 
     def prepare(self, ctx: RunContext, batch: rllab.RolloutBatch, extra: dict | None = None) -> tuple[Prepared, dict]:
@@ -224,12 +241,14 @@ class RL:
         t1 = time.perf_counter()
         token_rewards = batch.token_rewards
         beta = float(ctx.kl_coef)
+        kl_penalty = None
         if self.config.kl_in == "reward" and ref is not None:
             kl_tok = comps["kl"](log_prob=old, ref_log_prob=ref)
             token_rewards = token_rewards - beta * torch.where(mask, kl_tok, torch.zeros_like(kl_tok))
             metrics["kl/reward_kl"] = ops.masked_mean(kl_tok, mask).item()
             if self.config.kl_measure == "penalty_row_mean":
-                metrics["kl/current"] = penalty_row_mean(kl_tok, mask).item()
+                kl_penalty = penalty_row_mean(kl_tok, mask).item()
+                metrics["kl/current"] = kl_penalty
         train_mask, adv_mask = mask, mask
         narrow = _narrows(ctx)
         if narrow is not None and old is not None:
@@ -251,7 +270,7 @@ class RL:
                     f"the task declares no reward_components (see rllab.types.Task)"
                 )
             extra["reward_components"] = batch.reward_components  # (B, K), one column per named component
-            estimator = _task_weighted(estimator, ctx.rollout)
+            estimator = _task_weighted(estimator, batch)
         if "old_log_prob" in requires:
             extra["old_log_prob"] = old
         if "sum_pi_squared" in requires:  # Σ_v π_v² of the rollout-time policy (optimal-token baselines)
@@ -273,7 +292,7 @@ class RL:
         metrics["time/advantage"] = time.perf_counter() - t1
         prepared = Prepared(
             batch=batch, old_log_prob=old, ref_log_prob=ref, values=values, advantages=advantages, returns=returns, weights=weights,
-            beta=beta, mask=train_mask,
+            beta=beta, mask=train_mask, kl_penalty=kl_penalty,
         )
         return prepared, metrics
 
@@ -289,6 +308,7 @@ class RL:
         aggregation = ctx.components["aggregation"]
         red = ctx.reducer
         sums: dict[str, list[float]] = {}
+        kl_sums: list[float] = []  # the typed twin of the kl/policy_ref metric, aggregated alike
         for _epoch in range(c.epochs):
             order = torch.randperm(B, generator=gen) if c.minibatches > 1 else torch.arange(B)
             for mb in order.tensor_split(c.minibatches):
@@ -304,9 +324,12 @@ class RL:
                 micro = c.micro_batch_size or mb.numel()
                 mb_tokens = max(1, counts["global_tokens"])
                 mb_metrics: dict[str, float] = {}
+                mb_kl: float | None = None
                 for rows in mb.split(micro):
-                    m = self.micro_loss(ctx, p, rows, agg)
+                    m, kl = self.micro_loss(ctx, p, rows, agg)
                     token_share = int(p.mask[rows].sum()) / mb_tokens
+                    if kl is not None:
+                        mb_kl = (mb_kl or 0.0) + kl * token_share * red.world_size
                     for k, v in m.items():
                         # losses add over micro-batches (global normalisers); diagnostics are token-weighted;
                         # × world size: the trainer averages the ranks' shares
@@ -315,22 +338,26 @@ class RL:
                 mb_metrics.update(grad_metrics or {})
                 for k, v in mb_metrics.items():
                     sums.setdefault(k, []).append(v)
+                if mb_kl is not None:
+                    kl_sums.append(mb_kl)
         out = {k: sum(v) / len(v) for k, v in sums.items()}
         # measured in the update (no old-log-prob forward): the first minibatch, before any optimizer step
         out.update({k: v[0] for k, v in sums.items() if k.startswith("mismatch/")})
         out["actor/first_approx_kl"] = sums.get("actor/approx_kl", [0.0])[0]
         out["actor/first_clipfrac"] = sums.get("actor/clipfrac", [0.0])[0]
         out["time/update"] = time.perf_counter() - t0
-        return out
+        return Updated(metrics=out, policy_ref_kl=sum(kl_sums) / len(kl_sums) if kl_sums else None)
 
-    def micro_loss(self, ctx: RunContext, p: Prepared, rows: torch.Tensor, agg) -> dict:
-        """Forward and backward of one micro-batch; returns its metrics (losses as floats)."""
+    def micro_loss(self, ctx: RunContext, p: Prepared, rows: torch.Tensor, agg) -> tuple[dict, float | None]:
+        """Forward and backward of one micro-batch; returns its metrics (losses as floats) and, on
+        an on-policy step with a reference, its ``old − ref`` KL (mean over its valid tokens)."""
         comps = ctx.components
         batch = p.batch
         mask = p.mask[rows]
         correction = comps["correction"]
         log_prob, entropy = _logprobs(ctx, ctx.policy, batch, rows, with_entropy=True)
         out: dict[str, float] = {}
+        policy_ref = None
         if p.old_log_prob is None:  # this forward's log-probs against the sampler's (update() keeps the first minibatch's)
             out.update({k: float(v) for k, v in ops.log_prob_gap(log_prob, batch.rollout_log_prob[rows], mask).items()})
         if _bypass(ctx):  # the loss corrects for the sampler itself, from π_θ / π_rollout
@@ -342,7 +369,8 @@ class RL:
                 w, corr_metrics = correction(old_log_prob=old, rollout_log_prob=batch.rollout_log_prob[rows], mask=mask)
                 out.update({k: float(v) for k, v in corr_metrics.items()})
             if p.ref_log_prob is not None:
-                out["kl/policy_ref"] = ops.masked_mean(old - p.ref_log_prob[rows], mask).item()
+                policy_ref = ops.masked_mean(old - p.ref_log_prob[rows], mask).item()
+                out["kl/policy_ref"] = policy_ref
         else:
             old = p.old_log_prob[rows]
             w = p.weights[rows] if p.weights is not None else None
@@ -385,7 +413,7 @@ class RL:
             out["loss/value"] = v_loss.item()
             out.update({k: float(x) for k, x in v_metrics.items()})
         out["loss/total"] = loss.item()
-        return out
+        return out, policy_ref
 
 
 def kl_times_ratio(kl_tok: torch.Tensor, log_prob: torch.Tensor, old_log_prob: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
@@ -412,15 +440,15 @@ def _aggregate(component: Any, loss_mat, mask, **counts):
     return component(loss_mat=loss_mat, mask=mask, **counts)
 
 
-def _task_weighted(estimator, rollout):
-    """The estimator with ``reward_weights`` defaulting to the task's (``Σ_k w_k·r_k`` of its scalar
-    reward, e.g. ``(1, format_weight)``), as TRL's one ``reward_weights`` serves both aggregations;
-    an explicit ``reward_weights`` knob wins (``[1, 1]`` is verl's equal weighting)."""
+def _task_weighted(estimator, batch: rllab.RolloutBatch):
+    """The estimator with ``reward_weights`` defaulting to the batch's ``reward_component_weights``
+    (the task's, ``Σ_k w_k·r_k`` of its scalar reward, e.g. ``(1, format_weight)``), as TRL's one
+    ``reward_weights`` serves both aggregations; an explicit ``reward_weights`` knob wins (``[1, 1]``
+    is verl's equal weighting)."""
     config = estimator.config
-    of_task = getattr(rollout, "component_weights", None)
-    if of_task is None or not attrs.has(type(config)) or "reward_weights" not in attrs.fields_dict(type(config)):
+    if not attrs.has(type(config)) or "reward_weights" not in attrs.fields_dict(type(config)):
         return estimator
-    weights = of_task() if config.reward_weights is None else None
+    weights = batch.reward_component_weights if config.reward_weights is None else None
     if not weights:
         return estimator
     return attrs.evolve(estimator, config=attrs.evolve(config, reward_weights=tuple(weights)))

@@ -193,8 +193,12 @@ def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> 
             critic = CriticModel.from_causal_lm(policy) if "critic" in needs else None
             # the algorithm's own step, its rollout stage handing out the recorded batch
             batch = RolloutBatch(**rec["batch"])
-            # the recorded task's reward_weights, which gdpo / normalize_then_sum default to
-            weights = member(comp("task")(), "task", "reward_weights") if batch.reward_components is not None else None
+            # the variant's task's reward_weights (all 1 when it declares none), which gdpo /
+            # normalize_then_sum default to: they ride on the batch the recorded rollout hands out
+            weights = None
+            if batch.reward_components is not None:
+                weights = member(comp("task")(), "task", "reward_weights")
+                weights = [1.0] * len(batch.reward_component_names) if weights is None else weights
             ctx = attrs.evolve(ctx, reference=reference, critic=critic, rollout=RecordedRollout(batch=batch, component_weights=weights))
             params = [p for p in policy.parameters()]
             opt = torch.optim.AdamW(params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)

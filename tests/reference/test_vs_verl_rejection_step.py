@@ -74,7 +74,7 @@ def _rllab(tr, batch):
     try:
         gen.send({})
     except StopIteration as stop:
-        metrics.update(stop.value)
+        metrics.update(stop.value.metrics)
     return prepared, grads, metrics
 
 
