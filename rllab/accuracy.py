@@ -50,22 +50,34 @@ def solved_rule(task: Any, *, kind: str = "task") -> str:
     return f"reward component {name!r} ≥ 1 ({how})"
 
 
+def solver(task: Any):
+    """``task``'s notion of solved resolved once, as ``fn(example, reward, components=None) -> bool``
+    (:func:`is_solved` without looking the task's members up again: the rollout stage asks it of
+    every sample)."""
+    own = member(task, "task", "solved")
+    if own is not None:
+        return lambda example, reward, components=None: bool(own(example, reward))
+    name = correct_component(task)
+    if name is None:
+        return lambda example, reward, components=None: reward >= 1.0
+    names = tuple(member(task, "task", "reward_components"))
+
+    def by_component(example: Any, reward: float, components: Mapping[str, float] | Sequence[float] | None = None) -> bool:
+        if not components:
+            raise RllabError(
+                f"is_solved: the task has reward components {names!r} and no solved(); pass the answer's components "
+                f"(accuracy comes from component {name!r}, never from the weighted sum)"
+            )
+        if not isinstance(components, Mapping):
+            components = dict(zip(names, components))
+        return float(components[name]) >= 1.0
+
+    return by_component
+
+
 def is_solved(task: Any, example: Any, reward: float, components: Mapping[str, float] | Sequence[float] | None = None) -> bool:
     """Whether an answer is solved (see :class:`Task`): ``task.solved(example, reward)`` when the
     task defines it; else, for a task of several reward components, its correctness component
     (:func:`correct_component`) ≥ 1, read from ``components`` (a mapping name → value, or the
     values in the declared order); else ``reward ≥ 1``."""
-    fn = member(task, "task", "solved")
-    if fn is not None:
-        return bool(fn(example, reward))
-    name = correct_component(task)
-    if name is None:
-        return reward >= 1.0
-    if not components:
-        raise RllabError(
-            f"is_solved: the task has reward components {tuple(task.reward_components)!r} and no solved(); pass the "
-            f"answer's components (accuracy comes from component {name!r}, never from the weighted sum)"
-        )
-    if not isinstance(components, Mapping):
-        components = dict(zip(task.reward_components, components))
-    return float(components[name]) >= 1.0
+    return solver(task)(example, reward, components)

@@ -51,7 +51,8 @@ from rllab.evalmetrics import sampled_metrics
 from rllab.episode_stats import ERROR_ADVICE, check_step, episode_metrics
 from rllab.members import member
 from rllab.task_environment import TaskEnvironment
-from rllab.types import Completion, Example, RolloutBatch, SamplingParams, correct_component, is_solved, solved_rule
+from rllab.accuracy import solver
+from rllab.types import Completion, Example, RolloutBatch, SamplingParams, correct_component, solved_rule
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -121,6 +122,7 @@ class RolloutStage:
         self.source = env if env is not None else TaskEnvironment(task, self)
         """What episodes are played on: the environment, or the task as an environment of one turn."""
         self.limits = self._limits()
+        self._solver = None  # the source's notion of solved, resolved on first use (rllab.accuracy.solver)
         if env is None:
             correct_component(task, who=f"task {self.task_name!r}")  # an unknown name is refused before any sampling
 
@@ -194,7 +196,9 @@ class RolloutStage:
     def solved(self, example: Example, reward: float, components: Sequence[float] | None = None) -> bool:
         """Whether an answer is solved (:func:`rllab.accuracy.is_solved`; ``components`` the
         answer's reward components in the declared order, for a task that has several)."""
-        return is_solved(self.task if self.env is None else self.env, example, reward, components)
+        if self._solver is None:
+            self._solver = solver(self.task if self.env is None else self.env)
+        return self._solver(example, reward, components)
 
     @property
     def solved_rule(self) -> str:
