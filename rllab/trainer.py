@@ -36,7 +36,7 @@ from typing import Any
 import attrs
 import torch
 
-from rllab import asyncrollout, checkpoint, distributed, lora, memory, placement, rewards
+from rllab import asyncrollout, checkpoint, distributed, lora, memory, parts, placement, rewards
 from rllab.algorithm import RunContext
 from rllab.config import COMPONENT_SECTIONS, ExperimentConfig, apply_schedule, dump_toml, validate
 from rllab.errors import ConfigError, NonFiniteError, RewardError, RllabError  # noqa: F401  (RewardError: re-exported)
@@ -102,9 +102,8 @@ class Trainer:
             except (ValueError, OSError) as e:  # a task refusing its knobs or data (a missing file, a bad row)
                 raise ConfigError(str(e)) from e
         self.task, self.env = (source, None) if cfg.source == "task" else (None, source)  # one is None
-        self.algorithm = self._component("algorithm")()
-        self.kl_controller = self._component("kl_controller")()
-        self._build_components()
+        built = parts.build_parts(cfg, self.lab)  # the algorithm, the KL controller, the components: rllab.parts
+        self.algorithm, self.kl_controller, self.components = built.algorithm, built.kl_controller, built.components
         asyncrollout.check_algorithm(cfg, self.algorithm, self.components)
         self.prefetch: asyncrollout.AsyncRollout | None = None
         """The batches sampled ahead (``rollout.max_staleness > 0``), else None."""
@@ -126,30 +125,14 @@ class Trainer:
     # ------------------------------------------------------------------ setup
 
     def _component(self, section: str) -> Component:
-        ref = self.cfg.component(section)
-        return Component(spec=self.lab.spec(COMPONENT_SECTIONS[section][0], ref.name), config=ref.config)
-
-    def _build_components(self) -> None:
-        """The stateless components, by section, from the config's prebuilt frozen configs."""
-        stateful = {"task", "env", "algorithm", "kl_controller", "backend"}
-        self.components: dict[str, Any] = {sec: self._component(sec) for sec in self.cfg.components if sec not in stateful}
-        self.components["kl_controller"] = self.kl_controller
+        return parts.component(self.cfg, self.lab, section)
 
     def context(self) -> RunContext:
         """What the algorithm sees this step."""
-        return RunContext(
-            step=self.step,
-            config=self.cfg,
-            components=self.components,
-            rollout=getattr(self, "prefetch", None) or getattr(self, "rollout", None),
-            policy=self.policy,
-            reference=self.reference,
-            critic=self.critic,
-            kl_coef=float(self.kl_controller.value),
-            device=self.device,
-            autocast_dtype=self.autocast_dtype,
-            hook=self.hook,
-            reducer=self.placement.reducer,
+        return parts.run_context(
+            self.cfg, self.components, step=self.step, rollout=getattr(self, "prefetch", None) or getattr(self, "rollout", None),
+            policy=self.policy, reference=self.reference, critic=self.critic, device=self.device, autocast_dtype=self.autocast_dtype,
+            hook=self.hook, reducer=self.placement.reducer,
         )
 
     def _model_dir(self) -> Path:
@@ -224,7 +207,7 @@ class Trainer:
         if "critic" in needs and self.critic is None:
             self.critic = self.placement.build_critic(self.policy, self._load_model, lora=self.lora)
             if getattr(self, "optimizer", None) is not None:
-                self.critic_optimizer = self._adamw(self.critic.parameters(), self.cfg.train.critic_lr)
+                self.critic_optimizer = parts.adamw(self.cfg, self.critic.parameters(), self.cfg.train.critic_lr)
 
     def _rollout_stage(self) -> RolloutStage:
         name, model_name = self.cfg.component(self.cfg.source).name, f"model {self.cfg.model.path!r}" if self.cfg.model.path else "the tiny model"
@@ -239,14 +222,9 @@ class Trainer:
             model_name=model_name, reducer=self.placement.reducer, context_tokens=context,
         )
 
-    def _adamw(self, params, lr: float):
-        return torch.optim.AdamW(params, lr=lr, weight_decay=self.cfg.train.weight_decay)
-
     def _build_optimizers(self) -> None:
-        t = self.cfg.train
-        self.optimizer = self._adamw(lora.trainable_parameters(self.policy), t.lr)  # all, or the adapters
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, partial(lr_factor, t))
-        self.critic_optimizer = self._adamw(self.critic.parameters(), t.critic_lr) if self.critic is not None else None
+        self.optimizer, self.critic_optimizer = parts.build_optimizers(self.cfg, self.policy, self.critic)  # policy: all, or the adapters
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, partial(lr_factor, self.cfg.train))
 
     def _sync_weights(self) -> dict[str, float]:
         """Push the policy's weights to the backend; the sync's metrics (e.g. ``time/weight_sync``)."""
@@ -286,7 +264,7 @@ class Trainer:
         self.cfg = new
         if new.component("kl_controller") != old.component("kl_controller"):
             self.kl_controller = self._component("kl_controller")()
-        self._build_components()
+        self.components = parts.build_components(new, self.lab, kl_controller=self.kl_controller)
         self.rollout = self._rollout_stage()
         with transformers_progress_bars_off():
             self._ensure_models()
@@ -350,10 +328,8 @@ class Trainer:
 
     def optimizers(self, *, observe=None) -> Optimizers:
         """The run's models and optimizers, answering the algorithm's :class:`OptimizerStep` requests."""
-        return Optimizers(
-            policy=self.policy, optimizer=self.optimizer, critic=self.critic, critic_optimizer=self.critic_optimizer,
-            max_grad_norm=self.cfg.train.max_grad_norm, observe=observe, clip=self.placement.clip_grad_norm,
-        )
+        return parts.optimizers(self.cfg, policy=self.policy, optimizer=self.optimizer, critic=self.critic, critic_optimizer=self.critic_optimizer,
+                                observe=observe, clip=self.placement.clip_grad_norm)
 
     def _run_algorithm(self, ctx: RunContext) -> StepOutcome:
         """Drive the algorithm's step through the kernel's optimizer step (``train.nonfinite`` applies)."""

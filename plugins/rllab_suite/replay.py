@@ -5,10 +5,11 @@ directory's latest, or the warm-started model of a config) *without training bet
 saves each batch (token ids, masks, scores, rollout log-probs, the old and reference log-probs)
 together with the policy (and reference) weights they came from and the resolved config.
 
-``rllab replay FILE policy_loss=a policy_loss=b …`` rebuilds each variant's components on that
-recorded config and runs the ``rl`` algorithm's own ``step(ctx)`` on every recorded batch, its
-rollout stage a :class:`rllab.RecordedRollout` that hands out the batch (so everything after the
-rollout — old/ref forwards, KL in the reward, advantages, importance weights, epochs ×
+``rllab replay FILE policy_loss=a policy_loss=b …`` rebuilds each variant's algorithm, components
+and optimizers on that recorded config with the trainer's own construction (:mod:`rllab.parts`)
+and runs the ``rl`` algorithm's own ``step(ctx)`` on every recorded batch, its rollout stage a
+:class:`rllab.RecordedRollout` that hands out the batch (so everything after the rollout —
+old/ref forwards, KL in the reward, advantages, importance weights, epochs ×
 minibatches × micro-batches — is the algorithm's), and answers its optimizer steps with the
 trainer's own :class:`rllab.Optimizers` (measure, non-finite check under ``train.nonfinite``,
 clip, AdamW step) from the recorded weights — and, when recorded from a run's checkpoint, from its
@@ -162,9 +163,9 @@ def _replayable(lab) -> str:
 
 def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> list[ReplayResult]:
     """Run each (name, resolved config) on every recorded batch; see the module docstring."""
-    from rllab import Component, Lab, Optimizers, RecordedRollout, RolloutBatch, RunContext
+    from rllab import Lab, RecordedRollout, RolloutBatch, parts
     from rllab.models import CriticModel
-    from rllab.config import COMPONENT_SECTIONS, load_config
+    from rllab.config import load_config
 
     lab = lab or Lab()
     results = []
@@ -175,20 +176,12 @@ def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> 
             raise RllabError(f"variant {name!r}: replay runs an algorithm's step on recorded policy-gradient batches; this "
                              f"variant's algorithm {algo_name!r} does not declare the trait replayable; use one that does ({_replayable(lab)})")
 
-        def comp(sec):
-            ref = cfg.component(sec)
-            return Component(spec=lab.spec(COMPONENT_SECTIONS[sec][0], ref.name), config=ref.config)
-
         per_batch_grads, sums = [], {}
         for rec in data["batches"]:
             torch.manual_seed(cfg.train.seed)
             policy = _model(data, "policy").train()
-            algorithm = comp("algorithm")()
-            kl_controller = comp("kl_controller")()
-            components = {sec: comp(sec) for sec in cfg.components if sec not in ("task", "env", "algorithm", "kl_controller", "backend")}
-            components["kl_controller"] = kl_controller
-            ctx = RunContext(step=rec["step"], config=cfg, components=components, rollout=None, policy=policy, kl_coef=float(kl_controller.value), hook=lab.hook)
-            needs = algorithm.needs(ctx)
+            built = parts.build_parts(cfg, lab)  # the trainer's own construction (rllab.parts)
+            needs = built.algorithm.needs(parts.run_context(cfg, built.components, step=rec["step"], policy=policy, hook=lab.hook))
             reference = _model(data, "reference" if data.get("reference") is not None else "policy").eval().requires_grad_(False) if "reference" in needs else None
             critic = CriticModel.from_causal_lm(policy) if "critic" in needs else None
             # the algorithm's own step, its rollout stage handing out the recorded batch
@@ -197,24 +190,20 @@ def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> 
             # normalize_then_sum default to: they ride on the batch the recorded rollout hands out
             weights = None
             if batch.reward_components is not None:
-                weights = member(comp("task")(), "task", "reward_weights")
+                weights = member(parts.component(cfg, lab, "task")(), "task", "reward_weights")
                 weights = [1.0] * len(batch.reward_component_names) if weights is None else weights
-            ctx = attrs.evolve(ctx, reference=reference, critic=critic, rollout=RecordedRollout(batch=batch, component_weights=weights))
+            ctx = parts.run_context(cfg, built.components, step=rec["step"], policy=policy, reference=reference, critic=critic,
+                                    rollout=RecordedRollout(batch=batch, component_weights=weights), hook=lab.hook)
+            # from the recorded optimizer state, at the learning rate the run's schedule had then
+            opt, copt = parts.build_optimizers(cfg, policy, critic, state=data.get("optimizer"), lr=cfg.train.lr * data.get("lr_factor", 1.0))
             params = [p for p in policy.parameters()]
-            opt = torch.optim.AdamW(params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
-            if data.get("optimizer") is not None:
-                opt.load_state_dict(copy.deepcopy(data["optimizer"]))
-            for group in opt.param_groups:
-                group["lr"] = cfg.train.lr * data.get("lr_factor", 1.0)
-            copt = torch.optim.AdamW(critic.parameters(), lr=cfg.train.critic_lr) if critic is not None else None
             grads = []
 
             def keep_gradient(request, params=params, grads=grads):  # before the step checks and clips it
                 grads.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params]).clone())
 
-            optimizers = Optimizers(policy=policy, optimizer=opt, critic=critic, critic_optimizer=copt,
-                                    max_grad_norm=cfg.train.max_grad_norm, observe=keep_gradient)
-            outcome = optimizers.drive(algorithm.step(ctx), step=ctx.step, algorithm=algo_name, nonfinite=cfg.train.nonfinite)
+            optimizers = parts.optimizers(cfg, policy=policy, optimizer=opt, critic=critic, critic_optimizer=copt, observe=keep_gradient)
+            outcome = optimizers.drive(built.algorithm.step(ctx), step=ctx.step, algorithm=algo_name, nonfinite=cfg.train.nonfinite)
             metrics = dict(outcome.metrics)
             metrics["replay/first_grad_norm"] = float(grads[0].norm()) if grads else math.nan
             metrics["replay/optimizer_steps"] = float(len(grads))

@@ -419,6 +419,21 @@ def test_replay_takes_the_trainers_optimizer_step_a_non_finite_gradient_stops_it
     assert len(calls) == 2 == r.metrics["replay/optimizer_steps"]
 
 
+def test_replay_builds_its_parts_as_the_trainer_does(recording, lab, monkeypatch):
+    """Replay builds the algorithm, components, context and optimizers with rllab.parts, the
+    trainer's own construction: a critic's optimizer carries train.weight_decay, as in a run."""
+    from rllab import parts
+
+    calls, real_parts, real_opts = [], parts.build_parts, parts.build_optimizers
+    monkeypatch.setattr(parts, "build_parts", lambda cfg, lab: calls.append("parts") or real_parts(cfg, lab))
+    monkeypatch.setattr(parts, "build_optimizers", lambda cfg, policy, critic=None, **kw: calls.append(real_opts(cfg, policy, critic, **kw)) or calls[-1])
+    data = replay.load_record(recording)
+    (r,) = replay.replay_configs(data, _configs(data, lab, "advantage=gae,train.weight_decay=0.05"), lab=lab)
+    assert "parts" in calls and math.isfinite(r.metrics["loss/policy"])
+    opt, critic_opt = next(c for c in calls if c != "parts")
+    assert critic_opt is not None and [g["weight_decay"] for g in critic_opt.param_groups] == [0.05]
+
+
 def test_record_and_replay_commands(recording, tmp_path, capsys):
     from rllab.cli import main
 
