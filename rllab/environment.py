@@ -45,6 +45,7 @@ from typing import Awaitable, Mapping, Protocol, Sequence, runtime_checkable
 
 import attrs
 
+from rllab.errors import NoDemonstrationError
 from rllab.members import Structural as _Structural
 from rllab.members import with_defaults
 
@@ -169,4 +170,7 @@ class Environment(_Structural):
     def demonstration(self, example) -> Sequence[str]:
         """The model turns of a demonstration episode for the supervised warm start; the
         observations between them are the environment's own answers to them."""
-        raise NotImplementedError(f"{type(self).__name__} has no demonstration(example): the supervised warm start needs one")
+        raise NoDemonstrationError(
+            f"{type(self).__name__} has no demonstration(example): the tiny model's supervised warm start needs one; define it, "
+            f"or skip the warm start (model.warm_start.steps=0), or train a model of your own (model.path=...)"
+        )

@@ -67,3 +67,8 @@ class EpisodeError(RewardError):
     """An environment raised or answered a model turn with something that is not a valid step
     (a non-:class:`~rllab.environment.Step`, a non-string observation, a NaN reward); the message
     names the environment, the example and the turn."""
+
+
+class NoDemonstrationError(RllabError):
+    """A task or environment without ``demonstration(example)`` was asked for one (the tiny model's
+    supervised warm start, or a contract check that plays demonstrations)."""

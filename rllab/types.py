@@ -24,6 +24,7 @@ import torch
 
 from rllab.accuracy import correct_component, is_solved, solved_rule  # noqa: F401  (re-exported: rllab.types.is_solved)
 from rllab.chat import check_prompt
+from rllab.errors import NoDemonstrationError
 from rllab.members import Structural, member, with_defaults
 
 # --------------------------------------------------------------------------- validators
@@ -287,7 +288,10 @@ class Task(Structural):
 
     def demonstration(self, example: Example) -> str:
         """A correct completion for ``example`` (used for a supervised warm start)."""
-        raise NotImplementedError(f"{type(self).__name__} has no demonstration(example): the supervised warm start needs one")
+        raise NoDemonstrationError(
+            f"{type(self).__name__} has no demonstration(example): the tiny model's supervised warm start needs one; define it, "
+            f"or skip the warm start (model.warm_start.steps=0), or train a model of your own (model.path=...)"
+        )
 
 
 def scalar_reward(task: Any, value: Any) -> float:

@@ -150,7 +150,7 @@ def test_a_subclass_inherits_the_defaults_and_must_define_the_required_members()
 
     env = Env()
     assert env.max_turns == 3 and env.solved is None and env.describe_error is None and env.warm_start_defaults == {}
-    with pytest.raises(NotImplementedError, match="Env has no demonstration"):
+    with pytest.raises(rllab.errors.NoDemonstrationError, match="Env has no demonstration.*model.warm_start.steps=0"):
         env.demonstration(None)
 
     class Half(rllab.RolloutBackend):
