@@ -122,7 +122,6 @@ class RolloutStage:
         self.source = env if env is not None else TaskEnvironment(task, self)
         """What episodes are played on: the environment, or the task as an environment of one turn."""
         self.limits = self._limits()
-        self._solver = None  # the source's notion of solved, resolved on first use (rllab.accuracy.solver)
         if env is None:
             correct_component(task, who=f"task {self.task_name!r}")  # an unknown name is refused before any sampling
 
@@ -196,9 +195,12 @@ class RolloutStage:
     def solved(self, example: Example, reward: float, components: Sequence[float] | None = None) -> bool:
         """Whether an answer is solved (:func:`rllab.accuracy.is_solved`; ``components`` the
         answer's reward components in the declared order, for a task that has several)."""
-        if self._solver is None:
-            self._solver = solver(self.task if self.env is None else self.env)
-        return self._solver(example, reward, components)
+        return self.solver()(example, reward, components)
+
+    def solver(self):
+        """The source's notion of solved, resolved now (:func:`rllab.accuracy.solver`): a step
+        resolves it once for all its samples rather than looking the members up per sample."""
+        return solver(self.task if self.env is None else self.env)
 
     @property
     def solved_rule(self) -> str:
@@ -359,7 +361,8 @@ class RolloutStage:
         all_equal = (std == 0) & (count > 1)
         health = check_step(episodes, kind=self.kind, name=self.task_name, policy=r.reward_errors, limits=self.limits,
                             total=self.reducer.sum if world > 1 else None)
-        solved = [e.error is None and self.solved(examples[c.prompt_index], x, k)
+        solved_fn = self.solver()
+        solved = [e.error is None and solved_fn(examples[c.prompt_index], x, k)
                   for e, c, x, k in zip(episodes, completions, raw, comps)]
         metrics = {
             "rollout/reward": rewards.mean().item(),
