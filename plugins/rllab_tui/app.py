@@ -230,7 +230,7 @@ class SuiteApp(App):
             pass
 
     def refresh_views(self, results: bool = False) -> None:
-        if self.suite is None or not self.main.is_attached:
+        if self.suite is None or not self.screen_stack or not self.main.is_attached:  # no screen: the app is closing
             return
         running = self.runner is not None and self.runner.running
         changed = self.suite.refresh(running)
