@@ -468,7 +468,9 @@ def test_a_cells_step_column_widens_as_its_count_grows(suite_dir, lab):
         c.step = 12
         table = app.query_one("#live-cells")
         await wait_for(pilot, lambda: table.get_cell(str(c.run_dir), "step") == "12/12")
-        assert table.columns["step"].content_width >= len("12/12")
+        # the table recomputes its column widths on its next refresh, not when the cell changes:
+        # wait for it (a width that never grows times out and fails, showing the screen)
+        await wait_for(pilot, lambda: table.columns["step"].content_width >= len("12/12"))
 
     run_app(app, body, size=(120, 24))
 
