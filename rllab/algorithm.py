@@ -42,7 +42,6 @@ from rllab.distributed import SINGLE, Reducer
 from rllab.errors import NonFiniteError, RllabError
 
 if TYPE_CHECKING:
-    from rllab.rollout import Scored
     from rllab.types import Completion, Example, RolloutBatch, SamplingParams
 
 
@@ -152,10 +151,11 @@ class Rollout(Protocol):
     tokenizer: Any
     """The policy's tokenizer (``pad_token_id``)."""
 
-    def sample(self, step: int, **kw: Any) -> Scored:
-        """The step's scored rollouts (``prompts=``, ``group_size=`` override the config's)."""
+    def sample(self, step: int, **kw: Any) -> Any:
+        """The step's scored rollouts, a :class:`rllab.rollout.Scored` (``prompts=``, ``group_size=``
+        override the config's). Named in words: the rollout module builds on this one."""
 
-    def to_batch(self, scored: Scored) -> RolloutBatch | None:
+    def to_batch(self, scored: Any) -> RolloutBatch | None:
         """The kept completions as a padded batch (None when nothing is kept)."""
 
     def greedy_rewards(self, examples: Sequence[Example]) -> torch.Tensor:
