@@ -81,3 +81,14 @@ def is_solved(task: Any, example: Any, reward: float, components: Mapping[str, f
     (:func:`correct_component`) ≥ 1, read from ``components`` (a mapping name → value, or the
     values in the declared order); else ``reward ≥ 1``."""
     return solver(task)(example, reward, components)
+
+
+def scalar_reward(task: Any, value: Any) -> float:
+    """The scalar reward of what ``task.reward`` returned: the value itself for a single-reward
+    task; ``Σ_k w_k·r_k`` over ``task.reward_components`` (weights ``task.reward_weights``,
+    default all 1) for a mapping of components."""
+    if not isinstance(value, Mapping):
+        return float(value)
+    names = tuple(member(task, "task", "reward_components") or value)
+    weights = member(task, "task", "reward_weights") or (1.0,) * len(names)
+    return sum(float(w) * float(value[n]) for w, n in zip(weights, names))

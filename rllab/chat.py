@@ -32,46 +32,13 @@ import json
 from typing import Any, Mapping, Sequence
 
 from rllab.errors import PromptError
-
-ROLES = ("system", "user", "assistant", "tool")
-"""The roles a chat message may have."""
-
-Messages = tuple  # tuple[dict[str, str], ...]
-"""A chat prompt: a tuple of ``{"role": ..., "content": ...}`` dicts."""
-
-
-def is_messages(prompt: Any) -> bool:
-    """Whether ``prompt`` is a chat-messages prompt (not a string)."""
-    return not isinstance(prompt, str)
-
-
-def check_messages(messages: Any, *, where: str = "prompt") -> Messages:
-    """``messages`` as a tuple of plain ``{"role", "content"}`` dicts, or a :class:`~rllab.errors.PromptError` (a ValueError) naming ``where``.
-
-    Each message must be a mapping with a ``role`` in :data:`ROLES` and a string ``content``;
-    other keys (``name``, ``tool_calls``...) are kept for the template. The sequence must not be empty.
-    """
-    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
-        raise PromptError(f"{where}: a prompt is a string or a list of chat messages, got {type(messages).__name__}")
-    if not messages:
-        raise PromptError(f"{where}: the chat messages are empty")
-    out = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, Mapping):
-            raise PromptError(f"{where}: message {i} is a {type(m).__name__}, not a {{'role': ..., 'content': ...}} mapping")
-        role, content = m.get("role"), m.get("content")
-        if role not in ROLES:
-            raise PromptError(f"{where}: message {i} has role {role!r}; a role is one of {', '.join(ROLES)}")
-        if not isinstance(content, str):
-            raise PromptError(f"{where}: message {i} ({role}) has content of type {type(content).__name__}, not a string")
-        out.append(dict(m))
-    return tuple(out)
-
-
-def check_prompt(prompt: Any, *, where: str = "prompt") -> str | Messages:
-    """A string prompt unchanged, or chat messages checked by :func:`check_messages`."""
-    return prompt if isinstance(prompt, str) else check_messages(prompt, where=where)
-
+from rllab.types import (  # noqa: F401  (re-exported: where they were)
+    ROLES,
+    Messages,
+    check_messages,
+    check_prompt,
+    is_messages,
+)
 
 def prompt_key(prompt: str | Messages) -> str:
     """A string identifying a prompt: the string itself, or the messages as canonical JSON

@@ -33,7 +33,7 @@ A ``[[schedule]]`` entry switches components or knobs at a given step::
     step = 50
     set = { "policy_loss" = "cispo", "train.entropy_coef" = 0.0 }
 
-(checked at load: see :mod:`rllab.schedule`).
+(checked at load: see :mod:`rllab.config_checks`).
 """
 
 from __future__ import annotations
@@ -48,12 +48,12 @@ from typing import Any, Mapping
 import attrs
 
 from rllab.config_checks import (
-    check_algorithm_fit, check_config_only, check_episode_settings, check_launcher, check_model_settings, check_one_source,
-    check_reward_components, environment_rollout_defaults,
+    FROZEN_DURING_A_RUN, check_algorithm_fit, check_config_only, check_episode_settings, check_launcher,
+    check_model_settings, check_one_source, check_reward_components, check_schedule_applies,
+    environment_rollout_defaults,
 )
 from rllab.errors import ConfigError
 from rllab.lab import Lab
-from rllab.schedule import FROZEN_DURING_A_RUN, check_schedule_applies
 from rllab.settings import MOVED_TRAIN_SETTINGS, ModelConfig, RolloutConfig, TrainConfig
 from rllab.specs import ComponentSpec, build_config
 from rllab.tomlio import dump_toml, line_of, parse_value  # noqa: F401  (dump_toml, parse_value: re-exported)

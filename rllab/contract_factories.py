@@ -35,7 +35,7 @@ def _task(comp):
         raise AssertionError("train_examples is not deterministic given the generator state")
     if not task.eval_examples():
         raise AssertionError("eval_examples is empty")
-    from rllab.types import is_solved, scalar_reward
+    from rllab.accuracy import is_solved, scalar_reward
 
     names = tuple(member(task, "task", "reward_components"))
     for e in ex1 + task.eval_examples()[:4]:

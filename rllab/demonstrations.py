@@ -21,7 +21,8 @@ from rllab.episode_stats import ERROR_ADVICE
 from rllab.episodes import EpisodeLimits, EpisodeResult, EpisodeRunner
 from rllab.errors import EpisodeError, RllabError
 from rllab.members import member
-from rllab.types import Completion, Example, SamplingParams, is_solved
+from rllab.accuracy import is_solved
+from rllab.types import Completion, Example, SamplingParams
 
 
 class ScriptedBackend:

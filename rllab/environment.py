@@ -174,3 +174,8 @@ class Environment(_Structural):
             f"{type(self).__name__} has no demonstration(example): the tiny model's supervised warm start needs one; define it, "
             f"or skip the warm start (model.warm_start.steps=0), or train a model of your own (model.path=...)"
         )
+
+
+def is_environment(source) -> bool:
+    """Whether a run's example source is an environment (it starts episodes) rather than a task."""
+    return callable(getattr(source, "start", None)) and not callable(getattr(source, "reward", None))

@@ -44,7 +44,7 @@ import attrs
 import torch
 from torch import nn
 
-from rllab.distributed import is_sharded
+from rllab.models import is_sharded
 from rllab.errors import ConfigError, RllabError
 from rllab.hfcompat import peft_deprecations_quiet
 from rllab.specs import ComponentSpec, build_config, knob

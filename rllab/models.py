@@ -18,11 +18,11 @@ import contextlib
 import copy
 import inspect
 import math
+from typing import Any
 
 import torch
 from torch import nn
 
-from rllab.distributed import is_sharded
 from rllab.hfcompat import cache_argument, output_cache, with_cache
 from rllab.kernels import CHUNK_ELEMENTS, HIDDEN_CHUNK_TOKENS, logprobs_from_hidden, logprobs_from_logits
 
@@ -51,6 +51,15 @@ HIDDEN_PATH_MODEL_TYPES = frozenset(
 
 TOKENIZER_PROBE = "1+1=2"
 """Text every usable tokenizer encodes to at least one token (checked when one loads)."""
+
+
+def is_sharded(model: Any) -> bool:
+    """Whether ``model`` is an FSDP2 module (its parameters are DTensor shards)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a torch built without distributed support
+        return False
+    return isinstance(model, FSDPModule)
 
 
 def load_tokenizer(model_dir) -> "object":

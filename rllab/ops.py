@@ -22,8 +22,7 @@ import math
 
 import torch
 
-from rllab import distributed
-from rllab.types import check_mask, check_same_shape, check_tensor
+from rllab.algorithm import current_reducer
 
 __all__ = [
     "scalar_zero",
@@ -41,6 +40,39 @@ __all__ = [
     "check_finite",
     "RowError",
 ]
+
+
+def check_same_shape(where: str, **tensors: torch.Tensor | None) -> None:
+    """Raise a ValueError naming both arguments when the given tensors' shapes differ."""
+    items = [(k, v) for k, v in tensors.items() if v is not None]
+    if not items:
+        return
+    first_name, first = items[0]
+    for name, t in items[1:]:
+        if t.shape != first.shape:
+            raise ValueError(
+                f"{where}: {name} has shape {tuple(t.shape)} but {first_name} has shape {tuple(first.shape)}"
+            )
+
+
+def check_tensor(where: str, name: str, x, *, ndim: int | None = None, floating: bool = False, shape_doc: str = "") -> None:
+    """Raise a clear error unless ``x`` is a tensor of rank ``ndim`` (and a float dtype)."""
+    doc = f" {shape_doc}" if shape_doc else ""
+    if not isinstance(x, torch.Tensor) or (ndim is not None and x.ndim != ndim):
+        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"{where}: {name} must be a{doc} tensor, got {got}")
+    if floating and not x.is_floating_point():
+        raise TypeError(f"{where}: {name} must be a float tensor, got {x.dtype}")
+
+
+def check_mask(where: str, mask: torch.Tensor, like: torch.Tensor | None = None, name: str = "mask") -> None:
+    """Raise a clear error unless ``mask`` is a bool tensor (of the same shape as ``like``)."""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{where}: {name} must be a bool tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{where}: {name} must have dtype torch.bool, got {mask.dtype}")
+    if like is not None and mask.shape != like.shape:
+        raise ValueError(f"{where}: {name} has shape {tuple(mask.shape)} but expected {tuple(like.shape)}")
 
 
 def scalar_zero(x: torch.Tensor) -> torch.Tensor:
@@ -219,9 +251,9 @@ def masked_whiten(
     With fewer than two valid entries the variance is undefined (verl raises): the result is
     then only centred (scale 1), so a lone valid entry gets 0 and no masked position is blown up
     by ``rsqrt(eps)``. No gradient flows through it (a batch statistic applied to advantages).
-    Under data parallelism the moments are summed over ranks (:func:`rllab.distributed.current`).
+    Under data parallelism the moments are summed over ranks (:func:`rllab.algorithm.current_reducer`).
     """
-    reducer = distributed.current()  # data parallel: the moments of the whole batch, over every rank
+    reducer = current_reducer()  # data parallel: the moments of the whole batch, over every rank
     with torch.no_grad():
         n = int(reducer.sum(int(torch.count_nonzero(mask))))
         centred = zero_masked(x, mask)

@@ -33,7 +33,7 @@ import torch
 from rllab.chat import PromptRenderer, prompt_key, prompt_text
 from rllab.errors import ConfigError, PromptError, RllabError
 from rllab.members import member
-from rllab.supervised import is_environment
+from rllab.environment import is_environment
 from rllab.types import Example
 
 PROBE = 256

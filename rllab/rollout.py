@@ -52,7 +52,8 @@ from rllab.episode_stats import ERROR_ADVICE, check_step, episode_metrics
 from rllab.members import member
 from rllab.task_environment import TaskEnvironment
 from rllab.accuracy import solver
-from rllab.types import Completion, Example, RolloutBatch, SamplingParams, correct_component, solved_rule
+from rllab.accuracy import correct_component, solved_rule
+from rllab.types import Completion, Example, RolloutBatch, SamplingParams
 
 
 @attrs.frozen(kw_only=True, eq=False)

@@ -16,6 +16,7 @@ import torch
 
 from rllab.chat import PromptRenderer
 from rllab.demonstrations import episode_accuracy, left_padded
+from rllab.environment import is_environment  # noqa: F401  (re-exported: where it was)
 
 
 def encode_demonstrations(tokenizer, prompts: list, completions: list[str], *, renderer: PromptRenderer | None = None):
@@ -46,11 +47,6 @@ def encode_demonstrations(tokenizer, prompts: list, completions: list[str], *, r
     pos = torch.arange(1, L).unsqueeze(0)
     loss_mask = (pos >= torch.tensor(starts).unsqueeze(1)) & attention_mask[:, 1:]
     return input_ids, attention_mask, loss_mask
-
-
-def is_environment(source) -> bool:
-    """Whether a run's example source is an environment (it starts episodes) rather than a task."""
-    return callable(getattr(source, "start", None)) and not callable(getattr(source, "reward", None))
 
 
 def demonstration_loss(model, input_ids, attention_mask, loss_mask) -> torch.Tensor:
@@ -107,7 +103,7 @@ def greedy_accuracy(model, tokenizer, task, examples, max_new_tokens: int, rende
     model.eval()
     texts = greedy_completions(model, tokenizer, [e.prompt for e in examples], max_new_tokens, renderer=renderer)
     model.train(was_training)
-    from rllab.types import is_solved, scalar_reward
+    from rllab.accuracy import is_solved, scalar_reward
 
     outs = [_probe_reward(task, e, t) for e, t in zip(examples, texts)]
     failed = [(e, t, out) for e, t, out in zip(examples, texts, outs) if isinstance(out, Exception)]

@@ -49,7 +49,7 @@ class TaskEnvironment:
         return [self.task.demonstration(example)]
 
     def solved(self, example: Example, reward: float, components: Sequence[float] | None = None) -> bool:
-        from rllab.types import is_solved
+        from rllab.accuracy import is_solved
 
         return is_solved(self.task, example, reward, components)
 

@@ -22,10 +22,9 @@ import attrs
 import numpy as np
 import torch
 
-from rllab.accuracy import correct_component, is_solved, solved_rule  # noqa: F401  (re-exported: rllab.types.is_solved)
-from rllab.chat import check_prompt
-from rllab.errors import NoDemonstrationError
+from rllab.errors import NoDemonstrationError, PromptError
 from rllab.members import Structural, member, with_defaults
+from rllab.ops import check_mask, check_same_shape, check_tensor  # noqa: F401  (re-exported: where they were)
 
 # --------------------------------------------------------------------------- validators
 
@@ -51,37 +50,47 @@ def _tensor(*, ndim: int | None = None, dtype: torch.dtype | tuple | None = None
     return check
 
 
-def check_same_shape(where: str, **tensors: torch.Tensor | None) -> None:
-    """Raise a ValueError naming both arguments when the given tensors' shapes differ."""
-    items = [(k, v) for k, v in tensors.items() if v is not None]
-    if not items:
-        return
-    first_name, first = items[0]
-    for name, t in items[1:]:
-        if t.shape != first.shape:
-            raise ValueError(
-                f"{where}: {name} has shape {tuple(t.shape)} but {first_name} has shape {tuple(first.shape)}"
-            )
+# --------------------------------------------------------------------------- prompts
 
 
-def check_tensor(where: str, name: str, x, *, ndim: int | None = None, floating: bool = False, shape_doc: str = "") -> None:
-    """Raise a clear error unless ``x`` is a tensor of rank ``ndim`` (and a float dtype)."""
-    doc = f" {shape_doc}" if shape_doc else ""
-    if not isinstance(x, torch.Tensor) or (ndim is not None and x.ndim != ndim):
-        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"{where}: {name} must be a{doc} tensor, got {got}")
-    if floating and not x.is_floating_point():
-        raise TypeError(f"{where}: {name} must be a float tensor, got {x.dtype}")
+ROLES = ("system", "user", "assistant", "tool")
+"""The roles a chat message may have."""
+
+Messages = tuple  # tuple[dict[str, str], ...]
+"""A chat prompt: a tuple of ``{"role": ..., "content": ...}`` dicts."""
 
 
-def check_mask(where: str, mask: torch.Tensor, like: torch.Tensor | None = None, name: str = "mask") -> None:
-    """Raise a clear error unless ``mask`` is a bool tensor (of the same shape as ``like``)."""
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"{where}: {name} must be a bool tensor, got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
-        raise TypeError(f"{where}: {name} must have dtype torch.bool, got {mask.dtype}")
-    if like is not None and mask.shape != like.shape:
-        raise ValueError(f"{where}: {name} has shape {tuple(mask.shape)} but expected {tuple(like.shape)}")
+def is_messages(prompt: Any) -> bool:
+    """Whether ``prompt`` is a chat-messages prompt (not a string)."""
+    return not isinstance(prompt, str)
+
+
+def check_messages(messages: Any, *, where: str = "prompt") -> Messages:
+    """``messages`` as a tuple of plain ``{"role", "content"}`` dicts, or a :class:`~rllab.errors.PromptError` (a ValueError) naming ``where``.
+
+    Each message must be a mapping with a ``role`` in :data:`ROLES` and a string ``content``;
+    other keys (``name``, ``tool_calls``...) are kept for the template. The sequence must not be empty.
+    """
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+        raise PromptError(f"{where}: a prompt is a string or a list of chat messages, got {type(messages).__name__}")
+    if not messages:
+        raise PromptError(f"{where}: the chat messages are empty")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping):
+            raise PromptError(f"{where}: message {i} is a {type(m).__name__}, not a {{'role': ..., 'content': ...}} mapping")
+        role, content = m.get("role"), m.get("content")
+        if role not in ROLES:
+            raise PromptError(f"{where}: message {i} has role {role!r}; a role is one of {', '.join(ROLES)}")
+        if not isinstance(content, str):
+            raise PromptError(f"{where}: message {i} ({role}) has content of type {type(content).__name__}, not a string")
+        out.append(dict(m))
+    return tuple(out)
+
+
+def check_prompt(prompt: Any, *, where: str = "prompt") -> str | Messages:
+    """A string prompt unchanged, or chat messages checked by :func:`check_messages`."""
+    return prompt if isinstance(prompt, str) else check_messages(prompt, where=where)
 
 
 # --------------------------------------------------------------------------- rollouts
@@ -292,17 +301,6 @@ class Task(Structural):
             f"{type(self).__name__} has no demonstration(example): the tiny model's supervised warm start needs one; define it, "
             f"or skip the warm start (model.warm_start.steps=0), or train a model of your own (model.path=...)"
         )
-
-
-def scalar_reward(task: Any, value: Any) -> float:
-    """The scalar reward of what ``task.reward`` returned: the value itself for a single-reward
-    task; ``Σ_k w_k·r_k`` over ``task.reward_components`` (weights ``task.reward_weights``,
-    default all 1) for a mapping of components."""
-    if not isinstance(value, Mapping):
-        return float(value)
-    names = tuple(member(task, "task", "reward_components") or value)
-    weights = member(task, "task", "reward_weights") or (1.0,) * len(names)
-    return sum(float(w) * float(value[n]) for w, n in zip(weights, names))
 
 
 # --------------------------------------------------------------------------- batches

@@ -25,7 +25,8 @@ from rllab.environment import Step
 from rllab.errors import ConfigError, EpisodeError, RewardError, RllabError
 from rllab.rollout import RolloutStage
 from rllab.settings import RolloutConfig
-from rllab.types import Completion, Example, is_solved, solved_rule
+from rllab.accuracy import is_solved, solved_rule
+from rllab.types import Completion, Example
 
 from .tiny import TINY, overrides
 

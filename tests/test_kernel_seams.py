@@ -17,8 +17,6 @@ from rllab import KINDS, Lab
 KERNEL = Path(__file__).resolve().parent.parent / "rllab"
 
 ALLOWED = {
-    # the metric key "kl" of a step's outcome (a dict key, not the kl_penalty component of that name)
-    ("distributed.py", "kl"),
     # the default logger of a config that lists none (COMPONENT_SECTIONS holds the other defaults)
     ("config.py", "jsonl"),
 }

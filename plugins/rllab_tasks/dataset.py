@@ -37,7 +37,8 @@ import torch
 
 import rllab
 from rllab.rewards import RewardSet, reward_names
-from rllab.types import Example, correct_component
+from rllab.accuracy import correct_component
+from rllab.types import Example
 
 from .datafiles import EVAL_SPLITS, column, parse_prompt, read_rows, text_value
 from .rewards import SHAPING

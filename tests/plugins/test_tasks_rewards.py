@@ -146,7 +146,7 @@ def test_several_functions_become_weighted_reward_components(tmp_path):
     assert _LAB.spec("task", "dataset").trait("reward_components", task.config) == ("exact", "reward_len")
     ex = task.train[0]
     assert task.reward(ex, ex.answer) == {"exact": 1.0, "reward_len": -(20 - len(ex.answer))}
-    from rllab.types import scalar_reward
+    from rllab.accuracy import scalar_reward
 
     assert scalar_reward(task, task.reward(ex, ex.answer)) == 1.0 - 0.5 * (20 - len(ex.answer))
     one = _task(tmp_path, rows, rewards="exact", reward_weights=[2.0])
