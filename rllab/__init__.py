@@ -91,7 +91,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-__version__ = "0.1.0"
+from rllab.lab import __version__  # noqa: E402,F401  (the version runs record)
 
 __all__ = [
     "KINDS",

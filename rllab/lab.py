@@ -80,6 +80,9 @@ RENAMED_BUILTINS = {
 }
 """Built-in plugin names before the plugins were named by role; ``RLLAB_BUILTINS`` still accepts them."""
 
+__version__ = "0.1.0"
+"""rllab's version (``rllab.__version__``): recorded in every run directory."""
+
 
 def _env_set(name: str) -> set[str] | None:
     raw = os.environ.get(name)

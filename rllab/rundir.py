@@ -63,7 +63,7 @@ def recorded_config(cfg, lab) -> dict:
 
     import transformers
 
-    import rllab
+    from rllab.lab import __version__
 
     data = cfg.to_dict()
     extra = [p.name for p in lab.plugins if p.ok and p.source in ("file", "module")]
@@ -71,7 +71,7 @@ def recorded_config(cfg, lab) -> dict:
     if plugins:
         data = {**{k: v for k, v in data.items() if k in ("name", "output_dir")}, "plugins": plugins, **data}
     data["provenance"] = {
-        "rllab": rllab.__version__,
+        "rllab": __version__,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),

@@ -13,11 +13,19 @@ ENTRY_POINTS = {"rllab/__init__.py", "rllab/__main__.py", "rllab/presets/__init_
 """Package markers the table does not list (the public API is described in the text)."""
 
 
+def _listed_elsewhere(path: str, doc: str) -> bool:
+    """An entry point, a ``python -m`` entry of a package, or the ``__init__`` of a package the
+    table names as a whole (`rllab/rollout/`)."""
+    folder = path.rpartition("/")[0] + "/"
+    return path in ENTRY_POINTS or path.endswith("/__main__.py") or (path.endswith("/__init__.py") and f"`{folder}`" in doc)
+
+
 def test_every_kernel_module_is_in_the_architecture_table_and_every_named_one_exists():
     doc = DOC.read_text(encoding="utf-8")
     named = set(re.findall(r"`(rllab/[\w/]+\.py)`", doc))
     files = {p.relative_to(ROOT).as_posix() for p in (ROOT / "rllab").rglob("*.py")}
-    assert not (files - ENTRY_POINTS) - named, f"modules missing from docs/architecture.md: {sorted((files - ENTRY_POINTS) - named)}"
+    missing = sorted(f for f in files - named if not _listed_elsewhere(f, doc))
+    assert not missing, f"modules missing from docs/architecture.md: {missing}"
     assert not named - files, f"docs/architecture.md names modules that do not exist: {sorted(named - files)}"
 
 

@@ -237,3 +237,75 @@ def test_a_cycle_is_reported_with_its_lines(tmp_path):
     text = describe(component, graph, modules)
     assert "pkg.a -> pkg.b" in text and "a.py:1: from pkg.b import y" in text
     assert "pkg.b -> pkg.a" in text and "b.py:2: from pkg.a import x" in text
+
+
+# --------------------------------------------------------------------------- floors
+
+FLOORS = {
+    "rllab": 0,  # the kernel: the contracts a plugin author reads (every top-level module not named below)
+    "rllab.kernels": 1,
+    "rllab.rollout": 1,
+    "rllab.models": 2,
+    "rllab.parallel": 3,
+    "rllab.config": 4,
+    "rllab.config_checks": 4,
+    "rllab.training": 5,
+    "rllab.testing": 6,
+    "rllab.cli": 7,
+    "rllab.__main__": 7,
+}
+"""The floors of ``rllab``, lowest first: a module imports modules of its own floor or lower,
+never higher (docs/architecture.md, "Import rules"). The kernel's contracts are the ground floor;
+the machinery stands on them by concern; the config assembles the machinery's settings; the run
+stands on all of it; the contract suite and the command come last."""
+
+
+def floor_of(module: str) -> int:
+    """The floor of the longest name of :data:`FLOORS` that ``module`` is or is inside."""
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in FLOORS:
+            return FLOORS[".".join(parts[:n])]
+    raise AssertionError(f"{module} is not inside rllab")
+
+
+def upward_imports(package: Path) -> list[str]:
+    """Each import that points back up: to a higher floor, or (outside ``__main__`` entry points)
+    to a package that encloses the importing module, whose ``__init__`` then runs first."""
+    graph, modules = import_graph(package)
+    found = []
+    for name, targets in graph.items():
+        for target, lines in targets.items():
+            encloses = name.startswith(target + ".") and not name.endswith("__main__")
+            higher = package.name == "rllab" and floor_of(target) > floor_of(name)
+            if encloses or higher:
+                source = modules[name].read_text(encoding="utf-8").splitlines()
+                why = "its own enclosing package" if encloses else f"floor {floor_of(target)} from floor {floor_of(name)}"
+                found += [f"{name} -> {target} ({why})   {modules[name].relative_to(package.parent)}:{n}: {source[n - 1].strip()}" for n in lines]
+    return found
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.name)
+def test_no_import_points_back_up(package):
+    found = upward_imports(package)
+    assert not found, "imports that point back up (move the piece down, or hand it in):\n" + "\n".join(found)
+
+
+def test_every_top_level_package_of_rllab_has_a_floor():
+    top = {p.parent.name for p in (ROOT / "rllab").glob("*/__init__.py")} - {"presets"}
+    assert not {f"rllab.{t}" for t in top} - set(FLOORS), "a new subpackage of rllab needs its floor in FLOORS"
+
+
+def test_an_upward_import_is_found(tmp_path):
+    (tmp_path / "rllab" / "training").mkdir(parents=True)
+    (tmp_path / "rllab" / "rollout").mkdir(parents=True)
+    (tmp_path / "rllab" / "__init__.py").write_text("")
+    (tmp_path / "rllab" / "types.py").write_text("def f():\n    from rllab.training.trainer import Trainer\n")
+    (tmp_path / "rllab" / "training" / "__init__.py").write_text("")
+    (tmp_path / "rllab" / "training" / "trainer.py").write_text("from rllab import types\n")
+    (tmp_path / "rllab" / "rollout" / "__init__.py").write_text("X = 1\n")
+    (tmp_path / "rllab" / "rollout" / "stage.py").write_text("from rllab.rollout import X\n")
+    found = "\n".join(upward_imports(tmp_path / "rllab"))
+    assert "rllab.types -> rllab.training.trainer (floor 5 from floor 0)" in found
+    assert "rllab.rollout.stage -> rllab.rollout (its own enclosing package)" in found
+    assert "rllab.training.trainer -> rllab.types" not in found
