@@ -24,7 +24,7 @@ import torch
 
 from rllab import checkpoint
 from rllab.checkpoint import CHECKPOINTS
-from rllab.distributed import Reducer
+from rllab.algorithm import Reducer
 from rllab.errors import NonFiniteError, RllabError
 
 _MODELS = ("policy", "optimizer", "critic", "critic_optimizer")

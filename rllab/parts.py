@@ -24,7 +24,7 @@ import torch
 from rllab import lora
 from rllab.algorithm import RunContext
 from rllab.config import COMPONENT_SECTIONS, ExperimentConfig
-from rllab.distributed import SINGLE, Reducer
+from rllab.algorithm import SINGLE, Reducer
 from rllab.optimizer import Optimizers
 from rllab.specs import Component
 

@@ -44,7 +44,7 @@ import torch
 from rllab import ops
 from rllab.algorithm import seed_for
 from rllab.chat import Messages, PromptRenderer, prompt_text
-from rllab.distributed import SINGLE, Reducer
+from rllab.algorithm import SINGLE, Reducer
 from rllab.episodes import EpisodeLimits, EpisodeResult, EpisodeRunner
 from rllab.errors import ConfigError, RewardError, RllabError
 from rllab.evalmetrics import sampled_metrics
