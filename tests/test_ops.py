@@ -230,7 +230,7 @@ def test_row_helpers_agree_with_the_plain_formulas():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 def test_zero_masked_is_torch_where_bit_for_bit(dtype):
-    """zero_masked and zero_masked_ (a bitwise select on a contiguous tensor without autograd)
+    """zero_masked and zero_masked_ (a select, contiguous or not, in place or not)
     return exactly ``torch.where(mask, x, 0)``, NaN, inf and -0 included."""
     g = torch.Generator().manual_seed(5)
     x = torch.randn(7, 33, generator=g).to(dtype)
