@@ -1,0 +1,392 @@
+"""TRL ``GRPOConfig`` → rllab: every field mapped, ignored with its reason, or refused.
+
+Semantics read off TRL 1.16.0 ``GRPOTrainer`` (``_compute_loss``, ``_generate_and_score_completions``)
+and ``GRPOConfig.__post_init__``; the field list and defaults are :mod:`rllab_referee.trl_fields`.
+The mapping in words is docs/frameworks.md. In short:
+
+* batch: one rllab step is one TRL generation batch: ``generation_batch_size`` completions
+  (``per_device_train_batch_size × processes × steps_per_generation`` unless given) of
+  ``num_generations`` each, so ``rollout.prompts_per_step = generation_batch_size / num_generations``;
+  ``steps_per_generation / gradient_accumulation_steps`` optimizer steps per generation are
+  ``algorithm.minibatches``; ``num_iterations`` is ``algorithm.epochs``;
+  ``per_device_train_batch_size`` is ``algorithm.micro_batch_size``;
+* ``loss_type`` picks the policy loss and the aggregation, ``importance_sampling_level="sequence"``
+  the sequence-ratio loss (``gspo``), ``delta`` the dual clip (``ppo_dual_clip`` with
+  ``clip_c = delta``: TRL's ``min(r, δ)`` before the PPO minimum is the dual clip's cap when
+  δ > 1 + ε_high); TRL's ratios are unclamped (``log_ratio_clamp = None``);
+* advantages: ``grpo`` with TRL's ε = 1e-4 and ``scale = scale_rewards``;
+* ``beta`` > 0: the KL as a loss (``kl_in = "loss"``), TRL's unclamped k3, multiplied by the
+  importance ratio when ``use_bias_correction_kl``;
+* vLLM's importance-sampling correction (only with ``use_vllm``): ``[correction]`` of the same mode.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from typing import Any, Mapping
+
+from rllab_referee.result import Translation
+from rllab_referee.trl_fields import FIELDS, TRL_VERSION
+
+SOURCE = f"TRL GRPOConfig ({TRL_VERSION})"
+TRL_EPSILON = 1e-4
+"""The constant TRL adds to the std of the rewards (not a config field)."""
+
+_HW = "hardware, memory or speed only"
+_LOG = "logging, saving, evaluation or the Hub"
+_DATA = "data loading: rllab draws its prompts from [task] with train.seed"
+IGNORED: dict[str, str] = {
+    **dict.fromkeys((
+        "output_dir", "logging_strategy", "logging_steps", "logging_first_step", "log_on_each_node",
+        "logging_nan_inf_filter", "include_num_input_tokens_seen", "log_level", "log_level_replica", "disable_tqdm",
+        "report_to", "run_name", "project", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id",
+        "eval_strategy", "eval_steps", "eval_delay", "per_device_eval_batch_size", "prediction_loss_only",
+        "eval_on_start", "eval_do_concat_batches", "eval_use_gather_object", "eval_accumulation_steps",
+        "include_for_metrics", "batch_eval_metrics", "save_only_model", "save_strategy", "save_steps",
+        "save_on_each_node", "save_total_limit", "enable_jit_checkpoint", "push_to_hub", "hub_token",
+        "hub_private_repo", "hub_model_id", "hub_strategy", "hub_always_push", "hub_revision",
+        "load_best_model_at_end", "metric_for_best_model", "greater_is_better", "do_train", "do_eval",
+        "do_predict", "skip_memory_metrics", "debug", "num_generations_eval", "log_completions", "log_multimodal",
+        "num_completions_to_print", "log_unique_prompts", "log_completions_hub_repo", "resume_from_checkpoint",
+        "ignore_data_skip", "restore_callback_states_from_checkpoint",
+    ), _LOG),
+    **dict.fromkeys((
+        "bf16", "fp16", "bf16_full_eval", "fp16_full_eval", "tf32", "cast_lm_head_to_fp32",
+    ), "precision: rllab's model.dtype = 'auto' computes in bfloat16 on CUDA, float32 on CPU"),
+    **dict.fromkeys((
+        "activation_checkpointing", "activation_checkpointing_kwargs", "gradient_checkpointing",
+        "gradient_checkpointing_kwargs", "torch_compile", "torch_compile_backend", "torch_compile_mode",
+        "use_liger_kernel", "liger_kernel_config", "use_cache", "torch_empty_cache_steps", "use_cpu",
+        "accelerator_config", "parallelism_config", "ddp_find_unused_parameters", "ddp_bucket_cap_mb",
+        "ddp_broadcast_buffers", "ddp_static_graph", "ddp_backend", "ddp_timeout", "fsdp", "fsdp_config", "deepspeed",
+        "local_rank", "full_determinism", "average_tokens_across_devices", "ds3_gather_for_generation",
+        "pad_to_multiple_of", "cache_implementation", "vllm_mode", "vllm_model_impl",
+        "vllm_enable_sleep_mode", "vllm_server_base_url", "vllm_server_host", "vllm_server_port",
+        "vllm_server_timeout", "vllm_group_port", "vllm_gpu_memory_utilization", "vllm_max_model_length",
+        "vllm_tensor_parallel_size", "use_transformers_continuous_batching",
+        "transformers_continuous_batching_config", "use_transformers_paged", "model_init_kwargs",
+        "trust_remote_code", "optim",
+    ), _HW),
+    **dict.fromkeys((
+        "dataloader_drop_last", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
+        "dataloader_prefetch_factor", "dataloader_multiprocessing_context", "dataloader_in_order",
+        "remove_unused_columns", "label_names", "train_sampling_strategy", "length_column_name", "shuffle_dataset",
+        "data_seed",
+    ), _DATA),
+    "num_train_epochs": "passes over a data set the config does not hold; the run's length is max_steps (else rllab's train.steps)",
+    "label_smoothing_factor": "not read by GRPOTrainer (its compute_loss replaces the Trainer's)",
+}  # fmt: skip
+"""Fields that do not change the algorithm, with the reason."""
+
+REFUSED_UNLESS_DEFAULT: dict[str, str] = {
+    "min_p": "rllab's samplers have temperature, top_p and top_k only",
+    "repetition_penalty": "rllab's samplers have no repetition penalty",
+    "generation_kwargs": "extra sampling arguments are not passed to rllab's samplers",
+    "chat_template_kwargs": "rllab renders chat prompts with the tokenizer's template and no extra arguments",
+    "vllm_structured_outputs_regex": "rllab does not constrain generation",
+    "mask_truncated_completions": "rllab has no option that drops truncated completions from the loss",
+    "top_entropy_quantile": "rllab has no high-entropy token mask",
+    "use_adaptive_entropy": "rllab's entropy bonus has a fixed coefficient (algorithm.entropy_coef)",
+    "sync_ref_model": "rllab's reference model is never synchronised with the policy",
+    "max_tool_calling_iterations": "tool calling is an rllab environment ([env], rollout.max_turns), not a trainer knob",
+    "router_aux_loss_coef": "rllab adds no mixture-of-experts router loss",
+    "neftune_noise_alpha": "rllab adds no noise to the embeddings",
+    "auto_find_batch_size": "GRPO refuses it too (the generation batch must hold whole groups)",
+    "lr_scheduler_kwargs": "rllab's schedules take no extra arguments",
+    "optim_args": "rllab's AdamW takes no extra arguments",
+    "optim_target_modules": "rllab optimises every trainable parameter with one AdamW",
+    "adam_beta1": "rllab's AdamW uses torch's betas (0.9, 0.999)",
+    "adam_beta2": "rllab's AdamW uses torch's betas (0.9, 0.999)",
+    "adam_epsilon": "rllab's AdamW uses torch's eps 1e-8",
+}
+"""Fields rllab can only follow at their defaults."""
+
+ONLY_WITH: dict[str, str] = {
+    "entropy_coef_min": "use_adaptive_entropy", "entropy_coef_max": "use_adaptive_entropy",
+    "entropy_coef_delta": "use_adaptive_entropy", "entropy_target": "use_adaptive_entropy",
+    "ref_model_mixup_alpha": "sync_ref_model", "ref_model_sync_steps": "sync_ref_model",
+    "vllm_importance_sampling_correction": "use_vllm", "vllm_importance_sampling_mode": "use_vllm",
+    "vllm_importance_sampling_clip_max": "use_vllm", "vllm_importance_sampling_clip_min": "use_vllm",
+    "vllm_importance_sampling_cap": "use_vllm",
+}  # fmt: skip
+"""Fields read only when another field is on; ignored (naming it) while that one is off."""
+
+SCRIPT_KEYS: dict[str, str] = {
+    "dataset_name": "the data set is rllab's [task] (choose it in the TOML)",
+    "dataset_config": "the data set is rllab's [task] (choose it in the TOML)",
+    "dataset_train_split": "the data set is rllab's [task] (choose it in the TOML)",
+    "dataset_test_split": "the data set is rllab's [task] (choose it in the TOML)",
+    "reward_funcs": "the reward is rllab's [task] (choose it in the TOML)",
+    "reward_model_name_or_path": "the reward is rllab's [task] (choose it in the TOML)",
+    "model_revision": "model loading",
+    "torch_dtype": "precision: rllab's model.dtype", "dtype": "precision: rllab's model.dtype",
+    "attn_implementation": "hardware, memory or speed only",
+}  # fmt: skip
+"""Keys of TRL's command-line YAML files (``trl grpo --config``) outside ``GRPOConfig``; besides
+``model_name_or_path``, which becomes ``model.path``."""
+
+LOSS_AGGREGATION = {
+    "grpo": ("seq-mean-token-mean", {"count_empty_rows": True}),
+    "sapo": ("seq-mean-token-mean", {"count_empty_rows": True}),
+    "bnpo": ("token-mean", {}),
+    "dr_grpo": ("seq-mean-token-sum-norm", {"count_empty_rows": True}),
+    "dapo": ("token-mean", {}),
+    "cispo": ("token-mean", {}),
+    "vespo": ("token-mean", {}),
+    "luspo": ("seq-mean-token-sum", {"count_empty_rows": True}),
+}
+"""TRL's ``loss_type`` → rllab's aggregation and its knobs (``_compute_loss``'s normalisers)."""
+
+
+def translate(raw: Mapping[str, Any], *, processes: int = 1) -> Translation:
+    """A TRL ``GRPOConfig`` (as the dict of a YAML/JSON file) → a :class:`Translation`.
+
+    ``processes``: TRL's number of training processes (``accelerate launch --num_processes``),
+    which sizes the generation batch and is not in the config."""
+    t = Translation(SOURCE, given=dict(raw), defaults=FIELDS)
+    for key in raw:
+        if key in SCRIPT_KEYS:
+            t.ignore(key, SCRIPT_KEYS[key])
+        elif key == "model_name_or_path":
+            t.set("model", "path", raw[key], key)
+        elif key not in FIELDS:
+            near = difflib.get_close_matches(key, list(FIELDS), n=1)
+            t.refuse(key, f"not a field of TRL {TRL_VERSION}'s GRPOConfig" + (f" (did you mean {near[0]!r}?)" if near else ""))
+    c = {**FIELDS, **{k: v for k, v in raw.items() if k in FIELDS}}
+    c["scale_rewards"] = {True: "group", False: "none"}.get(c["scale_rewards"], c["scale_rewards"])
+    for key, why in IGNORED.items():
+        if key in raw:
+            t.ignore(key, why)
+    for key, why in REFUSED_UNLESS_DEFAULT.items():
+        if key in raw and raw[key] != FIELDS[key] and raw[key] not in (None, {}, "", []):
+            t.refuse(key, why)
+        elif key in raw:
+            t.ignore(key, "at its default")
+    for key, switch in ONLY_WITH.items():
+        if key in raw and not c[switch]:
+            t.ignore(key, f"read only with {switch} = true")
+    t.set("", "name", "trl-grpo", how=f"imported from {SOURCE}")
+    t.set("algorithm", "name", "rl", how="GRPOTrainer")
+    minibatches = _batch(t, c, processes)
+    _optimizer(t, c, raw, minibatches)
+    _sampling(t, c)
+    _advantage(t, c)
+    _loss(t, c, raw)
+    _kl_and_entropy(t, c, raw)
+    _correction(t, c, raw)
+    return t
+
+
+def _batch(t: Translation, c: dict, processes: int) -> int:
+    """Prompts per step, group size, minibatches, epochs and micro-batches; returns the minibatches."""
+    pdb, ga, g = c["per_device_train_batch_size"], c["gradient_accumulation_steps"], c["num_generations"]
+    gbs, spg = c["generation_batch_size"], c["steps_per_generation"]
+    knobs = ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations",
+             "generation_batch_size", "steps_per_generation")  # fmt: skip
+    if gbs is not None and spg is not None:
+        t.refuse("generation_batch_size", "TRL refuses generation_batch_size and steps_per_generation together")
+        return 1
+    rows = pdb * processes
+    if gbs is None:
+        spg = spg if spg is not None else ga
+        gbs = rows * spg
+        how = f"{pdb} per device × {processes} process(es) × steps_per_generation {spg}"
+    elif gbs % rows:
+        t.refuse("generation_batch_size", f"TRL needs it divisible by the global batch size {rows}")
+        return 1
+    else:
+        spg = gbs // rows
+        how = f"generation_batch_size {gbs}"
+    if not g or g < 2 or gbs % g:
+        t.refuse("num_generations", f"TRL needs at least 2 and a divisor of the generation batch ({gbs} completions)")
+        return 1
+    if spg % ga:
+        t.refuse("steps_per_generation", f"{spg} micro-batches per generation is not a whole number of optimizer steps "
+                 f"of gradient_accumulation_steps = {ga}: an optimizer step would span two rollout batches")
+        return 1
+    given = [k for k in knobs if k in t.given] or ["per_device_train_batch_size"]
+    t.set("rollout", "prompts_per_step", gbs // g, *given, how=f"({how}) completions / num_generations {g}")
+    t.set("rollout", "group_size", g, "num_generations")
+    t.set("algorithm", "minibatches", spg // ga, *given, how=f"steps_per_generation {spg} / gradient_accumulation_steps {ga}: optimizer steps per generation")
+    t.set("algorithm", "micro_batch_size", pdb, "per_device_train_batch_size", how="rows per forward/backward")
+    t.set("algorithm", "epochs", c["num_iterations"], "num_iterations")
+    return spg // ga
+
+
+def _optimizer(t: Translation, c: dict, raw: Mapping, minibatches: int) -> None:
+    t.set("train", "lr", c["learning_rate"], "learning_rate")
+    t.set("train", "max_grad_norm", c["max_grad_norm"], "max_grad_norm")
+    t.set("train", "weight_decay", c["weight_decay"], "weight_decay")
+    t.set("train", "seed", c["seed"], "seed")
+    per_step = minibatches * c["num_iterations"]
+    if c["max_steps"] and c["max_steps"] > 0:
+        steps = math.ceil(c["max_steps"] / per_step)
+        t.set("train", "steps", steps, "max_steps", how=f"optimizer steps / {per_step} per rollout step" if per_step > 1 else "")
+        if c["max_steps"] % per_step:
+            t.differ("max_steps", f"{c['max_steps']} optimizer steps is not a whole number of rollout steps of {per_step}; rllab runs {steps}")
+    schedules = {"linear": "linear", "cosine": "cosine", "constant": "constant", "constant_with_warmup": "constant"}
+    kind = str(c["lr_scheduler_type"])
+    if kind not in schedules:
+        t.refuse("lr_scheduler_type", f"rllab's schedules are {sorted(set(schedules))} (with warm-up); {kind!r} is not one")
+    else:
+        t.set("train", "lr_schedule", schedules[kind], "lr_scheduler_type")
+    warm = c["warmup_steps"]
+    if 0 < warm < 1:
+        if not c["max_steps"] or c["max_steps"] <= 0:
+            t.refuse("warmup_steps", "a warm-up ratio needs max_steps to become a number of steps")
+            return
+        warm = math.ceil(warm * c["max_steps"])
+    warm_steps = math.ceil(warm / per_step)
+    t.set("train", "warmup_steps", warm_steps, "warmup_steps", how=f"/ {per_step} optimizer steps per rollout step" if per_step > 1 else "")
+    if warm_steps:
+        t.differ("warmup_steps", "rllab's warm-up rises as (step + 1)/warmup_steps and multiplies a decay that starts at "
+                 "step 0; transformers' rises as step/warmup_steps and decays after it")
+    if per_step > 1 and kind != "constant" or per_step > 1 and warm_steps:
+        t.differ("lr_scheduler_type", f"rllab's learning rate moves once per rollout step (its {per_step} optimizer steps share "
+                 "one rate); transformers' moves every optimizer step")
+
+
+def _sampling(t: Translation, c: dict) -> None:
+    t.set("rollout", "temperature", c["temperature"], "temperature")
+    t.set("rollout", "top_p", c["top_p"], "top_p")
+    t.set("rollout", "top_k", c["top_k"] if c["top_k"] and c["top_k"] > 0 else -1, "top_k", how="0 is off in TRL, -1 in rllab")
+    if c["max_completion_length"] is None:
+        t.refuse("max_completion_length", "rllab needs a cap on the completion length (rollout.max_new_tokens)")
+    else:
+        t.set("rollout", "max_new_tokens", c["max_completion_length"], "max_completion_length")
+
+
+def _advantage(t: Translation, c: dict) -> None:
+    how = f"TRL adds {TRL_EPSILON} to the std (a constant, not a field)"
+    if c["multi_objective_aggregation"] == "normalize_then_sum":
+        t.set("advantage", "name", "normalize_then_sum", "multi_objective_aggregation")
+        t.set("advantage", "epsilon", TRL_EPSILON, how=how)
+        if c["reward_weights"] is not None:
+            t.set("advantage", "reward_weights", list(c["reward_weights"]), "reward_weights")
+        if c["scale_rewards"] != "group" and "scale_rewards" in t.given:
+            t.ignore("scale_rewards", "normalize_then_sum standardises over the batch whatever scale_rewards says")
+        return
+    if c["multi_objective_aggregation"] != "sum_then_normalize":
+        t.refuse("multi_objective_aggregation", "TRL knows 'sum_then_normalize' and 'normalize_then_sum'")
+        return
+    if c["reward_weights"] is not None:
+        t.refuse("reward_weights", "rllab's task gives one reward per completion; weigh its parts in the task, or use "
+                 "multi_objective_aggregation = 'normalize_then_sum' with a task that has reward components")
+    t.set("advantage", "name", "grpo", "multi_objective_aggregation")
+    t.set("advantage", "epsilon", TRL_EPSILON, how=how)
+    if c["scale_rewards"] not in ("group", "batch", "none"):
+        t.refuse("scale_rewards", "TRL knows 'group', 'batch', 'none' (or true/false)")
+    else:
+        t.set("advantage", "scale", c["scale_rewards"], "scale_rewards")
+    t.set("advantage", "singleton", "zero", how="TRL: a group of one has advantage 0")
+
+
+def _loss(t: Translation, c: dict, raw: Mapping) -> None:
+    lt, level = c["loss_type"], c["importance_sampling_level"]
+    if lt not in LOSS_AGGREGATION:
+        t.refuse("loss_type", f"TRL {TRL_VERSION} knows {sorted(LOSS_AGGREGATION)}")
+        return
+    if level not in ("token", "sequence"):
+        t.refuse("importance_sampling_level", "TRL knows 'token' and 'sequence'")
+        return
+    eps_low = c["epsilon"]
+    eps_high = c["epsilon_high"] if c["epsilon_high"] is not None else c["epsilon"]
+    high_knobs = ["epsilon_high"] if c["epsilon_high"] is not None else ["epsilon"]
+    opsm = c["off_policy_mask_threshold"]
+    unused = [k for k in ("epsilon", "epsilon_high", "delta", "sapo_temperature_pos", "sapo_temperature_neg",
+                          "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg") if k in raw]  # fmt: skip
+    if lt in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo"):
+        used = {"epsilon", "epsilon_high", "delta"}
+        if level == "sequence":
+            if c["delta"] is not None:
+                t.refuse("delta", "rllab's sequence-ratio loss (gspo) has no dual clip")
+            t.set("policy_loss", "name", "gspo", "loss_type", "importance_sampling_level")
+            t.set("policy_loss", "log_ratio_max", math.inf, how="TRL does not clamp the sequence ratio")
+        elif c["delta"] is not None:
+            if not c["delta"] > 1 + eps_high:
+                t.refuse("delta", f"TRL's min(r, delta) is the dual clip only for delta > 1 + epsilon_high = {1 + eps_high}")
+            if opsm is not None:
+                t.refuse("off_policy_mask_threshold", "rllab's dual-clip loss (TRL's delta) has no off-policy mask")
+            t.set("policy_loss", "name", "ppo_dual_clip", "loss_type", "delta", how="TRL's min(r, delta) inside the PPO minimum")
+            t.set("policy_loss", "clip_c", c["delta"], "delta")
+        else:
+            t.set("policy_loss", "name", "ppo_clip", "loss_type")
+        t.set("policy_loss", "clip_low", eps_low, "epsilon")
+        t.set("policy_loss", "clip_high", eps_high, *high_knobs)
+    elif lt == "cispo":
+        used = {"epsilon_high"}
+        if level == "sequence":
+            t.refuse("importance_sampling_level", "rllab's cispo weighs each token by its own ratio")
+        t.set("policy_loss", "name", "cispo", "loss_type")
+        t.set("policy_loss", "clip_high", eps_high, *high_knobs, how="TRL caps the ratio at epsilon_high itself")
+        t.set("policy_loss", "clip_form", "absolute", how="TRL's clamp(r, max=epsilon_high)")
+    elif lt == "sapo":
+        used = {"sapo_temperature_pos", "sapo_temperature_neg"}
+        if level == "sequence":
+            t.refuse("importance_sampling_level", "rllab's sapo gates each token by its own ratio")
+        t.set("policy_loss", "name", "sapo", "loss_type")
+        t.set("policy_loss", "tau_pos", c["sapo_temperature_pos"], "sapo_temperature_pos")
+        t.set("policy_loss", "tau_neg", c["sapo_temperature_neg"], "sapo_temperature_neg")
+    else:  # vespo
+        used = {"vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"}
+        if level == "sequence":
+            t.refuse("importance_sampling_level", "TRL's vespo computes its sequence weights itself; it takes 'token'")
+        t.set("policy_loss", "name", "vespo", "loss_type")
+        for k in ("k_pos", "lambda_pos", "k_neg", "lambda_neg"):
+            t.set("policy_loss", k, c[f"vespo_{k}"], f"vespo_{k}")
+    for k in unused:
+        if k not in used:
+            t.ignore(k, f"not read by loss_type = {lt!r}")
+    if t.values.get(("policy_loss", "name"), ("",))[0] in ("ppo_clip", "ppo_dual_clip", "cispo", "sapo"):
+        t.set("policy_loss", "log_ratio_clamp", math.inf, how="TRL does not clamp the log-ratio")
+    if opsm is not None and "off_policy_mask_threshold" not in t.refused:
+        t.set("policy_loss", "off_policy_mask_threshold", opsm, "off_policy_mask_threshold")
+    name, knobs = LOSS_AGGREGATION[lt]
+    t.set("aggregation", "name", name, "loss_type")
+    for k, v in knobs.items():
+        t.set("aggregation", k, v, how="TRL divides by every row of the micro-batch")
+    if lt == "dr_grpo" and c["max_completion_length"] is not None:
+        t.set("aggregation", "horizon", c["max_completion_length"], "max_completion_length", how="Dr.GRPO's constant")
+    if lt in ("dapo", "cispo", "vespo") and c["steps_per_generation"] and c["steps_per_generation"] > c["gradient_accumulation_steps"]:
+        t.differ("loss_type", "TRL divides each optimizer step's token sum by the generation batch's token count / its "
+                 "optimizer steps (an average); rllab's token-mean divides by that minibatch's own token count")
+    if lt == "bnpo" and (c["gradient_accumulation_steps"] > 1):
+        t.differ("loss_type", "TRL's bnpo averages per-micro-batch token means; rllab's token-mean is one mean over "
+                 "the minibatch's tokens")
+
+
+def _kl_and_entropy(t: Translation, c: dict, raw: Mapping) -> None:
+    if c["beta"]:
+        t.set("algorithm", "kl_in", "loss", "beta", how="TRL adds β·KL to the per-token loss")
+        t.set("kl", "name", "k3", "beta", how="TRL's exp(ref − logp) − (ref − logp) − 1")
+        t.set("kl", "clamp", False, how="TRL does not clamp it")
+        t.set("kl_controller", "name", "fixed", "beta")
+        t.set("kl_controller", "kl_coef", c["beta"], "beta")
+        ratio = c["importance_sampling_level"] if c["use_bias_correction_kl"] else "none"
+        t.set("algorithm", "kl_importance_ratio", ratio, "use_bias_correction_kl", "importance_sampling_level")
+    else:
+        t.set("algorithm", "kl_in", "none", "beta")
+        if "use_bias_correction_kl" in raw:
+            t.ignore("use_bias_correction_kl", "beta = 0: there is no KL term")
+    if c["entropy_coef"]:
+        t.set("algorithm", "entropy_coef", c["entropy_coef"], "entropy_coef")
+        if LOSS_AGGREGATION.get(c["loss_type"], ("",))[0] != "token-mean" or c["gradient_accumulation_steps"] > 1:
+            t.differ("entropy_coef", "TRL's entropy bonus is a token mean per micro-batch whatever the loss_type; rllab "
+                     "aggregates the entropy with [aggregation]")
+
+
+def _correction(t: Translation, c: dict, raw: Mapping) -> None:
+    if not (c["use_vllm"] and c["vllm_importance_sampling_correction"]):
+        t.set("correction", "name", "none", "use_vllm", how="no importance-sampling correction (TRL applies it with vLLM only)")
+        return
+    mode = c["vllm_importance_sampling_mode"]
+    if mode not in ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask"):
+        t.refuse("vllm_importance_sampling_mode", "TRL knows token_truncate, token_mask, sequence_truncate, sequence_mask")
+        return
+    cap = c["vllm_importance_sampling_cap"] if c["vllm_importance_sampling_cap"] is not None else c["vllm_importance_sampling_clip_max"]
+    cap_knob = "vllm_importance_sampling_cap" if c["vllm_importance_sampling_cap"] is not None else "vllm_importance_sampling_clip_max"
+    t.set("correction", "name", mode, "vllm_importance_sampling_mode", "use_vllm", "vllm_importance_sampling_correction")
+    t.set("correction", "c_max", cap if cap is not None else math.inf, cap_knob)
+    if c["vllm_importance_sampling_clip_min"] is not None:
+        t.set("correction", "c_min", c["vllm_importance_sampling_clip_min"], "vllm_importance_sampling_clip_min")
