@@ -92,6 +92,7 @@ REFUSED_UNLESS_DEFAULT: dict[str, str] = {
     "max_tool_calling_iterations": "tool calling is an rllab environment ([env], rollout.max_turns), not a trainer knob",
     "router_aux_loss_coef": "rllab adds no mixture-of-experts router loss",
     "neftune_noise_alpha": "rllab adds no noise to the embeddings",
+    "disable_dropout": "rllab trains with the model's own dropout; set its dropout probabilities to 0 in the model's config.json",
     "auto_find_batch_size": "GRPO refuses it too (the generation batch must hold whole groups)",
     "lr_scheduler_kwargs": "rllab's schedules take no extra arguments",
     "optim_args": "rllab's AdamW takes no extra arguments",
@@ -139,6 +140,33 @@ LOSS_AGGREGATION = {
 """TRL's ``loss_type`` → rllab's aggregation and its knobs (``_compute_loss``'s normalisers)."""
 
 
+NUMBER_OR_NONE = ("generation_batch_size", "steps_per_generation", "epsilon_high", "delta", "max_completion_length",
+                  "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min", "vllm_importance_sampling_cap",
+                  "off_policy_mask_threshold", "num_generations", "max_tool_calling_iterations", "min_p",
+                  "max_completion_length")  # fmt: skip
+"""Fields whose default is None and whose value is a number."""
+
+
+def _type_problem(key: str, value: Any) -> str | None:
+    """Why ``value`` cannot be ``key``'s (None if it can)."""
+    default = FIELDS[key]
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if key == "scale_rewards" and isinstance(value, bool):
+        return None
+    if key in NUMBER_OR_NONE:
+        return None if value is None or number else f"expected a number or null, got {value!r}"
+    if key == "reward_weights" and not (value is None or isinstance(value, list) and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)):
+        return f"expected a list of numbers or null, got {value!r}"
+    if isinstance(default, bool) and not isinstance(value, bool):
+        return f"expected true or false, got {value!r}"
+    if isinstance(default, (int, float)) and not isinstance(default, bool) and not number:
+        return f"expected a number, got {value!r}"
+    if isinstance(default, str) and not isinstance(value, str) and key not in ("lr_scheduler_type", "optim", "report_to", "debug"):
+        return f"expected a string, got {value!r}"
+    return None
+
+
 def translate(raw: Mapping[str, Any], *, processes: int = 1) -> Translation:
     """A TRL ``GRPOConfig`` (as the dict of a YAML/JSON file) → a :class:`Translation`.
 
@@ -153,7 +181,11 @@ def translate(raw: Mapping[str, Any], *, processes: int = 1) -> Translation:
         elif key not in FIELDS:
             near = difflib.get_close_matches(key, list(FIELDS), n=1)
             t.refuse(key, f"not a field of TRL {TRL_VERSION}'s GRPOConfig" + (f" (did you mean {near[0]!r}?)" if near else ""))
-    c = {**FIELDS, **{k: v for k, v in raw.items() if k in FIELDS}}
+    bad = {k: _type_problem(k, v) for k, v in raw.items() if k in FIELDS}
+    for key, problem in bad.items():
+        if problem:
+            t.refuse(key, problem)
+    c = {**FIELDS, **{k: v for k, v in raw.items() if k in FIELDS and not bad[k]}}
     c["scale_rewards"] = {True: "group", False: "none"}.get(c["scale_rewards"], c["scale_rewards"])
     for key, why in IGNORED.items():
         if key in raw:
@@ -175,6 +207,10 @@ def translate(raw: Mapping[str, Any], *, processes: int = 1) -> Translation:
     _loss(t, c, raw)
     _kl_and_entropy(t, c, raw)
     _correction(t, c, raw)
+    if t.refused:  # a refused knob can stop the knobs that depend on it from being read
+        for key in raw:
+            if key not in t.accounted():
+                t.ignore(key, "not examined: the config is refused for the knobs above")
     return t
 
 
@@ -186,7 +222,7 @@ def _batch(t: Translation, c: dict, processes: int) -> int:
              "generation_batch_size", "steps_per_generation")  # fmt: skip
     if gbs is not None and spg is not None:
         t.refuse("generation_batch_size", "TRL refuses generation_batch_size and steps_per_generation together")
-        return 1
+        gbs = None
     rows = pdb * processes
     if gbs is None:
         spg = spg if spg is not None else ga
@@ -265,7 +301,7 @@ def _advantage(t: Translation, c: dict) -> None:
         if c["reward_weights"] is not None:
             t.set("advantage", "reward_weights", list(c["reward_weights"]), "reward_weights")
         if c["scale_rewards"] != "group" and "scale_rewards" in t.given:
-            t.ignore("scale_rewards", "normalize_then_sum standardises over the batch whatever scale_rewards says")
+            t.ignore("scale_rewards", "not read by multi_objective_aggregation = 'normalize_then_sum' (it standardises over the batch)")
         return
     if c["multi_objective_aggregation"] != "sum_then_normalize":
         t.refuse("multi_objective_aggregation", "TRL knows 'sum_then_normalize' and 'normalize_then_sum'")
@@ -378,7 +414,12 @@ def _kl_and_entropy(t: Translation, c: dict, raw: Mapping) -> None:
 
 def _correction(t: Translation, c: dict, raw: Mapping) -> None:
     if not (c["use_vllm"] and c["vllm_importance_sampling_correction"]):
-        t.set("correction", "name", "none", "use_vllm", how="no importance-sampling correction (TRL applies it with vLLM only)")
+        knobs = ("use_vllm", "vllm_importance_sampling_correction") if c["use_vllm"] else ("use_vllm",)
+        t.set("correction", "name", "none", *knobs, how="no importance-sampling correction (TRL applies it with vLLM only)")
+        for key in ("vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min",
+                    "vllm_importance_sampling_cap"):
+            if key in raw and c["use_vllm"]:
+                t.ignore(key, "read only with vllm_importance_sampling_correction = true")
         return
     mode = c["vllm_importance_sampling_mode"]
     if mode not in ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask"):
