@@ -85,7 +85,7 @@ class Translation:
         if strict:
             refused.update({k: f"(--strict) {v}" for k, v in self.differs.items()})
         if refused:
-            lines = "\n".join(f"  {k} = {self.given.get(k, '(default)')!r}: {why}" for k, why in refused.items())
+            lines = "\n".join(f"  {k} = {self._show(k)}: {why}" for k, why in refused.items())
             raise ConfigError(
                 f"{self.source}: {len(refused)} knob(s) cannot be reproduced by rllab, so nothing was written:\n{lines}\n"
                 "Remove them (or set them to their defaults) and import again; rllab's own settings can then be "

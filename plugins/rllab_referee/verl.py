@@ -174,13 +174,34 @@ def _resolve(flat: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _type_problem(key: str, value: Any) -> str | None:
+    """Why ``value`` cannot be ``key``'s (None if it can); keys whose default is null take anything."""
+    default = DEFAULTS[key]
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if default is None or key.endswith("threshold"):  # verl's thresholds are numbers or "lower_upper" strings
+        return None
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else f"expected true or false, got {value!r}"
+    if isinstance(default, int) and not isinstance(default, bool) and key.endswith(("batch_size", ".n", "epochs", "steps", ".len")):
+        return None if isinstance(value, int) and not isinstance(value, bool) else f"expected a whole number, got {value!r}"
+    if isinstance(default, (int, float)):
+        return None if number else f"expected a number, got {value!r}"
+    if isinstance(default, str) and not isinstance(value, str):
+        return f"expected a string, got {value!r}"
+    return None
+
+
 def translate(tree: Mapping[str, Any], overrides: list[str] = ()) -> Translation:
     """A verl ``ppo_trainer`` config (nested dict) plus dotted overrides → a :class:`Translation`."""
     given = _resolve(apply_overrides(flatten(tree), list(overrides)))
     old = "reward_model.overlong_buffer."  # the DAPO recipe's earlier spelling
     given = {("custom_reward_function.overlong_buffer." + k[len(old):] if k.startswith(old) else k): v for k, v in given.items()}
     t = Translation(SOURCE, given=given, defaults=DEFAULTS)
-    c = {**DEFAULTS, **given}
+    bad = {k: _type_problem(k, v) for k, v in given.items() if k in DEFAULTS}
+    for key, problem in bad.items():
+        if problem:
+            t.refuse(key, problem)
+    c = {**DEFAULTS, **{k: v for k, v in given.items() if not bad.get(k)}}
     for key in given:
         if key in DEFAULTS:
             continue
