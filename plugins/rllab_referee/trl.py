@@ -186,6 +186,7 @@ def translate(raw: Mapping[str, Any], *, processes: int = 1) -> Translation:
         if problem:
             t.refuse(key, problem)
     c = {**FIELDS, **{k: v for k, v in raw.items() if k in FIELDS and not bad[k]}}
+    c["processes"] = processes
     c["scale_rewards"] = {True: "group", False: "none"}.get(c["scale_rewards"], c["scale_rewards"])
     for key, why in IGNORED.items():
         if key in raw:
@@ -387,9 +388,9 @@ def _loss(t: Translation, c: dict, raw: Mapping) -> None:
     if lt in ("dapo", "cispo", "vespo") and c["steps_per_generation"] and c["steps_per_generation"] > c["gradient_accumulation_steps"]:
         t.differ("loss_type", "TRL divides each optimizer step's token sum by the generation batch's token count / its "
                  "optimizer steps (an average); rllab's token-mean divides by that minibatch's own token count")
-    if lt == "bnpo" and (c["gradient_accumulation_steps"] > 1):
-        t.differ("loss_type", "TRL's bnpo averages per-micro-batch token means; rllab's token-mean is one mean over "
-                 "the minibatch's tokens")
+    if lt == "bnpo" and (c["gradient_accumulation_steps"] > 1 or c["processes"] > 1):
+        t.differ("loss_type", "TRL's bnpo averages per-micro-batch (and per-process) token means; rllab's token-mean is "
+                 "one mean over the minibatch's tokens")
 
 
 def _kl_and_entropy(t: Translation, c: dict, raw: Mapping) -> None:
@@ -407,7 +408,8 @@ def _kl_and_entropy(t: Translation, c: dict, raw: Mapping) -> None:
             t.ignore("use_bias_correction_kl", "beta = 0: there is no KL term")
     if c["entropy_coef"]:
         t.set("algorithm", "entropy_coef", c["entropy_coef"], "entropy_coef")
-        if LOSS_AGGREGATION.get(c["loss_type"], ("",))[0] != "token-mean" or c["gradient_accumulation_steps"] > 1:
+        if LOSS_AGGREGATION.get(c["loss_type"], ("",))[0] != "token-mean" or c["gradient_accumulation_steps"] > 1 \
+                or c["processes"] > 1:
             t.differ("entropy_coef", "TRL's entropy bonus is a token mean per micro-batch whatever the loss_type; rllab "
                      "aggregates the entropy with [aggregation]")
 
