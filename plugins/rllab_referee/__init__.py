@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import rllab
-from rllab.errors import ConfigError, RllabError
+from rllab import ConfigError, RllabError
 
 
 def read_config_file(path: str, *, what: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from rllab.errors import ConfigError
+from rllab import ConfigError
 from rllab.tomlio import dump_toml
 
 SECTION_ORDER = ("", "algorithm", "rollout", "train", "model", "advantage", "policy_loss", "aggregation", "kl",

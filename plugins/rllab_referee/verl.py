@@ -17,7 +17,7 @@ import difflib
 import re
 from typing import Any, Mapping
 
-from rllab.errors import ConfigError
+from rllab import ConfigError
 from rllab_referee.result import Translation
 
 SOURCE = "verl ppo_trainer (0.9)"
