@@ -52,7 +52,7 @@ def test_writes_the_toml_with_a_comment_per_key(capsys, tmp_path):
         ("- 1\n- 2\n", ".yaml", "holds a list"),
         ("{bad json", ".json", "not valid JSON"),
         ("a: [1\n", ".yaml", "not valid YAML"),
-        ("learning_rate: fast\n", ".yaml", "learning_rate = 'fast': expected a number"),
+        ("learning_rate: fast\n", ".yaml", 'learning_rate = "fast": expected a number'),
         ("per_device_train_batch_size: 8\nloss_type: dpo\n", ".yaml", "loss_type"),
     ],
 )
