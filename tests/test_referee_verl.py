@@ -116,3 +116,12 @@ def test_dapo_example_maps_the_recipe():
     assert (v["rollout", "overlong_buffer"], v["rollout", "overlong_penalty"], v["train", "weight_decay"]) == (4, 1.0, 0.1)
     assert "algorithm.filter_groups.enable" in t.differs
     assert "actor_rollout_ref.actor.fsdp_config.param_offload" in t.ignored
+
+
+def test_clip_ratio_is_the_fallback_of_low_and_high():
+    """verl reads clip_ratio only where clip_ratio_low/high are null (both default to 0.2)."""
+    t = verl.translate({}, [A + "clip_ratio=0.3"])
+    t.finish()
+    assert t.values["policy_loss", "clip_high"][0] == 0.2 and "take precedence" in t.ignored[A + "clip_ratio"]
+    v = imported({}, A + "clip_ratio=0.3", A + "clip_ratio_low=null", A + "clip_ratio_high=null")
+    assert (v["policy_loss", "clip_low"], v["policy_loss", "clip_high"]) == (0.3, 0.3)

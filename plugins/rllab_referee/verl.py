@@ -180,6 +180,8 @@ def _type_problem(key: str, value: Any) -> str | None:
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if default is None or key.endswith("threshold"):  # verl's thresholds are numbers or "lower_upper" strings
         return None
+    if value is None and key in (A + "clip_ratio_low", A + "clip_ratio_high", A + "optim.lr_warmup_steps"):
+        return None  # null: fall back on clip_ratio / the warm-up ratio, as verl does
     if isinstance(default, bool):
         return None if isinstance(value, bool) else f"expected true or false, got {value!r}"
     if isinstance(default, int) and not isinstance(default, bool) and key.endswith(("batch_size", ".n", "epochs", "steps", ".len")):
@@ -335,6 +337,8 @@ def _loss(t: Translation, c: dict) -> None:
     if name in ("ppo_dual_clip", "gspo", "clip_cov", "geo_mean", "dppo_tv", "dppo_kl", "cispo"):
         t.set("policy_loss", "clip_high", c[high_key], high_key)
         t.set("policy_loss", "clip_low", c[low_key], low_key)
+    if A + "clip_ratio" in t.given and low_key != A + "clip_ratio" and high_key != A + "clip_ratio":
+        t.ignore(A + "clip_ratio", "not read: clip_ratio_low and clip_ratio_high (0.2 by default in verl) take precedence")
     if name in ("ppo_dual_clip", "dppo_tv", "dppo_kl"):
         t.set("policy_loss", "clip_c", float(c[A + "clip_ratio_c"]), A + "clip_ratio_c")
     if name == "cispo":
