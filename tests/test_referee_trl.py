@@ -195,3 +195,23 @@ def test_differences_are_listed_and_strict_refuses_them():
     t = trl.translate(dict(loss_type="dapo", steps_per_generation=4))
     t.finish()
     assert "generation batch" in t.differs["loss_type"]
+
+
+def test_trl_cli_yaml_keys_peft_and_the_wrong_framework():
+    """A `trl grpo --config` YAML: the model path and LoRA are mapped, the data set and rewards are the
+    task's (ignored, saying so), PEFT variants rllab lacks are refused, and a verl file is told apart."""
+    t = trl.translate(dict(model_name_or_path="Org/Model", dataset_name="trl-lib/tldr", reward_funcs=["accuracy"],
+                           use_peft=True, lora_r=8, lora_alpha=16, lora_target_modules=["q_proj", "v_proj"]))
+    t.finish()
+    v = values(t)
+    assert v["model", "lora"] == {"r": 8, "alpha": 16.0, "dropout": 0.05, "target_modules": ["q_proj", "v_proj"]}
+    assert v["model", "path"] == "Org/Model" and "huggingface-cli download" in t.values["model", "path"][1]
+    assert "[task]" in t.ignored["dataset_name"] and "[task]" in t.ignored["reward_funcs"]
+    t = trl.translate(dict(use_peft=True))
+    t.finish()
+    assert "lora_target_modules" in t.differs and "target_modules" not in values(t)["model", "lora"]
+    assert "lora_r" in trl.translate(dict(lora_r=4)).ignored
+    with pytest.raises(ConfigError, match="use_dora"):
+        imported(use_peft=True, use_dora=True)
+    with pytest.raises(ConfigError, match="rllab import verl"):
+        imported(actor_rollout_ref={"rollout": {"n": 4}})

@@ -125,3 +125,8 @@ def test_clip_ratio_is_the_fallback_of_low_and_high():
     assert t.values["policy_loss", "clip_high"][0] == 0.2 and "take precedence" in t.ignored[A + "clip_ratio"]
     v = imported({}, A + "clip_ratio=0.3", A + "clip_ratio_low=null", A + "clip_ratio_high=null")
     assert (v["policy_loss", "clip_low"], v["policy_loss", "clip_high"]) == (0.3, 0.3)
+
+
+def test_a_trl_config_is_told_apart():
+    with pytest.raises(ConfigError, match="rllab import trl"):
+        imported({"loss_type": "dapo", "beta": 0.0})

@@ -15,7 +15,7 @@ for — no knob is dropped silently.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import attrs
 
@@ -67,7 +67,8 @@ class Translation:
 
     def _show(self, knob: str) -> str:
         if knob in self.given:
-            return _value(self.given[knob]) if self.given[knob] is not None else "null"
+            value = self.given[knob]
+            return "{…}" if isinstance(value, Mapping) and value else _value(value) if value is not None else "null"
         default = self.defaults.get(knob)
         return f"{_value(default) if default is not None else 'null'} (default)"
 
@@ -133,7 +134,9 @@ def _order(item) -> tuple:
 
 
 def _value(value: Any) -> str:
-    """One TOML value as :func:`rllab.tomlio.dump_toml` writes it."""
+    """One TOML value as :func:`rllab.tomlio.dump_toml` writes it (a mapping as an inline table)."""
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f"{k} = {_value(v)}" for k, v in value.items()) + " }"
     try:
         return dump_toml({"v": value}).strip()[len("v = "):]
     except TypeError:

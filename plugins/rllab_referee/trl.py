@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import difflib
 import math
+from pathlib import Path
 from typing import Any, Mapping
 
 from rllab_referee.result import Translation
@@ -113,19 +114,55 @@ ONLY_WITH: dict[str, str] = {
 }  # fmt: skip
 """Fields read only when another field is on; ignored (naming it) while that one is off."""
 
+_TASK = "the data set and the reward are rllab's [task] (choose it in the TOML)"
 SCRIPT_KEYS: dict[str, str] = {
-    "dataset_name": "the data set is rllab's [task] (choose it in the TOML)",
-    "dataset_config": "the data set is rllab's [task] (choose it in the TOML)",
-    "dataset_train_split": "the data set is rllab's [task] (choose it in the TOML)",
-    "dataset_test_split": "the data set is rllab's [task] (choose it in the TOML)",
-    "reward_funcs": "the reward is rllab's [task] (choose it in the TOML)",
-    "reward_model_name_or_path": "the reward is rllab's [task] (choose it in the TOML)",
-    "model_revision": "model loading",
-    "torch_dtype": "precision: rllab's model.dtype", "dtype": "precision: rllab's model.dtype",
-    "attn_implementation": "hardware, memory or speed only",
+    **dict.fromkeys(("dataset_name", "dataset_config", "dataset_train_split", "dataset_test_split", "dataset_streaming",
+                     "datasets", "streaming", "test_split_size", "ignore_bias_buffers", "reward_funcs",
+                     "reward_model_name_or_path"), _TASK),
+    **dict.fromkeys(("model_revision", "dtype", "torch_dtype", "attn_implementation", "lora_task_type"),
+                    "model loading, precision or speed only"),
 }  # fmt: skip
-"""Keys of TRL's command-line YAML files (``trl grpo --config``) outside ``GRPOConfig``; besides
-``model_name_or_path``, which becomes ``model.path``."""
+"""Keys of TRL's command-line YAML files (``trl grpo --config``: ``ScriptArguments``,
+``GRPOScriptArguments``, ``ModelConfig``) that do not change the algorithm; ``model_name_or_path``
+becomes ``model.path`` and the PEFT keys are :data:`LORA_KEYS`."""
+
+LORA_KEYS = {"use_peft": False, "lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.05, "lora_target_modules": None,
+             "lora_target_parameters": None, "lora_modules_to_save": None, "use_rslora": False, "use_dora": False,
+             "load_in_8bit": False, "load_in_4bit": False, "bnb_4bit_quant_type": "nf4", "use_bnb_nested_quant": False,
+             "bnb_4bit_quant_storage": None}  # fmt: skip
+"""TRL ``ModelConfig``'s PEFT and quantisation keys and their defaults."""
+
+
+def _lora(t: Translation, raw: Mapping[str, Any]) -> None:
+    """``use_peft`` and its ``lora_*`` keys → ``model.lora``; the PEFT variants rllab lacks are refused."""
+    given = [k for k in raw if k in LORA_KEYS]
+    c = {**LORA_KEYS, **{k: raw[k] for k in given}}
+    for key, why in (("lora_target_parameters", "rllab's LoRA adapts modules, not parameters"),
+                     ("lora_modules_to_save", "rllab trains only the adapters"),
+                     ("use_rslora", "rllab's LoRA scales by alpha / r"), ("use_dora", "rllab's LoRA is plain LoRA"),
+                     ("load_in_8bit", "rllab does not quantise the base model"),
+                     ("load_in_4bit", "rllab does not quantise the base model")):  # fmt: skip
+        if key in raw and c[key] not in (None, False, []):
+            t.refuse(key, why)
+    for key in ("bnb_4bit_quant_type", "use_bnb_nested_quant", "bnb_4bit_quant_storage"):
+        if key in raw:
+            t.ignore(key, "read only with load_in_4bit = true")
+    if not c["use_peft"]:
+        for key in ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"):
+            if key in raw:
+                t.ignore(key, "read only with use_peft = true")
+        if "use_peft" in raw:
+            t.ignore("use_peft", "false: full fine-tuning, rllab's default")
+        return
+    lora = {"r": c["lora_r"], "alpha": float(c["lora_alpha"]), "dropout": float(c["lora_dropout"])}
+    if c["lora_target_modules"] is not None:
+        targets = c["lora_target_modules"]
+        lora["target_modules"] = [targets] if isinstance(targets, str) else list(targets)
+    else:
+        t.differ("lora_target_modules", "null: peft adapts the architecture's default modules (q_proj, v_proj for "
+                 "Qwen2 and Llama); rllab adapts all linear layers — set lora_target_modules to follow TRL exactly")
+    t.set("model", "lora", lora, "use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
+
 
 LOSS_AGGREGATION = {
     "grpo": ("seq-mean-token-mean", {"count_empty_rows": True}),
@@ -172,13 +209,18 @@ def translate(raw: Mapping[str, Any], *, processes: int = 1) -> Translation:
 
     ``processes``: TRL's number of training processes (``accelerate launch --num_processes``),
     which sizes the generation batch and is not in the config."""
-    t = Translation(SOURCE, given=dict(raw), defaults=FIELDS)
+    t = Translation(SOURCE, given=dict(raw), defaults={**FIELDS, **LORA_KEYS})
     for key in raw:
         if key in SCRIPT_KEYS:
             t.ignore(key, SCRIPT_KEYS[key])
         elif key == "model_name_or_path":
-            t.set("model", "path", raw[key], key)
-        elif key not in FIELDS:
+            local = Path(str(raw[key])).expanduser().is_dir()
+            t.set("model", "path", str(raw[key]), key, how="" if local else "not a local directory here: rllab loads a "
+                  "downloaded model directory (huggingface-cli download NAME --local-dir DIR), then set model.path to it")
+        elif key in ("actor_rollout_ref", "algorithm", "data", "trainer", "critic", "reward_model", "custom_reward_function") \
+                and isinstance(raw[key], Mapping):
+            t.refuse(key, "a section of a verl config: import it with `rllab import verl`")
+        elif key not in FIELDS and key not in LORA_KEYS:
             near = difflib.get_close_matches(key, list(FIELDS), n=1)
             t.refuse(key, f"not a field of TRL {TRL_VERSION}'s GRPOConfig" + (f" (did you mean {near[0]!r}?)" if near else ""))
     bad = {k: _type_problem(k, v) for k, v in raw.items() if k in FIELDS}
@@ -208,6 +250,7 @@ def translate(raw: Mapping[str, Any], *, processes: int = 1) -> Translation:
     _loss(t, c, raw)
     _kl_and_entropy(t, c, raw)
     _correction(t, c, raw)
+    _lora(t, raw)
     if t.refused:  # a refused knob can stop the knobs that depend on it from being read
         for key in raw:
             if key not in t.accounted():

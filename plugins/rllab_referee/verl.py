@@ -210,6 +210,8 @@ def translate(tree: Mapping[str, Any], overrides: list[str] = ()) -> Translation
         why = next((why for pattern, why in IGNORED_PATTERNS if re.search(pattern, key)), None)
         if why is not None:
             t.ignore(key, why)
+        elif "." not in key:
+            t.refuse(key, "not a section of a verl config (a TRL GRPOConfig? import it with `rllab import trl`)")
         else:
             near = difflib.get_close_matches(key, list(DEFAULTS), n=1, cutoff=0.8)
             t.refuse(key, "not a verl 0.9 ppo_trainer key this importer knows" + (f" (did you mean {near[0]!r}?)" if near else ""))
