@@ -215,3 +215,72 @@ def test_trl_cli_yaml_keys_peft_and_the_wrong_framework():
         imported(use_peft=True, use_dora=True)
     with pytest.raises(ConfigError, match="rllab import verl"):
         imported(actor_rollout_ref={"rollout": {"n": 4}})
+
+
+# --------------------------------------------------------------------------- the mapped components against TRL's formulas
+# TRL 1.16.0 GRPOTrainer._compute_loss, written out for one micro-batch (one process, no accumulation).
+
+
+def _trl_loss(logp, old, adv, mask, *, level, loss_type, eps_low, eps_high, delta=None):
+    import torch
+
+    m = mask.to(logp.dtype)
+    log_ratio = logp - old
+    if level == "sequence":
+        log_ratio = ((log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    coef_1 = torch.exp(log_ratio)
+    coef_2 = torch.clamp(coef_1, 1 - eps_low, 1 + eps_high)
+    if delta is not None:
+        coef_1 = torch.clamp(coef_1, max=delta)
+    a = adv[:, :1]
+    per_token = -torch.min(coef_1 * a, coef_2 * a)
+    if loss_type == "grpo":
+        return ((per_token * m).sum(-1) / m.sum(-1).clamp(min=1.0)).mean()
+    return (per_token * m).sum() / m.sum().clamp(min=1.0)  # dapo, one step per generation
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
+@pytest.mark.parametrize("level, delta", [("token", None), ("token", 1.6), ("sequence", None)])
+def test_the_imported_loss_is_trls(loss_type, level, delta):
+    """The policy loss and aggregation the importer writes give TRL's loss and gradient (float64),
+    ratios far outside the clip range included."""
+    import torch
+
+    import rllab
+
+    raw = dict(loss_type=loss_type, importance_sampling_level=level, epsilon=0.2, epsilon_high=0.28, delta=delta)
+    v = imported(**raw)
+    lab = rllab.Lab()
+    loss_knobs = {k[1]: x for k, x in v.items() if k[0] == "policy_loss" and k[1] != "name"}
+    agg_knobs = {k[1]: x for k, x in v.items() if k[0] == "aggregation" and k[1] != "name"}
+    loss = lab.get("policy_loss", v["policy_loss", "name"], **loss_knobs)
+    agg = lab.get("loss_aggregation", v["aggregation", "name"], **agg_knobs)
+    g = torch.Generator().manual_seed(3)
+    B, T = 6, 7
+    mask = torch.arange(T)[None, :] < torch.tensor([7, 5, 3, 1, 6, 4])[:, None]
+    old = -torch.rand(B, T, generator=g, dtype=torch.float64) * 2 - 0.1
+    logp = (old + torch.randn(B, T, generator=g, dtype=torch.float64) * (0.8 if level == "token" else 0.3)).requires_grad_(True)
+    adv = torch.randn(B, 1, generator=g, dtype=torch.float64).expand(B, T)
+    ours, _ = loss(log_prob=logp, old_log_prob=old, advantages=torch.where(mask, adv, 0.0), mask=mask,
+                   aggregate=lambda m, k: agg(loss_mat=m, mask=k))
+    (grad,) = torch.autograd.grad(ours, logp)
+    theirs = _trl_loss(logp, old, adv, mask, level=level, loss_type=loss_type, eps_low=0.2, eps_high=0.28, delta=delta)
+    (their_grad,) = torch.autograd.grad(theirs, logp)
+    assert torch.allclose(ours, theirs, rtol=1e-10, atol=1e-12), (float(ours), float(theirs))
+    assert torch.allclose(grad, their_grad, rtol=1e-9, atol=1e-12)
+
+
+def test_every_field_written_out_at_its_default_is_the_default_config():
+    """A YAML that spells out every GRPOConfig default imports to the same settings as an empty one."""
+    t = trl.translate(dict(FIELDS))
+    t.finish()
+    assert values(t) == imported()
+    assert not t.differs
+
+
+def test_numbers_written_as_strings_read_as_trl_reads_them():
+    """PyYAML reads `learning_rate: 1e-6` as a string; TRL's parser converts it by the field's type."""
+    v = imported(learning_rate="1e-6", per_device_train_batch_size="4", num_generations=4)
+    assert (v["train", "lr"], v["algorithm", "micro_batch_size"]) == (1e-6, 4)
+    with pytest.raises(ConfigError, match="expected a number"):
+        imported(learning_rate="fast")

@@ -130,3 +130,15 @@ def test_clip_ratio_is_the_fallback_of_low_and_high():
 def test_a_trl_config_is_told_apart():
     with pytest.raises(ConfigError, match="rllab import trl"):
         imported({"loss_type": "dapo", "beta": 0.0})
+
+
+def test_every_key_written_out_at_its_default_is_the_default_config():
+    t = verl.translate({}, [f"{k}={v}" if not isinstance(v, str) else f"{k}='{v}'" for k, v in verl.DEFAULTS.items() if v is not None])
+    t.finish()
+    assert {k: v for k, (v, _) in t.values.items()} == imported()
+
+
+def test_exponents_read_as_numbers():
+    """verl's scripts write lr=1e-6, which OmegaConf reads as a float (PyYAML alone: a string)."""
+    v = imported({"actor_rollout_ref": {"actor": {"optim": {"lr": "3e-6"}}}}, "critic.optim.lr=1e-5", "algorithm.adv_estimator=gae")
+    assert (v["train", "lr"], v["train", "critic_lr"]) == (3e-6, 1e-5)

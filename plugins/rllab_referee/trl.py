@@ -204,11 +204,25 @@ def _type_problem(key: str, value: Any) -> str | None:
     return None
 
 
+def _number(key: str, value: Any) -> Any:
+    """A numeric field's string (``learning_rate: 1e-6``, a string to PyYAML) as TRL's parser reads it."""
+    default = FIELDS.get(key, LORA_KEYS.get(key))
+    numeric = key in NUMBER_OR_NONE or isinstance(default, (int, float)) and not isinstance(default, bool)
+    if not (numeric and isinstance(value, str)):
+        return value
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    return int(number) if isinstance(default, int) and number.is_integer() else number
+
+
 def translate(raw: Mapping[str, Any], *, processes: int = 1) -> Translation:
     """A TRL ``GRPOConfig`` (as the dict of a YAML/JSON file) → a :class:`Translation`.
 
     ``processes``: TRL's number of training processes (``accelerate launch --num_processes``),
     which sizes the generation batch and is not in the config."""
+    raw = {k: _number(k, v) for k, v in raw.items()}
     t = Translation(SOURCE, given=dict(raw), defaults={**FIELDS, **LORA_KEYS})
     for key in raw:
         if key in SCRIPT_KEYS:
@@ -251,6 +265,10 @@ def translate(raw: Mapping[str, Any], *, processes: int = 1) -> Translation:
     _kl_and_entropy(t, c, raw)
     _correction(t, c, raw)
     _lora(t, raw)
+    defaults = {**FIELDS, **LORA_KEYS}
+    for key in raw:  # a knob written out at its default was read as that default
+        if key in defaults and key not in t.accounted() and raw[key] == defaults[key]:
+            t.mapped_from.add(key)
     if t.refused:  # a refused knob can stop the knobs that depend on it from being read
         for key in raw:
             if key not in t.accounted():

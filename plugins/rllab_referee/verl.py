@@ -152,6 +152,14 @@ def apply_overrides(flat: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return out
 
 
+_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+
+
+def _number(value: Any) -> Any:
+    """``"1e-6"`` as OmegaConf reads it (a float); PyYAML's YAML 1.1 keeps it a string."""
+    return float(value) if isinstance(value, str) and _FLOAT.match(value.strip()) else value
+
+
 _INTERP = re.compile(r"^\$\{(?:oc\.select:)?([\w.]+)(?:,(.*))?\}$")
 
 
@@ -195,7 +203,7 @@ def _type_problem(key: str, value: Any) -> str | None:
 
 def translate(tree: Mapping[str, Any], overrides: list[str] = ()) -> Translation:
     """A verl ``ppo_trainer`` config (nested dict) plus dotted overrides → a :class:`Translation`."""
-    given = _resolve(apply_overrides(flatten(tree), list(overrides)))
+    given = {k: _number(v) for k, v in _resolve(apply_overrides(flatten(tree), list(overrides))).items()}
     old = "reward_model.overlong_buffer."  # the DAPO recipe's earlier spelling
     given = {("custom_reward_function.overlong_buffer." + k[len(old):] if k.startswith(old) else k): v for k, v in given.items()}
     t = Translation(SOURCE, given=given, defaults=DEFAULTS)
@@ -226,7 +234,9 @@ def translate(tree: Mapping[str, Any], overrides: list[str] = ()) -> Translation
     _correction(t, c)
     _shaping(t, c)
     for key in given:
-        if key in DEFAULTS and key not in t.accounted():
+        if key in DEFAULTS and key not in t.accounted() and given[key] == DEFAULTS[key]:
+            t.mapped_from.add(key)  # a key written out at its default was read as that default
+        elif key in DEFAULTS and key not in t.accounted():
             switch = next((s for prefix, s in ONLY_WITH.items() if key.startswith(prefix)), "another setting")
             t.ignore(key, f"read only with {switch}")
     return t
