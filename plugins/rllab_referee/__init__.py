@@ -21,6 +21,7 @@ mapping in both directions is docs/frameworks.md.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,8 @@ def run_import(framework: str, config: str, overrides: list[str], *, lab, proces
         from rllab_referee import verl
 
         t = verl.translate(read_config_file(config, what="verl config"), overrides)
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(config).stem).strip("-.") or "config"
+    t.set("", "name", f"{framework}-{stem}", how=f"imported from {t.source}; run directories are named after it")
     t.finish(strict=strict)
     try:
         load_config(t.to_dict(), lab=lab)
@@ -98,7 +101,7 @@ def register_commands(subparsers):
     p = subparsers.add_parser("import", help="write the rllab TOML of a TRL GRPOConfig or a verl ppo_trainer config, knob by knob")
     p.add_argument("framework", choices=("trl", "verl"), help="whose config: trl (GRPOConfig YAML/JSON) or verl (ppo_trainer YAML)")
     p.add_argument("config", metavar="CONFIG", help="the config file (YAML, or JSON for TRL)")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="verl: dotted overrides, as on verl's command line")
+    p.add_argument("overrides", nargs="*", default=[], metavar="key=value", help="verl: dotted overrides, as on verl's command line")
     p.add_argument("--out", default=None, help="the TOML to write (default: print it)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--processes", type=_at_least_one, default=1,
