@@ -87,6 +87,7 @@ def test_interpolations_resolve():
         (["actor_rollout_ref.rollout.do_sample=false"], "sampled"),
         ([A + "optim.betas=[0.9,0.95]"], "betas"),
         (["algorithm.use_pf_ppo=true"], "policy-filtration"),
+        (["trainer.critic_warmup=5"], "critic-only"),
         (["data.train_batch_size=big"], "data.train_batch_size = \"big\": expected a whole number"),
         (["actor_rollout_ref.rollout.n=2.5"], "expected a whole number, got 2.5"),
         (["algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=abc"], "lower_upper"),

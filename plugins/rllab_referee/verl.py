@@ -46,7 +46,7 @@ DEFAULTS: dict[str, Any] = {
     RC + "rollout_rs": None, RC + "rollout_rs_threshold": None, RC + "rollout_rs_threshold_lower": None,
     RC + "rollout_token_veto_threshold": None, RC + "bypass_mode": False,
     "critic.optim.lr": 1e-5, "critic.cliprange_value": 0.5,
-    "trainer.total_training_steps": None, "trainer.total_epochs": 30,
+    "trainer.total_training_steps": None, "trainer.total_epochs": 30, "trainer.critic_warmup": 0,
     "actor_rollout_ref.model.path": None, "actor_rollout_ref.model.lora_rank": 0, "actor_rollout_ref.model.lora_alpha": 16,
     "actor_rollout_ref.model.target_modules": "all-linear",
     "custom_reward_function.overlong_buffer.enable": False, "custom_reward_function.overlong_buffer.len": 0,
@@ -73,7 +73,7 @@ IGNORED_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"^(global_profiler|ray_kwargs|ray_init)\.", _HW),
     (r"^trainer\.(project_name|experiment_name|logger|log_val_generations|rollout_data_dir|validation_data_dir|nnodes|"
      r"n_gpus_per_node|save_freq|esi_redundant_time|resume_mode|resume_from_path|val_before_train|val_only|test_freq|"
-     r"critic_warmup|default_hdfs_dir|del_local_ckpt_after_load|default_local_dir|max_actor_ckpt_to_keep|"
+     r"default_hdfs_dir|del_local_ckpt_after_load|default_local_dir|max_actor_ckpt_to_keep|"
      r"max_critic_ckpt_to_keep|ray_wait_register_center_timeout|device|use_legacy_worker_impl|balance_batch)$",
      "logging, checkpoints, evaluation or the cluster"),
     (r"^data\.(tokenizer|use_shm|train_files|val_files|prompt_key|reward_fn_key|val_batch_size|return_raw_input_ids|"
@@ -333,6 +333,8 @@ def _advantage(t: Translation, c: dict) -> None:
         t.set("algorithm", "vf_coef", 1.0, how="verl's critic loss is unscaled")
     if name in ("reinforce_plus_plus",):
         t.set("advantage", "gamma", float(c[ALG + "gamma"]), ALG + "gamma")
+    if c["trainer.critic_warmup"]:
+        t.refuse("trainer.critic_warmup", "rllab updates the policy from the first step (no critic-only warm-up steps)")
     if c[ALG + "use_pf_ppo"]:
         t.refuse(ALG + "use_pf_ppo", "rllab has no policy-filtration reweighting")
 
