@@ -124,6 +124,8 @@ def test_batch_arithmetic():
         (dict(warmup_steps=0.1), "needs max_steps"),
         (dict(lr_scheduler_type="cosine_with_restarts"), "schedules"),
         (dict(max_completion_length=None), "cap"),
+        (dict(per_device_train_batch_size=0), "whole number ≥ 1, got 0"),
+        (dict(gradient_accumulation_steps=2.5), "whole number ≥ 1, got 2.5"),
     ],
 )
 def test_refusals_name_the_knob_and_why(raw, why):

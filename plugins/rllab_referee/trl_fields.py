@@ -5,7 +5,8 @@ it extends through TRL's ``_BaseConfig`` (transformers 5.24; TRL overrides ``log
 ``gradient_checkpointing``, ``bf16``, ``lr_scheduler_kwargs``, ``use_liger_kernel``,
 ``torch_empty_cache_steps``, and GRPO ``learning_rate``, ``remove_unused_columns``). TRL is not a
 dependency of rllab: the table is kept here, and ``tests/test_referee_trl.py`` compares it with an
-installed TRL when there is one.
+installed TRL when there is one. Below it, what each field rllab does not map is to rllab (ignored,
+refused unless at its default, read only under a switch), and the keys of TRL's command-line YAML.
 """
 
 TRL_VERSION = "1.16.0"
@@ -211,3 +212,104 @@ GRPO_FIELDS = {
 
 FIELDS = {**TRAINING_ARGUMENTS, **GRPO_FIELDS}
 """Every ``GRPOConfig`` field and its default."""
+
+# --------------------------------------------------------------------------- what each field is to rllab
+# (the fields :mod:`rllab_referee.trl` maps are read there; these tables hold the rest)
+
+_HW = "hardware, memory or speed only"
+_LOG = "logging, saving, evaluation or the Hub"
+_DATA = "data loading: rllab draws its prompts from [task] with train.seed"
+IGNORED: dict[str, str] = {
+    **dict.fromkeys((
+        "output_dir", "logging_strategy", "logging_steps", "logging_first_step", "log_on_each_node",
+        "logging_nan_inf_filter", "include_num_input_tokens_seen", "log_level", "log_level_replica", "disable_tqdm",
+        "report_to", "run_name", "project", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id",
+        "eval_strategy", "eval_steps", "eval_delay", "per_device_eval_batch_size", "prediction_loss_only",
+        "eval_on_start", "eval_do_concat_batches", "eval_use_gather_object", "eval_accumulation_steps",
+        "include_for_metrics", "batch_eval_metrics", "save_only_model", "save_strategy", "save_steps",
+        "save_on_each_node", "save_total_limit", "enable_jit_checkpoint", "push_to_hub", "hub_token",
+        "hub_private_repo", "hub_model_id", "hub_strategy", "hub_always_push", "hub_revision",
+        "load_best_model_at_end", "metric_for_best_model", "greater_is_better", "do_train", "do_eval",
+        "do_predict", "skip_memory_metrics", "debug", "num_generations_eval", "log_completions", "log_multimodal",
+        "num_completions_to_print", "log_unique_prompts", "log_completions_hub_repo", "resume_from_checkpoint",
+        "ignore_data_skip", "restore_callback_states_from_checkpoint",
+    ), _LOG),
+    **dict.fromkeys((
+        "bf16", "fp16", "bf16_full_eval", "fp16_full_eval", "tf32", "cast_lm_head_to_fp32",
+    ), "precision: rllab's model.dtype = 'auto' computes in bfloat16 on CUDA, float32 on CPU"),
+    **dict.fromkeys((
+        "activation_checkpointing", "activation_checkpointing_kwargs", "gradient_checkpointing",
+        "gradient_checkpointing_kwargs", "torch_compile", "torch_compile_backend", "torch_compile_mode",
+        "use_liger_kernel", "liger_kernel_config", "use_cache", "torch_empty_cache_steps", "use_cpu",
+        "accelerator_config", "parallelism_config", "ddp_find_unused_parameters", "ddp_bucket_cap_mb",
+        "ddp_broadcast_buffers", "ddp_static_graph", "ddp_backend", "ddp_timeout", "fsdp", "fsdp_config", "deepspeed",
+        "local_rank", "full_determinism", "average_tokens_across_devices", "ds3_gather_for_generation",
+        "pad_to_multiple_of", "cache_implementation", "vllm_mode", "vllm_model_impl",
+        "vllm_enable_sleep_mode", "vllm_server_base_url", "vllm_server_host", "vllm_server_port",
+        "vllm_server_timeout", "vllm_group_port", "vllm_gpu_memory_utilization", "vllm_max_model_length",
+        "vllm_tensor_parallel_size", "use_transformers_continuous_batching",
+        "transformers_continuous_batching_config", "use_transformers_paged", "model_init_kwargs",
+        "trust_remote_code", "optim",
+    ), _HW),
+    **dict.fromkeys((
+        "dataloader_drop_last", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
+        "dataloader_prefetch_factor", "dataloader_multiprocessing_context", "dataloader_in_order",
+        "remove_unused_columns", "label_names", "train_sampling_strategy", "length_column_name", "shuffle_dataset",
+        "data_seed",
+    ), _DATA),
+    "num_train_epochs": "passes over a data set the config does not hold; the run's length is max_steps (else rllab's train.steps)",
+    "label_smoothing_factor": "not read by GRPOTrainer (its compute_loss replaces the Trainer's)",
+}  # fmt: skip
+"""Fields that do not change the algorithm, with the reason."""
+
+REFUSED_UNLESS_DEFAULT: dict[str, str] = {
+    "min_p": "rllab's samplers have temperature, top_p and top_k only",
+    "repetition_penalty": "rllab's samplers have no repetition penalty",
+    "generation_kwargs": "extra sampling arguments are not passed to rllab's samplers",
+    "chat_template_kwargs": "rllab renders chat prompts with the tokenizer's template and no extra arguments",
+    "vllm_structured_outputs_regex": "rllab does not constrain generation",
+    "mask_truncated_completions": "rllab has no option that drops truncated completions from the loss",
+    "top_entropy_quantile": "rllab has no high-entropy token mask",
+    "use_adaptive_entropy": "rllab's entropy bonus has a fixed coefficient (algorithm.entropy_coef)",
+    "sync_ref_model": "rllab's reference model is never synchronised with the policy",
+    "max_tool_calling_iterations": "tool calling is an rllab environment ([env], rollout.max_turns), not a trainer knob",
+    "router_aux_loss_coef": "rllab adds no mixture-of-experts router loss",
+    "neftune_noise_alpha": "rllab adds no noise to the embeddings",
+    "disable_dropout": "rllab trains with the model's own dropout; set its dropout probabilities to 0 in the model's config.json",
+    "auto_find_batch_size": "GRPO refuses it too (the generation batch must hold whole groups)",
+    "lr_scheduler_kwargs": "rllab's schedules take no extra arguments",
+    "optim_args": "rllab's AdamW takes no extra arguments",
+    "optim_target_modules": "rllab optimises every trainable parameter with one AdamW",
+    "adam_beta1": "rllab's AdamW uses torch's betas (0.9, 0.999)",
+    "adam_beta2": "rllab's AdamW uses torch's betas (0.9, 0.999)",
+    "adam_epsilon": "rllab's AdamW uses torch's eps 1e-8",
+}
+"""Fields rllab can only follow at their defaults."""
+
+ONLY_WITH: dict[str, str] = {
+    "entropy_coef_min": "use_adaptive_entropy", "entropy_coef_max": "use_adaptive_entropy",
+    "entropy_coef_delta": "use_adaptive_entropy", "entropy_target": "use_adaptive_entropy",
+    "ref_model_mixup_alpha": "sync_ref_model", "ref_model_sync_steps": "sync_ref_model",
+    "vllm_importance_sampling_correction": "use_vllm", "vllm_importance_sampling_mode": "use_vllm",
+    "vllm_importance_sampling_clip_max": "use_vllm", "vllm_importance_sampling_clip_min": "use_vllm",
+    "vllm_importance_sampling_cap": "use_vllm",
+}  # fmt: skip
+"""Fields read only when another field is on; ignored (naming it) while that one is off."""
+
+_TASK = "the data set and the reward are rllab's [task] (choose it in the TOML)"
+SCRIPT_KEYS: dict[str, str] = {
+    **dict.fromkeys(("dataset_name", "dataset_config", "dataset_train_split", "dataset_test_split", "dataset_streaming",
+                     "datasets", "streaming", "test_split_size", "ignore_bias_buffers", "reward_funcs",
+                     "reward_model_name_or_path"), _TASK),
+    **dict.fromkeys(("model_revision", "dtype", "torch_dtype", "attn_implementation", "lora_task_type"),
+                    "model loading, precision or speed only"),
+}  # fmt: skip
+"""Keys of TRL's command-line YAML files (``trl grpo --config``: ``ScriptArguments``,
+``GRPOScriptArguments``, ``ModelConfig``) that do not change the algorithm; ``model_name_or_path``
+becomes ``model.path`` and the PEFT keys are :data:`LORA_KEYS`."""
+
+LORA_KEYS = {"use_peft": False, "lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.05, "lora_target_modules": None,
+             "lora_target_parameters": None, "lora_modules_to_save": None, "use_rslora": False, "use_dora": False,
+             "load_in_8bit": False, "load_in_4bit": False, "bnb_4bit_quant_type": "nf4", "use_bnb_nested_quant": False,
+             "bnb_4bit_quant_storage": None}  # fmt: skip
+"""TRL ``ModelConfig``'s PEFT and quantisation keys and their defaults."""
