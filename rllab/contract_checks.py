@@ -390,18 +390,21 @@ def _agg_empty(comp):
         raise AssertionError(f"all-masked batch aggregated to {float(out)}")
 
 
-@_check("loss_aggregation", "micro-batches with global counts sum to the whole batch")
+@_check("loss_aggregation", "micro-batches with global counts sum to the whole batch (loss and gradient, ≤ 1e-6 relative)")
 def _agg_split(comp):
     g = _gen(3)
     mask = _mask(8, 6, g)
-    x = torch.randn(8, 6, generator=g)
+    mask[2] = False  # an empty row: the sequence counts must still add up
+    x = torch.randn(8, 6, generator=g, dtype=torch.float64).requires_grad_(True)
+    counts = {"global_tokens": int(mask.sum()), "global_seqs": int(mask.any(-1).sum())}
+    if "global_rows" in comp.spec.requires:
+        counts["global_rows"] = mask.shape[0]
     whole = comp(loss_mat=x, mask=mask)
-    tokens = int(mask.sum())
-    seqs = int(mask.any(-1).sum())
-    parts = sum(
-        comp(loss_mat=x[i : i + 3], mask=mask[i : i + 3], global_tokens=tokens, global_seqs=seqs) for i in range(0, 8, 3)
-    )
-    _close(parts, whole, "sum of micro-batch aggregates")
+    (grad,) = torch.autograd.grad(whole, x)
+    parts = sum(comp(loss_mat=x[i : i + 3], mask=mask[i : i + 3], **counts) for i in range(0, 8, 3))
+    (grad_parts,) = torch.autograd.grad(parts, x)
+    _close(parts, whole, "sum of micro-batch aggregates", rtol=1e-6, atol=1e-12)
+    _close(grad_parts, grad, "gradient of the summed micro-batch aggregates", rtol=1e-6, atol=1e-12)
 
 
 # --------------------------------------------------------------------------- corrections

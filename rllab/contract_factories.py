@@ -1,5 +1,8 @@
-"""The contract checks of factory kinds (KL controllers, tasks, loggers, rollout backends) and of
-reward functions.
+"""The contract checks of factory kinds (KL controllers, tasks, loggers, rollout backends), of
+reward functions, and partition invariance: a policy loss gives the same loss and gradient
+whether a batch is processed whole or in micro-batches with gradient accumulation, and an
+advantage estimator the same advantages for a batch whole or split at group boundaries — unless
+the component declares why its definition says otherwise (``partition=``, ``batch_step=``).
 
 Registered with :mod:`rllab.contract_checks`'s registry (see :mod:`rllab.testing`).
 """
@@ -11,8 +14,57 @@ import tempfile
 from pathlib import Path
 from typing import Mapping
 
-from rllab.contract_checks import _check, _gen
+import torch
+
+from rllab.contract_checks import ContractSkip, _adv_inputs, _check, _close, _gen, _pl_call_with, _pl_inputs
 from rllab.members import member
+
+PARTITION_RTOL = 1e-6
+"""How close (relative) a batch processed whole and in micro-batches must be."""
+
+
+@_check("policy_loss", "micro-batches with gradient accumulation give the whole batch's loss and gradient (≤ 1e-6 relative)")
+def _pl_partition(comp):
+    reason = comp.trait("partition")
+    if reason is not None:
+        raise ContractSkip(f"{comp.name} depends on how a batch is split, by its definition: {reason}")
+    kw = {k: v.double() if v.is_floating_point() else v for k, v in _pl_inputs(B=7, T=9, seed=4).items()}
+    kw["mask"][3] = False  # an empty row
+    mask = kw["mask"]
+    tokens, seqs = int(mask.sum()), int(mask.any(-1).sum())
+
+    def token_mean(m, k):  # the rl step's aggregate: bound to the whole batch's count
+        return torch.where(k, m, torch.zeros((), dtype=m.dtype)).sum() / tokens
+
+    whole, grad, _ = _pl_call_with(comp, kw, token_mean)
+    total, grads = 0.0, []
+    for rows in (slice(0, 3), slice(3, 5), slice(5, 7)):
+        part = {k: v[rows] for k, v in kw.items()}
+        loss, g, _ = _pl_call_with(comp, part, token_mean)
+        if comp.trait("aggregation") == "seq-mean":  # the rl step weighs such a loss by its share of rows
+            share = int(part["mask"].any(-1).sum()) / seqs
+            loss, g = loss * share, g * share
+        total, grads = total + loss, [*grads, g]
+    _close(total, whole, "summed micro-batch losses vs the whole batch's", rtol=PARTITION_RTOL, atol=1e-12)
+    _close(torch.cat(grads), grad, "accumulated micro-batch gradients vs the whole batch's", rtol=PARTITION_RTOL, atol=1e-12)
+
+
+@_check("advantage_estimator", "the batch split at a group boundary gives the same advantages (≤ 1e-6 relative)")
+def _adv_partition(comp):
+    step = comp.trait("batch_step")
+    if step is not None:
+        raise ContractSkip(f"{comp.name} couples the whole batch by its definition ({step}); the rl step computes "
+                           "advantages once per step on the whole batch, never per micro-batch")
+    kw = _adv_inputs(comp, B=8, seed=6)  # groups of two rows: rows 0–3 and 4–7 hold whole groups
+    mask = kw["mask"]
+    last = torch.zeros_like(mask)
+    last[torch.arange(mask.shape[0]), mask.long().cumsum(-1).argmax(-1)] = True
+    # continuous scores: the halves' statistics differ, so a statistic spanning the batch shows
+    kw["token_rewards"] = torch.where(last, torch.randn(mask.shape, generator=_gen(7)), 0.0)
+    adv, ret = comp(**kw)
+    halves = [comp(**{k: v[rows] for k, v in kw.items()}) for rows in (slice(0, 4), slice(4, 8))]
+    _close(torch.cat([h[0] for h in halves]), adv, "advantages of the halves vs the whole batch's", rtol=PARTITION_RTOL, atol=1e-7)
+    _close(torch.cat([h[1] for h in halves]), ret, "returns of the halves vs the whole batch's", rtol=PARTITION_RTOL, atol=1e-7)
 
 
 @_check("kl_controller", "a finite, non-negative value that updates")

@@ -114,7 +114,10 @@ def register_policy_losses(register):
     of one loss per row instead of calling ``aggregate`` (the ``rl`` step then weights each
     micro-batch by its share of rows); ``old_log_prob="rollout"`` — the loss receives the
     inference engine's log-probs as ``old_log_prob`` (default ``"trainer"``: a forward of the
-    policy at rollout time), and the ``rl`` step skips its old-log-prob forward.
+    policy at rollout time), and the ``rl`` step skips its old-log-prob forward;
+    ``partition=`` (per config) — why the loss of a batch depends on how it is split into
+    micro-batches (by definition: a selection over the whole batch); without it the contract checks
+    that micro-batches with gradient accumulation give the whole batch's loss and gradient.
     """
 
 

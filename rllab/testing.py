@@ -29,7 +29,15 @@ What is checked, per kind (every registered component must pass these):
   a batch-level step (see below), when they may change only by one common map ``x → a·x + b``
   with ``a > 0`` (whitening, a batch std, a batch-wide rescaling);
 - aggregations: an all-masked batch gives 0; micro-batches aggregated with the global counts
-  sum to the whole batch's value;
+  sum to the whole batch's value and gradient (≤ 1e-6 relative);
+- partition invariance: a policy loss gives the whole batch's loss and gradient (≤ 1e-6
+  relative) when the batch is processed in micro-batches with gradient accumulation (an
+  ``aggregate`` bound to the whole batch's token count, as the ``rl`` step binds it; a
+  ``"seq-mean"`` loss weighted by its share of rows), unless it declares ``partition=`` (below);
+  an advantage estimator gives the same advantages for a batch split at a group boundary, unless
+  it declares a batch-level step (it then couples the whole batch by definition, and the ``rl``
+  step computes advantages once per step on the whole batch). A skipped check names the
+  declaration;
 - KL penalties: 0 where policy and reference agree;
 - importance corrections: weights detached, 0 on padding, 1 when rollout == old;
 - value losses: 0 when values equal returns;
@@ -49,6 +57,11 @@ here; see :mod:`rllab.traits`):
     values: ``"seq-mean"`` (the mean over non-empty rows of one loss per row; the contract
     checks that the loss of a batch is the row-weighted mean of the losses of its halves).
     Trainers should warn when such a loss is combined with a non-default aggregation mode.
+``partition=`` (policy losses)
+    Why the loss of a batch depends on how it is split into micro-batches, by the loss's own
+    definition (``clip_cov`` and ``kl_cov`` pick tokens by their covariance within the batch
+    they are given, as verl does), in a few words, or a callable ``config -> reason | None``.
+    Without it the partition-invariance check applies.
 ``batch_step=`` (advantage estimators)
     A short description of a step that couples every row of the batch (``"whiten"``, ``"batch
     std"``, ...) or a callable ``config -> description | None`` when a knob turns it on. Without

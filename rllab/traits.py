@@ -150,6 +150,14 @@ TRAITS: dict[str, dict[str, Trait]] = {
             expected="'seq-mean' or None",
             normalize=_optional(_choice("seq-mean")),
         ),
+        "partition": Trait(
+            help="why the loss of a batch depends on how the batch is split into micro-batches under a config (a "
+            "selection over the whole batch, ...), in a few words; None: processed whole or in micro-batches with "
+            "gradient accumulation it gives the same loss and gradient (the contract checks it).",
+            expected="a non-empty string, None, or a callable config -> one of those",
+            normalize=_optional(_text),
+            per_config=True,
+        ),
         "old_log_prob": Trait(
             help="whose log-probs the loss receives as old_log_prob: 'trainer' (a forward of the policy at "
             "rollout time) or 'rollout' (the inference engine's; the rl step skips the old-log-prob forward).",

@@ -89,6 +89,26 @@ class _Impostors:
         """Declares a per-sequence mean but computes a token mean."""
         return _Impostors.self_reducing_loss(**kw)
 
+    @staticmethod
+    def batch_normalised_loss(*, log_prob, old_log_prob, advantages, mask, aggregate, config, weights=None):
+        """−Â·log π with Â = A / max |A| over the batch it is given: its gradient depends on the split."""
+        import torch
+
+        scale = torch.where(mask, advantages.abs(), 0.0).max()
+        zero = torch.zeros(())
+        return aggregate(-(advantages / scale) * log_prob, mask), {"actor/approx_kl": zero, "actor/clipfrac": zero}
+
+    @staticmethod
+    def local_count_mean(*, loss_mat, mask, config, global_tokens=None, global_seqs=None):
+        """A token mean over the micro-batch's own tokens (the global count ignored)."""
+        import torch
+
+        return torch.where(mask, loss_mat, 0.0).sum() / mask.sum().clamp(min=1)
+
+    @rllab.hookimpl
+    def register_loss_aggregations(self, register):
+        register("local_count_mean", self.local_count_mean)
+
     @rllab.hookimpl
     def register_advantage_estimators(self, register):
         register("batch_baseline", self.batch_baseline)
@@ -99,6 +119,8 @@ class _Impostors:
     def register_policy_losses(self, register):
         register("self_reducing_loss", self.self_reducing_loss)
         register("token_mean_declared_seq_mean", self.token_mean_declared_seq_mean, aggregation="seq-mean")
+        register("batch_normalised_loss", self.batch_normalised_loss)
+        register("declared_batch_normalised_loss", self.batch_normalised_loss, partition="advantages scaled by their batch maximum")
 
 
 def _outcome(name, check_prefix):
@@ -155,3 +177,25 @@ def test_batch_step_declarations_follow_the_knobs(name, knobs, batch_step):
     ran.run()
     with pytest.raises(pytest.skip.Exception):
         skipped.run()
+
+
+def test_partition_invariance_is_checked_or_its_exception_stated():
+    """A loss whose gradient depends on the micro-batch split fails, unless it declares why
+    (then the check is skipped with that reason); an aggregation that ignores the global counts
+    fails; an estimator coupling the batch without declaring it fails the split at a group boundary."""
+    status, message = _outcome("batch_normalised_loss", "micro-batches with gradient accumulation")
+    assert status == "failed" and "micro-batch" in message
+    status, message = _outcome("declared_batch_normalised_loss", "micro-batches with gradient accumulation")
+    assert status == "skipped" and "advantages scaled by their batch maximum" in message
+    assert _outcome("local_count_mean", "micro-batches with global counts")[0] == "failed"
+    status, message = _outcome("batch_baseline", "the batch split at a group boundary")
+    assert status == "failed" and "halves" in message
+    status, message = _outcome("declared_batch_baseline", "the batch split at a group boundary")
+    assert status == "skipped" and "batch mean" in message
+
+
+def test_the_builtins_that_depend_on_the_split_say_why():
+    """Among the built-in losses only the covariance losses (a batch-wide token selection, as verl)
+    declare a dependence on the split; every other built-in is checked."""
+    declared = {s.name for s in _LAB.specs() if s.kind == "policy_loss" and _LAB.get("policy_loss", s.name, **_KNOBS.get(("policy_loss", s.name), {})).trait("partition")}
+    assert declared == {"clip_cov", "kl_cov"}

@@ -106,7 +106,7 @@ def test_a_trait_of_another_kind_is_refused():
     mod = plugin("wrong_kind", "register_policy_losses", (("l", loss), {"keep_mask": lambda **kw: None}))
     (msg,) = problems(mod)
     assert "plugin 'wrong_kind': policy_loss 'l': 'keep_mask' is a trait of importance_correction, not of policy_loss" in msg
-    assert "allowed traits for policy_loss: aggregation, old_log_prob" in msg
+    assert "allowed traits for policy_loss: aggregation, partition, old_log_prob" in msg
     mod = plugin("no_traits", "register_value_losses", (("v", loss), {"aggregation": "seq-mean"}))
     assert "value_loss takes no traits" in problems(mod)[0]
 
@@ -116,6 +116,7 @@ def test_a_trait_of_another_kind_is_refused():
     [
         ("register_policy_losses", {"old_log_prob": "engine"}, "trait old_log_prob must be 'trainer' or 'rollout'; got 'engine'"),
         ("register_policy_losses", {"aggregation": 1}, "trait aggregation must be 'seq-mean' or None"),
+        ("register_policy_losses", {"partition": 3}, "trait partition must be a non-empty string"),
         ("register_advantage_estimators", {"batch_step": 3}, "trait batch_step must be a non-empty string"),
         ("register_tasks", {"reward_components": "correct"}, "trait reward_components must be a tuple of strings"),
         ("register_algorithms", {"provides": {"policy_losses": ("x",)}}, "trait provides names 'policy_losses', which is not a component kind"),

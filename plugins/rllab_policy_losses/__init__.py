@@ -45,8 +45,11 @@ def register_policy_losses(register):
     register("cispo", cispo, config=CISPOConfig, requires=rollout)
     register("vanilla_pg", vanilla_pg)
     register("sapo", sapo, config=SAPOConfig, requires=rollout)
-    register("clip_cov", clip_cov, config=ClipCovConfig)
-    register("kl_cov", kl_cov, config=KLCovConfig)
+    # the covariance's means and the share of tokens picked are taken over the batch the loss is given: the rl
+    # step gives it each micro-batch, as verl does (declared, so the partition-invariance check states it)
+    picked = "the means of its covariance and the {} share of tokens it {} are taken over the micro-batch it is given (as verl)"
+    register("clip_cov", clip_cov, config=ClipCovConfig, partition=picked.format("clip_cov_ratio", "clips"))
+    register("kl_cov", kl_cov, config=KLCovConfig, partition=picked.format("kl_cov_ratio", "penalises"))
     # one number per sequence, averaged over rows: the loss reduces itself (checked by rllab.testing)
     register("geo_mean", geo_mean, config=GeoMeanConfig, aliases=("gmpo",), aggregation="seq-mean")
     register("dppo_tv", dppo_tv, config=DPPOConfig)

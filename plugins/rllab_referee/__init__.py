@@ -1,0 +1,122 @@
+"""``rllab import``: a TRL or verl config in, the same algorithm as an rllab TOML out.
+
+Commands (added through ``register_commands``)::
+
+    rllab import trl CONFIG.yaml|json [--out run.toml] [--processes N] [--strict]
+    rllab import verl CONFIG.yaml [key=value …] [--out run.toml] [--strict]
+
+Every knob of the source config is mapped to rllab settings (each written with a comment naming
+the knob it came from), ignored because it only moves hardware, logging, data loading or
+evaluation (listed in the printed summary), or refused, naming it and why — then nothing is
+written. Knobs rllab follows up to a small stated difference (a learning-rate warm-up's first
+step, …) are listed as such, and refused with ``--strict``. The written TOML is validated as
+``rllab run`` would load it before it is written.
+
+Modules: :mod:`rllab_referee.trl` (TRL ``GRPOConfig``, field table in
+:mod:`rllab_referee.trl_fields`), :mod:`rllab_referee.verl` (verl ``ppo_trainer``),
+:mod:`rllab_referee.result` (the :class:`~rllab_referee.result.Translation` both fill). The
+mapping in both directions is docs/frameworks.md.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import rllab
+from rllab import ConfigError, RllabError
+
+
+def read_config_file(path: str, *, what: str) -> dict[str, Any]:
+    """A YAML or JSON file's top-level mapping (``what``: the kind of config, for errors)."""
+    p = Path(path)
+    if not p.is_file():
+        raise RllabError(f"{what}: no file {path!r}" + (" (it is a directory)" if p.is_dir() else ""))
+    text = p.read_text()
+    try:
+        if p.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except ImportError:
+        raise RllabError("reading YAML needs PyYAML: pip install pyyaml (or give the config as .json)") from None
+    except Exception as e:  # yaml.YAMLError / json.JSONDecodeError: the parser's message says where
+        raise ConfigError(f"{what}: {path} is not valid {'JSON' if p.suffix.lower() == '.json' else 'YAML'}: {e}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what}: {path} holds a {type(data).__name__}, not a mapping of knobs to values")
+    return data
+
+
+def run_import(framework: str, config: str, overrides: list[str], *, lab, processes: int = 1, strict: bool = False):
+    """Import ``config`` of ``framework`` ("trl" or "verl"); returns the checked :class:`Translation`."""
+    from rllab.config import load_config
+
+    if framework == "trl":
+        from rllab_referee import trl
+
+        if overrides:
+            raise RllabError(f"rllab import trl takes no overrides ({overrides[0]!r}): edit the YAML, or the written TOML")
+        t = trl.translate(read_config_file(config, what="TRL GRPOConfig"), processes=processes)
+    else:
+        from rllab_referee import verl
+
+        t = verl.translate(read_config_file(config, what="verl config"), overrides)
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(config).stem).strip("-.") or "config"
+    t.set("", "name", f"{framework}-{stem}", how=f"imported from {t.source}; run directories are named after it")
+    t.finish(strict=strict)
+    try:
+        load_config(t.to_dict(), lab=lab)
+    except RllabError as e:
+        raise ConfigError(f"{t.source}: the imported settings are refused by rllab: {e}") from None
+    return t
+
+
+def cmd_import(args) -> int:
+    t = run_import(args.framework, args.config, args.overrides, lab=args.lab, processes=args.processes, strict=args.strict)
+    header = f"Imported by `rllab import {args.framework}` from {args.config}.\nRun it with: rllab run {args.out or 'THIS.toml'}"
+    text = t.toml(header=header)
+    if args.out:
+        out = Path(args.out)
+        if out.exists() and not args.force:
+            raise RllabError(f"{out} exists; pass --force to replace it")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+        print(t.summary())
+        print(f"wrote {out}; run it with: rllab run {out}")
+    else:
+        print(text, end="")
+        print(t.summary(), file=sys.stderr)
+    return 0
+
+
+@rllab.hookimpl
+def register_commands(subparsers):
+    p = subparsers.add_parser("import", help="write the rllab TOML of a TRL GRPOConfig or a verl ppo_trainer config, knob by knob")
+    p.add_argument("framework", choices=("trl", "verl"), help="whose config: trl (GRPOConfig YAML/JSON) or verl (ppo_trainer YAML)")
+    p.add_argument("config", metavar="CONFIG", help="the config file (YAML, or JSON for TRL)")
+    p.add_argument("overrides", nargs="*", default=[], metavar="key=value", help="verl: dotted overrides, as on verl's command line")
+    p.add_argument("--out", default=None, help="the TOML to write (default: print it)")
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.add_argument("--processes", type=_at_least_one, default=1,
+                   help="trl: the number of training processes TRL ran with (sizes its generation batch; default 1)")
+    p.add_argument("--strict", action="store_true", help="refuse the knobs rllab follows only up to a stated difference")
+    p.set_defaults(func=cmd_import)
+
+
+def _at_least_one(text: str) -> int:
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} must be at least 1")
+    return n

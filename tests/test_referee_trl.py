@@ -1,0 +1,288 @@
+"""``rllab import trl``: TRL GRPOConfig fields mapped, ignored or refused, by hand-checked values."""
+
+import math
+
+import pytest
+
+from rllab.errors import ConfigError
+from rllab_referee import trl
+from rllab_referee.trl_fields import FIELDS, GRPO_FIELDS
+
+ALGORITHM_KNOBS = (
+    "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "generation_batch_size",
+    "steps_per_generation", "num_iterations", "loss_type", "epsilon", "epsilon_high", "delta", "beta",
+    "use_bias_correction_kl", "importance_sampling_level", "scale_rewards", "mask_truncated_completions",
+    "top_entropy_quantile", "vllm_importance_sampling_correction", "temperature", "top_p", "top_k",
+    "max_completion_length", "learning_rate", "max_grad_norm", "seed",
+)  # fmt: skip
+
+
+def values(t) -> dict:
+    return {k: v for k, (v, _) in t.values.items()}
+
+
+def imported(**raw):
+    t = trl.translate(raw)
+    t.finish()
+    return values(t)
+
+
+def _other(name, default):
+    """A value of ``name`` that is not its default (of the same kind where there is one)."""
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, int):
+        return default + 3 if default >= 0 else 5
+    if isinstance(default, float):
+        return default * 2 + 0.5
+    if isinstance(default, str):
+        return default + "_other"
+    if isinstance(default, (list, dict)):
+        return [1.0] if isinstance(default, list) else {"x": 1}
+    return 0.75 if "threshold" in name or name in ("delta", "min_p", "vllm_importance_sampling_clip_min") else 7
+
+
+def test_a_config_with_every_field_changed_names_every_field():
+    """No field is dropped silently: each non-default field is mapped, ignored, differs or refused, by an
+    explicit rule (none falls to the catch-all), and the error names every refused one."""
+    raw = {name: _other(name, default) for name, default in FIELDS.items()}
+    raw.update(  # other valid choices, so that every rule is reached
+        per_device_train_batch_size=4, gradient_accumulation_steps=2, num_generations=4, generation_batch_size=16,
+        steps_per_generation=4, loss_type="sapo", importance_sampling_level="sequence", scale_rewards="batch",
+        multi_objective_aggregation="normalize_then_sum", lr_scheduler_type="cosine", max_steps=40,
+        vllm_importance_sampling_mode="token_mask", optim="adamw_torch", warmup_steps=4, reward_weights=[1.0, 2.0],
+    )
+    assert all(raw[k] != FIELDS[k] for k in raw)
+    t = trl.translate(raw)
+    assert set(raw) <= t.accounted()
+    with pytest.raises(ConfigError) as e:
+        t.finish()
+    assert not [k for k, why in t.refused.items() if why.startswith("no rule maps")]
+    for knob in t.refused:
+        assert f"  {knob} = " in str(e.value)
+    for knob in ALGORITHM_KNOBS:  # an algorithm knob is ignored only where another knob makes it unread
+        assert knob not in t.ignored or t.ignored[knob].startswith(("not read by", "read only with")), (knob, t.ignored[knob])
+    assert t.ignored["epsilon"] == "not read by loss_type = 'sapo'"
+    for knob in ("mask_truncated_completions", "top_entropy_quantile", "importance_sampling_level", "min_p", "adam_beta1",
+                 "sync_ref_model", "disable_dropout", "generation_batch_size"):
+        assert knob in t.refused
+
+
+def test_every_field_has_a_rule():
+    ruled = set(trl.IGNORED) | set(trl.REFUSED_UNLESS_DEFAULT) | set(trl.ONLY_WITH)
+    read = {"per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "generation_batch_size",
+            "steps_per_generation", "num_iterations", "learning_rate", "max_grad_norm", "weight_decay", "seed",
+            "max_steps", "lr_scheduler_type", "warmup_steps", "temperature", "top_p", "top_k", "max_completion_length",
+            "multi_objective_aggregation", "reward_weights", "scale_rewards", "loss_type", "importance_sampling_level",
+            "epsilon", "epsilon_high", "delta", "off_policy_mask_threshold", "sapo_temperature_pos",
+            "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg", "beta",
+            "use_bias_correction_kl", "entropy_coef", "use_vllm"}  # fmt: skip
+    assert set(FIELDS) == ruled | read, sorted(set(FIELDS) ^ (ruled | read))
+
+
+def test_the_field_table_is_trl_1_16s():
+    trl_config = pytest.importorskip("trl").GRPOConfig
+    import dataclasses
+
+    import trl as trl_package
+
+    if trl_package.__version__ != "1.16.0":
+        pytest.skip(f"the table is TRL 1.16.0's; {trl_package.__version__} installed")
+    fields = {f.name: f.default for f in dataclasses.fields(trl_config)}
+    assert set(GRPO_FIELDS) <= set(fields)
+    assert {k: fields[k] for k in GRPO_FIELDS} == GRPO_FIELDS
+
+
+def test_batch_arithmetic():
+    """4 rows per device × 2 processes × 4 micro-batches = 32 completions = 8 prompts × 4; 4 / 2
+    accumulation steps = 2 optimizer steps; 12 optimizer steps at 2 × 2 per rollout step = 3 steps."""
+    t = trl.translate(dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=4,
+                           num_generations=4, num_iterations=2, max_steps=12, lr_scheduler_type="constant"), processes=2)
+    t.finish()
+    v = values(t)
+    assert (v["rollout", "prompts_per_step"], v["rollout", "group_size"]) == (8, 4)
+    assert (v["algorithm", "minibatches"], v["algorithm", "epochs"], v["algorithm", "micro_batch_size"]) == (2, 2, 4)
+    assert v["train", "steps"] == 3
+    v = imported(per_device_train_batch_size=6, generation_batch_size=24, num_generations=3)
+    assert (v["rollout", "prompts_per_step"], v["algorithm", "minibatches"]) == (8, 4)
+
+
+@pytest.mark.parametrize(
+    "raw, why",
+    [
+        (dict(generation_batch_size=16, steps_per_generation=2), "together"),
+        (dict(generation_batch_size=12), "divisible by the global batch size 8"),
+        (dict(num_generations=3), "divisor"),
+        (dict(gradient_accumulation_steps=2, steps_per_generation=3), "span two rollout batches"),
+        (dict(delta=1.1, epsilon_high=0.28), "delta > 1 + epsilon_high"),
+        (dict(delta=2.0, importance_sampling_level="sequence"), "no dual clip"),
+        (dict(loss_type="cispo", importance_sampling_level="sequence"), "its own ratio"),
+        (dict(loss_type="grpp"), "knows"),
+        (dict(learnig_rate=1e-5), "did you mean 'learning_rate'"),
+        (dict(top_entropy_quantile=0.2), "high-entropy"),
+        (dict(reward_weights=[1.0, 2.0]), "one reward"),
+        (dict(warmup_steps=0.1), "needs max_steps"),
+        (dict(lr_scheduler_type="cosine_with_restarts"), "schedules"),
+        (dict(max_completion_length=None), "cap"),
+        (dict(per_device_train_batch_size=0), "whole number ≥ 1, got 0"),
+        (dict(gradient_accumulation_steps=2.5), "whole number ≥ 1, got 2.5"),
+    ],
+)
+def test_refusals_name_the_knob_and_why(raw, why):
+    with pytest.raises(ConfigError) as e:
+        imported(**raw)
+    assert why in str(e.value)
+    assert f"  {next(iter(t for t in trl.translate(raw).refused))} = " in str(e.value)
+
+
+LOSSES = [
+    ("grpo", "ppo_clip", "seq-mean-token-mean", {"count_empty_rows": True}),
+    ("bnpo", "ppo_clip", "token-mean", {}),
+    ("dr_grpo", "ppo_clip", "seq-mean-token-sum-norm", {"count_empty_rows": True, "horizon": 64}),
+    ("dapo", "ppo_clip", "token-mean", {}),
+    ("luspo", "ppo_clip", "seq-mean-token-sum", {"count_empty_rows": True}),
+    ("cispo", "cispo", "token-mean", {}),
+    ("sapo", "sapo", "seq-mean-token-mean", {"count_empty_rows": True}),
+    ("vespo", "vespo", "token-mean", {}),
+]
+
+
+@pytest.mark.parametrize("loss_type, loss, aggregation, knobs", LOSSES)
+def test_loss_types(loss_type, loss, aggregation, knobs):
+    v = imported(loss_type=loss_type, max_completion_length=64)
+    assert v["policy_loss", "name"] == loss
+    assert v["aggregation", "name"] == aggregation
+    assert {k[1]: x for k, x in v.items() if k[0] == "aggregation" and k[1] != "name"} == knobs
+
+
+def test_clips_ratios_and_delta():
+    v = imported(epsilon=0.1, epsilon_high=0.3)
+    assert (v["policy_loss", "clip_low"], v["policy_loss", "clip_high"], v["policy_loss", "log_ratio_clamp"]) == (0.1, 0.3, math.inf)
+    v = imported(delta=1.5)  # min(r, δ) inside the PPO minimum is the dual clip at c = δ
+    assert (v["policy_loss", "name"], v["policy_loss", "clip_c"], v["policy_loss", "clip_high"]) == ("ppo_dual_clip", 1.5, 0.2)
+    v = imported(loss_type="cispo", epsilon_high=5.0)
+    assert (v["policy_loss", "clip_high"], v["policy_loss", "clip_form"]) == (5.0, "absolute")
+    v = imported(importance_sampling_level="sequence", loss_type="grpo", epsilon=3e-4, epsilon_high=4e-4)
+    assert (v["policy_loss", "name"], v["policy_loss", "log_ratio_max"]) == ("gspo", math.inf)
+    v = imported(loss_type="sapo", sapo_temperature_pos=0.5, sapo_temperature_neg=2.0)
+    assert (v["policy_loss", "tau_pos"], v["policy_loss", "tau_neg"]) == (0.5, 2.0)
+    v = imported(off_policy_mask_threshold=0.5)
+    assert v["policy_loss", "off_policy_mask_threshold"] == 0.5
+
+
+def test_kl_advantage_sampling_and_correction():
+    v = imported(beta=0.04, importance_sampling_level="sequence")
+    assert (v["algorithm", "kl_in"], v["kl", "name"], v["kl", "clamp"], v["kl_controller", "kl_coef"]) == ("loss", "k3", False, 0.04)
+    assert v["algorithm", "kl_importance_ratio"] == "sequence"
+    assert imported(beta=0.04, use_bias_correction_kl=False)["algorithm", "kl_importance_ratio"] == "none"
+    assert imported()["algorithm", "kl_in"] == "none"
+    v = imported(scale_rewards=False, top_k=0, temperature=0.7)
+    assert (v["advantage", "scale"], v["advantage", "epsilon"], v["rollout", "top_k"], v["rollout", "temperature"]) == ("none", 1e-4, -1, 0.7)
+    assert imported(scale_rewards=True)["advantage", "scale"] == "group"
+    assert imported()["correction", "name"] == "none"
+    v = imported(use_vllm=True)  # TRL's default correction: sequence_mask at 3.0
+    assert (v["correction", "name"], v["correction", "c_max"]) == ("sequence_mask", 3.0)
+    v = imported(use_vllm=True, vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_min=0.5)
+    assert (v["correction", "name"], v["correction", "c_min"]) == ("token_truncate", 0.5)
+    t = trl.translate({"vllm_importance_sampling_mode": "token_mask"})
+    assert "use_vllm" in t.ignored["vllm_importance_sampling_mode"]
+
+
+def test_differences_are_listed_and_strict_refuses_them():
+    t = trl.translate(dict(warmup_steps=5))
+    t.finish()
+    assert "warmup_steps" in t.differs and "warmup_steps" in t.summary()
+    with pytest.raises(ConfigError, match=r"\(--strict\)"):
+        trl.translate(dict(warmup_steps=5)).finish(strict=True)
+    t = trl.translate(dict(loss_type="dapo", steps_per_generation=4))
+    t.finish()
+    assert "generation batch" in t.differs["loss_type"]
+
+
+def test_trl_cli_yaml_keys_peft_and_the_wrong_framework():
+    """A `trl grpo --config` YAML: the model path and LoRA are mapped, the data set and rewards are the
+    task's (ignored, saying so), PEFT variants rllab lacks are refused, and a verl file is told apart."""
+    t = trl.translate(dict(model_name_or_path="Org/Model", dataset_name="trl-lib/tldr", reward_funcs=["accuracy"],
+                           use_peft=True, lora_r=8, lora_alpha=16, lora_target_modules=["q_proj", "v_proj"]))
+    t.finish()
+    v = values(t)
+    assert v["model", "lora"] == {"r": 8, "alpha": 16.0, "dropout": 0.05, "target_modules": ["q_proj", "v_proj"]}
+    assert v["model", "path"] == "Org/Model" and "huggingface-cli download" in t.values["model", "path"][1]
+    assert "[task]" in t.ignored["dataset_name"] and "[task]" in t.ignored["reward_funcs"]
+    t = trl.translate(dict(use_peft=True))
+    t.finish()
+    assert "lora_target_modules" in t.differs and "target_modules" not in values(t)["model", "lora"]
+    assert "lora_r" in trl.translate(dict(lora_r=4)).ignored
+    with pytest.raises(ConfigError, match="use_dora"):
+        imported(use_peft=True, use_dora=True)
+    with pytest.raises(ConfigError, match="rllab import verl"):
+        imported(actor_rollout_ref={"rollout": {"n": 4}})
+
+
+# --------------------------------------------------------------------------- the mapped components against TRL's formulas
+# TRL 1.16.0 GRPOTrainer._compute_loss, written out for one micro-batch (one process, no accumulation).
+
+
+def _trl_loss(logp, old, adv, mask, *, level, loss_type, eps_low, eps_high, delta=None):
+    import torch
+
+    m = mask.to(logp.dtype)
+    log_ratio = logp - old
+    if level == "sequence":
+        log_ratio = ((log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    coef_1 = torch.exp(log_ratio)
+    coef_2 = torch.clamp(coef_1, 1 - eps_low, 1 + eps_high)
+    if delta is not None:
+        coef_1 = torch.clamp(coef_1, max=delta)
+    a = adv[:, :1]
+    per_token = -torch.min(coef_1 * a, coef_2 * a)
+    if loss_type == "grpo":
+        return ((per_token * m).sum(-1) / m.sum(-1).clamp(min=1.0)).mean()
+    return (per_token * m).sum() / m.sum().clamp(min=1.0)  # dapo, one step per generation
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
+@pytest.mark.parametrize("level, delta", [("token", None), ("token", 1.6), ("sequence", None)])
+def test_the_imported_loss_is_trls(loss_type, level, delta):
+    """The policy loss and aggregation the importer writes give TRL's loss and gradient (float64),
+    ratios far outside the clip range included."""
+    import torch
+
+    import rllab
+
+    raw = dict(loss_type=loss_type, importance_sampling_level=level, epsilon=0.2, epsilon_high=0.28, delta=delta)
+    v = imported(**raw)
+    lab = rllab.Lab()
+    loss_knobs = {k[1]: x for k, x in v.items() if k[0] == "policy_loss" and k[1] != "name"}
+    agg_knobs = {k[1]: x for k, x in v.items() if k[0] == "aggregation" and k[1] != "name"}
+    loss = lab.get("policy_loss", v["policy_loss", "name"], **loss_knobs)
+    agg = lab.get("loss_aggregation", v["aggregation", "name"], **agg_knobs)
+    g = torch.Generator().manual_seed(3)
+    B, T = 6, 7
+    mask = torch.arange(T)[None, :] < torch.tensor([7, 5, 3, 1, 6, 4])[:, None]
+    old = -torch.rand(B, T, generator=g, dtype=torch.float64) * 2 - 0.1
+    logp = (old + torch.randn(B, T, generator=g, dtype=torch.float64) * (0.8 if level == "token" else 0.3)).requires_grad_(True)
+    adv = torch.randn(B, 1, generator=g, dtype=torch.float64).expand(B, T)
+    ours, _ = loss(log_prob=logp, old_log_prob=old, advantages=torch.where(mask, adv, 0.0), mask=mask,
+                   aggregate=lambda m, k: agg(loss_mat=m, mask=k))
+    (grad,) = torch.autograd.grad(ours, logp)
+    theirs = _trl_loss(logp, old, adv, mask, level=level, loss_type=loss_type, eps_low=0.2, eps_high=0.28, delta=delta)
+    (their_grad,) = torch.autograd.grad(theirs, logp)
+    assert torch.allclose(ours, theirs, rtol=1e-10, atol=1e-12), (float(ours), float(theirs))
+    assert torch.allclose(grad, their_grad, rtol=1e-9, atol=1e-12)
+
+
+def test_every_field_written_out_at_its_default_is_the_default_config():
+    """A YAML that spells out every GRPOConfig default imports to the same settings as an empty one."""
+    t = trl.translate(dict(FIELDS))
+    t.finish()
+    assert values(t) == imported()
+    assert not t.differs
+
+
+def test_numbers_written_as_strings_read_as_trl_reads_them():
+    """PyYAML reads `learning_rate: 1e-6` as a string; TRL's parser converts it by the field's type."""
+    v = imported(learning_rate="1e-6", per_device_train_batch_size="4", num_generations=4)
+    assert (v["train", "lr"], v["algorithm", "micro_batch_size"]) == (1e-6, 4)
+    with pytest.raises(ConfigError, match="expected a number"):
+        imported(learning_rate="fast")
