@@ -49,11 +49,13 @@ class Fit:
     C_mid: float = math.nan
     R0: float = math.nan
     status: str = "ok"
-    """``ok``, or why the fit is not a result (did not converge, too few points, C_mid at its bound)."""
+    """``ok``; ``extrapolated: …`` (C_mid beyond the compute measured: A lies beyond the data); or
+    why the fit is not a result (did not converge, too few points, a parameter on its bound)."""
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        """A usable fit: ``ok`` or ``extrapolated``."""
+        return self.status == "ok" or self.status.startswith("extrapolated")
 
 
 def fit_curve(C, R, R0: float) -> Fit:
@@ -76,8 +78,12 @@ def fit_curve(C, R, R0: float) -> Fit:
         return Fit(R0=R0, status=f"did not converge ({type(e).__name__}: {str(e).splitlines()[0][:80]})")
     A, B, Cm = (float(x) for x in popt)
     status = "ok"
-    if Cm >= hi * (1 - 1e-6) or Cm <= lo * (1 + 1e-6):
-        status = f"C_mid at its bound ({Cm:.3g}): the curve never bends within the data, so A is an extrapolation"
+    if Cm >= hi * (1 - 1e-3) or Cm <= lo * (1 + 1e-3):
+        status = f"C_mid at its bound ({Cm:.3g}): the curve never bends within the data, so A is not identified"
+    elif B >= B_BOUNDS[1] * (1 - 1e-3) or B <= B_BOUNDS[0] * (1 + 1e-3):
+        status = f"B at its bound ({B:.3g}): the evaluations do not resolve the rise, so C_mid is not identified"
+    elif Cm > C.max():
+        status = f"extrapolated: C_mid {Cm:.3g} beyond the largest compute measured ({C.max():.3g}), so A lies beyond the data"
     return Fit(A=A, B=B, C_mid=Cm, R0=R0, status=status)
 
 
@@ -133,7 +139,7 @@ def fit_all(records, *, tasks: list, arms: list, kind: str = "tokens", baseline:
             d = arms_out[a]
             d["A_ci"], d["C_mid_ci"] = _ci([x[0] for x in b]), _ci([x[1] for x in b])
             d["boot_failed"] = sum(not math.isfinite(x[0]) for x in b)
-        fitted = [a for a in boots if arms_out[a]["status"] == "ok"]
+        fitted = [a for a in boots if Fit(status=arms_out[a]["status"]).ok]
         pairs = [(a, baseline) for a in fitted if a != baseline] if baseline in fitted else [(a, b) for i, a in enumerate(fitted) for b in fitted[i + 1:]]
         out["tasks"][task] = {"arms": arms_out, "pairs": [_pair(a, b, boots[a], boots[b]) for a, b in pairs]}
     return out
