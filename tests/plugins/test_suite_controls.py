@@ -200,3 +200,13 @@ def test_fewer_than_five_seeds_mark_the_intervals_unreliable(tmp_path, seeds, un
     summary = report.summarize(recs, baseline="a")
     assert any(n.startswith("UNRELIABLE CIs") for n in report.notes(summary)) is unreliable
     assert ("Unreliable intervals" in report.markdown(summary)) is unreliable
+
+
+def test_the_tui_reports_a_suites_controls(lab, tmp_path):
+    from rllab_tui.state import SuiteDir
+
+    path = tmp_path / "s.toml"
+    path.write_text('name = "t"\npreset = "grpo"\nsteps = 3\nseeds = 3\ncontrols = ["no_rl"]\ncompute = "seconds"\n[variants]\ngrpo = {}\n')
+    sd = SuiteDir(lab, file=path, directory=tmp_path / "d")
+    assert (sd.controls, sd.compute) == (("no_rl",), "seconds")
+    assert [(e["variant"], e["control"]) for e in sd.summary()["vs_controls"]] == [("grpo", "no_rl")]
