@@ -9,6 +9,8 @@
     tasks = ["addition", { name = "sort", max_length = 5 }]
     baseline = "grpo"                    # probability of improvement is against this variant
     track = ["rollout/response_length"]  # optional: training metrics the report follows over the run
+    controls = ["random_reward", "no_rl"]  # optional: control arms added to every task
+    compute = "tokens"                   # the report's curves are fitted against tokens or seconds
 
     [overrides]                          # applied to every cell
     "rollout.prompts_per_step" = 8
@@ -255,6 +257,8 @@ def parse_suite(source: str | Path | dict) -> Suite:
     if any(t.startswith("eval/") for t in track):
         raise SuiteError(f"{where}: track = {track!r}: eval/ metrics are evaluations, not training metrics; the report already shows eval/accuracy and eval/reward")
     baseline = data.get("baseline")
+    if baseline in CONTROLS and baseline not in names:
+        raise SuiteError(f"{where}: baseline {baseline!r} is a control arm: give a variant as the baseline (every arm is set against the controls anyway); variants: {', '.join(names)}")
     if baseline is not None and baseline not in names:
         raise SuiteError(f"{where}: baseline {baseline!r} is not a variant; variants: {', '.join(names)}")
     variants += _controls(data.get("controls", []), next((v for v in variants if v.name == baseline), None), names, where)

@@ -55,7 +55,7 @@ def test_a_random_reward_control_takes_its_rate(lab):
     ({"controls": [{"name": "no_rl", "p": 0.5}]}, r"control 'no_rl' takes no settings, not p"),
     ({"controls": [{"name": "random_reward", "q": 0.5}]}, r"control 'random_reward' takes p, not q"),
     ({"compute": "flops"}, r"compute = 'flops'.*'tokens', 'seconds'"),
-    ({"baseline": "no_rl"}, r"baseline 'no_rl' is not a variant"),
+    ({"baseline": "no_rl"}, r"baseline 'no_rl' is a control arm: give a variant as the baseline"),
 ])
 def test_malformed_controls_are_refused(over, needle):
     with pytest.raises(SuiteError, match=needle):
