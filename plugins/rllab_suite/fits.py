@@ -141,7 +141,12 @@ def fit_all(records, *, tasks: list, arms: list, kind: str = "tokens", baseline:
             d["boot_failed"] = sum(not math.isfinite(x[0]) for x in b)
         fitted = [a for a in boots if Fit(status=arms_out[a]["status"]).ok]
         pairs = [(a, baseline) for a in fitted if a != baseline] if baseline in fitted else [(a, b) for i, a in enumerate(fitted) for b in fitted[i + 1:]]
-        out["tasks"][task] = {"arms": arms_out, "pairs": [_pair(a, b, boots[a], boots[b]) for a, b in pairs]}
+        done = [_pair(a, b, boots[a], boots[b]) for a, b in pairs]
+        for p in done:
+            guessed = [x for x in (p["arm"], p["other"]) if arms_out[x]["status"].startswith("extrapolated")]
+            if guessed:
+                p["verdict"] += f" ({' and '.join(guessed)}: A extrapolated beyond the compute measured)"
+        out["tasks"][task] = {"arms": arms_out, "pairs": done}
     return out
 
 

@@ -175,8 +175,10 @@ def plot_pass_at(summary: dict, out_dir: Path, title: str = "") -> Path:
                 curve = (row or {}).get("pass_at", {}).get(when)
                 if curve and (when == "after" or i == 0):  # one "before" line: every arm starts from the same warm start
                     ks = sorted(curve)
-                    ax.plot(ks, [curve[k] for k in ks], ls, marker=".", color="gray" if when == "before" else colors[i % len(colors)],
-                            label="before RL (warm start)" if when == "before" else f"{v}, after")
+                    before = when == "before"
+                    ax.plot(ks, [curve[k] for k in ks], ls, marker=".", color="gray" if before else colors[i % len(colors)],
+                            lw=3 if before else 1.5, alpha=0.6 if before else 1.0, zorder=3 if before else 2,
+                            label="before RL (warm start)" if before else f"{v}, after")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("k")
         ax.set_ylabel("pass@k (unbiased, held-out)")

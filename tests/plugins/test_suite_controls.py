@@ -156,6 +156,15 @@ def test_fits_tell_arms_that_differ_in_A_from_arms_that_differ_only_in_efficienc
     assert pairs["higher"]["verdict"].startswith("differ in A: higher saturates higher")
     assert pairs["faster"]["verdict"].startswith("same A within the CI; differ only in efficiency: faster reaches half its gain with less")
     assert set(pairs) == {"higher", "faster"}
+    assert "extrapolated" not in pairs["higher"]["verdict"]
+
+
+def test_a_pair_verdict_names_an_extrapolated_asymptote():
+    short = [_record("slow", s, [0.2, 0.205 + 0.001 * s, 0.21, 0.22, 0.24, 0.28 - 0.001 * s], steps=(0, 5, 10, 20, 40, 80)) for s in range(5)]  # a line in C
+    recs = _curve_runs("base", 0.6, 2000.0, noise=0.005) + short
+    out = fits.fit_all(recs, tasks=["addition"], arms=["base", "slow"], baseline="base", n_boot=50)
+    assert out["tasks"]["addition"]["arms"]["slow"]["status"].startswith("extrapolated")
+    assert out["tasks"]["addition"]["pairs"][0]["verdict"].endswith("(slow: A extrapolated beyond the compute measured)")
 
 
 def test_compute_is_summed_over_the_training_steps_up_to_each_evaluation(tmp_path):
