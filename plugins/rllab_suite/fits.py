@@ -65,8 +65,8 @@ def fit_curve(C, R, R0: float) -> Fit:
     C, R = np.asarray(C, dtype=float), np.asarray(R, dtype=float)
     good = np.isfinite(C) & np.isfinite(R) & (C > 0)
     C, R = C[good], R[good]
-    if np.unique(C).size < 3 or not math.isfinite(R0):
-        return Fit(R0=R0, status=f"too few points to fit three parameters ({np.unique(C).size} compute values)")
+    if np.unique(C).size < 4 or not math.isfinite(R0):
+        return Fit(R0=R0, status=f"too few evaluations to fit three parameters ({np.unique(C).size} compute values after step 0; need 4 or more)")
     lo, hi = C.min() / SPAN, C.max() * SPAN
     p0 = (float(np.clip(R.max(), 0.0, 1.0)), 1.0, float(np.median(C)))
     try:
@@ -74,7 +74,9 @@ def fit_curve(C, R, R0: float) -> Fit:
             warnings.simplefilter("error", OptimizeWarning)
             popt, _ = curve_fit(lambda c, A, B, Cm: saturating(c, A, B, Cm, R0), C, R, p0=p0,
                                 bounds=((0.0, B_BOUNDS[0], lo), (1.0, B_BOUNDS[1], hi)), maxfev=5000)
-    except (RuntimeError, ValueError, OptimizeWarning) as e:
+    except OptimizeWarning as e:
+        return Fit(R0=R0, status=f"parameters not identified ({str(e).splitlines()[0][:80]})")
+    except (RuntimeError, ValueError) as e:
         return Fit(R0=R0, status=f"did not converge ({type(e).__name__}: {str(e).splitlines()[0][:80]})")
     A, B, Cm = (float(x) for x in popt)
     status = "ok"
@@ -165,6 +167,11 @@ def _pair(a: str, b: str, ba: list, bb: list) -> dict:
     return {"arm": a, "other": b, "dA_ci": dA_ci, "C_mid_ratio_ci": r_ci, "verdict": verdict}
 
 
+def _has_ci(d: dict, name: str) -> bool:
+    """Whether an arm has a fitted ``name`` and a bootstrap interval for it."""
+    return math.isfinite(d.get(name, math.nan)) and math.isfinite(d.get(f"{name}_ci", {}).get("low", math.nan))
+
+
 def _num(x: float, fmt: str) -> str:
     return format(x, fmt) if isinstance(x, float) and math.isfinite(x) else "—"
 
@@ -182,8 +189,8 @@ def markdown_lines(fits: dict, task: str) -> list[str]:
         "| arm | A % [95% CI] | C_mid " + unit + " [95% CI] | B | R0 % | fit |", "|---|---|---|---|---|---|",
     ]
     for a, d in t["arms"].items():
-        A = _num(100 * d.get("A", math.nan), ".1f") + (f" [{_num(100 * d['A_ci']['low'], '.1f')}, {_num(100 * d['A_ci']['high'], '.1f')}]" if "A_ci" in d else "")
-        C = _num(d.get("C_mid", math.nan), ".3g") + (f" [{_num(d['C_mid_ci']['low'], '.3g')}, {_num(d['C_mid_ci']['high'], '.3g')}]" if "C_mid_ci" in d else "")
+        A = _num(100 * d.get("A", math.nan), ".1f") + (f" [{_num(100 * d['A_ci']['low'], '.1f')}, {_num(100 * d['A_ci']['high'], '.1f')}]" if _has_ci(d, "A") else "")
+        C = _num(d.get("C_mid", math.nan), ".3g") + (f" [{_num(d['C_mid_ci']['low'], '.3g')}, {_num(d['C_mid_ci']['high'], '.3g')}]" if _has_ci(d, "C_mid") else "")
         fails = f" ({d['boot_failed']} of {fits['n_boot']} refits failed)" if d.get("boot_failed") else ""
         lines.append(f"| {a} | {A} | {C} | {_num(d.get('B', math.nan), '.2f')} | {_num(100 * d.get('R0', math.nan), '.1f')} | {d['status']}{fails} |")
     lines.append("")

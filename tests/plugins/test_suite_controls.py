@@ -116,7 +116,8 @@ def test_a_fit_recovers_the_curve_and_says_when_it_is_not_a_result():
     C = np.geomspace(100, 10000, 8)
     f = fits.fit_curve(C, fits.saturating(C, 0.7, 1.5, 1000.0, 0.2), 0.2)
     assert (f.A, f.B, f.C_mid, f.status) == (pytest.approx(0.7, abs=1e-6), pytest.approx(1.5, abs=1e-5), pytest.approx(1000.0, rel=1e-5), "ok")
-    assert "too few points" in fits.fit_curve(C[:2], [0.3, 0.4], 0.2).status
+    assert "too few evaluations" in fits.fit_curve(C[:3], [0.3, 0.4, 0.45], 0.2).status  # 3 points, 3 parameters: no check
+    assert fits.fit_curve(C[:4], fits.saturating(C[:4], 0.7, 1.5, 1000.0, 0.2), 0.2).ok
     assert fits.fit_curve(C, 0.2 + 1e-6 * C, 0.2).status.startswith("extrapolated: C_mid")  # a straight line never bends
     assert fits.fit_curve(C, np.where(C > 2000, 0.9, 0.2), 0.2).status.startswith("B at its bound")  # a step between two evals
     assert not fits.fit_curve(C, np.where(C > 2000, 0.9, 0.2), 0.2).ok
@@ -157,6 +158,16 @@ def test_fits_tell_arms_that_differ_in_A_from_arms_that_differ_only_in_efficienc
     assert pairs["faster"]["verdict"].startswith("same A within the CI; differ only in efficiency: faster reaches half its gain with less")
     assert set(pairs) == {"higher", "faster"}
     assert "extrapolated" not in pairs["higher"]["verdict"]
+    md = "\n".join(fits.markdown_lines(out, "addition"))
+    assert "| no_rl | — | — | — | 20.0 | no training (the warm start alone) |" in md
+    assert f"| higher | {100 * arms['higher']['A']:.1f} [{100 * arms['higher']['A_ci']['low']:.1f}, " in md
+
+
+def test_an_arm_with_one_seed_gets_a_fit_without_an_interval():
+    recs = _curve_runs("one", 0.6, 2000.0, noise=0.005, seeds=1)
+    out = fits.fit_all(recs, tasks=["addition"], arms=["one"], n_boot=20)
+    row = next(line for line in fits.markdown_lines(out, "addition") if line.startswith("| one |"))
+    assert row.startswith(f"| one | {100 * out['tasks']['addition']['arms']['one']['A']:.1f} | ") and "[" not in row
 
 
 def test_a_pair_verdict_names_an_extrapolated_asymptote():
