@@ -231,6 +231,13 @@ def check_reward_components(lab: Lab, components: dict, rollout: Any, *, text: s
     ``reward_weights`` and no overlong penalty (it shapes only the scalar score)."""
     adv, task = components["advantage"], components["task"]
     est = lab.spec("advantage_estimator", adv.name)
+    if getattr(rollout, "random_reward", "off") != "off" and "reward_baselines" in est.requires:
+        raise ConfigError(
+            f"{where}: [rollout] random_reward{line_of(text, 'rollout', 'random_reward')}: advantage_estimator {adv.name!r} "
+            f"(plugin {est.provider}) subtracts the task reward of a greedy answer, which the random reward does not "
+            f"replace (it would tell training which prompts are solved); use a group estimator (grpo, rloo) for the control",
+            key="random_reward",
+        )
     if "reward_components" not in est.requires:
         return
     names = lab.spec("task", task.name).trait("reward_components", task.config)

@@ -351,7 +351,7 @@ class RolloutStage:
                  for e in episodes]
         rewards = torch.tensor(raw, dtype=torch.float32)
         components = torch.tensor(comps, dtype=torch.float32).reshape(len(raw), len(names)) if names else None
-        true_reward = rewards.mean().item()
+        true_reward, true_components = rewards.mean().item(), components
         if r.random_reward != "off":  # the spurious-rewards control: training sees draws blind to the answers
             rewards, components = self.random_rewards(step, completions, raw, keep, rank * P // world), None
         scores = rewards + self.overlong_penalty(completions)
@@ -387,7 +387,7 @@ class RolloutStage:
         if r.random_reward != "off":
             metrics["rollout/true_reward"] = true_reward
         for k, name in enumerate(names):
-            metrics[f"reward/{name}"] = torch.tensor(comps, dtype=torch.float32)[:, k].mean().item()
+            metrics[f"reward/{name}"] = true_components[:, k].mean().item()
         if self.env is not None:
             metrics.update(episode_metrics(episodes))
         if r.dynamic_sampling:

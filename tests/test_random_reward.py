@@ -100,6 +100,8 @@ def test_what_the_random_reward_cannot_replace_is_refused():
         load_config(None, ["env=guess", "rollout.random_reward=given"])
     with pytest.raises(ConfigError, match=r"random_reward.*'gdpo'.*reward components"):
         load_config(None, ["advantage=gdpo", "task.format_weight=0.1", "rollout.random_reward=given"])
+    with pytest.raises(ConfigError, match=r"random_reward.*'remax'.*greedy answer"):
+        load_config(None, ["advantage=remax", "rollout.random_reward=given"])
     cfg = load_config(None, ["rollout.random_reward=given", "rollout.random_reward_p=0.25"])
     assert (cfg.rollout.random_reward, cfg.rollout.random_reward_p) == ("given", 0.25)
 
@@ -113,3 +115,14 @@ def test_offline_dpo_refuses_a_random_reward():
     ctx = SimpleNamespace(rollout=SimpleNamespace(config=RolloutConfig(random_reward="given")))
     with pytest.raises(ConfigError, match=r"offline DPO.*no effect.*online_dpo"):
         algo.pairs(ctx)
+
+
+def test_a_multi_component_task_trains_on_the_draw_alone_and_logs_its_true_components(char):  # noqa: F811
+    task = Task(lambda ex, text: {"correct": _five(ex, text), "format": 1.0}, reward_components=("correct", "format"))
+    s = RolloutStage(task=task, task_name="t", backend=Echo(char), tokenizer=char, seed=4,
+                     config=RolloutConfig(prompts_per_step=8, group_size=4, random_reward="given"))
+    scored = s.sample(3)
+    assert scored.components is None  # nothing of the task's reward reaches training
+    assert scored.rewards.tolist() == random_rewards(4, 3, [c.prompt_index for c in scored.completions], 0.5)
+    assert scored.metrics["reward/correct"] == pytest.approx(4 / 32) and scored.metrics["reward/format"] == 1.0
+    assert scored.metrics["rollout/true_reward"] == pytest.approx(1 + 4 / 32)
