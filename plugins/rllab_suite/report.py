@@ -211,11 +211,6 @@ COLUMNS = (
 
 def notes(summary: dict, identical: list | None = None) -> list[str]:
     out = []
-    if 0 < summary.get("min_seeds", 0) < summary.get("min_reliable_seeds", 0):
-        out.append(
-            f"UNRELIABLE CIs: some arm has only {summary['min_seeds']} seed(s) on a task (fewer than {summary['min_reliable_seeds']}); "
-            "a percentile bootstrap over so few seeds under-covers — read every interval here as optimistic, and add seeds"
-        )
     for f in summary["failed"]:
         out.append(f"FAILED {f['variant']} on {f['task']} seed {f['seed']}: {f['error']} ({f['run_dir']})")
     for r in summary["rows"]:
@@ -228,6 +223,11 @@ def notes(summary: dict, identical: list | None = None) -> list[str]:
         out.append(f"NOT LOGGED tracked metric {m!r}: no run's metrics.jsonl has it (a typo, or a metric this algorithm does not log)")
     for item in identical or []:
         out.append(item["message"])
+    if 0 < summary.get("min_seeds", 0) < summary.get("min_reliable_seeds", 0):
+        out.append(
+            f"UNRELIABLE CIs: some arm has only {summary['min_seeds']} seed(s) on a task (fewer than {summary['min_reliable_seeds']}); "
+            "a percentile bootstrap over so few seeds under-covers — read every interval here as optimistic, and add seeds"
+        )
     if not any(o["iqm_final_accuracy"] for o in summary["overall"]):
         out.append(f"IQM needs at least {summary['min_iqm_runs']} runs per variant; not reported.")
     if summary["baseline"] and not any(o["p_improvement"] for o in summary["overall"]):
