@@ -130,7 +130,8 @@ def fit_all(records, *, tasks: list, arms: list, kind: str = "tokens", baseline:
                 continue
             fit = fit_curve(*_points(rs))
             arms_out[a] = {"status": fit.status, "A": fit.A, "B": fit.B, "C_mid": fit.C_mid, "R0": fit.R0}
-            boots[a] = []
+            if fit.ok:  # an arm without a fit gets no interval either
+                boots[a] = []
         for _ in range(n_boot if len(seeds) >= 2 else 0):
             draw = rng.choice(seeds, size=len(seeds), replace=True)
             for a in boots:
@@ -141,7 +142,7 @@ def fit_all(records, *, tasks: list, arms: list, kind: str = "tokens", baseline:
             d = arms_out[a]
             d["A_ci"], d["C_mid_ci"] = _ci([x[0] for x in b]), _ci([x[1] for x in b])
             d["boot_failed"] = sum(not math.isfinite(x[0]) for x in b)
-        fitted = [a for a in boots if Fit(status=arms_out[a]["status"]).ok]
+        fitted = list(boots)
         pairs = [(a, baseline) for a in fitted if a != baseline] if baseline in fitted else [(a, b) for i, a in enumerate(fitted) for b in fitted[i + 1:]]
         done = [_pair(a, b, boots[a], boots[b]) for a, b in pairs]
         for p in done:

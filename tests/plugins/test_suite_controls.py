@@ -211,6 +211,7 @@ def test_pass_at_k_before_and_after_rl_is_reported_and_plotted(tmp_path):
     assert summary["rows"][0]["pass_at"] == {"before": {1: 0.1, 2: 0.2}, "after": {1: pytest.approx(0.32), 2: pytest.approx(0.4)}}
     md = (tmp_path / "report.md").read_text()
     assert "| a | 10.0 → 32.0 | 20.0 → 40.0 |" in md
+    assert "| a | — | — | — | 20.0 | too few evaluations to fit three parameters (3 compute values after step 0; need 4 or more) |" in md  # no refits
     assert (tmp_path / "pass_at_k.png").is_file() and (tmp_path / "fits.png").is_file()
 
 
@@ -230,3 +231,19 @@ def test_the_tui_reports_a_suites_controls(lab, tmp_path):
     sd = SuiteDir(lab, file=path, directory=tmp_path / "d")
     assert (sd.controls, sd.compute) == (("no_rl",), "seconds")
     assert [(e["variant"], e["control"]) for e in sd.summary()["vs_controls"]] == [("grpo", "no_rl")]
+
+
+def test_the_report_states_whether_each_arm_beats_the_controls(tmp_path):
+    from rich.console import Console
+
+    recs = _curve_runs("a", 0.6, 2000.0, noise=0.005) + _curve_runs("random_reward", 0.3, 2000.0, noise=0.005)
+    recs += [_record("no_rl", s, [0.2], steps=(0,)) for s in range(5)]
+    console = Console(record=True, width=200)
+    report.write_all(recs, tmp_path, title="t", baseline="a", controls=("random_reward", "no_rl"), console=console)
+    md = (tmp_path / "report.md").read_text()
+    assert "| a | 1.00 [1.00, 1.00] beats | 1.00 [1.00, 1.00] beats |" in md
+    assert "| random_reward | (itself) | 1.00 [1.00, 1.00] beats |" in md
+    assert "| no_rl | 0.00 [0.00, 0.00] below | (itself) |" in md
+    assert "- random_reward vs a: differ in A: random_reward saturates lower" in md
+    text = console.export_text()
+    assert "against the controls" in text and "random_reward vs a: differ in A" in text
