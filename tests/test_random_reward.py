@@ -126,3 +126,14 @@ def test_a_multi_component_task_trains_on_the_draw_alone_and_logs_its_true_compo
     assert scored.rewards.tolist() == random_rewards(4, 3, [c.prompt_index for c in scored.completions], 0.5)
     assert scored.metrics["reward/correct"] == pytest.approx(4 / 32) and scored.metrics["reward/format"] == 1.0
     assert scored.metrics["rollout/true_reward"] == pytest.approx(1 + 4 / 32)
+
+
+def test_a_data_parallel_rank_draws_what_one_process_draws_for_its_prompts(char):  # noqa: F811
+    def stage():
+        return RolloutStage(task=Task(_five), task_name="t", backend=Echo(char), tokenizer=char, seed=4,
+                            config=RolloutConfig(prompts_per_step=8, group_size=4, random_reward="given"))
+
+    whole = stage().sample(3).rewards.tolist()
+    second = stage()
+    second.shard = (1, 2)  # rank 1 of 2: prompts 4…7 of the step, numbered 0…3 in its own batch
+    assert second.sample(3).rewards.tolist() == whole[16:]
