@@ -136,6 +136,13 @@ def check_episode_settings(lab: Lab, components: Mapping[str, Any], rollout: Any
         _check_no_episode_settings(components["task"], rollout, text=text, where=where)
         return
     env = components.get("env")
+    if env is not None and rollout.random_reward != "off":
+        raise ConfigError(
+            f"{where}: [rollout] random_reward{line_of(text, 'rollout', 'random_reward')} = {rollout.random_reward!r} replaces "
+            f"a task's one reward per sample; environment {env.name!r} rewards each turn, which it would not replace. "
+            f"Use a task, or unset rollout.random_reward",
+            key="random_reward",
+        )
     if env is None or "env" in unused or rollout.max_turns is not None:
         return
     spec = lab.spec("environment", env.name)
@@ -226,12 +233,26 @@ def check_reward_components(lab: Lab, components: dict, rollout: Any, *, text: s
     ``reward_weights`` and no overlong penalty (it shapes only the scalar score)."""
     adv, task = components["advantage"], components["task"]
     est = lab.spec("advantage_estimator", adv.name)
+    if getattr(rollout, "random_reward", "off") != "off" and "reward_baselines" in est.requires:
+        raise ConfigError(
+            f"{where}: [rollout] random_reward{line_of(text, 'rollout', 'random_reward')}: advantage_estimator {adv.name!r} "
+            f"(plugin {est.provider}) subtracts the task reward of a greedy answer, which the random reward does not "
+            f"replace (it would tell training which prompts are solved); use a group estimator (grpo, rloo) for the control",
+            key="random_reward",
+        )
     if "reward_components" not in est.requires:
         return
     names = lab.spec("task", task.name).trait("reward_components", task.config)
     if names is None:
         return
     who = f"advantage_estimator {adv.name!r} (plugin {est.provider})"
+    if getattr(rollout, "random_reward", "off") != "off":
+        raise ConfigError(
+            f"{where}: [rollout] random_reward{line_of(text, 'rollout', 'random_reward')}: the random reward replaces the "
+            f"scalar reward, but {who} reads task {task.name!r}'s reward components, which it does not replace; use a "
+            f"scalar estimator (grpo, rloo) for the control",
+            key="random_reward",
+        )
     if len(names) < 2:
         raise ConfigError(
             f"{where}: [advantage]{line_of(text, 'advantage', 'name') or line_of(text, None, 'advantage')} {who} "

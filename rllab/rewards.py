@@ -339,3 +339,29 @@ class RewardSet:
             values = [0.0 if col[i] is None else col[i] for col in per_fn]
             out.append(self.weights[0] * values[0] if len(values) == 1 else dict(zip(self.names, values)))
         return out
+
+
+def random_rewards(seed: int, step: int, prompt_index: Sequence[int], p: float) -> list[float]:
+    """The spurious-rewards control (Shao et al. 2025, "Spurious Rewards: Rethinking Training
+    Signals in RLVR", arXiv 2506.10947; slime's ``--rm-type random``): per sample a reward of 1
+    with probability ``p``, else 0, blind to the completion.
+
+    Sample ``j`` of prompt ``i`` (its ``j``-th occurrence in ``prompt_index``) draws
+    ``u = numpy.random.default_rng([seed, step, i, j]).random()`` and scores ``1.0`` iff ``u < p``,
+    so a draw depends on (seed, step, prompt, sample) alone: the same in every run with that seed,
+    whatever was sampled or how the batch is split.
+
+    :param prompt_index: (N,) the prompt each sample answers (prompt-major or not).
+    """
+    import numpy as np
+
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"random_rewards: p = {p!r} is not a probability in [0, 1]")
+    seen: dict[int, int] = {}
+    out = []
+    for i in prompt_index:
+        j = seen.get(int(i), 0)
+        seen[int(i)] = j + 1
+        u = np.random.default_rng([int(seed), int(step), int(i), j]).random()
+        out.append(1.0 if u < p else 0.0)
+    return out

@@ -352,6 +352,9 @@ class RolloutStage:
                  for e in episodes]
         rewards = torch.tensor(raw, dtype=torch.float32)
         components = torch.tensor(comps, dtype=torch.float32).reshape(len(raw), len(names)) if names else None
+        true_reward, true_components = rewards.mean().item(), components
+        if r.random_reward != "off":  # the spurious-rewards control: training sees draws blind to the answers
+            rewards, components = self.random_rewards(step, completions, raw, keep, rank * P // world), None
         scores = rewards + self.overlong_penalty(completions)
         index = torch.tensor([c.prompt_index for c in completions])
         keep_t = torch.tensor(keep, dtype=torch.bool)
@@ -370,6 +373,8 @@ class RolloutStage:
             "rollout/score": scores.mean().item(),
             "rollout/accuracy": sum(solved) / len(solved),
             "rollout/response_length": lengths.mean().item(),
+            "rollout/tokens": lengths.sum().item(),
+            **_lengths_by_outcome(lengths, solved),
             "rollout/empty_frac": (lengths == 0).float().mean().item(),
             "rollout/stop_frac": sum(c.finish_reason == "stop" for c in completions) / len(completions),
             "rollout/reward_errors": float(errors),
@@ -380,8 +385,10 @@ class RolloutStage:
             "perf/completions_per_s": len(completions) / max(t1 - t0, 1e-9),
             **{k: float(v) for k, v in backend_metrics.items()},
         }
+        if r.random_reward != "off":
+            metrics["rollout/true_reward"] = true_reward
         for k, name in enumerate(names):
-            metrics[f"reward/{name}"] = components[:, k].mean().item()
+            metrics[f"reward/{name}"] = true_components[:, k].mean().item()
         if self.env is not None:
             metrics.update(episode_metrics(episodes))
         if r.dynamic_sampling:
@@ -391,6 +398,17 @@ class RolloutStage:
             examples=examples, completions=completions, rewards=rewards, scores=scores, keep=keep_t, metrics=metrics,
             components=components, component_names=names, episodes=episodes if self.env is not None else None,
         )
+
+    def random_rewards(self, step: int, completions: Sequence[Completion], raw: Sequence[float], keep: Sequence[bool], offset: int) -> torch.Tensor:
+        """(N,) float32: ``rollout.random_reward``'s Bernoulli draws (:func:`rllab.rewards.random_rewards`),
+        prompts numbered over the whole step (``offset``: this rank's first); ``matched`` takes p
+        from the mean task reward of the samples whose reward did not fail."""
+        from rllab.rewards import random_rewards
+
+        r = self.config
+        ok = [x for x, k in zip(raw, keep) if k]
+        p = r.random_reward_p if r.random_reward == "given" else min(1.0, max(0.0, sum(ok) / len(ok) if ok else 0.0))
+        return torch.tensor(random_rewards(self.seed, step, [offset + c.prompt_index for c in completions], p), dtype=torch.float32)
 
     def greedy_rewards(self, examples: Sequence[Example]) -> torch.Tensor:
         """(P,) float32: the reward of the policy's greedy episode for each example (ReMax's
@@ -464,3 +482,14 @@ class RolloutStage:
     def _solved_episode(self, e: EpisodeResult) -> bool:
         """Whether a played episode is solved (a failed one never is)."""
         return e.error is None and self.solved(e.example, e.reward, getattr(e.episode, "components", None))
+
+
+def _lengths_by_outcome(lengths: torch.Tensor, solved: Sequence[bool]) -> dict[str, float]:
+    """``rollout/response_length_correct`` / ``_incorrect``: the mean response length (tokens) of
+    the solved and of the unsolved samples, each logged when the step has one."""
+    mask = torch.tensor(list(solved), dtype=torch.bool)
+    out = {}
+    for name, m in (("correct", mask), ("incorrect", ~mask)):
+        if m.any():
+            out[f"rollout/response_length_{name}"] = lengths[m].mean().item()
+    return out

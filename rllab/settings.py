@@ -97,6 +97,19 @@ class RolloutConfig:
     dynamic_sampling: bool = knob(False, help="drop groups whose scores are all equal (DAPO)")
     overlong_buffer: int = knob(0, help="DAPO overlong shaping: penalise the last N tokens before the cap (0: off)", ge=0)
     overlong_penalty: float = knob(1.0, help="DAPO overlong shaping: the penalty reached at the cap", ge=0.0)
+    random_reward: str = knob(
+        "off",
+        help="the spurious-rewards control (Shao et al. 2025, arXiv 2506.10947; slime's --rm-type random): each training "
+        "sample's reward becomes a Bernoulli draw, 1 with probability p, seeded per sample from (train.seed, step, prompt, "
+        "sample) and blind to the answer; held-out evaluation and rollout/accuracy still score the task's reward "
+        "(rollout/true_reward logs its mean). given: p = random_reward_p; matched: p = the mean task reward of the step's "
+        "own samples (clipped to [0, 1]); off",
+        choices=("off", "given", "matched"),
+    )
+    random_reward_p: float = knob(
+        0.5, help="random_reward = 'given': the probability of a reward of 1 (the paper's 0.5)", ge=0.0, le=1.0,
+        validator=lambda i, a, v: _needs_fixed(i, a.name, v),
+    )
     reward_errors: str = knob(
         "raise",
         help="what a reward that raises or is NaN/inf does: raise, skip the sample's group, or score 0 (skip and zero carry "
@@ -142,6 +155,11 @@ class RolloutConfig:
         choices=("drop", "train"),
         validator=lambda i, a, v: _needs_staleness(i, a.name, v),
     )
+
+
+def _needs_fixed(inst, name: str, value) -> None:
+    if value != 0.5 and inst.random_reward != "given":
+        raise ValueError(f"{name} = {value!r} applies only with random_reward = 'given' (random_reward is {inst.random_reward!r})")
 
 
 def _needs_staleness(inst, name: str, value) -> None:

@@ -171,6 +171,12 @@ class DPO(_Preference):
     def pairs(self, ctx: RunContext) -> list[Pair]:
         """The offline data: from ``pairs_file`` or built once from the task."""
         if self._pairs is None:
+            if ctx.rollout.config.random_reward != "off":
+                raise rllab.ConfigError(
+                    f"rollout.random_reward = {ctx.rollout.config.random_reward!r}: offline DPO (algorithm 'dpo') trains on "
+                    "fixed pairs, not on scored rollouts, so a random reward would have no effect; use algorithm = "
+                    "'online_dpo' or 'rl', or unset rollout.random_reward"
+                )
             self._pairs = self._read(ctx) if self.config.pairs_file else self._build(ctx)
             if not self._pairs:
                 raise rllab.RllabError("offline DPO found no preference pairs (every sampled answer was already correct)")

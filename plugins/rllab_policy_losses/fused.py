@@ -82,6 +82,8 @@ def _actor_terms(log_prob, entropy, old_log_prob, advantages, ref_log_prob, weig
     dead = clipped if dead is None else dead.logical_or_(clipped)
     n_valid32 = n_valid.to(torch.float32)
     metrics["actor/clipfrac"] = (clipped & mask).sum().to(torch.float32) / n_valid32
+    metrics["actor/clipfrac_high"] = (clipped & mask & (advantages > 0)).sum().to(torch.float32) / n_valid32
+    metrics["actor/clipfrac_low"] = (clipped & mask & (advantages < 0)).sum().to(torch.float32) / n_valid32
     if clip_c is not None:  # dual clip: where A < 0 the loss is capped at −A·c
         cap = torch.mul(advantages, -clip_c)
         capped = (advantages < 0).logical_and_(pg_losses > cap)

@@ -23,7 +23,8 @@ Metrics, every loss:
   ``masked_mean(old_log_prob − log_prob)`` whenever ``|log r| ≤ 20``);
 * ``actor/approx_kl_k3 = masked_mean((r − 1) − log r)`` — CleanRL's ``approx_kl``, Schulman's
   k3, never negative;
-* ``actor/clipfrac`` — share of valid tokens whose loss took the clipped branch;
+* ``actor/clipfrac`` — share of valid tokens whose loss took the clipped branch, split into
+  ``actor/clipfrac_high`` (A > 0, cut at 1 + ε_high) and ``actor/clipfrac_low`` (A < 0, cut at 1 − ε_low);
 * loss-specific fractions (``actor/clipfrac_lower`` for dual-clip, ...).
 
 With ``log_prob == old_log_prob`` both KL metrics are exactly 0 and ``clipfrac`` is 0.
@@ -119,6 +120,14 @@ def _frac(flag: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return ops.masked_mean(flag.detach().to(torch.float32), mask)
 
 
+def _clip_sides(clipped: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, metrics: dict) -> None:
+    """``actor/clipfrac_high``: the share of valid tokens cut at the upper bound (A > 0 and
+    r > 1 + ε_high, what clip-higher opens); ``actor/clipfrac_low``: at the lower bound (A < 0 and
+    r < 1 − ε_low). They sum to ``actor/clipfrac``."""
+    metrics["actor/clipfrac_high"] = _frac(clipped & (advantages > 0), mask)
+    metrics["actor/clipfrac_low"] = _frac(clipped & (advantages < 0), mask)
+
+
 def _prepare(where, log_prob, old_log_prob, advantages, mask, weights):
     finite = check_inputs(
         where, mask, log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, weights=weights
@@ -172,6 +181,7 @@ def ppo_clip(*, log_prob, old_log_prob, advantages, mask, aggregate, config, wei
 
     metrics = kl_metrics(log_ratio, ratio, mask)
     metrics["actor/clipfrac"] = _frac(pg_losses2 > pg_losses1, mask)
+    _clip_sides(pg_losses2 > pg_losses1, advantages, mask, metrics)
     pg_losses = apply_off_policy_mask(
         pg_losses, config=config, log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, mask=mask,
         rollout_log_prob=rollout_log_prob, metrics=metrics, where="ppo_clip",
@@ -215,6 +225,7 @@ def ppo_dual_clip(*, log_prob, old_log_prob, advantages, mask, aggregate, config
 
     metrics = kl_metrics(log_ratio, ratio, mask)
     metrics["actor/clipfrac"] = _frac(pg_losses2 > pg_losses1, mask)
+    _clip_sides(pg_losses2 > pg_losses1, advantages, mask, metrics)
     metrics["actor/clipfrac_lower"] = _frac(negative & (clip_pg_losses1 > pg_losses3), mask)
     return _finish(pg_losses, weights, mask, aggregate), metrics
 

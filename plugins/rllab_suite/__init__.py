@@ -12,7 +12,9 @@ A suite expands into cells (:mod:`rllab_suite.spec`), validates every cell's con
 runs, runs the missing cells on a local process pool or Ray (:mod:`rllab_suite.executor`), checks
 which variants are the same computation by replaying them on one recorded batch
 (:mod:`rllab_suite.replay`), and reports mean and 95% bootstrap CIs over seeds, IQM and the
-probability of improvement over a baseline (:mod:`rllab_suite.stats`, :mod:`rllab_suite.report`).
+probability of improvement over a baseline (:mod:`rllab_suite.stats`, :mod:`rllab_suite.report`),
+each arm against the suite's control arms (:mod:`rllab_suite.controls`: a random reward, no RL)
+and curves fitted to compute (:mod:`rllab_suite.fits`).
 
 The plugin also listens to every run's ``on_step_end``: a run whose rollouts score 0 in every
 group for its first steps — every advantage 0 — or whose steps keep no sample to train on is

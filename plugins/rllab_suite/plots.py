@@ -108,6 +108,87 @@ def plot_track(records: list[RunRecord], tasks: list, variants: list, track: lis
     return _save(fig, out_dir / "track.png")
 
 
+def plot_fits(records: list[RunRecord], summary: dict, out_dir: Path, title: str = "") -> Path:
+    """``fits.png``: per task, each arm's held-out accuracy against training compute (the mean over
+    seeds at each eval step, the seeds as dots) and its fitted saturating curve (dashed where the
+    fit is not a result); an arm that did not train (``no_rl``) as a horizontal line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from rllab_suite.fits import saturating
+
+    fits = summary["fits"]
+    tasks, variants = summary["tasks"], summary["variants"]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        arms = fits["tasks"].get(task, {}).get("arms", {})
+        top = max((c for r in records if r.task == task and r.status == "done" for c in r.compute(fits["kind"]) if np.isfinite(c)), default=1.0)
+        for i, v in enumerate(variants):
+            d, c = arms.get(v), colors[i % len(colors)]
+            rs = [r for r in records if r.task == task and r.variant == v and r.status == "done"]
+            if d is None or not rs:
+                continue
+            if "A" not in d:
+                if np.isfinite(d.get("R0", np.nan)):
+                    ax.axhline(d["R0"], color=c, ls=":", label=f"{v}: {d['status']}")
+                continue
+            pts = [(x, y) for r in rs for s, x, y in zip(r.steps, r.compute(fits["kind"]), r.accuracy) if s > 0]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], ".", color=c, alpha=0.35, ms=4)
+            steps = sorted(set.intersection(*(set(r.steps) for r in rs)) - {0})
+            if steps:
+                mx = [np.mean([r.compute(fits["kind"])[r.steps.index(s)] for r in rs]) for s in steps]
+                my = [np.mean([r.accuracy[r.steps.index(s)] for r in rs]) for s in steps]
+                ax.plot(mx, my, "o", color=c, ms=5)
+            if np.isfinite(d.get("A", np.nan)):
+                xs = np.geomspace(top / 200, top * 3, 200)
+                ax.plot(xs, saturating(xs, d["A"], d["B"], d["C_mid"], d["R0"]), "-" if d["status"] == "ok" else "--", color=c,
+                        label=f"{v}: A={100 * d['A']:.1f}%" + ("" if d["status"] == "ok" else " (not a result)"))
+            else:
+                ax.plot([], [], "o", color=c, label=f"{v}: fit {d['status'][:40]}")
+        ax.set_xscale("log")
+        ax.set_xlabel(f"training compute ({fits['kind']})")
+        ax.set_ylabel("held-out accuracy (greedy)")
+        ax.set_title(f"{title} — {task}: fitted to compute" if title else f"{task}: fitted to compute", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return _save(fig, out_dir / "fits.png")
+
+
+def plot_pass_at(summary: dict, out_dir: Path, title: str = "") -> Path:
+    """``pass_at_k.png``: per task, pass@k against k (log scale) per arm, before RL (dashed) and after (solid)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks, variants = summary["tasks"], summary["variants"]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for i, v in enumerate(variants):
+            row = next((r for r in summary["rows"] if r["task"] == task and r["variant"] == v), None)
+            for when, ls in (("before", "--"), ("after", "-")):
+                curve = (row or {}).get("pass_at", {}).get(when)
+                if curve and (when == "after" or i == 0):  # one "before" line: every arm starts from the same warm start
+                    ks = sorted(curve)
+                    before = when == "before"
+                    ax.plot(ks, [curve[k] for k in ks], ls, marker=".", color="gray" if before else colors[i % len(colors)],
+                            lw=3 if before else 1.5, alpha=0.6 if before else 1.0, zorder=3 if before else 2,
+                            label="before RL (warm start)" if before else f"{v}, after")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("k")
+        ax.set_ylabel("pass@k (unbiased, held-out)")
+        ax.set_ylim(0, 1.02)
+        ax.set_title(f"{title} — {task}: pass@k" if title else f"{task}: pass@k", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return _save(fig, out_dir / "pass_at_k.png")
+
+
 def _save(fig, path: Path) -> Path:
     import matplotlib.pyplot as plt
 

@@ -36,6 +36,20 @@ class RunRecord:
     error: str = ""
     train: dict = attrs.field(factory=dict)
     """Tracked training metrics: name -> (steps, values), one value per training step logged."""
+    cost: dict = attrs.field(factory=dict)
+    """Training compute per step: ``tokens`` and ``seconds`` -> {step: value} (``rollout/tokens``, ``time/step``)."""
+    pass_at: dict = attrs.field(factory=dict)
+    """Sampled evaluation (``train.eval_samples``): eval step -> {k: pass@k}, pass@1 being ``eval/mean@n``."""
+
+    def compute(self, kind: str) -> list[float]:
+        """The ``kind`` (``tokens``/``seconds``) spent up to each eval step: the sum over the training
+        steps up to it (0 at step 0); NaN where a step of it logged none."""
+        per = self.cost.get(kind, {})
+        out = []
+        for s in self.steps:
+            vals = [per.get(t, math.nan) for t in range(1, int(s) + 1)]
+            out.append(float(sum(vals)))
+        return out
 
     def final(self, metric: str) -> float:
         vals = getattr(self, metric)
@@ -71,6 +85,8 @@ def read_run(run_dir: Path, *, variant: str = "", task: str = "", seed: int | No
     seed = seed if seed is not None else int((cfg.get("train", {}) or {}).get("seed", 0))
     steps, acc, rew, train_max = [], [], [], -math.inf
     tracked: dict[str, dict] = {m: {} for m in track}
+    cost: dict[str, dict] = {"tokens": {}, "seconds": {}}
+    pass_at: dict[int, dict] = {}
     metrics = run_dir / "metrics.jsonl"
     if metrics.is_file():
         for line in metrics.read_text().splitlines():
@@ -85,6 +101,14 @@ def read_run(run_dir: Path, *, variant: str = "", task: str = "", seed: int | No
                 rew.append(row.get("eval/reward", math.nan))
             if "rollout/reward" in row:
                 train_max = max(train_max, row["rollout/reward"])
+            if "time/step" in row:
+                cost["seconds"][row["step"]] = float(row["time/step"])
+            if "rollout/tokens" in row:
+                cost["tokens"][row["step"]] = float(row["rollout/tokens"])
+            ks = {int(k.split("@")[1]): float(v) for k, v in row.items() if k.startswith("eval/pass@")}
+            mean_at = next((float(v) for k, v in row.items() if k.startswith("eval/mean@")), None)
+            if ks or mean_at is not None:
+                pass_at[row["step"]] = {**({1: mean_at} if mean_at is not None else {}), **ks}
             for m in track:
                 if m in row and "step" in row:
                     tracked[m][row["step"]] = float(row[m])
@@ -100,5 +124,5 @@ def read_run(run_dir: Path, *, variant: str = "", task: str = "", seed: int | No
     return RunRecord(
         run_dir=str(run_dir), variant=variant, task=task, seed=seed, status=status, steps=steps, accuracy=acc, reward=rew,
         train_reward_max=train_max if train_max > -math.inf else math.nan, error=error.strip().splitlines()[-1] if error.strip() else "",
-        train={m: (sorted(d), [d[k] for k in sorted(d)]) for m, d in tracked.items() if d},
+        train={m: (sorted(d), [d[k] for k in sorted(d)]) for m, d in tracked.items() if d}, cost=cost, pass_at=pass_at,
     )

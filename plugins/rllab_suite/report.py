@@ -14,8 +14,8 @@ import math
 import tomllib
 from pathlib import Path
 
-from rllab_suite import stats
-from rllab_suite.plots import plot, plot_track  # noqa: F401  (plot_track: re-exported)
+from rllab_suite import controls as controls_, fits as fits_, stats
+from rllab_suite.plots import plot, plot_fits, plot_pass_at, plot_track  # noqa: F401  (plot_track: re-exported)
 from rllab_suite.records import LAST_FRACTION, RunRecord, read_run  # noqa: F401  (RunRecord, read_run: re-exported)
 
 METRICS = (("accuracy", "eval/accuracy"), ("reward", "eval/reward"))
@@ -83,10 +83,13 @@ def spans(records: list[RunRecord], track: tuple = ()) -> list[tuple[int, int]]:
     return [(round(i * top / n) + 1, round((i + 1) * top / n)) for i in range(n)]
 
 
-def summarize(records: list[RunRecord], *, baseline: str | None = None, variants: list[str] | None = None, track: tuple = ()) -> dict:
+def summarize(records: list[RunRecord], *, baseline: str | None = None, variants: list[str] | None = None, track: tuple = (),
+              controls: tuple = (), compute: str | None = None) -> dict:
     """Per (task, variant): final and AUC accuracy and reward, mean with a 95% bootstrap CI over
     seeds; per variant over tasks: IQM of final accuracy and P(improvement) over ``baseline``;
-    per tracked training metric, its mean over the last steps and over each span of the run."""
+    per tracked training metric, its mean over the last steps and over each span of the run; each
+    arm against the ``controls`` (:mod:`rllab_suite.controls`); with ``compute`` (``tokens`` or
+    ``seconds``), the curves fitted to it (:mod:`rllab_suite.fits`, a few seconds of refits)."""
     variants = variants or list(dict.fromkeys(r.variant for r in records))
     tasks = list(dict.fromkeys(r.task for r in records))
     windows = spans(records, track)
@@ -102,6 +105,7 @@ def summarize(records: list[RunRecord], *, baseline: str | None = None, variants
                     m, lo, hi = stats.mean_ci(vals)
                     row[f"{kind}_{metric}"] = {"mean": m, "low": lo, "high": hi}
             row["initial_accuracy"] = stats.mean_ci([r.accuracy[0] for r in done if r.accuracy])[0]
+            row["pass_at"] = _pass_at(done)
             row["no_signal"] = sum(1 for r in rs if r.train_reward_max == 0.0)
             row["track"] = {}
             for m in track:
@@ -129,11 +133,26 @@ def summarize(records: list[RunRecord], *, baseline: str | None = None, variants
                 entry["p_improvement"] = {"mean": poi[0], "low": poi[1], "high": poi[2]}
         overall.append(entry)
     failed = [{"variant": r.variant, "task": r.task, "seed": r.seed, "run_dir": r.run_dir, "error": r.error} for r in records if r.status == "failed"]
+    seeds = [row["runs"] for row in rows if row["runs"]]
     return {
+        "controls": list(controls), "vs_controls": controls_.against_controls(records, variants=variants, tasks=tasks, controls=tuple(controls)),
+        "fits": fits_.fit_all(records, tasks=tasks, arms=variants, kind=compute, baseline=baseline) if compute else None,
+        "min_seeds": min(seeds) if seeds else 0, "min_reliable_seeds": stats.MIN_RELIABLE_SEEDS,
         "baseline": baseline, "variants": variants, "tasks": tasks, "rows": rows, "overall": overall, "failed": failed,
         "confidence": stats.CONFIDENCE, "min_iqm_runs": stats.MIN_IQM_RUNS, "min_poi_seeds": stats.MIN_POI_SEEDS,
         "track": list(track), "track_missing": [m for m in track if not any(m in r.train for r in records)], "last_fraction": LAST_FRACTION,
     }
+
+
+def _pass_at(done: list[RunRecord]) -> dict:
+    """Sampled evaluation before RL (the first eval) and after (the last): {"before"/"after": {k: mean over seeds}}."""
+    out = {}
+    for when, pick in (("before", 0), ("after", -1)):
+        curves = [r.pass_at[r.steps[pick]] for r in done if r.steps and r.steps[pick] in r.pass_at]
+        ks = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+        if ks:
+            out[when] = {k: sum(c[k] for c in curves) / len(curves) for k in ks}
+    return out
 
 
 # --------------------------------------------------------------------------- rendering
@@ -204,6 +223,11 @@ def notes(summary: dict, identical: list | None = None) -> list[str]:
         out.append(f"NOT LOGGED tracked metric {m!r}: no run's metrics.jsonl has it (a typo, or a metric this algorithm does not log)")
     for item in identical or []:
         out.append(item["message"])
+    if 0 < summary.get("min_seeds", 0) < summary.get("min_reliable_seeds", 0):
+        out.append(
+            f"UNRELIABLE CIs: some arm has only {summary['min_seeds']} seed(s) on a task (fewer than {summary['min_reliable_seeds']}); "
+            "a percentile bootstrap over so few seeds under-covers — read every interval here as optimistic, and add seeds"
+        )
     if not any(o["iqm_final_accuracy"] for o in summary["overall"]):
         out.append(f"IQM needs at least {summary['min_iqm_runs']} runs per variant; not reported.")
     if summary["baseline"] and not any(o["p_improvement"] for o in summary["overall"]):
@@ -237,9 +261,32 @@ def render_terminal(summary: dict, console, *, title: str = "", identical: list 
     for o in summary["overall"]:
         t.add_row(escape(o["variant"]), str(o["runs"]), escape(format_percent(o["iqm_final_accuracy"])), "baseline" if o["variant"] == summary["baseline"] else escape(format_probability(o["p_improvement"])))
     console.print(t)
+    for block in (controls_.markdown_lines(summary.get("vs_controls", []), tuple(summary.get("controls", ()))),
+                  *(fits_.markdown_lines(summary["fits"], task) for task in summary["tasks"] if summary.get("fits"))):
+        _print_markdown_block(block, console)
     for n in notes(summary, identical):
-        style = "red" if n.startswith(("FAILED", "NO SIGNAL")) else "yellow" if n.startswith("IDENTICAL") else "dim"
+        style = "red" if n.startswith(("FAILED", "NO SIGNAL", "UNRELIABLE")) else "yellow" if n.startswith("IDENTICAL") else "dim"
         console.print(f"[{style}]{escape(n)}[/]", highlight=False)
+
+
+def _print_markdown_block(lines: list[str], console) -> None:
+    """A block of :func:`markdown`'s lines (a heading, a sentence, a table, bullets) as a rich table and text."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith("|") and not line.startswith("|---")]
+    if not rows:
+        return
+    t = Table(box=box.SIMPLE_HEAVY, title=lines[0].lstrip("# ").replace("`", ""))
+    for i, col in enumerate(rows[0]):
+        t.add_column(escape(col), justify="left" if i == 0 else "right")
+    for row in rows[1:]:
+        t.add_row(*map(escape, row))
+    console.print(t)
+    for line in lines:
+        if line.startswith("- "):
+            console.print(escape(line), highlight=False)
 
 
 def markdown(summary: dict, *, title: str = "", identical: list | None = None, images: tuple = ()) -> str:
@@ -249,6 +296,8 @@ def markdown(summary: dict, *, title: str = "", identical: list | None = None, i
         "AUC is the mean height of the held-out curve over the run (trapezoid rule, normalised by steps)."
     )
     lines.append("")
+    if 0 < summary.get("min_seeds", 0) < summary.get("min_reliable_seeds", 0):
+        lines += [f"**Unreliable intervals: as few as {summary['min_seeds']} seed(s) per arm (fewer than {summary['min_reliable_seeds']}).**", ""]
     for task in summary["tasks"]:
         lines += [f"## task `{task}`", "", "| " + " | ".join(n for n, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
         for r in summary["rows"]:
@@ -264,17 +313,35 @@ def markdown(summary: dict, *, title: str = "", identical: list | None = None, i
                 "| " + " | ".join(head) + " |", "|" + "---|" * len(head),
             ]
             lines += ["| " + " | ".join(row) + " |" for row in track_rows(summary, task)] + [""]
+        lines += pass_at_lines(summary, task)
+        if summary.get("fits"):
+            lines += fits_.markdown_lines(summary["fits"], task)
     base = summary["baseline"]
     lines += ["## over tasks (final accuracy)", "", f"| variant | runs | IQM % [95% CI] | P(> {base or 'baseline'}) [95% CI] |", "|---|---|---|---|"]
     for o in summary["overall"]:
         lines.append(f"| {o['variant']} | {o['runs']} | {format_percent(o['iqm_final_accuracy'])} | {'baseline' if o['variant'] == base else format_probability(o['p_improvement'])} |")
     lines.append("")
+    lines += controls_.markdown_lines(summary.get("vs_controls", []), tuple(summary.get("controls", ())))
     ns = notes(summary, identical)
     if ns:
         lines += ["## notes", ""] + [f"- {n}" for n in ns] + [""]
     for img in images:
         lines += [f"![{Path(img).stem}]({Path(img).name})", ""]
     return "\n".join(lines)
+
+
+def pass_at_lines(summary: dict, task: str) -> list[str]:
+    """pass@k before RL (the first evaluation) and after (the last), mean over seeds, for the arms that sampled (``train.eval_samples``)."""
+    rows = [r for r in summary["rows"] if r["task"] == task and r.get("pass_at")]
+    ks = sorted({k for r in rows for c in r["pass_at"].values() for k in c})
+    if not rows:
+        return []
+    lines = [f"## pass@k, task `{task}`", "", "Unbiased pass@k (1 − C(n−c, k)/C(n, k)) on the held-out set, mean over seeds: before RL → after.", "",
+             "| variant | " + " | ".join(f"pass@{k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
+    for r in rows:
+        b, a = r["pass_at"].get("before", {}), r["pass_at"].get("after", {})
+        lines.append(f"| {r['variant']} | " + " | ".join(f"{100 * b[k]:.1f} → {100 * a[k]:.1f}" if k in a and k in b else "—" for k in ks) + " |")
+    return lines + [""]
 
 
 def write_csv(summary: dict, path: Path) -> None:
@@ -301,12 +368,18 @@ def write_csv(summary: dict, path: Path) -> None:
 
 
 def write_all(records: list[RunRecord], out_dir: Path, *, title: str, baseline: str | None, variants: list[str] | None = None, identical: list | None = None, console=None,
-              track: tuple = ()) -> dict:
+              track: tuple = (), controls: tuple = (), compute: str = "tokens") -> dict:
     """Compute the summary and write ``report.md``, ``summary.csv``, ``summary.json``, ``runs.csv``
-    and the plots (``track.png`` too, for tracked training metrics) into ``out_dir``; print the table on ``console`` if given."""
+    and the plots (``track.png`` too, for tracked training metrics; ``fits.png``, the curves fitted
+    to ``compute``; ``pass_at_k.png`` when runs sampled their evaluation) into ``out_dir``; print
+    the table on ``console`` if given."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary = summarize(records, baseline=baseline, variants=variants, track=track)
+    summary = summarize(records, baseline=baseline, variants=variants, track=track, controls=controls, compute=compute)
     images = plot(records, summary, out_dir, title) if any(r.status == "done" for r in records) else []
+    if images and any(t["arms"] for t in summary["fits"]["tasks"].values()):
+        images.append(plot_fits(records, summary, out_dir, title))
+    if images and any(r.get("pass_at") for r in summary["rows"]):
+        images.append(plot_pass_at(summary, out_dir, title))
     (out_dir / "summary.json").write_text(json.dumps({**summary, "notes": notes(summary, identical), "identical": [i for i in identical or [] if "identical" in i]}, indent=2, default=str) + "\n")
     write_csv(summary, out_dir / "summary.csv")
     with (out_dir / "runs.csv").open("w", newline="") as f:

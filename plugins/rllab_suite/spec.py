@@ -9,6 +9,8 @@
     tasks = ["addition", { name = "sort", max_length = 5 }]
     baseline = "grpo"                    # probability of improvement is against this variant
     track = ["rollout/response_length"]  # optional: training metrics the report follows over the run
+    controls = ["random_reward", "no_rl"]  # optional: control arms added to every task
+    compute = "tokens"                   # the report's curves are fitted against tokens or seconds
 
     [overrides]                          # applied to every cell
     "rollout.prompts_per_step" = 8
@@ -43,7 +45,13 @@ from rllab.config import load_config, parse_overrides
 
 MANIFEST = "suite.json"
 """A suite directory's manifest: its name, cells and where its suite file came from."""
-SUITE_KEYS = {"name", "preset", "config", "steps", "seeds", "tasks", "baseline", "overrides", "variants", "axes", "track", "description"}
+SUITE_KEYS = {"name", "preset", "config", "steps", "seeds", "tasks", "baseline", "overrides", "variants", "axes", "track", "description",
+              "controls", "compute"}
+CONTROLS = ("random_reward", "no_rl")
+"""Control arms a suite can add (``controls = [...]``): the baseline (or the base config) trained on a
+random reward (``rollout.random_reward``), and the warm start alone (0 steps), evaluated alike."""
+COMPUTE = ("tokens", "seconds")
+"""What the report fits curves against: sampled response tokens (``rollout/tokens``) or training seconds (``time/step``)."""
 VARIANT_KEYS = {"preset", "config"}
 HASH_EXCLUDE = ("name", "output_dir", "provenance")
 SUITE_OWNED = {"train.seed": "seeds", "train.steps": "steps"}
@@ -61,6 +69,8 @@ class Variant:
     preset: str | None = None
     config: str | None = None
     overrides: tuple[tuple[str, Any], ...] = ()
+    control: str | None = None
+    """For a control arm, which one (:data:`CONTROLS`); its variant name is the same."""
 
 
 @attrs.frozen(kw_only=True)
@@ -102,6 +112,8 @@ class Suite:
     track: tuple[str, ...] = ()
     """Training metrics (``metrics.jsonl`` keys such as ``rollout/response_length``) the report
     follows over the run: their mean over the last steps and by fifths of the run."""
+    compute: str = "tokens"
+    """The compute axis of the report's fitted curves (:data:`COMPUTE`)."""
     base_dir: Path | None = None
     """Where a relative ``config`` is looked for after the suite file's own directory: the original
     suite file's directory, for the copy a suite directory keeps (recorded in its manifest)."""
@@ -109,6 +121,11 @@ class Suite:
     @property
     def variant_names(self) -> list[str]:
         return [v.name for v in self.variants]
+
+    @property
+    def controls(self) -> list[str]:
+        """The control arms' variant names, in the order given."""
+        return [v.name for v in self.variants if v.control]
 
 
 def _slug(text: str) -> str:
@@ -240,8 +257,14 @@ def parse_suite(source: str | Path | dict) -> Suite:
     if any(t.startswith("eval/") for t in track):
         raise SuiteError(f"{where}: track = {track!r}: eval/ metrics are evaluations, not training metrics; the report already shows eval/accuracy and eval/reward")
     baseline = data.get("baseline")
+    if baseline in CONTROLS and baseline not in names:
+        raise SuiteError(f"{where}: baseline {baseline!r} is a control arm: give a variant as the baseline (every arm is set against the controls anyway); variants: {', '.join(names)}")
     if baseline is not None and baseline not in names:
         raise SuiteError(f"{where}: baseline {baseline!r} is not a variant; variants: {', '.join(names)}")
+    variants += _controls(data.get("controls", []), next((v for v in variants if v.name == baseline), None), names, where)
+    compute = data.get("compute", "tokens")
+    if compute not in COMPUTE:
+        raise SuiteError(f"{where}: compute = {compute!r}: the fitted curves' axis is one of {', '.join(map(repr, COMPUTE))}")
     return Suite(
         name=data.get("name") or (path.stem if path else "suite"),
         path=path,
@@ -255,8 +278,39 @@ def parse_suite(source: str | Path | dict) -> Suite:
         steps=steps,
         baseline=baseline,
         track=tuple(track),
+        compute=compute,
         base_dir=_kept_copy_source(path),
     )
+
+
+def _controls(raw: Any, baseline: Variant | None, names: list[str], where: str) -> list[Variant]:
+    """The control arms of ``controls = ["random_reward", "no_rl"]`` (a control may be a table,
+    ``{ name = "random_reward", p = 0.2 }``, ``p = "matched"`` for the policy's own success rate):
+    each is the baseline variant (else the base config) with the control's overrides."""
+    if not isinstance(raw, list):
+        raise SuiteError(f"{where}: controls must be a list of {', '.join(map(repr, CONTROLS))}, got {raw!r}")
+    out = []
+    for item in raw:
+        name, knobs = (item, {}) if isinstance(item, str) else (item.get("name"), {k: v for k, v in item.items() if k != "name"}) if isinstance(item, dict) else (None, {})
+        if name not in CONTROLS:
+            raise SuiteError(f"{where}: controls: {item!r} is not a control; known: {', '.join(map(repr, CONTROLS))} (a name, or a table with a name)")
+        if name in names or name in [v.name for v in out]:
+            raise SuiteError(f"{where}: controls: {name!r} is given twice, or is also a variant's name; give each arm once")
+        allowed = {"p"} if name == "random_reward" else set()
+        if set(knobs) - allowed:
+            raise SuiteError(f"{where}: control {name!r} takes {'p' if allowed else 'no settings'}, not {', '.join(sorted(set(knobs) - allowed))}")
+        pairs: list[tuple[str, Any]] = []
+        if name == "random_reward":
+            p = knobs.get("p", 0.5)
+            if p == "matched":
+                pairs = [("rollout.random_reward", "matched")]
+            elif isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p <= 1:
+                pairs = [("rollout.random_reward", "given"), ("rollout.random_reward_p", float(p))]
+            else:
+                raise SuiteError(f"{where}: control 'random_reward': p = {p!r}: give a probability in [0, 1] or \"matched\"")
+        base = baseline or Variant(name=name)
+        out.append(Variant(name=name, preset=base.preset, config=base.config, overrides=base.overrides + tuple(pairs), control=name))
+    return out
 
 
 def _repeated(values: list) -> list:
@@ -323,7 +377,9 @@ def cell_overrides(suite: Suite, variant: Variant, task: tuple, seed: int, envir
         pairs += [("task", name), *knobs]
     pairs += list(variant.overrides)
     pairs += [("train.seed", seed)]
-    if suite.steps is not None:
+    if variant.control == "no_rl":
+        pairs.append(("train.steps", 0))  # the warm start alone, evaluated like every other arm
+    elif suite.steps is not None:
         pairs.append(("train.steps", suite.steps))
     return pairs
 

@@ -25,6 +25,8 @@ CONFIDENCE = 0.95
 N_RESAMPLES = 2000
 MIN_IQM_RUNS = 4
 MIN_POI_SEEDS = 3
+MIN_RELIABLE_SEEDS = 5
+"""Below this many seeds per (task, arm) a report marks its intervals as unreliable."""
 
 
 def _finite(x) -> np.ndarray:

@@ -157,7 +157,8 @@ def run_suite(source, *, directory=None, executor_name: str = "local", workers: 
     try:
         previous = check_directory(suite, out, replace=replace)
         (out / "runs").mkdir(parents=True, exist_ok=True)
-        manifest = {"name": suite.name, "baseline": suite.baseline, "variants": suite.variant_names, "track": list(suite.track), "cells": [c.to_dict() for c in cells]}
+        manifest = {"name": suite.name, "baseline": suite.baseline, "variants": suite.variant_names, "track": list(suite.track),
+                    "controls": suite.controls, "compute": suite.compute, "cells": [c.to_dict() for c in cells]}
         if suite.path is not None and suite.path.resolve() != (out / "suite.toml").resolve():
             shutil.copyfile(suite.path, out / "suite.toml")
             manifest["source_dir"] = str(suite.path.resolve().parent)  # where the copy's relative config paths point
@@ -201,7 +202,8 @@ def run_suite(source, *, directory=None, executor_name: str = "local", workers: 
         if check_identical:
             identical_path = out / "identical.json"
             try:
-                identical = identical_variants(cells, lab=lab, out_dir=out, console=console)
+                arms = [c for c in cells if c.variant not in suite.controls]  # a control replays as its base: not a finding
+                identical = identical_variants(arms, lab=lab, out_dir=out, console=console)
                 identical_path.write_text(json.dumps(identical, indent=2, default=str) + "\n")
             except Exception as e:  # the check informs the report; it never sinks the suite's results
                 console.print(f"[yellow]identical-variant check skipped: {type(e).__name__}: {e}[/]", highlight=False)
@@ -245,7 +247,8 @@ def report_suite(directory, *, console=None) -> dict:
                     f"start {' '.join(f'{x:.2f}' for x in la['start'])}, end {' '.join(f'{x:.2f}' for x in la['end'])}"}
         for la in manifest.get("load_average", [])
     ]
-    return report.write_all(records, out, title=f"suite {manifest['name']}", baseline=manifest.get("baseline"), variants=manifest["variants"], identical=identical + loads, console=console, track=track)
+    return report.write_all(records, out, title=f"suite {manifest['name']}", baseline=manifest.get("baseline"), variants=manifest["variants"], identical=identical + loads, console=console, track=track,
+                            controls=tuple(manifest.get("controls", ())), compute=manifest.get("compute", "tokens"))
 
 
 def _refuse_repeated_runs(dirs: list[Path]) -> None:

@@ -361,10 +361,12 @@ class SuiteDir:
         if self.file is not None:
             suite = parse_suite(self.file)
             self.name, self.baseline, self.variants = suite.name, suite.baseline, suite.variant_names
+            self.controls, self.compute = tuple(suite.controls), suite.compute
             cells = [(c.variant, c.task, c.seed, c.slug, c.config["train"]["steps"]) for c in expand(suite, lab=self.lab)]
         else:
             m = json.loads((self.directory / MANIFEST).read_text())
             self.name, self.baseline, self.variants = m["name"], m.get("baseline"), m["variants"]
+            self.controls, self.compute = tuple(m.get("controls", ())), m.get("compute", "tokens")
             cells = [(c["variant"], c["task"], c["seed"], c["run"], 0) for c in m["cells"]]
         self.cells = []
         for variant, task, seed, slug, total in cells:
@@ -404,13 +406,13 @@ class SuiteDir:
 
     def summary(self) -> dict:
         """rllab_suite's statistics of the cells as they stand."""
-        return summarize(self.records(), baseline=self.baseline, variants=self.variants)
+        return summarize(self.records(), baseline=self.baseline, variants=self.variants, controls=self.controls)
 
     def export(self) -> dict:
         """rllab_suite's report writer: report.md, summary.csv/json, runs.csv, curves.png, final.png."""
         self.directory.mkdir(parents=True, exist_ok=True)
         return write_all(self.records(), self.directory, title=f"suite {self.name}", baseline=self.baseline,
-                                variants=self.variants, identical=self.identical())
+                                variants=self.variants, identical=self.identical(), controls=self.controls, compute=self.compute)
 
     def add_seeds(self, n: int = 1) -> list[int]:
         """Append ``n`` seeds to the suite file (the next run of the suite runs just those)."""

@@ -93,6 +93,8 @@ def test_ppo_clip_asymmetric_by_hand():
     loss, m, grad = run("ppo_clip", lp, old, adv, clip_low=0.2, clip_high=0.28)
     close(loss, 0.08)
     close(m["actor/clipfrac"], 0.5)
+    close(m["actor/clipfrac_high"], 0.25)  # tok0: A > 0, r = 1.5 above 1.28
+    close(m["actor/clipfrac_low"], 0.25)  # tok1: A < 0, r = 0.5 below 0.8
     # approx_kl = −mean(log r) = −log(1.5·0.5·1.1·0.7)/4; k3 = mean(r − 1 − log r)
     close(m["actor/approx_kl"], 0.13726170914654712)
     close(m["actor/approx_kl_k3"], 0.08726170914654711)
@@ -122,6 +124,8 @@ def test_ppo_dual_clip_by_hand():
     loss, m, grad = run("ppo_dual_clip", lp, old, adv)
     close(loss, (3 + 2 - 1.2 + 0.4) / 4)
     close(m["actor/clipfrac"], 0.5)
+    close(m["actor/clipfrac_high"], 0.25)  # tok2: A > 0, r = 5 above 1.2
+    close(m["actor/clipfrac_low"], 0.25)  # tok3: A < 0, r = 0.5 below 0.8 (tok0's cap is clipfrac_lower)
     close(m["actor/clipfrac_lower"], 0.25)
     close(m["actor/approx_kl"], -0.80471895621705)  # −log(5·2·5·0.5)/4
     close(m["actor/approx_kl_k3"], 1.3202810437829497)
@@ -614,7 +618,7 @@ def test_fused_without_kl_or_entropy_and_with_masked_nan():
                None, None, 0.0, 0.0)
     torch.testing.assert_close(b[0], a[0], rtol=1e-12, atol=1e-15)
     torch.testing.assert_close(b[1][0], a[1][0], rtol=1e-12, atol=1e-15)
-    assert set(b[2]) == {"actor/approx_kl", "actor/approx_kl_k3", "actor/clipfrac", "loss/policy"}
+    assert set(b[2]) == {"actor/approx_kl", "actor/approx_kl_k3", "actor/clipfrac", "actor/clipfrac_high", "actor/clipfrac_low", "loss/policy"}
     # an entropy that does not need a gradient: the bonus enters the value only
     ent = torch.rand(lp.shape, dtype=lp.dtype)
     c = _separate(lp, old, adv, mask, agg, ent, None, 0.0, 0.5)

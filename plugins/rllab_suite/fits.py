@@ -1,0 +1,202 @@
+"""Curves fitted to compute: ScaleRL's saturating curve per arm, with bootstrap CIs over seeds.
+
+Khatri et al. 2025 ("The Art of Scaling Reinforcement Learning Compute for LLMs", arXiv
+2510.13914) fit held-out performance R against training compute C with a sigmoid in log C::
+
+    R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B)
+
+``R0`` the performance before training (here the mean step-0 accuracy over seeds, held fixed),
+``A`` the asymptote (the accuracy the recipe saturates at), ``C_mid`` the compute at which half of
+the gain ``A − R0`` is reached (efficiency) and ``B`` the steepness. Two recipes that differ in
+``A`` scale differently; two with the same ``A`` and different ``C_mid`` differ only in how fast
+they get there.
+
+Per (task, arm) the curve is fitted to every seed's held-out accuracy at its eval steps against the
+compute spent up to them (``tokens``: the sampled response tokens, ``rollout/tokens``; or
+``seconds``: ``time/step``) with ``scipy.optimize.curve_fit`` under bounds (``A`` in [0, 1],
+``B`` in [0.05, 20], ``C_mid`` within a factor 1000 of the data's range). ``A`` and ``C_mid`` get
+95% percentile-bootstrap CIs from refits on seeds drawn with replacement — the same draw for every
+arm, so two arms are compared on paired resamples (their seeds share prompts). A fit that fails,
+or whose ``C_mid`` ends on its bound (the data never bent, so ``A`` is an extrapolation), says so.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import attrs
+import numpy as np
+
+N_BOOT = 300
+"""Bootstrap refits per (task, arm)."""
+B_BOUNDS = (0.05, 20.0)
+SPAN = 1000.0
+"""``C_mid`` may lie this factor below the smallest or above the largest compute of the data."""
+
+
+def saturating(C, A: float, B: float, C_mid: float, R0: float):
+    """``R0 + (A − R0) / (1 + (C_mid / C)^B)``; ``R0`` at C = 0, ``A`` as C → ∞, half-way at ``C_mid``."""
+    C = np.asarray(C, dtype=float)
+    with np.errstate(divide="ignore", over="ignore"):
+        return R0 + (A - R0) / (1.0 + np.power(C_mid / C, B))
+
+
+@attrs.frozen(kw_only=True)
+class Fit:
+    A: float = math.nan
+    B: float = math.nan
+    C_mid: float = math.nan
+    R0: float = math.nan
+    status: str = "ok"
+    """``ok``; ``extrapolated: …`` (C_mid beyond the compute measured: A lies beyond the data); or
+    why the fit is not a result (did not converge, too few points, a parameter on its bound)."""
+
+    @property
+    def ok(self) -> bool:
+        """A usable fit: ``ok`` or ``extrapolated``."""
+        return self.status == "ok" or self.status.startswith("extrapolated")
+
+
+def fit_curve(C, R, R0: float) -> Fit:
+    """Fit ``A``, ``B``, ``C_mid`` (``R0`` fixed) to points ``(C, R)`` with C > 0."""
+    from scipy.optimize import OptimizeWarning, curve_fit
+
+    C, R = np.asarray(C, dtype=float), np.asarray(R, dtype=float)
+    good = np.isfinite(C) & np.isfinite(R) & (C > 0)
+    C, R = C[good], R[good]
+    if np.unique(C).size < 4 or not math.isfinite(R0):
+        return Fit(R0=R0, status=f"too few evaluations to fit three parameters ({np.unique(C).size} compute values after step 0; need 4 or more)")
+    lo, hi = C.min() / SPAN, C.max() * SPAN
+    p0 = (float(np.clip(R.max(), 0.0, 1.0)), 1.0, float(np.median(C)))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", OptimizeWarning)
+            popt, _ = curve_fit(lambda c, A, B, Cm: saturating(c, A, B, Cm, R0), C, R, p0=p0,
+                                bounds=((0.0, B_BOUNDS[0], lo), (1.0, B_BOUNDS[1], hi)), maxfev=5000)
+    except OptimizeWarning as e:
+        return Fit(R0=R0, status=f"parameters not identified ({str(e).splitlines()[0][:80]})")
+    except (RuntimeError, ValueError) as e:
+        return Fit(R0=R0, status=f"did not converge ({type(e).__name__}: {str(e).splitlines()[0][:80]})")
+    A, B, Cm = (float(x) for x in popt)
+    status = "ok"
+    if Cm >= hi * (1 - 1e-3) or Cm <= lo * (1 + 1e-3):
+        status = f"C_mid at its bound ({Cm:.3g}): the curve never bends within the data, so A is not identified"
+    elif B >= B_BOUNDS[1] * (1 - 1e-3) or B <= B_BOUNDS[0] * (1 + 1e-3):
+        status = f"B at its bound ({B:.3g}): the evaluations do not resolve the rise, so C_mid is not identified"
+    elif Cm > C.max():
+        status = f"extrapolated: C_mid {Cm:.3g} beyond the largest compute measured ({C.max():.3g}), so A lies beyond the data"
+    return Fit(A=A, B=B, C_mid=Cm, R0=R0, status=status)
+
+
+def _points(records) -> tuple[np.ndarray, np.ndarray, float]:
+    """Every run's (compute, accuracy) at its eval steps after step 0, and R0 = the mean step-0 accuracy."""
+    C, R, start = [], [], []
+    for r, comp in records:
+        for s, c, a in zip(r.steps, comp, r.accuracy):
+            if s == 0:
+                start.append(a)
+            else:
+                C.append(c)
+                R.append(a)
+    return np.asarray(C, dtype=float), np.asarray(R, dtype=float), float(np.mean(start)) if start else math.nan
+
+
+def _ci(values) -> dict:
+    v = np.asarray([x for x in values if math.isfinite(x)], dtype=float)
+    if v.size < 2:
+        return {"mean": math.nan, "low": math.nan, "high": math.nan}
+    return {"mean": math.nan, "low": float(np.percentile(v, 2.5)), "high": float(np.percentile(v, 97.5))}
+
+
+def fit_all(records, *, tasks: list, arms: list, kind: str = "tokens", baseline: str | None = None, n_boot: int = N_BOOT, seed: int = 0) -> dict:
+    """Per task: each arm's fit with bootstrap CIs of ``A`` and ``C_mid``, and per pair of fitted
+    arms (each against ``baseline`` when given, else every pair) whether they differ in ``A``, only
+    in ``C_mid``, or neither (paired bootstrap of ``A_x − A_y`` and ``C_mid_x / C_mid_y``)."""
+    rng = np.random.default_rng(seed)
+    out = {"kind": kind, "n_boot": n_boot, "tasks": {}}
+    for task in tasks:
+        runs = {a: [(r, r.compute(kind)) for r in records if r.task == task and r.variant == a and r.status == "done"] for a in arms}
+        seeds = sorted({r.seed for rs in runs.values() for r, _ in rs})
+        arms_out, boots = {}, {}
+        for a, rs in runs.items():
+            if not rs:
+                continue
+            if all(len(r.steps) <= 1 or r.steps[-1] == 0 for r, _ in rs):
+                arms_out[a] = {"status": "no training (the warm start alone)", "R0": _points(rs)[2]}
+                continue
+            if any(not np.isfinite(c).all() for _, c in rs):
+                arms_out[a] = {"status": f"no {kind} logged (rollout/tokens or time/step missing)", "R0": math.nan}
+                continue
+            fit = fit_curve(*_points(rs))
+            arms_out[a] = {"status": fit.status, "A": fit.A, "B": fit.B, "C_mid": fit.C_mid, "R0": fit.R0}
+            if fit.ok:  # an arm without a fit gets no interval either
+                boots[a] = []
+        for _ in range(n_boot if len(seeds) >= 2 else 0):
+            draw = rng.choice(seeds, size=len(seeds), replace=True)
+            for a in boots:
+                by_seed = {r.seed: (r, c) for r, c in runs[a]}
+                f = fit_curve(*_points([by_seed[s] for s in draw if s in by_seed]))
+                boots[a].append((f.A, f.C_mid) if f.ok else (math.nan, math.nan))
+        for a, b in boots.items():
+            d = arms_out[a]
+            d["A_ci"], d["C_mid_ci"] = _ci([x[0] for x in b]), _ci([x[1] for x in b])
+            d["boot_failed"] = sum(not math.isfinite(x[0]) for x in b)
+        fitted = list(boots)
+        pairs = [(a, baseline) for a in fitted if a != baseline] if baseline in fitted else [(a, b) for i, a in enumerate(fitted) for b in fitted[i + 1:]]
+        done = [_pair(a, b, boots[a], boots[b]) for a, b in pairs]
+        for p in done:
+            guessed = [x for x in (p["arm"], p["other"]) if arms_out[x]["status"].startswith("extrapolated")]
+            if guessed:
+                p["verdict"] += f" ({' and '.join(guessed)}: A extrapolated beyond the compute measured)"
+        out["tasks"][task] = {"arms": arms_out, "pairs": done}
+    return out
+
+
+def _pair(a: str, b: str, ba: list, bb: list) -> dict:
+    dA = [x[0] - y[0] for x, y in zip(ba, bb)]
+    ratio = [x[1] / y[1] for x, y in zip(ba, bb) if math.isfinite(x[1]) and math.isfinite(y[1]) and y[1] > 0]
+    dA_ci, r_ci = _ci(dA), _ci(ratio)
+    if math.isfinite(dA_ci["low"]) and (dA_ci["low"] > 0 or dA_ci["high"] < 0):
+        verdict = f"differ in A: {a} saturates {'higher' if dA_ci['low'] > 0 else 'lower'}"
+    elif math.isfinite(r_ci["low"]) and (r_ci["low"] > 1 or r_ci["high"] < 1):
+        verdict = f"same A within the CI; differ only in efficiency: {a} reaches half its gain with {'more' if r_ci['low'] > 1 else 'less'} compute"
+    elif not math.isfinite(dA_ci["low"]):
+        verdict = "not compared: too few bootstrap fits converged"
+    else:
+        verdict = "not told apart: A and C_mid both overlap"
+    return {"arm": a, "other": b, "dA_ci": dA_ci, "C_mid_ratio_ci": r_ci, "verdict": verdict}
+
+
+def _has_ci(d: dict, name: str) -> bool:
+    """Whether an arm has a fitted ``name`` and a bootstrap interval for it."""
+    return math.isfinite(d.get(name, math.nan)) and math.isfinite(d.get(f"{name}_ci", {}).get("low", math.nan))
+
+
+def _num(x: float, fmt: str) -> str:
+    return format(x, fmt) if isinstance(x, float) and math.isfinite(x) else "—"
+
+
+def markdown_lines(fits: dict, task: str) -> list[str]:
+    """The fits table and the pair verdicts of one task, as Markdown."""
+    t = fits["tasks"].get(task)
+    if not t or not t["arms"]:
+        return []
+    unit = "tokens" if fits["kind"] == "tokens" else "s"
+    lines = [
+        f"## curves fitted to compute, task `{task}`", "",
+        f"R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) over training {fits['kind']} (ScaleRL), R0 the mean step-0 accuracy; "
+        f"95% percentile-bootstrap CIs from {fits['n_boot']} refits on seeds drawn with replacement.", "",
+        "| arm | A % [95% CI] | C_mid " + unit + " [95% CI] | B | R0 % | fit |", "|---|---|---|---|---|---|",
+    ]
+    for a, d in t["arms"].items():
+        A = _num(100 * d.get("A", math.nan), ".1f") + (f" [{_num(100 * d['A_ci']['low'], '.1f')}, {_num(100 * d['A_ci']['high'], '.1f')}]" if _has_ci(d, "A") else "")
+        C = _num(d.get("C_mid", math.nan), ".3g") + (f" [{_num(d['C_mid_ci']['low'], '.3g')}, {_num(d['C_mid_ci']['high'], '.3g')}]" if _has_ci(d, "C_mid") else "")
+        fails = f" ({d['boot_failed']} of {fits['n_boot']} refits failed)" if d.get("boot_failed") else ""
+        lines.append(f"| {a} | {A} | {C} | {_num(d.get('B', math.nan), '.2f')} | {_num(100 * d.get('R0', math.nan), '.1f')} | {d['status']}{fails} |")
+    lines.append("")
+    for p in t["pairs"]:
+        dA = p["dA_ci"]
+        lines.append(f"- {p['arm']} vs {p['other']}: {p['verdict']} (A difference [{_num(100 * dA['low'], '.1f')}, {_num(100 * dA['high'], '.1f')}] points, "
+                     f"C_mid ratio [{_num(p['C_mid_ratio_ci']['low'], '.2f')}, {_num(p['C_mid_ratio_ci']['high'], '.2f')}])")
+    return lines + [""] if t["pairs"] else lines
