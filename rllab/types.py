@@ -367,9 +367,9 @@ class RolloutBatch:
                 f"incompatible with input_ids {tuple(self.input_ids.shape)}"
             )
         check_same_shape("RolloutBatch", response_mask=self.response_mask, turn_rewards=self.turn_rewards)
-        for name in ("index", "rewards", "turns", "staleness"):  # the per-row vectors (turns, staleness optional)
-            if getattr(self, name) is not None and getattr(self, name).shape != (B,):
-                raise ValueError(f"RolloutBatch: {name} must have shape ({B},), got {tuple(getattr(self, name).shape)}")
+        for f in attrs.fields(type(self)):  # every tensor field is per row: B first (as select indexes them)
+            if isinstance(value := getattr(self, f.name), torch.Tensor) and value.shape[:1] != (B,):
+                raise ValueError(f"RolloutBatch: {f.name} must have its B = {B} rows first, got shape {tuple(value.shape)}")
         comps, names = self.reward_components, self.reward_component_names
         if (comps is None) != (not names) or (comps is not None and comps.shape != (B, len(names))):
             got = None if comps is None else tuple(comps.shape)

@@ -116,3 +116,47 @@ def test_components_of_a_failed_episode_are_zeros_and_staleness_rides_along():
     assert batch.reward_component_weights == (1.0, 2.0) and batch.staleness.tolist() == [2, 0]
     rollouts = Rollouts(examples=[], episodes=[ok, attrs.evolve(failed, keep=False)], metrics={})
     assert rollouts.keep.tolist() == [True, False] and rollouts.rewards().tolist() == [1.0, 0.0]
+
+
+def test_every_tensor_field_of_a_batch_is_checked_for_its_rows():
+    import attrs
+
+    eps = [attrs.evolve(_episode([1, 2], [0, 1.0], score=(1.0, 0.0), index=i), staleness=i) for i in range(2)]
+    batch = episode_batch(eps, pad_token_id=0, component_names=("a", "b"), component_weights=(1.0, 1.0))
+    tensors = [f.name for f in attrs.fields(type(batch)) if isinstance(getattr(batch, f.name), torch.Tensor)]
+    assert {"rewards", "reward_components", "turns", "staleness"} <= set(tensors)
+    for name in tensors:
+        if name in ("input_ids", "response_mask"):  # their shapes are checked against each other first
+            continue
+        with pytest.raises(ValueError, match=name):
+            attrs.evolve(batch, **{name: getattr(batch, name)[:1]})
+
+
+def test_offline_dpo_builds_its_pairs_through_the_episode_loop(tmp_path, model_cache):
+    """The pairs are those of main's path (generate, then score), from episodes the loop played."""
+    from rllab.algorithm import seed_for
+    from rllab.config import load_config
+    from rllab.trainer import Trainer
+
+    from .tiny import TINY, overrides
+
+    cfg = load_config(None, [*overrides(TINY), "train.steps=1", "algorithm.pairs=6"], preset="dpo")
+    tr = Trainer(cfg, run_dir=tmp_path, progress=False)
+    try:
+        r = tr.rollout
+        examples = r.task.train_examples(6, torch.Generator().manual_seed(seed_for(cfg.train.seed, 0, 3)))
+        comps = r.generate(examples, r.sampling_params(10**6, n=4))
+        rewards, parts, _, _ = r.score_components(examples, comps)
+        worst: dict = {}
+        for c, s, p in zip(comps, rewards, parts):
+            if c.prompt_index not in worst or s < worst[c.prompt_index][0]:
+                worst[c.prompt_index] = (s, c, p)
+        expected = [(r.encode(e.prompt), r.response_ids(r.task.demonstration(e), prompt=e.prompt), list(worst[i][1].token_ids))
+                    for i, e in enumerate(examples) if not r.solved(e, worst[i][0], worst[i][2])]
+        played = []
+        play = r.play
+        r.play = lambda ex, params: played.append(len(ex)) or play(ex, params)
+        r.generate = None  # not called: the pairs come from played episodes
+        assert expected and tr.algorithm.pairs(tr.context()) == expected and played == [6]
+    finally:
+        tr.close()
