@@ -131,8 +131,15 @@ class RolloutStage:
     decoding stop at EOS and at the template's end-of-turn token.
     """
 
-    def __init__(self, source: EpisodeSource, *, backend: Any, tokenizer: Any, config: Any, seed: int,
-                 model_name: str = "the model", reducer: Reducer = SINGLE):
+    def __init__(self, source: EpisodeSource | None = None, *, backend: Any, tokenizer: Any, config: Any, seed: int,
+                 model_name: str = "the model", reducer: Reducer = SINGLE, **former: Any):
+        if former or not isinstance(source, EpisodeSource):
+            given = ", ".join(sorted(former)) or f"a {type(source).__name__}"
+            raise RllabError(
+                f"RolloutStage takes the run's episode source (got {given}): build it with "
+                f"rllab.task_environment.episode_source(task=... or env=..., name=..., config=...), or build the stage "
+                f"with rllab.rollout.build_stage(task=... or env=..., ...)"
+            )
         self.source = source
         self.task_name = source.name  # for messages: the task's name or the environment's
         self.backend = backend

@@ -160,3 +160,24 @@ def test_offline_dpo_builds_its_pairs_through_the_episode_loop(tmp_path, model_c
         assert expected and tr.algorithm.pairs(tr.context()) == expected and played == [6]
     finally:
         tr.close()
+
+
+def test_a_recording_with_the_former_field_names_still_replays():
+    import attrs
+    from rllab_suite.replay import recorded_batch
+
+    two = _episode([1, 2, 7, 3], [0, 0.25, 0, 1.0], turns=2, mask=(True, True, False, True))
+    batch = episode_batch([two, _episode([5], [1.0], index=1)], pad_token_id=0)
+    fields = {f.name: getattr(batch, f.name) for f in attrs.fields(type(batch))}
+    fields["scores"], fields["token_scores"] = fields.pop("rewards"), fields.pop("turn_rewards")
+    again = recorded_batch(fields)
+    assert torch.equal(again.rewards, batch.rewards) and torch.equal(again.token_rewards, batch.token_rewards)
+
+
+def test_the_stage_refuses_a_task_or_environment_in_place_of_its_source():
+    from rllab.rollout import RolloutStage
+
+    with pytest.raises(RllabError, match=r"got env.*episode_source\(task=... or env=...|got task.*episode_source"):
+        RolloutStage(task=TwoParts(), backend=None, tokenizer=None, config=RolloutConfig(), seed=0)
+    with pytest.raises(RllabError, match=r"got a TwoParts.*build_stage"):
+        RolloutStage(TwoParts(), backend=None, tokenizer=None, config=RolloutConfig(), seed=0)

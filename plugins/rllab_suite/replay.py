@@ -36,12 +36,18 @@ from pathlib import Path
 import attrs
 import torch
 
-from rllab import RllabError
+from rllab import RllabError, RolloutBatch
 from rllab.members import member
 
 FORMAT = "rllab-record/1"
 _RENAMED = {"scores": "rewards", "token_scores": "turn_rewards"}
 """Batch fields a recording of an earlier version names differently: its name → today's."""
+
+
+def recorded_batch(fields: dict) -> RolloutBatch:
+    """The :class:`RolloutBatch` of a recording's fields (those an earlier version named
+    differently, :data:`_RENAMED`, under today's names)."""
+    return RolloutBatch(**{_RENAMED.get(k, k): v for k, v in fields.items()})
 RTOL = 1e-3
 """Two gradients are the same when ‖a − b‖ ≤ RTOL · max(‖a‖, ‖b‖)."""
 REPLAYED_SECTIONS = ("algorithm", "advantage", "policy_loss", "correction", "aggregation", "kl", "kl_controller", "value_loss")
@@ -165,7 +171,7 @@ def _replayable(lab) -> str:
 
 def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> list[ReplayResult]:
     """Run each (name, resolved config) on every recorded batch; see the module docstring."""
-    from rllab import Lab, RecordedRollout, RolloutBatch, parts
+    from rllab import Lab, RecordedRollout, parts
     from rllab.models import CriticModel
     from rllab.config import load_config
 
@@ -187,7 +193,7 @@ def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> 
             reference = _model(data, "reference" if data.get("reference") is not None else "policy").eval().requires_grad_(False) if "reference" in needs else None
             critic = CriticModel.from_causal_lm(policy) if "critic" in needs else None
             # the algorithm's own step, its rollout stage handing out the recorded batch
-            batch = RolloutBatch(**{_RENAMED.get(k, k): v for k, v in rec["batch"].items()})
+            batch = recorded_batch(rec["batch"])
             # the variant's task's reward_weights (all 1 when it declares none), which gdpo /
             # normalize_then_sum default to: they ride on the batch the recorded rollout hands out
             weights = None
