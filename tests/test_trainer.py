@@ -316,7 +316,7 @@ def test_online_dpo_skips_groups_with_failed_rewards(tmp_path, trouble_lab):
 
     def spy_sample(step, **kw):
         out = sample(step, **kw)
-        failed = {c.prompt_index for c, e in zip(out.completions, out.rewards.tolist()) if not e and c.prompt_index not in ()}
+        failed = {c.prompt_index for c, e in zip(out.completions, [e.reward for e in out.episodes]) if not e and c.prompt_index not in ()}
         seen.append({"failed": {c.prompt_index for c, k in zip(out.completions, out.keep.tolist()) if not k}, "all": failed})
         return out
 
