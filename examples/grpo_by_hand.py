@@ -85,7 +85,7 @@ def main() -> None:
         finally:
             trainer.close()
     # On-policy the loss's value is minus the mean advantage per token (often about 0): what trains is its gradient.
-    print(f"{batch.input_ids.shape[0]} rows, mean reward {batch.scores.mean().item():.3f}, loss {loss.item():.4g}")
+    print(f"{batch.input_ids.shape[0]} rows, mean reward {batch.rewards.mean().item():.3f}, loss {loss.item():.4g}")
     for name, value in sorted(metrics.items()):
         print(f"  {name:<20} {value:.4g}")
 

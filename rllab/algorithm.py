@@ -280,17 +280,21 @@ class Rollout(Protocol):
     """The policy's tokenizer (``pad_token_id``)."""
 
     def sample(self, step: int, **kw: Any) -> Any:
-        """The step's scored rollouts, a :class:`rllab.rollout.Scored` (``prompts=``, ``group_size=``
-        override the config's). Named in words: the rollout module builds on this one."""
+        """The step's episodes and metrics, a :class:`rllab.rollout.Rollouts` (``prompts=``,
+        ``group_size=`` override the config's). Named in words: the rollout module builds on this one."""
 
-    def to_batch(self, scored: Any) -> RolloutBatch | None:
-        """The kept completions as a padded batch (None when nothing is kept)."""
+    def to_batch(self, rollouts: Any) -> RolloutBatch | None:
+        """The kept episodes as a padded batch (None when nothing is kept)."""
 
     def greedy_rewards(self, examples: Sequence[Example]) -> torch.Tensor:
         """(N,) float32: the reward of one greedy completion per example (ReMax's baselines)."""
 
     def generate(self, examples: Sequence[Example], params: SamplingParams) -> list[Completion]:
         """Completions of the examples' prompts."""
+
+    def play(self, examples: Sequence[Example], params: SamplingParams) -> list:
+        """``params.n`` episodes per example through the episode loop, scored
+        (:class:`rllab.episodes.EpisodeResult`, prompt-major)."""
 
     def sampling_params(self, step: int, *, n: int, greedy: bool = False) -> SamplingParams:
         """The rollout settings' sampling parameters for ``step`` (``n`` samples per prompt)."""

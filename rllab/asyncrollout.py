@@ -21,7 +21,7 @@ Versions and staleness: the backend is wrapped in :class:`VersionedBackend`, whi
 syncs (``version``). A completion's version is the integer its backend reports
 (``Completion.weight_version``: ``hf`` and ``sglang`` count their syncs alike), else the version
 at which its batch was sampled. When step ``t`` takes its batch, each sample's staleness is
-``trainer version − sample version`` (``Scored.staleness``, ``RolloutBatch.staleness``); a sample
+``trainer version − sample version`` (``EpisodeResult.staleness``, ``RolloutBatch.staleness``); a sample
 more than ``k`` versions old is dropped (``rollout.stale = "drop"``) or trained on (``"train"``),
 counted either way (``async/dropped``, ``async/stale_trained``).
 
@@ -61,9 +61,10 @@ import torch
 from rllab.algorithm import ROLLOUT_MEMBERS
 from rllab.errors import ConfigError
 from rllab.members import member
-from rllab.rollout import RolloutStage, Scored
+from rllab.rollout import Rollouts, RolloutStage
 
 if TYPE_CHECKING:
+    from rllab.episodes import EpisodeResult
     from rllab.types import Completion, Example, RolloutBatch, SamplingParams
 
 
@@ -171,8 +172,8 @@ class VersionedBackend:
         return self.overlap
 
 
-def sample_versions(scored: Scored, produced_at: int) -> torch.Tensor:
-    """(N,) int64: each completion's weight version — the integer its backend reported, else
+def sample_versions(rollouts: Rollouts, produced_at: int) -> torch.Tensor:
+    """(N,) int64: each episode's weight version — the integer its backend reported, else
     ``produced_at`` (the version its batch was sampled with)."""
 
     def one(v: Any) -> int:
@@ -181,28 +182,30 @@ def sample_versions(scored: Scored, produced_at: int) -> torch.Tensor:
         except (TypeError, ValueError):
             return produced_at
 
-    return torch.tensor([one(c.weight_version) for c in scored.completions], dtype=torch.long)
+    return torch.tensor([one(e.completion.weight_version) for e in rollouts.episodes], dtype=torch.long)
 
 
-def apply_staleness(scored: Scored, versions: torch.Tensor, current: int, *, max_staleness: int, stale: str) -> Scored:
-    """``scored`` as step-time data for a trainer at weight version ``current``: its staleness
-    (``current − versions``), samples over ``max_staleness`` dropped (``stale = "drop"``) or
-    kept (``"train"``), and the ``async/*`` metrics (module docstring)."""
+def apply_staleness(rollouts: Rollouts, versions: torch.Tensor, current: int, *, max_staleness: int, stale: str) -> Rollouts:
+    """``rollouts`` as step-time data for a trainer at weight version ``current``: each episode's
+    staleness (``current − versions``), episodes over ``max_staleness`` dropped (``stale =
+    "drop"``) or kept (``"train"``), and the ``async/*`` metrics (module docstring)."""
     staleness = (current - versions).clamp(min=0)
     over = staleness > max_staleness
-    keep = scored.keep & ~over if stale == "drop" else scored.keep
+    kept = rollouts.keep
+    keep = kept & ~over if stale == "drop" else kept
     n = max(1, staleness.numel())
-    metrics = dict(scored.metrics)
+    metrics = dict(rollouts.metrics)
     metrics.update({
         "async/staleness_mean": staleness.float().sum().item() / n,
         "async/staleness_max": float(staleness.max().item()) if staleness.numel() else 0.0,
-        "async/dropped": float((over & scored.keep).sum().item()) if stale == "drop" else 0.0,
-        "async/stale_trained": float((over & scored.keep).sum().item()) if stale == "train" else 0.0,
+        "async/dropped": float((over & kept).sum().item()) if stale == "drop" else 0.0,
+        "async/stale_trained": float((over & kept).sum().item()) if stale == "train" else 0.0,
         "rollout/kept_frac": keep.float().mean().item() if keep.numel() else 0.0,
     })
     for j, c in enumerate(torch.bincount(staleness, minlength=max_staleness + 1).tolist()):
         metrics[f"async/staleness_{j}"] = float(c)
-    return attrs.evolve(scored, keep=keep, metrics=metrics, staleness=staleness)
+    episodes = [attrs.evolve(e, keep=k, staleness=a) for e, k, a in zip(rollouts.episodes, keep.tolist(), staleness.tolist())]
+    return attrs.evolve(rollouts, episodes=episodes, metrics=metrics)
 
 
 class AsyncRollout:
@@ -258,14 +261,18 @@ class AsyncRollout:
     def tokenizer(self) -> Any:
         return self.stage.tokenizer
 
-    def to_batch(self, scored: Scored) -> RolloutBatch | None:
-        return self.stage.to_batch(scored)
+    def to_batch(self, rollouts: Rollouts) -> RolloutBatch | None:
+        return self.stage.to_batch(rollouts)
 
     def greedy_rewards(self, examples: Sequence[Example]) -> torch.Tensor:
         return self.stage.greedy_rewards(examples)
 
     def generate(self, examples: Sequence[Example], params: SamplingParams) -> list[Completion]:
         return self.stage.generate(examples, params)
+
+    def play(self, examples: Sequence[Example], params: SamplingParams) -> list[EpisodeResult]:
+        with self.backend.lock:
+            return self.stage.play(examples, params)
 
     def sampling_params(self, step: int, *, n: int, greedy: bool = False) -> SamplingParams:
         return self.stage.sampling_params(step, n=n, greedy=greedy)
@@ -284,7 +291,7 @@ class AsyncRollout:
 
     # -- the producer
 
-    def _produce(self, step: int) -> tuple[Scored, int]:
+    def _produce(self, step: int) -> tuple[Rollouts, int]:
         with self.backend.lock:  # no sync, evaluation or other batch meanwhile
             return self.stage.sample(step), self.backend.version
 
@@ -305,15 +312,15 @@ class AsyncRollout:
 
     # -- the trainer's side
 
-    def sample(self, step: int, **kw: Any) -> Scored:
+    def sample(self, step: int, **kw: Any) -> Rollouts:
         """The batch of ``step``, sampled ahead, with its staleness against the current weights."""
         if kw:
             raise ConfigError(f"rollout.max_staleness = {self.k}: a batch sampled ahead has the run's prompts and group size; got {kw}")
         self._fill(step)
         self.wait_s = 0.0
-        scored, produced_at = self._wait(self.futures.pop(step))
+        rollouts, produced_at = self._wait(self.futures.pop(step))
         out = apply_staleness(
-            scored, sample_versions(scored, produced_at), self.backend.version, max_staleness=self.k, stale=self.stale
+            rollouts, sample_versions(rollouts, produced_at), self.backend.version, max_staleness=self.k, stale=self.stale
         )
         out.metrics["time/rollout_wait"] = self.wait_s
         if step in self.regenerated:
@@ -355,27 +362,28 @@ class AsyncRollout:
             if not f.done():  # in flight across the last sync (overlap): sampled again after a resume
                 regenerate.append(s)
                 continue
-            scored, produced_at = f.result()
-            ages = self.backend.version - sample_versions(scored, produced_at)
+            rollouts, produced_at = f.result()
+            ages = self.backend.version - sample_versions(rollouts, produced_at)
             try:
-                pickle.dumps(scored)
+                pickle.dumps(rollouts)
             except Exception:
                 regenerate.append(s)
                 continue
-            batches[s] = {"scored": scored, "ages": ages}
+            batches[s] = {"rollouts": rollouts, "ages": ages}
         return {"max_staleness": self.k, "batches": batches, "regenerate": regenerate}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Put back the batches of :meth:`state_dict`, their versions rebased on this process's
         weight counter (the checkpoint's weights were just synced)."""
         for s, item in state.get("batches", {}).items():
-            scored, ages = item["scored"], item["ages"]
+            rollouts, ages = item["rollouts"], item["ages"]
             versions = self.backend.version - ages
-            scored = attrs.evolve(
-                scored, completions=[attrs.evolve(c, weight_version=str(int(v))) for c, v in zip(scored.completions, versions.tolist())]
-            )
+            rollouts = attrs.evolve(rollouts, episodes=[
+                attrs.evolve(e, completion=attrs.evolve(e.completion, weight_version=str(int(v))))
+                for e, v in zip(rollouts.episodes, versions.tolist())
+            ])
             future: concurrent.futures.Future = concurrent.futures.Future()
-            future.set_result((scored, self.backend.version))
+            future.set_result((rollouts, self.backend.version))
             self.futures[int(s)] = future
         self.regenerated = set(state.get("regenerate", []))
 

@@ -113,7 +113,7 @@ def _env_deterministic(comp):
 
 @_check("environment", "ids are the concatenation of turns and observations; model tokens only in the loss mask; finite rewards")
 def _env_ids(comp):
-    from rllab.types import RolloutBatch
+    from rllab.rollout import episode_batch
 
     env, examples, tok, renderer = _setup(comp)
     rec, eps = _demos(comp, env, examples, renderer)
@@ -136,8 +136,7 @@ def _env_ids(comp):
             raise AssertionError(f"a non-finite reward in the episode of {ep.example.prompt!r}")
         if abs(sum(ep.token_rewards) - ep.reward) > 1e-6:
             raise AssertionError(f"the placed rewards of {ep.example.prompt!r} do not add up to its total")
-    batch = RolloutBatch.from_completions([e.completion for e in eps], [e.reward for e in eps], pad_token_id=tok.pad_token_id,
-                                          token_scores=[e.token_rewards for e in eps], turns=[e.turns for e in eps])
+    batch = episode_batch(eps, pad_token_id=tok.pad_token_id)
     for i, e in enumerate(eps):
         model = list(e.completion.model_mask or (True,) * len(e.completion.token_ids))
         if batch.response_mask[i, : len(model)].tolist() != model or batch.response_mask[i, len(model):].any():

@@ -104,6 +104,8 @@ class Step:
     :param role: the observation's chat role, ``"user"`` or ``"tool"``.
     :param metrics: counters of this step (``tool_calls``, ``tool_errors``, ``parse_failures``,
         or the environment's own), summed over a batch's episodes into ``env/<name>``.
+    :param score: the turn's reward components in their declared order, of which ``reward`` is
+        the weighted sum (a task's one-turn episode: ``task.reward_components``); empty: one reward.
     """
 
     observation: str | None = attrs.field(default=None, validator=_observation)
@@ -111,6 +113,7 @@ class Step:
     done: bool = False
     role: str = attrs.field(default="user", validator=_role)
     metrics: Mapping[str, float] = attrs.field(factory=dict, validator=_metrics)
+    score: tuple[float, ...] = attrs.field(default=(), converter=lambda v: tuple(float(x) for x in v))
 
 
 @runtime_checkable

@@ -105,10 +105,20 @@ class EpisodeResult:
     last model token, 0 elsewhere."""
     reward: float
     """The episode's total reward (0 for an episode that failed)."""
-    turns: int
-    texts: tuple[str, ...]
+    score: tuple[float, ...] = ()
+    """Its reward components in the declared order (``task.reward_components``: a task's episode,
+    from its step's ``Step.score``); empty with one reward, and for an episode that failed."""
+    shaping: float = 0.0
+    """Added to ``reward`` for training (DAPO's overlong penalty; float32), on its last model token."""
+    keep: bool = True
+    """False: dropped from the step's batch (``reward_errors = "skip"``, dynamic sampling, too stale)."""
+    staleness: int | None = None
+    """Weight versions between its sampler and the trainer that takes it (asynchronous
+    rollouts, :mod:`rllab.asyncrollout`); None: synchronous."""
+    turns: int = 1
+    texts: tuple[str, ...] = ()
     """Each model turn's decoded text (up to its first stop token)."""
-    metrics: dict
+    metrics: dict = attrs.Factory(dict)
     """Its steps' ``Step.metrics``, summed."""
     observation_tokens: int = 0
     error: str | None = None
@@ -141,6 +151,8 @@ class _State:
     finish: str | None = None
     error: str | None = None
     metrics: dict = attrs.Factory(dict)
+    score: tuple = ()
+    """The reward components of its last step that gave them (``Step.score``)."""
     weight_version: str | None = None
     single: Completion | None = None
     """The first turn's completion, kept as it is for an episode that ends after it."""
@@ -367,6 +379,8 @@ class EpisodeRunner:
                 self._fail(s, turn, text, e)
                 continue
             s.reward(float(step.reward))
+            if step.score:
+                s.score = step.score
             for k, v in counts.items():
                 s.metrics[k] = s.metrics.get(k, 0.0) + v
             if step.done:
@@ -422,6 +436,7 @@ class EpisodeRunner:
         s.finish = "abort"
         s.total = 0.0
         s.rewards = [0.0] * len(s.rewards)
+        s.score = ()
 
     # -- observations
 
@@ -472,6 +487,7 @@ class EpisodeRunner:
             )
         return EpisodeResult(
             example=s.example, completion=comp, token_rewards=tuple(s.rewards), reward=s.total, turns=s.turns,
+            score=s.score,
             texts=tuple(s.texts), metrics=dict(s.metrics), observation_tokens=s.observation_tokens, error=s.error,
             episode=s.episode,
         )

@@ -13,7 +13,7 @@ import attrs
 import torch
 
 from rllab.errors import RllabError
-from rllab.rollout import Scored
+from rllab.rollout import Rollouts
 from rllab.types import Completion, Example, RolloutBatch, SamplingParams
 
 
@@ -21,8 +21,8 @@ class RecordedRollout:
     """A rollout stage that hands out one recorded :class:`RolloutBatch` instead of sampling.
 
     ``rllab replay`` puts one in a :class:`rllab.RunContext` (``rollout=``) so that an algorithm's
-    own ``step(ctx)`` trains on recorded rollouts: :meth:`sample` gives a :class:`Scored` with no
-    completions (a recording keeps the batch, not the texts) and the recorded ``metrics``;
+    own ``step(ctx)`` trains on recorded rollouts: :meth:`sample` gives :class:`Rollouts` with no
+    episodes (a recording keeps the batch, not the texts) and the recorded ``metrics``;
     :meth:`to_batch` gives the batch. Anything that would generate (ReMax's greedy baselines,
     evaluation) raises :class:`rllab.RllabError`.
     """
@@ -38,11 +38,10 @@ class RecordedRollout:
         :meth:`RolloutStage.component_weights`."""
         return None if self._weights is None else list(self._weights)
 
-    def sample(self, step: int, **_: Any) -> Scored:
-        empty = torch.zeros(0, dtype=torch.float32)
-        return Scored(examples=[], completions=[], rewards=empty, scores=empty, keep=torch.zeros(0, dtype=torch.bool), metrics=dict(self.metrics))
+    def sample(self, step: int, **_: Any) -> Rollouts:
+        return Rollouts(examples=[], episodes=[], metrics=dict(self.metrics))
 
-    def to_batch(self, scored: Scored) -> RolloutBatch:
+    def to_batch(self, rollouts: Rollouts) -> RolloutBatch:
         """The recorded batch, carrying ``component_weights`` when they were given (they win over
         the batch's own ``reward_component_weights``)."""
         if self._weights is None or self.batch.reward_components is None:
@@ -57,6 +56,9 @@ class RecordedRollout:
 
     def generate(self, examples: Sequence[Example], params: SamplingParams):
         self._cannot("generate")
+
+    def play(self, examples: Sequence[Example], params: SamplingParams):
+        self._cannot("play episodes")
 
     def evaluate(self, size: int, *, samples: int = 0) -> dict:
         self._cannot("evaluate")

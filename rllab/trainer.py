@@ -48,6 +48,7 @@ from rllab.models import enable_checkpointing, transformers_progress_bars_off
 from rllab.optimizer import Optimizers, StepOutcome, lr_factor
 from rllab.prompt_limits import PromptLimits
 from rllab.rollout import RolloutStage
+from rllab.task_environment import episode_source
 from rllab.config_checks import check_backend_device
 from rllab.rundir import CONFIG_FILE, recorded_config, start_run, with_deployment
 from rllab.specs import Component
@@ -215,12 +216,11 @@ class Trainer:
         if self.prompt_limits is None:  # prompts against the context, once the tokenizer exists (rllab.prompt_limits)
             self.prompt_limits = PromptLimits(self.task if self.env is None else self.env, tokenizer=self.tokenizer, rollout=self.cfg.rollout,
                                               context_tokens=context, name=name, model_name=model_name, announce=self.placement.reducer.is_main)
-        source = self.prompt_limits.for_rollout(self.cfg.rollout)  # refuses a prompt that does not fit, or drops it
-        return RolloutStage(
-            task=source if self.env is None else None, env=source if self.env is not None else None, task_name=name,
-            backend=self.backend, tokenizer=self.tokenizer, config=self.cfg.rollout, seed=self.cfg.train.seed,
-            model_name=model_name, reducer=self.placement.reducer, context_tokens=context,
-        )
+        examples = self.prompt_limits.for_rollout(self.cfg.rollout)  # refuses a prompt that does not fit, or drops it
+        source = episode_source(task=examples if self.env is None else None, env=examples if self.env is not None else None,
+                                name=name, config=self.cfg.rollout, tokenizer=self.tokenizer, context_tokens=context)
+        return RolloutStage(source, backend=self.backend, tokenizer=self.tokenizer, config=self.cfg.rollout, seed=self.cfg.train.seed,
+                            model_name=model_name, reducer=self.placement.reducer)
 
     def _build_optimizers(self) -> None:
         self.optimizer, self.critic_optimizer = parts.build_optimizers(self.cfg, self.policy, self.critic)  # policy: all, or the adapters

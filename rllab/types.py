@@ -316,8 +316,12 @@ class RolloutBatch:
     Multi-turn episodes: a row's response holds its model turns and the environment's
     observations between them; ``response_mask`` is True on the model's tokens only (observations
     are holes: context the forward sees through ``attention_mask``, never trained on, their
-    ``rollout_log_prob`` 0). ``token_scores`` then places each turn's reward on the last model
-    token of that turn, ``scores`` is the episode's total, and ``turns`` counts its model turns.
+    ``rollout_log_prob`` 0). ``turn_rewards`` then places each turn's reward on the last model
+    token of that turn, ``rewards`` is the episode's total, and ``turns`` counts its model turns.
+
+    Rewards have three names: ``rewards`` (B,) the scalar reward of each row, what training uses;
+    ``reward_components`` (B, K) the score of each component; ``token_rewards`` (B, T) the
+    rewards placed on the response tokens.
     """
 
     input_ids: torch.Tensor = attrs.field(validator=_tensor(ndim=2, dtype=torch.long))
@@ -330,8 +334,8 @@ class RolloutBatch:
     """(B, T) float32 log-probs the rollout backend reported for the sampled tokens."""
     index: torch.Tensor = attrs.field(validator=_tensor(ndim=1, dtype=torch.long))
     """(B,) int64 group id per row."""
-    scores: torch.Tensor = attrs.field(validator=_tensor(ndim=1, dtype=torch.float32))
-    """(B,) float32 sequence scores from the task."""
+    rewards: torch.Tensor = attrs.field(validator=_tensor(ndim=1, dtype=torch.float32))
+    """(B,) float32 reward of each row (after shaping): what training uses."""
     reward_components: torch.Tensor | None = attrs.field(default=None, validator=_tensor(ndim=2, dtype=torch.float32, optional=True))
     """(B, K) float32 per-component rewards of a multi-component task (None: one reward)."""
     reward_component_names: tuple[str, ...] = attrs.field(default=(), converter=tuple)
@@ -342,9 +346,9 @@ class RolloutBatch:
     """The K weights w_k of the task's scalar reward Σ_k w_k·r_k, in column order (the task's
     ``reward_weights``; the rollout stage gives all 1 when it declares none). None: not given
     (one reward, or a batch built without them); estimators then weigh every component 1."""
-    token_scores: torch.Tensor | None = attrs.field(default=None, validator=_tensor(ndim=2, dtype=torch.float32, optional=True))
+    turn_rewards: torch.Tensor | None = attrs.field(default=None, validator=_tensor(ndim=2, dtype=torch.float32, optional=True))
     """(B, T) float32 rewards placed on response tokens — each turn's reward on the last model
-    token of its turn (episodes); None: the score sits on each row's last model token."""
+    token of its turn (episodes of several turns); None: each row's reward sits on its last model token."""
     turns: torch.Tensor | None = attrs.field(default=None, validator=_tensor(ndim=1, dtype=torch.long, optional=True))
     """(B,) int64 model turns of each row's episode (None: one turn each)."""
     staleness: torch.Tensor | None = attrs.field(default=None, validator=_tensor(ndim=1, dtype=torch.long, optional=True))
@@ -354,21 +358,16 @@ class RolloutBatch:
     def __attrs_post_init__(self):
         B, L = self.input_ids.shape
         check_same_shape("RolloutBatch", input_ids=self.input_ids, attention_mask=self.attention_mask)
-        check_same_shape(
-            "RolloutBatch", response_mask=self.response_mask, rollout_log_prob=self.rollout_log_prob
-        )
+        check_same_shape("RolloutBatch", response_mask=self.response_mask, rollout_log_prob=self.rollout_log_prob)
         if self.response_mask.shape[0] != B or self.response_mask.shape[1] > L:
             raise ValueError(
                 f"RolloutBatch: response_mask has shape {tuple(self.response_mask.shape)}, "
                 f"incompatible with input_ids {tuple(self.input_ids.shape)}"
             )
-        for name in ("index", "scores"):
-            if getattr(self, name).shape != (B,):
-                raise ValueError(f"RolloutBatch: {name} must have shape ({B},), got {tuple(getattr(self, name).shape)}")
-        check_same_shape("RolloutBatch", response_mask=self.response_mask, token_scores=self.token_scores)
-        for name in ("turns", "staleness"):
-            if getattr(self, name) is not None and getattr(self, name).shape != (B,):
-                raise ValueError(f"RolloutBatch: {name} must have shape ({B},), got {tuple(getattr(self, name).shape)}")
+        check_same_shape("RolloutBatch", response_mask=self.response_mask, turn_rewards=self.turn_rewards)
+        for f in attrs.fields(type(self)):  # every tensor field is per row: B first (as select indexes them)
+            if isinstance(value := getattr(self, f.name), torch.Tensor) and value.shape[:1] != (B,):
+                raise ValueError(f"RolloutBatch: {f.name} must have its B = {B} rows first, got shape {tuple(value.shape)}")
         comps, names = self.reward_components, self.reward_component_names
         if (comps is None) != (not names) or (comps is not None and comps.shape != (B, len(names))):
             got = None if comps is None else tuple(comps.shape)
@@ -377,9 +376,7 @@ class RolloutBatch:
             )
         weights = self.reward_component_weights
         if weights is not None and len(weights) != len(names):
-            raise ValueError(
-                f"RolloutBatch: reward_component_weights has {len(weights)} entries for the {len(names)} components {names!r}"
-            )
+            raise ValueError(f"RolloutBatch: reward_component_weights has {len(weights)} entries for the {len(names)} components {names!r}")
 
     @property
     def response_length(self) -> int:
@@ -387,28 +384,32 @@ class RolloutBatch:
         return self.response_mask.shape[1]
 
     @property
-    def token_rewards(self) -> torch.Tensor:
-        """(B, T) float32: ``token_scores`` when the batch has them (episodes: each turn's reward
-        on its last model token); else each row's score on its last True of ``response_mask``
-        (its last model token, whatever holes precede it), 0 elsewhere.
+    def scores(self) -> torch.Tensor:
+        """The former name of :attr:`rewards`."""
+        return self.rewards
 
-        A row with no response token gets no reward token (its score is kept in ``scores``).
-        """
-        if self.token_scores is not None:
-            return self.token_scores
+    @property
+    def token_rewards(self) -> torch.Tensor:
+        """(B, T) float32: ``turn_rewards`` when the batch has them (episodes of several turns);
+        else each row's reward on its last True of ``response_mask`` (its last model token,
+        whatever holes precede it), 0 elsewhere. A row with no response token gets no reward
+        token (its reward is kept in ``rewards``)."""
+        if self.turn_rewards is not None:
+            return self.turn_rewards
         mask = self.response_mask
         B, T = mask.shape
         out = torch.zeros(B, T, dtype=torch.float32, device=mask.device)
         cols = torch.arange(T, device=mask.device).expand(B, T)
         last = torch.where(mask, cols, torch.full_like(cols, -1)).amax(-1)  # -1: no model token
-        out[torch.arange(B, device=out.device), last.clamp(min=0)] = torch.where(last >= 0, self.scores, torch.zeros_like(self.scores))
+        out[torch.arange(B, device=out.device), last.clamp(min=0)] = torch.where(last >= 0, self.rewards, torch.zeros_like(self.rewards))
         return out
 
     @classmethod
     def from_completions(
-        cls, completions: Sequence[Completion], scores: Sequence[float], pad_token_id: int,
+        cls, completions: Sequence[Completion], rewards: Sequence[float], pad_token_id: int,
         *, reward_components: "torch.Tensor | None" = None, reward_component_names: Sequence[str] = (),
-        reward_component_weights: Sequence[float] | None = None, token_scores: "Sequence[Sequence[float]] | None" = None, turns: "Sequence[int] | None" = None,
+        reward_component_weights: Sequence[float] | None = None, turn_rewards: "Sequence[Sequence[float]] | None" = None,
+        turns: "Sequence[int] | None" = None, staleness: "Sequence[int] | None" = None,
     ) -> "RolloutBatch":
         """Pad completions into a batch. Rows keep the order given; ``index`` is the prompt index.
 
@@ -417,15 +418,13 @@ class RolloutBatch:
 
         :param reward_components: (B, K) float per-component rewards, with their K names and
             (optionally) the K weights of the task's scalar reward.
-        :param token_scores: per completion, one reward per entry of its ``token_ids`` (episodes).
-        :param turns: per completion, its episode's model turns.
+        :param turn_rewards: per completion, one reward per entry of its ``token_ids`` (episodes).
+        :param turns: per completion, its episode's model turns; ``staleness``: its weight versions behind.
         """
         if len(completions) == 0:
             raise ValueError("RolloutBatch.from_completions: no completions")
-        if len(scores) != len(completions):
-            raise ValueError(
-                f"RolloutBatch.from_completions: {len(completions)} completions but {len(scores)} scores"
-            )
+        if len(rewards) != len(completions):
+            raise ValueError(f"RolloutBatch.from_completions: {len(completions)} completions but {len(rewards)} rewards")
         if pad_token_id is None:
             raise ValueError("RolloutBatch.from_completions: pad_token_id is None (give the tokenizer a pad token)")
         # No per-token Python loop: the rows' prompts and responses, concatenated, are converted
@@ -453,29 +452,30 @@ class RolloutBatch:
             masks = [c.model_mask if c.model_mask is not None else (True,) * len(c.token_ids) for c in completions]
             response[real] = np.fromiter(chain.from_iterable(masks), np.bool_, sum(tl))
             lps[~response] = 0.0
-        token_scores_t = None
-        if token_scores is not None:
-            if len(token_scores) != B or any(len(r) != n for r, n in zip(token_scores, tl)):
-                raise ValueError("RolloutBatch.from_completions: token_scores must give one reward per token of each completion")
+        turn_rewards_t = None
+        if turn_rewards is not None:
+            if len(turn_rewards) != B or any(len(r) != n for r, n in zip(turn_rewards, tl)):
+                raise ValueError("RolloutBatch.from_completions: turn_rewards must give one reward per token of each completion")
             placed = np.zeros((B, T), dtype=np.float32)
-            placed[real] = np.fromiter(chain.from_iterable(token_scores), np.float32, sum(tl))
-            token_scores_t = torch.from_numpy(placed)
-        if isinstance(scores, torch.Tensor):
-            scores_t = scores.detach().to("cpu", torch.float32, copy=True)
+            placed[real] = np.fromiter(chain.from_iterable(turn_rewards), np.float32, sum(tl))
+            turn_rewards_t = torch.from_numpy(placed)
+        if isinstance(rewards, torch.Tensor):
+            rewards_t = rewards.detach().to("cpu", torch.float32, copy=True)
         else:
-            scores_t = torch.from_numpy(np.array(scores, dtype=np.float32))
+            rewards_t = torch.from_numpy(np.array(rewards, dtype=np.float32))
         return cls(
             input_ids=torch.from_numpy(ids),
             attention_mask=torch.from_numpy(attention),
             response_mask=torch.from_numpy(response),
             rollout_log_prob=torch.from_numpy(lps),
             index=torch.from_numpy(np.fromiter([c.prompt_index for c in completions], np.int64, B)),
-            scores=scores_t,
+            rewards=rewards_t,
             reward_components=None if reward_components is None else torch.as_tensor(reward_components, dtype=torch.float32),
             reward_component_names=tuple(reward_component_names),
             reward_component_weights=reward_component_weights,
-            token_scores=token_scores_t,
+            turn_rewards=turn_rewards_t,
             turns=None if turns is None else torch.tensor(list(turns), dtype=torch.long),
+            staleness=None if staleness is None else torch.tensor(list(staleness), dtype=torch.long),
         )
 
     def select(self, rows: torch.Tensor) -> "RolloutBatch":

@@ -23,7 +23,7 @@ import torch
 
 from rllab.environment import Step
 from rllab.errors import ConfigError, EpisodeError, RewardError, RllabError
-from rllab.rollout import RolloutStage
+from rllab.rollout import build_stage
 from rllab.settings import RolloutConfig
 from rllab.accuracy import is_solved, solved_rule
 from rllab.types import Completion, Example
@@ -76,7 +76,7 @@ class Task:
 
 
 def stage(tok, task, **rollout):
-    return RolloutStage(task=task, task_name="t", backend=Echo(tok), tokenizer=tok, seed=0,
+    return build_stage(task=task, task_name="t", backend=Echo(tok), tokenizer=tok, seed=0,
                         config=RolloutConfig(**{"prompts_per_step": 2, "group_size": 2, **rollout}))
 
 
@@ -214,7 +214,7 @@ class Chatty:
 
 
 def test_every_episode_overflowing_its_budget_stops_naming_the_budget(char):
-    s = RolloutStage(env=Chatty(), env_name="chatty", backend=Echo(char), tokenizer=char, seed=0,
+    s = build_stage(env=Chatty(), env_name="chatty", backend=Echo(char), tokenizer=char, seed=0,
                      config=RolloutConfig(prompts_per_step=2, group_size=2, max_episode_tokens=8))
     with pytest.raises(ConfigError, match=r"every episode of environment 'chatty' in this step ended by overflowing its token "
                                           r"budget.*rollout.max_episode_tokens = 8.*Raise rollout.max_episode_tokens") as e:
@@ -227,7 +227,7 @@ def test_an_environment_that_always_fails_stops_naming_it(char):
         def step(self, text):
             raise KeyError("no such tool")
 
-    s = RolloutStage(env=Broken(), env_name="broken", backend=Echo(char), tokenizer=char, seed=0,
+    s = build_stage(env=Broken(), env_name="broken", backend=Echo(char), tokenizer=char, seed=0,
                      config=RolloutConfig(prompts_per_step=2, group_size=2, reward_errors="skip"))
     with pytest.raises(EpisodeError, match=r"environment 'broken'.*no such tool.*Fix the environment"):
         s.sample(0)

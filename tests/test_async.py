@@ -17,7 +17,8 @@ import rllab
 from rllab import asyncrollout
 from rllab.config import load_config
 from rllab.errors import ConfigError
-from rllab.rollout import RolloutStage, Scored
+from rllab.episodes import EpisodeResult
+from rllab.rollout import Rollouts, RolloutStage
 from rllab.trainer import Trainer
 
 from .tiny import TINY, overrides
@@ -65,8 +66,10 @@ def _scored(keep, versions):
     n = len(keep)
     comps = [rllab.Completion(prompt_ids=(1,), token_ids=(2,), log_probs=(0.0,), finish_reason="stop", weight_version=v)
              for v in versions]
-    z = torch.zeros(n)
-    return Scored(examples=[], completions=comps, rewards=z, scores=z, keep=torch.tensor(keep), metrics={"rollout/reward": 0.5})
+    episodes = [EpisodeResult(example=rllab.Example(prompt="p", answer=""), completion=c, token_rewards=(0.0,), reward=0.0, keep=k)
+                for c, k in zip(comps, keep)]
+    assert len(episodes) == n
+    return Rollouts(examples=[], episodes=episodes, metrics={"rollout/reward": 0.5})
 
 
 def test_sample_versions_read_the_backend_else_the_batch_version():
@@ -79,7 +82,7 @@ def test_staleness_dropped_samples_and_their_counts():
     s = _scored([True, True, True, True, False], ["4", "3", "2", "1", "2"])
     versions = asyncrollout.sample_versions(s, produced_at=0)
     out = asyncrollout.apply_staleness(s, versions, 4, max_staleness=1, stale="drop")
-    assert out.staleness.tolist() == [0, 1, 2, 3, 2]
+    assert [e.staleness for e in out.episodes] == [0, 1, 2, 3, 2]
     assert out.keep.tolist() == [True, True, False, False, False]
     m = out.metrics
     assert m["async/dropped"] == 2.0 and m["async/stale_trained"] == 0.0  # the reward error's sample is not counted twice
@@ -144,7 +147,7 @@ def _batches(tr, steps):
 
     def spy(ctx):
         scored = ctx.rollout.sample(ctx.step)
-        seen.append(([c.token_ids for c in scored.completions], scored.staleness.tolist()))
+        seen.append(([c.token_ids for c in scored.completions], [e.staleness for e in scored.episodes]))
         ctx.rollout.sample = lambda step, _s=scored: _s  # the step's own call gets this batch
         try:
             return (yield from original(ctx))

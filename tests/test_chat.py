@@ -8,7 +8,7 @@ import pytest
 
 from rllab.chat import PromptRenderer, check_messages, end_of_turn_ids, is_messages, prompt_key, prompt_text
 from rllab.errors import PromptError
-from rllab.rollout import RolloutStage
+from rllab.rollout import build_stage
 from rllab.tinymodel import encode_demonstrations
 from rllab.tinytok import CHAT_TEMPLATE, build_chat_tokenizer, build_tokenizer
 from rllab.types import Completion, Example, SamplingParams
@@ -188,14 +188,14 @@ def _config(**kw):
 def test_rollout_stage_trains_on_the_rendered_ids_and_stops_at_end_of_turn(chat_tok):
     im_end = chat_tok.convert_tokens_to_ids("<|im_end|>")
     backend = _Recorder(list(chat_tok("4", add_special_tokens=False).input_ids) + [im_end])
-    stage = RolloutStage(task=_ChatTask(), task_name="chat", backend=backend, tokenizer=chat_tok,
+    stage = build_stage(task=_ChatTask(), task_name="chat", backend=backend, tokenizer=chat_tok,
                          config=_config(system_prompt="Be brief."), seed=0)
     scored = stage.sample(0)
     prompts, params = backend.seen[0]
     assert params.stop_token_ids == (chat_tok.eos_token_id, im_end)
     want = PromptRenderer(chat_tok, system_prompt="Be brief.").encode(_ChatTask().ex[0].prompt)
     assert prompts[0] == want and chat_tok.decode(want).startswith("<|im_start|>system\nBe brief.")
-    assert scored.rewards.tolist() == [1.0, 1.0, 0.0, 0.0]  # '4' answers 0+4, not 1+4; im_end cut off
+    assert [e.reward for e in scored.episodes] == [1.0, 1.0, 0.0, 0.0]  # '4' answers 0+4, not 1+4; im_end cut off
     batch = stage.to_batch(scored)
     row = batch.input_ids[0][batch.attention_mask[0]].tolist()
     assert row == want + backend.answer_ids  # token-in/token-out: exactly the rendered ids
@@ -205,8 +205,8 @@ def test_rollout_stage_with_a_string_task_keeps_eos_only(char_tok):
     task = SimpleNamespace(train_examples=lambda n, g: [Example(prompt="3+4=", answer="7")] * n,
                            reward=lambda e, c: float(c == e.answer))
     backend = _Recorder(list(char_tok("7", add_special_tokens=False).input_ids) + [char_tok.eos_token_id])
-    stage = RolloutStage(task=task, task_name="t", backend=backend, tokenizer=char_tok, config=_config(), seed=0)
-    assert stage.sample(0).rewards.tolist() == [1.0] * 4
+    stage = build_stage(task=task, task_name="t", backend=backend, tokenizer=char_tok, config=_config(), seed=0)
+    assert [e.reward for e in stage.sample(0).episodes] == [1.0] * 4
     prompts, params = backend.seen[0]
     assert prompts[0] == list(char_tok("3+4=").input_ids) and params.stop_token_ids == (char_tok.eos_token_id,)
 

@@ -60,7 +60,7 @@ def _batch(rows: slice | None = None) -> RolloutBatch:
     index = torch.arange(B) // 2
     scores = torch.rand(B, generator=g)
     batch = dict(input_ids=ids, attention_mask=attention, response_mask=response_mask,
-                 rollout_log_prob=-torch.rand(B, T, generator=g), index=index, scores=scores)
+                 rollout_log_prob=-torch.rand(B, T, generator=g), index=index, rewards=scores)
     if rows is not None:
         batch = {k: v[rows] for k, v in batch.items()}
         batch["index"] = batch["index"] - batch["index"].min()
@@ -186,7 +186,7 @@ def _evaluate(reducer) -> dict:
     """Greedy and sampled (n = 4) evaluation of 7 held-out examples under ``reducer``."""
     from types import SimpleNamespace
 
-    from rllab.rollout import RolloutStage
+    from rllab.rollout import build_stage
     from rllab.tinytok import build_tokenizer
     from rllab.types import Example
 
@@ -194,7 +194,7 @@ def _evaluate(reducer) -> dict:
     examples = [Example(prompt=str(k), answer="1") for k in range(7)]
     task = SimpleNamespace(eval_examples=lambda: examples, reward=lambda e, c: float(c == e.answer))
     config = SimpleNamespace(max_new_tokens=2, temperature=0.7, top_p=1.0, top_k=-1, reward_errors="raise", system_prompt=None)
-    stage = RolloutStage(task=task, task_name="t", backend=_KeyedBackend(tok), tokenizer=tok, config=config, seed=3, reducer=reducer)
+    stage = build_stage(task=task, task_name="t", backend=_KeyedBackend(tok), tokenizer=tok, config=config, seed=3, reducer=reducer)
     metrics = stage.evaluate(7, samples=4)
     metrics.pop("time/eval")
     return metrics

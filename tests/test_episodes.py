@@ -291,7 +291,7 @@ def test_a_failing_environment_is_named_with_the_example_and_turn(char, bad, mat
 
 
 def test_reward_errors_skip_and_zero_for_episodes(char):
-    from rllab.rollout import RolloutStage
+    from rllab.rollout import build_stage
 
     eos = char.eos_token_id
 
@@ -311,22 +311,22 @@ def test_reward_errors_skip_and_zero_for_episodes(char):
     t = ids_of(char, "5") + [eos]
     for policy, kept in (("skip", [False, False, True, True]), ("zero", [True] * 4)):
         backend = Scripted([[t] * 4])
-        stage = RolloutStage(env=FlakyEnv(max_turns=1), env_name="flaky", backend=backend, tokenizer=char, seed=0,
+        stage = build_stage(env=FlakyEnv(max_turns=1), env_name="flaky", backend=backend, tokenizer=char, seed=0,
                              config=RolloutConfig(prompts_per_step=2, group_size=2, reward_errors=policy))
         scored = stage.sample(0)
         assert scored.keep.tolist() == kept
-        assert scored.rewards.tolist() == [0.0, 0.0, 1.0, 1.0]
+        assert [e.reward for e in scored.episodes] == [0.0, 0.0, 1.0, 1.0]
         assert scored.metrics["rollout/reward_errors"] == 2.0
         assert [e.finish_reason for e in scored.episodes] == ["abort", "abort", "stop", "stop"]
         assert "tool down" in scored.episodes[0].error
 
 
 def test_an_environment_without_a_bound_on_its_turns_is_refused(char):
-    from rllab.rollout import RolloutStage
+    from rllab.rollout import build_stage
 
     with pytest.raises(ConfigError, match=r"environment 'loose' has max_turns = None: an episode needs a bound"):
-        RolloutStage(env=Env(max_turns=None), env_name="loose", backend=Scripted([]), tokenizer=char, seed=0, config=RolloutConfig())
-    stage = RolloutStage(env=Env(max_turns=None), env_name="loose", backend=Scripted([]), tokenizer=char, seed=0,
+        build_stage(env=Env(max_turns=None), env_name="loose", backend=Scripted([]), tokenizer=char, seed=0, config=RolloutConfig())
+    stage = build_stage(env=Env(max_turns=None), env_name="loose", backend=Scripted([]), tokenizer=char, seed=0,
                          config=RolloutConfig(max_turns=4))
     assert stage.limits.max_turns == 4
 
@@ -338,20 +338,20 @@ def test_token_rewards_sit_on_the_last_model_token_with_holes():
     mask = torch.tensor([[True, True, False, False, True, False], [True, False, False, False, False, False], [False] * 6])
     b = RolloutBatch(
         input_ids=torch.zeros(3, 8, dtype=torch.long), attention_mask=torch.ones(3, 8, dtype=torch.bool), response_mask=mask,
-        rollout_log_prob=torch.zeros(3, 6), index=torch.tensor([0, 0, 1]), scores=torch.tensor([2.0, 3.0, 4.0]),
+        rollout_log_prob=torch.zeros(3, 6), index=torch.tensor([0, 0, 1]), rewards=torch.tensor([2.0, 3.0, 4.0]),
     )
     expected = torch.zeros(3, 6)
     expected[0, 4], expected[1, 0] = 2.0, 3.0  # not at lengths − 1 (= 2, an observation token); no model token: none
     assert torch.equal(b.token_rewards, expected)
     placed = torch.rand(3, 6)
-    assert b.__class__(**{**attrs.asdict(b, recurse=False), "token_scores": placed}).token_rewards is placed
+    assert b.__class__(**{**attrs.asdict(b, recurse=False), "turn_rewards": placed}).token_rewards is placed
 
 
 def test_from_completions_with_episodes_and_select():
     c1 = Completion(prompt_ids=(5, 6), token_ids=(1, 2, 3, 4), log_probs=(-1.0, 0.0, 0.0, -2.0), finish_reason="stop",
                     model_mask=(True, False, False, True), prompt_index=0)
     c2 = Completion(prompt_ids=(7,), token_ids=(9,), log_probs=(-0.5,), finish_reason="length", prompt_index=1)
-    b = RolloutBatch.from_completions([c1, c2], [1.5, 0.0], pad_token_id=0, token_scores=[[0.5, 0, 0, 1.0], [0.0]], turns=[2, 1])
+    b = RolloutBatch.from_completions([c1, c2], [1.5, 0.0], pad_token_id=0, turn_rewards=[[0.5, 0, 0, 1.0], [0.0]], turns=[2, 1])
     assert b.response_mask.tolist() == [[True, False, False, True], [True, False, False, False]]
     assert b.attention_mask.tolist() == [[True] * 6, [False, True, True, False, False, False]]
     assert b.input_ids.tolist() == [[5, 6, 1, 2, 3, 4], [0, 7, 9, 0, 0, 0]]
@@ -359,7 +359,7 @@ def test_from_completions_with_episodes_and_select():
     assert b.token_rewards.tolist() == [[0.5, 0, 0, 1.0], [0, 0, 0, 0]]
     assert b.turns.tolist() == [2, 1]
     s = b.select(torch.tensor([1]))
-    assert s.turns.tolist() == [1] and s.token_scores.shape == (1, 4)
+    assert s.turns.tolist() == [1] and s.turn_rewards.shape == (1, 4)
     with pytest.raises(ValueError, match="model_mask"):
         Completion(prompt_ids=(), token_ids=(1,), log_probs=(0.0,), finish_reason="stop", model_mask=(True, False))
 
@@ -447,7 +447,7 @@ def tiny():
 
 def test_a_single_turn_batch_is_the_one_main_produced(tiny):
     """A task's rollout through the episode loop equals, bit for bit, generate → score → from_completions."""
-    from rllab.rollout import RolloutStage
+    from rllab.rollout import build_stage
 
     model, tok = tiny
     lab = rllab.Lab()
@@ -457,7 +457,7 @@ def test_a_single_turn_batch_is_the_one_main_produced(tiny):
     def stage():
         backend = lab.get("rollout_backend", "hf", num_threads=1)()
         backend.update_weights(model)
-        return RolloutStage(task=task, task_name="addition", backend=backend, tokenizer=tok, config=cfg, seed=11)
+        return build_stage(task=task, task_name="addition", backend=backend, tokenizer=tok, config=cfg, seed=11)
 
     s = stage()
     batch = s.to_batch(s.sample(2))
@@ -468,22 +468,22 @@ def test_a_single_turn_batch_is_the_one_main_produced(tiny):
     comps = ref.generate(examples, ref.sampling_params(2, n=4))
     rewards, keep, _ = ref.score(examples, comps)
     scores = torch.tensor(rewards, dtype=torch.float32) + ref.overlong_penalty(comps)
-    expected = RolloutBatch.from_completions(comps, scores, pad_token_id=tok.pad_token_id)
+    expected = RolloutBatch.from_completions(comps, scores, pad_token_id=tok.pad_token_id, turns=[1] * len(comps))
     for f in attrs.fields(RolloutBatch):
         a, b = getattr(batch, f.name), getattr(expected, f.name)
         assert (torch.equal(a, b) and a.dtype == b.dtype) if isinstance(a, torch.Tensor) else a == b, f.name
-    assert batch.token_scores is None and batch.turns is None
+    assert batch.turn_rewards is None and batch.turns.tolist() == [1] * 12
     assert torch.equal(batch.token_rewards, expected.token_rewards)
 
 
 def test_a_two_turn_episode_through_the_hf_backend(tiny):
-    from rllab.rollout import RolloutStage
+    from rllab.rollout import build_stage
 
     model, tok = tiny
     backend = rllab.Lab().get("rollout_backend", "hf", num_threads=1)()
     backend.update_weights(model)
     env = Env(max_turns=2, rewards=(0.25, 1.0), done_at=2)
-    stage = RolloutStage(env=env, env_name="fake", backend=backend, tokenizer=tok, seed=0,
+    stage = build_stage(env=env, env_name="fake", backend=backend, tokenizer=tok, seed=0,
                          config=RolloutConfig(prompts_per_step=2, group_size=3, max_new_tokens=3))
     scored = stage.sample(0)
     batch = stage.to_batch(scored)
@@ -493,7 +493,7 @@ def test_a_two_turn_episode_through_the_hf_backend(tiny):
     env.solved = lambda example, total: total > 2
     assert stage.sample(1).metrics["rollout/accuracy"] == 0.0
     assert scored.metrics["env/observation_tokens"] == len(ids_of(tok, "ok:"))
-    assert torch.equal(batch.token_rewards.sum(-1), batch.scores)
+    assert torch.equal(batch.token_rewards.sum(-1), batch.rewards)
     # the rewards sit on model tokens, and observation tokens are holes
     assert bool((batch.token_rewards != 0).le(batch.response_mask).all())
     assert bool((~batch.response_mask & batch.attention_mask[:, -batch.response_length:]).any())
@@ -501,7 +501,7 @@ def test_a_two_turn_episode_through_the_hf_backend(tiny):
 
 
 def test_a_two_turn_episode_through_the_sglang_backend(tiny, tmp_path):
-    from rllab.rollout import RolloutStage
+    from rllab.rollout import build_stage
     from tests.sglang_standin import StandIn
 
     model, tok = tiny
@@ -511,7 +511,7 @@ def test_a_two_turn_episode_through_the_sglang_backend(tiny, tmp_path):
         backend = rllab.Lab().get("rollout_backend", "sglang", urls=server.url, backoff_s=0.01)()
         try:
             env = Env(max_turns=2, rewards=(0.25, 1.0), done_at=2)
-            stage = RolloutStage(env=env, env_name="fake", backend=backend, tokenizer=tok, seed=0,
+            stage = build_stage(env=env, env_name="fake", backend=backend, tokenizer=tok, seed=0,
                                  config=RolloutConfig(prompts_per_step=2, group_size=2, max_new_tokens=3))
             scored = stage.sample(0)
         finally:
@@ -547,9 +547,9 @@ def test_episode_limits_are_refused_for_a_task():
 
 
 def test_overlong_shaping_counts_model_tokens_only(char):
-    from rllab.rollout import RolloutStage
+    from rllab.rollout import build_stage
 
-    stage = RolloutStage(env=Env(), env_name="fake", backend=Scripted([]), tokenizer=char, seed=0,
+    stage = build_stage(env=Env(), env_name="fake", backend=Scripted([]), tokenizer=char, seed=0,
                          config=RolloutConfig(max_new_tokens=4, overlong_buffer=2, overlong_penalty=1.0))
     c = Completion(prompt_ids=(1,), token_ids=(5, 6, 7, 8, 9, 10), log_probs=(0.0,) * 6, finish_reason="stop",
                    model_mask=(True, False, False, False, True, True))
@@ -591,7 +591,9 @@ def test_record_and_replay_keep_an_episodes_batch(tmp_path, model_cache):
     record(None, steps=1, out=tmp_path / "rec.pt", overrides=overrides, lab=lab)
     data = load_record(tmp_path / "rec.pt")
     batch = data["batches"][0]["batch"]
-    assert batch["turns"] is not None and batch["token_scores"].shape == batch["response_mask"].shape
+    several = bool((batch["turns"] > 1).any())  # a row of several turns: every row's rewards placed per turn
+    assert (batch["turn_rewards"] is not None) == several
+    assert not several or batch["turn_rewards"].shape == batch["response_mask"].shape
     cfg = load_config(None, overrides, lab=lab).to_dict()
     (result,) = replay_configs(data, [("same", cfg)], lab=lab)
     assert math.isfinite(result.metrics["loss/policy"])
@@ -685,14 +687,14 @@ def test_the_warm_start_cache_keeps_environments_apart(tmp_path):
 
 
 def test_the_models_context_bounds_an_environments_episodes(char):
-    from rllab.rollout import RolloutStage, episode_metrics
+    from rllab.rollout import build_stage, episode_metrics
 
     eos = char.eos_token_id
     t = ids_of(char, "abc") + [eos]
     backend = Scripted([[t, t], [t, t]])
     env = Env(max_turns=5, done_at=5)
     # prompt "0+1=" is 5 ids with <bos>: a context of 15 leaves 10 response tokens: 4 + obs 3 + 3 (cut) — then the next obs overflows
-    stage = RolloutStage(env=env, env_name="fake", backend=backend, tokenizer=char, seed=0, context_tokens=15,
+    stage = build_stage(env=env, env_name="fake", backend=backend, tokenizer=char, seed=0, context_tokens=15,
                          config=RolloutConfig(prompts_per_step=1, group_size=2, max_new_tokens=8, overflow_reward=-1.0))
     episodes = stage.play(env.train_examples(1, None), stage.sampling_params(0, n=2))
     for e in episodes:
@@ -707,10 +709,10 @@ def test_the_models_context_bounds_an_environments_episodes(char):
 def test_a_prompt_as_long_as_the_context_is_refused_naming_the_example():
     """A prompt that leaves the model no room for a turn is an error naming the environment, the
     example and the lengths, not a turn sampled past the model's context."""
-    from rllab.rollout import RolloutStage
+    from rllab.rollout import build_stage
 
     char = build_tokenizer()
-    stage = RolloutStage(env=Env(max_turns=2), env_name="fake", backend=Scripted([]), tokenizer=char, seed=0,
+    stage = build_stage(env=Env(max_turns=2), env_name="fake", backend=Scripted([]), tokenizer=char, seed=0,
                          context_tokens=5, config=RolloutConfig(prompts_per_step=1, group_size=2, max_new_tokens=8))
     with pytest.raises(PromptError, match=r"environment 'fake'.*'0\+1=' is 5 tokens.*context of 5"):
         stage.sample(0)

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rllab.evalmetrics import pass_at_k, report_ks, sampled_metrics
-from rllab.rollout import RolloutStage
+from rllab.rollout import build_stage
 from rllab.tinytok import build_tokenizer
 from rllab.types import Completion, Example
 
@@ -90,7 +90,7 @@ def _stage(right):
     task = SimpleNamespace(eval_examples=lambda: examples, reward=lambda e, c: float(c == e.answer))
     config = SimpleNamespace(max_new_tokens=2, temperature=0.7, top_p=0.9, top_k=5, reward_errors="raise", system_prompt=None)
     backend = _Backend(tok, right)
-    return RolloutStage(task=task, task_name="t", backend=backend, tokenizer=tok, config=config, seed=3), backend
+    return build_stage(task=task, task_name="t", backend=backend, tokenizer=tok, config=config, seed=3), backend
 
 
 def test_evaluate_reports_greedy_only_by_default_and_sampled_metrics_when_asked():

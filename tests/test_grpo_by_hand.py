@@ -42,7 +42,7 @@ def test_the_example_step_is_the_rl_step(tmp_path):
         batch = tr.rollout.to_batch(tr.rollout.sample(0))
         # scores that differ within each group (the barely trained tiny model often scores a whole
         # group alike, which gives no advantage and no gradient)
-        batch = attrs.evolve(batch, scores=torch.rand(batch.scores.shape, generator=torch.Generator().manual_seed(0)))
+        batch = attrs.evolve(batch, rewards=torch.rand(batch.rewards.shape, generator=torch.Generator().manual_seed(0)))
         weights, optimizer_state = copy.deepcopy(tr.policy.state_dict()), copy.deepcopy(tr.optimizer.state_dict())
         grads: list[list[torch.Tensor]] = []  # the (clipped) gradients each optimizer step applies
 

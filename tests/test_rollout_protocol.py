@@ -39,8 +39,8 @@ def test_the_stage_and_the_async_wrapper_implement_the_protocol(tmp_path):
         assert ar.encode("1+1=") == tr.rollout.encode("1+1=")
         assert ar.sampling_params(0, n=2) == tr.rollout.sampling_params(0, n=2)
         # members of the stage outside the protocol are not forwarded
-        assert hasattr(tr.rollout, "component_names") and hasattr(tr.rollout, "play")
-        for name in ("component_names", "play", "decode", "no_such_member"):
+        assert hasattr(tr.rollout, "component_names") and hasattr(tr.rollout, "runner")
+        for name in ("component_names", "runner", "decode", "no_such_member"):
             with pytest.raises(AttributeError, match=f"no member '{name}'.*members of rllab.Rollout only"):
                 getattr(ar, name)
         # nor are the backend's own attributes by the versioned backend around it
@@ -58,7 +58,7 @@ def test_a_recorded_rollout_has_every_member():
     batch = rllab.RolloutBatch(
         input_ids=torch.zeros(1, 3, dtype=torch.long), attention_mask=torch.ones(1, 3, dtype=torch.bool),
         response_mask=torch.ones(1, 2, dtype=torch.bool), rollout_log_prob=torch.zeros(1, 2),
-        index=torch.zeros(1, dtype=torch.long), scores=torch.zeros(1),
+        index=torch.zeros(1, dtype=torch.long), rewards=torch.zeros(1),
     )  # fmt: skip
     rec = rllab.RecordedRollout(batch=batch)
     missing = [n for n in ROLLOUT_MEMBERS if not hasattr(type(rec), n)]
@@ -66,7 +66,7 @@ def test_a_recorded_rollout_has_every_member():
     assert rec.to_batch(rec.sample(0)) is batch
     calls = {
         "task": lambda: rec.task, "tokenizer": lambda: rec.tokenizer, "greedy_rewards": lambda: rec.greedy_rewards([]),
-        "generate": lambda: rec.generate([], None), "sampling_params": lambda: rec.sampling_params(0, n=1),
+        "generate": lambda: rec.generate([], None), "play": lambda: rec.play([], None), "sampling_params": lambda: rec.sampling_params(0, n=1),
         "score_components": lambda: rec.score_components([], []), "solved": lambda: rec.solved(None, 0.0),
         "encode": lambda: rec.encode("x"), "response_ids": lambda: rec.response_ids("x"), "evaluate": lambda: rec.evaluate(1),
     }  # fmt: skip

@@ -316,7 +316,7 @@ def test_online_dpo_skips_groups_with_failed_rewards(tmp_path, trouble_lab):
 
     def spy_sample(step, **kw):
         out = sample(step, **kw)
-        failed = {c.prompt_index for c, e in zip(out.completions, out.rewards.tolist()) if not e and c.prompt_index not in ()}
+        failed = {c.prompt_index for c, e in zip(out.completions, [e.reward for e in out.episodes]) if not e and c.prompt_index not in ()}
         seen.append({"failed": {c.prompt_index for c, k in zip(out.completions, out.keep.tolist()) if not k}, "all": failed})
         return out
 
@@ -477,8 +477,8 @@ def test_a_multi_component_task_batch_carries_its_components(tmp_path):
     assert batch.reward_component_names == ("correct", "format")
     assert batch.reward_components.shape == (len(kept), 2) and batch.reward_components.dtype == torch.float32
     assert batch.reward_components.tolist() == [[e["correct"], e["format"]] for e in expected]
-    torch.testing.assert_close(batch.scores, batch.reward_components @ torch.tensor([1.0, 0.25]))
-    assert scored.metrics["reward/correct"] == pytest.approx(scored.components[:, 0].mean().item())
+    torch.testing.assert_close(batch.rewards, batch.reward_components @ torch.tensor([1.0, 0.25]))
+    assert scored.metrics["reward/correct"] == pytest.approx(sum(e.score[0] for e in scored.episodes) / len(scored.episodes))
     assert "reward/format" in scored.metrics
     sub = batch.select(torch.tensor([2, 0]))
     assert torch.equal(sub.reward_components, batch.reward_components[[2, 0]])

@@ -49,9 +49,10 @@ def test_from_completions_matches_row_by_row_padding(data):
     ids, attn, resp, lp = reference(comps, scores, 0)
     assert torch.equal(batch.input_ids, ids) and torch.equal(batch.attention_mask, attn)
     assert torch.equal(batch.response_mask, resp) and torch.equal(batch.rollout_log_prob, lp)
-    assert batch.index.tolist() == [c.prompt_index for c in comps] and batch.scores.tolist() == scores
+    assert batch.index.tolist() == [c.prompt_index for c in comps] and batch.rewards.tolist() == scores
+    assert batch.scores is batch.rewards  # the former name
     from_tensor = rllab.RolloutBatch.from_completions(comps, torch.tensor(scores, dtype=torch.float64), pad_token_id=0)
-    assert from_tensor.scores.dtype == torch.float32 and from_tensor.scores.tolist() == scores
+    assert from_tensor.rewards.dtype == torch.float32 and from_tensor.rewards.tolist() == scores
 
 
 @settings(max_examples=60, deadline=None)

@@ -28,6 +28,7 @@ import torch
 import rllab
 from rllab import ops
 from rllab.algorithm import OptimizerStep, RunContext, checked_loss, seed_for
+from rllab.members import member
 from rllab.models import response_log_sum_sq_probs, response_logprobs
 
 
@@ -200,20 +201,21 @@ class DPO(_Preference):
         return pairs
 
     def _build(self, ctx: RunContext) -> list[Pair]:
-        """Chosen: the demonstration; rejected: the policy's worst failing sample among 4."""
+        """Chosen: the demonstration; rejected: the policy's worst failing episode among 4 (played
+        and scored by the run's episode loop, under its ``reward_errors``)."""
         r = ctx.rollout
         gen = torch.Generator().manual_seed(seed_for(ctx.seed, 0, 3))
         examples = r.task.train_examples(self.config.pairs, gen)
-        comps = r.generate(examples, r.sampling_params(10**6, n=4))
-        rewards, parts, _, _ = r.score_components(examples, comps)
-        worst: dict[int, tuple[float, rllab.Completion, list[float]]] = {}
-        for c, s, p in zip(comps, rewards, parts):
-            if c.prompt_index not in worst or s < worst[c.prompt_index][0]:
-                worst[c.prompt_index] = (s, c, p)
+        zeros = [0.0] * len(tuple(member(r.task, "task", "reward_components")))  # a failed episode's components
+        worst: dict = {}
+        for e in r.play(examples, r.sampling_params(10**6, n=4)):
+            i = e.completion.prompt_index
+            if i not in worst or e.reward < worst[i].reward:
+                worst[i] = e
         return [
-            (r.encode(e.prompt), r.response_ids(r.task.demonstration(e), prompt=e.prompt), list(worst[i][1].token_ids))
+            (r.encode(e.prompt), r.response_ids(r.task.demonstration(e), prompt=e.prompt), list(worst[i].completion.token_ids))
             for i, e in enumerate(examples)
-            if not r.solved(e, worst[i][0], worst[i][2])
+            if not r.solved(e, worst[i].reward, list(worst[i].score) or zeros)
         ]
 
     def step(self, ctx: RunContext):
@@ -230,27 +232,27 @@ class DPO(_Preference):
 class OnlineDPO(_Preference):
     """Online DPO: best against worst of a freshly sampled group."""
 
-    def pairs_from(self, ctx: RunContext, scored) -> tuple[list[tuple[int, Pair]], int]:
-        """(group id, pair) for each group with a best and a worst kept sample; and how many
-        groups were skipped because their scores were all equal."""
+    def pairs_from(self, ctx: RunContext, rollouts) -> tuple[list[tuple[int, Pair]], int]:
+        """(group id, pair) for each group with a best and a worst kept sample (by reward after
+        shaping); and how many groups were skipped because their rewards were all equal."""
         r = ctx.rollout
         by_group: dict[int, list[tuple[float, rllab.Completion]]] = {}
-        for c, s, k in zip(scored.completions, scored.scores.tolist(), scored.keep.tolist()):
-            if k:
-                by_group.setdefault(c.prompt_index, []).append((s, c))
+        for e, s in zip(rollouts.episodes, rollouts.rewards().tolist()):
+            if e.keep:
+                by_group.setdefault(e.completion.prompt_index, []).append((s, e.completion))
         pairs, skipped = [], 0
         for g, items in by_group.items():
             best, worst = max(items, key=lambda x: x[0]), min(items, key=lambda x: x[0])
             if best[0] == worst[0]:
                 skipped += 1
                 continue
-            pairs.append((g, (r.encode(scored.examples[g].prompt), list(best[1].token_ids), list(worst[1].token_ids))))
+            pairs.append((g, (r.encode(rollouts.examples[g].prompt), list(best[1].token_ids), list(worst[1].token_ids))))
         return pairs, skipped
 
     def step(self, ctx: RunContext):
-        scored = ctx.rollout.sample(ctx.step)
-        metrics = dict(scored.metrics)
-        grouped, skipped = self.pairs_from(ctx, scored)
+        rollouts = ctx.rollout.sample(ctx.step)
+        metrics = dict(rollouts.metrics)
+        grouped, skipped = self.pairs_from(ctx, rollouts)
         metrics.update({"dpo/groups_skipped": float(skipped), "dpo/pairs": float(len(grouped))})
         if not grouped:
             metrics["train/skipped"] = 1.0

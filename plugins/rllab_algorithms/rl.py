@@ -195,16 +195,16 @@ class RL:
     # ------------------------------------------------------------------ the step
 
     def step(self, ctx: RunContext):
-        scored = ctx.rollout.sample(ctx.step)
-        metrics = dict(scored.metrics)
-        batch = ctx.rollout.to_batch(scored)
+        rollouts = ctx.rollout.sample(ctx.step)
+        metrics = dict(rollouts.metrics)
+        batch = ctx.rollout.to_batch(rollouts)
         if batch is None:
             metrics["train/skipped"] = 1.0
             return metrics
         ctx.hook.on_rollout_end(step=ctx.step + 1, batch=batch, metrics=dict(metrics))
         extra = {}
         if "reward_baselines" in ctx.components["advantage"].spec.requires:  # ReMax: a greedy rollout per prompt
-            greedy = ctx.rollout.greedy_rewards(scored.examples)
+            greedy = ctx.rollout.greedy_rewards(rollouts.examples)
             metrics["rollout/greedy_reward"] = greedy.mean().item()
             extra["reward_baselines"] = greedy[batch.index].to(ctx.device)
         batch = _to(batch, ctx.device)

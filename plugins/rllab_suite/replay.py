@@ -2,7 +2,7 @@
 
 ``rllab record SOURCE --steps K --out FILE`` samples K rollout batches from a checkpoint (a run
 directory's latest, or the warm-started model of a config) *without training between them*, and
-saves each batch (token ids, masks, scores, rollout log-probs, the old and reference log-probs)
+saves each batch (token ids, masks, rewards, rollout log-probs, the old and reference log-probs)
 together with the policy (and reference) weights they came from and the resolved config.
 
 ``rllab replay FILE policy_loss=a policy_loss=b …`` rebuilds each variant's algorithm, components
@@ -36,10 +36,18 @@ from pathlib import Path
 import attrs
 import torch
 
-from rllab import RllabError
+from rllab import RllabError, RolloutBatch
 from rllab.members import member
 
 FORMAT = "rllab-record/1"
+_RENAMED = {"scores": "rewards", "token_scores": "turn_rewards"}
+"""Batch fields a recording of an earlier version names differently: its name → today's."""
+
+
+def recorded_batch(fields: dict) -> RolloutBatch:
+    """The :class:`RolloutBatch` of a recording's fields (those an earlier version named
+    differently, :data:`_RENAMED`, under today's names)."""
+    return RolloutBatch(**{_RENAMED.get(k, k): v for k, v in fields.items()})
 RTOL = 1e-3
 """Two gradients are the same when ‖a − b‖ ≤ RTOL · max(‖a‖, ‖b‖)."""
 REPLAYED_SECTIONS = ("algorithm", "advantage", "policy_loss", "correction", "aggregation", "kl", "kl_controller", "value_loss")
@@ -83,15 +91,15 @@ def record(source: str | Path | None, *, steps: int, out: Path, overrides=(), pr
             ctx = trainer.context()
             batches = []
             for k in range(steps):
-                scored = trainer.rollout.sample(trainer.step + k)
-                batch = trainer.rollout.to_batch(scored)
+                rollouts = trainer.rollout.sample(trainer.step + k)
+                batch = trainer.rollout.to_batch(rollouts)
                 if batch is None:
                     continue
                 with torch.no_grad(), ctx.autocast():
                     old = _response_logprobs(cfg, trainer.policy, batch, grouped_response_logprobs)
                     ref = _response_logprobs(cfg, trainer.reference, batch, grouped_response_logprobs) if trainer.reference is not None else old
                 fields = {f.name: getattr(batch, f.name) for f in attrs.fields(type(batch))}
-                batches.append({"step": trainer.step + k, "batch": fields, "old_log_prob": old, "ref_log_prob": ref, "metrics": dict(scored.metrics)})
+                batches.append({"step": trainer.step + k, "batch": fields, "old_log_prob": old, "ref_log_prob": ref, "metrics": dict(rollouts.metrics)})
             if not batches:
                 raise RllabError(f"no batch kept in {steps} steps (dynamic sampling dropped every group?); record more steps")
             data = {
@@ -163,7 +171,7 @@ def _replayable(lab) -> str:
 
 def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> list[ReplayResult]:
     """Run each (name, resolved config) on every recorded batch; see the module docstring."""
-    from rllab import Lab, RecordedRollout, RolloutBatch, parts
+    from rllab import Lab, RecordedRollout, parts
     from rllab.models import CriticModel
     from rllab.config import load_config
 
@@ -185,7 +193,7 @@ def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> 
             reference = _model(data, "reference" if data.get("reference") is not None else "policy").eval().requires_grad_(False) if "reference" in needs else None
             critic = CriticModel.from_causal_lm(policy) if "critic" in needs else None
             # the algorithm's own step, its rollout stage handing out the recorded batch
-            batch = RolloutBatch(**rec["batch"])
+            batch = recorded_batch(rec["batch"])
             # the variant's task's reward_weights (all 1 when it declares none), which gdpo /
             # normalize_then_sum default to: they ride on the batch the recorded rollout hands out
             weights = None

@@ -261,8 +261,9 @@ class _Stage:
         self.backend = backend
         self.config = types.SimpleNamespace(max_staleness=k, stale="drop")
 
-    def sample(self, step):  # a stand-in for Scored: its completions
-        return types.SimpleNamespace(completions=self.backend.generate([(1, 2)], SamplingParams(n=2, max_new_tokens=16)))
+    def sample(self, step):  # a stand-in for Rollouts: its episodes' completions
+        comps = self.backend.generate([(1, 2)], SamplingParams(n=2, max_new_tokens=16))
+        return types.SimpleNamespace(completions=comps, episodes=[types.SimpleNamespace(completion=c) for c in comps])
 
 
 @pytest.mark.parametrize("push", ["pause", "drain"])

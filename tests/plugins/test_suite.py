@@ -348,7 +348,7 @@ def recording(tmp_path_factory):
     data = replay.record(None, steps=1, out=path, overrides=[f"{k}={v}" for k, v in SMALL.items()] + ["rollout.prompts_per_step=6"], lab=lab)
     # give the recorded groups a signal (the tiny warm start rarely solves addition): rewards 0/1
     b = data["batches"][0]["batch"]
-    b["scores"] = (torch.arange(b["scores"].numel()) % 3 == 0).float()
+    b["rewards"] = (torch.arange(b["rewards"].numel()) % 3 == 0).float()
     torch.save(data, path)
     return path
 
@@ -788,7 +788,7 @@ def test_replay_weights_gdpo_components_as_the_recorded_task_does(tmp_path, lab)
     over = [f"{k}={v}" for k, v in SMALL.items()] + ["task.format_weight=0.1", "advantage=gdpo"]
     data = replay.record(None, steps=1, out=path, overrides=over, lab=lab)
     b = data["batches"][0]["batch"]
-    n = b["scores"].numel()
+    n = b["rewards"].numel()
     b["reward_components"] = torch.stack([(torch.arange(n) % 3 == 0).float(), (torch.arange(n) % 2 == 0).float()], 1)
     torch.save(data, path)
     data = replay.load_record(path)

@@ -12,7 +12,7 @@ import pytest
 import rllab
 from rllab.errors import ConfigError, RewardError
 from rllab.rewards import RewardFunctionError, load_reward_function, reward_names
-from rllab.rollout import RolloutStage
+from rllab.rollout import build_stage
 from rllab.tinytok import build_tokenizer
 from rllab.types import Completion
 
@@ -192,7 +192,7 @@ def _stage(task, texts, policy):
     tok = build_tokenizer()
     config = SimpleNamespace(prompts_per_step=2, group_size=2, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=-1,
                              dynamic_sampling=False, overlong_buffer=0, overlong_penalty=1.0, reward_errors=policy, system_prompt=None)
-    return RolloutStage(task=task, task_name="dataset", backend=_Backend(tok, texts), tokenizer=tok, config=config, seed=0)
+    return build_stage(task=task, task_name="dataset", backend=_Backend(tok, texts), tokenizer=tok, config=config, seed=0)
 
 
 def test_the_rollout_stage_calls_a_trl_function_once_per_batch(tmp_path):

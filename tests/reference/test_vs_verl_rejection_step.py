@@ -60,7 +60,7 @@ def _batch(tr, old):
     shift[2, last[2]] = 2.0  # the reward token of row 2 is rejected
     shift[3, 0] = 12.0  # π_train/π_rollout = e^-12 on one token: the veto drops the row
     scores = torch.randn(B, generator=g)
-    batch = attrs.evolve(batch, rollout_log_prob=torch.where(mask, lp + shift, 0.0).float(), scores=scores)
+    batch = attrs.evolve(batch, rollout_log_prob=torch.where(mask, lp + shift, 0.0).float(), rewards=scores)
     old.update(lp=lp)
     return batch
 

@@ -1,0 +1,183 @@
+"""The one rollout path: a task's scoring on its own (:mod:`rllab.scoring`), the episode source
+built before the stage (:mod:`rllab.task_environment`), and the batch built from episodes in one
+place (:func:`rllab.rollout.episode_batch`)."""
+
+from __future__ import annotations
+
+import ast
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+import rllab
+from rllab.environment import Step
+from rllab.episodes import EpisodeResult
+from rllab.errors import RewardError, RllabError
+from rllab.rollout import Rollouts, episode_batch
+from rllab.scoring import TaskScorer
+from rllab.settings import RolloutConfig
+from rllab.task_environment import TaskEnvironment, episode_source
+from rllab.types import Completion, Example
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class TwoParts(rllab.Task):
+    reward_components = ("correct", "format")
+    reward_weights = (1.0, 0.25)
+
+    def train_examples(self, n, rng):
+        return [Example(prompt=f"{i}+1=", answer=str(i + 1)) for i in range(n)]
+
+    def eval_examples(self):
+        return self.train_examples(2, None)
+
+    def reward(self, example, completion):
+        if completion == "boom":
+            raise ValueError("no")
+        return {"correct": float(completion == example.answer), "format": float(completion.isdigit())}
+
+    def demonstration(self, example):
+        return example.answer
+
+
+def test_the_scorer_weighs_components_and_keeps_a_failure_on_its_row():
+    scorer = TaskScorer(TwoParts(), name="two")
+    ex = Example(prompt="1+1=", answer="2")
+    rows = scorer.rows([ex, ex, ex], ["2", "x", "boom"], [[1], [2], [3]])
+    assert rows[0] == (1.0 + 0.25 * 1.0, [1.0, 1.0])
+    assert rows[1] == (0.0, [0.0, 0.0])
+    assert isinstance(rows[2], ValueError)
+    assert "task 'two' failed on prompt '1+1=' with completion 'boom': ValueError: no." in scorer.error_message(ex, "boom", rows[2])
+    bad = TwoParts()
+    bad.reward_weights = (1.0,)
+    with pytest.raises(RewardError, match=r"reward_weights has 1 entries for its 2 reward components"):
+        TaskScorer(bad, name="two").rows([ex], ["2"], [[1]])
+
+
+def test_scoring_and_the_task_adapter_never_reach_the_rollout_stage():
+    for module in ("scoring", "task_environment"):
+        tree = ast.parse((ROOT / "rllab" / f"{module}.py").read_text())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
+            a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert "rllab.rollout" not in imported and "rllab.asyncrollout" not in imported, module
+
+
+def test_a_task_source_is_a_one_turn_environment_whose_step_carries_the_score():
+    source = episode_source(task=TwoParts(), name="two", config=RolloutConfig(max_new_tokens=7))
+    assert isinstance(source.env, TaskEnvironment) and source.kind == "task" and not source.multi_turn
+    assert source.limits.max_turns == 1 and source.limits.max_new_tokens == 7 and source.limits.context_tokens is None
+    assert source.component_names == ("correct", "format") and source.component_weights() == [1.0, 0.25]
+    ex = Example(prompt="2+1=", answer="3")
+    episode = source.env.start(ex)
+    (step,) = source.env.step_batch([episode], ["3"], completion_ids=[[5]])
+    assert step == Step(reward=1.25, done=True, score=(1.0, 1.0))
+    # a finished episode pickles without its task (a checkpoint's batches sampled ahead)
+    again = pickle.loads(pickle.dumps(episode))
+    assert again.example == ex and again.adapter is None
+    with pytest.raises(RllabError, match="exactly one"):
+        episode_source(task=TwoParts(), env=object(), name="x", config=RolloutConfig())
+
+
+def _episode(tokens, rewards, *, turns=1, mask=None, reward=None, shaping=0.0, score=(), index=0):
+    c = Completion(prompt_ids=(9,), token_ids=tuple(tokens), log_probs=(0.0,) * len(tokens), finish_reason="stop",
+                   model_mask=mask, prompt_index=index)
+    return EpisodeResult(example=Example(prompt="p", answer=""), completion=c, token_rewards=tuple(rewards),
+                         reward=sum(rewards) if reward is None else reward, turns=turns, score=score, shaping=shaping)
+
+
+def test_one_turn_rows_get_their_shaped_reward_on_the_last_model_token():
+    eps = [_episode([1, 2, 3], [0, 0, 1.0], shaping=-0.5), _episode([4], [0.0], reward=0.0, index=1)]
+    batch = episode_batch(eps, pad_token_id=0)
+    assert batch.rewards.tolist() == [0.5, 0.0] and batch.index.tolist() == [0, 1] and batch.turns.tolist() == [1, 1]
+    assert batch.turn_rewards is None  # the default placement: the row's reward on its last model token
+    assert batch.token_rewards.tolist() == [[0.0, 0.0, 0.5], [0.0, 0.0, 0.0]]
+    assert batch.scores is batch.rewards  # the former name still reads
+
+
+def test_a_batch_with_a_multi_turn_row_places_each_turns_reward_and_the_shaping_on_the_last():
+    two = _episode([1, 2, 7, 3, 4], [0, 0.25, 0, 0, 1.0], turns=2, mask=(True, True, False, True, True), shaping=-0.5)
+    one = _episode([5, 6], [0, 1.0], shaping=-0.25, index=1)
+    batch = episode_batch([two, one], pad_token_id=0)
+    assert batch.rewards.tolist() == [0.75, 0.75] and batch.turns.tolist() == [2, 1]
+    assert batch.token_rewards.tolist() == [[0.0, 0.25, 0.0, 0.0, 0.5], [0.0, 0.75, 0.0, 0.0, 0.0]]
+    assert torch.equal(batch.token_rewards.sum(-1), batch.rewards)
+
+
+def test_components_of_a_failed_episode_are_zeros_and_staleness_rides_along():
+    import attrs
+
+    ok = attrs.evolve(_episode([1], [1.0], score=(1.0, 0.5)), staleness=2)
+    failed = attrs.evolve(_episode([2], [0.0], score=()), staleness=0)
+    batch = episode_batch([ok, failed], pad_token_id=0, component_names=("correct", "format"), component_weights=(1.0, 2.0))
+    assert batch.reward_components.tolist() == [[1.0, 0.5], [0.0, 0.0]]
+    assert batch.reward_component_weights == (1.0, 2.0) and batch.staleness.tolist() == [2, 0]
+    rollouts = Rollouts(examples=[], episodes=[ok, attrs.evolve(failed, keep=False)], metrics={})
+    assert rollouts.keep.tolist() == [True, False] and rollouts.rewards().tolist() == [1.0, 0.0]
+
+
+def test_every_tensor_field_of_a_batch_is_checked_for_its_rows():
+    import attrs
+
+    eps = [attrs.evolve(_episode([1, 2], [0, 1.0], score=(1.0, 0.0), index=i), staleness=i) for i in range(2)]
+    batch = episode_batch(eps, pad_token_id=0, component_names=("a", "b"), component_weights=(1.0, 1.0))
+    tensors = [f.name for f in attrs.fields(type(batch)) if isinstance(getattr(batch, f.name), torch.Tensor)]
+    assert {"rewards", "reward_components", "turns", "staleness"} <= set(tensors)
+    for name in tensors:
+        if name in ("input_ids", "response_mask"):  # their shapes are checked against each other first
+            continue
+        with pytest.raises(ValueError, match=name):
+            attrs.evolve(batch, **{name: getattr(batch, name)[:1]})
+
+
+def test_offline_dpo_builds_its_pairs_through_the_episode_loop(tmp_path, model_cache):
+    """The pairs are those of main's path (generate, then score), from episodes the loop played."""
+    from rllab.algorithm import seed_for
+    from rllab.config import load_config
+    from rllab.trainer import Trainer
+
+    from .tiny import TINY, overrides
+
+    cfg = load_config(None, [*overrides(TINY), "train.steps=1", "algorithm.pairs=6"], preset="dpo")
+    tr = Trainer(cfg, run_dir=tmp_path, progress=False)
+    try:
+        r = tr.rollout
+        examples = r.task.train_examples(6, torch.Generator().manual_seed(seed_for(cfg.train.seed, 0, 3)))
+        comps = r.generate(examples, r.sampling_params(10**6, n=4))
+        rewards, parts, _, _ = r.score_components(examples, comps)
+        worst: dict = {}
+        for c, s, p in zip(comps, rewards, parts):
+            if c.prompt_index not in worst or s < worst[c.prompt_index][0]:
+                worst[c.prompt_index] = (s, c, p)
+        expected = [(r.encode(e.prompt), r.response_ids(r.task.demonstration(e), prompt=e.prompt), list(worst[i][1].token_ids))
+                    for i, e in enumerate(examples) if not r.solved(e, worst[i][0], worst[i][2])]
+        played = []
+        play = r.play
+        r.play = lambda ex, params: played.append(len(ex)) or play(ex, params)
+        r.generate = None  # not called: the pairs come from played episodes
+        assert expected and tr.algorithm.pairs(tr.context()) == expected and played == [6]
+    finally:
+        tr.close()
+
+
+def test_a_recording_with_the_former_field_names_still_replays():
+    import attrs
+    from rllab_suite.replay import recorded_batch
+
+    two = _episode([1, 2, 7, 3], [0, 0.25, 0, 1.0], turns=2, mask=(True, True, False, True))
+    batch = episode_batch([two, _episode([5], [1.0], index=1)], pad_token_id=0)
+    fields = {f.name: getattr(batch, f.name) for f in attrs.fields(type(batch))}
+    fields["scores"], fields["token_scores"] = fields.pop("rewards"), fields.pop("turn_rewards")
+    again = recorded_batch(fields)
+    assert torch.equal(again.rewards, batch.rewards) and torch.equal(again.token_rewards, batch.token_rewards)
+
+
+def test_the_stage_refuses_a_task_or_environment_in_place_of_its_source():
+    from rllab.rollout import RolloutStage
+
+    with pytest.raises(RllabError, match=r"got env.*episode_source\(task=... or env=...|got task.*episode_source"):
+        RolloutStage(task=TwoParts(), backend=None, tokenizer=None, config=RolloutConfig(), seed=0)
+    with pytest.raises(RllabError, match=r"got a TwoParts.*build_stage"):
+        RolloutStage(TwoParts(), backend=None, tokenizer=None, config=RolloutConfig(), seed=0)
