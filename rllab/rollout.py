@@ -374,7 +374,7 @@ class RolloutStage:
         kept = [e for e in rollouts.episodes if e.keep]
         if not kept:
             return None
-        names = self.component_names
+        names = self.component_names if self.config.random_reward == "off" else ()  # the control trains on draws alone
         return episode_batch(kept, pad_token_id=self.tokenizer.pad_token_id, component_names=names,
                              component_weights=self.component_weights() if names else None)
 

@@ -14,7 +14,7 @@ import pytest
 from rllab.config import load_config
 from rllab.errors import ConfigError
 from rllab.rewards import random_rewards
-from rllab.rollout import RolloutStage, _lengths_by_outcome
+from rllab.rollout import _lengths_by_outcome, build_stage
 from rllab.settings import RolloutConfig
 
 from .test_accuracy_and_failures import Echo, Task, char  # noqa: F401  (char: a fixture)
@@ -53,12 +53,12 @@ def _five(ex, text):
 
 
 def test_a_given_random_reward_trains_on_the_draws_and_counts_the_true_accuracy(char):  # noqa: F811
-    s = RolloutStage(task=Task(_five), task_name="t", backend=Echo(char), tokenizer=char, seed=4,
+    s = build_stage(task=Task(_five), task_name="t", backend=Echo(char), tokenizer=char, seed=4,
                      config=RolloutConfig(prompts_per_step=8, group_size=4, random_reward="given", random_reward_p=0.5))
     scored = s.sample(3)
     index = [c.prompt_index for c in scored.completions]
     expected = random_rewards(4, 3, index, 0.5)
-    assert scored.rewards.tolist() == expected and scored.scores.tolist() == expected
+    assert scored.rewards().tolist() == expected and s.to_batch(scored).rewards.tolist() == expected
     m = scored.metrics
     assert m["rollout/reward"] == pytest.approx(sum(expected) / 32)
     assert m["rollout/accuracy"] == pytest.approx(4 / 32)  # prompt 4+1= only, all four samples: the true score
@@ -67,18 +67,18 @@ def test_a_given_random_reward_trains_on_the_draws_and_counts_the_true_accuracy(
 
 
 def test_a_matched_random_reward_draws_at_the_steps_own_success_rate(char):  # noqa: F811
-    s = RolloutStage(task=Task(_five), task_name="t", backend=Echo(char), tokenizer=char, seed=4,
+    s = build_stage(task=Task(_five), task_name="t", backend=Echo(char), tokenizer=char, seed=4,
                      config=RolloutConfig(prompts_per_step=8, group_size=4, random_reward="matched"))
     scored = s.sample(3)
     index = [c.prompt_index for c in scored.completions]
-    assert scored.rewards.tolist() == random_rewards(4, 3, index, 4 / 32)
+    assert scored.rewards().tolist() == random_rewards(4, 3, index, 4 / 32)
 
 
 def test_without_the_control_the_task_reward_trains_and_no_true_reward_is_logged(char):  # noqa: F811
-    s = RolloutStage(task=Task(_five), task_name="t", backend=Echo(char), tokenizer=char, seed=4,
+    s = build_stage(task=Task(_five), task_name="t", backend=Echo(char), tokenizer=char, seed=4,
                      config=RolloutConfig(prompts_per_step=8, group_size=4))
     scored = s.sample(3)
-    assert scored.rewards.tolist() == [1.0 if c.prompt_index == 4 else 0.0 for c in scored.completions]
+    assert scored.rewards().tolist() == [1.0 if c.prompt_index == 4 else 0.0 for c in scored.completions]
     assert "rollout/true_reward" not in scored.metrics
     assert scored.metrics["rollout/tokens"] == 32 * 2  # "5" and EOS per sample
 
@@ -119,21 +119,21 @@ def test_offline_dpo_refuses_a_random_reward():
 
 def test_a_multi_component_task_trains_on_the_draw_alone_and_logs_its_true_components(char):  # noqa: F811
     task = Task(lambda ex, text: {"correct": _five(ex, text), "format": 1.0}, reward_components=("correct", "format"))
-    s = RolloutStage(task=task, task_name="t", backend=Echo(char), tokenizer=char, seed=4,
+    s = build_stage(task=task, task_name="t", backend=Echo(char), tokenizer=char, seed=4,
                      config=RolloutConfig(prompts_per_step=8, group_size=4, random_reward="given"))
     scored = s.sample(3)
-    assert scored.components is None  # nothing of the task's reward reaches training
-    assert scored.rewards.tolist() == random_rewards(4, 3, [c.prompt_index for c in scored.completions], 0.5)
+    assert s.to_batch(scored).reward_components is None  # nothing of the task's reward reaches training
+    assert scored.rewards().tolist() == random_rewards(4, 3, [c.prompt_index for c in scored.completions], 0.5)
     assert scored.metrics["reward/correct"] == pytest.approx(4 / 32) and scored.metrics["reward/format"] == 1.0
     assert scored.metrics["rollout/true_reward"] == pytest.approx(1 + 4 / 32)
 
 
 def test_a_data_parallel_rank_draws_what_one_process_draws_for_its_prompts(char):  # noqa: F811
     def stage():
-        return RolloutStage(task=Task(_five), task_name="t", backend=Echo(char), tokenizer=char, seed=4,
+        return build_stage(task=Task(_five), task_name="t", backend=Echo(char), tokenizer=char, seed=4,
                             config=RolloutConfig(prompts_per_step=8, group_size=4, random_reward="given"))
 
-    whole = stage().sample(3).rewards.tolist()
+    whole = stage().sample(3).rewards().tolist()
     second = stage()
     second.shard = (1, 2)  # rank 1 of 2: prompts 4…7 of the step, numbered 0…3 in its own batch
-    assert second.sample(3).rewards.tolist() == whole[16:]
+    assert second.sample(3).rewards().tolist() == whole[16:]
