@@ -209,6 +209,11 @@ class LoraPolicy:
     targets: tuple[str, ...]
     _merged: nn.Module | None = None
     _pairs: list = attrs.field(factory=list)
+    _base: dict | None = None
+    """The frozen base tensors of a sharded policy's full state dict, kept from the first gather
+    where the placement says keeping them is cheap (:meth:`sampler_state`)."""
+    _base_of: tuple | None = None
+    """(the placement, ``cpu``) :attr:`_base` was gathered through."""
 
     @classmethod
     def attach(cls, model: nn.Module, config: LoraConfig) -> "LoraPolicy":
@@ -228,6 +233,72 @@ class LoraPolicy:
         total = sum(p.numel() for p in self.policy.parameters())
         trainable = sum(p.numel() for p in trainable_parameters(self.policy))
         return {"model/params": float(total), "model/trainable_params": float(trainable)}
+
+    # -- the policy handle (rllab.parts.PolicyHandle)
+
+    @property
+    def module(self) -> nn.Module:
+        """The module that trains: :attr:`policy`."""
+        return self.policy
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """The adapters (what the optimizer holds)."""
+        return trainable_parameters(self.policy)
+
+    def summary(self) -> dict[str, int]:
+        """``final.json``'s ``lora/params`` and ``lora/trainable_params``."""
+        return {k.replace("model/", "lora/"): int(v) for k, v in self.counts().items()}
+
+    def build_reference(self, placement: Any, load: Any, device: torch.device) -> nn.Module:
+        """:meth:`reference`: the base is the policy's own (nothing is loaded or placed)."""
+        return self.reference()
+
+    def state_keys(self) -> list[str]:
+        """A checkpoint holds the adapters only (:meth:`adapter_names`)."""
+        return self.adapter_names()
+
+    def sampler_module(self) -> nn.Module:
+        """:meth:`merged`."""
+        return self.merged()
+
+    def sampler_state(self, placement: Any, *, cpu: bool) -> dict[str, torch.Tensor]:
+        """The merged full state dict of a sharded policy (:meth:`merge_state_dict`), gathered
+        through ``placement`` (``cpu``: on rank 0's CPU only, ``{}`` on the other ranks).
+
+        The first sync through a placement and route gathers the full state dict and keeps its
+        frozen base tensors where :meth:`~rllab.placement.Placement.keeps_full_copy` says that is
+        cheap; later ones gather the adapters only (one all-gather) and merge them into the kept
+        base: the same tensors a full gather gives (the base never trains, and a checkpoint loads
+        the adapters only). A resumed run is a new process: its first sync gathers in full."""
+        if self._base_of is not None and self._base_of[0] is placement and self._base_of[1] == cpu:
+            adapters = self._gather_adapters(placement, cpu=cpu)
+            full = {**self._base, **adapters} if not cpu or placement.speaks else {}
+        else:
+            full = placement.full_state_dict(self.policy, cpu=cpu)
+            if placement.keeps_full_copy(cpu):
+                adapters = set(self.adapter_names())
+                self._base = {k: v for k, v in full.items() if k not in adapters}
+                self._base_of = (placement, cpu)
+        return self.merge_state_dict(full) if full else {}
+
+    def _gather_adapters(self, placement: Any, *, cpu: bool) -> dict[str, torch.Tensor]:
+        """The adapters' full tensors by :meth:`adapter_names` (``cpu``: on rank 0's CPU only, the
+        other ranks get ``{}``); every rank calls it."""
+        names = self.adapter_names()
+        params = dict(self.policy.named_parameters())
+        return dict(zip(names, placement.gather_full([params[n] for n in names], cpu=cpu)))
+
+    def save_final(self, run_dir: Path, placement: Any) -> None:
+        """The final adapters at ``RUN_DIR/adapter`` (:meth:`save_adapter`); sharded: gathered in
+        full, written by rank 0; every rank calls it."""
+        path = Path(run_dir) / "adapter"
+        if not placement.sharded:
+            self.save_adapter(path)
+            return
+        state = self._gather_adapters(placement, cpu=True)
+        if placement.speaks:
+            self.save_adapter(path, state=state)
+        placement.reducer.barrier()
 
     # -- views
 

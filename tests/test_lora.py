@@ -169,7 +169,7 @@ def test_the_single_strategy_syncs_the_merged_view_and_keeps_no_base_copy():
     """``single``: every sync hands the backend the one merged view, refreshed (its targeted
     weights follow the adapters), its untargeted tensors the policy's own: nothing is gathered or
     cached (the fsdp2 base cache is tests/test_distributed.py's)."""
-    from rllab.placement import Single
+    from rllab.placement_single import Single
 
     model = random_qwen()
     lp = lora.LoraPolicy.attach(model, lora.LoraConfig(r=2, target_modules=("q_proj",)))
@@ -180,17 +180,17 @@ def test_the_single_strategy_syncs_the_merged_view_and_keeps_no_base_copy():
             handed.append((m, m.model.layers[0].self_attn.q_proj.weight.detach().clone()))
 
     place = Single(device=torch.device("cpu"))
-    place.sync_weights(Backend(), model, lora=lp)
+    place.sync_weights(Backend(), lp)
     with torch.no_grad():
         model.model.layers[0].self_attn.q_proj.lora_B.default.weight.fill_(0.5)
-    place.sync_weights(Backend(), model, lora=lp)
+    place.sync_weights(Backend(), lp)
     (first, w0), (second, w1) = handed
     assert first is second is lp.merged()
     base = model.model.layers[0].self_attn.q_proj.base_layer.weight
     assert torch.equal(w0, base) and not torch.equal(w1, base)  # B = 0 at the start, then 0.5
     base_ptrs = {p.data_ptr() for n, p in model.named_parameters() if "lora_" not in n}
     assert {n for n, p in first.named_parameters() if p.data_ptr() not in base_ptrs} == {f"{t}.weight" for t in lp.targets}
-    assert vars(place).keys() == {"device", "reducer"}
+    assert vars(place).keys() == {"device", "reducer"} and lp._base is None
 
 
 def test_gradient_checkpointing_gives_the_same_adapter_gradients():
@@ -253,7 +253,7 @@ def test_a_sharing_hf_backend_samples_the_merged_policy(tmp_path):
     try:
         tr.train_step()
         sampler = tr.backend.model
-        assert sampler is tr.lora.merged() and sampler is not tr.policy
+        assert sampler is tr.policy_handle.merged() and sampler is not tr.policy
         ids, attn, T = batch(vocab=sampler.config.vocab_size)
         with torch.no_grad():
             torch.testing.assert_close(response_logprobs(sampler, ids, attn, T), response_logprobs(tr.policy.eval(), ids, attn, T),
@@ -275,7 +275,7 @@ def test_checkpoints_hold_the_adapters_and_resume_continues_exactly(tmp_path):
     try:
         tr.load_checkpoint(run / "checkpoints" / "step_000002")
         rows = [tr.train_step() for _ in range(2)]
-        for k, v in tr.lora.state_dict().items():
+        for k, v in tr.policy_handle.state_dict().items():
             assert torch.equal(v, final["policy"][k]), k
     finally:
         tr.close()
@@ -288,7 +288,7 @@ def test_checkpoints_hold_the_adapters_and_resume_continues_exactly(tmp_path):
     other = Trainer(small_cfg("train.steps=4", "model.lora.r=2"), run_dir=tmp_path / "other", progress=False)
     try:
         with pytest.raises(RllabError, match="LoRA adapters"):
-            other.lora.load_state_dict(state["policy"])
+            other.policy_handle.load_state_dict(state["policy"])
     finally:
         other.close()
 
@@ -310,7 +310,7 @@ def test_a_two_step_lora_job_runs_and_saves_its_adapter(tmp_path):
     last = torch.load(run / "checkpoints" / "step_000002" / "state.pt", weights_only=False)["policy"]
     tr = Trainer(small_cfg(), run_dir=tmp_path / "check", progress=False)
     try:
-        tr.lora.load_state_dict(last)
+        tr.policy_handle.load_state_dict(last)
         ids, attn, T = batch(vocab=base.config.vocab_size)
         with torch.no_grad():
             torch.testing.assert_close(response_logprobs(merged, ids, attn, T), response_logprobs(tr.policy.eval(), ids, attn, T),
@@ -379,7 +379,7 @@ def test_fsdp2_keeps_the_lora_base_only_where_it_costs_no_device_memory():
     sampler on an accelerator gathers in full each sync instead of doubling device memory."""
     from types import SimpleNamespace
 
-    from rllab.placement import FSDP2
+    from rllab.placement_fsdp2 import FSDP2
 
     for device, shared, keeps in (("cpu", False, True), ("cpu", True, True), ("cuda", True, True), ("cuda", False, False)):
-        assert FSDP2.keeps_lora_base(SimpleNamespace(device=torch.device(device)), shared) is keeps, (device, shared)
+        assert FSDP2.keeps_full_copy(SimpleNamespace(device=torch.device(device)), shared) is keeps, (device, shared)
