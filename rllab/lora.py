@@ -3,7 +3,9 @@
 With ``model.lora`` set, the policy's targeted linear layers get low-rank adapters
 (``W x + (alpha / r)·B A x``, ``A`` (r, in), ``B`` (out, r), ``B = 0`` at the start) and only the
 adapters train; the base weights are frozen and never change. :class:`LoraPolicy` owns what that
-changes in a run, so the trainer only asks it at its seams:
+changes in a run: it is the trainer's policy handle (:class:`rllab.parts.PolicyHandle`; without
+LoRA, :class:`rllab.parts.FullPolicy` answers the same questions), so the trainer has no LoRA
+branch and the placement (:mod:`rllab.placement`) knows nothing of adapters:
 
 - **the policy** stays the transformers model (its linear layers replaced by peft's LoRA layers
   in place), so every forward path of :mod:`rllab.models` runs unchanged; the optimizer gets only
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib.util
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -49,6 +52,8 @@ from rllab.errors import ConfigError, RllabError
 from rllab.hfcompat import peft_deprecations_quiet
 from rllab.specs import ComponentSpec, build_config, knob
 from rllab.tinyconfig import TinyModelConfig
+
+_NO_PEFT = "[model] lora needs peft, which is not installed: pip install 'rllab[lora]' (or pip install 'peft>=0.13')"
 
 ALL_LINEAR = "all-linear"
 """The ``target_modules`` name that targets every linear layer except the output head."""
@@ -83,7 +88,10 @@ def lora_config(model: Any) -> LoraConfig | None:
 
 
 def check_settings(model: Any, *, text: str = "", where: str = "<config>") -> None:
-    """Load-time checks of ``model.lora`` (its knobs; the settings it cannot honour)."""
+    """Load-time checks of ``model.lora``, before any model is built: its knobs, peft installed,
+    ``target_modules`` against the linear layers of the model the config names (built on the
+    meta device from ``[model] tiny`` or the model directory's ``config.json``: no weights are
+    read), and the settings it cannot honour."""
     from rllab.tomlio import line_of
 
     try:
@@ -91,6 +99,8 @@ def check_settings(model: Any, *, text: str = "", where: str = "<config>") -> No
     except ConfigError as e:
         msg = str(e).replace("section 'model.lora' (plugin rllab)", "[model] lora")
         raise ConfigError(f"{where}: {msg}{line_of(text, 'model', 'lora')}", key="lora") from None
+    if cfg is not None and importlib.util.find_spec("peft") is None:
+        raise ConfigError(f"{where}: {_NO_PEFT}{line_of(text, 'model', 'lora')}", key="lora")
     names = _skeleton_names(model.path, tuple(sorted(model.tiny.items()))) if cfg is not None else None
     if names is not None:
         try:
@@ -110,7 +120,7 @@ def require_peft():
     try:
         import peft
     except ImportError:
-        raise RllabError("[model] lora needs peft, which is not installed: pip install 'rllab[lora]' (or pip install 'peft>=0.13')") from None
+        raise RllabError(_NO_PEFT) from None
     return peft
 
 

@@ -113,6 +113,37 @@ def test_unknown_target_module_is_refused_when_the_config_loads(tmp_path):
     assert load_config(None, [f"model.path={tmp_path / 'm'}", 'model.lora.target_modules=["layers.1.mlp.up_proj"]']).model.lora
 
 
+def test_a_bad_target_module_is_refused_by_rllab_run_before_any_weights_load(tmp_path, monkeypatch, capsys):
+    """``rllab run``: the tiny model's layers come from ``[model] tiny``, a model directory's from its
+    config.json alone (the directory has no weights); nothing is built, loaded or written."""
+    import transformers
+
+    import rllab.tinymodel
+    import rllab.trainer
+    from rllab.cli import main
+
+    def built(*a, **k):
+        raise AssertionError("a model was built or loaded")
+
+    monkeypatch.setattr(rllab.tinymodel, "get_or_build", built)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", built)
+    monkeypatch.setattr(rllab.trainer.Trainer, "__init__", built)
+    run = tmp_path / "run"
+    assert main(["run", "--steps", "1", "model.tiny.num_layers=3", 'model.lora.target_modules=["qkv"]', "--run-dir", str(run)]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "'qkv' matches no linear layer" in err and "q_proj" in err and not run.exists()
+    random_qwen(tie=False).config.save_pretrained(tmp_path / "m")  # config.json only
+    assert main(["run", f"model.path={tmp_path / 'm'}", 'model.lora.target_modules=["lm_head"]', "--run-dir", str(run)]) == 1
+    assert "'lm_head' is the output head" in " ".join(capsys.readouterr().err.split()) and not run.exists()
+
+
+def test_lora_without_peft_is_refused_when_the_config_loads(monkeypatch):
+    monkeypatch.setitem(sys.modules, "peft", None)
+    with pytest.raises(ConfigError, match=r"\[model\] lora needs peft.*rllab\[lora\]"):
+        load_config(None, ["model.lora.r=4"])
+    assert load_config(None, []).model.lora == {}  # no adapters asked for: peft is not needed
+
+
 def test_the_output_head_is_refused():
     with pytest.raises(RllabError, match="'lm_head' is the output head"):
         lora.LoraPolicy.attach(random_qwen(tie=False), lora.LoraConfig(target_modules=("lm_head",)))
