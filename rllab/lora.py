@@ -94,6 +94,12 @@ def check_settings(model: Any, *, text: str = "", where: str = "<config>") -> No
     read), and the settings it cannot honour."""
     from rllab.tomlio import line_of
 
+    targets = (model.lora or {}).get("target_modules")
+    if isinstance(targets, str):  # a string would be read as a list of its characters
+        raise ConfigError(
+            f"{where}: [model] lora.target_modules = {targets!r}{line_of(text, 'model', 'lora')} is a string; give a list "
+            f"of module names, e.g. target_modules = [{targets!r}]", key="lora",
+        )
     try:
         cfg = lora_config(model)
     except ConfigError as e:

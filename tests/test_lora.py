@@ -137,6 +137,11 @@ def test_a_bad_target_module_is_refused_by_rllab_run_before_any_weights_load(tmp
     assert "'lm_head' is the output head" in " ".join(capsys.readouterr().err.split()) and not run.exists()
 
 
+def test_a_target_modules_string_is_refused_not_read_as_its_characters():
+    with pytest.raises(ConfigError, match=r"target_modules = 'q_proj' is a string; give a list.*\['q_proj'\]"):
+        load_config(None, ["model.lora.target_modules=q_proj"])
+
+
 def test_lora_without_peft_is_refused_when_the_config_loads(monkeypatch):
     monkeypatch.setitem(sys.modules, "peft", None)
     with pytest.raises(ConfigError, match=r"\[model\] lora needs peft.*rllab\[lora\]"):
