@@ -40,6 +40,7 @@ from __future__ import annotations
 import copy
 import functools
 import importlib.util
+import weakref
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -225,11 +226,10 @@ class LoraPolicy:
     targets: tuple[str, ...]
     _merged: nn.Module | None = None
     _pairs: list = attrs.field(factory=list)
-    _base: dict | None = None
-    """The frozen base tensors of a sharded policy's full state dict, kept from the first gather
-    where the placement says keeping them is cheap (:meth:`sampler_state`)."""
-    _base_of: tuple | None = None
-    """(the placement, ``cpu``) :attr:`_base` was gathered through."""
+    _bases: weakref.WeakKeyDictionary = attrs.field(factory=weakref.WeakKeyDictionary)
+    """Per placement: ``(cpu, the frozen base tensors of the sharded policy's full state dict)``,
+    kept from its first gather through that route where the placement says keeping them is cheap
+    (:meth:`sampler_state`)."""
 
     @classmethod
     def attach(cls, model: nn.Module, config: LoraConfig) -> "LoraPolicy":
@@ -286,15 +286,15 @@ class LoraPolicy:
         cheap; later ones gather the adapters only (one all-gather) and merge them into the kept
         base: the same tensors a full gather gives (the base never trains, and a checkpoint loads
         the adapters only). A resumed run is a new process: its first sync gathers in full."""
-        if self._base_of is not None and self._base_of[0] is placement and self._base_of[1] == cpu:
+        kept = self._bases.get(placement)
+        if kept is not None and kept[0] == cpu:
             adapters = self._gather_adapters(placement, cpu=cpu)
-            full = {**self._base, **adapters} if not cpu or placement.speaks else {}
+            full = {**kept[1], **adapters} if not cpu or placement.speaks else {}
         else:
             full = placement.full_state_dict(self.policy, cpu=cpu)
             if placement.keeps_full_copy(cpu):
                 adapters = set(self.adapter_names())
-                self._base = {k: v for k, v in full.items() if k not in adapters}
-                self._base_of = (placement, cpu)
+                self._bases[placement] = (cpu, {k: v for k, v in full.items() if k not in adapters})
         return self.merge_state_dict(full) if full else {}
 
     def _gather_adapters(self, placement: Any, *, cpu: bool) -> dict[str, torch.Tensor]:

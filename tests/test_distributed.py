@@ -372,7 +372,7 @@ def _lora_syncs(policy, lora, optimizer, reducer, *, without) -> dict:
                 optimizer.step()
                 optimizer.zero_grad()
             out[route] = {"pushed": recorder.pushed, "reference": reference, "full_gathers": len(full_gathers) - len(reference)}
-            out[route]["cached"] = lora._base_of is not None and lora._base_of[0] is cached
+            out[route]["cached"] = cached in lora._bases and lora._bases[cached][0] == (route == "shared")
         full_gathers.clear()
         plain = fresh()
         attributes = set(vars(plain))
