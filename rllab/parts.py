@@ -6,7 +6,7 @@ said once::
 
     parts = build_parts(cfg, lab)                         # the algorithm, the KL controller, the components by section
     ctx = run_context(cfg, parts.components, step=…, policy=…, reference=…, critic=…, rollout=…)
-    optimizer, critic_optimizer = build_optimizers(cfg, policy, critic)   # AdamW, train.lr / critic_lr / weight_decay
+    optimizer, critic_optimizer = build_optimizers(cfg, handle, critic)   # AdamW, train.lr / critic_lr / weight_decay
     outcome = optimizers(cfg, policy=…, optimizer=…, critic=…, critic_optimizer=…).drive(parts.algorithm.step(ctx), …)
 
 The policy is a :class:`PolicyHandle` (:func:`policy_handle`: the model whole, or with LoRA adapters).
@@ -83,13 +83,13 @@ def adamw(cfg: ExperimentConfig, params, lr: float) -> torch.optim.AdamW:
     return torch.optim.AdamW(params, lr=lr, weight_decay=cfg.train.weight_decay)
 
 
-def build_optimizers(cfg: ExperimentConfig, policy: torch.nn.Module, critic: torch.nn.Module | None = None, *,
+def build_optimizers(cfg: ExperimentConfig, policy: "PolicyHandle", critic: torch.nn.Module | None = None, *,
                      state: dict | None = None, lr: float | None = None) -> tuple[torch.optim.AdamW, torch.optim.AdamW | None]:
-    """The policy's optimizer (its trainable parameters: all, or the LoRA adapters; ``train.lr``)
+    """The policy's optimizer (the handle's trainable parameters: all, or the LoRA adapters; ``train.lr``)
     and the critic's (``train.critic_lr``; None without a critic). ``state``: a policy optimizer's
     ``state_dict`` to continue from (AdamW's moments); ``lr``: the policy's learning rate now, in
     place of ``train.lr`` (e.g. the LR schedule's value at a recorded step)."""
-    optimizer = adamw(cfg, lora.trainable_parameters(policy), cfg.train.lr)
+    optimizer = adamw(cfg, policy.trainable_parameters(), cfg.train.lr)
     if state is not None:
         optimizer.load_state_dict(copy.deepcopy(state))
     if lr is not None:

@@ -219,7 +219,7 @@ class Trainer:
         )
 
     def _build_optimizers(self) -> None:
-        self.optimizer, self.critic_optimizer = parts.build_optimizers(self.cfg, self.policy, self.critic)  # policy: all, or the adapters
+        self.optimizer, self.critic_optimizer = parts.build_optimizers(self.cfg, self.policy_handle, self.critic)  # all, or the adapters
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, partial(lr_factor, self.cfg.train))
 
     def _sync_weights(self) -> dict[str, float]:
