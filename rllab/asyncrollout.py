@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import attrs
 import torch
 
+from rllab import placement
 from rllab.algorithm import ROLLOUT_MEMBERS
 from rllab.errors import ConfigError
 from rllab.members import member
@@ -75,10 +76,11 @@ def check_settings(cfg: Any, lab: Any) -> None:
     if k == 0:
         return
     where = f"rollout.max_staleness = {k}"
-    if cfg.model.strategy != "single":
+    if placement.strategy(cfg.model.strategy).data_parallel:
+        one = " or ".join(f'model.strategy = "{n}"' for n in placement.names(data_parallel=False))
         raise ConfigError(
             f"{where} with model.strategy = {cfg.model.strategy!r} is not supported (asynchronous rollouts run in one "
-            f"process); set rollout.max_staleness = 0 or model.strategy = \"single\"",
+            f"process); set rollout.max_staleness = 0 or {one}",
             key="max_staleness",
         )
     backend = cfg.component("backend")

@@ -86,14 +86,17 @@ def check_launcher(model: Any, text: str, where: str) -> None:
     """Refuse ``WORLD_SIZE > 1`` with a single-process strategy: every process would build and
     train its own identical model and write the same run directory (each metric row twice, a
     race on every checkpoint). Checked at load, before any model is built."""
+    from rllab import placement
+
     _, world, _ = launcher_env()
-    if world == 1 or model.strategy != "single":
+    if world == 1 or placement.strategy(model.strategy).data_parallel:
         return
+    fix = " or ".join(f"model.strategy={n}" for n in placement.names(data_parallel=True))
     raise ConfigError(
         f"{where}: WORLD_SIZE={world} in the environment (torchrun started {world} processes) but [model] strategy = "
         f"{model.strategy!r}{line_of(text, 'model', 'strategy')} (one process, one device): each of the {world} "
         f"processes would train its own copy of the model on the same data and all would write the same run "
-        f"directory. Set model.strategy=fsdp2 to train one model over the {world} processes (data parallel), or run "
+        f"directory. Set {fix} to train one model over the {world} processes (data parallel), or run "
         f"one process (without torchrun)",
         key="strategy",
     )

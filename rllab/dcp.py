@@ -100,28 +100,25 @@ def load(path: Path, *, reducer: Reducer) -> dict:
 
 
 def load_models(path: Path, state: dict, *, reducer: Reducer, policy, optimizer, critic, critic_optimizer) -> None:
-    """Load this rank's shards of the models and optimizers from a checkpoint read by :func:`load`."""
+    """Load this rank's shards of the models and optimizers from a checkpoint read by :func:`load`.
+    ``policy`` is a policy handle (:class:`rllab.placement.PolicyWeights`): its module, of whose
+    state dict the checkpoint holds :meth:`~rllab.placement.PolicyWeights.state_keys` (None: all)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
-
-    from rllab.lora import LoraPolicy
 
     has_critic = state["sharded"]["critic"]
     if has_critic and critic is None:
         raise RllabError(f"checkpoint {path} has a critic but this run's algorithm does not use one")
-    pairs = [("policy", "optimizer", policy, optimizer)]
+    pairs = [("policy", "optimizer", policy.module, optimizer, policy.state_keys())]
     if has_critic:
-        pairs.append(("critic", "critic_optimizer", critic, critic_optimizer))
-    target, modules = {}, {}
-    for m_key, o_key, model, opt in pairs:
-        # a LoRA policy: its adapters are what the checkpoint holds, the base comes from the model directory
-        adapters = model.adapter_names() if isinstance(model, LoraPolicy) else None
-        modules[m_key] = module = model.policy if adapters is not None else model
+        pairs.append(("critic", "critic_optimizer", critic, critic_optimizer, None))
+    target = {}
+    for m_key, o_key, module, opt, keys in pairs:
+        # some of the module's state (e.g. adapters): the rest comes from the model directory
         target[m_key], target[o_key] = get_state_dict(module, opt)
-        if adapters is not None:
-            target[m_key] = {k: target[m_key][k] for k in adapters}
+        if keys is not None:
+            target[m_key] = {k: target[m_key][k] for k in keys}
     dcp.load(target, checkpoint_id=str(Path(path) / "model"))
-    for m_key, o_key, model, opt in pairs:
-        set_state_dict(modules[m_key], opt, model_state_dict=target[m_key], optim_state_dict=target[o_key],
-                       options=StateDictOptions(strict=not isinstance(model, LoraPolicy)))
-
+    for m_key, o_key, module, opt, keys in pairs:
+        set_state_dict(module, opt, model_state_dict=target[m_key], optim_state_dict=target[o_key],
+                       options=StateDictOptions(strict=keys is None))

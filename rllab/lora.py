@@ -3,7 +3,9 @@
 With ``model.lora`` set, the policy's targeted linear layers get low-rank adapters
 (``W x + (alpha / r)·B A x``, ``A`` (r, in), ``B`` (out, r), ``B = 0`` at the start) and only the
 adapters train; the base weights are frozen and never change. :class:`LoraPolicy` owns what that
-changes in a run, so the trainer only asks it at its seams:
+changes in a run: it is the trainer's policy handle (:class:`rllab.parts.PolicyHandle`; without
+LoRA, :class:`rllab.parts.FullPolicy` answers the same questions), so the trainer has no LoRA
+branch and the placement (:mod:`rllab.placement`) knows nothing of adapters:
 
 - **the policy** stays the transformers model (its linear layers replaced by peft's LoRA layers
   in place), so every forward path of :mod:`rllab.models` runs unchanged; the optimizer gets only
@@ -37,6 +39,8 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib.util
+import weakref
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -49,6 +53,8 @@ from rllab.errors import ConfigError, RllabError
 from rllab.hfcompat import peft_deprecations_quiet
 from rllab.specs import ComponentSpec, build_config, knob
 from rllab.tinyconfig import TinyModelConfig
+
+_NO_PEFT = "[model] lora needs peft, which is not installed: pip install 'rllab[lora]' (or pip install 'peft>=0.13')"
 
 ALL_LINEAR = "all-linear"
 """The ``target_modules`` name that targets every linear layer except the output head."""
@@ -83,14 +89,25 @@ def lora_config(model: Any) -> LoraConfig | None:
 
 
 def check_settings(model: Any, *, text: str = "", where: str = "<config>") -> None:
-    """Load-time checks of ``model.lora`` (its knobs; the settings it cannot honour)."""
+    """Load-time checks of ``model.lora``, before any model is built: its knobs, peft installed,
+    ``target_modules`` against the linear layers of the model the config names (built on the
+    meta device from ``[model] tiny`` or the model directory's ``config.json``: no weights are
+    read), and the settings it cannot honour."""
     from rllab.tomlio import line_of
 
+    targets = (model.lora or {}).get("target_modules")
+    if isinstance(targets, str):  # a string would be read as a list of its characters
+        raise ConfigError(
+            f"{where}: [model] lora.target_modules = {targets!r}{line_of(text, 'model', 'lora')} is a string; give a list "
+            f"of module names, e.g. target_modules = [{targets!r}]", key="lora",
+        )
     try:
         cfg = lora_config(model)
     except ConfigError as e:
         msg = str(e).replace("section 'model.lora' (plugin rllab)", "[model] lora")
         raise ConfigError(f"{where}: {msg}{line_of(text, 'model', 'lora')}", key="lora") from None
+    if cfg is not None and importlib.util.find_spec("peft") is None:
+        raise ConfigError(f"{where}: {_NO_PEFT}{line_of(text, 'model', 'lora')}", key="lora")
     names = _skeleton_names(model.path, tuple(sorted(model.tiny.items()))) if cfg is not None else None
     if names is not None:
         try:
@@ -110,7 +127,7 @@ def require_peft():
     try:
         import peft
     except ImportError:
-        raise RllabError("[model] lora needs peft, which is not installed: pip install 'rllab[lora]' (or pip install 'peft>=0.13')") from None
+        raise RllabError(_NO_PEFT) from None
     return peft
 
 
@@ -209,6 +226,10 @@ class LoraPolicy:
     targets: tuple[str, ...]
     _merged: nn.Module | None = None
     _pairs: list = attrs.field(factory=list)
+    _bases: weakref.WeakKeyDictionary = attrs.field(factory=weakref.WeakKeyDictionary)
+    """Per placement: ``(cpu, the frozen base tensors of the sharded policy's full state dict)``,
+    kept from its first gather through that route where the placement says keeping them is cheap
+    (:meth:`sampler_state`)."""
 
     @classmethod
     def attach(cls, model: nn.Module, config: LoraConfig) -> "LoraPolicy":
@@ -228,6 +249,72 @@ class LoraPolicy:
         total = sum(p.numel() for p in self.policy.parameters())
         trainable = sum(p.numel() for p in trainable_parameters(self.policy))
         return {"model/params": float(total), "model/trainable_params": float(trainable)}
+
+    # -- the policy handle (rllab.parts.PolicyHandle)
+
+    @property
+    def module(self) -> nn.Module:
+        """The module that trains: :attr:`policy`."""
+        return self.policy
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """The adapters (what the optimizer holds)."""
+        return trainable_parameters(self.policy)
+
+    def summary(self) -> dict[str, int]:
+        """``final.json``'s ``lora/params`` and ``lora/trainable_params``."""
+        return {k.replace("model/", "lora/"): int(v) for k, v in self.counts().items()}
+
+    def build_reference(self, placement: Any, load: Any, device: torch.device) -> nn.Module:
+        """:meth:`reference`: the base is the policy's own (nothing is loaded or placed)."""
+        return self.reference()
+
+    def state_keys(self) -> list[str]:
+        """A checkpoint holds the adapters only (:meth:`adapter_names`)."""
+        return self.adapter_names()
+
+    def sampler_module(self) -> nn.Module:
+        """:meth:`merged`."""
+        return self.merged()
+
+    def sampler_state(self, placement: Any, *, cpu: bool) -> dict[str, torch.Tensor]:
+        """The merged full state dict of a sharded policy (:meth:`merge_state_dict`), gathered
+        through ``placement`` (``cpu``: on rank 0's CPU only, ``{}`` on the other ranks).
+
+        The first sync through a placement and route gathers the full state dict and keeps its
+        frozen base tensors where :meth:`~rllab.placement.Placement.keeps_full_copy` says that is
+        cheap; later ones gather the adapters only (one all-gather) and merge them into the kept
+        base: the same tensors a full gather gives (the base never trains, and a checkpoint loads
+        the adapters only). A resumed run is a new process: its first sync gathers in full."""
+        kept = self._bases.get(placement)
+        if kept is not None and kept[0] == cpu:
+            adapters = self._gather_adapters(placement, cpu=cpu)
+            full = {**kept[1], **adapters} if not cpu or placement.speaks else {}
+        else:
+            full = placement.full_state_dict(self.policy, cpu=cpu)
+            if placement.keeps_full_copy(cpu):
+                adapters = set(self.adapter_names())
+                self._bases[placement] = (cpu, {k: v for k, v in full.items() if k not in adapters})
+        return self.merge_state_dict(full) if full else {}
+
+    def _gather_adapters(self, placement: Any, *, cpu: bool) -> dict[str, torch.Tensor]:
+        """The adapters' full tensors by :meth:`adapter_names` (``cpu``: on rank 0's CPU only, the
+        other ranks get ``{}``); every rank calls it."""
+        names = self.adapter_names()
+        params = dict(self.policy.named_parameters())
+        return dict(zip(names, placement.gather_full([params[n] for n in names], cpu=cpu)))
+
+    def save_final(self, run_dir: Path, placement: Any) -> None:
+        """The final adapters at ``RUN_DIR/adapter`` (:meth:`save_adapter`); sharded: gathered in
+        full, written by rank 0; every rank calls it."""
+        path = Path(run_dir) / "adapter"
+        if not placement.sharded:
+            self.save_adapter(path)
+            return
+        state = self._gather_adapters(placement, cpu=True)
+        if placement.speaks:
+            self.save_adapter(path, state=state)
+        placement.reducer.barrier()
 
     # -- views
 

@@ -11,6 +11,7 @@ import re
 
 import attrs
 
+from rllab.placement import STRATEGIES, names as strategy_names
 from rllab.specs import knob
 
 
@@ -45,21 +46,24 @@ class ModelConfig:
         "single",
         help="where the models live (rllab.placement): single (one device) or fsdp2 (FSDP2 data parallel, one "
         "process per device under torchrun)",
-        choices=("single", "fsdp2"),
+        choices=tuple(STRATEGIES),
     )
     world_size: int | None = knob(
         None, help="fsdp2: the number of processes the run must have (refused otherwise); None: what torchrun started",
-        ge=1, validator=lambda i, a, v: _fsdp2_only(i, a.name, v, None),
+        ge=1, validator=lambda i, a, v: _only_with(i, a.name, v, None, "data_parallel"),
     )
     cpu_offload: bool = knob(
         False, help="fsdp2 on CUDA: keep sharded parameters, gradients and optimizer state in CPU memory (CPUOffloadPolicy)",
-        validator=lambda i, a, v: _fsdp2_only(i, a.name, v, False),
+        validator=lambda i, a, v: _only_with(i, a.name, v, False, "sharded"),
     )
 
 
-def _fsdp2_only(inst, name: str, value, default) -> None:
-    if value != default and inst.strategy != "fsdp2":
-        raise ValueError(f"{name} = {value!r} applies only with strategy = 'fsdp2' (strategy is {inst.strategy!r})")
+def _only_with(inst, name: str, value, default, trait: str) -> None:
+    """A knob of the strategies with ``trait`` (:data:`rllab.placement.STRATEGIES`) refused elsewhere."""
+    row = STRATEGIES.get(inst.strategy)
+    if value != default and row is not None and not getattr(row, trait):
+        fit = " or ".join(repr(n) for n in strategy_names(**{trait: True}))
+        raise ValueError(f"{name} = {value!r} applies only with strategy = {fit} (strategy is {inst.strategy!r})")
 
 
 def _check_device(name: str, value: str) -> None:

@@ -36,7 +36,7 @@ from typing import Any
 import attrs
 import torch
 
-from rllab import asyncrollout, checkpoint, distributed, lora, memory, parts, placement, rewards
+from rllab import asyncrollout, checkpoint, distributed, memory, parts, placement, rewards
 from rllab.algorithm import RunContext
 from rllab.config import COMPONENT_SECTIONS, ExperimentConfig, apply_schedule, dump_toml, validate
 from rllab.errors import ConfigError, NonFiniteError, RewardError, RllabError  # noqa: F401  (RewardError: re-exported)
@@ -114,7 +114,7 @@ class Trainer:
                 self._build_models()
             self._build_optimizers()
             loggers = [Component(spec=self.lab.spec("logger", ref.name), config=ref.config)(run_dir=self.run_dir) for ref in cfg.loggers
-                       if self.placement.reducer.is_main]
+                       if self.placement.speaks]
             self.loggers = RunLoggers(lab=self.lab, loggers=loggers, run_dir=self.run_dir)
         except BaseException:  # a backend built before the failure releases what it holds (servers, snapshots)
             backend = getattr(self, "backend", None)
@@ -165,14 +165,12 @@ class Trainer:
         self.tokenizer = load_tokenizer(self.model_dir)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        lora_cfg, self.lora = lora.lora_config(self.cfg.model), None
 
-        def prepare(model):  # before the placement shards it: checkpointing, then the adapters
+        def prepare(model):  # before the placement shards it: checkpointing, then the policy handle (LoRA: the adapters)
             if self.cfg.model.gradient_checkpointing:
                 enable_checkpointing(model)
-            if lora_cfg is not None:
-                self.lora = lora.LoraPolicy.attach(model, lora_cfg)
-            return model
+            self.policy_handle: parts.PolicyHandle = parts.policy_handle(model, self.cfg.model)
+            return self.policy_handle.module
 
         self.policy = self.placement.build_policy(self._load_model, prepare)
         self.policy.train()
@@ -200,13 +198,11 @@ class Trainer:
         unknown = needs - {"reference", "critic"}
         if unknown:
             raise RllabError(f"algorithm {self.cfg.component('algorithm').name!r} asked for unknown models {sorted(unknown)}")
-        if "reference" in needs and self.reference is None and self.lora is not None:
-            self.reference = self.lora.reference()  # the base weights, adapters disabled: no second copy
-        if "reference" in needs and self.reference is None:
+        if "reference" in needs and self.reference is None:  # LoRA: the base weights, adapters disabled (no second copy)
             ref_device = resolve_device(self.cfg.model.reference_device) if self.cfg.model.reference_device else self.device
-            self.reference = self.placement.build_reference(self._load_model, ref_device)
-        if "critic" in needs and self.critic is None:
-            self.critic = self.placement.build_critic(self.policy, self._load_model, lora=self.lora)
+            self.reference = self.policy_handle.build_reference(self.placement, self._load_model, ref_device)
+        if "critic" in needs and self.critic is None:  # from the policy's weights now, or (sharded) from disk
+            self.critic = self.placement.build_critic(self._load_model, self.policy_handle.critic)
             if getattr(self, "optimizer", None) is not None:
                 self.critic_optimizer = parts.adamw(self.cfg, self.critic.parameters(), self.cfg.train.critic_lr)
 
@@ -215,7 +211,7 @@ class Trainer:
         context = getattr(getattr(self.policy, "config", None), "max_position_embeddings", None)
         if self.prompt_limits is None:  # prompts against the context, once the tokenizer exists (rllab.prompt_limits)
             self.prompt_limits = PromptLimits(self.task if self.env is None else self.env, tokenizer=self.tokenizer, rollout=self.cfg.rollout,
-                                              context_tokens=context, name=name, model_name=model_name, announce=self.placement.reducer.is_main)
+                                              context_tokens=context, name=name, model_name=model_name, announce=self.placement.speaks)
         examples = self.prompt_limits.for_rollout(self.cfg.rollout)  # refuses a prompt that does not fit, or drops it
         source = episode_source(task=examples if self.env is None else None, env=examples if self.env is not None else None,
                                 name=name, config=self.cfg.rollout, tokenizer=self.tokenizer, context_tokens=context)
@@ -223,12 +219,12 @@ class Trainer:
                             model_name=model_name, reducer=self.placement.reducer)
 
     def _build_optimizers(self) -> None:
-        self.optimizer, self.critic_optimizer = parts.build_optimizers(self.cfg, self.policy, self.critic)  # policy: all, or the adapters
+        self.optimizer, self.critic_optimizer = parts.build_optimizers(self.cfg, self.policy_handle, self.critic)  # all, or the adapters
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, partial(lr_factor, self.cfg.train))
 
     def _sync_weights(self) -> dict[str, float]:
         """Push the policy's weights to the backend; the sync's metrics (e.g. ``time/weight_sync``)."""
-        metrics = self.placement.sync_weights(self.backend, self.policy, lora=self.lora)  # LoRA: the adapters merged in
+        metrics = self.placement.sync_weights(self.backend, self.policy_handle)  # LoRA: the adapters merged in
         return {k: float(v) for k, v in (metrics or {}).items()}
 
     # ------------------------------------------------------------------ swapping
@@ -315,8 +311,7 @@ class Trainer:
         if self.device.type == "cuda":
             metrics["perf/peak_cuda_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
         metrics["optim/lr"] = self.scheduler.get_last_lr()[0]
-        if self.lora is not None:
-            metrics.update(self.lora.counts())
+        metrics.update(self.policy_handle.counts())  # LoRA: model/params, model/trainable_params
         if changed:
             metrics["schedule/changed"] = 1.0
         self.step += 1
@@ -371,9 +366,8 @@ class Trainer:
         """
         state = {
             "step": self.step,
-            **self.placement.model_states(
-                policy=self.lora if self.lora is not None else self.policy,  # LoRA: the adapters
-                optimizer=self.optimizer, critic=self.critic, critic_optimizer=self.critic_optimizer
+            **self.placement.model_states(  # LoRA: the adapters
+                policy=self.policy_handle, optimizer=self.optimizer, critic=self.critic, critic_optimizer=self.critic_optimizer
             ),
             "scheduler": self.scheduler.state_dict(),
             "kl_controller": checkpoint.plain_state(self.kl_controller),
@@ -393,7 +387,7 @@ class Trainer:
         cfg = validate(with_deployment(state["config"], self.cfg.to_dict()), lab=self.lab, where="checkpoint")
         self._reconfigure(attrs.evolve(cfg, schedule=self.cfg.schedule, plugins=self.cfg.plugins, provenance=self.cfg.provenance, train=self.cfg.train))
         self.placement.load_model_states(
-            path, state, policy=self.lora if self.lora is not None else self.policy, optimizer=self.optimizer, critic=self.critic, critic_optimizer=self.critic_optimizer
+            path, state, policy=self.policy_handle, optimizer=self.optimizer, critic=self.critic, critic_optimizer=self.critic_optimizer
         )
         self.scheduler.load_state_dict(state["scheduler"])
         self.scheduler.lr_lambdas = [partial(lr_factor, self.cfg.train)]
@@ -422,7 +416,7 @@ class Trainer:
         """Train to ``train.steps`` with evals and checkpoints; returns the summary (``final.json``)."""
         t = self.cfg.train
         try:
-            if self.step == 0 and self.placement.reducer.is_main:
+            if self.step == 0 and self.placement.speaks:
                 (self.run_dir / CONFIG_FILE).write_text(dump_toml(recorded_config(self.cfg, self.lab)))
             self.hook.on_run_start(run_dir=self.run_dir, config=self.cfg, start_step=self.step, total_steps=t.steps, progress=self.progress,
                                    solved_when=self.rollout.solved_rule)
@@ -441,8 +435,7 @@ class Trainer:
             else:
                 final = self.evaluate()
                 self.save_checkpoint()
-            if self.lora is not None:
-                self.placement.save_adapter(self.lora, self.run_dir / "adapter")
+            self.policy_handle.save_final(self.run_dir, self.placement)  # LoRA: RUN_DIR/adapter
         except BaseException as e:
             try:
                 self.hook.on_run_error(run_dir=self.run_dir, step=self.step, error=e)
@@ -459,9 +452,9 @@ class Trainer:
             "nonfinite_skipped": getattr(self, "nonfinite_skipped", 0),
             **(self.prompt_limits.summary() if self.prompt_limits is not None else {}),  # rollout.max_prompt_tokens's drops
             "run_dir": str(self.run_dir),
-            **({k.replace("model/", "lora/"): int(v) for k, v in self.lora.counts().items()} if self.lora is not None else {}),
+            **self.policy_handle.summary(),  # LoRA: lora/params, lora/trainable_params
         }
-        if self.placement.reducer.is_main:
+        if self.placement.speaks:
             (self.run_dir / "final.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         self.close()
         self.hook.on_run_end(run_dir=self.run_dir, metrics=summary, history=list(self.history))

@@ -24,7 +24,9 @@ import attrs
 import pytest
 import torch
 
-from rllab import distributed, placement
+from rllab import distributed, parts, placement
+from rllab.placement_fsdp2 import FSDP2
+from rllab.placement_single import Single
 from rllab.algorithm import RunContext
 from rllab.config import validate
 from rllab.lab import Lab
@@ -112,6 +114,7 @@ def _run(place, batch: RolloutBatch, cfg) -> dict:
         lora = held["lora"]
     else:
         policy = place.build_policy(_model)
+    handle = lora if lora is not None else parts.FullPolicy(policy)
     # eps = 1e-3: AdamW's first step, g / (|g| + eps), stays continuous in the gradient (with 1e-8 it is
     # sign(g), and gradients equal within float tolerance can give opposite steps)
     trainable = [p for p in policy.parameters() if p.requires_grad]
@@ -131,7 +134,7 @@ def _run(place, batch: RolloutBatch, cfg) -> dict:
             return model
 
         torch.manual_seed(5)
-        critic = place.build_critic(policy, load)
+        critic = place.build_critic(load, handle.critic)
         critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.train.critic_lr, eps=1e-3)
     reference = lora.reference() if lora is not None else None
     merged = {}
@@ -141,7 +144,7 @@ def _run(place, batch: RolloutBatch, cfg) -> dict:
             merged.update({k: v.detach().clone() for k, v in (model if isinstance(model, dict) else model.state_dict()).items()})
 
     if lora is not None:
-        place.sync_weights(Backend(), policy, lora=lora)
+        place.sync_weights(Backend(), lora)
     ctx = RunContext(step=0, config=cfg, components=components, rollout=RecordedRollout(batch=batch), policy=policy,
                      reference=reference, kl_coef=0.5 if lora is not None else 0.0, critic=critic, hook=lab.hook, reducer=place.reducer)
     grads = {}
@@ -156,7 +159,8 @@ def _run(place, batch: RolloutBatch, cfg) -> dict:
         outcome = optimizers.drive(component("algorithm")().step(ctx), step=0, algorithm="rl", nonfinite="raise")
     metrics = place.reducer.mean_metrics(outcome.metrics)
     params = {k + n: _full(p) for k, m in named for n, p in m.named_parameters()}
-    return {"metrics": metrics, "grads": grads, "params": params, "policy": policy, "optimizer": optimizer, "lora": lora, "merged": merged}
+    return {"metrics": metrics, "grads": grads, "params": params, "policy": policy, "handle": handle, "optimizer": optimizer, "lora": lora,
+            "merged": merged}
 
 
 class _KeyedBackend:
@@ -289,16 +293,16 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
         torch.equal(_full(lora_opt.state[p]["exp_avg"]), _full(fresh_lora_opt.state[q]["exp_avg"]))
         for p, q in zip(lora_opt.param_groups[0]["params"], fresh_lora_opt.param_groups[0]["params"])
     )
-    place.save_adapter(lora, os.path.join(out, "adapter"))
+    lora.save_final(out, place)  # OUT/adapter
     # a sharded checkpoint: written, read back into a fresh model and optimizer, refused on another world size
     policy, optimizer = half["policy"], half["optimizer"]
     state = {"step": 1, "rng": {"torch": torch.get_rng_state(), "python": None},
-             **place.model_states(policy=policy, optimizer=optimizer, critic=None, critic_optimizer=None)}
+             **place.model_states(policy=half["handle"], optimizer=optimizer, critic=None, critic_optimizer=None)}
     path = place.save(out, 1, state)
     fresh = place.build_policy(_model)
     fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=cfg.train.lr)
     loaded = place.load(path)
-    place.load_model_states(path, loaded, policy=fresh, optimizer=fresh_opt, critic=None, critic_optimizer=None)
+    place.load_model_states(path, loaded, policy=parts.FullPolicy(fresh), optimizer=fresh_opt, critic=None, critic_optimizer=None)
     result["reloaded_equal"] = all(torch.equal(_full(a), _full(b)) for a, b in zip(policy.parameters(), fresh.parameters()))
     exp_avg = [_full(fresh_opt.state[p]["exp_avg"]) for p in fresh.parameters()]
     result["reloaded_opt_equal"] = all(torch.equal(_full(optimizer.state[p]["exp_avg"]), e) for p, e in zip(policy.parameters(), exp_avg))
@@ -310,18 +314,18 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
         with torch.no_grad():
             if rank == 1:
                 next(policy.parameters()).to_local().fill_(float("nan"))
-        place.save(out, 2, {**state, **place.model_states(policy=policy, optimizer=optimizer, critic=None, critic_optimizer=None)})
+        place.save(out, 2, {**state, **place.model_states(policy=half["handle"], optimizer=optimizer, critic=None, critic_optimizer=None)})
     except NonFiniteError as e:
         result["nonfinite"] = str(e)
     try:
-        placement.FSDP2(device=torch.device("cpu"), reducer=place.reducer, compute_dtype=None, cpu_offload=True)
+        FSDP2(device=torch.device("cpu"), reducer=place.reducer, compute_dtype=None, cpu_offload=True)
     except RllabError as e:
         result["offload_refused"] = str(e)
     try:
         distributed.init_from_env(device_type="cpu", expected=4)
     except RllabError as e:
         result["world_refused"] = str(e)
-    result["lora_sync"] = _lora_syncs(adapted["policy"], lora, adapted["optimizer"], place.reducer, without=with_critic["policy"])
+    result["lora_sync"] = _lora_syncs(adapted["policy"], lora, adapted["optimizer"], place.reducer, without=with_critic["handle"])
     result["gather_full"] = _gather_full_cases(place)
     torch.save(result, os.path.join(out, f"rank{rank}.pt"))
     dist.destroy_process_group()
@@ -353,27 +357,29 @@ def _lora_syncs(policy, lora, optimizer, reducer, *, without) -> dict:
         out: dict = {}
 
         def fresh():
-            return placement.FSDP2(device=torch.device("cpu"), reducer=reducer, compute_dtype=None, cpu_offload=False)
+            return FSDP2(device=torch.device("cpu"), reducer=reducer, compute_dtype=None, cpu_offload=False)
 
         for route in ("hf", "shared"):
             cached, recorder, reference = fresh(), _Recorder(route == "shared"), []
             full_gathers.clear()
             for step in range(3):
-                cached.sync_weights(recorder, policy, lora=lora)
+                cached.sync_weights(recorder, lora)
                 again = _Recorder(route == "shared")
-                fresh().sync_weights(again, policy, lora=lora)
+                fresh().sync_weights(again, lora)
                 reference.append(again.pushed[-1])
                 ids = torch.randint(1, 48, (2, 6), generator=torch.Generator().manual_seed(10 * reducer.rank + step))
                 policy(input_ids=ids).logits.float().pow(2).mean().backward()
                 optimizer.step()
                 optimizer.zero_grad()
             out[route] = {"pushed": recorder.pushed, "reference": reference, "full_gathers": len(full_gathers) - len(reference)}
-            out[route]["cached"] = cached._lora_base is not None
+            out[route]["cached"] = cached in lora._bases and lora._bases[cached][0] == (route == "shared")
         full_gathers.clear()
         plain = fresh()
+        attributes = set(vars(plain))
         for _ in range(2):
-            plain.sync_weights(_Recorder(False), without, lora=None)
-        out["without_lora"] = {"full_gathers": len(full_gathers), "cached": plain._lora_base is not None}
+            plain.sync_weights(_Recorder(False), without)
+        # nothing kept: the placement holds no new state, and a full handle has no place for any
+        out["without_lora"] = {"full_gathers": len(full_gathers), "cached": set(vars(plain)) != attributes or hasattr(without, "__dict__")}
         return out
     finally:
         sd.get_model_state_dict = real
@@ -410,7 +416,7 @@ def test_two_ranks_compute_the_one_rank_loss_gradients_and_update(two_ranks, adv
     _, results = two_ranks
     lora = advantage == "lora"
     cfg = _config("single", "reinforce_plus_plus" if lora else advantage, lora=lora)
-    one = _run(placement.Single(device=torch.device("cpu")), _batch(), cfg)
+    one = _run(Single(device=torch.device("cpu")), _batch(), cfg)
     keys = ("loss/policy", "loss/total", "actor/grad_norm") + (("loss/value", "critic/grad_norm") if advantage == "gae" else ())
     if advantage == "gae":
         results = [res["gae"] for res in results]
@@ -464,7 +470,7 @@ def test_a_sharded_checkpoint_reloads_and_refuses_what_it_must(two_ranks):
     from rllab.errors import RllabError
 
     with pytest.raises(RllabError, match="written by model.strategy = 'fsdp2' on 2 rank"):
-        placement.Single(device=torch.device("cpu")).load(out / "checkpoints" / "step_000001")
+        Single(device=torch.device("cpu")).load(out / "checkpoints" / "step_000001")
     for res in results:
         assert res["reloaded_equal"] and res["reloaded_opt_equal"]
         assert "written on 2 rank(s) but this run has 3" in res["other_world"]
@@ -681,7 +687,7 @@ def test_the_trainer_builds_its_critic_through_the_placement(tmp_path, one_rank,
     trainer = _trainer("fsdp2", tmp_path / "run", **{"advantage": "gae", "train.steps": 1})
     try:
         metrics = trainer.train_step()
-        assert placement.is_sharded(trainer.critic.backbone) and placement.is_sharded(trainer.critic.value_head)
+        assert distributed.is_sharded(trainer.critic.backbone) and distributed.is_sharded(trainer.critic.value_head)
         assert metrics["loss/value"] > 0 and metrics["critic/grad_norm"] > 0
     finally:
         trainer.close()

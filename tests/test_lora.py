@@ -113,6 +113,42 @@ def test_unknown_target_module_is_refused_when_the_config_loads(tmp_path):
     assert load_config(None, [f"model.path={tmp_path / 'm'}", 'model.lora.target_modules=["layers.1.mlp.up_proj"]']).model.lora
 
 
+def test_a_bad_target_module_is_refused_by_rllab_run_before_any_weights_load(tmp_path, monkeypatch, capsys):
+    """``rllab run``: the tiny model's layers come from ``[model] tiny``, a model directory's from its
+    config.json alone (the directory has no weights); nothing is built, loaded or written."""
+    import transformers
+
+    import rllab.tinymodel
+    import rllab.trainer
+    from rllab.cli import main
+
+    def built(*a, **k):
+        raise AssertionError("a model was built or loaded")
+
+    monkeypatch.setattr(rllab.tinymodel, "get_or_build", built)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", built)
+    monkeypatch.setattr(rllab.trainer.Trainer, "__init__", built)
+    run = tmp_path / "run"
+    assert main(["run", "--steps", "1", "model.tiny.num_layers=3", 'model.lora.target_modules=["qkv"]', "--run-dir", str(run)]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "'qkv' matches no linear layer" in err and "q_proj" in err and not run.exists()
+    random_qwen(tie=False).config.save_pretrained(tmp_path / "m")  # config.json only
+    assert main(["run", f"model.path={tmp_path / 'm'}", 'model.lora.target_modules=["lm_head"]', "--run-dir", str(run)]) == 1
+    assert "'lm_head' is the output head" in " ".join(capsys.readouterr().err.split()) and not run.exists()
+
+
+def test_a_target_modules_string_is_refused_not_read_as_its_characters():
+    with pytest.raises(ConfigError, match=r"target_modules = 'q_proj' is a string; give a list.*\['q_proj'\]"):
+        load_config(None, ["model.lora.target_modules=q_proj"])
+
+
+def test_lora_without_peft_is_refused_when_the_config_loads(monkeypatch):
+    monkeypatch.setitem(sys.modules, "peft", None)
+    with pytest.raises(ConfigError, match=r"\[model\] lora needs peft.*rllab\[lora\]"):
+        load_config(None, ["model.lora.r=4"])
+    assert load_config(None, []).model.lora == {}  # no adapters asked for: peft is not needed
+
+
 def test_the_output_head_is_refused():
     with pytest.raises(RllabError, match="'lm_head' is the output head"):
         lora.LoraPolicy.attach(random_qwen(tie=False), lora.LoraConfig(target_modules=("lm_head",)))
@@ -169,7 +205,7 @@ def test_the_single_strategy_syncs_the_merged_view_and_keeps_no_base_copy():
     """``single``: every sync hands the backend the one merged view, refreshed (its targeted
     weights follow the adapters), its untargeted tensors the policy's own: nothing is gathered or
     cached (the fsdp2 base cache is tests/test_distributed.py's)."""
-    from rllab.placement import Single
+    from rllab.placement_single import Single
 
     model = random_qwen()
     lp = lora.LoraPolicy.attach(model, lora.LoraConfig(r=2, target_modules=("q_proj",)))
@@ -180,17 +216,17 @@ def test_the_single_strategy_syncs_the_merged_view_and_keeps_no_base_copy():
             handed.append((m, m.model.layers[0].self_attn.q_proj.weight.detach().clone()))
 
     place = Single(device=torch.device("cpu"))
-    place.sync_weights(Backend(), model, lora=lp)
+    place.sync_weights(Backend(), lp)
     with torch.no_grad():
         model.model.layers[0].self_attn.q_proj.lora_B.default.weight.fill_(0.5)
-    place.sync_weights(Backend(), model, lora=lp)
+    place.sync_weights(Backend(), lp)
     (first, w0), (second, w1) = handed
     assert first is second is lp.merged()
     base = model.model.layers[0].self_attn.q_proj.base_layer.weight
     assert torch.equal(w0, base) and not torch.equal(w1, base)  # B = 0 at the start, then 0.5
     base_ptrs = {p.data_ptr() for n, p in model.named_parameters() if "lora_" not in n}
     assert {n for n, p in first.named_parameters() if p.data_ptr() not in base_ptrs} == {f"{t}.weight" for t in lp.targets}
-    assert vars(place).keys() == {"device", "reducer"}
+    assert vars(place).keys() == {"device", "reducer"} and not lp._bases
 
 
 def test_gradient_checkpointing_gives_the_same_adapter_gradients():
@@ -253,7 +289,7 @@ def test_a_sharing_hf_backend_samples_the_merged_policy(tmp_path):
     try:
         tr.train_step()
         sampler = tr.backend.model
-        assert sampler is tr.lora.merged() and sampler is not tr.policy
+        assert sampler is tr.policy_handle.merged() and sampler is not tr.policy
         ids, attn, T = batch(vocab=sampler.config.vocab_size)
         with torch.no_grad():
             torch.testing.assert_close(response_logprobs(sampler, ids, attn, T), response_logprobs(tr.policy.eval(), ids, attn, T),
@@ -275,7 +311,7 @@ def test_checkpoints_hold_the_adapters_and_resume_continues_exactly(tmp_path):
     try:
         tr.load_checkpoint(run / "checkpoints" / "step_000002")
         rows = [tr.train_step() for _ in range(2)]
-        for k, v in tr.lora.state_dict().items():
+        for k, v in tr.policy_handle.state_dict().items():
             assert torch.equal(v, final["policy"][k]), k
     finally:
         tr.close()
@@ -288,7 +324,7 @@ def test_checkpoints_hold_the_adapters_and_resume_continues_exactly(tmp_path):
     other = Trainer(small_cfg("train.steps=4", "model.lora.r=2"), run_dir=tmp_path / "other", progress=False)
     try:
         with pytest.raises(RllabError, match="LoRA adapters"):
-            other.lora.load_state_dict(state["policy"])
+            other.policy_handle.load_state_dict(state["policy"])
     finally:
         other.close()
 
@@ -310,7 +346,7 @@ def test_a_two_step_lora_job_runs_and_saves_its_adapter(tmp_path):
     last = torch.load(run / "checkpoints" / "step_000002" / "state.pt", weights_only=False)["policy"]
     tr = Trainer(small_cfg(), run_dir=tmp_path / "check", progress=False)
     try:
-        tr.lora.load_state_dict(last)
+        tr.policy_handle.load_state_dict(last)
         ids, attn, T = batch(vocab=base.config.vocab_size)
         with torch.no_grad():
             torch.testing.assert_close(response_logprobs(merged, ids, attn, T), response_logprobs(tr.policy.eval(), ids, attn, T),
@@ -374,12 +410,12 @@ def test_record_refuses_lora(tmp_path):
         record(None, overrides=list(SMALL), steps=1, out=tmp_path / "r.pt")
 
 
-def test_fsdp2_keeps_the_lora_base_only_where_it_costs_no_device_memory():
+def test_fsdp2_lets_a_gathered_copy_be_kept_only_where_it_costs_no_device_memory():
     """A kept base sits in rank 0's CPU memory (shared servers) or in CPU memory; a per-rank hf
     sampler on an accelerator gathers in full each sync instead of doubling device memory."""
     from types import SimpleNamespace
 
-    from rllab.placement import FSDP2
+    from rllab.placement_fsdp2 import FSDP2
 
     for device, shared, keeps in (("cpu", False, True), ("cpu", True, True), ("cuda", True, True), ("cuda", False, False)):
-        assert FSDP2.keeps_lora_base(SimpleNamespace(device=torch.device(device)), shared) is keeps, (device, shared)
+        assert FSDP2.keeps_full_copy(SimpleNamespace(device=torch.device(device)), shared) is keeps, (device, shared)

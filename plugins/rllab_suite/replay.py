@@ -203,7 +203,7 @@ def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> 
             ctx = parts.run_context(cfg, built.components, step=rec["step"], policy=policy, reference=reference, critic=critic,
                                     rollout=RecordedRollout(batch=batch, component_weights=weights), hook=lab.hook)
             # from the recorded optimizer state, at the learning rate the run's schedule had then
-            opt, copt = parts.build_optimizers(cfg, policy, critic, state=data.get("optimizer"), lr=cfg.train.lr * data.get("lr_factor", 1.0))
+            opt, copt = parts.build_optimizers(cfg, parts.FullPolicy(policy), critic, state=data.get("optimizer"), lr=cfg.train.lr * data.get("lr_factor", 1.0))
             params = [p for p in policy.parameters()]
             grads = []
 
