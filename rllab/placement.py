@@ -28,6 +28,7 @@ strategy is one module with a class that implements :class:`Placement` and one r
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 import attrs
@@ -110,18 +111,6 @@ class Placement(Protocol):
     def load_model_states(self, path: Any, state: dict, *, policy: PolicyWeights, optimizer: Any, critic: Any, critic_optimizer: Any) -> None: ...
 
 
-def _single() -> type:
-    from rllab.placement_single import Single
-
-    return Single
-
-
-def _fsdp2() -> type:
-    from rllab.placement_fsdp2 import FSDP2
-
-    return FSDP2
-
-
 @attrs.frozen(kw_only=True)
 class Strategy:
     """A row of :data:`STRATEGIES`: a strategy's traits (readable without torch) and its class."""
@@ -131,18 +120,22 @@ class Strategy:
     """One process per device under ``torchrun`` (``WORLD_SIZE`` processes); False: one process."""
     sharded: bool
     """Parameters are sharded over the ranks (``model.cpu_offload`` applies)."""
-    load: Callable[[], type]
-    """The class implementing :class:`Placement` (imports torch)."""
+    module: str
+    """The module of the class implementing :class:`Placement` (it imports torch; loaded by name on
+    first use, as an entry point is, so this table stays in the kernel without importing the
+    machinery)."""
+    attr: str
+    """That class's name in :attr:`module`."""
 
     def cls(self) -> type:
-        return self.load()
+        return getattr(importlib.import_module(self.module), self.attr)
 
 
 STRATEGIES: dict[str, Strategy] = {
     s.name: s
     for s in (
-        Strategy(name="single", data_parallel=False, sharded=False, load=_single),
-        Strategy(name="fsdp2", data_parallel=True, sharded=True, load=_fsdp2),
+        Strategy(name="single", data_parallel=False, sharded=False, module="rllab.placement_single", attr="Single"),
+        Strategy(name="fsdp2", data_parallel=True, sharded=True, module="rllab.placement_fsdp2", attr="FSDP2"),
     )
 }
 """Every ``[model] strategy``, by name: the one place that names them."""

@@ -59,8 +59,8 @@ def test_the_load_time_checks_ask_the_traits_not_the_name(monkeypatch):
     from rllab import asyncrollout
     from rllab.config_checks import check_launcher
 
-    monkeypatch.setitem(placement.STRATEGIES, "ddp", placement.Strategy(name="ddp", data_parallel=True, sharded=False, load=object))
-    monkeypatch.setitem(placement.STRATEGIES, "pipe", placement.Strategy(name="pipe", data_parallel=False, sharded=False, load=object))
+    monkeypatch.setitem(placement.STRATEGIES, "ddp", placement.Strategy(name="ddp", data_parallel=True, sharded=False, module="builtins", attr="object"))
+    monkeypatch.setitem(placement.STRATEGIES, "pipe", placement.Strategy(name="pipe", data_parallel=False, sharded=False, module="builtins", attr="object"))
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
     check_launcher(SimpleNamespace(strategy="ddp"), "", "t")  # no error
