@@ -123,6 +123,29 @@ def test_a_server_that_keeps_failing_raises_naming_url_attempts_and_answer(serve
     assert len(server.bodies) == 3
 
 
+def test_a_url_that_used_up_its_retries_is_down_for_the_cooldown(server, capsys):
+    server.script = [(500, {"error": "down"}, 0.0)] * 3
+    now = [100.0]
+    knobs = HttpKnobs(backoff_s=0.0, retries=2, cooldown_s=30.0)
+    with pytest.raises(RewardServiceError, match="failed 3 attempt"):
+        post_json(server.url, {"response": "1", "label": "1"}, knobs, who="t", clock=lambda: now[0])
+    now[0] += 29.0
+    with pytest.raises(RewardServiceError, match=r"failed 3 attempt.*HTTP 500.*not asked again for 1 s: cooldown_s = 30.0"):
+        post_json(server.url, {"response": "1", "label": "1"}, knobs, who="t", clock=lambda: now[0])
+    assert len(server.bodies) == 3  # failed at once
+    now[0] += 1.5
+    assert post_json(server.url, {"response": "1", "label": "1"}, knobs, who="t", clock=lambda: now[0]) == 1.0
+    err = capsys.readouterr().err
+    assert err.count(server.url) == 1 and "HTTP 500" in err and "retrying up to 2 times" in err  # said once
+
+
+def test_an_outage_costs_one_requests_retries_not_every_rows(server):
+    server.script = [(503, b"down", 0.0)] * 100
+    with pytest.raises(RewardFunctionError, match="cooldown_s"):
+        score("remote", {"url": server.url, "retries": 2, "max_concurrency": 1, **FAST}, ["1", "2", "3", "4"])
+    assert len(server.bodies) == 3
+
+
 def test_a_4xx_is_not_retried(server):
     server.script = [(422, {"detail": "label missing"}, 0.0)]
     with pytest.raises(RewardFunctionError, match=r"HTTP 422.*label missing"):
@@ -221,7 +244,7 @@ def test_failing_rows_count_as_reward_errors_under_zero(tmp_path):
         return (500, {"error": "down"}) if body["prompt"] == first[0] else (200, 1.0)
 
     with RewardStandIn(answer) as s:
-        m = _stage(tmp_path, {"url": s.url, "retries": 1, **FAST}, "zero").sample(0).metrics
+        m = _stage(tmp_path, {"url": s.url, "retries": 1, "cooldown_s": 0, **FAST}, "zero").sample(0).metrics
     assert m["rollout/reward_errors"] == 2.0 and m["rollout/accuracy"] == 0.5
 
 

@@ -112,8 +112,8 @@ def remote(*, prompts, completions, ground_truth, config: RemoteConfig, **column
 
     def ask(rows: list[int]) -> list[float]:
         if config.batching == "none":
-            return [_pick(post_json(config.url, items[rows[0]], config, who=where), config.score_key, where)]
-        answer = post_json(config.url, [items[i] for i in rows], config, who=where)
+            return [_pick(post_json(config.url, items[rows[0]], config, who="remote reward"), config.score_key, where)]
+        answer = post_json(config.url, [items[i] for i in rows], config, who="remote reward")
         if isinstance(answer, dict) and config.score_key is not None and isinstance(answer.get(config.score_key), list):
             answer = [{config.score_key: v} for v in answer[config.score_key]]
         if not isinstance(answer, list) or len(answer) != len(rows):
@@ -240,9 +240,9 @@ def llm_judge(*, prompts, completions, ground_truth, config: JudgeConfig, **colu
 
     def ask(question: str) -> float:
         if tok is None:
-            answer = post_json(url, {"text": question, "sampling_params": params}, config, who=where)
+            answer = post_json(url, {"text": question, "sampling_params": params}, config, who="llm_judge reward")
         else:
-            answer = post_json(url, {"input_ids": tok(question).input_ids, "sampling_params": params}, config, who=where)
+            answer = post_json(url, {"input_ids": tok(question).input_ids, "sampling_params": params}, config, who="llm_judge reward")
         if isinstance(answer, list) and len(answer) == 1:
             answer = answer[0]
         if isinstance(answer, dict) and isinstance(answer.get("text"), str):

@@ -9,7 +9,12 @@ One POST of a JSON body, answered with JSON, through ``requests``:
   is answered 429 or 5xx is retried up to ``retries`` times, after ``backoff_s``, then twice that,
   four times that … (at most ``max_backoff_s``; a ``Retry-After`` header of 429/503 is honoured
   when longer);
-- any other 4xx, or an answer that is not JSON, fails at once: asking again would not change it.
+- any other 4xx, or an answer that is not JSON, fails at once: asking again would not change it;
+- once a request has used up its retries, the URL counts as down for ``cooldown_s``: every request
+  to it meanwhile fails at once with the same error, so that an outage costs one request's
+  retries, not every row's (a failed batch is asked again row by row to name the failing row);
+- the first failed attempt on a URL is said once on stderr, so that a run waiting on retries is
+  not silent.
 
 A failure raises :class:`RewardServiceError` naming the URL, the attempts and the last error;
 the reward function's caller then follows ``rollout.reward_errors``.
@@ -18,6 +23,7 @@ the reward function's caller then follows ``rollout.reward_errors``.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -78,6 +84,9 @@ class HttpKnobs:
     )
     burst: int = rllab.knob(1, help="with rate_limit: how many requests may go at once after an idle spell (the bucket's size)", ge=1)
     max_concurrency: int = rllab.knob(8, help="requests in flight at once from one call (one per completion or group)", ge=1)
+    cooldown_s: float = rllab.knob(
+        60.0, help="after a request has used up its retries, requests to the URL fail at once for this long (0: never)", ge=0.0,
+    )
     headers: str = rllab.knob("{}", help='extra HTTP headers as a JSON object: \'{"Authorization": "Bearer …"}\'', validator=check_headers)
 
 
@@ -152,15 +161,36 @@ def _retry_after(response) -> float:
         return 0.0
 
 
-def post_json(url: str, body: Any, knobs: HttpKnobs, *, who: str, sleep: Callable[[float], None] = time.sleep) -> Any:
+_DOWN: dict[str, tuple[float, str]] = {}
+"""URL → (monotonic time until which it counts as down, the error that put it there)."""
+_SAID: set[str] = set()
+_STATE_LOCK = threading.Lock()
+
+
+def _say_once(url: str, text: str) -> None:
+    with _STATE_LOCK:
+        if url in _SAID:
+            return
+        _SAID.add(url)
+    print(text, file=sys.stderr, flush=True)
+
+
+def post_json(url: str, body: Any, knobs: HttpKnobs, *, who: str, sleep: Callable[[float], None] = time.sleep,
+              clock: Callable[[], float] = time.monotonic) -> Any:
     """POST ``body`` as JSON to ``url`` and return the decoded JSON answer, retrying as the module
     docstring says; raises :class:`RewardServiceError`."""
     requests = _requests()
+    with _STATE_LOCK:
+        down = _DOWN.get(url)
+    if down is not None and clock() < down[0]:
+        raise RewardServiceError(f"{down[1]} (not asked again for {down[0] - clock():.0f} s: cooldown_s = {knobs.cooldown_s})")
     headers = json.loads(knobs.headers)
     bucket = bucket_for(url, knobs.rate_limit, knobs.burst) if knobs.rate_limit is not None else None
     last = ""
     for attempt in range(knobs.retries + 1):
         if attempt:
+            _say_once(url, f"rllab: {who}: {url}: {last}; retrying up to {knobs.retries} times, {knobs.backoff_s} s apart and doubling "
+                           f"(retries, backoff_s; said once per URL)")
             sleep(wait)
         if bucket is not None:
             bucket.take()
@@ -183,7 +213,11 @@ def post_json(url: str, body: Any, knobs: HttpKnobs, *, who: str, sleep: Callabl
             return r.json()
         except ValueError:
             raise RewardServiceError(f"{who}: {url} answered something that is not JSON: {r.text[:200]!r}") from None
-    raise RewardServiceError(f"{who}: {url} failed {knobs.retries + 1} attempt(s) (retries = {knobs.retries}); last: {last}")
+    message = f"{who}: {url} failed {knobs.retries + 1} attempt(s) (retries = {knobs.retries}); last: {last}"
+    if knobs.cooldown_s > 0:
+        with _STATE_LOCK:
+            _DOWN[url] = (clock() + knobs.cooldown_s, message)
+    raise RewardServiceError(message)
 
 
 def gather(fn: Callable[[Any], Any], items: Sequence[Any], concurrency: int) -> list[Any]:
