@@ -72,4 +72,16 @@ def test_bad_opd_knobs_are_refused_naming_them(tmp_path, extra, key):
     teacher = Trainer(_cfg(), run_dir=tmp_path / "teacher", progress=False).model_dir
     with pytest.raises(ConfigError) as e:
         _cfg("algorithm=opd", *(x.format(teacher=teacher) for x in extra))
-    assert key in str(e.value)
+    assert key in str(e.value) and "model.path" not in str(e.value)
+
+
+def test_a_teacher_with_another_vocabulary_is_refused_naming_teacher_path(tmp_path):
+    from rllab.tinymodel import TinyModelConfig, build_tiny_model
+
+    model, tok = build_tiny_model(TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64, tokenizer="chat"))
+    model.save_pretrained(tmp_path / "chat")
+    tok.save_pretrained(tmp_path / "chat")
+    tr = Trainer(_cfg("algorithm=opd", f"algorithm.teacher_path={tmp_path / 'chat'}"), run_dir=tmp_path / "s", progress=False)
+    with pytest.raises(ConfigError, match=r"teacher .* has \d+ output tokens and the student \d+.*share the student's tokenizer") as e:
+        tr.train_step()
+    assert e.value.key == "teacher_path"

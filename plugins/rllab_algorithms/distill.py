@@ -31,8 +31,13 @@ ESTIMATORS = ("k1", "k3")
 
 
 def _check_teacher(inst, attribute, value):
+    from pathlib import Path
+
     from rllab.modeldir import check_model_dir
 
+    if not Path(value).expanduser().is_dir():
+        raise ValueError(f"{attribute.name} = {value!r} is not a directory; give the teacher's local model directory "
+                         f"(config.json, weights and the student's tokenizer)")
     try:
         check_model_dir(value, setting=f"algorithm.{attribute.name}")
     except rllab.ConfigError as e:
