@@ -38,6 +38,7 @@ import contextvars
 import importlib
 import importlib.util
 import inspect
+import json
 import math
 import numbers
 from pathlib import Path
@@ -232,7 +233,13 @@ def load_reward_function(ref: str, *, lab: Any = None, name: str | None = None, 
                     f"(or path/to/file.py:NAME for a file)"
                 ) from None
             raise
-        comp = lab.get("reward_function", ref, **dict(knobs or {}))
+        try:
+            comp = lab.get("reward_function", ref, **dict(knobs or {}))
+        except ConfigError as e:
+            if e.key is None or e.key in (knobs or {}):
+                raise
+            hint = json.dumps({name: {e.key: "..."}})  # a required knob left out: say where knobs go
+            raise ConfigError(f"{e} (a reward function's knobs: the task's reward_knobs = '{hint}')", key=e.key) from None
         return RewardFunction(name=name, ref=ref, fn=spec.fn, style=spec.trait("signature"), config=comp.config)
     if knobs:
         raise ConfigError(f"reward function {ref!r}: knobs {dict(knobs)!r} are for registered reward functions; this one has none")

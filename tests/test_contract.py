@@ -17,7 +17,25 @@ _DATA = Path(tempfile.mkdtemp(prefix="rllab-contract-")) / "rows.jsonl"
 _DATA.write_text("".join(json.dumps({"prompt": f"{i}*2=", "answer": str(2 * i)}) + "\n" for i in range(40)))
 from tests.sglang_standin import launch_knobs  # noqa: E402  (the sglang backend runs against a stand-in server)
 
-_KNOBS = {("task", "jsonl"): {"path": str(_DATA)}, ("task", "dataset"): {"path": str(_DATA)}, ("rollout_backend", "sglang"): launch_knobs(), ("policy_loss", "dro"): {"beta": 0.1}}
+from tests.reward_standin import RewardStandIn  # noqa: E402  (the remote and llm_judge rewards ask a stand-in server)
+
+_REWARD_SERVER = RewardStandIn()
+
+
+def _teacher_dir() -> str:
+    """A small model directory for opd's teacher_path."""
+    from rllab.tinymodel import TinyModelConfig, build_tiny_model
+
+    model, tok = build_tiny_model(TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64))
+    out = _DATA.parent / "teacher"
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return str(out)
+
+
+_KNOBS = {("task", "jsonl"): {"path": str(_DATA)}, ("task", "dataset"): {"path": str(_DATA)}, ("rollout_backend", "sglang"): launch_knobs(), ("policy_loss", "dro"): {"beta": 0.1},
+          ("reward_function", "remote"): {"url": _REWARD_SERVER.url}, ("reward_function", "llm_judge"): {"url": _REWARD_SERVER.url},
+          ("algorithm", "opd"): {"teacher_path": _teacher_dir()}}
 
 _CASES = []
 for _spec in _LAB.specs():

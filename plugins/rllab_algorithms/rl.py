@@ -99,6 +99,8 @@ class Prepared:
     """The KL controller's measure when it is the [kl] penalty's (``kl_measure = penalty_row_mean``,
     KL in the reward): verl's mean over rows of each row's masked mean. None: the step measures
     ``old − ref`` per token instead."""
+    teacher_log_prob: torch.Tensor | None = None
+    """(B, T) a teacher's log-probs of the sampled tokens (on-policy distillation); None: no teacher."""
 
 
 @attrs.frozen(kw_only=True)
@@ -161,6 +163,14 @@ class RL:
 
     def __init__(self, *, config: RLConfig):
         self.config = config
+
+    policy_loss_coef = 1.0
+    """The policy loss's weight in the micro-batch's loss (on-policy distillation alone sets 0)."""
+
+    def extra_loss(self, ctx: RunContext, p: Prepared, rows: torch.Tensor, log_prob: torch.Tensor, mask: torch.Tensor, agg,
+                   out: dict) -> torch.Tensor | None:
+        """A term added to the micro-batch's loss before its backward (a subclass's; metrics into ``out``); None: none."""
+        return None
 
     def needs(self, ctx: RunContext) -> set[str]:
         if _bypass(ctx) and ctx.components["correction"].name != "none":
@@ -392,6 +402,8 @@ class RL:
             loss = loss * (int(mask.any(-1).sum()) / max(1, agg.keywords["global_seqs"]))
         out.update({k: float(v) for k, v in pg_metrics.items()})
         out["loss/policy"] = loss.item()
+        if self.policy_loss_coef != 1.0:
+            loss = loss * self.policy_loss_coef
         if self.config.kl_in == "loss" and p.ref_log_prob is not None and p.beta > 0:
             kl_tok = comps["kl"](log_prob=log_prob, ref_log_prob=p.ref_log_prob[rows])
             if self.config.kl_importance_ratio != "none":
@@ -399,6 +411,9 @@ class RL:
             kl_loss = checked_loss(agg(kl_tok, mask), ctx, "kl")
             loss = loss + p.beta * kl_loss
             out["loss/kl"] = kl_loss.item()
+        extra_loss = self.extra_loss(ctx, p, rows, log_prob, mask, agg, out)
+        if extra_loss is not None:
+            loss = loss + extra_loss
         out["actor/entropy"] = ops.masked_mean(entropy.detach(), mask).item()
         if self.config.entropy_coef > 0:
             ent = checked_loss(agg(entropy, mask), ctx, "aggregation")

@@ -40,7 +40,8 @@ and ``reasoning_gym_retry``, which lets the model retry a reasoning-gym question
 (:mod:`rllab_tasks.reasoning`).
 
 The plugin also registers the built-in reward functions (:mod:`rllab_tasks.rewards`): ``exact``,
-``contains``, ``numeric``, ``math_verify``, ``format`` and ``length_penalty``.
+``contains``, ``numeric``, ``math_verify``, ``format`` and ``length_penalty``, and two that ask a
+server (:mod:`rllab_tasks.remote_rewards`): ``remote`` (a reward service) and ``llm_judge``.
 
 Several reward components
 -------------------------
@@ -104,6 +105,7 @@ def register_environments(register):
 
 @rllab.hookimpl
 def register_reward_functions(register):
-    from . import rewards
+    from . import remote_rewards, rewards
 
     rewards.register(register)
+    remote_rewards.register(register)

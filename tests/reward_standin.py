@@ -1,0 +1,92 @@
+"""A stand-in reward server for tests: ``http.server`` in a thread, on 127.0.0.1 at a free port.
+
+Every POST body is decoded as JSON and recorded (``bodies``, with the path in ``paths``). The
+answer comes from ``script`` first — a list of ``(status, body, delay_s)`` or ``(status, body, delay_s, headers)``
+consumed one per request, a ``body`` that is not ``bytes`` sent as JSON — then from ``answer(path, body)``, which
+returns ``(status, json_body)``. The default answer is a grader: 1.0 when the request's
+``response`` equals its ``label`` (stripped), else 0.0, for one item or a list of items; a
+``/generate`` request is answered ``{"text": "Score: 10"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+
+def grade(item: dict) -> float:
+    return 1.0 if str(item.get("response", "")).strip() == str(item.get("label", "")).strip() else 0.0
+
+
+def default_answer(path: str, body: Any) -> tuple[int, Any]:
+    if path.endswith("/generate"):
+        return 200, {"text": "Score: 10", "meta_info": {}}
+    if isinstance(body, list):
+        return 200, [grade(b) for b in body]
+    return 200, grade(body)
+
+
+class RewardStandIn:
+    """A reward (or judge) server; ``url`` is its base address. Use as a context manager, or call :meth:`close`."""
+
+    def __init__(self, answer: Callable[[str, Any], tuple[int, Any]] = default_answer):
+        self.answer = answer
+        self.script: list[tuple] = []
+        self.bodies: list[Any] = []
+        self.paths: list[str] = []
+        self.times: list[float] = []
+        self.lock = threading.Lock()
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                body = json.loads(raw) if raw else None
+                with stand_in.lock:
+                    stand_in.bodies.append(body)
+                    stand_in.paths.append(self.path)
+                    stand_in.times.append(time.monotonic())
+                    scripted = stand_in.script.pop(0) if stand_in.script else None
+                headers: dict = {}
+                if scripted is not None:
+                    status, out, delay, *more = scripted
+                    headers = more[0] if more else {}
+                else:
+                    (status, out), delay = stand_in.answer(self.path, body), 0.0
+                if delay:
+                    time.sleep(delay)
+                data = out if isinstance(out, bytes) else json.dumps(out).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    for k, v in headers.items():
+                        self.send_header(k, v)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up (its timeout)
+                    pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

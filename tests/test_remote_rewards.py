@@ -1,0 +1,385 @@
+"""The reward functions that ask a server (``remote``, ``llm_judge``), against a stand-in server
+in a thread: the wire contract, retries with backoff, timeouts, the shared rate limit, malformed
+answers, batching, and how failures meet ``rollout.reward_errors``."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from rllab.errors import ConfigError, RewardError
+from rllab.rewards import RewardFunctionError, load_reward_function
+
+from .reward_standin import RewardStandIn
+
+pytest.importorskip("requests")
+
+from rllab_tasks.reward_service import HttpKnobs, RewardServiceError, TokenBucket, backoff, bucket_for, post_json  # noqa: E402
+
+FAST = {"backoff_s": 0.01, "max_backoff_s": 0.02, "timeout_s": 5.0}
+
+
+@pytest.fixture
+def server():
+    with RewardStandIn() as s:
+        yield s
+
+
+def score(ref, knobs, completions, answers=None, prompts=None):
+    fn = load_reward_function(ref, knobs=knobs)
+    n = len(completions)
+    return fn.batch(prompts=prompts or [f"{i}+1=" for i in range(n)], completions=completions,
+                    ground_truth=answers or [str(i + 1) for i in range(n)], columns=[{}] * n,
+                    rows=[f"row {i}" for i in range(n)])
+
+
+# --------------------------------------------------------------------------- remote: the contract
+
+
+def test_remote_posts_prompt_response_label_and_reads_a_number(server):
+    out = score("remote", {"url": server.url + "/score", **FAST}, ["1", "3", "3"])
+    assert out == [1.0, 0.0, 1.0]
+    assert server.paths == ["/score"] * 3
+    assert sorted(server.bodies, key=lambda b: b["prompt"]) == [
+        {"prompt": "0+1=", "response": "1", "label": "1"},
+        {"prompt": "1+1=", "response": "3", "label": "2"},
+        {"prompt": "2+1=", "response": "3", "label": "3"},
+    ]
+
+
+def test_remote_sends_a_chat_prompt_as_its_messages(server):
+    msgs = ({"role": "user", "content": "0+1="},)
+    out = score("remote", {"url": server.url, **FAST}, ["1"], prompts=[msgs])
+    assert out == [1.0]
+    assert server.bodies == [{"prompt": [{"role": "user", "content": "0+1="}], "response": "1", "label": "1"}]
+
+
+def test_score_key_picks_a_nested_field_and_a_bare_object_is_refused():
+    with RewardStandIn(lambda path, body: (200, {"result": {"score": 0.25}, "note": "x"})) as s:
+        assert score("remote", {"url": s.url, "score_key": "result.score", **FAST}, ["1", "2"]) == [0.25, 0.25]
+        with pytest.raises(RewardFunctionError, match=r"JSON object .*set score_key"):
+            score("remote", {"url": s.url, **FAST}, ["1"])
+        with pytest.raises(RewardFunctionError, match=r"no field 'score'.*keys \['note', 'result'\]"):
+            score("remote", {"url": s.url, "score_key": "score", **FAST}, ["1"])
+
+
+@pytest.mark.parametrize("batching, posts", [("group", [2, 2]), ("step", [4])])
+def test_batching_sends_groups_or_the_step_in_one_post(server, batching, posts):
+    prompts = ["0+1=", "0+1=", "1+1=", "1+1="]
+    out = score("remote", {"url": server.url, "batching": batching, **FAST}, ["1", "7", "2", "2"],
+                answers=["1", "1", "2", "2"], prompts=prompts)
+    assert out == [1.0, 0.0, 1.0, 1.0]
+    assert sorted(len(b) for b in server.bodies) == posts and all(isinstance(b, list) for b in server.bodies)
+    if batching == "group":
+        assert {tuple(x["prompt"] for x in b) for b in server.bodies} == {("0+1=", "0+1="), ("1+1=", "1+1=")}
+
+
+def test_a_batch_answer_may_be_an_object_holding_the_list():
+    with RewardStandIn(lambda path, body: (200, {"scores": [0.5] * len(body)})) as s:
+        assert score("remote", {"url": s.url, "batching": "step", "score_key": "scores", **FAST}, ["a", "b", "c"]) == [0.5] * 3
+
+
+def test_a_batch_answer_of_the_wrong_length_is_a_reward_error():
+    with RewardStandIn(lambda path, body: (200, [1.0])) as s:
+        with pytest.raises(RewardFunctionError, match=r"2 completions were sent in one POST.*a list of 1"):
+            # each row is then scored alone to name it: one item in, one score out is fine, so the
+            # batch error itself is raised
+            score("remote", {"url": s.url, "batching": "step", **FAST}, ["a", "b"])
+
+
+# --------------------------------------------------------------------------- remote: failures
+
+
+def test_5xx_then_success_is_retried(server):
+    server.script = [(500, {"error": "busy"}, 0.0), (503, b"overloaded", 0.0)]
+    assert score("remote", {"url": server.url, **FAST}, ["1"]) == [1.0]
+    assert len(server.bodies) == 3
+
+
+def test_the_backoff_doubles_up_to_its_cap(server):
+    server.script = [(502, b"", 0.0)] * 4
+    waits = []
+    knobs = HttpKnobs(backoff_s=0.5, max_backoff_s=1.5, retries=4)
+    assert post_json(server.url, {"response": "1", "label": "1"}, knobs, who="t", sleep=waits.append) == 1.0
+    assert waits == [0.5, 1.0, 1.5, 1.5]
+    assert [backoff(k, HttpKnobs(backoff_s=2.0, max_backoff_s=30.0)) for k in range(6)] == [2, 4, 8, 16, 30, 30]
+
+
+def test_retry_after_is_honoured_when_longer_up_to_the_cap(server):
+    knobs = HttpKnobs(backoff_s=0.1, max_backoff_s=5.0, retries=3)
+    server.script = [(429, b"slow down", 0.0, {"Retry-After": "0.3"}), (503, b"", 0.0, {"Retry-After": "100"}),
+                     (429, b"", 0.0, {"Retry-After": "0.01"})]
+    waits = []
+    assert post_json(server.url, {"response": "1", "label": "1"}, knobs, who="t", sleep=waits.append) == 1.0
+    assert waits == [0.3, 5.0, 0.4]  # longer than the backoff; capped at max_backoff_s; shorter: the backoff
+
+
+def test_a_server_that_keeps_failing_raises_naming_url_attempts_and_answer(server):
+    server.script = [(500, {"error": "grader crashed"}, 0.0)] * 3
+    with pytest.raises(RewardFunctionError, match=r"remote.*raised on row 0.*failed 3 attempt\(s\) \(retries = 2\).*HTTP 500.*grader crashed"):
+        score("remote", {"url": server.url, "retries": 2, **FAST}, ["1"])
+    assert len(server.bodies) == 3
+
+
+def test_a_url_that_used_up_its_retries_is_down_for_the_cooldown(server, capsys):
+    server.script = [(500, {"error": "down"}, 0.0)] * 3
+    now = [100.0]
+    knobs = HttpKnobs(backoff_s=0.0, retries=2, cooldown_s=30.0)
+    with pytest.raises(RewardServiceError, match="failed 3 attempt"):
+        post_json(server.url, {"response": "1", "label": "1"}, knobs, who="t", clock=lambda: now[0])
+    now[0] += 29.0
+    with pytest.raises(RewardServiceError, match=r"failed 3 attempt.*HTTP 500.*not asked again for 1 s: cooldown_s = 30.0"):
+        post_json(server.url, {"response": "1", "label": "1"}, knobs, who="t", clock=lambda: now[0])
+    assert len(server.bodies) == 3  # failed at once
+    now[0] += 1.5
+    assert post_json(server.url, {"response": "1", "label": "1"}, knobs, who="t", clock=lambda: now[0]) == 1.0
+    err = capsys.readouterr().err
+    assert err.count(server.url) == 1 and "HTTP 500" in err and "retrying up to 2 times" in err  # said once
+
+
+def test_an_outage_costs_one_requests_retries_not_every_rows(server):
+    server.script = [(503, b"down", 0.0)] * 100
+    with pytest.raises(RewardFunctionError, match="cooldown_s"):
+        score("remote", {"url": server.url, "retries": 2, "max_concurrency": 1, **FAST}, ["1", "2", "3", "4"])
+    assert len(server.bodies) == 3
+
+
+def test_a_4xx_is_not_retried(server):
+    server.script = [(422, {"detail": "label missing"}, 0.0)]
+    with pytest.raises(RewardFunctionError, match=r"HTTP 422.*label missing"):
+        score("remote", {"url": server.url, **FAST}, ["1"])
+    assert len(server.bodies) == 1
+
+
+def test_a_slow_answer_times_out_and_the_retry_succeeds(server):
+    server.script = [(200, 1.0, 1.0)]
+    t0 = time.monotonic()
+    assert score("remote", {"url": server.url, **{**FAST, "timeout_s": 0.2}}, ["7"]) == [0.0]  # the retry's answer
+    assert time.monotonic() - t0 < 0.9 and len(server.bodies) == 2
+
+
+def test_a_server_slower_than_the_timeout_every_time_fails_naming_the_timeout(server):
+    server.script = [(200, 1.0, 0.6)] * 2
+    with pytest.raises(RewardFunctionError, match=r"no answer within timeout_s = 0.1"):
+        score("remote", {"url": server.url, "retries": 1, **{**FAST, "timeout_s": 0.1}}, ["1"])
+
+
+def test_nobody_listening_is_retried_then_fails():
+    with RewardStandIn() as s:
+        url = s.url
+    with pytest.raises(RewardFunctionError, match=r"failed 2 attempt.*ConnectionError"):
+        score("remote", {"url": url, "retries": 1, **FAST}, ["1"])
+
+
+@pytest.mark.parametrize("body, match", [
+    (b"<html>oops</html>", r"not JSON: '<html>oops</html>'"),
+    ("0.5", r"the answer \"0.5\" is not a number"),
+    ([1.0], r"the answer \[1.0\] is not a number"),
+    (True, r"the answer true is not a number"),
+    ({"score": None}, r"the field 'score' = null of the answer \{\"score\": null\} is not a number"),
+])
+def test_a_malformed_answer_is_a_reward_error_without_retries(server, body, match):
+    server.script = [(200, body, 0.0)]
+    with pytest.raises(RewardFunctionError, match=match):
+        score("remote", {"url": server.url, "score_key": "score" if isinstance(body, dict) else None, **FAST}, ["1"])
+    assert len(server.bodies) == 1
+
+
+# --------------------------------------------------------------------------- rate limit
+
+
+def test_the_token_bucket_by_hand():
+    now, slept = [0.0], []
+
+    def sleep(s):
+        slept.append(s)
+        now[0] += s
+
+    b = TokenBucket(2.0, 2, clock=lambda: now[0], sleep=sleep)
+    assert [b.take(), b.take()] == [0.0, 0.0]  # the burst
+    assert b.take() == pytest.approx(0.5)  # then one every 1/rate s
+    now[0] += 0.25
+    assert b.take() == pytest.approx(0.25)
+    now[0] += 10.0  # idle: refills up to the capacity, not beyond
+    assert [b.take(), b.take(), b.take()] == [0.0, 0.0, pytest.approx(0.5)]
+
+
+def test_the_rate_limit_is_shared_by_every_caller_of_a_url(server):
+    knobs = {"url": server.url, "rate_limit": 20.0, "burst": 1, "max_concurrency": 4, **FAST}
+    assert bucket_for(server.url, 20.0, 1) is bucket_for(server.url, 20.0, 1)
+    score("remote", knobs, ["1"] * 4)
+    score("remote", dict(knobs, batching="group"), ["1"] * 4, prompts=["a", "b", "c", "d"])
+    gaps = [b - a for a, b in zip(server.times, server.times[1:])]
+    assert len(server.times) == 8 and min(gaps) > 0.035  # 1/20 s apart, threads and calls together
+
+
+# --------------------------------------------------------------------------- under rollout.reward_errors
+
+
+def _stage(tmp_path, knobs, policy, ref="remote"):
+    pytest.importorskip("datasets")
+    from rllab.rollout import RolloutStage
+    from rllab.settings import RolloutConfig
+    from rllab.tinytok import build_tokenizer
+    from rllab_tasks.dataset import DatasetConfig, DatasetTask
+
+    from .test_accuracy_and_failures import Echo
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "answer": "5"}) + "\n" for i in range(8)))
+    task = DatasetTask(DatasetConfig(path=str(data), rewards=(ref,), reward_knobs=json.dumps({ref: knobs})))
+    tok = build_tokenizer()
+    return RolloutStage(task=task, task_name="dataset", backend=Echo(tok), tokenizer=tok, seed=0,
+                        config=RolloutConfig(prompts_per_step=2, group_size=2, reward_errors=policy))
+
+
+def test_failing_rows_count_as_reward_errors_under_zero(tmp_path):
+    first = []
+
+    def answer(path, body):
+        if not first:
+            first.append(body["prompt"])
+        return (500, {"error": "down"}) if body["prompt"] == first[0] else (200, 1.0)
+
+    with RewardStandIn(answer) as s:
+        m = _stage(tmp_path, {"url": s.url, "retries": 1, "cooldown_s": 0, **FAST}, "zero").sample(0).metrics
+    assert m["rollout/reward_errors"] == 2.0 and m["rollout/accuracy"] == 0.5
+
+
+def test_a_failing_server_stops_the_run_under_raise(tmp_path):
+    with RewardStandIn(lambda path, body: (500, {"error": "down"})) as s:
+        with pytest.raises(RewardError, match=r"remote.*failed 1 attempt\(s\).*HTTP 500"):
+            _stage(tmp_path, {"url": s.url, "retries": 0, **FAST}, "raise").sample(0)
+
+
+# --------------------------------------------------------------------------- bad configs
+
+
+@pytest.mark.parametrize("knobs, key", [
+    ({}, "url"),
+    ({"url": "localhost:8000"}, "url"),
+    ({"url": "http://h", "timeout_s": -1}, "timeout_s"),
+    ({"url": "http://h", "timeout_s": 0}, "timeout_s"),
+    ({"url": "http://h", "retries": -1}, "retries"),
+    ({"url": "http://h", "backoff_s": -0.5}, "backoff_s"),
+    ({"url": "http://h", "rate_limit": 0}, "rate_limit"),
+    ({"url": "http://h", "burst": 0}, "burst"),
+    ({"url": "http://h", "max_concurrency": 0}, "max_concurrency"),
+    ({"url": "http://h", "batching": "groups"}, "batching"),
+    ({"url": "http://h", "score_key": ""}, "score_key"),
+    ({"url": "http://h", "headers": "Authorization: x"}, "headers"),
+    ({"url": "http://h", "headers": '{"X": 1}'}, "headers"),
+    ({"url": "http://h", "urll": "http://h"}, "urll"),
+])
+def test_bad_remote_knobs_are_refused_naming_the_knob(knobs, key):
+    with pytest.raises(ConfigError) as e:
+        load_reward_function("remote", knobs=knobs)
+    assert e.value.key == key and key in str(e.value)
+
+
+def test_a_missing_url_through_the_dataset_task_says_where_knobs_go(tmp_path):
+    pytest.importorskip("datasets")
+    from rllab_tasks.dataset import DatasetConfig, DatasetTask
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"prompt": "1+1=", "answer": "2"}) + "\n" + json.dumps({"prompt": "2+1=", "answer": "3"}) + "\n")
+    with pytest.raises(ConfigError, match=r"needs knob 'url'.*reward_knobs.*\"remote\": \{\"url\""):
+        DatasetTask(DatasetConfig(path=str(data), rewards=("remote",)))
+
+
+# --------------------------------------------------------------------------- llm_judge
+
+
+def judge_server(texts):
+    """A judge that answers ``texts`` in turn (then the last again)."""
+    said = list(texts)
+
+    def answer(path, body):
+        return 200, {"text": said.pop(0) if len(said) > 1 else said[0], "meta_info": {}}
+
+    return RewardStandIn(answer)
+
+
+def test_the_judge_fills_the_template_and_scales_the_last_match():
+    with judge_server(["Looks right. Score: 4 ... on reflection, Score: 7"]) as s:
+        knobs = {"url": s.url, "template": "Q: {prompt}\nA: {response}\nRef: {label}\n", **FAST}
+        assert score("llm_judge", knobs, ["2"]) == [pytest.approx(0.7)]
+        assert s.paths == ["/generate"]
+        assert s.bodies == [{"text": "Q: 0+1=\nA: 2\nRef: 1\n", "sampling_params": {"max_new_tokens": 64, "temperature": 0.0}}]
+
+
+@pytest.mark.parametrize("said, knobs, want", [
+    ("Score: 15", {}, 1.0),  # clamped to max_score, then scaled
+    ("score = -3", {}, 0.0),
+    ("Score: 2.5", {"min_score": 1, "max_score": 5, "normalize": False}, 2.5),
+    ("Score: 9", {"min_score": 1, "max_score": 5, "normalize": False}, 5.0),
+    ("Rating [[3]]", {"pattern": r"\[\[(\d+)\]\]", "min_score": 1, "max_score": 5}, 0.5),
+])
+def test_the_judges_score_is_clamped_and_scaled(said, knobs, want):
+    with judge_server([said]) as s:
+        assert score("llm_judge", {"url": s.url + "/generate", **knobs, **FAST}, ["2"]) == [pytest.approx(want)]
+        assert s.paths == ["/generate"]
+
+
+@pytest.mark.parametrize("said, match", [
+    ({"text": "I think it is fine."}, r"has no match for pattern"),
+    ({"output_ids": [1, 2]}, r"has no 'text'.*--skip-tokenizer-init.*set tokenizer"),
+    ({"error": "bad"}, r"has no 'text'"),
+])
+def test_an_unparseable_judge_answer_is_a_reward_error(said, match):
+    with RewardStandIn(lambda path, body: (200, said)) as s:
+        with pytest.raises(RewardFunctionError, match=match):
+            score("llm_judge", {"url": s.url, **FAST}, ["2"])
+
+
+def test_an_unparseable_judge_answer_counts_under_reward_errors_zero(tmp_path):
+    calls = []
+
+    def answer(path, body):
+        calls.append(1)
+        return 200, {"text": "Score: 10" if len(calls) % 2 else "no idea"}
+
+    with RewardStandIn(answer) as s:
+        m = _stage(tmp_path, {"url": s.url, "max_concurrency": 1, **FAST}, "zero", ref="llm_judge").sample(0).metrics
+    assert m["rollout/reward_errors"] == 2.0 and m["rollout/reward"] == 0.5
+
+
+def test_the_judge_on_a_token_id_server_encodes_and_decodes_with_the_tokenizer(tmp_path):
+    from rllab.tinytok import build_tokenizer
+
+    tok = build_tokenizer()
+    tok.save_pretrained(tmp_path / "judge")
+    answer_ids = tok("Score: 8").input_ids
+    with RewardStandIn(lambda path, body: (200, {"output_ids": answer_ids, "meta_info": {}})) as s:
+        knobs = {"url": s.url, "tokenizer": str(tmp_path / "judge"), "template": "{response}?", **FAST}
+        assert score("llm_judge", knobs, ["12"]) == [pytest.approx(0.8)]
+    assert s.bodies[0]["input_ids"] == tok("12?").input_ids and "text" not in s.bodies[0]
+
+
+def test_the_judge_is_retried_through_a_5xx():
+    with judge_server(["Score: 10"]) as s:
+        s.script = [(503, b"loading", 0.0)]
+        assert score("llm_judge", {"url": s.url, **FAST}, ["2"]) == [1.0]
+        assert len(s.bodies) == 2
+
+
+@pytest.mark.parametrize("knobs, key", [
+    ({}, "url"),
+    ({"url": "ftp://h"}, "url"),
+    ({"url": "http://h", "template": "Grade this: {prompt}"}, "template"),
+    ({"url": "http://h", "template": "{response} {answer}"}, "template"),
+    ({"url": "http://h", "template": "{response} {"}, "template"),
+    ({"url": "http://h", "pattern": "Score: \\d+"}, "pattern"),
+    ({"url": "http://h", "pattern": "Score: (\\d+"}, "pattern"),
+    ({"url": "http://h", "min_score": 10}, "min_score"),
+    ({"url": "http://h", "max_new_tokens": 0}, "max_new_tokens"),
+    ({"url": "http://h", "temperature": -1}, "temperature"),
+    ({"url": "http://h", "tokenizer": "/no/such/model"}, "tokenizer"),
+    ({"url": "http://h", "timeout_s": -5}, "timeout_s"),
+])
+def test_bad_judge_knobs_are_refused_naming_the_knob(knobs, key):
+    with pytest.raises(ConfigError) as e:
+        load_reward_function("llm_judge", knobs=knobs)
+    assert e.value.key == key and key in str(e.value)
