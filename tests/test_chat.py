@@ -8,6 +8,7 @@ import pytest
 
 from rllab.chat import PromptRenderer, check_messages, end_of_turn_ids, is_messages, prompt_key, prompt_text
 from rllab.errors import PromptError
+from rllab.settings import RolloutConfig
 from rllab.rollout import build_stage
 from rllab.tinymodel import encode_demonstrations
 from rllab.tinytok import CHAT_TEMPLATE, build_chat_tokenizer, build_tokenizer
@@ -182,7 +183,7 @@ class _ChatTask:
 def _config(**kw):
     base = dict(prompts_per_step=2, group_size=2, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=-1,
                 dynamic_sampling=False, overlong_buffer=0, overlong_penalty=1.0, reward_errors="raise", system_prompt=None)
-    return SimpleNamespace(**{**base, **kw})
+    return RolloutConfig(**{**base, **kw})
 
 
 def test_rollout_stage_trains_on_the_rendered_ids_and_stops_at_end_of_turn(chat_tok):

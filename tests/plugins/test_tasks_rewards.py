@@ -190,8 +190,10 @@ class _Backend:
 
 def _stage(task, texts, policy):
     tok = build_tokenizer()
-    config = SimpleNamespace(prompts_per_step=2, group_size=2, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=-1,
-                             dynamic_sampling=False, overlong_buffer=0, overlong_penalty=1.0, reward_errors=policy, system_prompt=None)
+    from rllab.settings import RolloutConfig
+
+    config = RolloutConfig(prompts_per_step=2, group_size=2, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=-1,
+                           dynamic_sampling=False, overlong_buffer=0, overlong_penalty=1.0, reward_errors=policy, system_prompt=None)
     return build_stage(task=task, task_name="dataset", backend=_Backend(tok, texts), tokenizer=tok, config=config, seed=0)
 
 
