@@ -74,7 +74,7 @@ def final_model(run_dir) -> FinalModel | None:
     """The run's final model, or None when the run has no ``final.json`` (it stopped early)."""
     from rllab.checkpoint import latest
 
-    run_dir = Path(run_dir)
+    run_dir = Path(run_dir).absolute()  # the paths a tracker keeps must not depend on the working directory
     summary_file = run_dir / "final.json"
     if not summary_file.is_file():
         return None

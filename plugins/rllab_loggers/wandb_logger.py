@@ -32,7 +32,7 @@ class WandbConfig:
     entity: str = rllab.knob("", help="the wandb team or user ('' = your default entity)")
     name: str = rllab.knob("", help="the run's display name ('' = the run directory's name)")
     group: str = rllab.knob("", help="the run group ('' = none)")
-    tags: tuple[str, ...] = rllab.knob((), help="tags of the run")
+    tags: str | tuple[str, ...] = rllab.knob((), help="tags of the run: a list, or one tag as a string")
     mode: str = rllab.knob(
         "offline", help="'offline': files under RUN_DIR/wandb, no network (sync later); 'online': stream to the server; "
         "'disabled': log nothing", choices=("offline", "online", "disabled"),
@@ -46,18 +46,22 @@ class WandbLogger:
     def __init__(self, config: WandbConfig, run_dir: Path):
         self.wandb = require("wandb", logger="wandb", extra="wandb")
         self.config = config
-        self.run_dir = Path(run_dir)
+        self.run_dir = Path(run_dir).absolute()  # wandb's service process has a working directory of its own
         self.run_dir.mkdir(parents=True, exist_ok=True)
         id_file = self.run_dir / RUN_ID_FILE
         run_id = id_file.read_text().strip() if id_file.is_file() else uuid.uuid4().hex[:12]
         if config.mode == "offline":
             os.environ["WANDB_MODE"] = "offline"  # no part of wandb tries the network, whatever the environment said
         settings = self.wandb.Settings(console="off", silent=True, x_disable_stats=True, disable_git=True, save_code=False)
-        self.run = self.wandb.init(
-            project=config.project, entity=config.entity or None, name=config.name or self.run_dir.name, group=config.group or None,
-            tags=list(config.tags) or None, mode=config.mode, dir=str(self.run_dir), id=run_id, resume="allow", settings=settings,
-            reinit="create_new",
-        )
+        try:
+            tags = [config.tags] if isinstance(config.tags, str) else list(config.tags)
+            self.run = self.wandb.init(
+                project=config.project, entity=config.entity or None, name=config.name or self.run_dir.name, group=config.group or None,
+                tags=tags or None, mode=config.mode, dir=str(self.run_dir), id=run_id, resume="allow", settings=settings, reinit="create_new",
+            )
+        except Exception as e:  # noqa: BLE001  (wandb raises its own errors: no API key, no server, ...)
+            hint = "; log in with `wandb login` (or set WANDB_API_KEY), or use mode = 'offline'" if config.mode == "online" else ""
+            raise rllab.RllabError(f"the 'wandb' logger could not start a run (mode = {config.mode!r}): {e}{hint}") from e
         id_file.write_text(run_id + "\n")
 
     def start(self, config: dict) -> None:

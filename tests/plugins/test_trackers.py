@@ -7,6 +7,7 @@ import json
 import math
 import struct
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -26,26 +27,40 @@ def _cache(model_cache):
     yield
 
 
-def wandb_records(run_dir: Path) -> list:
-    """Every record of the run's offline ``.wandb`` files, oldest run first: wandb's log format
-    (a ':W&B' header, then LevelDB-style 32 KiB blocks of chunks) holding its protobuf records."""
+def wandb_records(run_dir: Path, timeout: float = 30.0) -> list:
+    """Every record of the run's offline ``.wandb`` files, oldest run first, once each file holds
+    its run's exit record (wandb's service process may still be flushing when ``finish`` returns)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        files = sorted(run_dir.glob("wandb/offline-run-*/run-*.wandb"), key=lambda p: p.parent.name)
+        per_file = [_read_records(f) for f in files]
+        if (files and all(any(r.WhichOneof("record_type") == "exit" for r in recs) for recs in per_file)) or time.monotonic() > deadline:
+            return [r for recs in per_file for r in recs]
+        time.sleep(0.2)
+
+
+def _read_records(path: Path) -> list:
+    """wandb's log format (a ':W&B' header, then LevelDB-style 32 KiB blocks of chunks) holding its protobuf records."""
     out = []
-    for path in sorted(run_dir.glob("wandb/offline-run-*/run-*.wandb"), key=lambda p: p.parent.name):
-        data, pos, buf = path.read_bytes(), 7, b""
-        ident, magic, _version = struct.unpack("<4sHB", data[:7])
-        assert ident == b":W&B" and magic == 0xBEE1
-        while pos + 7 <= len(data):
-            left = 32768 - pos % 32768
-            _crc, n, kind = struct.unpack("<IHB", data[pos : pos + 7]) if left >= 7 else (0, 0, 0)
-            if left < 7 or (n == 0 and kind == 0):  # block padding
-                pos += left
-                continue
-            buf, pos = buf + data[pos + 7 : pos + 7 + n], pos + 7 + n
-            if kind in (1, 4):  # a full record, or the last chunk of one
-                rec = wandb_internal_pb2.Record()
-                rec.ParseFromString(buf)
-                out.append(rec)
-                buf = b""
+    data, pos, buf = path.read_bytes(), 7, b""
+    if len(data) < 7:
+        return out
+    ident, magic, _version = struct.unpack("<4sHB", data[:7])
+    assert ident == b":W&B" and magic == 0xBEE1
+    while pos + 7 <= len(data):
+        left = 32768 - pos % 32768
+        _crc, n, kind = struct.unpack("<IHB", data[pos : pos + 7]) if left >= 7 else (0, 0, 0)
+        if left < 7 or (n == 0 and kind == 0):  # block padding
+            pos += left
+            continue
+        if pos + 7 + n > len(data):  # a chunk still being written
+            break
+        buf, pos = buf + data[pos + 7 : pos + 7 + n], pos + 7 + n
+        if kind in (1, 4):  # a full record, or the last chunk of one
+            rec = wandb_internal_pb2.Record()
+            rec.ParseFromString(buf)
+            out.append(rec)
+            buf = b""
     return out
 
 
@@ -218,3 +233,26 @@ def test_run_loggers_hand_the_config_to_loggers_that_start(tmp_path):
     lab.hook.on_run_start(run_dir=tmp_path, **common)
     listener.close()
     assert lg.configs == [cfg.to_dict()] and lg.configs[0]["train"]["lr"] == 0.01
+
+
+def test_a_relative_run_dir_records_absolute_paths_and_a_tag_string_is_one_tag(lab, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run = Path("rel")
+    lg = lab.get("logger", "wandb", tags="ablation")(run_dir=run)
+    run.mkdir(exist_ok=True)
+    _finished(run, adapter=False)
+    lg.close()
+    records = wandb_records(tmp_path / "rel")
+    [tags] = {tuple(r.run.tags) for r in records if r.WhichOneof("record_type") == "run"}
+    assert tags == ("ablation",)
+    assert wandb_of(records, "summary")["final/checkpoint"] == str(tmp_path / "rel" / "checkpoints" / "step_000003")
+
+
+def test_wandb_online_without_a_key_says_how_to_log_in(lab, tmp_path, monkeypatch):
+    for var in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc, no wandb settings: no key anywhere
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    with pytest.raises(rllab.RllabError, match=r"wandb' logger could not start a run \(mode = 'online'\).*wandb login"):
+        lab.get("logger", "wandb", mode="online")(run_dir=tmp_path / "run")
