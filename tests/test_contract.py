@@ -18,6 +18,9 @@ _DATA.write_text("".join(json.dumps({"prompt": f"{i}*2=", "answer": str(2 * i)})
 from tests.sglang_standin import launch_knobs  # noqa: E402  (the sglang backend runs against a stand-in server)
 
 _KNOBS = {("task", "jsonl"): {"path": str(_DATA)}, ("task", "dataset"): {"path": str(_DATA)}, ("rollout_backend", "sglang"): launch_knobs(), ("policy_loss", "dro"): {"beta": 0.1}}
+from tests import openenv_server  # noqa: E402  (the openenv environment runs against a local OpenEnv server, started by the fixture below)
+
+_KNOBS[("environment", "openenv")] = {"url": openenv_server.URL, "eval_size": 4}
 
 _CASES = []
 for _spec in _LAB.specs():
@@ -25,8 +28,16 @@ for _spec in _LAB.specs():
     _CASES += [c for c in contract_cases(lab=_LAB, names=[_spec.name], knobs=_given) if c.kind == _spec.kind]
 
 
+@pytest.fixture
+def _openenv_server(request):
+    case = request.node.callspec.params["case"]
+    if case.name == "openenv":
+        pytest.importorskip("openenv.core.generic_client")
+        openenv_server.ensure_started()
+
+
 @pytest.mark.parametrize("case", _CASES, ids=str)
-def test_contract(case):
+def test_contract(case, _openenv_server):
     case.run()
 
 
