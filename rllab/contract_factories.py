@@ -105,6 +105,8 @@ def _task(comp):
 def _logger(comp):
     with tempfile.TemporaryDirectory() as d:
         lg = comp(run_dir=Path(d))
+        if callable(getattr(lg, "start", None)):  # the optional start(config) of rllab.listeners
+            lg.start({"name": "contract", "train": {"lr": 1e-5, "steps": 2}})
         lg.log(0, {"rollout/reward": 0.5})
         lg.log(1, {"rollout/reward": 0.75})
         lg.close()

@@ -329,6 +329,9 @@ def register_loggers(register):
     builds the loggers its config names and subscribes them to its own ``on_step_end`` and
     ``on_eval_end`` events (:mod:`rllab.listeners`): ``log`` receives exactly what those events
     carry, before the other listeners; ``close`` runs when the run ends.
+    A logger may also have ``start(config)``, called on ``on_run_start`` (also on resume) with
+    the resolved config as a plain nested dict. ``close`` runs after ``final.json`` and the last
+    checkpoint are written when the run succeeds, and without them when it stops on an error.
 
     :param register: call ``register(name, factory, config=...)`` once per logger.
 

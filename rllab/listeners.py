@@ -7,6 +7,10 @@ every listener, and :class:`RunLoggers` turns those events of *its* run director
 calls (several runs may share a process and a :class:`rllab.Lab`). It listens first
 (``tryfirst``), so a row is written before the console or any other listener sees the step, and
 a logger that cannot write stops the run (the event hooks' rule, :mod:`rllab.hookspecs`).
+
+A logger may also have ``start(config)``: called on ``on_run_start`` (also when a run resumes)
+with the run's resolved config as a plain nested dict (``ExperimentConfig.to_dict()``), for the
+trackers that record a run's settings next to its metrics.
 """
 
 from __future__ import annotations
@@ -28,6 +32,14 @@ class RunLoggers:
 
     def _mine(self, run_dir) -> bool:
         return run_dir is not None and Path(run_dir) == self.run_dir
+
+    @hookimpl(tryfirst=True)
+    def on_run_start(self, run_dir, config):
+        if self._mine(run_dir):
+            data = config.to_dict()
+            for lg in self.loggers:
+                if callable(getattr(lg, "start", None)):
+                    lg.start(data)
 
     @hookimpl(tryfirst=True)
     def on_step_end(self, step, metrics, run_dir):

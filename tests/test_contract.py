@@ -36,6 +36,9 @@ def _teacher_dir() -> str:
 _KNOBS = {("task", "jsonl"): {"path": str(_DATA)}, ("task", "dataset"): {"path": str(_DATA)}, ("rollout_backend", "sglang"): launch_knobs(), ("policy_loss", "dro"): {"beta": 0.1},
           ("reward_function", "remote"): {"url": _REWARD_SERVER.url}, ("reward_function", "llm_judge"): {"url": _REWARD_SERVER.url},
           ("algorithm", "opd"): {"teacher_path": _teacher_dir()}}
+from tests import openenv_server  # noqa: E402  (the openenv environment runs against a local OpenEnv server, started by the fixture below)
+
+_KNOBS[("environment", "openenv")] = {"url": openenv_server.URL, "eval_size": 4}
 
 _CASES = []
 for _spec in _LAB.specs():
@@ -43,8 +46,16 @@ for _spec in _LAB.specs():
     _CASES += [c for c in contract_cases(lab=_LAB, names=[_spec.name], knobs=_given) if c.kind == _spec.kind]
 
 
+@pytest.fixture
+def _openenv_server(request):
+    case = request.node.callspec.params["case"]
+    if case.name == "openenv":
+        pytest.importorskip("openenv.core.generic_client")
+        openenv_server.ensure_started()
+
+
 @pytest.mark.parametrize("case", _CASES, ids=str)
-def test_contract(case):
+def test_contract(case, _openenv_server):
     case.run()
 
 

@@ -1,4 +1,6 @@
-"""Metric loggers: JSON lines (always available) and TensorBoard (``pip install rllab[tensorboard]``).
+"""Metric loggers: JSON lines (always available), TensorBoard (``pip install rllab[tensorboard]``),
+Weights & Biases (``rllab[wandb]``, :mod:`rllab_loggers.wandb_logger`) and MLflow
+(``rllab[mlflow]``, :mod:`rllab_loggers.mlflow_logger`).
 
 A logger is built once per run with ``factory(config=..., run_dir=...)`` and subscribed to the
 run's ``on_step_end`` and ``on_eval_end`` events (:mod:`rllab.listeners`): it receives
@@ -15,6 +17,8 @@ from pathlib import Path
 import attrs
 
 import rllab
+from rllab_loggers.mlflow_logger import MlflowConfig, mlflow
+from rllab_loggers.wandb_logger import WandbConfig, wandb
 
 
 @attrs.frozen
@@ -105,3 +109,5 @@ def tensorboard(*, config: TensorBoardConfig, run_dir) -> TensorBoardLogger:
 def register_loggers(register):
     register("jsonl", jsonl, config=JsonlConfig, truncate=truncate_jsonl)
     register("tensorboard", tensorboard, config=TensorBoardConfig)
+    register("wandb", wandb, config=WandbConfig)
+    register("mlflow", mlflow, config=MlflowConfig)

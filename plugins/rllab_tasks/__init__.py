@@ -36,6 +36,8 @@ model learns (:mod:`rllab_tasks.environments`)::
     guess       "guess 1-16:"  -> guesses answered higher/lower         (fewer turns, more reward)
 
 and ``textarena``, which plays a single-player textarena game (:mod:`rllab_tasks.textarena_env`),
+``gem``, an environment of the GEM hub by its id (:mod:`rllab_tasks.gem_env`), ``openenv``, an
+environment on an OpenEnv server (:mod:`rllab_tasks.openenv_env`),
 and ``reasoning_gym_retry``, which lets the model retry a reasoning-gym question after feedback
 (:mod:`rllab_tasks.reasoning`).
 
@@ -98,9 +100,13 @@ def register_environments(register):
     # optional libraries: their packages are imported when an environment is built, not here
     from .reasoning import ReasoningGymRetryConfig, reasoning_gym_retry
     from .textarena_env import TextArenaConfig, textarena_env
+    from .gem_env import GemConfig, gem_env
+    from .openenv_env import OpenEnvConfig, openenv_env
 
     register("textarena", textarena_env, config=TextArenaConfig)
     register("reasoning_gym_retry", reasoning_gym_retry, config=ReasoningGymRetryConfig)
+    register("gem", gem_env, config=GemConfig)
+    register("openenv", openenv_env, config=OpenEnvConfig)
 
 
 @rllab.hookimpl

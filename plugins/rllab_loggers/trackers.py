@@ -1,0 +1,86 @@
+"""What the experiment trackers (Weights & Biases, MLflow) share: importing the optional library,
+flattening the config into parameters, and finding the run's final model at the end.
+
+A run writes ``final.json`` and its last checkpoint (and, with LoRA, ``adapter/``) before its
+loggers close, so a tracker's ``close`` tells a finished run (those files present) from one that
+stopped on an error (no ``final.json``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+import rllab
+
+
+def require(module: str, *, logger: str, extra: str):
+    """``import module``, or an error naming the logger and the extra that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise rllab.RllabError(
+            f"the {logger!r} logger needs the {module} package, which is not installed: pip install 'rllab[{extra}]' "
+            f"(or remove {logger!r} from loggers)"
+        ) from e
+
+
+def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested dict as ``{"train.lr": 1e-5, "model.path": "...", ...}`` (lists stay values)."""
+    if not isinstance(data, dict):
+        return {prefix: data}
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        out.update(flatten(v, key) if isinstance(v, dict) and v else {key: v})
+    return out
+
+
+def numbers(metrics: dict) -> dict[str, float]:
+    """The numeric entries of a metrics row as floats (bools and strings are left out)."""
+    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+@attrs.frozen
+class FinalModel:
+    """What a finished run leaves: its summary (``final.json``), its last checkpoint directory
+    and, for a LoRA run, the adapter directory (loadable with ``PeftModel.from_pretrained``)."""
+
+    summary: dict
+    checkpoint: Path | None
+    adapter: Path | None
+
+    @property
+    def model_dir(self) -> Path | None:
+        """The directory to keep as the model: the adapter when there is one, else the checkpoint."""
+        return self.adapter or self.checkpoint
+
+    def paths(self) -> dict[str, str]:
+        """``{"final/checkpoint": ..., "final/adapter": ...}`` for the ones that exist."""
+        out = {"final/checkpoint": self.checkpoint, "final/adapter": self.adapter}
+        return {k: str(v) for k, v in out.items() if v is not None}
+
+    def scalars(self) -> dict[str, float]:
+        """The summary's finite numbers (``final/accuracy``, ``initial/accuracy``, ...)."""
+        return {k: v for k, v in numbers(self.summary).items() if math.isfinite(v)}
+
+
+def final_model(run_dir) -> FinalModel | None:
+    """The run's final model, or None when the run has no ``final.json`` (it stopped early)."""
+    from rllab.checkpoint import latest
+
+    run_dir = Path(run_dir).absolute()  # the paths a tracker keeps must not depend on the working directory
+    summary_file = run_dir / "final.json"
+    if not summary_file.is_file():
+        return None
+    adapter = run_dir / "adapter"
+    return FinalModel(
+        summary=json.loads(summary_file.read_text(encoding="utf-8")),
+        checkpoint=latest(run_dir),
+        adapter=adapter if adapter.is_dir() else None,
+    )
