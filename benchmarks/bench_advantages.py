@@ -39,7 +39,7 @@ from collections import defaultdict
 import torch
 
 import rllab
-from rllab.memory import keep_freed_memory
+from rllab.training.memory import keep_freed_memory
 
 # --------------------------------------------------------------------------- verl-style baselines
 

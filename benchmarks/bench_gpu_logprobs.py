@@ -48,7 +48,8 @@ def worker(case: str, variant: str, mode: str, reps: int, warmup: int, tile: str
     dtype = getattr(torch, dtype_name)
     with_ent = mode == "lp+ent"
     os.environ["RLLAB_TRITON"] = "0" if variant == "torch" else "1"
-    from rllab import models, triton_kernels
+    from rllab.models import forward as models
+    from rllab.kernels import triton_impl as triton_kernels
 
     if tile:
         rows, cols = (int(x) for x in tile.split("x"))

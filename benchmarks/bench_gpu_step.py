@@ -2,7 +2,7 @@
 
 The model is built from a config (hidden 896, 24 layers, 14 heads, 2 KV heads, intermediate
 4864, vocabulary 151,936, tied embeddings; random weights, nothing downloaded), in bfloat16,
-SDPA attention. A step: ``rllab.models.response_logprobs`` (decoder forward + the chunked
+SDPA attention. A step: ``rllab.models.forward.response_logprobs`` (decoder forward + the chunked
 hidden-state log-prob / entropy path) on ``B`` rows of ``P`` prompt + ``T`` response tokens, a
 PPO-style clipped policy-gradient loss with an entropy bonus, backward, and a fused AdamW step.
 Each configuration runs in its own process.
@@ -38,7 +38,7 @@ def worker(head: str, ckpt: bool, B: int, P: int, T: int, steps: int, warmup: in
     import torch
     import transformers
 
-    from rllab.models import response_logprobs
+    from rllab.models.forward import response_logprobs
 
     cfg = transformers.Qwen2Config(
         hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,

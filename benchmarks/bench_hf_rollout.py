@@ -20,7 +20,7 @@ import time
 import torch
 
 import rllab
-from rllab.tinymodel import TinyModelConfig, build_tiny_model, count_parameters
+from rllab.models.tiny import TinyModelConfig, build_tiny_model, count_parameters
 
 
 def hf_generate(model, tok, prompts, n, max_new_tokens, temperature):

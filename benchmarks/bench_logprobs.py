@@ -63,7 +63,7 @@ def dense_stats(logits: torch.Tensor, labels: torch.Tensor):
 
 def child(path: str, mode: str, impl: str, n: int, vocab: int, dim: int, reps: int, chunk_size) -> dict:
     """Runs one variant ``reps + 1`` times (the first is a warm-up) and reports time and memory."""
-    from rllab.kernels import logprobs_from_hidden, logprobs_from_logits
+    from rllab.kernels.chunked import logprobs_from_hidden, logprobs_from_logits
 
     torch.manual_seed(0)
     grad = mode == "fwd+bwd"
@@ -169,7 +169,7 @@ def main():
         print(json.dumps(child(path, mode, impl, args.n, args.vocab, args.dim, args.reps, args.chunk_size)))
         return
 
-    from rllab.kernels import CHUNK_ELEMENTS, _hidden_tile
+    from rllab.kernels.chunked import CHUNK_ELEMENTS, _hidden_tile
 
     variants = [v for v in VARIANTS if not args.only or v[0] in args.only.split(",")]
     logits_bytes = 4 * args.n * args.vocab

@@ -27,8 +27,8 @@ import time
 
 import torch
 
-from rllab.models import grouped_response_logprobs, response_logprobs
-from rllab.tinymodel import TinyModelConfig, build_tiny_model
+from rllab.models.forward import grouped_response_logprobs, response_logprobs
+from rllab.models.tiny import TinyModelConfig, build_tiny_model
 
 
 def make_batch(prompts: int, group: int, P: int, T: int, vocab: int, seed: int = 0):

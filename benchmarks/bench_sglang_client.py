@@ -84,7 +84,7 @@ def measure_client(lab, P, n, T, per_request, repeats):
 
 def embedded_step_time(steps: int) -> float:
     from rllab.config import load_config
-    from rllab.trainer import Trainer
+    from rllab.training.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as d:
         tr = Trainer(load_config(None, ["train.checkpoint_every=0", "train.eval_size=16"]), run_dir=Path(d), progress=False)
@@ -106,7 +106,7 @@ def share_rounds(lab, rounds: int, steps: int, repeats: int, per_request: int) -
     over minutes). The client step runs right after a training step, cache-cold, as it does in
     a real run."""
     from rllab.config import load_config
-    from rllab.trainer import Trainer
+    from rllab.training.trainer import Trainer
 
     ratios, per_round = [], []
     for r in range(rounds):

@@ -39,7 +39,7 @@ tied embeddings), random weights."""
 def build(shape: str, device: str):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from rllab.tinymodel import TinyModelConfig, build_tiny_model
+    from rllab.models.tiny import TinyModelConfig, build_tiny_model
 
     if shape == "tiny":
         return build_tiny_model(TinyModelConfig())[0].to(device)

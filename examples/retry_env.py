@@ -15,7 +15,7 @@ import attrs
 import torch
 
 import rllab
-from rllab.environment import Step
+from rllab.rollout.environment import Step
 from rllab.types import Example
 
 

@@ -44,10 +44,10 @@ from rllab.specs import FloatOrFloats, FloatOrFloatsOrNone, StrOrStrs, StrOrStrs
 # ``rllab --help`` or a config error answers without loading torch.
 _ON_FIRST_USE = {
     "rllab.algorithm": ("Algorithm", "KLSample", "OptimizerStep", "Rollout", "RunContext", "StepReport"),
-    "rllab.environment": ("Environment", "Episode", "Step"),
+    "rllab.rollout.environment": ("Environment", "Episode", "Step"),
     "rllab.ops": ("RowError",),
-    "rllab.optimizer": ("Optimizers", "StepOutcome"),
-    "rllab.recorded": ("RecordedRollout",),
+    "rllab.training.optimizer": ("Optimizers", "StepOutcome"),
+    "rllab.rollout.recorded": ("RecordedRollout",),
     "rllab.types": (
         "Completion", "Example", "PreferencePair", "RolloutBackend", "RolloutBatch", "SamplingParams", "Task",
         "check_mask", "check_same_shape", "check_tensor",
@@ -58,10 +58,10 @@ _SUBMODULES_ON_FIRST_USE = ("algorithm", "ops")
 if _TYPE_CHECKING:
     from rllab import algorithm, ops
     from rllab.algorithm import Algorithm, KLSample, OptimizerStep, Rollout, RunContext, StepReport
-    from rllab.environment import Environment, Episode, Step
+    from rllab.rollout.environment import Environment, Episode, Step
     from rllab.ops import RowError
-    from rllab.optimizer import Optimizers, StepOutcome
-    from rllab.recorded import RecordedRollout
+    from rllab.training.optimizer import Optimizers, StepOutcome
+    from rllab.rollout.recorded import RecordedRollout
     from rllab.types import (
         Completion,
         Example,

@@ -4,7 +4,7 @@ step's report, and the checks every algorithm applies to what its components ret
 An algorithm (``register_algorithms``) is the step a run repeats. It reads the run through a
 :class:`RunContext` and never steps an optimizer itself: its ``step`` is a generator that yields
 an :class:`OptimizerStep` after each backward pass, and the trainer answers by checking,
-clipping and applying the gradients (:class:`rllab.optimizer.Optimizers`)::
+clipping and applying the gradients (:class:`rllab.training.optimizer.Optimizers`)::
 
     class SFT:
         uses = {"task", "backend"}            # register(..., uses=SFT.uses): config sections it reads
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 # rank and equal to what one process computes on the whole batch. It goes through a Reducer:
 # ``ctx.reducer.sum(mask.sum())`` in an algorithm, ``current_reducer()`` in a component (a pure
 # function of tensors). In one process SINGLE is installed: every reduction is the identity.
-# Process groups are started by :mod:`rllab.distributed`.
+# Process groups are started by :mod:`rllab.parallel.distributed`.
 
 
 @attrs.frozen(kw_only=True)
@@ -106,7 +106,7 @@ class Reducer:
         return out
 
     def reduce_outcome(self, outcome: Any) -> Any:
-        """A step's :class:`rllab.optimizer.StepOutcome` with its metrics averaged over ranks and
+        """A step's :class:`rllab.training.optimizer.StepOutcome` with its metrics averaged over ranks and
         its KL measure averaged (its sample count summed): the same on every rank."""
         if self.world_size == 1:
             return outcome
@@ -225,7 +225,7 @@ class RunContext:
     """A read-only view of the run for one step.
 
     ``components`` maps config sections (``policy_loss``, ``advantage``, …) to built components;
-    ``rollout`` is the run's :class:`Rollout` (its :class:`rllab.rollout.RolloutStage`, the
+    ``rollout`` is the run's :class:`Rollout` (its :class:`rllab.rollout.stage.RolloutStage`, the
     asynchronous wrapper around it, or a :class:`rllab.RecordedRollout`); ``reference`` / ``critic`` are None
     unless the algorithm's ``needs`` asked for them. ``kl_coef`` is the KL controller's current β.
     """
@@ -244,7 +244,7 @@ class RunContext:
     hook: Any = None
     """The Lab's event hooks (``ctx.hook.on_rollout_end(...)``)."""
     reducer: Reducer = SINGLE
-    """Sums over data-parallel ranks (:mod:`rllab.distributed`): an algorithm passes every
+    """Sums over data-parallel ranks (:mod:`rllab.parallel.distributed`): an algorithm passes every
     batch-wide count through ``reducer.sum`` (the identity in one process)."""
 
     @property
@@ -269,7 +269,7 @@ class _Null:
 @runtime_checkable
 class Rollout(Protocol):
     """What an algorithm may use of ``ctx.rollout``: every rollout a run hands an algorithm (the
-    :class:`rllab.rollout.RolloutStage`, :class:`rllab.asyncrollout.AsyncRollout` around it,
+    :class:`rllab.rollout.stage.RolloutStage`, :class:`rllab.rollout.asynchronous.AsyncRollout` around it,
     :class:`rllab.RecordedRollout`) has each of these members and forwards nothing else, so a
     step that reaches for another one fails with an AttributeError naming it. A recorded rollout
     raises :class:`rllab.RllabError` from the members that would need a model or a task."""
@@ -280,7 +280,7 @@ class Rollout(Protocol):
     """The policy's tokenizer (``pad_token_id``)."""
 
     def sample(self, step: int, **kw: Any) -> Any:
-        """The step's episodes and metrics, a :class:`rllab.rollout.Rollouts` (``prompts=``,
+        """The step's episodes and metrics, a :class:`rllab.rollout.stage.Rollouts` (``prompts=``,
         ``group_size=`` override the config's). Named in words: the rollout module builds on this one."""
 
     def to_batch(self, rollouts: Any) -> RolloutBatch | None:
@@ -294,7 +294,7 @@ class Rollout(Protocol):
 
     def play(self, examples: Sequence[Example], params: SamplingParams) -> list:
         """``params.n`` episodes per example through the episode loop, scored
-        (:class:`rllab.episodes.EpisodeResult`, prompt-major)."""
+        (:class:`rllab.rollout.episodes.EpisodeResult`, prompt-major)."""
 
     def sampling_params(self, step: int, *, n: int, greedy: bool = False) -> SamplingParams:
         """The rollout settings' sampling parameters for ``step`` (``n`` samples per prompt)."""

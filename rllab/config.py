@@ -11,7 +11,7 @@ Component sections name a registered component and set its knobs::
     clip_c = 3.0
 
 A run draws its examples from a **task** (``task = "addition"``, the default) or from an
-**environment** of multi-turn episodes (``env = "NAME"``, see :mod:`rllab.environment`); the two
+**environment** of multi-turn episodes (``env = "NAME"``, see :mod:`rllab.rollout.environment`); the two
 are exclusive: a config that sets both is refused, and with ``env`` set the config has no
 ``[task]`` section (:attr:`ExperimentConfig.source` says which one a run uses).
 

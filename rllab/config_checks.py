@@ -34,10 +34,10 @@ import attrs
 
 from rllab.errors import ConfigError
 from rllab.lab import Lab
-from rllab.launcher import launcher_env  # noqa: F401  (re-exported: read with the launcher check)
+from rllab.parallel.launcher import launcher_env  # noqa: F401  (re-exported: read with the launcher check)
 from rllab.members import member
 from rllab.specs import ComponentSpec, build_config
-from rllab.tinyconfig import TinyModelConfig, WarmStartConfig
+from rllab.models.tinyconfig import TinyModelConfig, WarmStartConfig
 from rllab.tomlio import line_of
 
 
@@ -112,8 +112,8 @@ def check_model_settings(model: Any, text: str, where: str) -> None:
         except ConfigError as e:
             msg = str(e).replace(f"section 'model.{key}' (plugin rllab)", f"[model] {key}")
             raise ConfigError(f"{where}: {msg}{line_of(text, 'model', key)}") from None
-    if model.lora:  # rllab.lora imports torch: only when adapters are asked for
-        from rllab import lora
+    if model.lora:  # rllab.models.lora imports torch: only when adapters are asked for
+        from rllab.models import lora
 
         lora.check_settings(model, text=text, where=where)
 

@@ -65,7 +65,7 @@ class NonFiniteError(RllabError):
 
 class EpisodeError(RewardError):
     """An environment raised or answered a model turn with something that is not a valid step
-    (a non-:class:`~rllab.environment.Step`, a non-string observation, a NaN reward); the message
+    (a non-:class:`~rllab.rollout.environment.Step`, a non-string observation, a NaN reward); the message
     names the environment, the example and the turn."""
 
 

@@ -274,12 +274,12 @@ def register_tasks(register):
 
 @hookspec
 def register_environments(register):
-    """Register environments: sources of multi-turn episodes (see :mod:`rllab.environment`).
+    """Register environments: sources of multi-turn episodes (see :mod:`rllab.rollout.environment`).
 
     ``fn(*, config) -> environment`` is a factory; the environment follows
-    :class:`rllab.environment.Environment` (``train_examples``, ``eval_examples``,
+    :class:`rllab.rollout.environment.Environment` (``train_examples``, ``eval_examples``,
     ``start(example) -> episode`` whose ``step(text)`` answers each model turn with a
-    :class:`rllab.environment.Step`, ``demonstration``). A run selects one with ``env = NAME``
+    :class:`rllab.rollout.environment.Step`, ``demonstration``). A run selects one with ``env = NAME``
     (instead of ``task``). An environment and a task may not share a name.
 
     :param register: call ``register(name, factory, config=...)`` once per environment.
@@ -327,7 +327,7 @@ def register_loggers(register):
 
     ``fn(*, config, run_dir) -> logger`` with ``log(step, metrics)`` and ``close()``. A run
     builds the loggers its config names and subscribes them to its own ``on_step_end`` and
-    ``on_eval_end`` events (:mod:`rllab.listeners`): ``log`` receives exactly what those events
+    ``on_eval_end`` events (:mod:`rllab.training.listeners`): ``log`` receives exactly what those events
     carry, before the other listeners; ``close`` runs when the run ends.
     A logger may also have ``start(config)``, called on ``on_run_start`` (also on resume) with
     the resolved config as a plain nested dict. ``close`` runs after ``final.json`` and the last
@@ -439,7 +439,7 @@ def on_run_start(run_dir, config, start_step, total_steps, progress, solved_when
     :param total_steps: the step the run ends at.
     :param progress: whether live progress output is wanted (False under ``rllab run -q``).
     :param solved_when: what counts as solved for ``rollout/accuracy`` and ``eval/accuracy``, in
-        words (:func:`rllab.accuracy.solved_rule`: ``"reward ≥ 1"``, ``"reward component
+        words (:func:`rllab.rollout.accuracy.solved_rule`: ``"reward ≥ 1"``, ``"reward component
         'correct' ≥ 1 (…)"``, ``"the task's own solved(example, reward) is true"``).
     """
 

@@ -1,7 +1,7 @@
 """Optional members: what the kernel reads from a plugin's object when it is there, and the default
 it applies when it is not.
 
-The protocols (:class:`rllab.environment.Environment`, :class:`rllab.types.Task`,
+The protocols (:class:`rllab.rollout.environment.Environment`, :class:`rllab.types.Task`,
 :class:`rllab.types.RolloutBackend`, :class:`rllab.algorithm.Algorithm`'s objects) name the
 members every object has. Beside them, an object may define the optional members listed in
 :data:`MEMBERS`; the base classes (``rllab.Environment``, ``rllab.Task``, ``rllab.RolloutBackend``)
@@ -52,7 +52,7 @@ _KNOB_DEFAULTS = dict(
 )
 
 _SOLVED = Member(help="solved(example, reward) -> bool: what counts as solved for rollout/accuracy and eval/accuracy; "
-                 "None: the default rule (rllab.accuracy)")
+                 "None: the default rule (rllab.rollout.accuracy)")
 
 MEMBERS: dict[str, dict[str, Member]] = {
     "environment": {
@@ -69,7 +69,7 @@ MEMBERS: dict[str, dict[str, Member]] = {
             help="step_batch(episodes, texts, *, completion_ids) -> list of Step (or the exception): called once per "
             "turn instead of each episode's step; None: each episode's step",
         ),
-        "tools": Member(help="the tools the environment exposes (rllab.tools), listed by `rllab plugins show NAME`",
+        "tools": Member(help="the tools the environment exposes (rllab.rollout.tools), listed by `rllab plugins show NAME`",
                         default=()),
         **_KNOB_DEFAULTS,
     },

@@ -7,18 +7,18 @@ which one it has; every other module asks a strategy's traits (:class:`Strategy`
 ``data_parallel``, ``sharded``), never its name:
 
 ================ ==========================================================================
-``single``       one process, one device (:mod:`rllab.placement_single`): models moved to
+``single``       one process, one device (:mod:`rllab.parallel.single`): models moved to
                  ``model.device``, ``clip_grad_norm_`` over plain gradients, ``state.pt``
                  checkpoints
-``fsdp2``        one process per device under ``torchrun`` (:mod:`rllab.placement_fsdp2`):
+``fsdp2``        one process per device under ``torchrun`` (:mod:`rllab.parallel.fsdp2`):
                  PyTorch's FSDP2 on every decoder layer and at the root, data parallel over whole
-                 prompt groups (:mod:`rllab.distributed`), sharded checkpoints through
-                 ``torch.distributed.checkpoint`` (:mod:`rllab.dcp`)
+                 prompt groups (:mod:`rllab.parallel.distributed`), sharded checkpoints through
+                 ``torch.distributed.checkpoint`` (:mod:`rllab.parallel.dcp`)
 ================ ==========================================================================
 
 A placement moves and gathers whole models and full state dicts; it knows nothing of adapters.
-What it needs of the policy is a :class:`PolicyWeights` handle (:mod:`rllab.parts` builds the
-plain one, :class:`rllab.lora.LoraPolicy` the LoRA one): which module trains, which of its state
+What it needs of the policy is a :class:`PolicyWeights` handle (:mod:`rllab.training.parts` builds the
+plain one, :class:`rllab.models.lora.LoraPolicy` the LoRA one): which module trains, which of its state
 keys a checkpoint holds, and the weights the rollout side samples from.
 
 This module imports no torch: the config checks read the table before any model exists. A new
@@ -38,11 +38,11 @@ from rllab.errors import RllabError
 if TYPE_CHECKING:
     import torch
 
-    from rllab.distributed import Reducer
+    from rllab.parallel.distributed import Reducer
 
 
 class PolicyWeights(Protocol):
-    """What a placement asks of the policy handle (:mod:`rllab.parts`, :mod:`rllab.lora`)."""
+    """What a placement asks of the policy handle (:mod:`rllab.training.parts`, :mod:`rllab.models.lora`)."""
 
     @property
     def module(self) -> "torch.nn.Module":
@@ -66,7 +66,7 @@ class PolicyWeights(Protocol):
 
 
 class Placement(Protocol):
-    """One strategy's answers to the trainer (``rllab.placement_single.Single``, ``rllab.placement_fsdp2.FSDP2``)."""
+    """One strategy's answers to the trainer (``rllab.parallel.single.Single``, ``rllab.parallel.fsdp2.FSDP2``)."""
 
     name: str
     data_parallel: bool
@@ -134,8 +134,8 @@ class Strategy:
 STRATEGIES: dict[str, Strategy] = {
     s.name: s
     for s in (
-        Strategy(name="single", data_parallel=False, sharded=False, module="rllab.placement_single", attr="Single"),
-        Strategy(name="fsdp2", data_parallel=True, sharded=True, module="rllab.placement_fsdp2", attr="FSDP2"),
+        Strategy(name="single", data_parallel=False, sharded=False, module="rllab.parallel.single", attr="Single"),
+        Strategy(name="fsdp2", data_parallel=True, sharded=True, module="rllab.parallel.fsdp2", attr="FSDP2"),
     )
 }
 """Every ``[model] strategy``, by name: the one place that names them."""
@@ -167,7 +167,7 @@ def start(model_cfg: Any, *, device_type: str) -> "Reducer":
 
 def check_data_parallel(cfg: Any, lab: Any, world_size: int) -> None:
     """Refuse settings that would give ranks different numbers of rows or couple rows across ranks
-    beyond what :mod:`rllab.distributed` reduces (each named with the world size), and backends
+    beyond what :mod:`rllab.parallel.distributed` reduces (each named with the world size), and backends
     that cannot take gathered weights."""
     if not strategy(cfg.model.strategy).data_parallel:
         return

@@ -24,8 +24,8 @@ class ModelConfig:
         help="a local Hugging Face model directory (config.json, weights and tokenizer files); None builds the tiny default model",
         validator=lambda i, a, v: _not_blank(a.name, v),
     )
-    tiny: dict = knob(factory=dict, help="overrides of the tiny model's architecture and tokenizer (rllab.tinymodel.TinyModelConfig; tokenizer = \"chat\" gives it a chat template)")
-    warm_start: dict = knob(factory=dict, help="overrides of the supervised warm start (rllab.tinymodel.WarmStartConfig)")
+    tiny: dict = knob(factory=dict, help="overrides of the tiny model's architecture and tokenizer (rllab.models.tiny.TinyModelConfig; tokenizer = \"chat\" gives it a chat template)")
+    warm_start: dict = knob(factory=dict, help="overrides of the supervised warm start (rllab.models.tiny.WarmStartConfig)")
     device: str = knob("auto", help="where the policy, reference and critic train: auto (CUDA when available), cpu, cuda, cuda:N", validator=lambda i, a, v: _check_device(a.name, v))
     reference_device: str | None = knob(None, help="where the reference model lives (e.g. cpu to save GPU memory); None: same as device", validator=lambda i, a, v: v is None or _check_device(a.name, v))
     dtype: str = knob(
@@ -39,7 +39,7 @@ class ModelConfig:
     lora: dict = knob(
         factory=dict,
         help="LoRA adapters through peft (extra 'lora'): {r = 8, alpha = 16.0, dropout = 0.0, target_modules = "
-        "['all-linear']} (rllab.lora.LoraConfig); only the adapters train and are checkpointed, the reference is the "
+        "['all-linear']} (rllab.models.lora.LoraConfig); only the adapters train and are checkpointed, the reference is the "
         "base model with the adapters disabled, the rollout side gets merged weights; empty: full fine-tuning",
     )
     strategy: str = knob(
@@ -95,7 +95,7 @@ class RolloutConfig:
         None,
         help="drop prompts longer than this many tokens from training draws and the held-out examples, counted at load "
         "(printed, and in final.json as prompts/dropped_train, prompts/dropped_eval); None: a prompt that does not fit "
-        "the model's context (a task's: with max_new_tokens) is refused at load (rllab.prompt_limits)",
+        "the model's context (a task's: with max_new_tokens) is refused at load (rllab.rollout.prompt_limits)",
         ge=1,
     )
     dynamic_sampling: bool = knob(False, help="drop groups whose scores are all equal (DAPO)")

@@ -120,11 +120,11 @@ class Completion:
     when generation stopped on one). ``finish_reason`` is ``"stop"`` or ``"length"``
     (or ``"abort"`` when the backend gave up on it).
 
-    A multi-turn episode (:mod:`rllab.episodes`) is one completion too: ``token_ids`` are every
+    A multi-turn episode (:mod:`rllab.rollout.episodes`) is one completion too: ``token_ids`` are every
     response-side token after the opening prompt — each turn's sampled ids and each
     observation's ids, in order — and ``model_mask`` says which are the model's (its holes are
     the observations, whose ``log_probs`` are 0). Its ``finish_reason`` may also be
-    ``"max_turns"`` or ``"overflow"`` (:data:`rllab.episodes.FINISH_REASONS`).
+    ``"max_turns"`` or ``"overflow"`` (:data:`rllab.rollout.episodes.FINISH_REASONS`).
     """
 
     prompt_ids: tuple[int, ...]
@@ -234,7 +234,7 @@ class Example:
 
     ``prompt`` is a string (tokenized as it is) or chat messages — a tuple of
     ``{"role": ..., "content": ...}`` dicts (a list is accepted), rendered with the tokenizer's
-    chat template (:mod:`rllab.chat`); malformed messages raise a
+    chat template (:mod:`rllab.rollout.chat`); malformed messages raise a
     :class:`rllab.errors.PromptError` naming the bad message.
     """
 

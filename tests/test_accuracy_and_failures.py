@@ -1,4 +1,4 @@
-"""What accuracy counts (rllab.accuracy), and runs with nothing to learn from (rllab.episode_stats).
+"""What accuracy counts (rllab.rollout.accuracy), and runs with nothing to learn from (rllab.rollout.episode_stats).
 
 Accuracy comes from a declared notion of correct: the task's own ``solved``, else its correctness
 reward component (``correct_component``, default the first), else a reward ≥ 1 — never a weighted
@@ -21,11 +21,11 @@ import textwrap
 import pytest
 import torch
 
-from rllab.environment import Step
+from rllab.rollout.environment import Step
 from rllab.errors import ConfigError, EpisodeError, RewardError, RllabError
-from rllab.rollout import build_stage
+from rllab.rollout.stage import build_stage
 from rllab.settings import RolloutConfig
-from rllab.accuracy import is_solved, solved_rule
+from rllab.rollout.accuracy import is_solved, solved_rule
 from rllab.types import Completion, Example
 
 from .tiny import TINY, overrides
@@ -33,7 +33,7 @@ from .tiny import TINY, overrides
 
 @pytest.fixture(scope="module")
 def char():
-    from rllab.tinytok import build_tokenizer
+    from rllab.models.tokenizer import build_tokenizer
 
     tok = build_tokenizer()
     if tok.pad_token_id is None:
@@ -239,7 +239,7 @@ PLUGIN = textwrap.dedent(
     '''
     import attrs
     import rllab
-    from rllab.environment import Step
+    from rllab.rollout.environment import Step
     from rllab.types import Example
 
 
@@ -386,8 +386,8 @@ def test_rllab_run_where_half_the_samples_fail_goes_on_and_skip_dropping_every_g
 
 
 def test_the_warm_starts_probe_stops_on_a_reward_that_always_fails_and_counts_an_occasional_one_unsolved():
-    from rllab.supervised import greedy_accuracy
-    from rllab.tinymodel import TinyModelConfig, build_tiny_model
+    from rllab.models.supervised import greedy_accuracy
+    from rllab.models.tiny import TinyModelConfig, build_tiny_model
 
     model, char = build_tiny_model(TinyModelConfig(hidden_size=32, intermediate_size=64))
     examples = Task().train_examples(4, None)

@@ -14,12 +14,12 @@ import pytest
 import torch
 
 import rllab
-from rllab import asyncrollout
+from rllab.rollout import asynchronous as asyncrollout
 from rllab.config import load_config
 from rllab.errors import ConfigError
-from rllab.episodes import EpisodeResult
-from rllab.rollout import Rollouts, RolloutStage
-from rllab.trainer import Trainer
+from rllab.rollout.episodes import EpisodeResult
+from rllab.rollout.stage import Rollouts, RolloutStage
+from rllab.training.trainer import Trainer
 
 from .tiny import TINY, overrides
 
@@ -336,7 +336,7 @@ def test_sglang_backend_samples_ahead_from_the_server_with_its_reported_versions
 def test_the_default_job_still_learns_with_max_staleness_2(tmp_path):
     """`rllab run rollout.max_staleness=2`: the default job's budget lifts held-out accuracy by
     at least 15 points, as the synchronous run does (tests/plugins/test_tasks_builtin.py)."""
-    from rllab.trainer import run_experiment
+    from rllab.training.trainer import run_experiment
 
     c = load_config(None, ["rollout.max_staleness=2", "train.checkpoint_every=0"])
     summary = run_experiment(c, run_dir=tmp_path / "run", progress=False)
@@ -450,7 +450,7 @@ def test_an_environment_learns_with_max_staleness_2_and_tis(tmp_path):
     without a correction it fell to 0.092, the synchronous run rose to 0.288: docs/async.md)."""
     from pathlib import Path
 
-    from rllab.trainer import run_experiment
+    from rllab.training.trainer import run_experiment
 
     lab = rllab.Lab([str(Path(__file__).resolve().parents[1] / "examples" / "retry_env.py")])
     c = load_config(None, ["env=retry_addition", "env.tries=3", "train.steps=100", "train.seed=1", "rollout.max_staleness=2",

@@ -6,12 +6,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from rllab.chat import PromptRenderer, check_messages, end_of_turn_ids, is_messages, prompt_key, prompt_text
+from rllab.rollout.chat import PromptRenderer, check_messages, end_of_turn_ids, is_messages, prompt_key, prompt_text
 from rllab.errors import PromptError
 from rllab.settings import RolloutConfig
-from rllab.rollout import build_stage
-from rllab.tinymodel import encode_demonstrations
-from rllab.tinytok import CHAT_TEMPLATE, build_chat_tokenizer, build_tokenizer
+from rllab.rollout.stage import build_stage
+from rllab.models.tiny import encode_demonstrations
+from rllab.models.tokenizer import CHAT_TEMPLATE, build_chat_tokenizer, build_tokenizer
 from rllab.types import Completion, Example, SamplingParams
 
 USER = ({"role": "user", "content": "What is 3+4?"},)

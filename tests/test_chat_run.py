@@ -9,7 +9,7 @@ import pytest
 
 from rllab.config import load_config
 from rllab.errors import PromptError
-from rllab.trainer import Trainer
+from rllab.training.trainer import Trainer
 
 from .tiny import TINY, overrides
 

@@ -13,7 +13,7 @@ import torch
 import rllab
 from rllab.cli import main
 from rllab.errors import ConfigError, UnknownComponentError
-from rllab.modeldir import check_model_dir
+from rllab.models.modeldir import check_model_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -119,7 +119,7 @@ import asyncio
 import attrs
 import torch
 import rllab
-from rllab.environment import Step
+from rllab.rollout.environment import Step
 from rllab.types import Example
 
 
@@ -291,8 +291,8 @@ def test_a_hub_name_is_told_to_download_first(tmp_path, monkeypatch):
 def test_a_tokenizer_without_a_vocabulary_is_refused_when_it_loads(tmp_path):
     """tokenizer_config.json alone passes the file check, but the tokenizer built from it encodes
     every prompt to nothing: refused when it loads, naming the directory."""
-    from rllab.models import load_tokenizer
-    from rllab.tinymodel import TinyModelConfig, build_tiny_model
+    from rllab.models.forward import load_tokenizer
+    from rllab.models.tiny import TinyModelConfig, build_tiny_model
 
     model, tok = build_tiny_model(TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64))
     model.save_pretrained(tmp_path)

@@ -98,10 +98,10 @@ def test_overrides_after_an_option_are_accepted_and_unknown_options_still_refuse
     argparse's "unrecognized arguments" under the top-level usage line. They are accepted anywhere
     on the line (run, record, replay); an unknown ``--flag`` or stray word is still an error, under
     the command's own usage line."""
-    import rllab.trainer
+    import rllab.training.trainer
 
     seen = {}
-    monkeypatch.setattr(rllab.trainer, "run_experiment", lambda cfg, **kw: seen.setdefault("cfg", cfg))
+    monkeypatch.setattr(rllab.training.trainer, "run_experiment", lambda cfg, **kw: seen.setdefault("cfg", cfg))
     code, _, err = run(capsys, "run", "train.lr=1e-4", "--steps", "2", "advantage=rloo", "-q")
     assert code == 0, err
     cfg = seen["cfg"]

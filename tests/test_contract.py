@@ -24,7 +24,7 @@ _REWARD_SERVER = RewardStandIn()
 
 def _teacher_dir() -> str:
     """A small model directory for opd's teacher_path."""
-    from rllab.tinymodel import TinyModelConfig, build_tiny_model
+    from rllab.models.tiny import TinyModelConfig, build_tiny_model
 
     model, tok = build_tiny_model(TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64))
     out = _DATA.parent / "teacher"

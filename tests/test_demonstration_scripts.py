@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from rllab.chat import PromptRenderer
-from rllab.environment import Step
-from rllab.demonstrations import demonstration_episodes
-from rllab.tinytok import build_tokenizer
+from rllab.rollout.chat import PromptRenderer
+from rllab.rollout.environment import Step
+from rllab.rollout.demonstrations import demonstration_episodes
+from rllab.models.tokenizer import build_tokenizer
 from rllab.types import Example
 
 

@@ -43,7 +43,7 @@ def test_a_short_lora_job_raises_no_deprecation_warning(tmp_path):
 def test_the_peft_filter_is_narrow():
     """Only transformers' warning about the old attribute name is silenced around peft's call:
     another FutureWarning, or the same text as another category, still shows."""
-    from rllab.hfcompat import peft_deprecations_quiet
+    from rllab.models.hfcompat import peft_deprecations_quiet
 
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
@@ -63,7 +63,7 @@ def test_the_probe_catches_an_old_style_call_and_names_rllabs_frame():
     """The check above can fail: the hf backend made to pass the cache the old way (as it does
     on a transformers without ``cache``) still samples, and its warnings name hf.py's call."""
     import rllab
-    from rllab.tinymodel import TinyModelConfig, build_tiny_model
+    from rllab.models.tiny import TinyModelConfig, build_tiny_model
     from rllab.types import SamplingParams
 
     model, tok = build_tiny_model(TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64))

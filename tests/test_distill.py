@@ -10,7 +10,7 @@ import torch
 
 from rllab.config import load_config
 from rllab.errors import ConfigError
-from rllab.trainer import Trainer
+from rllab.training.trainer import Trainer
 from rllab_algorithms.distill import reverse_kl_loss
 
 from .tiny import TINY, overrides
@@ -76,7 +76,7 @@ def test_bad_opd_knobs_are_refused_naming_them(tmp_path, extra, key):
 
 
 def test_a_teacher_with_another_vocabulary_is_refused_naming_teacher_path(tmp_path):
-    from rllab.tinymodel import TinyModelConfig, build_tiny_model
+    from rllab.models.tiny import TinyModelConfig, build_tiny_model
 
     model, tok = build_tiny_model(TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64, tokenizer="chat"))
     model.save_pretrained(tmp_path / "chat")

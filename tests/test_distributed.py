@@ -24,14 +24,16 @@ import attrs
 import pytest
 import torch
 
-from rllab import distributed, parts, placement
-from rllab.placement_fsdp2 import FSDP2
-from rllab.placement_single import Single
+from rllab import placement
+from rllab.parallel import distributed
+from rllab.training import parts
+from rllab.parallel.fsdp2 import FSDP2
+from rllab.parallel.single import Single
 from rllab.algorithm import RunContext
 from rllab.config import validate
 from rllab.lab import Lab
-from rllab.optimizer import Optimizers
-from rllab.recorded import RecordedRollout
+from rllab.training.optimizer import Optimizers
+from rllab.rollout.recorded import RecordedRollout
 from rllab.types import RolloutBatch
 
 SETTINGS = {
@@ -82,7 +84,7 @@ def _config(strategy: str, advantage: str = "reinforce_plus_plus", lora: bool = 
 def _lora_prepare(cfg, out: dict):
     """``prepare`` for ``build_policy``: LoRA adapters with nonzero B (drawn from seed 7), so that
     the adapters change the forward, the merge and A's gradient."""
-    from rllab import lora
+    from rllab.models import lora
 
     def prepare(model):
         out["lora"] = lora.LoraPolicy.attach(model, lora.lora_config(cfg.model))
@@ -190,8 +192,8 @@ def _evaluate(reducer) -> dict:
     """Greedy and sampled (n = 4) evaluation of 7 held-out examples under ``reducer``."""
     from types import SimpleNamespace
 
-    from rllab.rollout import build_stage
-    from rllab.tinytok import build_tokenizer
+    from rllab.rollout.stage import build_stage
+    from rllab.models.tokenizer import build_tokenizer
     from rllab.types import Example
 
     tok = build_tokenizer()
@@ -212,7 +214,7 @@ the few-step-old tiny model gets a gradient."""
 
 def _trainer(strategy: str, run_dir, **settings):
     from rllab.config import load_config
-    from rllab.trainer import Trainer
+    from rllab.training.trainer import Trainer
     from tests.tiny import TINY, overrides
 
     config = load_config(None, overrides({**TINY, **RUN, "model.strategy": strategy, **settings}))
@@ -255,7 +257,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
     import torch.distributed as dist
 
-    from rllab import dcp
+    from rllab.parallel import dcp
     from rllab.errors import NonFiniteError, RllabError
 
     torch.set_num_threads(1)
@@ -576,7 +578,7 @@ def _sglang_worker(rank: int, world: int, port: int, url: str, run_dir: str) -> 
     import torch.distributed as dist
 
     from rllab.config import load_config
-    from rllab.trainer import run_experiment
+    from rllab.training.trainer import run_experiment
     from tests.tiny import TINY, overrides
 
     torch.set_num_threads(1)
@@ -660,7 +662,7 @@ def test_a_config_asking_for_more_ranks_than_processes_is_refused(tmp_path, one_
     """``rllab run model.strategy=fsdp2 model.world_size=2`` started as one process (no torchrun)."""
     from rllab.config import load_config
     from rllab.errors import RllabError
-    from rllab.trainer import run_experiment
+    from rllab.training.trainer import run_experiment
 
     with pytest.raises(RllabError, match=r"model.world_size = 2 but this run has 1 process\(es\).*torchrun --nproc-per-node 2"):
         run_experiment(load_config(None, ["model.strategy=fsdp2", "model.world_size=2"]), run_dir=tmp_path / "run", progress=False)

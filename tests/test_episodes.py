@@ -1,4 +1,4 @@
-"""The episode loop (rllab.episodes) and what the kernel types carry for episodes.
+"""The episode loop (rllab.rollout.episodes) and what the kernel types carry for episodes.
 
 Unit tests run the loop against a scripted fake backend (turns given as texts or ids, calls
 recorded) on the tiny model's real tokenizers; the last tests run real backends (hf, and sglang
@@ -17,14 +17,14 @@ import pytest
 import torch
 
 import rllab
-from rllab.chat import PromptRenderer, _ids
+from rllab.rollout.chat import PromptRenderer, _ids
 from rllab.config import load_config
-from rllab.demonstrations import demonstration_episodes
-from rllab.environment import Step
-from rllab.episodes import EpisodeLimits, EpisodeRunner
+from rllab.rollout.demonstrations import demonstration_episodes
+from rllab.rollout.environment import Step
+from rllab.rollout.episodes import EpisodeLimits, EpisodeRunner
 from rllab.errors import ConfigError, DuplicateComponentError, EpisodeError, PromptError
 from rllab.settings import RolloutConfig
-from rllab.tinytok import build_chat_tokenizer, build_tokenizer
+from rllab.models.tokenizer import build_chat_tokenizer, build_tokenizer
 from rllab.types import Completion, Example, RolloutBatch, SamplingParams
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -270,7 +270,7 @@ def test_async_steps_are_awaited_together(char):
 
 @pytest.mark.parametrize("bad,match", [
     (lambda text: 1 / 0, r"ZeroDivisionError"),
-    (lambda text: "not a step", r"step returned str 'not a step', not an rllab.environment.Step"),
+    (lambda text: "not a step", r"step returned str 'not a step', not an rllab.rollout.environment.Step"),
     (lambda text: Step(reward=float("nan")), r"Step.reward must be finite"),
     (lambda text: Step(observation=3), r"Step.observation must be a string or None"),
 ])
@@ -291,7 +291,7 @@ def test_a_failing_environment_is_named_with_the_example_and_turn(char, bad, mat
 
 
 def test_reward_errors_skip_and_zero_for_episodes(char):
-    from rllab.rollout import build_stage
+    from rllab.rollout.stage import build_stage
 
     eos = char.eos_token_id
 
@@ -322,7 +322,7 @@ def test_reward_errors_skip_and_zero_for_episodes(char):
 
 
 def test_an_environment_without_a_bound_on_its_turns_is_refused(char):
-    from rllab.rollout import build_stage
+    from rllab.rollout.stage import build_stage
 
     with pytest.raises(ConfigError, match=r"environment 'loose' has max_turns = None: an episode needs a bound"):
         build_stage(env=Env(max_turns=None), env_name="loose", backend=Scripted([]), tokenizer=char, seed=0, config=RolloutConfig())
@@ -368,7 +368,7 @@ def test_from_completions_with_episodes_and_select():
 
 
 def test_demonstrations_are_played_against_the_environment(char):
-    from rllab.demonstrations import encode_episodes
+    from rllab.rollout.demonstrations import encode_episodes
 
     env = Env(max_turns=3, done_at=3, obs="no")
     examples = env.train_examples(2, None)
@@ -437,7 +437,7 @@ def test_a_task_and_an_environment_of_one_name_are_refused_at_load():
 
 @pytest.fixture(scope="module")
 def tiny():
-    from rllab.tinymodel import TinyModelConfig, build_tiny_model
+    from rllab.models.tiny import TinyModelConfig, build_tiny_model
 
     model, tok = build_tiny_model(TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64, seed=3))
     if tok.pad_token_id is None:
@@ -447,7 +447,7 @@ def tiny():
 
 def test_a_single_turn_batch_is_the_one_main_produced(tiny):
     """A task's rollout through the episode loop equals, bit for bit, generate → score → from_completions."""
-    from rllab.rollout import build_stage
+    from rllab.rollout.stage import build_stage
 
     model, tok = tiny
     lab = rllab.Lab()
@@ -477,7 +477,7 @@ def test_a_single_turn_batch_is_the_one_main_produced(tiny):
 
 
 def test_a_two_turn_episode_through_the_hf_backend(tiny):
-    from rllab.rollout import build_stage
+    from rllab.rollout.stage import build_stage
 
     model, tok = tiny
     backend = rllab.Lab().get("rollout_backend", "hf", num_threads=1)()
@@ -501,7 +501,7 @@ def test_a_two_turn_episode_through_the_hf_backend(tiny):
 
 
 def test_a_two_turn_episode_through_the_sglang_backend(tiny, tmp_path):
-    from rllab.rollout import build_stage
+    from rllab.rollout.stage import build_stage
     from tests.sglang_standin import StandIn
 
     model, tok = tiny
@@ -547,7 +547,7 @@ def test_episode_limits_are_refused_for_a_task():
 
 
 def test_overlong_shaping_counts_model_tokens_only(char):
-    from rllab.rollout import build_stage
+    from rllab.rollout.stage import build_stage
 
     stage = build_stage(env=Env(), env_name="fake", backend=Scripted([]), tokenizer=char, seed=0,
                          config=RolloutConfig(max_new_tokens=4, overlong_buffer=2, overlong_penalty=1.0))
@@ -672,7 +672,7 @@ def test_environment_settings_are_checked_at_load():
 
 
 def test_the_warm_start_cache_keeps_environments_apart(tmp_path):
-    from rllab.tinymodel import TinyModelConfig, WarmStartConfig, get_or_build
+    from rllab.models.tiny import TinyModelConfig, WarmStartConfig, get_or_build
 
     small = TinyModelConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=32)
     warm = WarmStartConfig(steps=0, eval_limit=0)
@@ -687,7 +687,7 @@ def test_the_warm_start_cache_keeps_environments_apart(tmp_path):
 
 
 def test_the_models_context_bounds_an_environments_episodes(char):
-    from rllab.rollout import build_stage, episode_metrics
+    from rllab.rollout.stage import build_stage, episode_metrics
 
     eos = char.eos_token_id
     t = ids_of(char, "abc") + [eos]
@@ -709,7 +709,7 @@ def test_the_models_context_bounds_an_environments_episodes(char):
 def test_a_prompt_as_long_as_the_context_is_refused_naming_the_example():
     """A prompt that leaves the model no room for a turn is an error naming the environment, the
     example and the lengths, not a turn sampled past the model's context."""
-    from rllab.rollout import build_stage
+    from rllab.rollout.stage import build_stage
 
     char = build_tokenizer()
     stage = build_stage(env=Env(max_turns=2), env_name="fake", backend=Scripted([]), tokenizer=char, seed=0,

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rllab.evalmetrics import pass_at_k, report_ks, sampled_metrics
-from rllab.rollout import build_stage
-from rllab.tinytok import build_tokenizer
+from rllab.rollout.evalmetrics import pass_at_k, report_ks, sampled_metrics
+from rllab.rollout.stage import build_stage
+from rllab.models.tokenizer import build_tokenizer
 from rllab.types import Completion, Example
 
 
@@ -111,7 +111,7 @@ def test_evaluate_reports_greedy_only_by_default_and_sampled_metrics_when_asked(
 
 def test_a_run_evaluates_a_separate_file_with_samples(tmp_path, model_cache):
     from rllab.config import load_config
-    from rllab.trainer import run_experiment
+    from rllab.training.trainer import run_experiment
 
     from .tiny import TINY, overrides
 

@@ -1,4 +1,4 @@
-"""Tests for rllab.triton_kernels, the CUDA path of logprobs_from_logits / logprobs_from_hidden.
+"""Tests for rllab.kernels.triton_impl, the CUDA path of logprobs_from_logits / logprobs_from_hidden.
 
 GPU tests carry the ``gpu`` marker (deselected by default; run with ``pytest -m gpu``) and compare
 the Triton path with a float64 dense reference and with rllab's torch path on the same device.
@@ -17,8 +17,8 @@ import textwrap
 import pytest
 import torch
 
-from rllab import triton_kernels
-from rllab.models import logprobs_from_hidden, logprobs_from_logits
+from rllab.kernels import triton_impl as triton_kernels
+from rllab.models.forward import logprobs_from_hidden, logprobs_from_logits
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 

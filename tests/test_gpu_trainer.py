@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from rllab.trainer import Trainer, run_experiment
+from rllab.training.trainer import Trainer, run_experiment
 
 from .test_trainer import SMALL, _cache, small_cfg  # noqa: F401  (the module-scoped model cache)
 

@@ -12,7 +12,7 @@ import torch
 
 import rllab
 from rllab.config import load_config
-from rllab.trainer import Trainer
+from rllab.training.trainer import Trainer
 
 from .tiny import TINY, overrides
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-import rllab.trainer
+import rllab.training.trainer
 from rllab.cli import main
 from tests.tiny import TINY, overrides
 
@@ -19,14 +19,14 @@ def _cache(model_cache):
 
 def test_an_interrupted_run_says_how_to_continue_and_resumes(tmp_path, monkeypatch, capsys):
     run = tmp_path / "run"
-    train_step = rllab.trainer.Trainer.train_step
+    train_step = rllab.training.trainer.Trainer.train_step
 
     def interrupted_after_two(self):
         if self.step == 2:  # as a Ctrl-C lands in the third step
             raise KeyboardInterrupt
         return train_step(self)
 
-    monkeypatch.setattr(rllab.trainer.Trainer, "train_step", interrupted_after_two)
+    monkeypatch.setattr(rllab.training.trainer.Trainer, "train_step", interrupted_after_two)
     args = ["run", *overrides({**TINY, "train.checkpoint_every": 1, "train.eval_every": 0}), "--steps", "3", "-q", "--run-dir", str(run)]
     assert main(args) == 130
     err = capsys.readouterr().err
@@ -34,7 +34,7 @@ def test_an_interrupted_run_says_how_to_continue_and_resumes(tmp_path, monkeypat
     assert f"continue it with: rllab run --resume {run}" in err.replace("\n", "")
     assert not (run / "final.json").exists()
     trained = []  # the steps the resumed run starts from: only the third is left
-    monkeypatch.setattr(rllab.trainer.Trainer, "train_step", lambda self: (trained.append(self.step), train_step(self))[1])
+    monkeypatch.setattr(rllab.training.trainer.Trainer, "train_step", lambda self: (trained.append(self.step), train_step(self))[1])
     assert main(["run", "--resume", str(run), "-q"]) == 0
     assert trained == [2]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -48,6 +48,6 @@ def test_a_run_interrupted_before_its_first_step_leaves_nothing_to_continue(tmp_
     def interrupted(self):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(rllab.trainer.Trainer, "train_step", interrupted)
+    monkeypatch.setattr(rllab.training.trainer.Trainer, "train_step", interrupted)
     assert main(["run", *overrides(TINY), "--steps", "3", "-q", "--run-dir", str(run)]) == 130
     assert "--resume" not in capsys.readouterr().err and not run.exists()

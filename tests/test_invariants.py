@@ -33,14 +33,14 @@ def test_no_kernel_file_imports_a_plugin():
     assert offenders == []
 
 
-# What plugins may import from the kernel: the component API (chat prompts: rllab.chat; KV caches:
-# rllab.hfcompat; optional members and their defaults: rllab.members), plus the run-level modules that
+# What plugins may import from the kernel: the component API (chat prompts: rllab.rollout.chat; KV caches:
+# rllab.models.hfcompat; optional members and their defaults: rllab.members), plus the run-level modules that
 # command plugins drive (configs, the trainer, run directories, checkpoints, TOML).
 PUBLIC_MODULES = {
-    "rllab", "rllab.ops", "rllab.types", "rllab.testing", "rllab.models", "rllab.kernels", "rllab.tinymodel",
-    "rllab.algorithm", "rllab.config", "rllab.trainer", "rllab.runs", "rllab.rundir", "rllab.checkpoint", "rllab.tomlio",
-    "rllab.rewards", "rllab.chat", "rllab.hfcompat", "rllab.environment", "rllab.tools", "rllab.members",
-    "rllab.accuracy", "rllab.runlock", "rllab.parts",
+    "rllab", "rllab.ops", "rllab.types", "rllab.testing", "rllab.models.forward", "rllab.kernels.chunked", "rllab.models.tiny",
+    "rllab.algorithm", "rllab.config", "rllab.training.trainer", "rllab.training.runs", "rllab.training.rundir", "rllab.parallel.checkpoint", "rllab.tomlio",
+    "rllab.rollout.rewards", "rllab.rollout.chat", "rllab.models.hfcompat", "rllab.rollout.environment", "rllab.rollout.tools", "rllab.members",
+    "rllab.rollout.accuracy", "rllab.training.runlock", "rllab.training.parts", "rllab.errors", "rllab.models.modeldir",
 }  # fmt: skip
 # A plugin may build on another only where declared here (a front end of a command plugin).
 PLUGIN_DEPENDENCIES = {"rllab_tui": {"rllab_suite"}}

@@ -198,7 +198,7 @@ def test_data_parallel_is_the_algorithms_declaration_not_its_name(declared):
 
 
 def test_shares_weights_is_the_backends_declaration():
-    from rllab import asyncrollout
+    from rllab.rollout import asynchronous as asyncrollout
     from rllab.config import validate
 
     lab = Lab()

@@ -2,7 +2,7 @@
 
 - ``torchrun`` (``WORLD_SIZE > 1``) with ``model.strategy = "single"`` would train identical copies
   that all write one run directory: refused at config load, before any model is built.
-- A run directory is written by one process at a time (:mod:`rllab.runlock`): a second ``rllab
+- A run directory is written by one process at a time (:mod:`rllab.training.runlock`): a second ``rllab
   run --run-dir D`` / ``--resume D`` / ``--overwrite`` there is refused, naming the holder's pid; a
   holder killed with ``kill -9`` leaves a lock file that does not block.
 - A run that stops on an error says whether it can be continued: from which checkpoint, or that
@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-import rllab.trainer
-from rllab import runlock
+import rllab.training.trainer
+from rllab.training import runlock
 from rllab.cli import main
 from rllab.config import load_config
 from rllab.config_checks import launcher_env
 from rllab.errors import ConfigError, RllabError
-from rllab.runs import prepare_run_dir
+from rllab.training.runs import prepare_run_dir
 from tests.tiny import TINY, overrides
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +53,7 @@ def no_model(monkeypatch):
     def built(*a, **k):
         raise AssertionError("a trainer was built")
 
-    monkeypatch.setattr(rllab.trainer.Trainer, "__init__", built)
+    monkeypatch.setattr(rllab.training.trainer.Trainer, "__init__", built)
 
 
 def test_torchrun_with_the_single_strategy_is_refused_before_any_model(tmp_path, monkeypatch, capsys, no_model):
@@ -246,14 +246,14 @@ class _ServerGone(RllabError):
 @pytest.mark.parametrize("checkpoint_every", [1, 0])
 def test_a_run_that_fails_after_its_first_step_says_how_it_continues(tmp_path, monkeypatch, capsys, model_cache, checkpoint_every):
     run = tmp_path / "run"
-    train_step = rllab.trainer.Trainer.train_step
+    train_step = rllab.training.trainer.Trainer.train_step
 
     def fails_in_the_third(self):
         if self.step == 2:
             raise _ServerGone("sglang: no server answered (the run stops here)")
         return train_step(self)
 
-    monkeypatch.setattr(rllab.trainer.Trainer, "train_step", fails_in_the_third)
+    monkeypatch.setattr(rllab.training.trainer.Trainer, "train_step", fails_in_the_third)
     settings = {**TINY, "train.checkpoint_every": checkpoint_every, "train.eval_every": 0}
     assert main(["run", *overrides(settings), "--steps", "4", "-q", "--run-dir", str(run)]) == 1
     err = _flat(capsys.readouterr().err)

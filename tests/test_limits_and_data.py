@@ -1,4 +1,4 @@
-"""Prompts against the model's context (rllab.prompt_limits, rollout.max_prompt_tokens), a task's
+"""Prompts against the model's context (rllab.rollout.prompt_limits, rollout.max_prompt_tokens), a task's
 tiny-model defaults, and the messages for bad data files, reward references, required knobs and
 malformed environment steps: each names the setting, file or value and says what to do."""
 
@@ -12,14 +12,14 @@ import torch
 
 import rllab
 from rllab.config import validate
-from rllab.environment import Step
-from rllab.episodes import EpisodeLimits, EpisodeRunner
+from rllab.rollout.environment import Step
+from rllab.rollout.episodes import EpisodeLimits, EpisodeRunner
 from rllab.errors import ConfigError, EpisodeError, PromptError
-from rllab.chat import PromptRenderer
-from rllab.prompt_limits import PromptLimits
+from rllab.rollout.chat import PromptRenderer
+from rllab.rollout.prompt_limits import PromptLimits
 from rllab.settings import RolloutConfig
-from rllab.tinymodel import TinyModelConfig, WarmStartConfig, task_tiny_model, task_warm_start
-from rllab.tinytok import build_tokenizer
+from rllab.models.tiny import TinyModelConfig, WarmStartConfig, task_tiny_model, task_warm_start
+from rllab.models.tokenizer import build_tokenizer
 from rllab.types import Completion, Example
 
 _LAB = rllab.Lab()
@@ -167,7 +167,7 @@ def test_a_generated_task_is_probed_at_load_and_checked_as_it_draws(char):
 
 @pytest.mark.filterwarnings("ignore:.*scored 0")  # two steps of an untrained model
 def test_a_run_refuses_a_too_long_data_set_before_training_and_records_the_drops(tmp_path, model_cache):
-    from rllab.trainer import run_experiment
+    from rllab.training.trainer import run_experiment
 
     path = _jsonl(tmp_path / "long.jsonl", _rows())
     data = {"task": {"name": "dataset", "path": str(path)}, "train": {"steps": 1, "eval_size": 4, "checkpoint_every": 0},
@@ -263,7 +263,7 @@ def test_a_missing_required_knob_names_it_and_how_to_set_it():
 
 
 def test_a_reward_file_without_its_function_is_refused_naming_the_functions_in_it(tmp_path, monkeypatch):
-    from rllab.rewards import load_reward_function
+    from rllab.rollout.rewards import load_reward_function
 
     path = tmp_path / "my_rewards.py"
     path.write_text("def accuracy(completions, **kw):\n    return [0.0] * len(completions)\n\ndef _helper():\n    pass\n")
@@ -293,7 +293,7 @@ def test_a_reward_file_without_its_function_is_refused_naming_the_functions_in_i
     ],
 )
 def test_a_malformed_reward_reference_says_how_to_write_it(tmp_path, monkeypatch, ref, message):
-    from rllab.rewards import load_reward_function
+    from rllab.rollout.rewards import load_reward_function
 
     monkeypatch.chdir(tmp_path)
     body = "def accuracy(completions, **kw):\n    return [0.0] * len(completions)\n"

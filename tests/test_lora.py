@@ -9,12 +9,12 @@ import sys
 import pytest
 import torch
 
-from rllab import lora
+from rllab.models import lora
 from rllab.config import ConfigError, load_config
 from rllab.errors import RllabError
-from rllab.models import response_logprobs
-from rllab.runs import resume_run
-from rllab.trainer import Trainer, run_experiment
+from rllab.models.forward import response_logprobs
+from rllab.training.runs import resume_run
+from rllab.training.trainer import Trainer, run_experiment
 
 from .tiny import TINY, overrides
 
@@ -118,16 +118,16 @@ def test_a_bad_target_module_is_refused_by_rllab_run_before_any_weights_load(tmp
     config.json alone (the directory has no weights); nothing is built, loaded or written."""
     import transformers
 
-    import rllab.tinymodel
-    import rllab.trainer
+    import rllab.models.tiny
+    import rllab.training.trainer
     from rllab.cli import main
 
     def built(*a, **k):
         raise AssertionError("a model was built or loaded")
 
-    monkeypatch.setattr(rllab.tinymodel, "get_or_build", built)
+    monkeypatch.setattr(rllab.models.tiny, "get_or_build", built)
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", built)
-    monkeypatch.setattr(rllab.trainer.Trainer, "__init__", built)
+    monkeypatch.setattr(rllab.training.trainer.Trainer, "__init__", built)
     run = tmp_path / "run"
     assert main(["run", "--steps", "1", "model.tiny.num_layers=3", 'model.lora.target_modules=["qkv"]', "--run-dir", str(run)]) == 1
     err = " ".join(capsys.readouterr().err.split())
@@ -205,7 +205,7 @@ def test_the_single_strategy_syncs_the_merged_view_and_keeps_no_base_copy():
     """``single``: every sync hands the backend the one merged view, refreshed (its targeted
     weights follow the adapters), its untargeted tensors the policy's own: nothing is gathered or
     cached (the fsdp2 base cache is tests/test_distributed.py's)."""
-    from rllab.placement_single import Single
+    from rllab.parallel.single import Single
 
     model = random_qwen()
     lp = lora.LoraPolicy.attach(model, lora.LoraConfig(r=2, target_modules=("q_proj",)))
@@ -415,7 +415,7 @@ def test_fsdp2_lets_a_gathered_copy_be_kept_only_where_it_costs_no_device_memory
     sampler on an accelerator gathers in full each sync instead of doubling device memory."""
     from types import SimpleNamespace
 
-    from rllab.placement_fsdp2 import FSDP2
+    from rllab.parallel.fsdp2 import FSDP2
 
     for device, shared, keeps in (("cpu", False, True), ("cpu", True, True), ("cuda", True, True), ("cuda", False, False)):
         assert FSDP2.keeps_full_copy(SimpleNamespace(device=torch.device(device)), shared) is keeps, (device, shared)

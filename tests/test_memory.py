@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from rllab.memory import keep_freed_memory
+from rllab.training.memory import keep_freed_memory
 
 
 SCRIPT = """
@@ -37,9 +37,9 @@ def test_a_freed_tensor_comes_back_without_page_faults():
     import subprocess
 
     def run(mode):
-        import rllab.memory
+        import rllab.training.memory
 
-        cmd = [sys.executable, "-c", SCRIPT, mode, rllab.memory.__file__]
+        cmd = [sys.executable, "-c", SCRIPT, mode, rllab.training.memory.__file__]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split()
         return out[0] == "True", int(out[1])
 

@@ -14,7 +14,7 @@ import torch
 
 from rllab import ops
 from rllab.config import load_config
-from rllab.trainer import Trainer
+from rllab.training.trainer import Trainer
 
 from .tiny import TINY, overrides
 

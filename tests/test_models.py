@@ -1,4 +1,4 @@
-"""Tests for rllab.models: chunked log-probs / entropy, response alignment, critic values.
+"""Tests for rllab.models.forward: chunked log-probs / entropy, response alignment, critic values.
 
 References are the dense formulas ``log_softmax(z).gather(...)`` and ``−Σ softmax·log_softmax``
 evaluated in float64; the chunked kernels run in float32 and must match to 1e-5.
@@ -11,8 +11,9 @@ import torch
 import transformers
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from rllab import kernels, models
-from rllab.models import (
+from rllab.kernels import chunked as kernels
+from rllab.models import forward as models
+from rllab.models.forward import (
     CriticModel,
     ValueHead,
     logprobs_from_hidden,
@@ -609,7 +610,7 @@ def test_default_chunk_budget():
 
 # --------------------------------------------------------------------------- grouped prompts
 
-from rllab.models import grouped_response_logprobs  # noqa: E402
+from rllab.models.forward import grouped_response_logprobs  # noqa: E402
 
 
 def grouped_batch(g, group_sizes, prompt_lengths, empty=()):
@@ -766,8 +767,8 @@ def test_grouped_response_logprobs_sliding_window():
 
 
 def test_response_log_sum_sq_probs_matches_dense():
-    from rllab.models import response_log_sum_sq_probs
-    from rllab.tinymodel import TinyModelConfig, build_tiny_model
+    from rllab.models.forward import response_log_sum_sq_probs
+    from rllab.models.tiny import TinyModelConfig, build_tiny_model
 
     torch.manual_seed(0)
     model, _ = build_tiny_model(TinyModelConfig(hidden_size=32, intermediate_size=64))
@@ -788,8 +789,8 @@ def test_response_log_sum_sq_probs_matches_dense():
 
 
 def test_a_saved_tiny_model_s_tokenizer_reloads_with_its_spaces_and_newlines(tmp_path):
-    from rllab.models import load_tokenizer
-    from rllab.tinymodel import TinyModelConfig, build_tiny_model
+    from rllab.models.forward import load_tokenizer
+    from rllab.models.tiny import TinyModelConfig, build_tiny_model
 
     model, tok = build_tiny_model(TinyModelConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=16))
     model.save_pretrained(tmp_path)

@@ -18,7 +18,7 @@ import torch
 
 import rllab
 from rllab.config import ConfigError, load_config
-from rllab.trainer import Trainer, run_experiment
+from rllab.training.trainer import Trainer, run_experiment
 
 from .test_trainer import SMALL, _cache, small_cfg  # noqa: F401  (the module-scoped model cache)
 
@@ -294,7 +294,7 @@ def test_a_run_dir_that_holds_a_run_is_refused_unless_resumed_or_overwritten(tmp
 def test_run_dir_checks_in_the_python_api(tmp_path):
     """Mistake: run_experiment into a used directory (the suite and TUI call it too); an empty
     directory, or one holding only a suite cell's log, is fine."""
-    from rllab.runs import prepare_run_dir
+    from rllab.training.runs import prepare_run_dir
 
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -314,7 +314,7 @@ def test_run_dir_checks_in_the_python_api(tmp_path):
         run_experiment(small_cfg("train.steps=1"), run_dir=used, progress=False)
     assert prepare_run_dir(used, overwrite=True) == used and not any(used.iterdir())
     # two runs started within the same second without --run-dir get two directories
-    from rllab.runs import default_run_dir
+    from rllab.training.runs import default_run_dir
 
     cfg = load_config(None, [f"output_dir={tmp_path / 'out'}"])
     assert len({default_run_dir(cfg), default_run_dir(cfg)}) == 2
@@ -364,12 +364,12 @@ def test_a_run_that_fails_before_its_first_step_leaves_no_run_directory(tmp_path
     """Litter: a run that failed while it was being built (or before its first step) left a
     partial run directory that passes for a run. One the run created is removed; in a directory
     that existed, only what the run added is."""
-    import rllab.trainer
+    import rllab.training.trainer
 
     def broken(self):
         raise rllab.RllabError("broken before the first step")
 
-    monkeypatch.setattr(rllab.trainer.Trainer, "_build_optimizers", broken)
+    monkeypatch.setattr(rllab.training.trainer.Trainer, "_build_optimizers", broken)
     cfg = small_cfg("train.steps=1", f"output_dir={tmp_path / 'runs'}")
     with pytest.raises(rllab.RllabError, match="broken before"):
         run_experiment(cfg, progress=False)
@@ -381,7 +381,7 @@ def test_a_run_that_fails_before_its_first_step_leaves_no_run_directory(tmp_path
         run_experiment(cfg, run_dir=kept, progress=False)
     assert sorted(p.name for p in kept.iterdir()) == ["notes.txt"]
     monkeypatch.undo()
-    monkeypatch.setattr(rllab.trainer.Trainer, "train_step", lambda self: broken(self))
+    monkeypatch.setattr(rllab.training.trainer.Trainer, "train_step", lambda self: broken(self))
     with pytest.raises(rllab.RllabError, match="broken before"):
         run_experiment(cfg, run_dir=tmp_path / "new", progress=False)  # after the step-0 eval, before step 1
     assert not (tmp_path / "new").exists()

@@ -56,7 +56,7 @@ def test_the_strategy_setting_offers_the_tables_rows():
 def test_the_load_time_checks_ask_the_traits_not_the_name(monkeypatch):
     """A data-parallel row of another name passes the torchrun check and is refused with
     asynchronous rollouts; a one-process row is refused under torchrun, naming the data-parallel rows."""
-    from rllab import asyncrollout
+    from rllab.rollout import asynchronous as asyncrollout
     from rllab.config_checks import check_launcher
 
     monkeypatch.setitem(placement.STRATEGIES, "ddp", placement.Strategy(name="ddp", data_parallel=True, sharded=False, module="builtins", attr="object"))
@@ -83,13 +83,14 @@ def test_no_module_but_the_table_compares_a_strategy_name():
 
 
 def test_no_placement_knows_of_adapters_and_the_trainer_has_no_lora_branch():
-    for name in ("rllab/placement.py", "rllab/placement_single.py", "rllab/placement_fsdp2.py", "rllab/dcp.py", "rllab/trainer.py"):
+    for name in ("rllab/placement.py", "rllab/parallel/single.py", "rllab/parallel/fsdp2.py", "rllab/parallel/dcp.py", "rllab/training/trainer.py"):
         code = _names(ROOT / name)
         assert not {n for n in code if "lora" in n.lower() or "adapter" in n.lower()}, name
 
 
 def test_full_and_lora_policy_handles_answer_the_same_questions():
-    from rllab import lora, parts
+    from rllab.models import lora
+    from rllab.training import parts
 
     members = _members(parts.PolicyHandle) | _members(placement.PolicyWeights)
     for cls in (parts.FullPolicy, lora.LoraPolicy):
@@ -104,7 +105,7 @@ def attrs_fields(cls) -> set[str]:
 
 def test_a_silent_rank_drops_every_event_of_the_runs_hooks_and_no_other_name():
     from rllab.lab import Lab
-    from rllab.placement_fsdp2 import Silent
+    from rllab.parallel.fsdp2 import Silent
 
     hook = Lab().hook
     silent = Silent(hook)

@@ -2,7 +2,7 @@
 
 from transformers.utils import logging as hf_logging
 
-from rllab.trainer import Trainer
+from rllab.training.trainer import Trainer
 
 from .test_trainer import _cache, small_cfg  # noqa: F401  (the module-scoped model cache)
 

@@ -13,8 +13,8 @@ import pytest
 
 from rllab.config import load_config
 from rllab.errors import ConfigError
-from rllab.rewards import random_rewards
-from rllab.rollout import _lengths_by_outcome, build_stage
+from rllab.rollout.rewards import random_rewards
+from rllab.rollout.stage import _lengths_by_outcome, build_stage
 from rllab.settings import RolloutConfig
 
 from .test_accuracy_and_failures import Echo, Task, char  # noqa: F401  (char: a fixture)

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from rllab.errors import ConfigError, RewardError
-from rllab.rewards import RewardFunctionError, load_reward_function
+from rllab.rollout.rewards import RewardFunctionError, load_reward_function
 
 from .reward_standin import RewardStandIn
 
@@ -220,9 +220,9 @@ def test_the_rate_limit_is_shared_by_every_caller_of_a_url(server):
 
 def _stage(tmp_path, knobs, policy, ref="remote"):
     pytest.importorskip("datasets")
-    from rllab.rollout import RolloutStage
+    from rllab.rollout.stage import RolloutStage
     from rllab.settings import RolloutConfig
-    from rllab.tinytok import build_tokenizer
+    from rllab.models.tokenizer import build_tokenizer
     from rllab_tasks.dataset import DatasetConfig, DatasetTask
 
     from .test_accuracy_and_failures import Echo
@@ -347,7 +347,7 @@ def test_an_unparseable_judge_answer_counts_under_reward_errors_zero(tmp_path):
 
 
 def test_the_judge_on_a_token_id_server_encodes_and_decodes_with_the_tokenizer(tmp_path):
-    from rllab.tinytok import build_tokenizer
+    from rllab.models.tokenizer import build_tokenizer
 
     tok = build_tokenizer()
     tok.save_pretrained(tmp_path / "judge")

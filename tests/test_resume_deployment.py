@@ -9,8 +9,8 @@ import tomllib
 import pytest
 
 import rllab
-from rllab.runs import DEPLOYMENT_SETTINGS, RESUME_LOG, resume_run
-from rllab.trainer import run_experiment
+from rllab.training.runs import DEPLOYMENT_SETTINGS, RESUME_LOG, resume_run
+from rllab.training.trainer import run_experiment
 
 from .test_trainer import _cache, small_cfg  # noqa: F401  (the module-scoped model cache)
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 import rllab
-from rllab import asyncrollout
+from rllab.rollout import asynchronous as asyncrollout
 from rllab.algorithm import ROLLOUT_MEMBERS
 from rllab.config import load_config
-from rllab.trainer import Trainer
+from rllab.training.trainer import Trainer
 
 from .tiny import TINY, overrides
 

@@ -11,8 +11,8 @@ import torch
 import rllab
 from rllab.cli import main
 from rllab.config import load_config
-from rllab.models import response_logprobs
-from rllab.trainer import run_experiment
+from rllab.models.forward import response_logprobs
+from rllab.training.trainer import run_experiment
 
 from .test_trainer import SMALL, _cache  # noqa: F401  (the module-scoped model cache)
 
@@ -216,7 +216,7 @@ def channel_plugin():
 
 
 def test_a_step_report_steers_the_kl_controller_and_metric_names_do_not(tmp_path):
-    from rllab.trainer import Trainer
+    from rllab.training.trainer import Trainer
 
     lab = rllab.Lab([channel_plugin()])
     knobs = ["algorithm=steer", "kl_controller=adaptive", "kl_controller.kl_coef=0.1", "kl_controller.horizon=1000"]
@@ -245,7 +245,7 @@ def test_backend_metrics_come_through_the_protocol_and_syncs_land_in_their_step(
 
 
 def test_a_backend_without_last_metrics_is_refused_by_name(tmp_path):
-    from rllab.trainer import Trainer
+    from rllab.training.trainer import Trainer
 
     lab = rllab.Lab([channel_plugin()])
     with pytest.raises(rllab.RllabError, match=r"rollout backend 'legacy' \(plugin channel_plugin\) has no last_metrics\(\).*returns \{\}"):

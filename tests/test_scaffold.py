@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rllab.scaffold import _BODIES, scaffold
+from rllab.cli.scaffold import _BODIES, scaffold
 
 
 def _env(target: Path) -> dict:

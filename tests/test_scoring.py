@@ -1,6 +1,6 @@
-"""The one rollout path: a task's scoring on its own (:mod:`rllab.scoring`), the episode source
-built before the stage (:mod:`rllab.task_environment`), and the batch built from episodes in one
-place (:func:`rllab.rollout.episode_batch`)."""
+"""The one rollout path: a task's scoring on its own (:mod:`rllab.rollout.scoring`), the episode source
+built before the stage (:mod:`rllab.rollout.task_environment`), and the batch built from episodes in one
+place (:func:`rllab.rollout.stage.episode_batch`)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import pytest
 import torch
 
 import rllab
-from rllab.environment import Step
-from rllab.episodes import EpisodeResult
+from rllab.rollout.environment import Step
+from rllab.rollout.episodes import EpisodeResult
 from rllab.errors import RewardError, RllabError
-from rllab.rollout import Rollouts, episode_batch
-from rllab.scoring import TaskScorer
+from rllab.rollout.stage import Rollouts, episode_batch
+from rllab.rollout.scoring import TaskScorer
 from rllab.settings import RolloutConfig
-from rllab.task_environment import TaskEnvironment, episode_source
+from rllab.rollout.task_environment import TaskEnvironment, episode_source
 from rllab.types import Completion, Example
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,11 +60,11 @@ def test_the_scorer_weighs_components_and_keeps_a_failure_on_its_row():
 def test_scoring_and_the_task_adapter_never_reach_the_rollout_stage():
     import importlib
 
-    for module in ("rllab.scoring", "rllab.task_environment"):
+    for module in ("rllab.rollout.scoring", "rllab.rollout.task_environment"):
         tree = ast.parse(Path(importlib.import_module(module).__file__).read_text())
         imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
             a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        assert "rllab.rollout" not in imported and "rllab.asyncrollout" not in imported, module
+        assert "rllab.rollout.stage" not in imported and "rllab.rollout.asynchronous" not in imported, module
 
 
 def test_a_task_source_is_a_one_turn_environment_whose_step_carries_the_score():
@@ -138,7 +138,7 @@ def test_offline_dpo_builds_its_pairs_through_the_episode_loop(tmp_path, model_c
     """The pairs are those of main's path (generate, then score), from episodes the loop played."""
     from rllab.algorithm import seed_for
     from rllab.config import load_config
-    from rllab.trainer import Trainer
+    from rllab.training.trainer import Trainer
 
     from .tiny import TINY, overrides
 
@@ -177,7 +177,7 @@ def test_a_recording_with_the_former_field_names_still_replays():
 
 
 def test_the_stage_refuses_a_task_or_environment_in_place_of_its_source():
-    from rllab.rollout import RolloutStage
+    from rllab.rollout.stage import RolloutStage
 
     with pytest.raises(RllabError, match=r"got env.*episode_source\(task=... or env=...|got task.*episode_source"):
         RolloutStage(task=TwoParts(), backend=None, tokenizer=None, config=RolloutConfig(), seed=0)

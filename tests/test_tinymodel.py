@@ -8,8 +8,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rllab import tinymodel
-from rllab.tinymodel import (
+from rllab.models import tiny as tinymodel
+from rllab.models.tiny import (
     CHARACTERS,
     TinyModelConfig,
     WarmStartConfig,

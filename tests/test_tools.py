@@ -1,4 +1,4 @@
-"""rllab.tools: the call formats, the parser and tool_step's answers to every kind of turn."""
+"""rllab.rollout.tools: the call formats, the parser and tool_step's answers to every kind of turn."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from rllab.environment import Step
-from rllab.tinytok import CHARACTERS
-from rllab.tools import (
+from rllab.rollout.environment import Step
+from rllab.models.tokenizer import CHARACTERS
+from rllab.rollout.tools import (
     FORMATS, Tool, ToolCall, ToolCallParseError, ToolDefinitionError, format_tool_call, parse_tool_calls, run_step,
     tool, tool_map, tool_step,
 )
@@ -61,7 +61,7 @@ def test_bad_tool_definitions_are_refused_by_name():
         Tool(name="f", function=add, parameters={"type": "object", "properties": {"a": {}}, "required": ["c"]})
     with pytest.raises(ToolDefinitionError, match="two tools are named 'add'"):
         tool_map([tool(add), tool(add)])
-    with pytest.raises(ToolDefinitionError, match="expected rllab.tools.Tool"):
+    with pytest.raises(ToolDefinitionError, match="expected rllab.rollout.tools.Tool"):
         tool_map([add])
     with pytest.raises(ToolDefinitionError, match="\\*args"):
         tool(lambda *xs: 0, name="f")

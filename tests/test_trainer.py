@@ -17,7 +17,7 @@ import torch
 
 import rllab
 from rllab.config import ConfigError, load_config, preset_names
-from rllab.trainer import RewardError, Trainer, run_experiment
+from rllab.training.trainer import RewardError, Trainer, run_experiment
 
 from .tiny import TINY, overrides
 

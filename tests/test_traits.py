@@ -190,7 +190,7 @@ def test_a_required_input_the_algorithm_does_not_provide_is_refused_at_load():
 
 
 def test_the_rl_step_passes_an_optional_input_only_to_a_loss_that_requires_it(tmp_path, model_cache):
-    from rllab.trainer import Trainer
+    from rllab.training.trainer import Trainer
 
     seen: dict[str, set] = {}
 

@@ -7,7 +7,7 @@ Run::
     python benchmarks/peers/compare_grpo.py --steps 5 --repeats 1   # a quick smoke run
 
 Both frameworks start from the same warm-started tiny model directory (rllab's default model,
-built and cached by :mod:`rllab.tinymodel` with the configured ``[model]`` settings, and handed
+built and cached by :mod:`rllab.models.tiny` with the configured ``[model]`` settings, and handed
 to rllab explicitly as ``model.path``) and train on the default task (2-digit addition) with
 rllab's default GRPO settings, read from rllab's config rather than copied:
 
@@ -41,7 +41,7 @@ longest row stops), which depends on where each run's policy has drifted, so the
 length is reported beside it; compare throughputs only where the lengths are similar. The first step of each run (one-off warm-up) is left out of the
 timing medians. Reported: per-run medians, then the median and min–max over repeats, and the
 ratio rllab/TRL. After all timed runs, held-out greedy accuracy of the initial and of every
-final model is computed here by one shared function (:func:`rllab.tinymodel.evaluate_greedy`,
+final model is computed here by one shared function (:func:`rllab.models.tiny.evaluate_greedy`,
 HF ``generate`` with greedy decoding, ``max_new_tokens`` as in training), so both frameworks are
 scored by the same code. rllab's own end-of-run eval is reported beside it as a cross-check.
 
@@ -124,7 +124,7 @@ def check_comparable(cfg, lab) -> dict:
 
 def build_model_dir(cfg, task) -> Path:
     """The warm-started tiny model rllab trains by default (cached; built on the first call)."""
-    from rllab import tinymodel
+    from rllab.models import tiny as tinymodel
 
     if cfg.model.path:
         return Path(cfg.model.path).expanduser()
@@ -236,7 +236,7 @@ def load_rllab_final(run_dir: Path, model_dir: Path):
 
 def shared_accuracy(model, tokenizer, task, *, eval_size: int, max_new_tokens: int) -> float:
     """Held-out greedy accuracy, the same code for every model (reward ≥ 1 counts as solved)."""
-    from rllab.tinymodel import greedy_completions
+    from rllab.models.tiny import greedy_completions
 
     examples = task.eval_examples()[:eval_size]
     model.eval()

@@ -33,7 +33,7 @@ ESTIMATORS = ("k1", "k3")
 def _check_teacher(inst, attribute, value):
     from pathlib import Path
 
-    from rllab.modeldir import check_model_dir
+    from rllab.models.modeldir import check_model_dir
 
     if not Path(value).expanduser().is_dir():
         raise ValueError(f"{attribute.name} = {value!r} is not a directory; give the teacher's local model directory "

@@ -29,7 +29,7 @@ import rllab
 from rllab import ops
 from rllab.algorithm import OptimizerStep, RunContext, checked_loss, seed_for
 from rllab.members import member
-from rllab.models import response_log_sum_sq_probs, response_logprobs
+from rllab.models.forward import response_log_sum_sq_probs, response_logprobs
 
 
 @attrs.frozen

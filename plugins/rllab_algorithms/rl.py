@@ -44,7 +44,7 @@ import torch
 import rllab
 from rllab import ops
 from rllab.algorithm import OptimizerStep, RunContext, checked_loss, seed_for
-from rllab.models import grouped_response_logprobs, response_log_sum_sq_probs
+from rllab.models.forward import grouped_response_logprobs, response_log_sum_sq_probs
 
 
 @attrs.frozen
@@ -119,7 +119,7 @@ def _logprobs(ctx: RunContext, model, batch, rows=None, with_entropy=False):
     attn = batch.attention_mask if rows is None else batch.attention_mask[rows]
     home = next(model.parameters()).device  # the reference may live elsewhere (model.reference_device)
     with ctx.autocast():
-        # rows sampled from one prompt share its forward (see rllab.models.grouped_response_logprobs)
+        # rows sampled from one prompt share its forward (see rllab.models.forward.grouped_response_logprobs)
         out = grouped_response_logprobs(
             model,
             ids.to(home),
@@ -159,7 +159,7 @@ class RL:
 
     async_rollouts = True
     """Each step trains on ``ctx.rollout.sample(ctx.step)`` alone, so batches may be sampled ahead
-    (``rollout.max_staleness``, :mod:`rllab.asyncrollout`)."""
+    (``rollout.max_staleness``, :mod:`rllab.rollout.asynchronous`)."""
 
     def __init__(self, *, config: RLConfig):
         self.config = config

@@ -6,7 +6,7 @@ most ``max_batch_size`` rows:
 1. **prefill** — the distinct prompts, left-padded to length P, go through the model once with
    ``position_ids = cumsum(attention_mask) − 1`` (so padding does not shift positions); only
    the last position's logits are kept. The cache (``DynamicCache``, passed and read as
-   ``cache`` — ``past_key_values`` before transformers 5.24, :mod:`rllab.hfcompat`) and those logits are then
+   ``cache`` — ``past_key_values`` before transformers 5.24, :mod:`rllab.models.hfcompat`) and those logits are then
    repeated ``n`` times, so a prompt is encoded once per group, not once per sample.
 2. **decode** — one token per step for every row: ``logits → sample → append``, feeding the
    sampled token back with its position and the growing attention mask. A row is finished when
@@ -59,7 +59,7 @@ import attrs
 import torch
 
 import rllab
-from rllab.hfcompat import cache_argument, output_cache, with_cache
+from rllab.models.hfcompat import cache_argument, output_cache, with_cache
 from rllab.types import Completion, SamplingParams
 from rllab_backends.hf_process import ProcessHFBackend
 
@@ -123,7 +123,7 @@ class HFBackend(rllab.RolloutBackend):
         self.eos_ids: list[int] = []
         """Token ids that always end a completion (the model's eos ids)."""
         self.cache_arg = "cache"
-        """The model's KV-cache argument (:func:`rllab.hfcompat.cache_argument`)."""
+        """The model's KV-cache argument (:func:`rllab.models.hfcompat.cache_argument`)."""
         auto = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(auto if config.device == "auto" else config.device)
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed)

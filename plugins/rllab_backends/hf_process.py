@@ -13,7 +13,7 @@ Weights (CPU): the first ``update_weights(module)`` sends the child a copy of th
 tensors live in shared memory; later calls copy the new weights into those same tensors
 (``load_state_dict``), so a sync is one memory copy and nothing crosses the pipe. The child must
 not be sampling while the weights are copied: the trainer never syncs during ``generate`` (the
-synchronous loop, and :class:`rllab.asyncrollout.VersionedBackend`'s lock). On CUDA the copy is
+synchronous loop, and :class:`rllab.rollout.asynchronous.VersionedBackend`'s lock). On CUDA the copy is
 sent whole at every sync (CUDA tensors travel as IPC handles). A model directory or a state dict
 is forwarded to the child as it is.
 

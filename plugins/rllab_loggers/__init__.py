@@ -3,7 +3,7 @@ Weights & Biases (``rllab[wandb]``, :mod:`rllab_loggers.wandb_logger`) and MLflo
 (``rllab[mlflow]``, :mod:`rllab_loggers.mlflow_logger`).
 
 A logger is built once per run with ``factory(config=..., run_dir=...)`` and subscribed to the
-run's ``on_step_end`` and ``on_eval_end`` events (:mod:`rllab.listeners`): it receives
+run's ``on_step_end`` and ``on_eval_end`` events (:mod:`rllab.training.listeners`): it receives
 ``log(step, metrics)`` for every step and evaluation (metrics: a flat dict of floats with
 namespaced keys such as ``rollout/reward`` or ``actor/clipfrac``) and ``close()`` at the end.
 """

@@ -72,7 +72,7 @@ class FinalModel:
 
 def final_model(run_dir) -> FinalModel | None:
     """The run's final model, or None when the run has no ``final.json`` (it stopped early)."""
-    from rllab.checkpoint import latest
+    from rllab.parallel.checkpoint import latest
 
     run_dir = Path(run_dir).absolute()  # the paths a tracker keeps must not depend on the working directory
     summary_file = run_dir / "final.json"

@@ -187,7 +187,7 @@ def on_step_end(step, metrics, run_dir):
         frac = float(metrics.get(f"rollout/{key}", 0.0))
         s[key] += frac
         dropped_all = key == "error_frac" and frac > 0 and empty and s["policy"] == "skip"
-        if (frac > MOST or dropped_all) and key not in s["noted"]:  # every sample failing stops the run (rllab.episode_stats)
+        if (frac > MOST or dropped_all) and key not in s["noted"]:  # every sample failing stops the run (rllab.rollout.episode_stats)
             s["noted"].add(key)
             fix = (f"fix the reward function (rollout.reward_errors = {s['policy']!r} hides the failures; \"raise\" stops at the "
                    "first one with its message)") if key == "error_frac" else \
@@ -240,7 +240,7 @@ def cmd_suite(args) -> int:
             raise rllab.RllabError("usage: rllab suite report DIR")
         _check_report_dir(Path(args.dir))
         if Path(args.dir).is_dir():  # a suite running there writes its own report when it ends
-            from rllab import runlock
+            from rllab.training import runlock
 
             with runlock.acquire(Path(args.dir), advice="Its report is written when it ends; or {stop} and then run: rllab suite report {dir}"):
                 report_suite(args.dir, console=console)

@@ -169,7 +169,7 @@ def check_record_args(source: str | None, *, out: Path, preset: str | None, over
     an existing file other than a recording (it would be replaced).
     """
     if source is not None and Path(source).is_dir() and (Path(source) / "config.toml").is_file():
-        from rllab.checkpoint import latest
+        from rllab.parallel.checkpoint import latest
 
         if preset:
             raise RllabError(f"--preset {preset} does not apply to a run directory: {source} is recorded with its own config")

@@ -1,8 +1,8 @@
 """Running a suite's cells: a local process pool (default) or Ray, with one progress display.
 
-Each cell runs :func:`rllab.trainer.run_experiment` into its own run directory; a directory that
+Each cell runs :func:`rllab.training.trainer.run_experiment` into its own run directory; a directory that
 holds ``config.toml`` but no ``final.json`` (an interrupted cell) is continued with
-:func:`rllab.runs.resume_run` (one stopped after its final checkpoint is finished there). A cell that raises is recorded as failed (``error.txt`` in its run
+:func:`rllab.training.runs.resume_run` (one stopped after its final checkpoint is finished there). A cell that raises is recorded as failed (``error.txt`` in its run
 directory, with the traceback) and the others go on. Worker output goes to ``RUN_DIR/log.txt``.
 
 Ctrl-C (SIGINT to the suite process alone, as ``kill -INT``, or to its whole process group, as a
@@ -23,7 +23,8 @@ import time
 import traceback
 from pathlib import Path
 
-from rllab import RllabError, runlock
+from rllab import RllabError
+from rllab.training import runlock
 
 EXECUTORS = ("local", "ray")
 STOP_GRACE_S = 5.0
@@ -64,11 +65,11 @@ def run_cell(job: dict) -> dict:
 
             lab = Lab()
             if (run_dir / "config.toml").is_file() and not (run_dir / "final.json").is_file():
-                from rllab.runs import resume_run
+                from rllab.training.runs import resume_run
 
                 summary = resume_run(run_dir, lab=lab, progress=False)
             else:
-                from rllab.trainer import run_experiment
+                from rllab.training.trainer import run_experiment
 
                 cfg = load_config(job["config"], lab=lab)
                 summary = run_experiment(cfg, lab=lab, run_dir=run_dir, progress=False)

@@ -6,7 +6,7 @@ saves each batch (token ids, masks, rewards, rollout log-probs, the old and refe
 together with the policy (and reference) weights they came from and the resolved config.
 
 ``rllab replay FILE policy_loss=a policy_loss=b …`` rebuilds each variant's algorithm, components
-and optimizers on that recorded config with the trainer's own construction (:mod:`rllab.parts`)
+and optimizers on that recorded config with the trainer's own construction (:mod:`rllab.training.parts`)
 and runs the ``rl`` algorithm's own ``step(ctx)`` on every recorded batch, its rollout stage a
 :class:`rllab.RecordedRollout` that hands out the batch (so everything after the rollout —
 old/ref forwards, KL in the reward, advantages, importance weights, epochs ×
@@ -60,9 +60,9 @@ REPLAYED_SECTIONS = ("algorithm", "advantage", "policy_loss", "correction", "agg
 def record(source: str | Path | None, *, steps: int, out: Path, overrides=(), preset: str | None = None, lab=None, progress: bool = False) -> dict:
     """Sample ``steps`` rollout batches from one checkpoint and save them to ``out``."""
     from rllab import Lab
-    from rllab.models import grouped_response_logprobs
-    from rllab.trainer import Trainer
-    from rllab.checkpoint import latest as latest_checkpoint
+    from rllab.models.forward import grouped_response_logprobs
+    from rllab.training.trainer import Trainer
+    from rllab.parallel.checkpoint import latest as latest_checkpoint
     from rllab.config import load_config
 
     lab = lab or Lab()
@@ -171,8 +171,9 @@ def _replayable(lab) -> str:
 
 def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> list[ReplayResult]:
     """Run each (name, resolved config) on every recorded batch; see the module docstring."""
-    from rllab import Lab, RecordedRollout, parts
-    from rllab.models import CriticModel
+    from rllab import Lab, RecordedRollout
+    from rllab.training import parts
+    from rllab.models.forward import CriticModel
     from rllab.config import load_config
 
     lab = lab or Lab()
@@ -188,7 +189,7 @@ def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> 
         for rec in data["batches"]:
             torch.manual_seed(cfg.train.seed)
             policy = _model(data, "policy").train()
-            built = parts.build_parts(cfg, lab)  # the trainer's own construction (rllab.parts)
+            built = parts.build_parts(cfg, lab)  # the trainer's own construction (rllab.training.parts)
             needs = built.algorithm.needs(parts.run_context(cfg, built.components, step=rec["step"], policy=policy, hook=lab.hook))
             reference = _model(data, "reference" if data.get("reference") is not None else "policy").eval().requires_grad_(False) if "reference" in needs else None
             critic = CriticModel.from_causal_lm(policy) if "critic" in needs else None

@@ -8,7 +8,8 @@ import os
 import shutil
 from pathlib import Path
 
-from rllab import RllabError, runlock
+from rllab import RllabError
+from rllab.training import runlock
 from rllab_suite import executor  # replay (torch) and report (scipy) are imported where used
 from rllab_suite.spec import MANIFEST, Cell, Suite, SuiteError, _slug, config_key, expand, parse_suite
 
@@ -31,7 +32,7 @@ def suite_dir_for(suite: Suite, directory: str | Path | None) -> Path:
 def check_directory(suite: Suite, out: Path, *, replace: bool = False) -> dict:
     """The manifest ``out`` already holds (``{}`` for none); another suite's is refused unless
     ``replace``, and then forgotten (its notes and recordings do not carry into this suite's report)."""
-    from rllab.rundir import run_markers
+    from rllab.training.rundir import run_markers
 
     if out.exists() and not out.is_dir():
         raise SuiteError(f"--dir {out} is a file: a suite directory holds the suite's runs, suite.json and report; give a directory")
@@ -61,14 +62,15 @@ def check_directory(suite: Suite, out: Path, *, replace: bool = False) -> dict:
 
 def prebuild_models(cells: list[Cell], *, lab, console=None) -> None:
     """Build each distinct warm-started tiny model once, before the workers start."""
-    from rllab.models import transformers_progress_bars_off
+    from rllab.models.forward import transformers_progress_bars_off
 
     with transformers_progress_bars_off():
         _prebuild_models(cells, lab=lab, console=console)
 
 
 def _prebuild_models(cells: list[Cell], *, lab, console=None) -> None:
-    from rllab import Component, tinymodel
+    from rllab import Component
+    from rllab.models import tiny as tinymodel
     from rllab.config import COMPONENT_SECTIONS, load_config
 
     seen = set()
@@ -217,7 +219,7 @@ def run_suite(source, *, directory=None, executor_name: str = "local", workers: 
 
 def _interrupted(todo: list[Cell], out: Path) -> str:
     """What an interrupt left of the cells that were to run, and how to continue."""
-    from rllab.checkpoint import latest
+    from rllab.parallel.checkpoint import latest
 
     runs = [out / "runs" / c.slug for c in todo]
     finished = sum((r / "final.json").is_file() for r in runs)
@@ -265,7 +267,7 @@ def _refuse_repeated_runs(dirs: list[Path]) -> None:
 def _check_out(out: Path) -> None:
     """``--out`` takes a directory of its own: a run's or a suite's would have its files (a run's
     ``curves.png``, a suite's ``report.md`` and ``summary.csv``) replaced by the comparison's."""
-    from rllab.rundir import run_markers
+    from rllab.training.rundir import run_markers
 
     if out.exists() and not out.is_dir():
         raise RllabError(f"--out {out} is a file: the report is a directory (report.md, CSV, JSON, plots); choose another --out")

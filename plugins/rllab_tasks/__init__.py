@@ -16,7 +16,7 @@ splits are disjoint by construction, whatever the number of training draws. ``ev
 draws with a generator seeded from ``seed`` and keeps the first ``eval_size`` distinct eval
 instances (fewer when the instance space is small), so the split is fixed for a given config.
 
-Prompt formats (the tiny character-level model of :mod:`rllab.tinymodel` covers every
+Prompt formats (the tiny character-level model of :mod:`rllab.models.tiny` covers every
 character used)::
 
     addition   "12+34="              -> "46"
@@ -28,7 +28,7 @@ character used)::
     dataset    a local data set (TRL or verl format) scored by reward functions (:mod:`rllab_tasks.dataset`)
     reasoning_gym  a reasoning-gym procedural data set, scored by its own ``score_answer``
 
-Environments (multi-turn, :mod:`rllab.environment`, ``env = NAME``): the built-in ones the tiny
+Environments (multi-turn, :mod:`rllab.rollout.environment`, ``env = NAME``): the built-in ones the tiny
 model learns (:mod:`rllab_tasks.environments`)::
 
     calculator  "123*45="      -> <calc(123*45)>, then the product     (a tool the model must call)

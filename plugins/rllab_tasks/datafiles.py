@@ -107,8 +107,8 @@ def column(row: Mapping[str, Any], name: str) -> tuple[bool, Any]:
 
 def parse_prompt(value: Any, where: str) -> str | tuple[dict, ...]:
     """A prompt: a non-empty string, or a non-empty list of ``{"role", "content"}`` messages
-    (checked by :func:`rllab.chat.check_prompt`, returned as a tuple of plain dicts)."""
-    from rllab.chat import check_prompt
+    (checked by :func:`rllab.rollout.chat.check_prompt`, returned as a tuple of plain dicts)."""
+    from rllab.rollout.chat import check_prompt
 
     if isinstance(value, str):
         if not value:

@@ -12,7 +12,7 @@ Reads JSON lines, JSON, Parquet, CSV or a ``save_to_disk`` directory through ``d
           ``reward_model`` column.
 
 Rewards: ``rewards`` names reward functions (registered names, ``module:function`` or
-``path.py:function``, in TRL's or verl's signature; see :mod:`rllab.rewards`), weighted by
+``path.py:function``, in TRL's or verl's signature; see :mod:`rllab.rollout.rewards`), weighted by
 ``reward_weights``; two or more become the task's reward components (``gdpo``,
 ``normalize_then_sum``). Default: ``math_verify`` for verl data, ``exact`` otherwise. With
 several, accuracy is the first function's value ≥ 1 (``correct_component`` names another), never
@@ -36,8 +36,8 @@ import attrs
 import torch
 
 import rllab
-from rllab.rewards import RewardSet, reward_names
-from rllab.accuracy import correct_component
+from rllab.rollout.rewards import RewardSet, reward_names
+from rllab.rollout.accuracy import correct_component
 from rllab.types import Example
 
 from .datafiles import EVAL_SPLITS, column, parse_prompt, read_rows, text_value

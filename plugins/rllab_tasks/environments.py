@@ -1,13 +1,13 @@
 """Built-in environments the tiny model learns: ``calculator``, ``search`` and ``guess``.
 
-Each follows :class:`rllab.environment.Environment`; transcripts (string prompts, the tiny
+Each follows :class:`rllab.rollout.environment.Environment`; transcripts (string prompts, the tiny
 character-level model's; ``⏎`` is a newline, ``|`` the end of a model turn)::
 
     calculator  "123*45="  <calc(123*45)>|  5535⏎  5535|          reward 1 for the product
     search      "pin of kqz?"  <find(kqz,pin)>|  417⏎  417|      reward 1 for the stored value
     guess       "guess 1-16:"  8|  higher⏎  12|  lower⏎  10|      +1 for the secret, -turn_cost per miss
 
-Tool calls use the compact format of :mod:`rllab.tools` (``<name(arguments)>``; the hermes
+Tool calls use the compact format of :mod:`rllab.rollout.tools` (``<name(arguments)>``; the hermes
 ``<tool_call>{...}</tool_call>`` form is read too); a malformed call gets an error observation,
 or ends the episode with ``failed_parse_reward`` when that is set. A turn without a call is the
 answer: the episode ends there.
@@ -42,8 +42,8 @@ import attrs
 import torch
 
 import rllab
-from rllab.environment import Step
-from rllab.tools import Tool, format_tool_call, tool_step
+from rllab.rollout.environment import Step
+from rllab.rollout.tools import Tool, format_tool_call, tool_step
 from rllab.types import Example
 
 from .arithmetic import evaluate_countdown
@@ -105,7 +105,7 @@ class _ToolEnvironment(SplitTask, rllab.Environment):
 
 
 class ToolEpisode:
-    """Calls the tools a turn names (:func:`rllab.tools.tool_step`); a turn without a call is the
+    """Calls the tools a turn names (:func:`rllab.rollout.tools.tool_step`); a turn without a call is the
     answer, scored by exact match and ending the episode."""
 
     def __init__(self, example: Example, tools: list[Tool], config):

@@ -17,7 +17,7 @@ import attrs
 import torch
 
 import rllab
-from rllab.chat import check_prompt
+from rllab.rollout.chat import check_prompt
 from rllab.types import Example
 
 from .split import eval_fraction_knob, in_eval_split, seed_knob

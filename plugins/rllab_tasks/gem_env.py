@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 import rllab
-from rllab.environment import Step
+from rllab.rollout.environment import Step
 from rllab.errors import NoDemonstrationError
 from rllab.types import Example
 

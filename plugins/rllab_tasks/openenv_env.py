@@ -35,7 +35,7 @@ import attrs
 import torch
 
 import rllab
-from rllab.environment import Step
+from rllab.rollout.environment import Step
 from rllab.errors import NoDemonstrationError
 from rllab.types import Example
 

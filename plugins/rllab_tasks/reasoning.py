@@ -24,7 +24,7 @@ import attrs
 import torch
 
 import rllab
-from rllab.environment import Step
+from rllab.rollout.environment import Step
 from rllab.types import Example
 
 from .split import eval_fraction_knob, eval_size_knob, in_eval_split, seed_knob

@@ -1,4 +1,4 @@
-"""Built-in reward functions, in TRL's batched signature (see :mod:`rllab.rewards`).
+"""Built-in reward functions, in TRL's batched signature (see :mod:`rllab.rollout.rewards`).
 
 Each receives ``completions`` (strings, or ``[{"role": "assistant", "content": ...}]`` for chat
 prompts) and ``ground_truth`` (the reference answers), and returns one float per completion::

@@ -17,13 +17,13 @@ import hashlib
 import torch
 
 import rllab
-from rllab.chat import prompt_key
+from rllab.rollout.chat import prompt_key
 from rllab.types import Example
 
 
 def in_eval_split(prompt: str | tuple, *, seed: int, eval_fraction: float) -> bool:
     """Whether ``prompt`` belongs to the held-out split (a salted hash below ``eval_fraction``).
-    Chat messages are hashed as their canonical JSON (:func:`rllab.chat.prompt_key`)."""
+    Chat messages are hashed as their canonical JSON (:func:`rllab.rollout.chat.prompt_key`)."""
     digest = hashlib.blake2b(f"{seed}\0{prompt_key(prompt)}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2.0**64 < eval_fraction
 

@@ -58,7 +58,7 @@ import attrs
 import torch
 
 import rllab
-from rllab.environment import Step
+from rllab.rollout.environment import Step
 from rllab.types import Example
 
 from .split import eval_fraction_knob, eval_size_knob, in_eval_split, seed_knob
@@ -257,7 +257,7 @@ class TextArenaEnvironment(rllab.Environment):
 
     @property
     def tiny_model_defaults(self) -> dict:
-        """The tiny model's context for this game (``rllab.tinymodel.task_tiny_model``): the least power
+        """The tiny model's context for this game (``rllab.models.tiny.task_tiny_model``): the least power
         of two ≥ 1024 that holds the opening prompt in the character tokenizer (a token per character
         and ``<bos>``) and 256 more tokens for the episode's turns (RoPE: no parameters are added)."""
         need = len(self.example(0).prompt) + 1 + 256

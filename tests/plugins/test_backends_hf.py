@@ -6,7 +6,7 @@ import torch
 
 import rllab
 from rllab import SamplingParams
-from rllab.tinymodel import TinyModelConfig, build_tiny_model
+from rllab.models.tiny import TinyModelConfig, build_tiny_model
 
 CFG = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128)
 

@@ -19,7 +19,7 @@ import torch
 import rllab
 from rllab import SamplingParams
 from rllab.testing import contract_cases
-from rllab.tinymodel import TinyModelConfig, build_tiny_model
+from rllab.models.tiny import TinyModelConfig, build_tiny_model
 
 from tests import sglang_standin
 from tests.sglang_standin import StandIn
@@ -415,7 +415,7 @@ def test_connection_refused(lab, tiny):
     t0 = time.monotonic()
     with pytest.raises(S.SGLangUnavailableError, match=r"(?s)failed after 3 tries.*cannot connect.*no server answered") as e:
         b.generate(prompts_of(tiny[1])[:1], SamplingParams(max_new_tokens=2))
-    # the backend cannot know whether a checkpoint exists: rllab.runs says how the run continues, if it can
+    # the backend cannot know whether a checkpoint exists: rllab.training.runs says how the run continues, if it can
     assert isinstance(e.value, rllab.RllabError) and "the run stops here" in str(e.value) and "resume" not in str(e.value)
     assert time.monotonic() - t0 < 5
     b.close()
@@ -662,7 +662,7 @@ def test_a_lora_policy_reaches_the_server_merged(lab, fresh, tiny, tmp_path):
     import copy
 
     pytest.importorskip("peft")
-    from rllab import lora
+    from rllab.models import lora
 
     _, tok, path = tiny
     from transformers import AutoModelForCausalLM
@@ -795,7 +795,7 @@ SMALL = [
 def train_both(tmp_path, monkeypatch, *extra):
     """The same config and seed trained with rollouts from the stand-in and from the hf backend."""
     from rllab.config import load_config
-    from rllab.trainer import run_experiment
+    from rllab.training.trainer import run_experiment
 
     monkeypatch.setenv("RLLAB_CACHE", str(tmp_path / "cache"))
     cfg = [*SMALL, *extra]
@@ -879,7 +879,7 @@ def test_a_run_with_distributed_weight_sync(tmp_path, monkeypatch):
     process the backend launches): the first sync starts the server from a snapshot, every later
     one is a broadcast, and every rollout comes from the weights just pushed."""
     from rllab.config import load_config
-    from rllab.trainer import run_experiment
+    from rllab.training.trainer import run_experiment
 
     monkeypatch.setenv("RLLAB_CACHE", str(tmp_path / "cache"))
     knobs = launch_knobs(weight_sync="distributed", distributed_backend="gloo")
@@ -907,7 +907,7 @@ def test_a_failed_run_leaves_no_weight_snapshot_behind(tmp_path, monkeypatch, fa
     import tempfile
 
     from rllab.config import load_config
-    from rllab.trainer import run_experiment
+    from rllab.training.trainer import run_experiment
 
     monkeypatch.setenv("RLLAB_CACHE", str(tmp_path / "cache"))
     (tmp_path / "tmp").mkdir()
@@ -948,7 +948,7 @@ def test_a_run_survives_a_server_that_aborts_6_percent_of_samples(tmp_path, monk
     """What ended runs before: about 6% of samples aborted, so nearly every request held one. The
     run completes; the aborted samples are resubmitted and counted, step by step."""
     from rllab.config import load_config
-    from rllab.trainer import run_experiment
+    from rllab.training.trainer import run_experiment
 
     monkeypatch.setenv("RLLAB_CACHE", str(tmp_path / "cache"))
     with StandIn(None, lifetime_s=300, abort_rate=0.06, abort_seed=3) as server:
@@ -973,8 +973,8 @@ def test_a_run_resumes_on_a_server_that_came_back_at_another_address(tmp_path, m
     import tomllib
 
     from rllab.config import load_config
-    from rllab.runs import RESUME_LOG, resume_run
-    from rllab.trainer import run_experiment
+    from rllab.training.runs import RESUME_LOG, resume_run
+    from rllab.training.trainer import run_experiment
 
     monkeypatch.setenv("RLLAB_CACHE", str(tmp_path / "cache"))
     run = tmp_path / "run"
@@ -1006,7 +1006,7 @@ def test_a_multi_turn_environment_trains_through_the_standin(env, tmp_path, monk
     first is a request continuing the episode's ids (prompt, turns, observations), the steps train
     on finite metrics and the episode counters reach the run's metrics."""
     from rllab.config import load_config
-    from rllab.trainer import run_experiment
+    from rllab.training.trainer import run_experiment
 
     monkeypatch.setenv("RLLAB_CACHE", str(tmp_path / "cache"))
     small = [k for k in SMALL if not k.startswith("rollout.max_new_tokens")]

@@ -15,7 +15,8 @@ import urllib.request
 import pytest
 
 import rllab
-from rllab import SamplingParams, asyncrollout
+from rllab import SamplingParams
+from rllab.rollout import asynchronous as asyncrollout
 
 import rllab_backends.sglang as S
 from rllab_backends.sglang import protocol
@@ -326,7 +327,7 @@ def test_a_checkpoint_with_a_batch_in_flight_resumes_by_sampling_it_again(tmp_pa
     import torch
 
     from rllab.config import load_config
-    from rllab.trainer import Trainer
+    from rllab.training.trainer import Trainer
     from tests.tiny import TINY, overrides
 
     with StandIn(None, instant_tokens=6, token_delay_s=0.3, lifetime_s=120) as server:

@@ -6,8 +6,8 @@ import attrs
 import pytest
 import torch
 
-from rllab.environment import Environment, Episode, Step
-from rllab.tools import run_step
+from rllab.rollout.environment import Environment, Episode, Step
+from rllab.rollout.tools import run_step
 from rllab_tasks.environments import (
     CalculatorConfig, CalculatorEnvironment, GuessConfig, GuessEnvironment, SearchConfig, SearchEnvironment, calculate,
 )
@@ -237,7 +237,7 @@ def test_bad_rollout_defaults_are_refused_naming_the_environment():
 def test_every_builtin_environment_learns_visibly_with_the_default_grpo_run(name, tmp_path):
     """The default run lifts held-out success by at least 15 points (many minutes each on 2 cores)."""
     from rllab.config import load_config
-    from rllab.trainer import run_experiment
+    from rllab.training.trainer import run_experiment
 
     summary = run_experiment(load_config(None, [f"env={name}", "train.checkpoint_every=0"], preset="grpo"), run_dir=tmp_path / name, progress=False)
     assert summary["final/accuracy"] - summary["initial/accuracy"] >= 0.15, summary
@@ -246,9 +246,9 @@ def test_every_builtin_environment_learns_visibly_with_the_default_grpo_run(name
 def test_demonstration_episodes_of_one_prompt_with_shared_first_turns_are_told_apart():
     """guess has a single prompt and its binary searches share their first turns: the warm
     start's scripted episodes must still each follow their own example."""
-    from rllab.chat import PromptRenderer
-    from rllab.demonstrations import demonstration_episodes
-    from rllab.tinytok import build_tokenizer
+    from rllab.rollout.chat import PromptRenderer
+    from rllab.rollout.demonstrations import demonstration_episodes
+    from rllab.models.tokenizer import build_tokenizer
 
     env = make("guess")
     examples = env.eval_examples()[::-1] + env.eval_examples()

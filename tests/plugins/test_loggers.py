@@ -30,7 +30,7 @@ def test_loggers_listen_to_their_runs_events_only_until_closed(tmp_path):
     """The trainer never calls a logger: RunLoggers turns on_step_end / on_eval_end of its own run
     directory into log(step, metrics), ahead of the other listeners, and closes them once."""
     import rllab
-    from rllab.listeners import RunLoggers
+    from rllab.training.listeners import RunLoggers
 
     class Memory:
         def __init__(self):

@@ -104,7 +104,7 @@ def test_two_variants_with_one_config_are_refused(lab):
 def test_every_variant_sees_the_same_prompts_in_the_same_order(lab):
     """For a seed, a step's prompts depend on (seed, step) alone — not on the variant, nor on
     what the policy learnt in earlier steps; another seed draws others."""
-    from rllab.trainer import Trainer
+    from rllab.training.trainer import Trainer
 
     cells = expand(parse_suite(suite(variants={"grpo": {}, "cispo": {"advantage": "rloo", "policy_loss": "cispo", "algorithm.minibatches": 2}})), lab=lab)
     seen = {}
@@ -420,9 +420,9 @@ def test_replay_takes_the_trainers_optimizer_step_a_non_finite_gradient_stops_it
 
 
 def test_replay_builds_its_parts_as_the_trainer_does(recording, lab, monkeypatch):
-    """Replay builds the algorithm, components, context and optimizers with rllab.parts, the
+    """Replay builds the algorithm, components, context and optimizers with rllab.training.parts, the
     trainer's own construction: a critic's optimizer carries train.weight_decay, as in a run."""
-    from rllab import parts
+    from rllab.training import parts
 
     calls, real_parts, real_opts = [], parts.build_parts, parts.build_optimizers
     monkeypatch.setattr(parts, "build_parts", lambda cfg, lab: calls.append("parts") or real_parts(cfg, lab))
@@ -452,7 +452,7 @@ def test_record_and_replay_commands(recording, tmp_path, capsys):
 def test_a_run_with_zero_reward_everywhere_warns_loudly(tmp_path, lab, capsys):
     from rllab_suite import NoLearningSignalWarning
 
-    from rllab.trainer import run_experiment
+    from rllab.training.trainer import run_experiment
 
     # the task's answers cannot be produced in one token: every reward is 0
     cfg = load_config(None, [f"{k}={v}" for k, v in SMALL.items()] + ["rollout.max_new_tokens=1", "train.steps=5", "train.eval_every=0"], lab=lab)

@@ -11,7 +11,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from rllab.evalmetrics import pass_at_k, report_ks
+from rllab.rollout.evalmetrics import pass_at_k, report_ks
 from rllab_suite import controls, fits, report
 from rllab_suite.records import RunRecord
 from rllab_suite.spec import SuiteError, expand, parse_suite

@@ -286,14 +286,14 @@ def test_countdown_default_is_two_numbers_with_a_real_held_out_split(lab):
 def test_every_builtin_task_learns_visibly_with_the_default_grpo_run(name, tmp_path):
     """The default preset and budget lift held-out accuracy by at least 15 points (minutes each)."""
     from rllab.config import load_config
-    from rllab.trainer import run_experiment
+    from rllab.training.trainer import run_experiment
 
     summary = run_experiment(load_config(None, [f"task={name}", "train.checkpoint_every=0"], preset="grpo"), run_dir=tmp_path / name, progress=False)
     assert summary["final/accuracy"] - summary["initial/accuracy"] >= 0.15, summary
 
 
 def test_sort_asks_for_its_own_warm_start_and_a_config_still_wins(lab):
-    from rllab.tinymodel import WarmStartConfig, task_warm_start
+    from rllab.models.tiny import WarmStartConfig, task_warm_start
 
     sort = make(lab, "sort")
     assert task_warm_start(sort, WarmStartConfig()) == WarmStartConfig(target_accuracy=0.2, check_every=2)

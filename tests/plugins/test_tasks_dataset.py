@@ -57,8 +57,8 @@ def test_other_columns_reach_the_reward_functions_as_lists(tmp_path):
         return [0.0] * len(completions)
 
     task = _task(path, rewards=f"{TRL}:reward_len")
-    task.rewards = rllab.rewards.RewardSet(
-        functions=(rllab.rewards.RewardFunction(name="spy", ref="spy", fn=spy, style="trl"),), weights=(1.0,)
+    task.rewards = rllab.rollout.rewards.RewardSet(
+        functions=(rllab.rollout.rewards.RewardFunction(name="spy", ref="spy", fn=spy, style="trl"),), weights=(1.0,)
     )
     task.reward_batch(task.train[:2], ["a", "b"])
     assert seen["level"] == [e.meta["columns"]["level"] for e in task.train[:2]]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rllab.config import load_config
-from rllab.trainer import Trainer
+from rllab.training.trainer import Trainer
 
 from ..tiny import TINY, overrides
 

@@ -10,9 +10,9 @@ import pytest
 
 import rllab
 from rllab.errors import ConfigError, RewardError
-from rllab.rewards import RewardFunctionError, load_reward_function, reward_names
-from rllab.rollout import build_stage
-from rllab.tinytok import build_tokenizer
+from rllab.rollout.rewards import RewardFunctionError, load_reward_function, reward_names
+from rllab.rollout.stage import build_stage
+from rllab.models.tokenizer import build_tokenizer
 from rllab.types import Completion
 
 from . import trl_rewards
@@ -145,7 +145,7 @@ def test_several_functions_become_weighted_reward_components(tmp_path):
     assert _LAB.spec("task", "dataset").trait("reward_components", task.config) == ("exact", "reward_len")
     ex = task.train[0]
     assert task.reward(ex, ex.answer) == {"exact": 1.0, "reward_len": -(20 - len(ex.answer))}
-    from rllab.accuracy import scalar_reward
+    from rllab.rollout.accuracy import scalar_reward
 
     assert scalar_reward(task, task.reward(ex, ex.answer)) == 1.0 - 0.5 * (20 - len(ex.answer))
     one = _task(tmp_path, rows, rewards="exact", reward_weights=[2.0])
@@ -241,7 +241,7 @@ def test_reward_knobs_configure_registered_functions_and_bad_ones_are_refused(tm
 
 
 def test_names_resolve_in_the_run_s_lab_with_its_plugins():
-    from rllab.rewards import resolving_with
+    from rllab.rollout.rewards import resolving_with
 
     class Plugin:
         @staticmethod

@@ -90,7 +90,7 @@ def mlflow_run(run_dir: Path):
 
 def test_a_run_logged_to_jsonl_wandb_and_mlflow_reads_back_the_same(tmp_path):
     from rllab.config import load_config
-    from rllab.trainer import run_experiment
+    from rllab.training.trainer import run_experiment
 
     cfg = load_config(None, [*overrides(TINY), "train.steps=2", "train.lr=3e-4", 'loggers=["jsonl", "wandb", "mlflow"]'])
     run = tmp_path / "run"
@@ -210,7 +210,7 @@ def test_a_missing_library_names_the_extra(lab, tmp_path, monkeypatch, name):
 
 def test_run_loggers_hand_the_config_to_loggers_that_start(tmp_path):
     from rllab.config import load_config
-    from rllab.listeners import RunLoggers
+    from rllab.training.listeners import RunLoggers
 
     class Starts:
         def __init__(self):

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from rllab.config import load_config
-from rllab.trainer import Trainer
+from rllab.training.trainer import Trainer
 
 from ..tiny import TINY, overrides
 from .test_vs_verl import VERL, assert_close, ca

@@ -99,7 +99,7 @@ class WeightSync:
             return Path(os.fsdecode(model)).resolve()
         final = self.sync_dir / f"v{version}"
         tmp = self.sync_dir / f".tmp-v{version}-{uuid.uuid4().hex[:8]}"
-        from rllab.models import transformers_progress_bars_off
+        from rllab.models.forward import transformers_progress_bars_off
 
         try:
             with transformers_progress_bars_off():  # a sync per step: no "Writing model shards" bar each time

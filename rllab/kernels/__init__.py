@@ -1,0 +1,1 @@
+"""Chunked log-prob / entropy autograd functions (torch, and Triton on CUDA)."""

@@ -1,0 +1,132 @@
+"""Supervised demonstrations and greedy evaluation, for the tiny model's warm start
+(:func:`rllab.models.tiny.warm_start`) and for measuring a model's greedy accuracy on a task.
+
+:func:`encode_demonstrations` turns prompts and completions into right-padded rows with a mask
+over the completion tokens; :func:`demonstration_loss` is the mean cross-entropy over that mask;
+:func:`greedy_completions` decodes greedily up to the renderer's stop tokens; :func:`evaluate_greedy`
+and :func:`greedy_accuracy` score those completions with the task (an environment plays greedy
+episodes instead, :mod:`rllab.rollout.demonstrations`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from rllab.rollout.chat import PromptRenderer
+from rllab.rollout.demonstrations import episode_accuracy, left_padded
+from rllab.rollout.environment import is_environment  # noqa: F401  (re-exported: where it was)
+
+
+def encode_demonstrations(tokenizer, prompts: list, completions: list[str], *, renderer: PromptRenderer | None = None):
+    """Right-padded ``prompt completion <end>`` rows and a mask over their targets.
+
+    A string prompt is ``<bos> prompt`` and ``<end>`` is ``<eos>``; a chat prompt (or any prompt
+    under a system prompt) is rendered by ``renderer`` (default: ``PromptRenderer(tokenizer)``)
+    with the chat template and ``<end>`` is the template's end-of-turn token — the ids the
+    rollout stage would sample from and stop at.
+
+    :returns: ``input_ids`` (B, L) int64, ``attention_mask`` (B, L) bool, and ``loss_mask``
+        (B, L − 1) bool — True where the next token (``input_ids[:, 1:]``) belongs to the
+        completion or is its ``<end>``.
+    """
+    renderer = renderer or PromptRenderer(tokenizer)
+    rows, starts = [], []
+    for p, c in zip(prompts, completions):
+        p_ids = renderer.encode(p)
+        c_ids = renderer.response_ids(c, prompt=p)
+        rows.append(p_ids + c_ids)
+        starts.append(len(p_ids))
+    B, L = len(rows), max(len(r) for r in rows)
+    input_ids = torch.full((B, L), tokenizer.pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros(B, L, dtype=torch.bool)
+    for i, r in enumerate(rows):
+        input_ids[i, : len(r)] = torch.tensor(r)
+        attention_mask[i, : len(r)] = True
+    pos = torch.arange(1, L).unsqueeze(0)
+    loss_mask = (pos >= torch.tensor(starts).unsqueeze(1)) & attention_mask[:, 1:]
+    return input_ids, attention_mask, loss_mask
+
+
+def demonstration_loss(model, input_ids, attention_mask, loss_mask) -> torch.Tensor:
+    """Mean next-token cross-entropy over the completion tokens (``loss_mask``)."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask.long()).logits[:, :-1].float()
+    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), input_ids[:, 1:], reduction="none")
+    return torch.where(loss_mask, nll, torch.zeros_like(nll)).sum() / loss_mask.sum().clamp(min=1)
+
+
+@torch.no_grad()
+def greedy_completions(
+    model, tokenizer, prompts: list, max_new_tokens: int, batch_size: int = 256, *, renderer: PromptRenderer | None = None
+) -> list[str]:
+    """Greedy completions (decoded up to the first stop token — ``<eos>``, or the chat template's
+    end of turn — special tokens dropped) for each prompt (a string or chat messages, encoded by
+    ``renderer``, default ``PromptRenderer(tokenizer)``)."""
+    renderer = renderer or PromptRenderer(tokenizer)
+    stops = list(renderer.stop_ids)
+    out: list[str] = []
+    for start in range(0, len(prompts), batch_size):
+        chunk = prompts[start : start + batch_size]
+        if renderer.system_prompt is None and all(isinstance(p, str) for p in chunk):
+            enc = dict(tokenizer(chunk, return_tensors="pt", padding=True))
+        else:
+            enc = left_padded([renderer.encode(p) for p in chunk], tokenizer.pad_token_id)
+        gen = model.generate(
+            **enc,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=stops[0] if len(stops) == 1 else stops,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        for row in gen[:, enc["input_ids"].shape[1] :].tolist():
+            out.append(renderer.decode(row))
+    return out
+
+
+def evaluate_greedy(
+    model, tokenizer, task, *, limit: int | None = None, max_new_tokens: int = 16, renderer: PromptRenderer | None = None
+) -> float:
+    """Mean reward of greedy completions on (the first ``limit`` of) ``task.eval_examples()``."""
+    examples = task.eval_examples()[:limit]
+    if not examples:
+        return float("nan")
+    return greedy_accuracy(model, tokenizer, task, examples, max_new_tokens, renderer)
+
+
+def greedy_accuracy(model, tokenizer, task, examples, max_new_tokens: int, renderer: PromptRenderer | None = None) -> float:
+    """Mean solved rate of greedy completions of ``examples`` (for an environment: of greedy
+    episodes, :func:`rllab.rollout.demonstrations.episode_accuracy`)."""
+    if is_environment(task):
+        return episode_accuracy(model, tokenizer, task, examples, max_new_tokens, renderer or PromptRenderer(tokenizer))
+    was_training = model.training
+    model.eval()
+    texts = greedy_completions(model, tokenizer, [e.prompt for e in examples], max_new_tokens, renderer=renderer)
+    model.train(was_training)
+    from rllab.rollout.accuracy import is_solved, scalar_reward
+
+    outs = [_probe_reward(task, e, t) for e, t in zip(examples, texts)]
+    failed = [(e, t, out) for e, t, out in zip(examples, texts, outs) if isinstance(out, Exception)]
+    if failed and len(failed) == len(examples):  # a reward that always fails is broken: say so now, not 0%
+        from rllab.rollout.chat import prompt_text
+        from rllab.rollout.episode_stats import ERROR_ADVICE
+        from rllab.errors import RewardError
+
+        e, t, err = failed[0]
+        name = getattr(renderer, "task_name", None) or type(task).__name__
+        raise RewardError(
+            f"reward of task {name!r} failed on every one of the {len(examples)} examples the warm start measured its "
+            f"greedy accuracy on; the first, prompt {prompt_text(e.prompt)!r} with completion {t!r}: "
+            f"{type(err).__name__}: {err}. {ERROR_ADVICE}"
+        ) from err
+    solved = (not isinstance(out, Exception) and is_solved(task, e, scalar_reward(task, out), out if isinstance(out, Mapping) else None)
+              for e, out in zip(examples, outs))
+    return sum(solved) / len(examples)
+
+
+def _probe_reward(task, example, text: str):
+    """``task.reward(example, text)``, or the exception it raised (a failed answer is not solved)."""
+    try:
+        return task.reward(example, text)
+    except Exception as e:
+        return e

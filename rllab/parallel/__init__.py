@@ -1,0 +1,1 @@
+"""Where the models live: placement strategies, data-parallel processes, sharded checkpoints."""

@@ -1,0 +1,125 @@
+"""Data-parallel processes: the ``torchrun`` process group, each rank's console, the device.
+
+The reductions themselves (:class:`rllab.algorithm.Reducer`, :data:`~rllab.algorithm.SINGLE`,
+:func:`~rllab.algorithm.current_reducer`, :func:`~rllab.algorithm.reducing`) are part of what an
+algorithm sees and live in :mod:`rllab.algorithm`; they are importable from here too.
+
+Process groups come from ``torchrun``'s environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``MASTER_ADDR``, ``MASTER_PORT``): :func:`init_from_env` starts gloo on CPU and NCCL on CUDA.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import torch
+
+from rllab.algorithm import SINGLE, Reducer, current_reducer, reducing  # noqa: F401  (re-exported: where they were)
+from rllab.errors import RllabError
+from rllab.parallel.launcher import launcher_env
+from rllab.models.forward import is_sharded  # noqa: F401  (re-exported: where it was)
+
+current = current_reducer
+"""The reducer of the step being run (:func:`rllab.algorithm.current_reducer`)."""
+
+
+def name_rank(error: BaseException, reducer: Reducer) -> None:
+    """Prefix ``error``'s message with the rank it was raised on (data parallel only), so that the
+    report ``torchrun`` prints when it stops the other ranks names it."""
+    if reducer.world_size > 1 and error.args and isinstance(error.args[0], str) and not error.args[0].startswith("rank "):
+        error.args = (f"rank {reducer.rank} of {reducer.world_size}: {error.args[0]}", *error.args[1:])
+
+
+class _Prefixed:
+    """A text stream whose every line starts with ``prefix``; everything else is the stream's."""
+
+    def __init__(self, stream: Any, prefix: str):
+        self._stream, self._prefix, self._fresh = stream, prefix, True
+
+    def write(self, text: str) -> int:
+        out = []
+        for i, part in enumerate(text.split("\n")):
+            if i:
+                out.append("\n")
+                self._fresh = True
+            if part:
+                if self._fresh:
+                    out.append(self._prefix)
+                    self._fresh = False
+                out.append(part)
+        self._stream.write("".join(out))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def prefix_output(reducer: Reducer) -> None:
+    """On a rank other than 0, start every line this process prints (stdout, stderr: warnings,
+    tracebacks, ``error:`` lines) with ``[rank R]``; rank 0 owns the console and prints plainly."""
+    if reducer.is_main:
+        return
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, _Prefixed):
+            setattr(sys, name, _Prefixed(stream, f"[rank {reducer.rank}] "))
+
+
+def env_world() -> tuple[int, int, int]:
+    """(rank, world size, local rank) from ``torchrun``'s environment; (0, 1, 0) without it. A
+    malformed one is refused (:func:`rllab.parallel.launcher.launcher_env`)."""
+    return launcher_env()
+
+
+def init_from_env(*, device_type: str, expected: int | None = None) -> Reducer:
+    """Join (or reuse) the default process group that ``torchrun`` describes; its :class:`Reducer`.
+
+    ``device_type``: ``"cpu"`` starts gloo, ``"cuda"`` NCCL. ``expected``: the world size the
+    config asks for (``model.world_size``); a different number of processes is refused, naming both.
+    """
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        rank, world, local = env_world()
+        if "MASTER_ADDR" not in os.environ and world == 1:
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+        if missing:
+            raise RllabError(
+                f"model.strategy = 'fsdp2' with WORLD_SIZE={world} needs {', '.join(missing)} in the environment: "
+                "start it with `torchrun --nproc-per-node N -m rllab run ...`"
+            )
+        if device_type == "cuda":
+            torch.cuda.set_device(local)
+        dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo", rank=rank, world_size=world)
+    if expected is not None and expected != world:
+        raise RllabError(
+            f"model.world_size = {expected} but this run has {world} process(es) (WORLD_SIZE={world}); "
+            f"start it with `torchrun --nproc-per-node {expected}` (per node) or set model.world_size = {world}"
+        )
+    reducer = Reducer(rank=rank, world_size=world)
+    prefix_output(reducer)
+    return reducer
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` → CUDA when available, else CPU; an explicit CUDA device must exist."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RllabError(f"model.device = {name!r} but CUDA is not available here (torch {torch.__version__}); use device = \"cpu\" or \"auto\"")
+    return dev

@@ -1,0 +1,437 @@
+"""The rollout stage: prompts → episodes (generate → decode → step) → shape → filter → batch.
+
+Every rollout is played by the episode loop (:mod:`rllab.rollout.episodes`) over one episode source,
+built once before the stage (:func:`rllab.rollout.task_environment.episode_source`): a run's environment
+(``env = NAME``) gives multi-turn episodes; a task (``task = NAME``) is an environment of one
+turn whose step scores the answer (:mod:`rllab.rollout.scoring`), so its batches are the single-turn
+batches they always were.
+
+One stage serves every algorithm: the RL step (:meth:`RolloutStage.sample` then
+:meth:`RolloutStage.to_batch`), online DPO (the same samples, paired), offline pair building
+(:meth:`RolloutStage.play`) and held-out evaluation (:meth:`RolloutStage.evaluate`). It is data
+in, data out: it reads the source and asks the backend for completions, and never changes
+weights (the trainer syncs them).
+
+A step's rows are :class:`~rllab.rollout.episodes.EpisodeResult` records from sampling to batching:
+each carries its ``reward`` (scalar), ``score`` (reward components) and ``token_rewards``
+(placed per token), then the stage's ``shaping`` and ``keep``; :func:`episode_batch` pads the
+kept ones into the :class:`~rllab.types.RolloutBatch`, in one place.
+
+Scoring follows ``rollout.reward_errors``: a reward that raises or is NaN/inf stops the run with
+a :class:`~rllab.errors.RewardError` naming the task, prompt and completion (``raise``), drops
+the sample's whole group (``skip``) or scores it 0 (``zero``), counted as
+``rollout/reward_errors``; a step whose every sample failed (or, for an environment, whose every
+episode overflowed its token budget) stops the run (:mod:`rllab.rollout.episode_stats`). What "solved" means
+(``rollout/accuracy``, ``eval/accuracy``) is :func:`rllab.rollout.accuracy.is_solved`: the task's own
+``solved(example, reward)``, else its correctness reward component ≥ 1, else ``reward ≥ 1``.
+A task's reward components are logged as ``reward/<name>`` (:mod:`rllab.rollout.scoring`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import attrs
+import torch
+
+from rllab import ops
+from rllab.algorithm import seed_for
+from rllab.rollout.chat import Messages, PromptRenderer
+from rllab.algorithm import SINGLE, Reducer
+from rllab.rollout.episodes import EpisodeResult, EpisodeRunner
+from rllab.errors import RewardError, RllabError
+from rllab.rollout.evalmetrics import sampled_metrics
+from rllab.rollout.episode_stats import ERROR_ADVICE, check_step, episode_metrics
+from rllab.rollout.task_environment import EpisodeSource, episode_source
+from rllab.types import Completion, Example, RolloutBatch, SamplingParams
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Rollouts:
+    """One step's episodes, prompt-major, with the step's metrics (what :meth:`RolloutStage.sample` gives)."""
+
+    examples: list[Example]
+    """The step's examples (an episode's ``completion.prompt_index`` indexes them)."""
+    episodes: list[EpisodeResult]
+    """Every episode played, each with its ``shaping`` and ``keep``."""
+    metrics: dict
+
+    @property
+    def completions(self) -> list[Completion]:
+        return [e.completion for e in self.episodes]
+
+    @property
+    def keep(self) -> torch.Tensor:
+        """(N,) bool: the episodes the batch takes."""
+        return torch.tensor([e.keep for e in self.episodes], dtype=torch.bool)
+
+    def rewards(self) -> torch.Tensor:
+        """(N,) float32 what training uses: each episode's reward plus its shaping."""
+        return _shaped(self.episodes)
+
+
+def _shaped(episodes: Sequence[EpisodeResult]) -> torch.Tensor:
+    return torch.tensor([e.reward for e in episodes], dtype=torch.float32) + torch.tensor(
+        [e.shaping for e in episodes], dtype=torch.float32)
+
+
+def episode_batch(episodes: Sequence[EpisodeResult], *, pad_token_id: int, component_names: Sequence[str] = (),
+                  component_weights: Sequence[float] | None = None) -> RolloutBatch:
+    """The padded :class:`RolloutBatch` of ``episodes`` (the kept ones of a step): rows in their
+    order, ``index`` the prompt index, ``rewards`` each episode's reward plus its shaping (float32),
+    ``reward_components`` their ``score`` (zeros for a failed episode) with the K names and
+    weights, ``turns`` and ``staleness``.
+
+    Placed rewards: a row of one turn has its reward on its last model token (the batch's
+    default placement); when some row took several turns, every row's are given
+    (``turn_rewards``): each turn's reward on its last model token, the shaping added to the
+    last one."""
+    rewards = _shaped(episodes)
+    names = tuple(component_names)
+    comps = None
+    if names:
+        comps = torch.tensor([list(e.score) or [0.0] * len(names) for e in episodes], dtype=torch.float32)
+        comps = comps.reshape(len(episodes), len(names))
+    placed = None
+    if any(e.turns > 1 for e in episodes):
+        raw = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
+        placed = []
+        for e, extra, total in zip(episodes, (rewards - raw).tolist(), rewards.tolist()):
+            row = list(e.token_rewards)
+            model = e.completion.model_mask or (True,) * len(row)
+            last = max((i for i, m in enumerate(model) if m), default=-1)
+            if last >= 0 and e.turns > 1:
+                row[last] += extra
+            elif last >= 0:  # one turn: the row's reward, as the default placement has it
+                row = [0.0] * len(row)
+                row[last] = total
+            placed.append(row)
+    staleness = [e.staleness for e in episodes]
+    return RolloutBatch.from_completions(
+        [e.completion for e in episodes], rewards, pad_token_id=pad_token_id, reward_components=comps,
+        reward_component_names=names, reward_component_weights=None if comps is None else component_weights,
+        turn_rewards=placed, turns=[e.turns for e in episodes], staleness=None if None in staleness else staleness,
+    )
+
+
+class RolloutStage:
+    """Generation and scoring for one run (see the module docstring).
+
+    :param source: what the episodes are played on (:func:`rllab.rollout.task_environment.episode_source`:
+        the run's environment, or its task as an environment of one turn), with its limits.
+    :param backend: a :class:`rllab.types.RolloutBackend`.
+    :param tokenizer: a Hugging Face tokenizer (``pad_token_id`` set).
+    :param config: the run's :class:`rllab.config.RolloutConfig`.
+    :param seed: the run's seed.
+    :param model_name: the model, for error messages (its path, or the tiny model).
+
+    Prompts become token ids through a :class:`rllab.rollout.chat.PromptRenderer`: strings as they are,
+    chat messages with the tokenizer's chat template (and ``config.system_prompt``); sampling and
+    decoding stop at EOS and at the template's end-of-turn token.
+    """
+
+    def __init__(self, source: EpisodeSource | None = None, *, backend: Any, tokenizer: Any, config: Any, seed: int,
+                 model_name: str = "the model", reducer: Reducer = SINGLE, **former: Any):
+        if former or not isinstance(source, EpisodeSource):
+            given = ", ".join(sorted(former)) or f"a {type(source).__name__}"
+            raise RllabError(
+                f"RolloutStage takes the run's episode source (got {given}): build it with "
+                f"rllab.rollout.task_environment.episode_source(task=... or env=..., name=..., config=...), or build the stage "
+                f"with rllab.rollout.stage.build_stage(task=... or env=..., ...)"
+            )
+        self.source = source
+        self.task_name = source.name  # for messages: the task's name or the environment's
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.config = config
+        self.seed = seed
+        self.renderer = PromptRenderer(
+            tokenizer, system_prompt=getattr(config, "system_prompt", None), task_name=self.task_name, model_name=model_name
+        )
+        self.reducer = reducer
+        """The run's data-parallel ranks: a rank samples its contiguous share of each step's prompts
+        and evaluates every ``world_size``-th held-out example (the counts summed over ranks)."""
+        self.shard = (reducer.rank, reducer.world_size)
+        self.limits = source.limits
+
+    @property
+    def task(self) -> Any:
+        """The run's task (None when it plays an environment)."""
+        return self.source.task
+
+    @property
+    def kind(self) -> str:
+        """``"environment"`` or ``"task"``, for messages."""
+        return self.source.kind
+
+    def runner(self) -> EpisodeRunner:
+        """The episode loop over this stage's source, backend and limits."""
+        return EpisodeRunner(
+            self.source.env, name=self.task_name, backend=self.backend, renderer=self.renderer, limits=self.limits,
+            on_error=self.config.reward_errors, kind=self.kind,
+        )
+
+    def play(self, examples: Sequence[Example], params: SamplingParams) -> list[EpisodeResult]:
+        """``params.n`` episodes per example (prompt-major) through the episode loop."""
+        return self.runner().play(examples, params)
+
+    # -- text
+
+    def encode(self, prompt: str | Messages) -> list[int]:
+        """The token ids of a prompt (a string, or chat messages rendered with the chat template)."""
+        return self.renderer.encode(prompt)
+
+    def response_ids(self, text: str, *, prompt: str | Messages | None = None) -> list[int]:
+        """Token ids of a response text to ``prompt``, ending as a sampled response would (EOS, or
+        the template's end-of-turn token for a prompt rendered with the chat template)."""
+        return self.renderer.response_ids(text, prompt=prompt)
+
+    def decode(self, c: Completion) -> str:
+        """The completion's text up to its first stop token (EOS or end-of-turn)."""
+        return self.renderer.decode(c.token_ids)
+
+    # -- generation and scoring
+
+    def sampling_params(self, step: int, *, n: int, greedy: bool = False) -> SamplingParams:
+        r = self.config
+        return SamplingParams(
+            n=n,
+            max_new_tokens=r.max_new_tokens,
+            temperature=0.0 if greedy else r.temperature,
+            top_p=1.0 if greedy else r.top_p,
+            top_k=-1 if greedy else r.top_k,
+            stop_token_ids=self.renderer.stop_ids,
+            seed=seed_for(self.seed, step, 1 if self.shard[0] == 0 else 1000 + self.shard[0]),  # a stream per data-parallel rank
+        )
+
+    def generate(self, examples: Sequence[Example], params: SamplingParams) -> list[Completion]:
+        """Completions of the examples' prompts, straight from the backend (no episode, no reward)."""
+        return self.backend.generate([self.encode(e.prompt) for e in examples], params)
+
+    def solved(self, example: Example, reward: float, components: Sequence[float] | None = None) -> bool:
+        """Whether an answer is solved (:func:`rllab.rollout.accuracy.is_solved`; ``components`` the
+        answer's reward components in the declared order, for a task that has several)."""
+        return self.solver()(example, reward, components)
+
+    def solver(self):
+        """The source's notion of solved, resolved now (:func:`rllab.rollout.accuracy.solver`): a step
+        resolves it once for all its samples rather than looking the members up per sample."""
+        return self.source.solver()
+
+    @property
+    def solved_rule(self) -> str:
+        """What counts as solved, in words (a run's header, ``final.json``)."""
+        return self.source.solved_rule
+
+    @property
+    def component_names(self) -> tuple[str, ...]:
+        """The task's reward component names (empty for a single-reward task and for an environment)."""
+        return self.source.component_names
+
+    def component_weights(self) -> list[float]:
+        """w_k of the scalar reward Σ_k w_k·r_k: the task's ``reward_weights``, default all 1."""
+        return self.source.component_weights()
+
+    def score(self, examples: Sequence[Example], completions: Sequence[Completion]) -> tuple[list[float], list[bool], int]:
+        """Rewards for each completion; returns (rewards, keep, n_errors) under ``reward_errors``."""
+        rewards, _, keep, errors = self.score_components(examples, completions)
+        return rewards, keep, errors
+
+    def score_components(
+        self, examples: Sequence[Example], completions: Sequence[Completion]
+    ) -> tuple[list[float], list[list[float]], list[bool], int]:
+        """A task's rewards of completions sampled apart from the episode loop: ``(rewards,
+        components, keep, n_errors)`` under ``reward_errors`` (components: empty lists for a
+        single-reward task; zeros where a reward failed)."""
+        scorer = self.source.scorer
+        if scorer is None:
+            raise RllabError(f"environment {self.task_name!r} rewards its own steps: there is no task to score completions "
+                             f"with; play episodes instead (rollout.play)")
+        policy = self.config.reward_errors
+        names = scorer.names
+        rewards, comps, keep, errors = [], [], [], 0
+        texts = [self.decode(c) for c in completions]
+        rows = [examples[c.prompt_index] for c in completions]
+        for ex, text, row in zip(rows, texts, scorer.rows(rows, texts, [list(c.token_ids) for c in completions])):
+            if isinstance(row, BaseException):
+                if policy == "raise":
+                    raise RewardError(f"{scorer.error_message(ex, text, row)} {ERROR_ADVICE}") from None
+                errors += 1
+                rewards.append(0.0)
+                comps.append([0.0] * len(names))
+                keep.append(policy == "zero")
+                continue
+            rewards.append(row[0])
+            comps.append(row[1])
+            keep.append(True)
+        return rewards, comps, keep, errors
+
+    def overlong_penalty(self, completions: Sequence[Completion]) -> torch.Tensor:
+        """DAPO's soft overlong punishment: linear from 0 to −penalty over the last ``buffer``
+        tokens, counting the model's tokens only (an episode's observations are not its length)."""
+        r = self.config
+        lengths = torch.tensor([c.model_tokens for c in completions], dtype=torch.float32)
+        if r.overlong_buffer <= 0:
+            return torch.zeros_like(lengths)
+        expected = r.max_new_tokens - r.overlong_buffer
+        return -((lengths - expected).clamp(min=0) / r.overlong_buffer) * r.overlong_penalty
+
+    def sample(self, step: int, *, prompts: int | None = None, group_size: int | None = None) -> Rollouts:
+        """Draw a step's prompts, play a group of episodes for each, shape and filter them."""
+        r = self.config
+        P = prompts or r.prompts_per_step
+        G = group_size or r.group_size
+        t0 = time.perf_counter()
+        gen = torch.Generator().manual_seed(seed_for(self.seed, step, 0))
+        examples = self.source.env.train_examples(P, gen)
+        rank, world = self.shard
+        if world > 1:  # data parallel: this rank's contiguous share of the step's prompts (whole groups)
+            examples = examples[rank * P // world:(rank + 1) * P // world]
+        runner = self.runner()
+        episodes = runner.play(examples, self.sampling_params(step, n=G))
+        backend_metrics = runner.backend_metrics
+        completions = [e.completion for e in episodes]
+        t_step = runner.timings["step"]
+        t1 = time.perf_counter() - t_step
+        t2 = t1 + t_step
+        names = self.component_names
+        raw = [e.reward for e in episodes]
+        errors = sum(e.error is not None for e in episodes)
+        keep = [e.error is None or r.reward_errors == "zero" for e in episodes]
+        comps = [list(e.score) or [0.0] * len(names) for e in episodes]  # a failed episode has no score: zeros
+        rewards = torch.tensor(raw, dtype=torch.float32)
+        components = torch.tensor(comps, dtype=torch.float32).reshape(len(raw), len(names)) if names else None
+        true_reward, true_components = rewards.mean().item(), components
+        if r.random_reward != "off":  # the spurious-rewards control: training sees draws blind to the answers
+            rewards, components = self.random_rewards(step, completions, raw, keep, rank * P // world), None
+            episodes = [attrs.evolve(e, reward=x, score=()) for e, x in zip(episodes, rewards.tolist())]
+        shaping = self.overlong_penalty(completions)
+        scores = rewards + shaping
+        index = torch.tensor([c.prompt_index for c in completions])
+        keep_t = torch.tensor(keep, dtype=torch.bool)
+        if errors and r.reward_errors == "skip":  # drop the whole group of a failed sample
+            keep_t &= ~torch.isin(index, index[~keep_t].unique())
+        lengths = torch.tensor([c.model_tokens for c in completions], dtype=torch.float32)
+        count, _, std = ops.group_stats(scores, index)
+        all_equal = (std == 0) & (count > 1)
+        health = check_step(episodes, kind=self.kind, name=self.task_name, policy=r.reward_errors, limits=self.limits,
+                            total=self.reducer.sum if world > 1 else None)
+        solved_fn = self.solver()
+        solved = [e.error is None and solved_fn(examples[c.prompt_index], x, k)
+                  for e, c, x, k in zip(episodes, completions, raw, comps)]
+        metrics = {
+            "rollout/reward": rewards.mean().item(),
+            "rollout/score": scores.mean().item(),
+            "rollout/accuracy": sum(solved) / len(solved),
+            "rollout/response_length": lengths.mean().item(),
+            "rollout/tokens": lengths.sum().item(),
+            **_lengths_by_outcome(lengths, solved),
+            "rollout/empty_frac": (lengths == 0).float().mean().item(),
+            "rollout/stop_frac": sum(c.finish_reason == "stop" for c in completions) / len(completions),
+            "rollout/reward_errors": float(errors),
+            **health,
+            "rollout/groups_all_equal": all_equal.float().sum().item() / max(1, G),
+            "time/rollout": t1 - t0,
+            "time/reward": t2 - t1,
+            "perf/completions_per_s": len(completions) / max(t1 - t0, 1e-9),
+            **{k: float(v) for k, v in backend_metrics.items()},
+        }
+        if r.random_reward != "off":
+            metrics["rollout/true_reward"] = true_reward
+        for k, name in enumerate(names):
+            metrics[f"reward/{name}"] = true_components[:, k].mean().item()
+        if self.source.multi_turn:
+            metrics.update(episode_metrics(episodes))
+        if r.dynamic_sampling:
+            keep_t &= ~all_equal
+        metrics["rollout/kept_frac"] = keep_t.float().mean().item()
+        episodes = [attrs.evolve(e, shaping=x, keep=k) for e, x, k in zip(episodes, shaping.tolist(), keep_t.tolist())]
+        return Rollouts(examples=examples, episodes=episodes, metrics=metrics)
+
+    def random_rewards(self, step: int, completions: Sequence[Completion], raw: Sequence[float], keep: Sequence[bool], offset: int) -> torch.Tensor:
+        """(N,) float32: ``rollout.random_reward``'s Bernoulli draws (:func:`rllab.rollout.rewards.random_rewards`),
+        prompts numbered over the whole step (``offset``: this rank's first); ``matched`` takes p
+        from the mean task reward of the samples whose reward did not fail."""
+        from rllab.rollout.rewards import random_rewards
+
+        r = self.config
+        ok = [x for x, k in zip(raw, keep) if k]
+        p = r.random_reward_p if r.random_reward == "given" else min(1.0, max(0.0, sum(ok) / len(ok) if ok else 0.0))
+        return torch.tensor(random_rewards(self.seed, step, [offset + c.prompt_index for c in completions], p), dtype=torch.float32)
+
+    def greedy_rewards(self, examples: Sequence[Example]) -> torch.Tensor:
+        """(P,) float32: the reward of the policy's greedy episode for each example (ReMax's
+        baseline), scored under ``reward_errors`` (a failed reward counts 0 unless it raises)."""
+        episodes = self.play(examples, self.sampling_params(0, n=1, greedy=True))
+        out = torch.zeros(len(examples), dtype=torch.float32)
+        out[torch.tensor([e.completion.prompt_index for e in episodes], dtype=torch.long)] = torch.tensor(
+            [e.reward for e in episodes], dtype=torch.float32)
+        return out
+
+    def to_batch(self, rollouts: Rollouts) -> RolloutBatch | None:
+        """The kept episodes as a padded :class:`RolloutBatch` (:func:`episode_batch`; None when nothing is kept)."""
+        kept = [e for e in rollouts.episodes if e.keep]
+        if not kept:
+            return None
+        names = self.component_names if self.config.random_reward == "off" else ()  # the control trains on draws alone
+        return episode_batch(kept, pad_token_id=self.tokenizer.pad_token_id, component_names=names,
+                             component_weights=self.component_weights() if names else None)
+
+    def evaluate(self, size: int, *, samples: int = 0) -> dict:
+        """Greedy accuracy and mean reward on the task's held-out split (its first ``size``
+        examples); with ``samples`` = n > 0 also n sampled completions per example at the rollout
+        temperature, reported as ``eval/mean@n`` and ``eval/pass@k`` (:mod:`rllab.rollout.evalmetrics`).
+        The sampled draws use a fixed seed, so every evaluation of a run draws alike.
+
+        Data parallel: rank R evaluates examples R, R + W, R + 2W, … (W the world size); the
+        solved counts, reward sums and per-example pass counts are summed or gathered over the
+        ranks, so every rank returns the metrics of the whole set (the sampled draws, seeded per
+        request, depend on the split as they do on the batch)."""
+        red = self.reducer
+        examples = self.source.env.eval_examples()[:size][red.rank::red.world_size]
+        t0 = time.perf_counter()
+        episodes = self.play(examples, self.sampling_params(0, n=1, greedy=True)) if examples else []
+        rewards = [e.reward for e in episodes]
+        n = red.sum(len(rewards))
+        metrics = {
+            "eval/accuracy": red.sum(sum(self._solved_episode(e) for e in episodes)) / n,
+            "eval/reward": red.sum(float(sum(rewards))) / n,
+            "eval/n": float(n),
+        }
+        if self.source.multi_turn:
+            metrics["eval/turns"] = red.sum(float(sum(e.turns for e in episodes))) / n
+        if samples > 0:
+            params = attrs.evolve(self.sampling_params(0, n=samples), seed=seed_for(self.seed, 0, 5))
+            correct = [0] * len(examples)
+            for e in (self.play(examples, params) if examples else []):
+                correct[e.completion.prompt_index] += self._solved_episode(e)
+            metrics.update(sampled_metrics([k for share in red.gather(correct) for k in share], samples))
+        metrics["time/eval"] = time.perf_counter() - t0
+        return metrics
+
+    def _solved_episode(self, e: EpisodeResult) -> bool:
+        """Whether a played episode is solved (a failed one never is)."""
+        return e.error is None and self.solved(e.example, e.reward, list(e.score))
+
+
+def build_stage(*, task: Any = None, env: Any = None, task_name: str = "?", env_name: str | None = None,
+                context_tokens: int | None = None, **kw: Any) -> RolloutStage:
+    """A :class:`RolloutStage` over ``task`` or ``env`` (exactly one): its episode source built
+    first (:func:`rllab.rollout.task_environment.episode_source`, named ``env_name`` or ``task_name``;
+    ``context_tokens`` the model's context, which an environment's episodes stay within), the
+    rest of ``kw`` the stage's own arguments."""
+    source = episode_source(task=task, env=env, name=env_name or task_name, config=kw["config"],
+                            tokenizer=kw.get("tokenizer"), context_tokens=context_tokens)
+    return RolloutStage(source, **kw)
+
+
+def _lengths_by_outcome(lengths: torch.Tensor, solved: Sequence[bool]) -> dict[str, float]:
+    """``rollout/response_length_correct`` / ``_incorrect``: the mean response length (tokens) of
+    the solved and of the unsolved samples, each logged when the step has one."""
+    mask = torch.tensor(list(solved), dtype=torch.bool)
+    out = {}
+    for name, m in (("correct", mask), ("incorrect", ~mask)):
+        if m.any():
+            out[f"rollout/response_length_{name}"] = lengths[m].mean().item()
+    return out
