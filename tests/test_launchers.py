@@ -279,7 +279,7 @@ class _HeldElsewhere:
         self.path = path
 
     def __enter__(self) -> int:
-        code = "import sys, time; from rllab import runlock; runlock.acquire(sys.argv[1]); print('held', flush=True); time.sleep(120)"
+        code = "import sys, time; from rllab.training import runlock; runlock.acquire(sys.argv[1]); print('held', flush=True); time.sleep(120)"
         self.proc = subprocess.Popen([sys.executable, "-c", code, str(self.path)], env=_env(), stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout.readline().strip() == "held"
         return self.proc.pid

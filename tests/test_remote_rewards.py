@@ -220,7 +220,7 @@ def test_the_rate_limit_is_shared_by_every_caller_of_a_url(server):
 
 def _stage(tmp_path, knobs, policy, ref="remote"):
     pytest.importorskip("datasets")
-    from rllab.rollout.stage import RolloutStage
+    from rllab.rollout.stage import build_stage
     from rllab.settings import RolloutConfig
     from rllab.models.tokenizer import build_tokenizer
     from rllab_tasks.dataset import DatasetConfig, DatasetTask
@@ -231,7 +231,7 @@ def _stage(tmp_path, knobs, policy, ref="remote"):
     data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "answer": "5"}) + "\n" for i in range(8)))
     task = DatasetTask(DatasetConfig(path=str(data), rewards=(ref,), reward_knobs=json.dumps({ref: knobs})))
     tok = build_tokenizer()
-    return RolloutStage(task=task, task_name="dataset", backend=Echo(tok), tokenizer=tok, seed=0,
+    return build_stage(task=task, task_name="dataset", backend=Echo(tok), tokenizer=tok, seed=0,
                         config=RolloutConfig(prompts_per_step=2, group_size=2, reward_errors=policy))
 
 

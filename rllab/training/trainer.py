@@ -108,6 +108,7 @@ class Trainer:
                 raise
             except (ValueError, OSError) as e:  # a task refusing its knobs or data (a missing file, a bad row)
                 raise ConfigError(str(e)) from e
+        self.source = source  # the task, or the environment (cfg.source names which)
         self.task, self.env = (source, None) if cfg.source == "task" else (None, source)  # one is None
         built = parts.build_parts(cfg, self.lab)  # the algorithm, the KL controller, the components: rllab.training.parts
         self.algorithm, self.kl_controller, self.components = built.algorithm, built.kl_controller, built.components
@@ -150,7 +151,7 @@ class Trainer:
 
         return tinymodel.get_or_build(
             tinymodel.TinyModelConfig(**mc.tiny),
-            self.task if self.env is None else self.env,
+            self.source,
             self.cfg.component(self.cfg.source).to_dict(),
             tinymodel.WarmStartConfig(**mc.warm_start),
             progress=self.progress,
@@ -216,10 +217,10 @@ class Trainer:
         name, model_name = self.cfg.component(self.cfg.source).name, f"model {self.cfg.model.path!r}" if self.cfg.model.path else "the tiny model"
         context = getattr(getattr(self.policy, "config", None), "max_position_embeddings", None)
         if self.prompt_limits is None:  # prompts against the context, once the tokenizer exists (rllab.rollout.prompt_limits)
-            self.prompt_limits = PromptLimits(self.task if self.env is None else self.env, tokenizer=self.tokenizer, rollout=self.cfg.rollout,
+            self.prompt_limits = PromptLimits(self.source, tokenizer=self.tokenizer, rollout=self.cfg.rollout,
                                               context_tokens=context, name=name, model_name=model_name, announce=self.placement.speaks)
         examples = self.prompt_limits.for_rollout(self.cfg.rollout)  # refuses a prompt that does not fit, or drops it
-        source = episode_source(task=examples if self.env is None else None, env=examples if self.env is not None else None,
+        source = episode_source(**{self.cfg.source: examples},  # task= or env=
                                 name=name, config=self.cfg.rollout, tokenizer=self.tokenizer, context_tokens=context)
         return RolloutStage(source, backend=self.backend, tokenizer=self.tokenizer, config=self.cfg.rollout, seed=self.cfg.train.seed,
                             model_name=model_name, reducer=self.placement.reducer)
