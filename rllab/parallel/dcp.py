@@ -24,7 +24,7 @@ import torch
 
 from rllab.parallel import checkpoint
 from rllab.parallel.checkpoint import CHECKPOINTS
-from rllab.algorithm import Reducer
+from rllab.reducer import Reducer
 from rllab.errors import NonFiniteError, RllabError
 
 _MODELS = ("policy", "optimizer", "critic", "critic_optimizer")

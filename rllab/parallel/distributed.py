@@ -1,8 +1,9 @@
 """Data-parallel processes: the ``torchrun`` process group, each rank's console, the device.
 
-The reductions themselves (:class:`rllab.algorithm.Reducer`, :data:`~rllab.algorithm.SINGLE`,
-:func:`~rllab.algorithm.current_reducer`, :func:`~rllab.algorithm.reducing`) are part of what an
-algorithm sees and live in :mod:`rllab.algorithm`; they are importable from here too.
+The reductions themselves (:class:`rllab.reducer.Reducer`, :data:`~rllab.reducer.SINGLE`,
+:func:`~rllab.reducer.current_reducer`, :func:`~rllab.reducer.reducing`) are part of what an
+algorithm and its components see and live in the kernel (:mod:`rllab.reducer`); they are
+importable from here too.
 
 Process groups come from ``torchrun``'s environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``MASTER_ADDR``, ``MASTER_PORT``): :func:`init_from_env` starts gloo on CPU and NCCL on CUDA.
@@ -16,13 +17,13 @@ from typing import Any
 
 import torch
 
-from rllab.algorithm import SINGLE, Reducer, current_reducer, reducing  # noqa: F401  (re-exported: where they were)
+from rllab.reducer import SINGLE, Reducer, current_reducer, reducing  # noqa: F401  (re-exported: where they were)
 from rllab.errors import RllabError
 from rllab.parallel.launcher import launcher_env
 from rllab.models.forward import is_sharded  # noqa: F401  (re-exported: where it was)
 
 current = current_reducer
-"""The reducer of the step being run (:func:`rllab.algorithm.current_reducer`)."""
+"""The reducer of the step being run (:func:`rllab.reducer.current_reducer`)."""
 
 
 def name_rank(error: BaseException, reducer: Reducer) -> None:

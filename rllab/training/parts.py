@@ -25,7 +25,7 @@ import torch
 from rllab.models import lora
 from rllab.algorithm import RunContext
 from rllab.config import COMPONENT_SECTIONS, ExperimentConfig
-from rllab.algorithm import SINGLE, Reducer
+from rllab.reducer import SINGLE, Reducer
 from rllab.training.optimizer import Optimizers
 from rllab.specs import Component
 
