@@ -346,7 +346,8 @@ class RolloutStage:
         if r.dynamic_sampling:
             keep_t &= ~all_equal
         metrics["rollout/kept_frac"] = keep_t.float().mean().item()
-        episodes = [attrs.evolve(e, shaping=x, keep=k) for e, x, k in zip(episodes, shaping.tolist(), keep_t.tolist())]
+        episodes = [e if (x, k) == (e.shaping, e.keep) else attrs.evolve(e, shaping=x, keep=k)  # evolve only what changes (~13 µs each)
+                    for e, x, k in zip(episodes, shaping.tolist(), keep_t.tolist())]
         return Rollouts(examples=examples, episodes=episodes, metrics=metrics)
 
     def random_rewards(self, step: int, completions: Sequence[Completion], raw: Sequence[float], keep: Sequence[bool], offset: int) -> torch.Tensor:
