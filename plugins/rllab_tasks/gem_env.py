@@ -33,7 +33,6 @@ higher/lower hints); the other ids default to ``warm_start.steps = 0``.
 from __future__ import annotations
 
 import copy
-import itertools
 import logging
 import random
 import threading
@@ -47,7 +46,7 @@ from rllab.rollout.environment import Step
 from rllab.errors import NoDemonstrationError
 from rllab.types import Example
 
-from .split import eval_fraction_knob, eval_size_knob, in_eval_split, seed_knob
+from .split import eval_fraction_knob, eval_seeds, eval_size_knob, in_eval_split, seed_knob, train_seeds
 
 SINGLE_TURN = ("rg:", "math:", "qa:", "logic:", "code:", "eval:")
 """GEM's data-set environments: one question, one answer (GEM's "contextual bandits")."""
@@ -234,20 +233,13 @@ class GemEnvironment(rllab.Environment):
 
     def train_examples(self, n: int, rng: torch.Generator) -> list[Example]:
         """``n`` seeds drawn uniformly from ``[0, 2**31)`` with ``rng``, none held out."""
-        seeds: list[int] = []
-        drawn = 0
-        while len(seeds) < n:
-            k = 2 * (n - len(seeds)) + 8
-            seeds += [s for s in torch.randint(0, 2**31, (k,), generator=rng).tolist() if not self._is_eval(s)]
-            drawn += k
-            if drawn > self.max_draws and len(seeds) < n:
-                raise RuntimeError(f"environment 'gem': found only {len(seeds)} of {n} training seeds in {drawn} draws")
-        return [self.example(s) for s in seeds[:n]]
+        seeds = train_seeds(n, rng, held_out=self._is_eval, max_draws=self.max_draws, who="environment 'gem'")
+        return [self.example(s) for s in seeds]
 
     def eval_examples(self) -> list[Example]:
         """The first ``eval_size`` held-out seeds counting up from 0 (fixed for a config)."""
         if self._eval is None:
-            seeds = list(itertools.islice((s for s in range(self.max_draws) if self._is_eval(s)), self.config.eval_size))
+            seeds = eval_seeds(held_out=self._is_eval, size=self.config.eval_size, max_draws=self.max_draws)
             self._eval = [self.example(s) for s in seeds]
         return list(self._eval)
 

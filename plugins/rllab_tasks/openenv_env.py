@@ -27,7 +27,6 @@ check``): a server that puts a list of model turns under ``demonstration_key`` i
 from __future__ import annotations
 
 import asyncio
-import itertools
 import threading
 import weakref
 
@@ -39,7 +38,7 @@ from rllab.rollout.environment import Step
 from rllab.errors import NoDemonstrationError
 from rllab.types import Example
 
-from .split import eval_fraction_knob, eval_size_knob, in_eval_split, seed_knob
+from .split import eval_fraction_knob, eval_seeds, eval_size_knob, in_eval_split, seed_knob, train_seeds
 
 
 class OpenEnvError(rllab.RllabError):
@@ -220,16 +219,13 @@ class OpenEnvEnvironment(rllab.Environment):
 
     def train_examples(self, n: int, rng: torch.Generator) -> list[Example]:
         """``n`` seeds drawn uniformly from ``[0, 2**31)`` with ``rng``, none held out."""
-        seeds: list[int] = []
-        while len(seeds) < n:
-            k = 2 * (n - len(seeds)) + 8
-            seeds += [s for s in torch.randint(0, 2**31, (k,), generator=rng).tolist() if not self._is_eval(s)]
-        return [self.example(s) for s in seeds[:n]]
+        seeds = train_seeds(n, rng, held_out=self._is_eval, max_draws=self.max_draws, who="environment 'openenv'")
+        return [self.example(s) for s in seeds]
 
     def eval_examples(self) -> list[Example]:
         """The first ``eval_size`` held-out seeds counting up from 0 (fixed for a config)."""
         if self._eval is None:
-            seeds = list(itertools.islice((s for s in range(self.max_draws) if self._is_eval(s)), self.config.eval_size))
+            seeds = eval_seeds(held_out=self._is_eval, size=self.config.eval_size, max_draws=self.max_draws)
             self._eval = [self.example(s) for s in seeds]
         return list(self._eval)
 

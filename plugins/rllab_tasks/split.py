@@ -13,6 +13,7 @@ with a generator seeded from ``seed`` (the first ``eval_size`` distinct eval ins
 from __future__ import annotations
 
 import hashlib
+import itertools
 
 import torch
 
@@ -26,6 +27,26 @@ def in_eval_split(prompt: str | tuple, *, seed: int, eval_fraction: float) -> bo
     Chat messages are hashed as their canonical JSON (:func:`rllab.rollout.chat.prompt_key`)."""
     digest = hashlib.blake2b(f"{seed}\0{prompt_key(prompt)}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2.0**64 < eval_fraction
+
+
+def train_seeds(n: int, rng: torch.Generator, *, held_out, max_draws: int, who: str) -> list[int]:
+    """``n`` episode seeds drawn uniformly from ``[0, 2**31)`` with ``rng``, none of them
+    ``held_out(seed)`` (the environments whose examples are seeds: textarena, gem, openenv).
+    Gives up after ``max_draws`` candidates, naming ``who``."""
+    seeds: list[int] = []
+    drawn = 0
+    while len(seeds) < n:
+        k = 2 * (n - len(seeds)) + 8
+        seeds += [s for s in torch.randint(0, 2**31, (k,), generator=rng).tolist() if not held_out(s)]
+        drawn += k
+        if drawn > max_draws and len(seeds) < n:
+            raise RuntimeError(f"{who}: found only {len(seeds)} of {n} training seeds in {drawn} draws")
+    return seeds[:n]
+
+
+def eval_seeds(*, held_out, size: int, max_draws: int) -> list[int]:
+    """The first ``size`` held-out seeds counting up from 0 (fixed for a config)."""
+    return list(itertools.islice((s for s in range(max_draws) if held_out(s)), size))
 
 
 class SplitTask:

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import itertools
 import random
 import threading
 
@@ -61,7 +60,7 @@ import rllab
 from rllab.rollout.environment import Step
 from rllab.types import Example
 
-from .split import eval_fraction_knob, eval_size_knob, in_eval_split, seed_knob
+from .split import eval_fraction_knob, eval_seeds, eval_size_knob, in_eval_split, seed_knob, train_seeds
 
 GAMES = (
     "GuessTheNumber-v0", "GuessTheNumber-v0-hardcore",
@@ -273,20 +272,13 @@ class TextArenaEnvironment(rllab.Environment):
 
     def train_examples(self, n: int, rng: torch.Generator) -> list[Example]:
         """``n`` games with seeds drawn uniformly from ``[0, 2**31)`` with ``rng``, none held out."""
-        seeds: list[int] = []
-        drawn = 0
-        while len(seeds) < n:
-            k = 2 * (n - len(seeds)) + 8
-            seeds += [s for s in torch.randint(0, 2**31, (k,), generator=rng).tolist() if not self._is_eval(s)]
-            drawn += k
-            if drawn > self.max_draws and len(seeds) < n:
-                raise RuntimeError(f"environment 'textarena': found only {len(seeds)} of {n} training seeds in {drawn} draws")
-        return [self.example(s) for s in seeds[:n]]
+        seeds = train_seeds(n, rng, held_out=self._is_eval, max_draws=self.max_draws, who="environment 'textarena'")
+        return [self.example(s) for s in seeds]
 
     def eval_examples(self) -> list[Example]:
         """The first ``eval_size`` held-out seeds counting up from 0 (fixed for a config)."""
         if self._eval is None:
-            seeds = list(itertools.islice((s for s in range(self.max_draws) if self._is_eval(s)), self.config.eval_size))
+            seeds = eval_seeds(held_out=self._is_eval, size=self.config.eval_size, max_draws=self.max_draws)
             self._eval = [self.example(s) for s in seeds]
         return list(self._eval)
 
