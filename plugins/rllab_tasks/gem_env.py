@@ -39,14 +39,13 @@ import threading
 
 import attrs
 import numpy as np
-import torch
 
 import rllab
 from rllab.rollout.environment import Step
 from rllab.errors import NoDemonstrationError
 from rllab.types import Example
 
-from .split import eval_fraction_knob, eval_seeds, eval_size_knob, in_eval_split, seed_knob, train_seeds
+from .split import SeededExamples, eval_fraction_knob, eval_size_knob, seed_knob
 
 SINGLE_TURN = ("rg:", "math:", "qa:", "logic:", "code:", "eval:")
 """GEM's data-set environments: one question, one answer (GEM's "contextual bandits")."""
@@ -177,12 +176,10 @@ class GemEpisode:
         return Step(observation=observation or None, reward=float(reward), role="tool" if info.get("use_tool") else "user")
 
 
-class GemEnvironment(rllab.Environment):
+class GemEnvironment(SeededExamples, rllab.Environment):
     """A GEM environment: an example is a seed, an episode is one GEM episode."""
 
     name = "gem"
-    max_draws = 1 << 16
-    """Give up (with an error) after this many candidate seeds without filling a request."""
 
     def __init__(self, config: GemConfig):
         gem = _gem()
@@ -224,24 +221,9 @@ class GemEnvironment(rllab.Environment):
         need = len(self.example(0).prompt) + 1 + 256
         return {"max_position_embeddings": max(256, 1 << (need - 1).bit_length())}
 
-    def _is_eval(self, seed: int) -> bool:
-        return in_eval_split(str(seed), seed=self.config.seed, eval_fraction=self.config.eval_fraction)
-
     def example(self, seed: int) -> Example:
         """The example of seed ``seed``: the opening prompt, no reference answer."""
         return Example(prompt=GemEpisode(self, seed).opening, answer="", meta={"seed": seed, "id": self.config.id})
-
-    def train_examples(self, n: int, rng: torch.Generator) -> list[Example]:
-        """``n`` seeds drawn uniformly from ``[0, 2**31)`` with ``rng``, none held out."""
-        seeds = train_seeds(n, rng, held_out=self._is_eval, max_draws=self.max_draws, who="environment 'gem'")
-        return [self.example(s) for s in seeds]
-
-    def eval_examples(self) -> list[Example]:
-        """The first ``eval_size`` held-out seeds counting up from 0 (fixed for a config)."""
-        if self._eval is None:
-            seeds = eval_seeds(held_out=self._is_eval, size=self.config.eval_size, max_draws=self.max_draws)
-            self._eval = [self.example(s) for s in seeds]
-        return list(self._eval)
 
     def start(self, example: Example) -> GemEpisode:
         """A fresh episode from the example's seed; its opening must be the example's prompt."""

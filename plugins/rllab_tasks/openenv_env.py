@@ -31,14 +31,13 @@ import threading
 import weakref
 
 import attrs
-import torch
 
 import rllab
 from rllab.rollout.environment import Step
 from rllab.errors import NoDemonstrationError
 from rllab.types import Example
 
-from .split import eval_fraction_knob, eval_seeds, eval_size_knob, in_eval_split, seed_knob, train_seeds
+from .split import SeededExamples, eval_fraction_knob, eval_size_knob, seed_knob
 
 
 class OpenEnvError(rllab.RllabError):
@@ -157,11 +156,10 @@ def _reward(value, name: str) -> float:
     return float(value)
 
 
-class OpenEnvEnvironment(rllab.Environment):
+class OpenEnvEnvironment(SeededExamples, rllab.Environment):
     """An environment on an OpenEnv server: an example is a seed, an episode is one session."""
 
     name = "openenv"
-    max_draws = 1 << 16
 
     def __init__(self, config: OpenEnvConfig):
         _client_class()
@@ -211,23 +209,8 @@ class OpenEnvEnvironment(rllab.Environment):
             raise OpenEnvError(f"environment 'openenv': no OpenEnv server answers at url = {self.config.url!r}: {e}") from e
         return self.text(observation, f"openenv {self.config.url} seed {seed}"), state
 
-    def _is_eval(self, seed: int) -> bool:
-        return in_eval_split(str(seed), seed=self.config.seed, eval_fraction=self.config.eval_fraction)
-
     def example(self, seed: int) -> Example:
         return Example(prompt=self._opening(seed)[0], answer="", meta={"seed": seed})
-
-    def train_examples(self, n: int, rng: torch.Generator) -> list[Example]:
-        """``n`` seeds drawn uniformly from ``[0, 2**31)`` with ``rng``, none held out."""
-        seeds = train_seeds(n, rng, held_out=self._is_eval, max_draws=self.max_draws, who="environment 'openenv'")
-        return [self.example(s) for s in seeds]
-
-    def eval_examples(self) -> list[Example]:
-        """The first ``eval_size`` held-out seeds counting up from 0 (fixed for a config)."""
-        if self._eval is None:
-            seeds = eval_seeds(held_out=self._is_eval, size=self.config.eval_size, max_draws=self.max_draws)
-            self._eval = [self.example(s) for s in seeds]
-        return list(self._eval)
 
     def start(self, example: Example) -> OpenEnvEpisode:
         """An episode whose session opens (and resets from the example's seed) at its first step."""

@@ -49,6 +49,33 @@ def eval_seeds(*, held_out, size: int, max_draws: int) -> list[int]:
     return list(itertools.islice((s for s in range(max_draws) if held_out(s)), size))
 
 
+class SeededExamples:
+    """The examples of an environment whose example is an episode seed (textarena, gem, openenv):
+    a seed is held out by the shared hash split of its decimal string, training seeds are drawn
+    with the run's generator (:func:`train_seeds`), the eval list is the first ``eval_size``
+    held-out seeds (:func:`eval_seeds`). A subclass sets ``name`` and ``_eval = None`` and defines
+    ``example(seed)``; its config has ``seed``, ``eval_fraction`` and ``eval_size``."""
+
+    name = ""
+    max_draws = 1 << 16
+    """Give up (with an error) after this many candidate seeds without filling a request."""
+
+    def _is_eval(self, seed: int) -> bool:
+        return in_eval_split(str(seed), seed=self.config.seed, eval_fraction=self.config.eval_fraction)
+
+    def train_examples(self, n: int, rng: torch.Generator) -> list[Example]:
+        """``n`` seeds drawn uniformly from ``[0, 2**31)`` with ``rng``, none held out."""
+        seeds = train_seeds(n, rng, held_out=self._is_eval, max_draws=self.max_draws, who=f"environment {self.name!r}")
+        return [self.example(s) for s in seeds]
+
+    def eval_examples(self) -> list[Example]:
+        """The first ``eval_size`` held-out seeds counting up from 0 (fixed for a config)."""
+        if self._eval is None:
+            seeds = eval_seeds(held_out=self._is_eval, size=self.config.eval_size, max_draws=self.max_draws)
+            self._eval = [self.example(s) for s in seeds]
+        return list(self._eval)
+
+
 class SplitTask:
     """Shared machinery: hash split, rejection sampling of training draws, a fixed eval list.
 

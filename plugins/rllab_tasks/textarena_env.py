@@ -54,13 +54,12 @@ import random
 import threading
 
 import attrs
-import torch
 
 import rllab
 from rllab.rollout.environment import Step
 from rllab.types import Example
 
-from .split import eval_fraction_knob, eval_seeds, eval_size_knob, in_eval_split, seed_knob, train_seeds
+from .split import SeededExamples, eval_fraction_knob, eval_size_knob, seed_knob
 
 GAMES = (
     "GuessTheNumber-v0", "GuessTheNumber-v0-hardcore",
@@ -229,12 +228,10 @@ class TextArenaEpisode:
         return out
 
 
-class TextArenaEnvironment(rllab.Environment):
+class TextArenaEnvironment(SeededExamples, rllab.Environment):
     """A textarena single-player game: an example is a seed, an episode is one game."""
 
     name = "textarena"
-    max_draws = 1 << 16
-    """Give up (with an error) after this many candidate seeds without filling a request."""
 
     def __init__(self, config: TextArenaConfig):
         ta = _textarena()
@@ -262,25 +259,10 @@ class TextArenaEnvironment(rllab.Environment):
         need = len(self.example(0).prompt) + 1 + 256
         return {"max_position_embeddings": max(1024, 1 << (need - 1).bit_length())}
 
-    def _is_eval(self, seed: int) -> bool:
-        return in_eval_split(str(seed), seed=self.config.seed, eval_fraction=self.config.eval_fraction)
-
     def example(self, seed: int) -> Example:
         """The example of game seed ``seed``: the opening prompt, no reference answer."""
         prompt = TextArenaEpisode(self, seed).opening
         return Example(prompt=prompt, answer="", meta={"seed": seed, "game": self.config.game})
-
-    def train_examples(self, n: int, rng: torch.Generator) -> list[Example]:
-        """``n`` games with seeds drawn uniformly from ``[0, 2**31)`` with ``rng``, none held out."""
-        seeds = train_seeds(n, rng, held_out=self._is_eval, max_draws=self.max_draws, who="environment 'textarena'")
-        return [self.example(s) for s in seeds]
-
-    def eval_examples(self) -> list[Example]:
-        """The first ``eval_size`` held-out seeds counting up from 0 (fixed for a config)."""
-        if self._eval is None:
-            seeds = eval_seeds(held_out=self._is_eval, size=self.config.eval_size, max_draws=self.max_draws)
-            self._eval = [self.example(s) for s in seeds]
-        return list(self._eval)
 
     def start(self, example: Example) -> TextArenaEpisode:
         """A fresh game from the example's seed; its opening must be the example's prompt."""
