@@ -42,6 +42,7 @@ from rllab.reducer import SINGLE, Reducer
 from rllab.rollout.episodes import EpisodeResult, EpisodeRunner
 from rllab.errors import RewardError, RllabError
 from rllab.rollout.evalmetrics import sampled_metrics
+from rllab.rollout.rewards import random_rewards
 from rllab.rollout.episode_stats import ERROR_ADVICE, check_step, episode_metrics
 from rllab.rollout.task_environment import EpisodeSource, episode_source
 from rllab.types import Completion, Example, RolloutBatch, SamplingParams
@@ -301,10 +302,10 @@ class RolloutStage:
         keep = [e.error is None or r.reward_errors == "zero" for e in episodes]
         comps = [list(e.score) or [0.0] * len(names) for e in episodes]  # a failed episode has no score: zeros
         rewards = torch.tensor(raw, dtype=torch.float32)
-        components = torch.tensor(comps, dtype=torch.float32).reshape(len(raw), len(names)) if names else None
-        true_reward, true_components = rewards.mean().item(), components
+        components = torch.tensor(comps, dtype=torch.float32).reshape(len(raw), len(names)) if names else None  # logged: the task's, whatever trains
         if r.random_reward != "off":  # the spurious-rewards control: training sees draws blind to the answers
-            rewards, components = self.random_rewards(step, completions, raw, keep, rank * P // world), None
+            true_reward = rewards.mean().item()
+            rewards = self.random_rewards(step, completions, raw, keep, rank * P // world)
             episodes = [attrs.evolve(e, reward=x, score=()) for e, x in zip(episodes, rewards.tolist())]
         shaping = self.overlong_penalty(completions)
         scores = rewards + shaping
@@ -340,7 +341,7 @@ class RolloutStage:
         if r.random_reward != "off":
             metrics["rollout/true_reward"] = true_reward
         for k, name in enumerate(names):
-            metrics[f"reward/{name}"] = true_components[:, k].mean().item()
+            metrics[f"reward/{name}"] = components[:, k].mean().item()
         if self.source.multi_turn:
             metrics.update(episode_metrics(episodes))
         if r.dynamic_sampling:
@@ -354,8 +355,6 @@ class RolloutStage:
         """(N,) float32: ``rollout.random_reward``'s Bernoulli draws (:func:`rllab.rollout.rewards.random_rewards`),
         prompts numbered over the whole step (``offset``: this rank's first); ``matched`` takes p
         from the mean task reward of the samples whose reward did not fail."""
-        from rllab.rollout.rewards import random_rewards
-
         r = self.config
         ok = [x for x, k in zip(raw, keep) if k]
         p = r.random_reward_p if r.random_reward == "given" else min(1.0, max(0.0, sum(ok) / len(ok) if ok else 0.0))
