@@ -321,7 +321,7 @@ def _component(lab: Lab, sec: str, kind: str, raw: Any, default: str, text: str,
         line = line_of(text, sec, "name") or line_of(text, None, sec)
         raise ConfigError(f"{where}: [{sec}] name{line}: {e}", key="name") from None
     try:
-        built = build_config(spec, raw)
+        built = build_config(spec, raw, section=sec)
     except ConfigError as e:
         raise ConfigError(f"{where}: [{sec}]{line_of(text, sec, e.key)}: {e}", key=e.key) from None
     return ComponentRef(name=spec.name, knobs=raw, config=built)

@@ -280,8 +280,9 @@ _converter.register_structure_hook(FloatOrFloats, _float_or_floats)
 _converter.register_structure_hook(FloatOrFloatsOrNone, _float_or_floats)
 
 
-def build_config(spec: ComponentSpec, values: Mapping[str, Any]) -> Any:
-    """Validate ``values`` into ``spec.config``; errors name the plugin, knob, value and range."""
+def build_config(spec: ComponentSpec, values: Mapping[str, Any], *, section: str | None = None) -> Any:
+    """Validate ``values`` into ``spec.config``; errors name the plugin, knob, value and range
+    (and, given the config ``section`` the knobs came from, how to set a missing one)."""
     cls = attrs.resolve_types(spec.config)
     fields = attrs.fields_dict(cls)
     who = f"{spec.kind} {spec.name!r} (plugin {spec.provider})"
@@ -308,8 +309,7 @@ def build_config(spec: ComponentSpec, values: Mapping[str, Any]) -> Any:
     if missing:  # a required knob: say which and how to set it, not the constructor's signature error
         k = missing[0]
         about = fields[k].metadata.get("help", "")
-        sec = {"task": "task", "environment": "env"}.get(spec.kind)
-        how = f" (on the command line: {sec}.{k}=...)" if sec else ""
+        how = f" (on the command line: {section}.{k}=...)" if section else ""
         raise ConfigError(f"{who} needs knob {k!r}{f' ({about})' if about else ''}, which has no default; set it{how}", key=k)
     try:
         return cls(**kwargs)
