@@ -46,16 +46,22 @@ for _spec in _LAB.specs():
     _CASES += [c for c in contract_cases(lab=_LAB, names=[_spec.name], knobs=_given) if c.kind == _spec.kind]
 
 
+OPTIONAL_LIBRARIES = {"openenv": "openenv.core.generic_client", "gem": "gem"}
+"""Environments whose library is an extra outside ``dev`` (``rllab[openenv]``, ``rllab[gem]``):
+their cases skip when it is not installed."""
+
+
 @pytest.fixture
-def _openenv_server(request):
+def _optional_library(request):
     case = request.node.callspec.params["case"]
+    if case.name in OPTIONAL_LIBRARIES:
+        pytest.importorskip(OPTIONAL_LIBRARIES[case.name])
     if case.name == "openenv":
-        pytest.importorskip("openenv.core.generic_client")
         openenv_server.ensure_started()
 
 
 @pytest.mark.parametrize("case", _CASES, ids=str)
-def test_contract(case, _openenv_server):
+def test_contract(case, _optional_library):
     case.run()
 
 
