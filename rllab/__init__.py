@@ -48,6 +48,7 @@ _ON_FIRST_USE = {
     "rllab.ops": ("RowError",),
     "rllab.training.optimizer": ("Optimizers", "StepOutcome"),
     "rllab.rollout.recorded": ("RecordedRollout",),
+    "rllab.sampling": ("Sampler",),
     "rllab.types": (
         "Completion", "Example", "PreferencePair", "RolloutBackend", "RolloutBatch", "SamplingParams", "Task",
         "check_mask", "check_same_shape", "check_tensor",
@@ -62,6 +63,7 @@ if _TYPE_CHECKING:
     from rllab.ops import RowError
     from rllab.training.optimizer import Optimizers, StepOutcome
     from rllab.rollout.recorded import RecordedRollout
+    from rllab.sampling import Sampler
     from rllab.types import (
         Completion,
         Example,
@@ -126,6 +128,7 @@ __all__ = [
     "RolloutBatch",
     "RowError",
     "SamplingParams",
+    "Sampler",
     "Step",
     "StrOrStrs",
     "StrOrStrsOrNone",

@@ -74,6 +74,7 @@ COMPONENT_SECTIONS: dict[str, tuple[str, str | None]] = {
     "kl_controller": ("kl_controller", "fixed"),
     "value_loss": ("value_loss", "clipped"),
     "preference_loss": ("preference_loss", "dpo"),
+    "sampler": ("sampler", "default"),
 }
 
 

@@ -288,6 +288,7 @@ FROZEN_DURING_A_RUN = {
     "task": "the task's data order is fixed for the run",
     "env": "the environment's data order is fixed for the run",
     "backend": "the rollout backend is started once",
+    "sampler": "the prompt sampler is built once and keeps what it learned from the run's rewards",
     "algorithm.name": "the algorithm owns the run's data (pairs, buffers); its knobs may change",
     "train.seed": "every step's data derives from the seed",
     "train.steps": "extend a run with `rllab run --resume RUN_DIR train.steps=N`",

@@ -32,8 +32,8 @@ plugin, the component and the trait. So does a function that still carries a tra
 attribute (``fn.batch_step = ...``, the old style): the error names the ``register`` keyword that
 replaces it.
 
-**Event hooks** (``on_*``) are called by the trainer as a run progresses. Their return values
-are ignored; an exception in one aborts the run (a logger that cannot write must not silently
+**Event hooks** (``on_*``, specified in :mod:`rllab.events` and re-exported here) are called by
+the trainer as a run progresses. Their return values are ignored; an exception in one aborts the run (a logger that cannot write must not silently
 lose a run's metrics).
 
 All hooks are called with keyword arguments, so a spec can grow a parameter without breaking
@@ -44,7 +44,18 @@ from __future__ import annotations
 
 import pluggy
 
-PROJECT = "rllab"
+# the event hooks (``on_*``) live in their own module (:mod:`rllab.events`); imported here so the
+# plugin manager, which reads this module, registers them with the rest
+from rllab.events import (  # noqa: F401
+    PROJECT,
+    on_checkpoint_saved,
+    on_eval_end,
+    on_rollout_end,
+    on_run_end,
+    on_run_error,
+    on_run_start,
+    on_step_end,
+)
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
@@ -291,6 +302,37 @@ def register_environments(register):
 
 
 @hookspec
+def register_samplers(register):
+    """Register prompt samplers: which of the task's (or environment's) examples a step trains on.
+
+    ``fn(*, config) -> sampler`` is a factory, called once per run; the ``[sampler]`` section
+    names it. The sampler follows :class:`rllab.sampling.Sampler`::
+
+        draw(*, n, rng, step, source) -> list[Example]    # the step's n prompts
+        feedback(*, step, examples, rewards) -> None       # each prompt's mean group reward
+        state_dict() -> dict; load_state_dict(state)       # checkpointed with the run
+        metrics() -> dict[str, float]                      # logged as sampler/... each step
+
+    ``source(n, rng)`` is the run's own draw (the task's ``train_examples``): ``n`` examples drawn
+    with the torch generator ``rng``. ``rng`` is the step's generator (seeded from the run's seed
+    and the step). ``rewards`` (P,) floats: each drawn prompt's mean task reward over its group
+    (None for a prompt whose every sample failed its reward).
+
+    :param register: call ``register(name, factory, config=...)`` once per sampler.
+
+    Traits: ``stateless=True`` — ``draw`` depends on ``(n, rng, source)`` alone (no feedback),
+    so the sampler runs on several data-parallel ranks and with batches sampled ahead
+    (``rollout.max_staleness > 0``); undeclared (False), those are refused at load.
+    ``gate_retries=`` (per config) — the most rounds in which the rollout stage asks the sampler
+    for replacement prompts for the groups whose scores are all equal (the step plays them and
+    swaps in those that are not); None or 0: no replacement.
+
+    Subclass :class:`rllab.Sampler` for the defaults of ``feedback``, ``state_dict``,
+    ``load_state_dict`` and ``metrics``.
+    """
+
+
+@hookspec
 def register_reward_functions(register):
     """Register reward functions: scorers a task (such as ``dataset``) combines by name.
 
@@ -423,75 +465,4 @@ def register_commands(subparsers):
         and its handler with ``p.set_defaults(func=handler)``; ``handler(args)`` returns the exit
         code, and ``args.lab`` is the loaded :class:`rllab.Lab`. Raise :class:`rllab.RllabError`
         for a user-facing error.
-    """
-
-
-# --------------------------------------------------------------------------- events
-
-
-@hookspec
-def on_run_start(run_dir, config, start_step, total_steps, progress, solved_when):
-    """Called once before the first step of a run (also when resuming).
-
-    :param run_dir: the run directory (:class:`pathlib.Path`).
-    :param config: the resolved :class:`rllab.config.ExperimentConfig`.
-    :param start_step: steps already done (0 for a new run, the checkpoint's step on resume).
-    :param total_steps: the step the run ends at.
-    :param progress: whether live progress output is wanted (False under ``rllab run -q``).
-    :param solved_when: what counts as solved for ``rollout/accuracy`` and ``eval/accuracy``, in
-        words (:func:`rllab.rollout.accuracy.solved_rule`: ``"reward ≥ 1"``, ``"reward component
-        'correct' ≥ 1 (…)"``, ``"the task's own solved(example, reward) is true"``).
-    """
-
-
-@hookspec
-def on_rollout_end(step, batch, metrics):
-    """Called after the rollouts of a step are generated and scored.
-
-    :param step: the number of the step being taken (1 for the first).
-    :param batch: the :class:`rllab.types.RolloutBatch` about to be trained on.
-    :param metrics: the ``rollout/…`` metrics so far (a dict of floats; do not mutate).
-    """
-
-
-@hookspec
-def on_step_end(step, metrics, run_dir):
-    """Called after each training step with that step's metrics (a dict of floats).
-
-    :param step: the number of steps completed (1 after the first).
-    :param run_dir: the run directory (several runs may share a process).
-    """
-
-
-@hookspec
-def on_eval_end(step, metrics, run_dir):
-    """Called after each held-out evaluation (``eval/accuracy``, ``eval/reward``, …).
-
-    :param step: the number of steps completed when it ran (0: before training).
-    :param run_dir: the run directory.
-    """
-
-
-@hookspec
-def on_checkpoint_saved(step, path):
-    """Called after a checkpoint was written completely to ``path`` (after ``step`` steps)."""
-
-
-@hookspec
-def on_run_error(run_dir, step, error):
-    """Called when a run stops on an error (a non-finite loss, a failed reward, a dead server, …).
-
-    :param run_dir: the run directory; its last checkpoint is where ``--resume`` restarts.
-    :param step: the number of steps completed.
-    :param error: the exception, which propagates after this hook returns.
-    """
-
-
-@hookspec
-def on_run_end(run_dir, metrics, history):
-    """Called once when a run finishes.
-
-    :param run_dir: the run directory.
-    :param metrics: the summary also written to ``final.json`` (accuracy before and after, …).
-    :param history: every metrics row of the run, oldest first: dicts with a ``step`` key.
     """

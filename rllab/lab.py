@@ -59,6 +59,7 @@ KINDS: dict[str, str] = {
     "environment": "register_environments",
     "reward_function": "register_reward_functions",
     "logger": "register_loggers",
+    "sampler": "register_samplers",
     "algorithm": "register_algorithms",
 }
 

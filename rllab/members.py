@@ -107,6 +107,13 @@ MEMBERS: dict[str, dict[str, Member]] = {
             default=False,
         ),
     },
+    "sampler": {
+        "feedback": Member(help="feedback(*, step, examples, rewards) -> None: each drawn prompt's mean group reward "
+                           "after the step's rollout; None: the sampler takes no feedback"),
+        "state_dict": Member(help="state_dict() -> dict: what a checkpoint saves of the sampler; None: it has no state"),
+        "load_state_dict": Member(help="load_state_dict(state) -> None: restore a checkpoint's state_dict on resume"),
+        "metrics": Member(help="metrics() -> dict name → float: logged as sampler/... with each step; None: none"),
+    },
     "algorithm": {
         "async_rollouts": Member(
             help="True: the algorithm takes its steps' batches from rollout.sample(step) alone, so they may be sampled "

@@ -77,6 +77,12 @@ def _bool(value) -> bool:
     return value
 
 
+def _count(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TypeError(f"got {type(value).__name__} {value!r}")
+    return value
+
+
 def _floats(value) -> tuple[float, ...]:
     if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
         raise TypeError(f"got {type(value).__name__} {value!r}")
@@ -230,6 +236,22 @@ TRAITS: dict[str, dict[str, Trait]] = {
             "words; None: it keeps its own copy. Asynchronous rollouts (rollout.max_staleness > 0) are refused with it.",
             expected="a non-empty string, None, or a callable config -> one of those",
             normalize=_optional(_text),
+            per_config=True,
+        ),
+    },
+    "sampler": {
+        "stateless": Trait(
+            help="True: the sampler's draw depends on (n, rng, source) alone, never on feedback, so it runs on several "
+            "data-parallel ranks and with batches sampled ahead (rollout.max_staleness > 0); False: refused there.",
+            expected="True or False",
+            normalize=_bool,
+            default=False,
+        ),
+        "gate_retries": Trait(
+            help="the most rounds in which the rollout stage asks the sampler for replacement prompts for the groups "
+            "whose scores are all equal (it plays them and swaps in those that are not); None or 0: none.",
+            expected="an integer >= 0, None, or a callable config -> one of those",
+            normalize=_optional(_count),
             per_config=True,
         ),
     },

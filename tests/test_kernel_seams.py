@@ -19,6 +19,8 @@ KERNEL = Path(__file__).resolve().parent.parent / "rllab"
 ALLOWED = {
     # the default logger of a config that lists none (COMPONENT_SECTIONS holds the other defaults)
     ("config.py", "jsonl"),
+    # attrs' keyword `default` (a knob's default value), which shares the default sampler's name
+    ("specs.py", "default"),
 }
 """(file, name) pairs a kernel file may spell: each is a default, or a value that merely shares a
 component's name, as its comment says."""

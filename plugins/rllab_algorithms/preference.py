@@ -232,6 +232,8 @@ class DPO(_Preference):
 class OnlineDPO(_Preference):
     """Online DPO: best against worst of a freshly sampled group."""
 
+    uses = _Preference.uses | {"sampler"}  # its prompts come from rollout.sample, through the run's sampler
+
     def pairs_from(self, ctx: RunContext, rollouts) -> tuple[list[tuple[int, Pair]], int]:
         """(group id, pair) for each group with a best and a worst kept sample (by reward after
         shaping); and how many groups were skipped because their rewards were all equal."""

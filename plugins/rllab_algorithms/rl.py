@@ -150,7 +150,7 @@ def _to(batch: rllab.RolloutBatch, device: torch.device) -> rllab.RolloutBatch:
 class RL:
     """Policy-gradient RL with the run's advantage estimator, policy loss, correction, KL and aggregation."""
 
-    uses = frozenset({"task", "env", "backend", "advantage", "policy_loss", "correction", "aggregation", "kl", "kl_controller", "value_loss"})
+    uses = frozenset({"task", "env", "backend", "advantage", "policy_loss", "correction", "aggregation", "kl", "kl_controller", "value_loss", "sampler"})
     provides = {
         "advantage_estimator": ("values", "reward_baselines", "old_log_prob", "sum_pi_squared", "reward_components"),
         "loss_aggregation": ("global_rows",),

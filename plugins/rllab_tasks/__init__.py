@@ -43,7 +43,9 @@ and ``reasoning_gym_retry``, which lets the model retry a reasoning-gym question
 
 The plugin also registers the built-in reward functions (:mod:`rllab_tasks.rewards`): ``exact``,
 ``contains``, ``numeric``, ``math_verify``, ``format`` and ``length_penalty``, and two that ask a
-server (:mod:`rllab_tasks.remote_rewards`): ``remote`` (a reward service) and ``llm_judge``.
+server (:mod:`rllab_tasks.remote_rewards`): ``remote`` (a reward service) and ``llm_judge``; and the
+built-in prompt samplers (:mod:`rllab_tasks.samplers`): ``default``, ``difficulty_pool`` and
+``advantage_gate``.
 
 Several reward components
 -------------------------
@@ -115,3 +117,10 @@ def register_reward_functions(register):
 
     rewards.register(register)
     remote_rewards.register(register)
+
+
+@rllab.hookimpl
+def register_samplers(register):
+    from . import samplers
+
+    samplers.register(register)

@@ -35,13 +35,14 @@ from typing import Any, Sequence
 import attrs
 import torch
 
-from rllab import ops
+from rllab import ops, sampling
 from rllab.algorithm import seed_for
 from rllab.rollout.chat import Messages, PromptRenderer
 from rllab.reducer import SINGLE, Reducer
 from rllab.rollout.episodes import EpisodeResult, EpisodeRunner
 from rllab.errors import RewardError, RllabError
 from rllab.rollout.evalmetrics import sampled_metrics
+from rllab.rollout.gate import gate, group_means, played_feedback
 from rllab.rollout.rewards import random_rewards
 from rllab.rollout.episode_stats import ERROR_ADVICE, check_step, episode_metrics
 from rllab.rollout.task_environment import EpisodeSource, episode_source
@@ -126,6 +127,8 @@ class RolloutStage:
     :param config: the run's :class:`rllab.config.RolloutConfig`.
     :param seed: the run's seed.
     :param model_name: the model, for error messages (its path, or the tiny model).
+    :param sampler: the run's prompt sampler (:mod:`rllab.sampling`), named ``sampler_name`` in
+        messages, with its ``gate_retries`` trait; None: the source's own draw.
 
     Prompts become token ids through a :class:`rllab.rollout.chat.PromptRenderer`: strings as they are,
     chat messages with the tokenizer's chat template (and ``config.system_prompt``); sampling and
@@ -133,7 +136,8 @@ class RolloutStage:
     """
 
     def __init__(self, source: EpisodeSource | None = None, *, backend: Any, tokenizer: Any, config: Any, seed: int,
-                 model_name: str = "the model", reducer: Reducer = SINGLE, **former: Any):
+                 model_name: str = "the model", reducer: Reducer = SINGLE, sampler: Any = None, sampler_name: str = "?",
+                 gate_retries: int = 0, **former: Any):
         if former or not isinstance(source, EpisodeSource):
             given = ", ".join(sorted(former)) or f"a {type(source).__name__}"
             raise RllabError(
@@ -155,6 +159,21 @@ class RolloutStage:
         and evaluates every ``world_size``-th held-out example (the counts summed over ranks)."""
         self.shard = (reducer.rank, reducer.world_size)
         self.limits = source.limits
+        self.sampler = sampler
+        """The run's prompt sampler (:mod:`rllab.sampling`), named ``sampler_name``; None: the source's own draw."""
+        self.sampler_name = sampler_name
+        self.gate_retries = gate_retries if sampler is not None else 0
+        """The sampler's ``gate_retries`` trait: rounds of replacement prompts for flat groups (:mod:`rllab.rollout.gate`)."""
+
+    def draw(self, step: int, n: int, rng: torch.Generator) -> list[Example]:
+        """``n`` training examples for ``step``: the sampler's, else the source's own draw with ``rng``."""
+        source = self.source.env.train_examples
+        if self.sampler is None:
+            return source(n, rng)
+        examples = self.sampler.draw(n=n, rng=rng, step=step, source=source)
+        if len(examples) != n:
+            raise RllabError(f"sampler {self.sampler_name!r} drew {len(examples)} examples where step {step} asked for {n}")
+        return list(examples)
 
     @property
     def task(self) -> Any:
@@ -285,13 +304,20 @@ class RolloutStage:
         G = group_size or r.group_size
         t0 = time.perf_counter()
         gen = torch.Generator().manual_seed(seed_for(self.seed, step, 0))
-        examples = self.source.env.train_examples(P, gen)
+        examples = self.draw(step, P, gen)
         rank, world = self.shard
         if world > 1:  # data parallel: this rank's contiguous share of the step's prompts (whole groups)
             examples = examples[rank * P // world:(rank + 1) * P // world]
         runner = self.runner()
-        episodes = runner.play(examples, self.sampling_params(step, n=G))
+        params = self.sampling_params(step, n=G)
+        episodes = runner.play(examples, params)
         backend_metrics = runner.backend_metrics
+        gated = None
+        if self.gate_retries:  # the sampler's gate: flat groups replaced (rllab.rollout.gate)
+            gated = gate(examples=examples, episodes=episodes, retries=self.gate_retries, step=step, seed=self.seed,
+                         params=params, draw=lambda n, rng: self.draw(step, n, rng), play=self.runner().play,
+                         score=lambda eps: (_shaped(eps) + self.overlong_penalty([e.completion for e in eps])).tolist())
+            examples, episodes = gated.examples, gated.episodes
         completions = [e.completion for e in episodes]
         t_step = runner.timings["step"]
         t1 = time.perf_counter() - t_step
@@ -344,6 +370,14 @@ class RolloutStage:
             metrics[f"reward/{name}"] = components[:, k].mean().item()
         if self.source.multi_turn:
             metrics.update(episode_metrics(episodes))
+        if self.sampler is not None:  # its feedback: each prompt's mean task reward (the gate's replacements too)
+            fed, means = list(examples), group_means(episodes, len(examples))
+            if gated is not None:
+                more, more_means = played_feedback(gated.played)
+                fed, means = fed + more, means + more_means
+            sampling.feedback(self.sampler, step=step, examples=fed, rewards=means)
+            metrics.update(gated.metrics if gated is not None else {})
+            metrics.update(sampling.metrics(self.sampler, name=self.sampler_name))
         if r.dynamic_sampling:
             keep_t &= ~all_equal
         metrics["rollout/kept_frac"] = keep_t.float().mean().item()

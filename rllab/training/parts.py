@@ -32,7 +32,7 @@ from rllab.specs import Component
 if TYPE_CHECKING:
     from rllab.lab import Lab
 
-STATEFUL = frozenset({"task", "env", "algorithm", "kl_controller", "backend"})
+STATEFUL = frozenset({"task", "env", "algorithm", "kl_controller", "backend", "sampler"})
 """Sections whose component holds state (or is built by its own stage): not in :func:`build_components`."""
 
 

@@ -36,7 +36,7 @@ from typing import Any
 import attrs
 import torch
 
-from rllab import placement
+from rllab import placement, sampling
 from rllab.rollout import asynchronous as asyncrollout
 from rllab.parallel import checkpoint
 from rllab.parallel import distributed
@@ -113,6 +113,9 @@ class Trainer:
         built = parts.build_parts(cfg, self.lab)  # the algorithm, the KL controller, the components: rllab.training.parts
         self.algorithm, self.kl_controller, self.components = built.algorithm, built.kl_controller, built.components
         asyncrollout.check_algorithm(cfg, self.algorithm, self.components)
+        sampling.check_settings(cfg, self.lab, world_size=self.placement.reducer.world_size)
+        self.sampler = self._component("sampler")()
+        """The run's prompt sampler (:mod:`rllab.sampling`), built once; its state is checkpointed."""
         self.prefetch: asyncrollout.AsyncRollout | None = None
         """The batches sampled ahead (``rollout.max_staleness > 0``), else None."""
         self.prompt_limits: PromptLimits | None = None
@@ -222,8 +225,10 @@ class Trainer:
         examples = self.prompt_limits.for_rollout(self.cfg.rollout)  # refuses a prompt that does not fit, or drops it
         source = episode_source(**{self.cfg.source: examples},  # task= or env=
                                 name=name, config=self.cfg.rollout, tokenizer=self.tokenizer, context_tokens=context)
+        sampler = self._component("sampler")
         return RolloutStage(source, backend=self.backend, tokenizer=self.tokenizer, config=self.cfg.rollout, seed=self.cfg.train.seed,
-                            model_name=model_name, reducer=self.placement.reducer)
+                            model_name=model_name, reducer=self.placement.reducer, sampler=self.sampler, sampler_name=sampler.name,
+                            gate_retries=sampler.trait("gate_retries") or 0)
 
     def _build_optimizers(self) -> None:
         self.optimizer, self.critic_optimizer = parts.build_optimizers(self.cfg, self.policy_handle, self.critic)  # all, or the adapters
@@ -249,7 +254,7 @@ class Trainer:
 
     def _reconfigure(self, new: ExperimentConfig) -> None:
         old = self.cfg
-        for frozen in ("model", "task", "env", "backend"):
+        for frozen in ("model", "task", "env", "backend", "sampler"):
             if new.to_dict().get(frozen) != old.to_dict().get(frozen):
                 raise RllabError(f"[{frozen}] cannot change during a run")
         if new.component("algorithm").name != old.component("algorithm").name:
@@ -259,6 +264,7 @@ class Trainer:
         if getattr(self, "prefetch", None) is not None and new.rollout != old.rollout:
             raise RllabError("[rollout] cannot change during a run with rollout.max_staleness > 0 (batches are sampled ahead)")
         placement.check_data_parallel(new, self.lab, self.placement.reducer.world_size)  # a schedule entry too
+        sampling.check_settings(new, self.lab, world_size=self.placement.reducer.world_size)
         if new.component("algorithm") != old.component("algorithm"):
             reconfigure = member(self.algorithm, "algorithm", "reconfigure")
             if reconfigure is None:
@@ -378,6 +384,7 @@ class Trainer:
             ),
             "scheduler": self.scheduler.state_dict(),
             "kl_controller": checkpoint.plain_state(self.kl_controller),
+            "sampler": sampling.state(self.sampler),
             "algorithm": self.algorithm.state_dict() if hasattr(self.algorithm, "state_dict") else None,
             "config": self.cfg.to_dict(),
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
@@ -399,6 +406,7 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.scheduler.lr_lambdas = [partial(lr_factor, self.cfg.train)]
         checkpoint.restore_plain_state(self.kl_controller, state["kl_controller"])
+        sampling.restore(self.sampler, state.get("sampler"))
         if state.get("algorithm") is not None:
             self.algorithm.load_state_dict(state["algorithm"])
         torch.set_rng_state(state["rng"]["torch"])

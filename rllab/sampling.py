@@ -1,0 +1,110 @@
+"""Prompt samplers: which examples of the run's task (or environment) a step trains on.
+
+A sampler is a component of kind ``sampler`` (``register_samplers``, the ``[sampler]`` section).
+The rollout stage asks it for each step's prompts instead of drawing them from the task itself::
+
+    examples = sampler.draw(n=P, rng=step_generator, step=step, source=env.train_examples)
+    ... play a group per prompt ...
+    sampler.feedback(step=step, examples=examples, rewards=mean_reward_per_prompt)
+
+A run without a ``[sampler]`` section uses the default one, whose draw is the source's own. What a
+sampler keeps (pools, per-prompt rewards) is saved in the run's checkpoints (``state_dict`` /
+``load_state_dict``) and its counters are logged each step as ``sampler/…`` (``metrics``).
+
+:class:`Sampler` is the base class: subclass it for the defaults of the optional members
+(:data:`rllab.members.MEMBERS` ``["sampler"]``); a duck-typed object with ``draw`` works too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from rllab.errors import ConfigError
+from rllab.members import Structural, member
+from rllab.types import Example
+
+Source = Callable[[int, Any], list[Example]]
+"""``source(n, rng)``: ``n`` examples drawn with the torch generator ``rng`` (the task's ``train_examples``)."""
+
+
+class Sampler(Structural):
+    """The base class of prompt samplers (see the module docstring).
+
+    ``isinstance(obj, Sampler)`` holds for any object with a ``draw`` method.
+    """
+
+    _required = ("draw",)
+
+    def draw(self, *, n: int, rng: Any, step: int, source: Source) -> list[Example]:
+        """The step's ``n`` examples; ``rng`` the step's torch generator, ``source`` the run's draw."""
+        raise NotImplementedError
+
+    def feedback(self, *, step: int, examples: Sequence[Example], rewards: Sequence[float | None]) -> None:
+        """Each drawn prompt's mean group reward after the step (None: every sample failed). Default: ignored."""
+
+    def state_dict(self) -> dict:
+        """What a checkpoint saves (default: nothing)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s value on resume (default: nothing to restore)."""
+
+    def metrics(self) -> dict[str, float]:
+        """Counters logged with the step as ``sampler/…`` (default: none)."""
+        return {}
+
+
+def feedback(sampler: Any, *, step: int, examples: Sequence[Example], rewards: Sequence[float | None]) -> None:
+    """Give ``sampler`` its feedback, when it takes any."""
+    fn = member(sampler, "sampler", "feedback")
+    if fn is not None:
+        fn(step=step, examples=list(examples), rewards=list(rewards))
+
+
+def metrics(sampler: Any, *, name: str) -> dict[str, float]:
+    """The sampler's ``sampler/…`` metrics (refused, naming ``name``, when a key is not namespaced so)."""
+    fn = member(sampler, "sampler", "metrics")
+    out = dict(fn() or {}) if fn is not None else {}
+    bad = [k for k in out if not str(k).startswith("sampler/")]
+    if bad:
+        raise ConfigError(f"sampler {name!r}: metrics {bad} must be namespaced 'sampler/…' (e.g. 'sampler/{bad[0]}')")
+    return {k: float(v) for k, v in out.items()}
+
+
+def state(sampler: Any) -> dict | None:
+    """The sampler's checkpoint state (None: it keeps none)."""
+    fn = member(sampler, "sampler", "state_dict")
+    return None if fn is None else fn()
+
+
+def restore(sampler: Any, saved: dict | None) -> None:
+    """Set back a checkpoint's :func:`state` (nothing saved, or a sampler without state: nothing)."""
+    fn = member(sampler, "sampler", "load_state_dict")
+    if saved is not None and fn is not None:
+        fn(saved)
+
+
+def check_settings(cfg: Any, lab: Any, *, world_size: int = 1) -> None:
+    """Refuse, naming the sampler, what it cannot run with: a sampler that takes feedback (not
+    ``stateless``) on several data-parallel ranks or with batches sampled ahead
+    (``rollout.max_staleness > 0``), and a gate (``gate_retries``) under ``rollout.random_reward``
+    (the gate judges the task's rewards, which such a run does not train on)."""
+    if "sampler" not in cfg.components or "sampler" in cfg.unused:
+        return
+    ref = cfg.component("sampler")
+    spec = lab.spec("sampler", ref.name)
+    where = f"[sampler] {ref.name!r} (plugin {spec.provider})"
+    if not spec.trait("stateless", ref.config):
+        if world_size > 1:
+            raise ConfigError(f"{where} learns from each step's rewards, which one rank alone sees; it cannot run on "
+                              f"{world_size} data-parallel ranks. Run it on one process, or use a stateless sampler", key="sampler")
+        if cfg.rollout.max_staleness > 0:
+            raise ConfigError(f"{where} learns from each step's rewards before the next draw; set rollout.max_staleness = 0 "
+                              f"(it is {cfg.rollout.max_staleness}), or use a stateless sampler", key="sampler")
+    if spec.trait("gate_retries", ref.config) and cfg.rollout.random_reward != "off":
+        raise ConfigError(f"{where} replaces groups whose task rewards are all equal, but rollout.random_reward = "
+                          f"{cfg.rollout.random_reward!r} trains on random rewards; set rollout.random_reward = 'off' or "
+                          f"use another sampler", key="sampler")
+
+
+__all__ = ["Sampler", "Source", "check_settings", "feedback", "metrics", "restore", "state"]
