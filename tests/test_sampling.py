@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from rllab import Lab, Sampler
+from rllab import hookimpl as rllab_hookimpl
 from rllab.config import load_config
 from rllab.errors import ConfigError
 from rllab.rollout.stage import build_stage
@@ -163,3 +164,35 @@ def test_a_resumed_run_draws_and_logs_what_the_uninterrupted_one_does(tmp_path, 
     assert any(r.get("sampler/pool_normal", 6) + r.get("sampler/pool_easy", 0) < 6 for r in full)  # the pools moved
     with pytest.raises(ConfigError, match="difficulty_pool.*max_staleness"):
         Trainer(load_config(None, [*args, "rollout.max_staleness=1"]), run_dir=tmp_path / "async")
+
+
+class _Forgetful:
+    """A plugin whose sampler learns from feedback but saves nothing, and claims to be stateless."""
+
+    @staticmethod
+    def sampler(*, config):
+        class Forgets(Sampler):
+            def __init__(self):
+                self.seen = 0
+
+            def draw(self, *, n, rng, step, source):
+                return source(n + self.seen, rng)[self.seen:]
+
+            def feedback(self, *, step, examples, rewards):
+                self.seen += 1
+
+        return Forgets()
+
+    @rllab_hookimpl
+    def register_samplers(self, register):
+        register("forgets", self.sampler, stateless=True)
+
+
+def test_the_contract_catches_a_sampler_that_loses_its_state_or_wrongly_claims_to_be_stateless():
+    from rllab.testing import run_contract
+
+    lab = Lab(plugins=[_Forgetful()], entry_points=False)
+    results = {r.check: r for r in run_contract(lab, "sampler", "forgets")}
+    assert not results["a sampler restored from its state_dict draws what the original draws"].passed
+    assert not results["a stateless sampler draws the same with and without feedback"].passed
+    assert results["draws n examples, the same for the same generator"].passed

@@ -128,6 +128,44 @@ def {fn}(*, completions, config, **columns):
     return [1.0 if len(t) <= config.max_chars else 0.0 for t in texts]
 ''',
     ),
+    "sampler": (
+        'replay: float = rllab.knob(0.5, help="share of each step\'s prompts taken from the failed ones", ge=0.0, le=1.0)\n'
+        'below: float = rllab.knob(0.5, help="a prompt whose mean group reward is below this is replayed", ge=0.0, le=1.0)\n'
+        'keep: int = rllab.knob(256, help="the most failed prompts kept for replay (the latest)", ge=1)',
+        '''
+class {fn}(rllab.Sampler):
+    """Replays failed prompts: up to a share ``replay`` of each step's prompts are earlier prompts
+    whose mean group reward was below ``below`` (oldest first), the rest come from the task.
+
+    Optional members not set here take rllab.Sampler's defaults (see rllab.members).
+    """
+
+    def __init__(self, *, config):
+        self.config = config
+        self.failed = []
+        """The prompts to replay (rllab.Example), oldest first."""
+
+    def draw(self, *, n, rng, step, source):
+        """n examples: replayed ones, then source(k, rng), the task's own draw."""
+        k = min(len(self.failed), int(n * self.config.replay))
+        replayed, self.failed = self.failed[:k], self.failed[k:]
+        return replayed + source(n - k, rng)
+
+    def feedback(self, *, step, examples, rewards):
+        """Each drawn prompt's mean group reward (None: every sample failed its reward)."""
+        self.failed += [e for e, r in zip(examples, rewards) if r is not None and r < self.config.below]
+        self.failed = self.failed[-self.config.keep:]
+
+    def state_dict(self):
+        return {{"failed": [(e.prompt, e.answer, dict(e.meta)) for e in self.failed]}}
+
+    def load_state_dict(self, state):
+        self.failed = [rllab.Example(prompt=p, answer=a, meta=m) for p, a, m in state["failed"]]
+
+    def metrics(self):
+        return {{"sampler/replay_queue": float(len(self.failed))}}
+''',
+    ),
     "environment": (
         'high: int = rllab.knob(8, help="secrets are drawn from 1..high", ge=2)\n'
         'max_turns: int = rllab.knob(4, help="guesses allowed per episode (binary search needs ceil(log2(high + 1)))", ge=1)',

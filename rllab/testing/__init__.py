@@ -45,6 +45,9 @@ What is checked, per kind (every registered component must pass these):
 - rollout backends: grouped completions whose log-probs match their tokens, valid finish
   reasons, and repeatable sampling under a seed (on a tiny locally built model);
 - KL controllers, tasks, loggers: their factories build objects that honour their protocols;
+- samplers: a draw gives ``n`` examples, the same for the same generator; metrics named
+  ``sampler/…``; a sampler restored from its ``state_dict`` draws what the original draws; one that
+  declares ``stateless=True`` draws the same with and without feedback (:mod:`rllab.testing.samplers`);
 - reward functions: one finite float (or None) per completion in their declared signature, the
   same for chat-format completions as for strings, and the same when called twice.
 
@@ -81,6 +84,7 @@ from rllab.lab import Lab
 
 from rllab.testing import factories as contract_factories  # noqa: F401  (registers the factory kinds' checks)
 from rllab.testing import environments as contract_environments  # noqa: F401,E402  (registers the environments' checks)
+from rllab.testing import samplers as contract_samplers  # noqa: F401,E402  (registers the samplers' checks)
 from rllab.testing.checks import _REGISTRY, Check, ContractSkip  # noqa: F401  (ContractSkip: for plugin authors' own checks)
 
 
