@@ -37,6 +37,7 @@ checkpoints: a resumed run draws what the uninterrupted one would.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import attrs
@@ -70,18 +71,17 @@ class DifficultyPoolConfig:
     """Knobs of the difficulty_pool sampler."""
 
     pool_size: int = rllab.knob(256, help="prompts in the pool, drawn once from the task at the first step", ge=1, le=1_000_000)
-    hard_threshold: float = rllab.knob(0.25, help="a prompt whose latest mean reward is ≤ this is hard", ge=0.0, le=1.0)
-    easy_threshold: float = rllab.knob(0.75, help="a prompt whose latest mean reward is > this is easy (≥ hard_threshold)",
-                                       ge=0.0, le=1.0)
-    hard_weight: float = rllab.knob(0.2, help="sampling weight of each hard prompt (≥ 0)")
-    normal_weight: float = rllab.knob(1.0, help="sampling weight of each normal (and not yet seen) prompt (≥ 0)")
-    easy_weight: float = rllab.knob(0.2, help="sampling weight of each easy prompt (≥ 0)")
+    hard_threshold: float = rllab.knob(0.25, help="a prompt whose latest mean reward is ≤ this is hard (in the task's reward units)")
+    easy_threshold: float = rllab.knob(0.75, help="a prompt whose latest mean reward is > this is easy (≥ hard_threshold)")
+    hard_weight: float = rllab.knob(0.2, help="sampling weight of each hard prompt", ge=0.0)
+    normal_weight: float = rllab.knob(1.0, help="sampling weight of each normal (and not yet seen) prompt", ge=0.0)
+    easy_weight: float = rllab.knob(0.2, help="sampling weight of each easy prompt", ge=0.0)
 
     def __attrs_post_init__(self):
-        for name in ("hard_weight", "normal_weight", "easy_weight"):
+        for name in ("hard_threshold", "easy_threshold"):
             value = getattr(self, name)
-            if not value >= 0:  # NaN too
-                raise ValueError(f"{name} = {value!r} must be ≥ 0 (a pool's sampling weight)")
+            if not math.isfinite(value):
+                raise ValueError(f"{name} = {value!r} must be a finite reward")
         if self.hard_weight + self.normal_weight + self.easy_weight <= 0:
             raise ValueError("hard_weight, normal_weight and easy_weight are all 0: no prompt could be drawn; give one a weight > 0")
         if self.hard_threshold > self.easy_threshold:
