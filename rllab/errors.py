@@ -72,3 +72,8 @@ class EpisodeError(RewardError):
 class NoDemonstrationError(RllabError):
     """A task or environment without ``demonstration(example)`` was asked for one (the tiny model's
     supervised warm start, or a contract check that plays demonstrations)."""
+
+
+class SamplerSourceError(RllabError):
+    """A prompt sampler cannot draw for the run's task or environment (it serves another kind of
+    source, e.g. a reasoning-gym curriculum under a task that is not reasoning-gym's)."""

@@ -44,8 +44,8 @@ and ``reasoning_gym_retry``, which lets the model retry a reasoning-gym question
 The plugin also registers the built-in reward functions (:mod:`rllab_tasks.rewards`): ``exact``,
 ``contains``, ``numeric``, ``math_verify``, ``format`` and ``length_penalty``, and two that ask a
 server (:mod:`rllab_tasks.remote_rewards`): ``remote`` (a reward service) and ``llm_judge``; and the
-built-in prompt samplers (:mod:`rllab_tasks.samplers`): ``default``, ``difficulty_pool`` and
-``advantage_gate``.
+built-in prompt samplers (:mod:`rllab_tasks.samplers`): ``default``, ``difficulty_pool``,
+``advantage_gate`` and ``reasoning_gym_curriculum``.
 
 Several reward components
 -------------------------

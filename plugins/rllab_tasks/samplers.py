@@ -31,6 +31,9 @@
     ``sampler/gate_flat``, ``sampler/gate_replaced``, ``sampler/gate_left``, ``sampler/gate_rounds``,
     ``sampler/gate_prompts``.
 
+``reasoning_gym_curriculum``
+    reasoning-gym's curricula as a sampler (:mod:`rllab_tasks.curriculum`).
+
 The pool's state (its seed and each prompt's latest mean reward) is saved in the run's
 checkpoints: a resumed run draws what the uninterrupted one would.
 """
@@ -201,3 +204,6 @@ def register(register_fn) -> None:
     register_fn("difficulty_pool", difficulty_pool, config=DifficultyPoolConfig)
     register_fn("advantage_gate", advantage_gate, config=AdvantageGateConfig, stateless=True,
                 gate_retries=lambda config: config.max_retries)
+    from .curriculum import CurriculumConfig, reasoning_gym_curriculum
+
+    register_fn("reasoning_gym_curriculum", reasoning_gym_curriculum, config=CurriculumConfig)
