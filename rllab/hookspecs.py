@@ -315,8 +315,9 @@ def register_samplers(register):
 
     ``source(n, rng)`` is the run's own draw (the task's ``train_examples``): ``n`` examples drawn
     with the torch generator ``rng``. ``rng`` is the step's generator (seeded from the run's seed
-    and the step). ``rewards`` (P,) floats: each drawn prompt's mean task reward over its group
-    (None for a prompt whose every sample failed its reward).
+    and the step). ``examples`` are the step's prompts, then any replacements the gate played;
+    ``rewards`` one float each: the prompt's mean task reward over its group (None for a prompt
+    whose every sample failed its reward).
 
     :param register: call ``register(name, factory, config=...)`` once per sampler.
 
