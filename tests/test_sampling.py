@@ -196,3 +196,13 @@ def test_the_contract_catches_a_sampler_that_loses_its_state_or_wrongly_claims_t
     assert not results["a sampler restored from its state_dict draws what the original draws"].passed
     assert not results["a stateless sampler draws the same with and without feedback"].passed
     assert results["draws n examples, the same for the same generator"].passed
+
+
+def test_a_run_reads_the_gate_from_its_samplers_trait(tmp_path, _cache):
+    from rllab.training.trainer import run_experiment
+
+    run_experiment(load_config(None, [*overrides(TINY), "train.steps=1", "task.digits=1", "sampler=advantage_gate",
+                                      "sampler.max_retries=3"]), run_dir=tmp_path / "r", progress=False)
+    row = next(json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines() if '"rollout/reward"' in x)
+    assert row["sampler/gate_rounds"] <= 3 and row["sampler/gate_left"] <= row["sampler/gate_flat"]
+    assert row["sampler/gate_flat"] == 0 or row["sampler/gate_rounds"] >= 1
