@@ -1,9 +1,17 @@
 """``opd``: on-policy distillation — a teacher model scores the student's own samples.
 
-The step is the ``rl`` step (:mod:`rllab_algorithms.rl`) with one more no-grad forward: the
-teacher's log-probs ``t`` of the tokens the student sampled (same tokenizer; the teacher is a local
-model directory, ``teacher_path``, loaded once in float32 on the policy's device). Per response
-token, with ``s`` the student's log-prob, the reverse KL of student to teacher is estimated as
+The step is the ``rl`` step (:mod:`rllab_algorithms.rl`) with the teacher's log-probs ``t`` of
+the tokens the student sampled (same tokenizer). The teacher is one of
+
+- ``teacher_path``: a local model directory, loaded once in float32 on the policy's device; one
+  more no-grad forward, at the rollout's temperature (``log_softmax(z / T)``, as the student's);
+- ``teacher_url``: an SGLang server (or router) serving the teacher: each step sends every row's
+  prompt + response to its ``/generate`` with ``max_new_tokens = 0`` and ``logprob_start_len``
+  at the response (:mod:`rllab_backends.sglang.score`), and reads back ``input_token_logprobs``.
+  SGLang takes prompt log-probs before temperature, so this needs ``rollout.temperature = 1``.
+
+Per response token, with ``s`` the student's log-prob, the reverse KL of student to teacher is
+estimated as
 
     k1   loss_t = sg(s − t) · exp(s − sg(s))       value s − t; gradient (s − t)·∇s, the
                                                    policy gradient of KL(π_s ‖ π_t) with the
@@ -44,14 +52,29 @@ def _check_teacher(inst, attribute, value):
         raise ValueError(f"{attribute.name} = {value!r}: {e}") from None
 
 
+def _check_url(value):
+    if value is not None and not (isinstance(value, str) and value.startswith(("http://", "https://"))):
+        raise ValueError(f"teacher_url = {value!r} is not an http:// or https:// URL of an SGLang server")
+
+
 @attrs.frozen(kw_only=True)
 class OPDConfig(RLConfig):
     """Knobs of on-policy distillation (and those of ``rl``)."""
 
-    teacher_path: str = rllab.knob(help="the teacher: a local model directory with the student's tokenizer (required)", validator=_check_teacher)
+    teacher_url: str | None = rllab.knob(None, help="the teacher: an SGLang server or router URL answering /generate "
+                                         "(prompt log-probs; needs rollout.temperature = 1); or teacher_path",
+                                         validator=lambda i, a, v: _check_url(v))
+    teacher_path: str | None = rllab.knob(None, help="the teacher: a local model directory with the student's tokenizer; "
+                                          "or teacher_url", validator=_check_teacher)
     estimator: str = rllab.knob("k1", help="the per-token reverse-KL estimate trained on: k1 (policy-gradient form) or k3", choices=ESTIMATORS)
     kl_coef: float = rllab.knob(1.0, help="the distillation loss's weight (slime's --opd-kl-coef)", gt=0.0)
     with_rl: bool = rllab.knob(False, help="add the distillation loss to the RL loss (False: the distillation loss alone)")
+
+    def __attrs_post_init__(self):
+        if (self.teacher_path is None) == (self.teacher_url is None):
+            both = "both are set" if self.teacher_path is not None else "neither is set"
+            raise ValueError(f"teacher_path: set exactly one of teacher_path (a local model directory) and teacher_url "
+                             f"(an SGLang server serving the teacher, e.g. \"http://127.0.0.1:30000\"); {both}")
 
 
 def reverse_kl_loss(log_prob: torch.Tensor, teacher_log_prob: torch.Tensor, estimator: str) -> torch.Tensor:
@@ -89,6 +112,18 @@ class OPD(RL):
 
     def prepare(self, ctx, batch, extra=None):
         prepared, metrics = super().prepare(ctx, batch, extra)
+        if self.config.teacher_url is not None:
+            from .teacher_server import server_logprobs
+
+            t = server_logprobs(self.config.teacher_url, ctx, batch)
+        else:
+            t = self._local_logprobs(ctx, batch)
+        s_old = prepared.old_log_prob
+        if s_old is not None:
+            metrics["distill/k1_before"] = ops.masked_mean(s_old - t, batch.response_mask).item()
+        return attrs.evolve(prepared, teacher_log_prob=t), metrics
+
+    def _local_logprobs(self, ctx, batch) -> torch.Tensor:
         teacher = load_teacher(self.config.teacher_path, ctx.device)
         vocab = teacher.get_output_embeddings().weight.shape[0]
         student = ctx.policy.get_output_embeddings().weight.shape[0]
@@ -98,11 +133,7 @@ class OPD(RL):
                 f"a teacher must share the student's tokenizer", key="teacher_path",
             )
         with torch.no_grad():
-            t = _logprobs(ctx, teacher, batch)
-        s_old = prepared.old_log_prob
-        if s_old is not None:
-            metrics["distill/k1_before"] = ops.masked_mean(s_old - t, batch.response_mask).item()
-        return attrs.evolve(prepared, teacher_log_prob=t), metrics
+            return _logprobs(ctx, teacher, batch)
 
     def extra_loss(self, ctx, p, rows, log_prob, mask, agg, out):
         t = p.teacher_log_prob[rows]
