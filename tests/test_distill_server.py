@@ -1,4 +1,4 @@
-"""``opd`` with its teacher served by SGLang (``algorithm.teacher_url``), against the stand-in
+"""``opd`` with its teacher served by SGLang (``algorithm.teacher = "http://…"``), against the stand-in
 server (tests/sglang_standin.py) serving the same model directory as a local teacher: the
 teacher's log-probs and the distillation loss match; a server down or a wrong setting is named."""
 
@@ -74,8 +74,8 @@ def test_an_answer_with_wrong_tokens_or_lengths_is_refused():
 
 def test_the_served_teacher_gives_the_local_teachers_loss(teacher, server, tmp_path):
     common = ("model.warm_start.steps=0", "algorithm=opd", "rollout.temperature=1.0", "algorithm.estimator=k3")
-    local = Trainer(_cfg(*common, f"algorithm.teacher_path={teacher}"), run_dir=tmp_path / "a", progress=False)
-    served = Trainer(_cfg(*common, f"algorithm.teacher_url={server.url}"), run_dir=tmp_path / "b", progress=False)
+    local = Trainer(_cfg(*common, f"algorithm.teacher={teacher}"), run_dir=tmp_path / "a", progress=False)
+    served = Trainer(_cfg(*common, f"algorithm.teacher={server.url}"), run_dir=tmp_path / "b", progress=False)
     for _ in range(2):
         a, b = local.train_step(), served.train_step()
         assert a["distill/k1"] > 0.1 and math.isfinite(b["distill/k1"])
@@ -84,26 +84,33 @@ def test_the_served_teacher_gives_the_local_teachers_loss(teacher, server, tmp_p
 
 
 def test_a_server_teacher_needs_temperature_one(server, tmp_path):
-    tr = Trainer(_cfg("algorithm=opd", f"algorithm.teacher_url={server.url}", "rollout.temperature=0.7"),
+    tr = Trainer(_cfg("algorithm=opd", f"algorithm.teacher={server.url}", "rollout.temperature=0.7"),
                  run_dir=tmp_path / "s", progress=False)
-    with pytest.raises(ConfigError, match=r"teacher_url .* needs rollout.temperature = 1 \(it is 0.7\)") as e:
+    with pytest.raises(ConfigError, match=r"teacher = .* \(a server\) needs rollout.temperature = 1 \(it is 0.7\)") as e:
         tr.train_step()
     assert e.value.key == "rollout.temperature"
 
 
 def test_a_teacher_server_that_is_down_is_named(tmp_path):
-    tr = Trainer(_cfg("algorithm=opd", "algorithm.teacher_url=http://127.0.0.1:9", "rollout.temperature=1.0"),
+    tr = Trainer(_cfg("algorithm=opd", "algorithm.teacher=http://127.0.0.1:9", "rollout.temperature=1.0"),
                  run_dir=tmp_path / "s", progress=False)
-    with pytest.raises(TeacherError, match=r"(?s)teacher_url = 'http://127.0.0.1:9' could not score.*cannot connect"):
+    with pytest.raises(TeacherError, match=r"(?s)the teacher at 'http://127.0.0.1:9' \(algorithm.teacher\) could not score.*cannot connect"):
         tr.train_step()
 
 
-@pytest.mark.parametrize("extra, match", [
-    (("algorithm.teacher_url=127.0.0.1:30000",), "not an http:// or https:// URL"),
-    (("algorithm.teacher_url=http://x", "algorithm.teacher_path={teacher}"), "exactly one of teacher_path .* both are set"),
-    ((), "exactly one of teacher_path .* neither is set"),
-    (("algorithm.teacher_url=30000",), "teacher_url"),
+def test_a_server_teacher_is_told_from_a_directory_by_its_scheme():
+    from rllab_algorithms.distill import is_url
+
+    assert is_url("http://127.0.0.1:30000") and is_url("https://teacher.example")
+    assert not is_url("/models/teacher") and not is_url("127.0.0.1:30000")
+
+
+@pytest.mark.parametrize("value, match", [
+    ("127.0.0.1:30000", "is not a directory; .* or an SGLang server's URL"),
+    ("grpc://127.0.0.1:30000", "a local model directory or an SGLang server's http:// or https:// URL"),
+    ("http://", "a URL without a host"),
 ])
-def test_teacher_settings_are_checked(teacher, extra, match):
-    with pytest.raises(ConfigError, match=match):
-        _cfg("algorithm=opd", *(x.format(teacher=teacher) for x in extra))
+def test_teacher_settings_are_checked(value, match):
+    with pytest.raises(ConfigError, match=match) as e:
+        _cfg("algorithm=opd", f"algorithm.teacher={value}")
+    assert "teacher" in str(e.value)

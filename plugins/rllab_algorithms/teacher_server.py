@@ -1,4 +1,4 @@
-"""``opd``'s teacher served by SGLang (``algorithm.teacher_url``): the teacher's log-probs of the
+"""``opd``'s teacher served by SGLang (``algorithm.teacher = "http://HOST:PORT"``): the teacher's log-probs of the
 student's sampled tokens, read from the server's prompt log-probs
 (:meth:`rllab_backends.sglang.SGLangBackend.prompt_logprobs`).
 
@@ -51,8 +51,8 @@ def server_logprobs(url: str, ctx, batch) -> torch.Tensor:
     temperature = ctx.config.rollout.temperature
     if temperature != 1.0:
         raise rllab.ConfigError(
-            f"algorithm 'opd': teacher_url = {url!r} needs rollout.temperature = 1 (it is {temperature:g}): SGLang's "
-            f"prompt log-probs are log_softmax(z), before temperature; set rollout.temperature = 1 or use teacher_path",
+            f"algorithm 'opd': teacher = {url!r} (a server) needs rollout.temperature = 1 (it is {temperature:g}): SGLang's "
+            f"prompt log-probs are log_softmax(z), before temperature; set rollout.temperature = 1 or use a local model directory",
             key="rollout.temperature",
         )
     seqs, first, lengths = rows_to_score(batch)
@@ -63,7 +63,7 @@ def server_logprobs(url: str, ctx, batch) -> torch.Tensor:
             scores = _client(url).prompt_logprobs([seqs[i] for i in keep], [first[i] for i in keep])
         except SGLangError as e:
             raise TeacherError(
-                f"algorithm 'opd': the teacher at teacher_url = {url!r} could not score the student's samples "
+                f"algorithm 'opd': the teacher at {url!r} (algorithm.teacher) could not score the student's samples "
                 f"(is an SGLang server serving the teacher there?): {e}"
             ) from None
         for i, lps in zip(keep, scores):
