@@ -87,3 +87,14 @@ def test_a_teacher_with_another_vocabulary_is_refused_naming_teacher(tmp_path):
     with pytest.raises(ConfigError, match=r"teacher .* has \d+ output tokens and the student \d+.*share the student's tokenizer") as e:
         tr.train_step()
     assert e.value.key == "teacher"
+
+
+def test_a_teacher_directory_given_with_a_tilde_loads(tmp_path, monkeypatch):
+    import shutil
+
+    teacher = Trainer(_cfg(), run_dir=tmp_path / "teacher", progress=False).model_dir
+    home = tmp_path / "home"
+    shutil.copytree(teacher, home / "teachers" / "t")
+    monkeypatch.setenv("HOME", str(home))
+    m = Trainer(_cfg("algorithm=opd", "algorithm.teacher=~/teachers/t"), run_dir=tmp_path / "s", progress=False).train_step()
+    assert math.isfinite(m["distill/k1"])
