@@ -114,3 +114,19 @@ def test_teacher_settings_are_checked(value, match):
     with pytest.raises(ConfigError, match=match) as e:
         _cfg("algorithm=opd", f"algorithm.teacher={value}")
     assert "teacher" in str(e.value)
+
+
+def test_a_web_server_that_is_not_sglang_is_named_as_the_teacher(tmp_path):
+    import http.server
+    import threading
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)  # POST: 501, HTML
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        tr = Trainer(_cfg("algorithm=opd", f"algorithm.teacher={url}"), run_dir=tmp_path / "s", progress=False)
+        with pytest.raises(TeacherError, match=r"(?s)not an SGLang server.*check the URL and port in algorithm.teacher") as e:
+            tr.train_step()
+        assert "backend.urls" not in str(e.value)
+    finally:
+        httpd.shutdown()

@@ -64,7 +64,7 @@ def server_logprobs(url: str, ctx, batch) -> torch.Tensor:
         except SGLangError as e:
             raise TeacherError(
                 f"algorithm 'opd': the teacher at {url!r} (algorithm.teacher) could not score the student's samples "
-                f"(is an SGLang server serving the teacher there?): {e}"
+                f"(is an SGLang server serving the teacher there?): {str(e).replace('backend.urls', 'algorithm.teacher')}"
             ) from None
         for i, lps in zip(keep, scores):
             out[i, : lengths[i]] = torch.tensor(lps, dtype=torch.float32)
