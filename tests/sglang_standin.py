@@ -12,6 +12,8 @@ SGLang's: ``log_softmax(z / T)`` before top-k / top-p) and speaks SGLang's nativ
   Every response row is checked against ``GenerateResponse`` before it is sent. ``n > 1`` is
   answered prompt-major; ``sampling_seed`` is honoured (the real server honours it only with
   ``--enable-deterministic-inference``).
+- ``logprob_start_len >= 0`` adds ``meta_info.input_token_logprobs`` (prompt log-probs, from the
+  model: :mod:`sglang_standin_scoring`); ``max_new_tokens = 0`` answers a prefill only.
 - ``GET /health``, ``/health_generate``, ``/get_model_info``, ``/model_info``,
   ``/get_server_info``; ``POST /update_weights_from_disk``, ``/flush_cache``,
   ``/pause_generation``, ``/continue_generation``, ``/begin_weight_update``,
@@ -339,13 +341,16 @@ class StandIn:
         for p, sp in zip(batch, sp_list):
             params = SamplingParams(
                 n=n,
-                max_new_tokens=sp.get("max_new_tokens", 128),
+                max_new_tokens=max(1, sp.get("max_new_tokens", 128)),  # 0: a prefill only (below)
                 temperature=sp.get("temperature", 1.0),
                 top_p=sp.get("top_p", 1.0),
                 top_k=sp.get("top_k", -1),
                 stop_token_ids=tuple(sp.get("stop_token_ids") or ()),
                 seed=sp.get("sampling_seed"),
             )
+            if sp.get("max_new_tokens") == 0 and self.instant_tokens is None:  # a prefill only (prompt log-probs)
+                rows.extend(_Decoding(tuple(p), (), (), "length", params, None, self.span_version) for _ in range(n))
+                continue
             if self.instant_tokens is not None:
                 k = min(self.instant_tokens, params.max_new_tokens)
                 for _ in range(n):
@@ -360,7 +365,26 @@ class StandIn:
                     support = self._support(p, c.token_ids, params) if body.get("return_sampling_mask") else None
                     rows.append(_Decoding(tuple(p), c.token_ids, c.log_probs, c.finish_reason, params, support, self.span_version))
         self._decode(rows)
-        return [self._row(r) for r in rows]
+        out = [self._row(r) for r in rows]
+        starts = body.get("logprob_start_len", -1)
+        starts = starts if isinstance(starts, list) else [starts] * len(batch)
+        if any(s >= 0 for s in starts):
+            try:
+                from tests.sglang_standin_scoring import input_token_logprobs
+            except ImportError:  # run as a program: tests/ is on sys.path
+                from sglang_standin_scoring import input_token_logprobs
+
+            with self._lock:
+                if self._backend is None:
+                    raise _HTTPError(400, "stand-in: prompt log-probs need a model")
+                for k, row in enumerate(out):
+                    p, s = batch[k // n], starts[k // n]
+                    if s >= 0:
+                        try:
+                            row["meta_info"]["input_token_logprobs"] = input_token_logprobs(self._backend.model, list(p), s)
+                        except ValueError as e:
+                            raise _HTTPError(400, str(e)) from None
+        return out
 
     def _decode(self, rows: list["_Decoding"]) -> None:
         """Play the rows' decoding out in time (``token_delay_s`` per token, all rows together),

@@ -23,7 +23,7 @@ _REWARD_SERVER = RewardStandIn()
 
 
 def _teacher_dir() -> str:
-    """A small model directory for opd's teacher_path."""
+    """A small model directory for opd's teacher."""
     from rllab.models.tiny import TinyModelConfig, build_tiny_model
 
     model, tok = build_tiny_model(TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64))
@@ -35,7 +35,7 @@ def _teacher_dir() -> str:
 
 _KNOBS = {("task", "jsonl"): {"path": str(_DATA)}, ("task", "dataset"): {"path": str(_DATA)}, ("rollout_backend", "sglang"): launch_knobs(), ("policy_loss", "dro"): {"beta": 0.1},
           ("reward_function", "remote"): {"url": _REWARD_SERVER.url}, ("reward_function", "llm_judge"): {"url": _REWARD_SERVER.url},
-          ("algorithm", "opd"): {"teacher_path": _teacher_dir()}}
+          ("algorithm", "opd"): {"teacher": _teacher_dir()}}
 from tests import openenv_server  # noqa: E402  (the openenv environment runs against a local OpenEnv server, started by the fixture below)
 
 _KNOBS[("environment", "openenv")] = {"url": openenv_server.URL, "eval_size": 4}

@@ -47,7 +47,7 @@ def _cfg(*extra):
 
 def test_a_student_distils_from_its_teacher(tmp_path):
     teacher = Trainer(_cfg(), run_dir=tmp_path / "teacher", progress=False).model_dir  # the warm-started tiny model
-    tr = Trainer(_cfg("model.warm_start.steps=0", "algorithm=opd", f"algorithm.teacher_path={teacher}", "train.lr=3e-3",
+    tr = Trainer(_cfg("model.warm_start.steps=0", "algorithm=opd", f"algorithm.teacher={teacher}", "train.lr=3e-3",
                       "rollout.temperature=1.0"), run_dir=tmp_path / "student", progress=False)
     kls = [tr.train_step()["distill/k1"] for _ in range(16)]
     assert all(math.isfinite(k) for k in kls) and kls[0] > 0.5
@@ -56,17 +56,19 @@ def test_a_student_distils_from_its_teacher(tmp_path):
 
 def test_with_rl_adds_the_rl_loss(tmp_path):
     teacher = Trainer(_cfg(), run_dir=tmp_path / "teacher", progress=False).model_dir
-    m = Trainer(_cfg("algorithm=opd", f"algorithm.teacher_path={teacher}", "algorithm.with_rl=true", "algorithm.estimator=k3",
+    m = Trainer(_cfg("algorithm=opd", f"algorithm.teacher={teacher}", "algorithm.with_rl=true", "algorithm.estimator=k3",
                      "algorithm.kl_coef=0.5"), run_dir=tmp_path / "s", progress=False).train_step()
     assert m["loss/total"] == pytest.approx(m["loss/policy"] + 0.5 * m["loss/distill"], rel=1e-4, abs=1e-6)
     assert m["loss/distill"] == pytest.approx(m["distill/k3"], rel=1e-4, abs=1e-6)  # token-mean of k3
 
 
 @pytest.mark.parametrize("extra, key", [
-    ((), "teacher_path"),
-    (("algorithm.teacher_path=/no/such/dir",), "teacher_path"),
-    (("algorithm.teacher_path={teacher}", "algorithm.estimator=k2"), "estimator"),
-    (("algorithm.teacher_path={teacher}", "algorithm.kl_coef=0"), "kl_coef"),
+    ((), "teacher"),
+    (("algorithm.teacher=/no/such/dir",), "teacher"),
+    (("algorithm.teacher=ftp://host/model",), "teacher"),
+    (("algorithm.teacher=http://",), "teacher"),
+    (("algorithm.teacher={teacher}", "algorithm.estimator=k2"), "estimator"),
+    (("algorithm.teacher={teacher}", "algorithm.kl_coef=0"), "kl_coef"),
 ])
 def test_bad_opd_knobs_are_refused_naming_them(tmp_path, extra, key):
     teacher = Trainer(_cfg(), run_dir=tmp_path / "teacher", progress=False).model_dir
@@ -75,13 +77,24 @@ def test_bad_opd_knobs_are_refused_naming_them(tmp_path, extra, key):
     assert key in str(e.value) and "model.path" not in str(e.value)
 
 
-def test_a_teacher_with_another_vocabulary_is_refused_naming_teacher_path(tmp_path):
+def test_a_teacher_with_another_vocabulary_is_refused_naming_teacher(tmp_path):
     from rllab.models.tiny import TinyModelConfig, build_tiny_model
 
     model, tok = build_tiny_model(TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64, tokenizer="chat"))
     model.save_pretrained(tmp_path / "chat")
     tok.save_pretrained(tmp_path / "chat")
-    tr = Trainer(_cfg("algorithm=opd", f"algorithm.teacher_path={tmp_path / 'chat'}"), run_dir=tmp_path / "s", progress=False)
+    tr = Trainer(_cfg("algorithm=opd", f"algorithm.teacher={tmp_path / 'chat'}"), run_dir=tmp_path / "s", progress=False)
     with pytest.raises(ConfigError, match=r"teacher .* has \d+ output tokens and the student \d+.*share the student's tokenizer") as e:
         tr.train_step()
-    assert e.value.key == "teacher_path"
+    assert e.value.key == "teacher"
+
+
+def test_a_teacher_directory_given_with_a_tilde_loads(tmp_path, monkeypatch):
+    import shutil
+
+    teacher = Trainer(_cfg(), run_dir=tmp_path / "teacher", progress=False).model_dir
+    home = tmp_path / "home"
+    shutil.copytree(teacher, home / "teachers" / "t")
+    monkeypatch.setenv("HOME", str(home))
+    m = Trainer(_cfg("algorithm=opd", "algorithm.teacher=~/teachers/t"), run_dir=tmp_path / "s", progress=False).train_step()
+    assert math.isfinite(m["distill/k1"])

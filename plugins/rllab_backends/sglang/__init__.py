@@ -9,6 +9,7 @@ after each step, retries and staleness checks (docs/sglang.md). One module per c
 - :mod:`.sync` — the weight-sync routes (``disk``, ``tensor``, ``distributed`` with
   :mod:`.distributed`);
 - :mod:`.launch` — a server started and stopped by the backend;
+- :mod:`.score` — prompt log-probs of given sequences (``prompt_logprobs``: a teacher for ``opd``);
 - :mod:`.errors` — the exceptions;
 - :mod:`.backend` — :class:`SGLangBackend`, the parts put together.
 """

@@ -53,12 +53,13 @@ from .errors import (
     StaleSampleError,
 )
 from .launch import Launch
+from .score import Score
 from .protocol import error_message, parse_rows
 from .sync import WeightSync, _is_path
 from .transport import Loop, Transport
 
 
-class SGLangBackend(Transport, WeightSync, Launch, RolloutBackend):
+class SGLangBackend(Transport, WeightSync, Launch, Score, RolloutBackend):
     """Rollouts from SGLang servers (see the module docstring and docs/sglang.md)."""
 
     def __init__(self, config: SGLangBackendConfig):
