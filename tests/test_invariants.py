@@ -33,7 +33,7 @@ def test_no_kernel_file_imports_a_plugin():
     assert offenders == []
 
 
-# What plugins may import from the kernel: the component API (chat prompts: rllab.rollout.chat; KV caches:
+# What plugins may import from the kernel: the component API (samplers: rllab.sampling; chat prompts: rllab.rollout.chat; KV caches:
 # rllab.models.hfcompat; optional members and their defaults: rllab.members), plus the run-level modules that
 # command plugins drive (configs, the trainer, run directories, checkpoints, TOML).
 PUBLIC_MODULES = {
@@ -41,6 +41,7 @@ PUBLIC_MODULES = {
     "rllab.algorithm", "rllab.config", "rllab.training.trainer", "rllab.training.runs", "rllab.training.rundir", "rllab.parallel.checkpoint", "rllab.tomlio",
     "rllab.rollout.rewards", "rllab.rollout.chat", "rllab.models.hfcompat", "rllab.rollout.environment", "rllab.rollout.tools", "rllab.members",
     "rllab.rollout.accuracy", "rllab.training.runlock", "rllab.training.parts", "rllab.errors", "rllab.models.modeldir",
+    "rllab.sampling",
 }  # fmt: skip
 # A plugin may build on another only where declared here (a front end of a command plugin).
 PLUGIN_DEPENDENCIES = {"rllab_tui": {"rllab_suite"}}

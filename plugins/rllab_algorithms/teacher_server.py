@@ -1,6 +1,7 @@
 """``opd``'s teacher served by SGLang (``algorithm.teacher = "http://HOST:PORT"``): the teacher's log-probs of the
 student's sampled tokens, read from the server's prompt log-probs
-(:meth:`rllab_backends.sglang.SGLangBackend.prompt_logprobs`).
+(the ``prompt_logprobs(sequences, first)`` member of the ``sglang`` rollout backend, built by name through
+the registry, as any rollout backend that scores prompts can be).
 
 Each row of the batch is sent as its real tokens — the prompt (left padding dropped) followed by
 the response up to its last real token — and scored from the response's first token. The answer
@@ -20,11 +21,17 @@ class TeacherError(rllab.RllabError):
     """The teacher server could not score the student's samples (down, refused, or not SGLang)."""
 
 
-def _client(url: str):
+def _client(url: str, backend: str = "sglang"):
+    """The rollout backend ``backend`` pointed at ``url``, built once per process through the registry."""
     if url not in _CLIENTS:
-        from rllab_backends.sglang import SGLangBackend, SGLangBackendConfig
-
-        _CLIENTS[url] = SGLangBackend(SGLangBackendConfig(urls=url))
+        client = rllab.Lab().get("rollout_backend", backend, urls=url)()
+        if not callable(getattr(client, "prompt_logprobs", None)):
+            raise rllab.ConfigError(
+                f"algorithm 'opd': teacher = {url!r} needs a rollout backend that returns prompt log-probs "
+                f"(a prompt_logprobs member); rollout_backend {backend!r} has none",
+                key="algorithm.teacher",
+            )
+        _CLIENTS[url] = client
     return _CLIENTS[url]
 
 
@@ -46,8 +53,6 @@ def rows_to_score(batch) -> tuple[list[list[int]], list[int], list[int]]:
 
 def server_logprobs(url: str, ctx, batch) -> torch.Tensor:
     """``(B, T)`` float32 log-probs of the teacher at ``url`` for the batch's response tokens."""
-    from rllab_backends.sglang import SGLangError
-
     temperature = ctx.config.rollout.temperature
     if temperature != 1.0:
         raise rllab.ConfigError(
@@ -61,7 +66,7 @@ def server_logprobs(url: str, ctx, batch) -> torch.Tensor:
     if keep:
         try:
             scores = _client(url).prompt_logprobs([seqs[i] for i in keep], [first[i] for i in keep])
-        except SGLangError as e:
+        except rllab.RllabError as e:
             raise TeacherError(
                 f"algorithm 'opd': the teacher at {url!r} (algorithm.teacher) could not score the student's samples "
                 f"(is an SGLang server serving the teacher there?): {str(e).replace('backend.urls', 'algorithm.teacher')}"
