@@ -43,6 +43,7 @@ from rllab.rollout.episodes import EpisodeResult, EpisodeRunner
 from rllab.errors import RewardError, RllabError
 from rllab.rollout.evalmetrics import sampled_metrics
 from rllab.rollout.rewards import random_rewards
+from rllab.rollout.partial import PartialRollouts
 from rllab.rollout.episode_stats import ERROR_ADVICE, check_step, episode_metrics
 from rllab.rollout.task_environment import EpisodeSource, episode_source
 from rllab.types import Completion, Example, RolloutBatch, SamplingParams
@@ -155,6 +156,10 @@ class RolloutStage:
         and evaluates every ``world_size``-th held-out example (the counts summed over ranks)."""
         self.shard = (reducer.rank, reducer.world_size)
         self.limits = source.limits
+        self.partial = None
+        """Partial rollouts (``rollout.over_sample > 0``, :mod:`rllab.rollout.partial`): their state, else None."""
+        if getattr(config, "over_sample", 0) > 0:
+            self.partial = partial_rollouts(self, backend, config)
 
     @property
     def task(self) -> Any:
@@ -285,12 +290,20 @@ class RolloutStage:
         G = group_size or r.group_size
         t0 = time.perf_counter()
         gen = torch.Generator().manual_seed(seed_for(self.seed, step, 0))
-        examples = self.source.env.train_examples(P, gen)
         rank, world = self.shard
-        if world > 1:  # data parallel: this rank's contiguous share of the step's prompts (whole groups)
-            examples = examples[rank * P // world:(rank + 1) * P // world]
-        runner = self.runner()
+        if self.partial is None:
+            examples = self.source.env.train_examples(P, gen)
+            if world > 1:  # data parallel: this rank's contiguous share of the step's prompts (whole groups)
+                examples = examples[rank * P // world:(rank + 1) * P // world]
+            runner = self.runner()
+        else:  # partial rollouts: over-sampled, stopped once P groups are complete (rllab.rollout.partial)
+            examples, carried = self.partial.examples(P, lambda k: self.source.env.train_examples(k, gen))
+            runner = self.runner()
+            runner.backend = partial_step = self.partial.step_backend(step, P, carried)
         episodes = runner.play(examples, self.sampling_params(step, n=G))
+        if self.partial is not None:
+            partial_step.keep(examples)
+            episodes = [attrs.evolve(e, token_versions=partial_step.versions.get(id(e.completion))) for e in episodes]
         backend_metrics = runner.backend_metrics
         completions = [e.completion for e in episodes]
         t_step = runner.timings["step"]
@@ -340,6 +353,8 @@ class RolloutStage:
         }
         if r.random_reward != "off":
             metrics["rollout/true_reward"] = true_reward
+        if self.partial is not None:
+            metrics.update(partial_step.token_metrics(completions))
         for k, name in enumerate(names):
             metrics[f"reward/{name}"] = components[:, k].mean().item()
         if self.source.multi_turn:
@@ -424,6 +439,17 @@ def build_stage(*, task: Any = None, env: Any = None, task_name: str = "?", env_
     source = episode_source(task=task, env=env, name=env_name or task_name, config=kw["config"],
                             tokenizer=kw.get("tokenizer"), context_tokens=context_tokens)
     return RolloutStage(source, **kw)
+
+
+def partial_rollouts(stage: RolloutStage, backend: Any, config: Any) -> PartialRollouts:
+    """The stage's :class:`~rllab.rollout.partial.PartialRollouts`, refused where they cannot take effect."""
+    if stage.source.multi_turn:
+        raise RllabError(f"rollout.over_sample = {config.over_sample!r}: partial rollouts stop and resume single-turn samples; "
+                         f"environment {stage.task_name!r} plays episodes of several turns. Set rollout.over_sample = 0")
+    if stage.shard[1] > 1:
+        raise RllabError(f"rollout.over_sample = {config.over_sample!r} is not supported under data parallelism "
+                         f"({stage.shard[1]} ranks): set rollout.over_sample = 0")
+    return PartialRollouts(backend, config, name=type(backend).__name__)
 
 
 def _lengths_by_outcome(lengths: torch.Tensor, solved: Sequence[bool]) -> dict[str, float]:
