@@ -1,0 +1,54 @@
+"""The hf backend's ``generate_until`` (partial rollouts): a batch stops once enough groups are complete."""
+
+import pytest
+import torch
+
+from rllab import SamplingParams
+
+from .test_backends_hf import make, prompts_of, tiny  # noqa: F401  (tiny: a fixture)
+
+
+def _oracle(ref, caps, groups, needed):
+    """What generate_until must give, from each row's unstopped greedy tokens ``ref``: a row ends
+    after min(its natural length, its cap) tokens; sampling stops at the first token count t where
+    ``needed`` groups have every row ended; a row not ended by then is cut at t and aborted."""
+    ends = [min(len(r), c) for r, c in zip(ref, caps)]
+    done_at = {g: max(e for e, h in zip(ends, groups) if h == g) for g in set(groups)}
+    t = min(t for t in range(1, max(ends) + 1) if sum(d <= t for d in done_at.values()) >= needed or t == max(ends))
+    return [(tuple(r[:min(e, t)]), "abort" if e > t else None) for r, e in zip(ref, ends)]
+
+
+@pytest.mark.parametrize("max_batch_size", [1024, 3])
+def test_greedy_rows_stop_once_enough_groups_are_complete(lab, tiny, max_batch_size):  # noqa: F811
+    model, tok = tiny
+    b = make(lab, max_batch_size=max_batch_size)
+    b.update_weights(model)
+    texts = ("1+2=", "12+34=", "999+1=", "7=")
+    base = prompts_of(tok, texts)
+    rows = [p for p in base for _ in range(2)]
+    caps, groups = [2, 3, 6, 6, 1, 4, 5, 2], [0, 0, 1, 1, 2, 2, 3, 3]
+    params = SamplingParams(n=1, max_new_tokens=8, temperature=0.0)
+    ref = [c.token_ids for c in b.generate(rows, params)]
+    got = b.generate_until(rows, params, caps=caps, groups=groups, needed=2)
+    want = _oracle(ref, caps, groups, 2)
+    if max_batch_size == 3:  # chunks of whole groups: {0, 1}, {2}, {3}; once 2 groups are complete the rest is never sampled
+        first = _oracle(ref[:4], caps[:4], groups[:4], 2)
+        done = sum(all(f is None for _, f in first[k:k + 2]) for k in (0, 2))
+        second = _oracle(ref[4:6], caps[4:6], groups[4:6], 2 - done) if done < 2 else [((), "abort")] * 2
+        want = first + second + [((), "abort")] * 2
+    assert [c.token_ids for c in got] == [t for t, _ in want]
+    for c, (t, f) in zip(got, want):
+        assert c.finish_reason == (f or ("stop" if t and t[-1] in b.eos_ids else "length"))
+    assert [c.prompt_index for c in got] == list(range(8))
+    assert sum(c.finish_reason == "abort" for c in got) > 0  # the case stops early
+
+
+def test_generate_until_refuses_n_above_one_and_mismatched_columns(lab, tiny):  # noqa: F811
+    model, tok = tiny
+    b = make(lab)
+    b.update_weights(model)
+    p = prompts_of(tok, ("1+2=",))
+    with pytest.raises(ValueError, match="n = 1"):
+        b.generate_until(p, SamplingParams(n=2), caps=[4], groups=[0], needed=1)
+    with pytest.raises(ValueError, match="1 caps, 2 groups"):
+        b.generate_until(p, SamplingParams(), caps=[4], groups=[0, 0], needed=1)
