@@ -162,3 +162,16 @@ def test_off_by_default_the_step_is_value_for_value_the_same(char):  # noqa: F81
 def test_a_backend_without_generate_until_is_refused_by_name(char):  # noqa: F811
     with pytest.raises(RllabError, match="over_sample = 0.5 needs a backend that stops a batch early.*Echo"):
         _stage(char, Echo(char), over_sample=0.5)
+
+
+def test_an_algorithm_that_does_not_train_on_sample_is_refused_by_name():
+    from types import SimpleNamespace
+
+    from rllab.errors import ConfigError
+    from rllab.rollout.partial import check_algorithm
+
+    cfg = SimpleNamespace(rollout=RolloutConfig(over_sample=0.25), component=lambda sec: SimpleNamespace(name="online_dpo"))
+    with pytest.raises(ConfigError, match="over_sample = 0.25: algorithm 'online_dpo'"):
+        check_algorithm(cfg, SimpleNamespace(async_rollouts=False))
+    check_algorithm(cfg, SimpleNamespace(async_rollouts=True))  # rl's kind: accepted
+    check_algorithm(SimpleNamespace(rollout=RolloutConfig()), SimpleNamespace(async_rollouts=False))  # off: nothing to refuse

@@ -38,6 +38,7 @@ import torch
 
 from rllab import placement
 from rllab.rollout import asynchronous as asyncrollout
+from rllab.rollout import partial as partial_rollouts
 from rllab.parallel import checkpoint
 from rllab.parallel import distributed
 from rllab.training import memory
@@ -113,6 +114,7 @@ class Trainer:
         built = parts.build_parts(cfg, self.lab)  # the algorithm, the KL controller, the components: rllab.training.parts
         self.algorithm, self.kl_controller, self.components = built.algorithm, built.kl_controller, built.components
         asyncrollout.check_algorithm(cfg, self.algorithm, self.components)
+        partial_rollouts.check_algorithm(cfg, self.algorithm)
         self.prefetch: asyncrollout.AsyncRollout | None = None
         """The batches sampled ahead (``rollout.max_staleness > 0``), else None."""
         self.prompt_limits: PromptLimits | None = None
