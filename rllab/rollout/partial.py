@@ -68,15 +68,14 @@ class PartialRollouts:
 
     :param backend: the run's rollout backend; it must have ``generate_until``.
     :param config: the run's :class:`rllab.settings.RolloutConfig` (``over_sample`` > 0).
-    :param name: the backend's name, for messages.
     """
 
-    def __init__(self, backend: Any, config: Any, *, name: str = "the backend"):
+    def __init__(self, backend: Any, config: Any):
         until = member(backend, "rollout_backend", "generate_until")
         if until is None:
             raise RllabError(
                 f"rollout.over_sample = {config.over_sample!r} needs a backend that stops a batch early (generate_until): "
-                f"{name} ({type(backend).__name__}) has none. Use backend 'hf' (process = false) or 'sglang', or set "
+                f"the run's backend ({type(backend).__name__}) has none. Use backend 'hf' (process = false) or 'sglang', or set "
                 f"rollout.over_sample = 0"
             )
         self.backend = backend

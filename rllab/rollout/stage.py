@@ -449,7 +449,7 @@ def partial_rollouts(stage: RolloutStage, backend: Any, config: Any) -> PartialR
     if stage.shard[1] > 1:
         raise RllabError(f"rollout.over_sample = {config.over_sample!r} is not supported under data parallelism "
                          f"({stage.shard[1]} ranks): set rollout.over_sample = 0")
-    return PartialRollouts(backend, config, name=type(backend).__name__)
+    return PartialRollouts(backend, config)
 
 
 def _lengths_by_outcome(lengths: torch.Tensor, solved: Sequence[bool]) -> dict[str, float]:

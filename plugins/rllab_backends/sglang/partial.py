@@ -97,11 +97,13 @@ async def generate_until(backend: Any, prompts: Sequence[tuple[int, ...]], param
 
 
 async def _abort_running(backend: Any, running: dict[int, tuple[str, list[str]]]) -> None:
-    """``/abort_request`` for every row of the requests still in flight (best effort: a row that
-    finished meanwhile is unknown to SGLang, which ignores it)."""
-    calls = [(url, rid) for url, rids in list(running.values()) for rid in rids]
-    for url, rid in calls:
+    """``/abort_request`` for every row of the requests still in flight, sent together (best
+    effort: a row that finished meanwhile is unknown to SGLang, which ignores it)."""
+
+    async def one(url: str, rid: str) -> None:
         try:
             await backend._call("POST", url, "/abort_request", {"rid": rid}, timeout=5.0)
         except Retry:
-            continue
+            pass
+
+    await asyncio.gather(*(one(url, rid) for url, rids in list(running.values()) for rid in rids))
