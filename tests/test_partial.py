@@ -136,6 +136,9 @@ def test_the_correction_weighs_a_continued_token_by_the_policy_that_sampled_it(c
     w, _ = token_truncate(old_log_prob=old, rollout_log_prob=batch.rollout_log_prob, mask=mask, config=CorrectionConfig(c_max=10.0))
     # by hand: a step-1 token (rollout log-prob -1) weighs exp(-1.5 + 1) = 0.6065; a step-2 token exp(-1.5 + 2) = 1.6487
     assert w[row, :6].tolist() == pytest.approx([0.60653] * 4 + [1.64872] * 2, abs=1e-4)
+    # the batch carries each token's step beside it (-1 on padding)
+    assert batch.token_versions[row].tolist() == [1, 1, 1, 1, 2, 2] + [-1] * (batch.response_length - 6)
+    assert batch.select(torch.tensor([row])).token_versions.shape == (1, batch.response_length)
 
 
 def test_mask_stale_tokens_keeps_older_tokens_out_of_the_loss(char):  # noqa: F811
@@ -157,6 +160,7 @@ def test_off_by_default_the_step_is_value_for_value_the_same(char):  # noqa: F81
     assert base.partial is None
     r = base.sample(1)
     assert all(e.token_versions is None for e in r.episodes) and not any(k.startswith("partial/") for k in r.metrics)
+    assert base.to_batch(r).token_versions is None
 
 
 def test_a_backend_without_generate_until_is_refused_by_name(char):  # noqa: F811

@@ -83,7 +83,7 @@ def episode_batch(episodes: Sequence[EpisodeResult], *, pad_token_id: int, compo
     """The padded :class:`RolloutBatch` of ``episodes`` (the kept ones of a step): rows in their
     order, ``index`` the prompt index, ``rewards`` each episode's reward plus its shaping (float32),
     ``reward_components`` their ``score`` (zeros for a failed episode) with the K names and
-    weights, ``turns`` and ``staleness``.
+    weights, ``turns``, ``staleness`` and (partial rollouts) ``token_versions``.
 
     Placed rewards: a row of one turn has its reward on its last model token (the batch's
     default placement); when some row took several turns, every row's are given
@@ -110,10 +110,15 @@ def episode_batch(episodes: Sequence[EpisodeResult], *, pad_token_id: int, compo
                 row[last] = total
             placed.append(row)
     staleness = [e.staleness for e in episodes]
+    versions = None  # partial rollouts: each token's step (a row without them: all the newest step's)
+    if any(e.token_versions is not None for e in episodes):
+        newest = max((v for e in episodes for v in e.token_versions or ()), default=0)
+        versions = [e.token_versions or (newest,) * len(e.completion.token_ids) for e in episodes]
     return RolloutBatch.from_completions(
         [e.completion for e in episodes], rewards, pad_token_id=pad_token_id, reward_components=comps,
         reward_component_names=names, reward_component_weights=None if comps is None else component_weights,
         turn_rewards=placed, turns=[e.turns for e in episodes], staleness=None if None in staleness else staleness,
+        token_versions=versions,
     )
 
 
