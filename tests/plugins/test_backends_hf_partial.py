@@ -52,3 +52,42 @@ def test_generate_until_refuses_n_above_one_and_mismatched_columns(lab, tiny):  
         b.generate_until(p, SamplingParams(n=2), caps=[4], groups=[0], needed=1)
     with pytest.raises(ValueError, match="1 caps, 2 groups"):
         b.generate_until(p, SamplingParams(), caps=[4], groups=[0, 0], needed=1)
+
+
+def test_continue_resumes_a_stopped_sample_from_its_tokens_with_the_next_weights(lab, tiny):  # noqa: F811
+    import attrs
+
+    from rllab.rollout.stage import build_stage
+    from rllab.settings import RolloutConfig
+    from tests.test_accuracy_and_failures import Task
+
+    model, tok = tiny
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    b = make(lab)
+    b.update_weights(model)
+    s = build_stage(task=Task(), task_name="t", backend=b, tokenizer=tok, seed=0,
+                    config=RolloutConfig(prompts_per_step=2, group_size=2, max_new_tokens=10, over_sample=1.0, partial="continue"))
+    stops = tuple(range(0, len(tok), 4))  # a quarter of the vocabulary stops a row: lengths vary
+    plain = s.sampling_params
+    s.sampling_params = lambda step, **kw: attrs.evolve(plain(step, **kw), stop_token_ids=stops)
+    s.sample(1)
+    carried = {c.example.prompt: c.rows for c in s.partial.carried}
+    assert carried, "the case must leave a group unfinished"
+    with torch.no_grad():  # the next step's weights
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(1)) * 0.05)
+    b.update_weights(model)
+    r = s.sample(2)
+    resumed = [e for e in r.episodes if e.example.prompt in carried and any(v == 1 for v in e.token_versions)]
+    assert resumed and any(len(e.completion.token_ids) > e.token_versions.count(1) > 0 for e in resumed)
+    for e in resumed:
+        k = e.token_versions.count(1)
+        old = [row for row in carried[e.example.prompt] if row[0] == e.completion.token_ids[:k]]
+        assert old and old[0][1] == e.completion.log_probs[:k]  # the step-1 tokens and log-probs, as they were
+        assert e.token_versions == (1,) * k + (2,) * (len(e.completion.token_ids) - k)
+        if len(e.completion.token_ids) > k:  # the new tokens: log-probs of the step-2 weights, given the prefix
+            from .test_backends_hf import teacher_forced
+
+            want = teacher_forced(model, e.completion.prompt_ids, e.completion.token_ids)[k:]
+            assert list(e.completion.log_probs[k:]) == pytest.approx(want.tolist(), abs=1e-4)
