@@ -256,6 +256,12 @@ class HFBackend(rllab.RolloutBackend):
     @torch.inference_mode()
     def _generate_chunk(self, prompts, first_index, params, stop_ids, gen, *, caps=None, groups=None, needed=None) -> list[Completion]:
         model, device, n = self.model, self.device, params.n
+        rows, expand = prompts, None
+        if caps is not None:  # partial rollouts: rows of equal prompts (a fresh group's) are prefilled once
+            uniq = list(dict.fromkeys(prompts))
+            if len(uniq) < len(prompts):
+                where = {p: i for i, p in enumerate(uniq)}
+                prompts, expand = uniq, torch.tensor([where[p] for p in rows], dtype=torch.long, device=device)
         P, L, Tmax = len(prompts), max(len(p) for p in prompts), params.max_new_tokens
         pad = _pad_id(model)
         ids = torch.full((P, L), pad, dtype=torch.long)
@@ -277,6 +283,9 @@ class HFBackend(rllab.RolloutBackend):
             logits = logits.repeat_interleave(n, dim=0)
             mask = mask.repeat_interleave(n, dim=0)
             next_pos = next_pos.repeat_interleave(n, dim=0)
+        if expand is not None:
+            cache.batch_select_indices(expand)
+            logits, mask, next_pos, P = logits[expand], mask[expand], next_pos[expand], len(rows)
         mask[:, L:] = 1  # generated tokens are always attended to (finished rows are ignored)
         R = P * n
 
@@ -327,7 +336,7 @@ class HFBackend(rllab.RolloutBackend):
             k = min(lens[r], steps)
             completions.append(
                 Completion(
-                    prompt_ids=prompts[r // n],
+                    prompt_ids=rows[r // n],
                     token_ids=tuple(token_rows[r][:k]),
                     log_probs=tuple(lp_rows[r][:k]),
                     finish_reason="stop" if finished[r] else "length" if over is None or over[r] else "abort",
