@@ -17,7 +17,7 @@ Reported per backend and mode, over the seeds: the mean ``time/step`` and ``time
 the steps (the first left out), the mean response length trained on, and held-out greedy accuracy
 before → after. Baseline and feature run in the same invocation, alternating per seed.
 
-    python benchmarks/bench_partial.py --steps 8 --seeds 0 1 --backends hf sglang
+    python benchmarks/bench_partial.py --steps 8 --seeds 0 1 2 --token-delay-s 0.1
 """
 
 from __future__ import annotations
@@ -103,12 +103,12 @@ def one_run(backend: str, mode: str, seed: int, args, work: Path) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--backends", nargs="+", default=["hf", "sglang"], choices=("hf", "sglang"))
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=tuple(MODES))
     p.add_argument("--prompts", type=int, default=16, help="rollout.prompts_per_step (P)")
     p.add_argument("--max-length", type=int, default=24, help="the longest string (rollout.max_new_tokens = it + 4)")
-    p.add_argument("--token-delay-s", type=float, default=0.01, help="the stand-in's seconds per decoded token")
+    p.add_argument("--token-delay-s", type=float, default=0.1, help="the stand-in's seconds per decoded token")
     args = p.parse_args()
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="rllab-partial-") as tmp:
