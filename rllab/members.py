@@ -106,6 +106,12 @@ MEMBERS: dict[str, dict[str, Member]] = {
             help="True: a weight sync need not wait for the batch being sampled (asynchronous rollouts overlap them)",
             default=False,
         ),
+        "generate_until": Member(
+            help="generate_until(prompts, params, *, caps, groups, needed) -> one completion per prompt (n = 1 each; "
+            "row i at most caps[i] new tokens, in group groups[i], a group's rows consecutive): sampling stops once `needed` groups have "
+            "every row finished, the unfinished rows come back with finish_reason 'abort' and their tokens so far "
+            "(partial rollouts, rollout.over_sample). None: the backend cannot stop a batch early",
+        ),
     },
     "sampler": {
         "feedback": Member(help="feedback(*, step, examples, rewards) -> None: each drawn prompt's mean group reward "

@@ -87,7 +87,8 @@ def restore(sampler: Any, saved: dict | None) -> None:
 def check_settings(cfg: Any, lab: Any, *, world_size: int = 1) -> None:
     """Refuse, naming the sampler, what it cannot run with: a sampler that takes feedback (not
     ``stateless``) on several data-parallel ranks or with batches sampled ahead
-    (``rollout.max_staleness > 0``), and a gate (``gate_retries``) under ``rollout.random_reward``
+    (``rollout.max_staleness > 0``), a sampler that takes feedback or gates under partial rollouts
+    (``rollout.over_sample > 0``), and a gate (``gate_retries``) under ``rollout.random_reward``
     (the gate judges the task's rewards, which such a run does not train on)."""
     if "sampler" not in cfg.components or "sampler" in cfg.unused:
         return
@@ -101,6 +102,11 @@ def check_settings(cfg: Any, lab: Any, *, world_size: int = 1) -> None:
         if cfg.rollout.max_staleness > 0:
             raise ConfigError(f"{where} learns from each step's rewards before the next draw; set rollout.max_staleness = 0 "
                               f"(it is {cfg.rollout.max_staleness}), or use a stateless sampler", key="sampler")
+    over = getattr(cfg.rollout, "over_sample", 0)
+    if over > 0 and (not spec.trait("stateless", ref.config) or spec.trait("gate_retries", ref.config)):
+        raise ConfigError(f"{where} judges each drawn prompt by its group's rewards, but partial rollouts "
+                          f"(rollout.over_sample = {over}) draw more prompts than a step trains on and carry or drop "
+                          f"the unfinished ones; set rollout.over_sample = 0, or use a stateless sampler", key="sampler")
     if spec.trait("gate_retries", ref.config) and cfg.rollout.random_reward != "off":
         raise ConfigError(f"{where} replaces groups whose task rewards are all equal, but rollout.random_reward = "
                           f"{cfg.rollout.random_reward!r} trains on random rewards; set rollout.random_reward = 'off' or "

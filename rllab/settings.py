@@ -159,6 +159,25 @@ class RolloutConfig:
         choices=("drop", "train"),
         validator=lambda i, a, v: _needs_staleness(i, a.name, v),
     )
+    over_sample: float = knob(
+        0.0,
+        help="partial rollouts (docs/async.md): draw ceil(P * (1 + over_sample)) prompts and stop sampling as soon as P "
+        "groups are complete (verl's over_sample_rate); the unfinished groups go by rollout.partial (0: off)",
+        ge=0.0, validator=lambda i, a, v: _not_async(i, a.name, v),
+    )
+    partial: str = knob(
+        "drop",
+        help="over_sample > 0: the groups left unfinished when sampling stops are dropped (drop), or kept and continued "
+        "from their tokens so far with the next step's weights (continue), each token keeping the step that sampled it",
+        choices=("drop", "continue"),
+        validator=lambda i, a, v: _needs_over_sample(i, a.name, v),
+    )
+    mask_stale_tokens: bool = knob(
+        False,
+        help="partial = 'continue': train only on the tokens the current weights sampled; those a continued sample "
+        "took from an earlier step stay context (slime's --mask-offpolicy-in-partial-rollout)",
+        validator=lambda i, a, v: _needs_continue(i, a.name, v),
+    )
 
 
 def _needs_fixed(inst, name: str, value) -> None:
@@ -169,6 +188,24 @@ def _needs_fixed(inst, name: str, value) -> None:
 def _needs_staleness(inst, name: str, value) -> None:
     if value != "drop" and inst.max_staleness == 0:
         raise ValueError(f"{name} = {value!r} applies only with max_staleness > 0 (max_staleness is 0: every sample is fresh)")
+
+
+def _not_async(inst, name: str, value) -> None:
+    if value > 0 and inst.max_staleness > 0:
+        raise ValueError(f"{name} = {value!r} cannot be combined with max_staleness = {inst.max_staleness} (a partial "
+                         f"rollout stops a step's sampling early; an asynchronous one samples steps ahead): set one of them")
+
+
+def _needs_over_sample(inst, name: str, value) -> None:
+    if value != "drop" and inst.over_sample == 0:
+        raise ValueError(f"{name} = {value!r} applies only with over_sample > 0 (over_sample is 0: every group is "
+                         f"sampled to its end)")
+
+
+def _needs_continue(inst, name: str, value) -> None:
+    if value and inst.partial != "continue":
+        raise ValueError(f"{name} = {value!r} applies only with partial = 'continue' (partial is {inst.partial!r}: no "
+                         f"sample carries tokens of an earlier step)")
 
 
 @attrs.frozen(kw_only=True)

@@ -354,6 +354,9 @@ class RolloutBatch:
     staleness: torch.Tensor | None = attrs.field(default=None, validator=_tensor(ndim=1, dtype=torch.long, optional=True))
     """(B,) int64 weight versions between each row's sampler and the trainer (asynchronous
     rollouts, ``rollout.max_staleness``); None: sampled with the weights it trains (synchronous)."""
+    token_versions: torch.Tensor | None = attrs.field(default=None, validator=_tensor(ndim=2, dtype=torch.long, optional=True))
+    """(B, T) int64 the step whose weights sampled each response token (partial rollouts, ``rollout.partial =
+    "continue"``; -1 on padding); None: every token sampled by the step's own weights."""
 
     def __attrs_post_init__(self):
         B, L = self.input_ids.shape
@@ -410,6 +413,7 @@ class RolloutBatch:
         *, reward_components: "torch.Tensor | None" = None, reward_component_names: Sequence[str] = (),
         reward_component_weights: Sequence[float] | None = None, turn_rewards: "Sequence[Sequence[float]] | None" = None,
         turns: "Sequence[int] | None" = None, staleness: "Sequence[int] | None" = None,
+        token_versions: "Sequence[Sequence[int]] | None" = None,
     ) -> "RolloutBatch":
         """Pad completions into a batch. Rows keep the order given; ``index`` is the prompt index.
 
@@ -419,19 +423,14 @@ class RolloutBatch:
         :param reward_components: (B, K) float per-component rewards, with their K names and
             (optionally) the K weights of the task's scalar reward.
         :param turn_rewards: per completion, one reward per entry of its ``token_ids`` (episodes).
-        :param turns: per completion, its episode's model turns; ``staleness``: its weight versions behind.
-        """
-        if len(completions) == 0:
-            raise ValueError("RolloutBatch.from_completions: no completions")
-        if len(rewards) != len(completions):
+        :param turns: per completion, its episode's model turns; ``staleness``: its weight versions behind;
+            ``token_versions``: one step per entry of its ``token_ids``."""
+        if len(completions) == 0 or len(rewards) != len(completions):
             raise ValueError(f"RolloutBatch.from_completions: {len(completions)} completions but {len(rewards)} rewards")
         if pad_token_id is None:
             raise ValueError("RolloutBatch.from_completions: pad_token_id is None (give the tokenizer a pad token)")
-        # No per-token Python loop: the rows' prompts and responses, concatenated, are converted
-        # once and written through the attention mask (a mask assignment fills in row-major
-        # order, the order of the concatenation). Prompts are left-padded and responses
-        # right-padded, so a row's valid columns are the one range
-        # [P - prompt length, P + response length) and the masks are comparisons with lengths.
+        # No per-token Python loop: prompts and responses, concatenated, are written once through the attention mask
+        # (row-major, the concatenation's order); a row's valid columns are [P - prompt length, P + response length).
         B = len(completions)
         ps = [c.prompt_ids for c in completions]
         ts = [c.token_ids for c in completions]
@@ -459,6 +458,9 @@ class RolloutBatch:
             placed = np.zeros((B, T), dtype=np.float32)
             placed[real] = np.fromiter(chain.from_iterable(turn_rewards), np.float32, sum(tl))
             turn_rewards_t = torch.from_numpy(placed)
+        versions = None if token_versions is None else np.full((B, T), -1, dtype=np.int64)
+        if versions is not None:
+            versions[real] = np.fromiter(chain.from_iterable(token_versions), np.int64, sum(tl))
         if isinstance(rewards, torch.Tensor):
             rewards_t = rewards.detach().to("cpu", torch.float32, copy=True)
         else:
@@ -476,12 +478,11 @@ class RolloutBatch:
             turn_rewards=turn_rewards_t,
             turns=None if turns is None else torch.tensor(list(turns), dtype=torch.long),
             staleness=None if staleness is None else torch.tensor(list(staleness), dtype=torch.long),
+            token_versions=None if versions is None else torch.from_numpy(versions),
         )
 
     def select(self, rows: torch.Tensor) -> "RolloutBatch":
-        """The sub-batch of the given rows (a bool mask or integer index over B).
-
-        Every tensor field of a batch is per row (its first dimension is B), so each one is
+        """The sub-batch of the given rows (a bool mask or integer index over B). Every tensor field of a batch is per row (its first dimension is B), so each one is
         indexed, the fields added later included; the others (the component names and weights) are kept."""
         return attrs.evolve(self, **{
             f.name: value[rows] for f in attrs.fields(type(self)) if isinstance(value := getattr(self, f.name), torch.Tensor)

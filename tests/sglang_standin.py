@@ -38,7 +38,9 @@ found it with output. With ``token_delay_s > 0`` a request decodes one token per
 ``token_delay_s`` (all rows of a request together), so that a push can land mid-request: the rest
 of each row is then sampled again from what it has, with the new weights (SGLang's ``retract``;
 with ``in_place`` the real server keeps the old weights' KV of the tokens so far, which the
-stand-in does not model).
+stand-in does not model). ``/abort_request`` stops the row of that ``rid`` where it is (rows are named
+as SGLang names them: by the body's ``rid`` list, or ``"<rid>_<j>"`` in a batch): it is answered
+with its tokens so far and ``finish_reason`` ``{"type": "abort"}``; ``abort_requests`` keeps the bodies.
 
 Faults are injected on demand (:meth:`StandIn.fail_next`, :meth:`delay_next`,
 :meth:`abort_next`, :meth:`stale_next`, :meth:`die_after`, :meth:`unavailable_after_update`,
@@ -198,6 +200,11 @@ class StandIn:
         self._abort_rng = random.Random(abort_seed)
         self.aborted = 0
         """Samples aborted at random (``abort_rate``) so far."""
+        self.abort_requests: list[dict] = []
+        """The ``/abort_request`` bodies received, in order."""
+        self.abort_rids: set[str] = set()
+        """Their rids: a row decoding under one of them stops where it is, answered with its tokens so far
+        and ``finish_reason`` ``abort`` (with ``token_delay_s`` = 0 a request is answered before any abort lands)."""
         self.lifetime_s, self.max_requests = lifetime_s, max_requests
         self.requests: list[tuple[str, Any]] = []
         """Every request received: ``(path, JSON body or None)``."""
@@ -364,6 +371,9 @@ class StandIn:
                 for c in out:
                     support = self._support(p, c.token_ids, params) if body.get("return_sampling_mask") else None
                     rows.append(_Decoding(tuple(p), c.token_ids, c.log_probs, c.finish_reason, params, support, self.span_version))
+        rid = body.get("rid")
+        for j, r in enumerate(rows):  # each row's rid, as SGLang names them (a list: one per row; a string: "<rid>_<j>" in a batch)
+            r.rid = rid[j] if isinstance(rid, list) and j < len(rid) else rid if len(rows) == 1 else None if rid is None else f"{rid}_{j}"
         self._decode(rows)
         out = [self._row(r) for r in rows]
         starts = body.get("logprob_start_len", -1)
@@ -406,6 +416,10 @@ class StandIn:
                 for j, r in enumerate(rows):
                     if r.version is not None:
                         continue
+                    if r.rid is not None and r.rid in self.abort_rids and i < len(r.tokens):  # /abort_request: cut where it is
+                        r.tokens, r.log_probs, r.finish = r.tokens[:i], r.log_probs[:i], "abort"
+                        if r.support is not None:
+                            r.support = (r.support[0][:i], r.support[1][:i])
                     if version != r.seen:
                         if i > 0:
                             r.events.append((r.seen, i))
@@ -466,7 +480,9 @@ class StandIn:
 
     def _row(self, r: "_Decoding") -> dict:
         tokens, log_probs, finish, params, support = r.tokens, r.log_probs, r.finish, r.params, r.support
-        if finish == "stop":
+        if finish == "abort":
+            fr = {"type": "abort", "message": "Abort in running batch by /abort_request", "status_code": None, "err_type": None}
+        elif finish == "stop":
             fr = {"type": "stop", "matched": int(tokens[-1])}
         else:
             fr = {"type": "length", "length": params.max_new_tokens}
@@ -734,6 +750,9 @@ class StandIn:
         if path == "/abort_request":
             if self.validate:
                 self.api.decode_AbortRequest(body)
+            with self._lock:
+                self.abort_requests.append(body)
+                self.abort_rids.add(str(body.get("rid", "")))
             return 200, None
         return 404, {"detail": "Not Found"}
 
@@ -830,6 +849,7 @@ class _Decoding:
         self.events: list[tuple[str, int]] = []
         self.version: str | None = None  # meta_info.weight_version (the tokenizer's) once finished
         self.final: str | None = None  # the scheduler's version when it finished
+        self.rid: str | None = None  # its rid, for /abort_request
 
     def finish_at(self, span_version: str, version: str) -> None:
         self.final, self.version = span_version, version

@@ -130,6 +130,10 @@ def test_what_a_sampler_cannot_run_with_is_refused_naming_it():
     with pytest.raises(ConfigError, match="advantage_gate.*random_reward = 'given'"):
         check_settings(load_config(None, ["sampler=advantage_gate", "rollout.random_reward=given"]), lab)
     check_settings(load_config(None, ["rollout.max_staleness=1"]), lab, world_size=2)  # the default draw: stateless
+    for name in ("difficulty_pool", "advantage_gate"):  # partial rollouts draw more than a step trains on
+        with pytest.raises(ConfigError, match=f"{name}.*rollout.over_sample = 0.5.*over_sample = 0"):
+            check_settings(load_config(None, [f"sampler={name}", "rollout.over_sample=0.5"]), lab)
+    check_settings(load_config(None, ["rollout.over_sample=0.5"]), lab)  # the default draw takes any number of prompts
     with pytest.raises(ConfigError, match=r"\[sampler\] is set, but algorithm 'dpo' does not use it"):
         load_config(None, ["algorithm=dpo", "sampler=difficulty_pool"])
 

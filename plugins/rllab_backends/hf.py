@@ -210,9 +210,58 @@ class HFBackend(rllab.RolloutBackend):
                 torch.set_num_threads(threads_before)
         return out
 
+    def generate_until(self, prompts: Sequence[Sequence[int]], params: SamplingParams, *, caps: Sequence[int],
+                       groups: Sequence[int], needed: int) -> list[Completion]:
+        """One completion per prompt (``params.n`` must be 1), row ``i`` at most ``caps[i]`` tokens,
+        in group ``groups[i]`` (a group's rows are consecutive). Chunks of whole groups (about
+        ``max_batch_size`` rows) decode in turn; within one, after every token the groups whose
+        rows have all finished are counted, and once ``needed`` groups (over the chunks so far)
+        are complete the chunk stops: its unfinished rows come back with their tokens so far and
+        finish reason ``"abort"``; a later chunk is not sampled at all (every row ``"abort"``, no
+        tokens). Partial rollouts (``rollout.over_sample``) call this."""
+        if params.n != 1 or len(caps) != len(prompts) or len(groups) != len(prompts):
+            raise ValueError(f"hf backend: generate_until takes n = 1 (got {params.n}) and one cap and group per prompt "
+                             f"({len(caps)} caps, {len(groups)} groups for {len(prompts)} prompts)")
+        if self.model is None:
+            raise RuntimeError("hf backend has no model: set model_path or call update_weights(model) first")
+        prompts = [tuple(int(t) for t in p) for p in prompts]
+        gen = self.generator if params.seed is None else torch.Generator(device=self.device).manual_seed(params.seed)
+        stop_ids = sorted(set(self.eos_ids) | set(params.stop_token_ids))
+        bounds = [0] + [k for k in range(1, len(groups)) if groups[k] != groups[k - 1]] + [len(groups)]
+        chunks, start = [], 0
+        for a, b in zip(bounds, bounds[1:]):  # whole groups, about max_batch_size rows each
+            if b - start > self.config.max_batch_size and a > start:
+                chunks.append((start, a))
+                start = a
+        chunks.append((start, len(prompts)))
+        out: list[Completion] = []
+        complete = 0
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for a, b in chunks:
+                if complete >= needed or a == b:
+                    out.extend(Completion(prompt_ids=prompts[k], token_ids=(), log_probs=(), finish_reason="abort",
+                                          prompt_index=k, weight_version=str(self.version)) for k in range(a, b))
+                    continue
+                got = self._generate_chunk(prompts[a:b], a, attrs.evolve(params, max_new_tokens=max(caps[a:b])), stop_ids,
+                                           gen, caps=caps[a:b], groups=groups[a:b], needed=needed - complete)
+                unfinished = {groups[a + k] for k, c in enumerate(got) if c.finish_reason == "abort"}
+                complete += len(set(groups[a:b]) - unfinished)
+                out.extend(got)
+        finally:
+            self.model.train(was_training)
+        return out
+
     @torch.inference_mode()
-    def _generate_chunk(self, prompts, first_index, params, stop_ids, gen) -> list[Completion]:
+    def _generate_chunk(self, prompts, first_index, params, stop_ids, gen, *, caps=None, groups=None, needed=None) -> list[Completion]:
         model, device, n = self.model, self.device, params.n
+        rows, expand = prompts, None
+        if caps is not None:  # partial rollouts: rows of equal prompts (a fresh group's) are prefilled once
+            uniq = list(dict.fromkeys(prompts))
+            if len(uniq) < len(prompts):
+                where = {p: i for i, p in enumerate(uniq)}
+                prompts, expand = uniq, torch.tensor([where[p] for p in rows], dtype=torch.long, device=device)
         P, L, Tmax = len(prompts), max(len(p) for p in prompts), params.max_new_tokens
         pad = _pad_id(model)
         ids = torch.full((P, L), pad, dtype=torch.long)
@@ -234,6 +283,9 @@ class HFBackend(rllab.RolloutBackend):
             logits = logits.repeat_interleave(n, dim=0)
             mask = mask.repeat_interleave(n, dim=0)
             next_pos = next_pos.repeat_interleave(n, dim=0)
+        if expand is not None:
+            cache.batch_select_indices(expand)
+            logits, mask, next_pos, P = logits[expand], mask[expand], next_pos[expand], len(rows)
         mask[:, L:] = 1  # generated tokens are always attended to (finished rows are ignored)
         R = P * n
 
@@ -243,14 +295,26 @@ class HFBackend(rllab.RolloutBackend):
         done = torch.zeros(R, dtype=torch.bool, device=device)
         stops = torch.tensor(stop_ids, dtype=torch.long, device=device)
         steps = 0
+        cap = None if caps is None else torch.tensor(list(caps), dtype=torch.long, device=device)
+        if cap is not None:  # each row's group, numbered 0.. in this chunk
+            gid = torch.unique(torch.tensor(list(groups), dtype=torch.long), return_inverse=True)[1].to(device)
+            open_rows = torch.zeros(int(gid.max()) + 1, dtype=torch.long, device=device)
+        ended = done.clone()  # partial rollouts: finished by stop token or by the row's cap
         for t in range(Tmax):
             token, lp = sample(logits.float(), params, gen, self.config.logprobs)
             tokens[:, t] = token
             log_probs[:, t] = lp
-            stopped = torch.isin(token, stops) & ~done
+            stopped = torch.isin(token, stops) & ~(done | ended)
             lengths = torch.where(stopped, t + 1, lengths)
             done |= stopped
             steps = t + 1
+            if cap is not None:
+                capped = (cap <= t + 1) & ~ended
+                lengths = torch.where(capped, cap, lengths)
+                ended |= stopped | capped
+                left = open_rows.zero_().index_add_(0, gid, (~ended).long())
+                if bool(ended.all()) or int((left == 0).sum()) >= needed:
+                    break
             if t == Tmax - 1 or bool(done.all()):
                 break
             out = model(
@@ -267,14 +331,15 @@ class HFBackend(rllab.RolloutBackend):
         finished = done.tolist()
         completions = []
         version = str(self.version)
+        over = None if cap is None else ended.tolist()
         for r in range(R):
             k = min(lens[r], steps)
             completions.append(
                 Completion(
-                    prompt_ids=prompts[r // n],
+                    prompt_ids=rows[r // n],
                     token_ids=tuple(token_rows[r][:k]),
                     log_probs=tuple(lp_rows[r][:k]),
-                    finish_reason="stop" if finished[r] else "length",
+                    finish_reason="stop" if finished[r] else "length" if over is None or over[r] else "abort",
                     prompt_index=first_index + r // n,
                     weight_version=version,
                 )

@@ -116,6 +116,9 @@ class EpisodeResult:
     """Weight versions between its sampler and the trainer that takes it (asynchronous
     rollouts, :mod:`rllab.rollout.asynchronous`); None: synchronous."""
     turns: int = 1
+    token_versions: tuple[int, ...] | None = None
+    """Partial rollouts (:mod:`rllab.rollout.partial`): the step whose weights sampled each entry of
+    ``completion.token_ids``; None: all of them the step's own."""
     texts: tuple[str, ...] = ()
     """Each model turn's decoded text (up to its first stop token)."""
     metrics: dict = attrs.Factory(dict)

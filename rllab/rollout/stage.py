@@ -44,6 +44,7 @@ from rllab.errors import RewardError, RllabError
 from rllab.rollout.evalmetrics import sampled_metrics
 from rllab.rollout.gate import gate, group_means, played_feedback
 from rllab.rollout.rewards import random_rewards
+from rllab.rollout.partial import PartialRollouts
 from rllab.rollout.episode_stats import ERROR_ADVICE, check_step, episode_metrics
 from rllab.rollout.task_environment import EpisodeSource, episode_source
 from rllab.types import Completion, Example, RolloutBatch, SamplingParams
@@ -83,7 +84,7 @@ def episode_batch(episodes: Sequence[EpisodeResult], *, pad_token_id: int, compo
     """The padded :class:`RolloutBatch` of ``episodes`` (the kept ones of a step): rows in their
     order, ``index`` the prompt index, ``rewards`` each episode's reward plus its shaping (float32),
     ``reward_components`` their ``score`` (zeros for a failed episode) with the K names and
-    weights, ``turns`` and ``staleness``.
+    weights, ``turns``, ``staleness`` and (partial rollouts) ``token_versions``.
 
     Placed rewards: a row of one turn has its reward on its last model token (the batch's
     default placement); when some row took several turns, every row's are given
@@ -110,10 +111,15 @@ def episode_batch(episodes: Sequence[EpisodeResult], *, pad_token_id: int, compo
                 row[last] = total
             placed.append(row)
     staleness = [e.staleness for e in episodes]
+    versions = None  # partial rollouts: each token's step (a row without them: all the newest step's)
+    if any(e.token_versions is not None for e in episodes):
+        newest = max((v for e in episodes for v in e.token_versions or ()), default=0)
+        versions = [e.token_versions or (newest,) * len(e.completion.token_ids) for e in episodes]
     return RolloutBatch.from_completions(
         [e.completion for e in episodes], rewards, pad_token_id=pad_token_id, reward_components=comps,
         reward_component_names=names, reward_component_weights=None if comps is None else component_weights,
         turn_rewards=placed, turns=[e.turns for e in episodes], staleness=None if None in staleness else staleness,
+        token_versions=versions,
     )
 
 
@@ -164,6 +170,10 @@ class RolloutStage:
         self.sampler_name = sampler_name
         self.gate_retries = gate_retries if sampler is not None else 0
         """The sampler's ``gate_retries`` trait: rounds of replacement prompts for flat groups (:mod:`rllab.rollout.gate`)."""
+        self.partial = None
+        """Partial rollouts (``rollout.over_sample > 0``, :mod:`rllab.rollout.partial`): their state, else None."""
+        if getattr(config, "over_sample", 0) > 0:
+            self.partial = partial_rollouts(self, backend, config)
 
     def draw(self, step: int, n: int, rng: torch.Generator) -> list[Example]:
         """``n`` training examples for ``step``: the sampler's, else the source's own draw with ``rng``."""
@@ -304,13 +314,21 @@ class RolloutStage:
         G = group_size or r.group_size
         t0 = time.perf_counter()
         gen = torch.Generator().manual_seed(seed_for(self.seed, step, 0))
-        examples = self.draw(step, P, gen)
         rank, world = self.shard
-        if world > 1:  # data parallel: this rank's contiguous share of the step's prompts (whole groups)
-            examples = examples[rank * P // world:(rank + 1) * P // world]
-        runner = self.runner()
+        if self.partial is None:
+            examples = self.draw(step, P, gen)
+            if world > 1:  # data parallel: this rank's contiguous share of the step's prompts (whole groups)
+                examples = examples[rank * P // world:(rank + 1) * P // world]
+            runner = self.runner()
+        else:  # partial rollouts: over-sampled, stopped once P groups are complete (rllab.rollout.partial)
+            examples, carried = self.partial.examples(P, lambda k: self.draw(step, k, gen))
+            runner = self.runner()
+            runner.backend = partial_step = self.partial.step_backend(step, P, carried)
         params = self.sampling_params(step, n=G)
         episodes = runner.play(examples, params)
+        if self.partial is not None:
+            partial_step.keep(examples)
+            episodes = [attrs.evolve(e, token_versions=partial_step.versions.get(id(e.completion))) for e in episodes]
         backend_metrics = runner.backend_metrics
         gated = None
         if self.gate_retries:  # the sampler's gate: flat groups replaced (rllab.rollout.gate)
@@ -366,6 +384,8 @@ class RolloutStage:
         }
         if r.random_reward != "off":
             metrics["rollout/true_reward"] = true_reward
+        if self.partial is not None:
+            metrics.update(partial_step.token_metrics(completions))
         for k, name in enumerate(names):
             metrics[f"reward/{name}"] = components[:, k].mean().item()
         if self.source.multi_turn:
@@ -458,6 +478,17 @@ def build_stage(*, task: Any = None, env: Any = None, task_name: str = "?", env_
     source = episode_source(task=task, env=env, name=env_name or task_name, config=kw["config"],
                             tokenizer=kw.get("tokenizer"), context_tokens=context_tokens)
     return RolloutStage(source, **kw)
+
+
+def partial_rollouts(stage: RolloutStage, backend: Any, config: Any) -> PartialRollouts:
+    """The stage's :class:`~rllab.rollout.partial.PartialRollouts`, refused where they cannot take effect."""
+    if stage.source.multi_turn:
+        raise RllabError(f"rollout.over_sample = {config.over_sample!r}: partial rollouts stop and resume single-turn samples; "
+                         f"environment {stage.task_name!r} plays episodes of several turns. Set rollout.over_sample = 0")
+    if stage.shard[1] > 1:
+        raise RllabError(f"rollout.over_sample = {config.over_sample!r} is not supported under data parallelism "
+                         f"({stage.shard[1]} ranks): set rollout.over_sample = 0")
+    return PartialRollouts(backend, config)
 
 
 def _lengths_by_outcome(lengths: torch.Tensor, solved: Sequence[bool]) -> dict[str, float]:

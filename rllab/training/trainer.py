@@ -38,6 +38,7 @@ import torch
 
 from rllab import placement, sampling
 from rllab.rollout import asynchronous as asyncrollout
+from rllab.rollout import partial as partial_rollouts
 from rllab.parallel import checkpoint
 from rllab.parallel import distributed
 from rllab.training import memory
@@ -116,6 +117,7 @@ class Trainer:
         sampling.check_settings(cfg, self.lab, world_size=self.placement.reducer.world_size)
         self.sampler = self._component("sampler")()
         """The run's prompt sampler (:mod:`rllab.sampling`), built once; its state is checkpointed."""
+        partial_rollouts.check_algorithm(cfg, self.algorithm)
         self.prefetch: asyncrollout.AsyncRollout | None = None
         """The batches sampled ahead (``rollout.max_staleness > 0``), else None."""
         self.prompt_limits: PromptLimits | None = None

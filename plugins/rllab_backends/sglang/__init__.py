@@ -10,6 +10,8 @@ after each step, retries and staleness checks (docs/sglang.md). One module per c
   :mod:`.distributed`);
 - :mod:`.launch` — a server started and stopped by the backend;
 - :mod:`.score` — prompt log-probs of given sequences (``prompt_logprobs``: a teacher for ``opd``);
+- :mod:`.partial` — ``generate_until`` for partial rollouts: a request per group, ``/abort_request``
+  for the rows still running once enough groups are complete;
 - :mod:`.errors` — the exceptions;
 - :mod:`.backend` — :class:`SGLangBackend`, the parts put together.
 """

@@ -41,7 +41,7 @@ from typing import Any, Mapping, Sequence
 
 from rllab.types import Completion, RolloutBackend, SamplingParams
 
-from . import protocol, wire
+from . import partial, protocol, wire
 from .config import SGLangBackendConfig, parse_urls
 from .errors import (
     RETRYABLE_STATUS,
@@ -157,6 +157,22 @@ class SGLangBackend(Transport, WeightSync, Launch, Score, RolloutBackend):
             self._metrics["sglang/mixed_version_total"] = float(self._totals["mixed"])
             self._metrics["sglang/flush_deferred"] = float(self._totals["flush_deferred"] - deferred0)
         return kept
+
+    def generate_until(self, prompts: Sequence[Sequence[int]], params: SamplingParams, *, caps: Sequence[int],
+                       groups: Sequence[int], needed: int) -> list[Completion]:
+        """Partial rollouts: one request per group, the rows still running stopped with
+        ``/abort_request`` once ``needed`` groups are complete (:mod:`~rllab_backends.sglang.partial`)."""
+        if params.n != 1 or len(caps) != len(prompts) or len(groups) != len(prompts):
+            raise ValueError(f"sglang backend: generate_until takes n = 1 (got {params.n}) and one cap and group per prompt "
+                             f"({len(caps)} caps, {len(groups)} groups for {len(prompts)} prompts)")
+        if not self.urls:
+            raise SGLangError("sglang backend has no server yet: launch needs model_path or update_weights(model) first")
+        t0, aborted0 = time.perf_counter(), self._totals["aborted"]
+        self._submitted = self.version
+        out = self._loop.run(partial.generate_until(self, [tuple(map(int, p)) for p in prompts], params, caps, groups, needed))
+        self._metrics = {"sglang/aborted": float(self._totals["aborted"] - aborted0), "sglang/requests": float(self._requests),
+                         "time/sglang_generate": time.perf_counter() - t0}
+        return out
 
     def _generate_one(self, prompts: list[tuple[int, ...]], params: SamplingParams) -> list[Completion]:
         """A step that fits one request (the default): its first try runs in this thread on a
