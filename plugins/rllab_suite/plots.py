@@ -159,7 +159,8 @@ def plot_fits(records: list[RunRecord], summary: dict, out_dir: Path, title: str
 
 
 def plot_pass_at(summary: dict, out_dir: Path, title: str = "") -> Path:
-    """``pass_at_k.png``: per task, pass@k against k (log scale) per arm, before RL (dashed) and after (solid)."""
+    """``pass_at_k.png``: per task, pass@k against k (log scale) per arm, before RL (dashed) and after (solid,
+    with its 95% CI over seeds as a band)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -179,6 +180,9 @@ def plot_pass_at(summary: dict, out_dir: Path, title: str = "") -> Path:
                     ax.plot(ks, [curve[k] for k in ks], ls, marker=".", color="gray" if before else colors[i % len(colors)],
                             lw=3 if before else 1.5, alpha=0.6 if before else 1.0, zorder=3 if before else 2,
                             label="before RL (warm start)" if before else f"{v}, after")
+                    band = (row or {}).get("pass_at", {}).get("after_ci", {})
+                    if not before and band and all(k in band and all(map(math.isfinite, band[k])) for k in ks):
+                        ax.fill_between(ks, [band[k][0] for k in ks], [band[k][1] for k in ks], color=colors[i % len(colors)], alpha=0.15, lw=0)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("k")
         ax.set_ylabel("pass@k (unbiased, held-out)")

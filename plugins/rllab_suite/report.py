@@ -145,14 +145,40 @@ def summarize(records: list[RunRecord], *, baseline: str | None = None, variants
 
 
 def _pass_at(done: list[RunRecord]) -> dict:
-    """Sampled evaluation before RL (the first eval) and after (the last): {"before"/"after": {k: mean over seeds}}."""
+    """Sampled evaluation before RL (the first eval) and after (the last): {"before"/"after": {k: mean
+    over seeds}}, "after_ci": {k: (low, high)} of the latter, and "gain": {k: (mean, low, high)} of each seed's after − before with its 95%
+    bootstrap CI over seeds, where both were sampled."""
     out = {}
     for when, pick in (("before", 0), ("after", -1)):
         curves = [r.pass_at[r.steps[pick]] for r in done if r.steps and r.steps[pick] in r.pass_at]
         ks = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
         if ks:
             out[when] = {k: sum(c[k] for c in curves) / len(curves) for k in ks}
+            if when == "after":
+                out["after_ci"] = {k: stats.mean_ci([c[k] for c in curves])[1:] for k in ks}
+    pairs = [(r.pass_at[r.steps[0]], r.pass_at[r.steps[-1]]) for r in done
+             if len(r.steps) > 1 and r.steps[0] in r.pass_at and r.steps[-1] in r.pass_at]
+    ks = sorted(set.intersection(*(set(b) & set(a) for b, a in pairs))) if pairs else []
+    if ks:
+        out["gain"] = {k: stats.mean_ci([a[k] - b[k] for b, a in pairs]) for k in ks}
     return out
+
+
+def crossover(gain: dict) -> tuple[int | None, int | None]:
+    """``(k_mean, k_sure)`` from a pass@k gain (k -> (mean, low, high) of after − before): the smallest
+    k from which the mean gain stays below 0 for every larger k (the base has caught up and passed),
+    and the smallest from which its CI's upper end does; None where there is none."""
+    ks = sorted(gain)
+
+    def first_from(below) -> int | None:
+        tail = None
+        for k in reversed(ks):
+            if not below(gain[k]):
+                break
+            tail = k
+        return tail
+
+    return first_from(lambda g: g[0] < 0), first_from(lambda g: math.isfinite(g[2]) and g[2] < 0)
 
 
 # --------------------------------------------------------------------------- rendering
@@ -331,9 +357,11 @@ def markdown(summary: dict, *, title: str = "", identical: list | None = None, i
 
 
 def pass_at_lines(summary: dict, task: str) -> list[str]:
-    """pass@k before RL (the first evaluation) and after (the last), mean over seeds, for the arms that sampled (``train.eval_samples``)."""
+    """pass@k before RL (the first evaluation) and after (the last), mean over seeds, for the arms that
+    sampled (``train.eval_samples``); then each arm's gain after − before with its CI over seeds, and
+    where the base model catches up (the crossover of arXiv 2504.13837)."""
     rows = [r for r in summary["rows"] if r["task"] == task and r.get("pass_at")]
-    ks = sorted({k for r in rows for c in r["pass_at"].values() for k in c})
+    ks = sorted({k for r in rows for w in ("before", "after") for k in r["pass_at"].get(w, {})})
     if not rows:
         return []
     lines = [f"## pass@k, task `{task}`", "", "Unbiased pass@k (1 − C(n−c, k)/C(n, k)) on the held-out set, mean over seeds: before RL → after.", "",
@@ -341,6 +369,18 @@ def pass_at_lines(summary: dict, task: str) -> list[str]:
     for r in rows:
         b, a = r["pass_at"].get("before", {}), r["pass_at"].get("after", {})
         lines.append(f"| {r['variant']} | " + " | ".join(f"{100 * b[k]:.1f} → {100 * a[k]:.1f}" if k in a and k in b else "—" for k in ks) + " |")
+    gains = [r for r in rows if r["pass_at"].get("gain") and any(g[0] != 0 for g in r["pass_at"]["gain"].values())]
+    if gains:
+        lines += ["", "Gain after − before in points, each seed against its own first evaluation, mean over seeds with a 95% bootstrap CI; "
+                  "the crossover is the k from which the base model stays above the arm (the mean gain below 0 for every larger k; *sure* where the CI's upper end is).", "",
+                  "| variant | " + " | ".join(f"pass@{k}" for k in ks) + " | crossover |", "|---|" + "---|" * (len(ks) + 1)]
+        for r in gains:
+            g = r["pass_at"]["gain"]
+            k_mean, k_sure = crossover(g)
+            cross = "none up to k = %d" % max(g) if k_mean is None else f"k ≥ {k_mean}" + (f" (sure from k = {k_sure})" if k_sure is not None else " (CI spans 0)")
+            lines.append(f"| {r['variant']} | " + " | ".join(
+                (f"{100 * g[k][0]:+.1f} [{100 * g[k][1]:+.1f}, {100 * g[k][2]:+.1f}]" if math.isfinite(g[k][1]) else f"{100 * g[k][0]:+.1f}") if k in g else "—"
+                for k in ks) + f" | {cross} |")
     return lines + [""]
 
 

@@ -208,11 +208,45 @@ def test_pass_at_k_before_and_after_rl_is_reported_and_plotted(tmp_path):
         recs.append(RunRecord(**{**{f: getattr(r, f) for f in ("run_dir", "variant", "task", "seed", "status", "steps", "accuracy", "reward", "cost")},
                                  "pass_at": {0: {1: 0.1, 2: 0.2}, 40: {1: 0.3 + 0.01 * s, 2: 0.4}}}))
     summary = report.write_all(recs, tmp_path, title="t", baseline=None)
-    assert summary["rows"][0]["pass_at"] == {"before": {1: 0.1, 2: 0.2}, "after": {1: pytest.approx(0.32), 2: pytest.approx(0.4)}}
+    pa = summary["rows"][0]["pass_at"]
+    assert {w: pa[w] for w in ("before", "after")} == {"before": {1: 0.1, 2: 0.2}, "after": {1: pytest.approx(0.32), 2: pytest.approx(0.4)}}
+    # the gain of each seed over its own first evaluation: 0.20 … 0.24 at k = 1 (mean 0.22), 0.2 at k = 2 for every seed
+    assert pa["gain"][1][0] == pytest.approx(0.22) and 0.20 <= pa["gain"][1][1] <= 0.22 <= pa["gain"][1][2] <= 0.24
+    assert pa["gain"][2] == pytest.approx((0.2, 0.2, 0.2))
     md = (tmp_path / "report.md").read_text()
     assert "| a | 10.0 → 32.0 | 20.0 → 40.0 |" in md
+    assert "| a | +22.0 [" in md and "| none up to k = 2 |" in md
     assert "| a | — | — | — | 20.0 | too few evaluations to fit three parameters (3 compute values after step 0; need 4 or more) |" in md  # no refits
     assert (tmp_path / "pass_at_k.png").is_file() and (tmp_path / "fits.png").is_file()
+
+
+def test_the_pass_at_k_crossover_is_where_the_base_stays_above_by_hand():
+    nan = math.nan
+    # mean gain +, +, −, + , −, −: the base stays above from k = 16 on; the CI's upper end is below 0 only at k = 32
+    gain = {1: (0.1, 0.05, 0.15), 2: (0.05, 0.0, 0.1), 4: (-0.01, -0.02, 0.01), 8: (0.01, -0.01, 0.02),
+            16: (-0.02, -0.04, 0.01), 32: (-0.03, -0.05, -0.01)}
+    assert report.crossover(gain) == (16, 32)
+    assert report.crossover({1: (0.1, 0.0, 0.2), 2: (0.05, 0.0, 0.1)}) == (None, None)
+    # one seed: no interval, so never sure
+    assert report.crossover({1: (0.1, nan, nan), 2: (-0.1, nan, nan)}) == (2, None)
+    # the last k sure but not the one before it: sure from the last only
+    assert report.crossover({4: (-0.02, -0.04, 0.01), 8: (-0.03, -0.05, -0.01)}) == (4, 8)
+
+
+def test_pass_at_k_crossover_in_the_report(tmp_path):
+    """Two seeds whose RL arm gains at k = 1 and loses at k = 4: the report names k = 4 (mean) and the
+    gains with their intervals."""
+    recs = []
+    for s in range(5):
+        r = _record("a", s, [0.2, 0.4, 0.5, 0.6])
+        recs.append(RunRecord(**{**{f: getattr(r, f) for f in ("run_dir", "variant", "task", "seed", "status", "steps", "accuracy", "reward", "cost")},
+                                 "pass_at": {0: {1: 0.1, 2: 0.3, 4: 0.9}, 40: {1: 0.3, 2: 0.35 + 0.01 * s, 4: 0.8 - 0.01 * s}}}))
+    summary = report.write_all(recs, tmp_path, title="t", baseline=None)
+    gain = summary["rows"][0]["pass_at"]["gain"]
+    assert gain[4][0] == pytest.approx(-0.12) and gain[4][2] < 0
+    md = (tmp_path / "report.md").read_text()
+    assert "| k ≥ 4 (sure from k = 4) |" in md
+    assert "+20.0 [+20.0, +20.0]" in md and "-12.0 [" in md
 
 
 @pytest.mark.parametrize("seeds, unreliable", [(3, True), (4, True), (5, False)])
