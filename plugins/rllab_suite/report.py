@@ -225,6 +225,11 @@ def notes(summary: dict, identical: list | None = None) -> list[str]:
             )
     for m in summary.get("track_missing", []):
         out.append(f"NOT LOGGED tracked metric {m!r}: no run's metrics.jsonl has it (a typo, or a metric this algorithm does not log)")
+    law_needs = {entropy_law.ENTROPY, entropy_law.REWARD}
+    if len(law_needs & set(summary.get("track", []))) == 1:
+        missing = (law_needs - set(summary["track"])).pop()
+        out.append(f"NO ENTROPY LAW: the entropy–performance law needs both {entropy_law.ENTROPY!r} and {entropy_law.REWARD!r} "
+                   f"tracked; add {missing!r} to the suite's track")
     for item in identical or []:
         out.append(item["message"])
     if 0 < summary.get("min_seeds", 0) < summary.get("min_reliable_seeds", 0):

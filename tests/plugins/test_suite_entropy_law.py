@@ -81,3 +81,11 @@ def test_the_written_report_has_the_law_and_its_plot(tmp_path):
     assert (tmp_path / "entropy_law.png").stat().st_size > 0
     md = (tmp_path / "report.md").read_text()
     assert "![entropy_law](entropy_law.png)" in md and "0.3 [0.3, 0.3]" in md
+
+
+def test_tracking_entropy_without_the_reward_says_what_to_add():
+    H = np.linspace(1.0, 0.2, 20)
+    recs = [_run("grpo", s, H, entropy_law.law(H, 0.3, 1.0)) for s in range(3)]
+    got = report.notes(report.summarize(recs, baseline="grpo", track=(entropy_law.ENTROPY,)))
+    assert any(n.startswith("NO ENTROPY LAW") and "'rollout/accuracy'" in n for n in got)
+    assert not any(n.startswith("NO ENTROPY LAW") for n in report.notes(report.summarize(recs, baseline="grpo", track=())))
