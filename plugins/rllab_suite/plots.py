@@ -200,3 +200,39 @@ def _save(fig, path: Path) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def plot_entropy_law(records: list[RunRecord], summary: dict, out_dir: Path, title: str = "") -> Path:
+    """``entropy_law.png``: per task, each arm's (entropy, training reward) points along training
+    (:func:`rllab_suite.entropy_law.binned`, all seeds) and its fitted law R = −a·exp(H) + b."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from rllab_suite.entropy_law import binned, law
+
+    fitted = summary["entropy_law"]
+    tasks, variants = summary["tasks"], summary["variants"]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        arms = fitted["tasks"].get(task, {})
+        for i, v in enumerate(variants):
+            d, c = arms.get(v), colors[i % len(colors)]
+            if d is None:
+                continue
+            pts = [p for r in records if r.task == task and r.variant == v and r.status == "done" for p in zip(*binned(r))]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], ".", color=c, alpha=0.4, ms=4)
+            if np.isfinite(d.get("a", np.nan)) and pts:
+                xs = np.linspace(min(p[0] for p in pts), max(p[0] for p in pts), 100)
+                ax.plot(xs, law(xs, d["a"], d["b"]), "-", color=c, label=f"{v}: a={d['a']:.3g}, b={d['b']:.3g}, R²={d['r2']:.2f}")
+            else:
+                ax.plot([], [], ".", color=c, label=f"{v}: {d['status'][:40]}")
+        ax.set_xlabel(f"entropy H ({fitted['entropy']}, mean over {fitted['bin']} steps)")
+        ax.set_ylabel(f"training reward R ({fitted['reward']})")
+        ax.set_title(f"{title} — {task}: R = −a·exp(H) + b" if title else f"{task}: R = −a·exp(H) + b", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return _save(fig, out_dir / "entropy_law.png")

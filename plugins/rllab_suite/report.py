@@ -14,8 +14,8 @@ import math
 import tomllib
 from pathlib import Path
 
-from rllab_suite import controls as controls_, fits as fits_, stats
-from rllab_suite.plots import plot, plot_fits, plot_pass_at, plot_track  # noqa: F401  (plot_track: re-exported)
+from rllab_suite import controls as controls_, entropy_law, fits as fits_, stats
+from rllab_suite.plots import plot, plot_entropy_law, plot_fits, plot_pass_at, plot_track  # noqa: F401  (plot_track: re-exported)
 from rllab_suite.records import LAST_FRACTION, RunRecord, read_run  # noqa: F401  (RunRecord, read_run: re-exported)
 
 METRICS = (("accuracy", "eval/accuracy"), ("reward", "eval/reward"))
@@ -89,7 +89,9 @@ def summarize(records: list[RunRecord], *, baseline: str | None = None, variants
     seeds; per variant over tasks: IQM of final accuracy and P(improvement) over ``baseline``;
     per tracked training metric, its mean over the last steps and over each span of the run; each
     arm against the ``controls`` (:mod:`rllab_suite.controls`); with ``compute`` (``tokens`` or
-    ``seconds``), the curves fitted to it (:mod:`rllab_suite.fits`, a few seconds of refits)."""
+    ``seconds``), the curves fitted to it (:mod:`rllab_suite.fits`, a few seconds of refits); when
+    ``track`` holds both ``actor/entropy`` and ``rollout/accuracy``, each arm's entropy against the
+    baseline's and the entropy–performance law fitted to them (:mod:`rllab_suite.entropy_law`)."""
     variants = variants or list(dict.fromkeys(r.variant for r in records))
     tasks = list(dict.fromkeys(r.task for r in records))
     windows = spans(records, track)
@@ -137,6 +139,8 @@ def summarize(records: list[RunRecord], *, baseline: str | None = None, variants
     return {
         "controls": list(controls), "vs_controls": controls_.against_controls(records, variants=variants, tasks=tasks, controls=tuple(controls)),
         "fits": fits_.fit_all(records, tasks=tasks, arms=variants, kind=compute, baseline=baseline) if compute else None,
+        "entropy_law": entropy_law.fit_all(records, tasks=tasks, arms=variants, baseline=baseline)
+        if {entropy_law.ENTROPY, entropy_law.REWARD} <= set(track) else None,
         "min_seeds": min(seeds) if seeds else 0, "min_reliable_seeds": stats.MIN_RELIABLE_SEEDS,
         "baseline": baseline, "variants": variants, "tasks": tasks, "rows": rows, "overall": overall, "failed": failed,
         "confidence": stats.CONFIDENCE, "min_iqm_runs": stats.MIN_IQM_RUNS, "min_poi_seeds": stats.MIN_POI_SEEDS,
@@ -247,6 +251,11 @@ def notes(summary: dict, identical: list | None = None) -> list[str]:
             )
     for m in summary.get("track_missing", []):
         out.append(f"NOT LOGGED tracked metric {m!r}: no run's metrics.jsonl has it (a typo, or a metric this algorithm does not log)")
+    law_needs = {entropy_law.ENTROPY, entropy_law.REWARD}
+    if len(law_needs & set(summary.get("track", []))) == 1:
+        missing = (law_needs - set(summary["track"])).pop()
+        out.append(f"NO ENTROPY LAW: the entropy–performance law needs both {entropy_law.ENTROPY!r} and {entropy_law.REWARD!r} "
+                   f"tracked; add {missing!r} to the suite's track")
     for item in identical or []:
         out.append(item["message"])
     if 0 < summary.get("min_seeds", 0) < summary.get("min_reliable_seeds", 0):
@@ -342,6 +351,7 @@ def markdown(summary: dict, *, title: str = "", identical: list | None = None, i
         lines += pass_at_lines(summary, task)
         if summary.get("fits"):
             lines += fits_.markdown_lines(summary["fits"], task)
+        lines += entropy_law.markdown_lines(summary.get("entropy_law"), task)
     base = summary["baseline"]
     lines += ["## over tasks (final accuracy)", "", f"| variant | runs | IQM % [95% CI] | P(> {base or 'baseline'}) [95% CI] |", "|---|---|---|---|"]
     for o in summary["overall"]:
@@ -411,13 +421,15 @@ def write_all(records: list[RunRecord], out_dir: Path, *, title: str, baseline: 
               track: tuple = (), controls: tuple = (), compute: str = "tokens") -> dict:
     """Compute the summary and write ``report.md``, ``summary.csv``, ``summary.json``, ``runs.csv``
     and the plots (``track.png`` too, for tracked training metrics; ``fits.png``, the curves fitted
-    to ``compute``; ``pass_at_k.png`` when runs sampled their evaluation) into ``out_dir``; print
+    to ``compute``; ``entropy_law.png``, with the entropy–performance law; ``pass_at_k.png`` when runs sampled their evaluation) into ``out_dir``; print
     the table on ``console`` if given."""
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = summarize(records, baseline=baseline, variants=variants, track=track, controls=controls, compute=compute)
     images = plot(records, summary, out_dir, title) if any(r.status == "done" for r in records) else []
     if images and any(t["arms"] for t in summary["fits"]["tasks"].values()):
         images.append(plot_fits(records, summary, out_dir, title))
+    if images and summary.get("entropy_law") and any(summary["entropy_law"]["tasks"].values()):
+        images.append(plot_entropy_law(records, summary, out_dir, title))
     if images and any(r.get("pass_at") for r in summary["rows"]):
         images.append(plot_pass_at(summary, out_dir, title))
     (out_dir / "summary.json").write_text(json.dumps({**summary, "notes": notes(summary, identical), "identical": [i for i in identical or [] if "identical" in i]}, indent=2, default=str) + "\n")
