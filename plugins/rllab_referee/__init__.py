@@ -4,6 +4,7 @@ Commands (added through ``register_commands``)::
 
     rllab import trl CONFIG.yaml|json [--out run.toml] [--processes N] [--strict]
     rllab import verl CONFIG.yaml [key=value …] [--out run.toml] [--strict]
+    rllab crosscheck trl CONFIG.yaml [--steps K] [--seeds N --curve-steps S] [--install-trl]
 
 Every knob of the source config is mapped to rllab settings (each written with a comment naming
 the knob it came from), ignored because it only moves hardware, logging, data loading or
@@ -108,6 +109,9 @@ def register_commands(subparsers):
                    help="trl: the number of training processes TRL ran with (sizes its generation batch; default 1)")
     p.add_argument("--strict", action="store_true", help="refuse the knobs rllab follows only up to a stated difference")
     p.set_defaults(func=cmd_import)
+    from rllab_referee.crosscheck import add_parser
+
+    add_parser(subparsers, _at_least_one)
 
 
 def _at_least_one(text: str) -> int:
