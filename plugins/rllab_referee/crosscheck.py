@@ -24,7 +24,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +126,7 @@ def step_check(raw: dict, cfg, task, model_dir: str, lab, *, steps: int, workdir
     return sorted(rows, key=lambda r: (r.step, order[r.quantity])), trl
 
 
-def curves(raw: dict, data: dict, cfg, task, model_dir: str, *, seeds: int, steps: int, workdir: Path) -> str:
+def curves(raw: dict, data: dict, cfg, task, model_dir: str, *, seeds: int, steps: int, workdir: Path, threads: int = 1) -> str:
     """Reward curves and throughput over ``seeds`` seeds (see the module docstring); a markdown report."""
     from rllab_suite import stats
 
@@ -146,8 +145,7 @@ def curves(raw: dict, data: dict, cfg, task, model_dir: str, *, seeds: int, step
         run_dir = workdir / f"rllab-{s}"
         cmd = [sys.executable, "-m", "rllab.cli", "run", str(toml), f"train.seed={seed}", f"train.steps={steps}",
                f"model.path={model_dir}", "train.eval_every=0", "--run-dir", str(run_dir), "-q"]
-        t0 = time.perf_counter()
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)})
         if done.returncode != 0:
             raise RllabError(f"rllab run failed (seed {seed}):\n{done.stderr[-2000:]}")
         import json
@@ -164,7 +162,6 @@ def curves(raw: dict, data: dict, cfg, task, model_dir: str, *, seeds: int, step
         trl_means.append(trl_reward)
         ratios.append(rl_tput / trl_tput)
         lines.append(f"| {seed} | {trl_reward:.3f} | {rl_reward:.3f} | {trl_tput:.1f} | {rl_tput:.1f} | {ratios[-1]:.2f} |")
-        del t0
     m_t, m_r = stats.mean_ci(trl_means), stats.mean_ci(rl_means)
     poi = stats.prob_improvement([(rl_means, trl_means)])
     lines += ["", f"mean reward over {steps} steps: TRL {m_t[0]:.3f} [{m_t[1]:.3f}, {m_t[2]:.3f}], "
@@ -193,7 +190,8 @@ def cmd_crosscheck(args) -> int:
         print("\n" + report.verdict(rows))
         if args.seeds:
             print(f"\nlearning curves, {args.seeds} seeds × {args.curve_steps} steps:\n")
-            print(curves(raw, data, cfg, task, model_dir, seeds=args.seeds, steps=args.curve_steps, workdir=Path(tmp)))
+            print(curves(raw, data, cfg, task, model_dir, seeds=args.seeds, steps=args.curve_steps, workdir=Path(tmp),
+                         threads=args.threads))
     return 0 if report.first_disagreement(rows) is None else 1
 
 

@@ -15,6 +15,8 @@ TRL is imported here only; the module imports without it.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import time
 from typing import Any, Callable, Mapping, Sequence
 
@@ -129,7 +131,8 @@ def run_trl(raw: Mapping[str, Any], *, model_dir: str, examples: Sequence[Any], 
     trainer = Capturing(model=model, reward_funcs=task_reward, args=config, train_dataset=dataset,
                         processing_class=tokenizer, callbacks=[record.callback(TrainerCallback)])
     t0 = time.perf_counter()
-    trainer.train()
+    with contextlib.redirect_stdout(io.StringIO()):  # TRL prints each step's log dict
+        trainer.train()
     wall = time.perf_counter() - t0
     B = len(batch_rewards[0]) if batch_rewards else 0
     return TrlRun(generations=record.generations, losses=record.losses, grad_norms=record.grad_norms, lrs=record.lrs,
