@@ -130,7 +130,7 @@ def test_the_import_lists_the_differences_the_crosscheck_finds():
     from rllab_referee import trl
 
     t = trl.translate({"num_iterations": 2, "steps_per_generation": 2})  # TRL's default loss_type: dapo
-    assert "same split" in t.differs["num_iterations"] and "own tokens" in t.differs["loss_type"]
+    assert "same split" in t.differs["num_iterations"] and "own token count" in t.differs["loss_type"]
     t = trl.translate({"num_iterations": 2, "steps_per_generation": 2, "loss_type": "grpo"})
     assert "num_iterations" in t.differs and "loss_type" not in t.differs
     t = trl.translate({"num_iterations": 2})  # one optimizer step per generation: the same computation

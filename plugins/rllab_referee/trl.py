@@ -223,10 +223,6 @@ def _batch(t: Translation, c: dict, processes: int) -> int:
     if spg // ga > 1 and c["num_iterations"] > 1:
         t.differ("num_iterations", "TRL goes over the same split of a generation batch into optimizer steps in every "
                  "iteration; rllab draws a new split each epoch (equal in distribution, not step for step)")
-    if spg // ga > 1 and c["loss_type"] in ("dapo", "cispo", "vespo"):
-        t.differ("loss_type", f"TRL's {c['loss_type']!r} divides each optimizer step's token sum by the generation batch's "
-                 f"tokens / {spg // ga} optimizer steps; rllab's token-mean by the minibatch's own tokens (equal when "
-                 "the minibatches hold as many tokens as one another)")
     return spg // ga
 
 
