@@ -135,3 +135,16 @@ def test_the_import_lists_the_differences_the_crosscheck_finds():
     assert "num_iterations" in t.differs and "loss_type" not in t.differs
     t = trl.translate({"num_iterations": 2})  # one optimizer step per generation: the same computation
     assert "num_iterations" not in t.differs and "loss_type" not in t.differs
+
+
+@needs_trl
+def test_a_real_difference_is_reported_as_the_first_step_and_quantity(capsys, tmp_path):
+    # TRL's dapo loss over 2 optimizer steps per generation divides by the batch's average tokens per
+    # step, rllab's token-mean by the minibatch's own tokens: the gradient norms differ at once
+    src = tmp_path / "dapo.yaml"
+    src.write_text("loss_type: dapo\ngradient_accumulation_steps: 2\nsteps_per_generation: 4\nper_device_train_batch_size: 8\n"
+                   "num_generations: 4\nmax_completion_length: 8\nlr_scheduler_type: constant\n")
+    code, out, err = run(capsys, "crosscheck", "trl", str(src), "--steps", "1")
+    assert code == 1, out + err[-2000:]
+    assert "DISAGREE first at optimizer step 0, loss" in out or "DISAGREE first at optimizer step 0, grad_norm" in out, out
+    assert "| 0 | grad_norm |" in out and "| NO |" in out
