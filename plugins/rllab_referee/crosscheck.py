@@ -34,7 +34,7 @@ VERL_KEYS = ("actor_rollout_ref", "algorithm", "data", "trainer", "critic", "rew
 
 
 def _trl_config(path: str) -> dict:
-    from rllab_referee import read_config_file
+    from rllab_referee.source import read_config_file
 
     raw = read_config_file(path, what="TRL GRPOConfig")
     verl = [k for k in VERL_KEYS if isinstance(raw.get(k), dict)]
@@ -64,7 +64,7 @@ def _setup(config: str, lab, steps: int, processes: int = 1):
     from rllab.config import load_config
     from rllab.models import tiny as tinymodel
     from rllab.training import parts
-    from rllab_referee import run_import
+    from rllab_referee.source import run_import
 
     t = run_import("trl", config, [], lab=lab, processes=processes)
     data = t.to_dict()
