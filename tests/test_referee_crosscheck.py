@@ -148,3 +148,16 @@ def test_a_real_difference_is_reported_as_the_first_step_and_quantity(capsys, tm
     assert code == 1, out + err[-2000:]
     assert "DISAGREE first at optimizer step 0, loss" in out or "DISAGREE first at optimizer step 0, grad_norm" in out, out
     assert "| 0 | grad_norm |" in out and "| NO |" in out
+
+
+def test_a_vllm_config_is_refused_and_forced_knobs_are_named(capsys, tmp_path, monkeypatch):
+    src = tmp_path / "vllm.yaml"
+    src.write_text("use_vllm: true\n")
+    code, _, err = run(capsys, "crosscheck", "trl", str(src))
+    assert code != 0 and "use_vllm = true" in err and "set use_vllm: false" in err
+    from rllab_referee import trl_capture
+
+    monkeypatch.setattr(trl_capture, "trl_missing", lambda: "TRL is not installed")
+    src.write_text("bf16: true\nreport_to: wandb\n")
+    code, _, err = run(capsys, "crosscheck", "trl", str(src))
+    assert "bf16 = True → False" in err and "report_to = 'wandb' → []" in err

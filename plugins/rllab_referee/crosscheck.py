@@ -37,6 +37,9 @@ def _trl_config(path: str) -> dict:
     from rllab_referee.source import read_config_file
 
     raw = read_config_file(path, what="TRL GRPOConfig")
+    if raw.get("use_vllm"):
+        raise ConfigError(f"{path}: use_vllm = true: rllab crosscheck runs TRL's own generation on the CPU (no vLLM), which "
+                          "changes TRL's loss (no importance-sampling correction); set use_vllm: false to crosscheck")
     verl = [k for k in VERL_KEYS if isinstance(raw.get(k), dict)]
     if verl:
         raise ConfigError(f"{path} looks like a verl config (sections {', '.join(verl)}), not a TRL GRPOConfig: "
@@ -179,6 +182,11 @@ def cmd_crosscheck(args) -> int:
     if args.seeds == 1:
         raise ConfigError("rllab crosscheck: --seeds 1 gives no spread to compare; use --seeds 0 (no curves) or ≥ 2 (5 recommended)")
     raw = _trl_config(args.config)
+    from rllab_referee.trl_capture import FORCED
+
+    forced = [f"{k} = {raw[k]!r} → {v!r}" for k, v in FORCED.items() if k in raw and raw[k] != v]
+    if forced:
+        print("the crosscheck runs TRL locally, in float32 on the CPU, prompts in order: " + "; ".join(forced), file=sys.stderr)
     _ensure_trl(args.install_trl)
     data, cfg, task, model_dir = _setup(args.config, args.lab, args.steps)
     torch.set_num_threads(args.threads)
