@@ -178,6 +178,13 @@ class RolloutConfig:
         "took from an earlier step stay context (slime's --mask-offpolicy-in-partial-rollout)",
         validator=lambda i, a, v: _needs_continue(i, a.name, v),
     )
+    run_ahead: bool = knob(
+        True,
+        help="max_staleness > 0: false makes the producer thread sample step s's batch only after the weight sync that "
+        "precedes step s (it never runs ahead): every sample is fresh and the run equals the synchronous one value for "
+        "value (a reference for the asynchronous machinery; no overlap, so no speed-up)",
+        validator=lambda i, a, v: _needs_staleness(i, a.name, v, off=True),
+    )
 
 
 def _needs_fixed(inst, name: str, value) -> None:
@@ -185,8 +192,8 @@ def _needs_fixed(inst, name: str, value) -> None:
         raise ValueError(f"{name} = {value!r} applies only with random_reward = 'given' (random_reward is {inst.random_reward!r})")
 
 
-def _needs_staleness(inst, name: str, value) -> None:
-    if value != "drop" and inst.max_staleness == 0:
+def _needs_staleness(inst, name: str, value, off: object = "drop") -> None:
+    if value != off and inst.max_staleness == 0:
         raise ValueError(f"{name} = {value!r} applies only with max_staleness > 0 (max_staleness is 0: every sample is fresh)")
 
 

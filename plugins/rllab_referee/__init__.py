@@ -4,6 +4,7 @@ Commands (added through ``register_commands``)::
 
     rllab import trl CONFIG.yaml|json [--out run.toml] [--processes N] [--strict]
     rllab import verl CONFIG.yaml [key=value …] [--out run.toml] [--strict]
+    rllab crosscheck trl CONFIG.yaml [--steps K] [--seeds N --curve-steps S] [--install-trl]
 
 Every knob of the source config is mapped to rllab settings (each written with a comment naming
 the knob it came from), ignored because it only moves hardware, logging, data loading or
@@ -14,68 +15,21 @@ step, …) are listed as such, and refused with ``--strict``. The written TOML i
 
 Modules: :mod:`rllab_referee.trl` (TRL ``GRPOConfig``, field table in
 :mod:`rllab_referee.trl_fields`), :mod:`rllab_referee.verl` (verl ``ppo_trainer``),
-:mod:`rllab_referee.result` (the :class:`~rllab_referee.result.Translation` both fill). The
+:mod:`rllab_referee.result` (the :class:`~rllab_referee.result.Translation` both fill),
+:mod:`rllab_referee.source` (reading the file, importing it); ``rllab crosscheck``: :mod:`rllab_referee.crosscheck`. The
 mapping in both directions is docs/frameworks.md.
 """
 
 from __future__ import annotations
 
-import json
-import re
 import sys
 from pathlib import Path
-from typing import Any
 
 import rllab
-from rllab import ConfigError, RllabError
+from rllab import RllabError
+from rllab_referee.source import read_config_file, run_import
 
-
-def read_config_file(path: str, *, what: str) -> dict[str, Any]:
-    """A YAML or JSON file's top-level mapping (``what``: the kind of config, for errors)."""
-    p = Path(path)
-    if not p.is_file():
-        raise RllabError(f"{what}: no file {path!r}" + (" (it is a directory)" if p.is_dir() else ""))
-    text = p.read_text()
-    try:
-        if p.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
-    except ImportError:
-        raise RllabError("reading YAML needs PyYAML: pip install pyyaml (or give the config as .json)") from None
-    except Exception as e:  # yaml.YAMLError / json.JSONDecodeError: the parser's message says where
-        raise ConfigError(f"{what}: {path} is not valid {'JSON' if p.suffix.lower() == '.json' else 'YAML'}: {e}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{what}: {path} holds a {type(data).__name__}, not a mapping of knobs to values")
-    return data
-
-
-def run_import(framework: str, config: str, overrides: list[str], *, lab, processes: int = 1, strict: bool = False):
-    """Import ``config`` of ``framework`` ("trl" or "verl"); returns the checked :class:`Translation`."""
-    from rllab.config import load_config
-
-    if framework == "trl":
-        from rllab_referee import trl
-
-        if overrides:
-            raise RllabError(f"rllab import trl takes no overrides ({overrides[0]!r}): edit the YAML, or the written TOML")
-        t = trl.translate(read_config_file(config, what="TRL GRPOConfig"), processes=processes)
-    else:
-        from rllab_referee import verl
-
-        t = verl.translate(read_config_file(config, what="verl config"), overrides)
-    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(config).stem).strip("-.") or "config"
-    t.set("", "name", f"{framework}-{stem}", how=f"imported from {t.source}; run directories are named after it")
-    t.finish(strict=strict)
-    try:
-        load_config(t.to_dict(), lab=lab)
-    except RllabError as e:
-        raise ConfigError(f"{t.source}: the imported settings are refused by rllab: {e}") from None
-    return t
+__all__ = ["read_config_file", "register_commands", "run_import"]
 
 
 def cmd_import(args) -> int:
@@ -108,6 +62,9 @@ def register_commands(subparsers):
                    help="trl: the number of training processes TRL ran with (sizes its generation batch; default 1)")
     p.add_argument("--strict", action="store_true", help="refuse the knobs rllab follows only up to a stated difference")
     p.set_defaults(func=cmd_import)
+    from rllab_referee.crosscheck import add_parser
+
+    add_parser(subparsers, _at_least_one)
 
 
 def _at_least_one(text: str) -> int:

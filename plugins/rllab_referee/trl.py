@@ -220,6 +220,9 @@ def _batch(t: Translation, c: dict, processes: int) -> int:
     t.set("algorithm", "minibatches", spg // ga, *given, how=f"steps_per_generation {spg} / gradient_accumulation_steps {ga}: optimizer steps per generation")
     t.set("algorithm", "micro_batch_size", pdb, "per_device_train_batch_size", how="rows per forward/backward")
     t.set("algorithm", "epochs", c["num_iterations"], "num_iterations")
+    if spg // ga > 1 and c["num_iterations"] > 1:
+        t.differ("num_iterations", "TRL goes over the same split of a generation batch into optimizer steps in every "
+                 "iteration; rllab draws a new split each epoch (equal in distribution, not step for step)")
     return spg // ga
 
 

@@ -17,6 +17,11 @@ deterministic run for a given ``k``, and checkpoints hold the ``k`` batches alre
 so resume after ``kill -9`` reproduces the uninterrupted run: the batch being sampled when the
 checkpoint was written used the checkpoint's own weights and is sampled again.
 
+``rollout.run_ahead = false``: the producer samples batch ``s`` only after the sync that precedes
+step ``s`` (with ``W(s)``), so every sample is fresh and the run is the synchronous one value for
+value (same prompts, seeds, weights and torch threads; the trainer waits for each batch): a
+reference that isolates the threading, queueing and versioning from the effect of staleness.
+
 Versions and staleness: the backend is wrapped in :class:`VersionedBackend`, which counts weight
 syncs (``version``). A completion's version is the integer its backend reports
 (``Completion.weight_version``: ``hf`` and ``sglang`` count their syncs alike), else the version
@@ -227,6 +232,8 @@ class AsyncRollout:
         self.backend: VersionedBackend = stage.backend
         self.k = stage.config.max_staleness
         self.stale = stage.config.stale
+        self.ahead = self.k if stage.config.run_ahead else 0
+        """How many batches past the trainer's step the producer samples (0: ``run_ahead = false``)."""
         self.limit = limit
         self.futures: dict[int, concurrent.futures.Future] = {}
         self.wait_s = 0.0
@@ -235,9 +242,11 @@ class AsyncRollout:
         threads = torch.get_num_threads()
         self._trainer_threads = None
         producer_threads = None
-        if cpu and threads > 1:
+        if cpu and threads > 1 and self.ahead:
             self._trainer_threads = (threads, threads // 2)
             producer_threads = threads - threads // 2
+        elif cpu:  # never ahead: the two never compute at once, each gets the trainer's threads (as synchronous)
+            producer_threads = threads
         self.pool = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix="rllab-rollout", initializer=_set_threads, initargs=(producer_threads,)
         )
@@ -308,8 +317,9 @@ class AsyncRollout:
         return out
 
     def _fill(self, step: int) -> None:
-        """Queue batches ``step … step + k`` not yet queued (the start of a run, or a resume)."""
-        for s in range(step, step + self.k + 1):
+        """Queue batches ``step … step + k`` not yet queued (the start of a run, or a resume);
+        only ``step`` with ``run_ahead = false``."""
+        for s in range(step, step + self.ahead + 1):
             self._submit(s)
 
     # -- the trainer's side
@@ -342,7 +352,8 @@ class AsyncRollout:
         return time.perf_counter() - t0
 
     def advance(self, step: int) -> None:
-        """Step ``step`` is next: queue batch ``step + k``, sampled with the weights synced now."""
+        """Step ``step`` is next: queue batch ``step + k`` (``step`` with ``run_ahead = false``),
+        sampled with the weights synced now."""
         self._fill(step)
 
     def evaluate(self, size: int, *, samples: int = 0) -> dict:

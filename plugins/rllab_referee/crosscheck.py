@@ -1,0 +1,235 @@
+"""``rllab crosscheck trl CONFIG``: TRL's ``GRPOTrainer`` and rllab, same config, model, prompts, reward.
+
+1. **Step for step** (always): TRL trains ``--steps`` generation batches from the config as given
+   (:mod:`rllab_referee.trl_capture`); rllab imports the same config (``rllab import trl``) and
+   trains on TRL's own batches (:mod:`rllab_referee.stepcheck`). Per optimizer step the loss, the
+   gradient norm, the learning rate and the update of the weights are compared
+   (:mod:`rllab_referee.crosscheck_report`); a disagreement is reported as the first step and
+   quantity that differ. Exit status 1 on a disagreement.
+2. **Learning curves** (``--seeds N``, N ≥ 2): per seed, TRL and rllab (``rllab run`` of the
+   imported config) each train ``--curve-steps`` steps on the same prompts; the mean reward per
+   run is compared with the suite statistics (bootstrap CIs, P(rllab > TRL)), and the throughput
+   ratio (completions/s of the whole step, rllab / TRL) is reported: median, min and max over
+   seeds, with the machine's load average.
+
+Both sides start from rllab's tiny default model saved as a Hugging Face directory, draw the
+prompts rllab's task draws (``prompts_per_step`` per step, in order) and score with the task's
+reward. TRL is an optional dependency (``pip install 'rllab[trl]'``); ``--install-trl`` installs it.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from rllab import ConfigError, RllabError
+
+VERL_KEYS = ("actor_rollout_ref", "algorithm", "data", "trainer", "critic", "reward_model")
+
+
+def _trl_config(path: str) -> dict:
+    from rllab_referee.source import read_config_file
+
+    raw = read_config_file(path, what="TRL GRPOConfig")
+    if raw.get("use_vllm"):
+        raise ConfigError(f"{path}: use_vllm = true: rllab crosscheck runs TRL's own generation on the CPU (no vLLM), which "
+                          "changes TRL's loss (no importance-sampling correction); set use_vllm: false to crosscheck")
+    verl = [k for k in VERL_KEYS if isinstance(raw.get(k), dict)]
+    if verl:
+        raise ConfigError(f"{path} looks like a verl config (sections {', '.join(verl)}), not a TRL GRPOConfig: "
+                          "rllab crosscheck runs TRL only; import verl configs with: rllab import verl CONFIG")
+    return raw
+
+
+def _ensure_trl(install: bool) -> None:
+    from rllab_referee.trl_capture import TRL_VERSION, trl_missing
+
+    problem = trl_missing()
+    if problem is None:
+        return
+    if not install:
+        raise RllabError(f"rllab crosscheck trl: {problem}\n  or rerun with --install-trl to have it installed now")
+    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", f"trl=={TRL_VERSION}"]
+    print("installing TRL:", " ".join(cmd), flush=True)
+    if subprocess.run(cmd).returncode != 0 or (problem := trl_missing()) is not None:
+        raise RllabError(f"rllab crosscheck trl: installing TRL failed; {problem or 'see pip output above'}")
+
+
+def _setup(config: str, lab, steps: int, processes: int = 1):
+    """The imported rllab config (``steps`` training steps: the learning-rate schedule's horizon,
+    as TRL's ``max_steps``), the tiny model directory, the task."""
+    from rllab.config import load_config
+    from rllab.models import tiny as tinymodel
+    from rllab.training import parts
+    from rllab_referee.source import run_import
+
+    t = run_import("trl", config, [], lab=lab, processes=processes)
+    data = t.to_dict()
+    data.setdefault("train", {}).update(checkpoint_every=0, steps=steps)
+    cfg = load_config(data, lab=lab)
+    task = parts.component(cfg, lab, "task")()
+    if cfg.model.path:
+        model_dir = Path(cfg.model.path).expanduser()
+    else:
+        model_dir = tinymodel.get_or_build(tinymodel.TinyModelConfig(**cfg.model.tiny), task, cfg.component("task").to_dict(),
+                                           tinymodel.WarmStartConfig(**cfg.model.warm_start), progress=False)
+    return data, cfg, task, str(model_dir)
+
+
+def _examples(task, cfg, seed: int, steps: int) -> list:
+    """The prompts rllab's trainer draws at steps 0 … steps − 1 for ``seed``, in order."""
+    from rllab.algorithm import seed_for
+
+    out = []
+    for step in range(steps):
+        out.extend(task.train_examples(cfg.rollout.prompts_per_step, torch.Generator().manual_seed(seed_for(seed, step, 0))))
+    return out
+
+
+def _flat(w: dict[str, torch.Tensor]) -> torch.Tensor:
+    return torch.cat([v.reshape(-1).double() for k, v in sorted(w.items())])
+
+
+def step_check(raw: dict, cfg, task, model_dir: str, lab, *, steps: int, workdir: str):
+    """Run both sides on TRL's batches for ``steps`` generations; returns (rows, TrlRun)."""
+    from rllab_referee import crosscheck_report as report
+    from rllab_referee import stepcheck
+    from rllab_referee.trl_capture import opt_steps_per_generation, run_trl
+
+    seed = cfg.train.seed
+    trl = run_trl(raw, model_dir=model_dir, examples=_examples(task, cfg, seed, steps), reward=task.reward,
+                  generations=steps, seed=seed, out=workdir)
+    if len(trl.generations) != steps:
+        raise RllabError(f"TRL trained {len(trl.generations)} generation batches, expected {steps}")
+    ours = stepcheck.run_rllab(cfg, lab, model_dir=model_dir, generations=trl.generations)
+    from transformers import AutoModelForCausalLM
+
+    w0 = _flat(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).state_dict())
+    n = min(len(trl.weights), len(ours["weights"]))
+    moved_t = [float((_flat(w) - w0).norm()) for w in trl.weights[:n]]
+    moved_r = [float((_flat(w) - w0).norm()) for w in ours["weights"][:n]]
+    dist = [float((_flat(a) - _flat(b)).norm()) for a, b in zip(trl.weights[:n], ours["weights"][:n])]
+    if len(trl.grad_norms) != len(ours["grad_norm"]):
+        raise RllabError(f"optimizer steps differ: TRL took {len(trl.grad_norms)}, rllab {len(ours['grad_norm'])} "
+                         f"on the same {steps} generation batches (the import's minibatches/epochs are off)")
+    rows = report.compare({"grad_norm": trl.grad_norms, "lr": trl.lrs, "weights": moved_t},
+                          {"grad_norm": ours["grad_norm"], "lr": ours["lr"], "weights": moved_r}, distance={"weights": dist})
+    per = opt_steps_per_generation(raw)
+    trl_loss = [statistics.fmean(trl.losses[g * per:(g + 1) * per]) for g in range(steps)]
+    loss_rows = report.compare({"loss": trl_loss}, {"loss": ours["loss"]})
+    rows += [report.Row(step=r.step * per, quantity=r.quantity, trl=r.trl, rllab=r.rllab, rel=r.rel, tol=r.tol) for r in loss_rows]
+    order = {q: j for j, q in enumerate(report.QUANTITIES)}
+    return sorted(rows, key=lambda r: (r.step, order[r.quantity])), trl
+
+
+def curves(raw: dict, data: dict, cfg, task, model_dir: str, *, seeds: int, steps: int, workdir: Path, threads: int = 1) -> str:
+    """Reward curves and throughput over ``seeds`` seeds (see the module docstring); a markdown report."""
+    from rllab_suite import stats
+
+    from rllab.tomlio import dump_toml
+    from rllab_referee.trl_capture import run_trl
+
+    toml = workdir / "rllab.toml"
+    toml.write_text(dump_toml(data))
+    rl_means, trl_means, ratios, loads = [], [], [], []
+    lines = ["| seed | TRL mean reward | rllab mean reward | TRL compl./s | rllab compl./s | ratio |", "|---:|---:|---:|---:|---:|---:|"]
+    for s in range(seeds):
+        seed = cfg.train.seed + s
+        loads.append(os.getloadavg()[0])
+        trl = run_trl(raw, model_dir=model_dir, examples=_examples(task, cfg, seed, steps), reward=task.reward,
+                      generations=steps, seed=seed, out=str(workdir / f"trl-{s}"), keep_weights=False)
+        run_dir = workdir / f"rllab-{s}"
+        cmd = [sys.executable, "-m", "rllab.cli", "run", str(toml), f"train.seed={seed}", f"train.steps={steps}",
+               f"model.path={model_dir}", "train.eval_every=0", "--run-dir", str(run_dir), "-q"]
+        done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)})
+        if done.returncode != 0:
+            raise RllabError(f"rllab run failed (seed {seed}):\n{done.stderr[-2000:]}")
+        import json
+
+        rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        rows = [r for r in rows if "time/step" in r]
+        loads.append(os.getloadavg()[0])
+        rl_reward = statistics.fmean(r["rollout/reward"] for r in rows)
+        trl_reward = statistics.fmean(trl.rewards)
+        # whole steps, the first (warm-up) left out on both sides
+        rl_tput = trl.completions_per_step / statistics.median(r["time/step"] for r in rows[1:] or rows)
+        trl_tput = trl.completions_per_step / statistics.median(trl.step_times[1:] or trl.step_times)
+        rl_means.append(rl_reward)
+        trl_means.append(trl_reward)
+        ratios.append(rl_tput / trl_tput)
+        lines.append(f"| {seed} | {trl_reward:.3f} | {rl_reward:.3f} | {trl_tput:.1f} | {rl_tput:.1f} | {ratios[-1]:.2f} |")
+    m_t, m_r = stats.mean_ci(trl_means), stats.mean_ci(rl_means)
+    poi = stats.prob_improvement([(rl_means, trl_means)])
+    lines += ["", f"mean reward over {steps} steps: TRL {m_t[0]:.3f} [{m_t[1]:.3f}, {m_t[2]:.3f}], "
+              f"rllab {m_r[0]:.3f} [{m_r[1]:.3f}, {m_r[2]:.3f}] (95% bootstrap CIs, {seeds} seeds)"]
+    lines.append(f"P(rllab > TRL) = {poi[0]:.2f} [{poi[1]:.2f}, {poi[2]:.2f}]" if poi else
+                 f"P(rllab > TRL): needs more seeds than {seeds}")
+    lines.append(f"throughput rllab/TRL (completions per second of a whole step): median {statistics.median(ratios):.2f}, "
+                 f"min {min(ratios):.2f}, max {max(ratios):.2f}; 1-min load average {min(loads):.1f}–{max(loads):.1f} "
+                 f"on {os.cpu_count()} CPUs")
+    return "\n".join(lines)
+
+
+def cmd_crosscheck(args) -> int:
+    from rllab_referee import crosscheck_report as report
+
+    if args.seeds == 1:
+        raise ConfigError("rllab crosscheck: --seeds 1 gives no spread to compare; use --seeds 0 (no curves) or ≥ 2 (5 recommended)")
+    raw = _trl_config(args.config)
+    from rllab_referee.trl_capture import FORCED
+
+    forced = [f"{k} = {raw[k]!r} → {v!r}" for k, v in FORCED.items() if k in raw and raw[k] != v]
+    if forced:
+        print("the crosscheck runs TRL locally, in float32 on the CPU, prompts in order: " + "; ".join(forced), file=sys.stderr)
+    _ensure_trl(args.install_trl)
+    data, cfg, task, model_dir = _setup(args.config, args.lab, args.steps)
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory(prefix="rllab-crosscheck-") as tmp:
+        rows, _ = step_check(raw, cfg, task, model_dir, args.lab, steps=args.steps, workdir=str(Path(tmp) / "trl"))
+        print(f"step for step, {args.steps} generation batches of {args.config} (TRL's batches fed to rllab):\n")
+        print(report.table(rows if args.all_rows else _shown(rows)))
+        print("\n" + report.verdict(rows))
+        if args.seeds:
+            print(f"\nlearning curves, {args.seeds} seeds × {args.curve_steps} steps:\n")
+            print(curves(raw, data, cfg, task, model_dir, seeds=args.seeds, steps=args.curve_steps, workdir=Path(tmp),
+                         threads=args.threads))
+    return 0 if report.first_disagreement(rows) is None else 1
+
+
+def _shown(rows):
+    """Every row up to the first disagreement and that step's rows."""
+    from rllab_referee.crosscheck_report import first_disagreement
+
+    bad = first_disagreement(rows)
+    return rows if bad is None else [r for r in rows if r.step <= bad.step]
+
+
+def _seeds(text: str) -> int:
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seeds") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{n}: the number of seeds cannot be negative")
+    return n
+
+
+def add_parser(subparsers, positive) -> None:
+    p = subparsers.add_parser("crosscheck", help="run TRL's GRPOTrainer beside rllab on one config: step-for-step agreement, learning curves")
+    p.add_argument("framework", choices=("trl",), help="the framework to check against (trl)")
+    p.add_argument("config", metavar="CONFIG", help="a TRL GRPOConfig (YAML or JSON)")
+    p.add_argument("--steps", type=positive, default=2, help="generation batches compared step for step (default 2)")
+    p.add_argument("--seeds", type=_seeds, default=0, help="learning curves over this many seeds (0: none; 5 recommended)")
+    p.add_argument("--curve-steps", type=positive, default=20, help="steps of each learning-curve run (default 20)")
+    p.add_argument("--threads", type=positive, default=1, help="torch threads for both frameworks (default 1)")
+    p.add_argument("--all-rows", action="store_true", help="show every row, also after the first disagreement")
+    p.add_argument("--install-trl", action="store_true", help="pip-install TRL (without its dependencies) if it is missing")
+    p.set_defaults(func=cmd_crosscheck)

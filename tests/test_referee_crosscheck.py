@@ -1,0 +1,163 @@
+"""``rllab crosscheck trl``: the comparison and its report, careless inputs, and (with TRL installed)
+rllab against TRL's GRPOTrainer on TRL's own batches, step for step."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+from rllab.cli import main
+from rllab_referee import crosscheck_report as report
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "frameworks"
+HAS_TRL = importlib.util.find_spec("trl") is not None
+
+
+def run(capsys, *argv):
+    code = main(["--plugin", "rllab_referee", *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def test_rel_diff_by_hand():
+    assert report.rel_diff(2.0, 2.5) == pytest.approx(0.5 / 2.5)
+    assert report.rel_diff(0.0, 0.0) == 0.0
+    assert report.rel_diff(1e-5, 2e-5, 1e-2) == pytest.approx(1e-5 / 1e-2)  # a loss near 0: its absolute error
+    assert report.rel_diff(math.nan, math.nan) == 0.0 and report.rel_diff(1.0, math.nan) == math.inf
+
+
+def test_first_disagreement_is_the_earliest_step_then_the_first_quantity():
+    trl = {"grad_norm": [1.0, 2.0, 3.0], "lr": [1e-6, 1e-6, 1e-6], "weights": [0.1, 0.2, 0.3]}
+    ours = {"grad_norm": [1.0, 2.0, 3.5], "lr": [1e-6, 1e-6, 1e-6], "weights": [0.1, 0.2, 0.3]}
+    # the weights of step 1 are off by a distance measured between the two models
+    rows = report.compare(trl, ours, distance={"weights": [0.0, 0.01, 0.0]})
+    bad = report.first_disagreement(rows)
+    assert (bad.step, bad.quantity) == (1, "weights") and bad.rel == pytest.approx(0.01 / 0.2)
+    assert [(r.step, r.quantity) for r in rows if not r.ok] == [(1, "weights"), (2, "grad_norm")]
+    text = report.verdict(rows)
+    assert text.startswith("DISAGREE first at optimizer step 1, weights") and "5.00e-02" in text
+    table = report.table(rows)
+    assert table.splitlines()[0] == "| step | quantity | trl | rllab | rel diff | agrees |"
+    assert "| 2 | grad_norm | 3 | 3.5 | 1.43e-01 | NO |" in table
+
+
+def test_agreement_within_tolerance_and_unequal_lengths_refused():
+    rows = report.compare({"grad_norm": [1.0, 2.0]}, {"grad_norm": [1.00001, 2.0]})
+    assert report.first_disagreement(rows) is None and report.verdict(rows).startswith("agree: 2 optimizer steps")
+    with pytest.raises(ValueError, match="grad_norm: 2 steps on the TRL side, 1 on rllab's"):
+        report.compare({"grad_norm": [1.0, 2.0]}, {"grad_norm": [1.0]})
+
+
+def test_rows_reordered_so_rllab_minibatches_are_trls():
+    import torch
+
+    from rllab_referee.stepcheck import permute_for_rllab
+    from rllab.types import RolloutBatch
+
+    B = 6
+    batch = RolloutBatch(input_ids=torch.arange(B).reshape(B, 1).repeat(1, 3), attention_mask=torch.ones(B, 3, dtype=torch.bool),
+                         response_mask=torch.ones(B, 2, dtype=torch.bool), rollout_log_prob=torch.zeros(B, 2),
+                         index=torch.arange(B) // 2, rewards=torch.arange(B).float())
+    order = torch.tensor([3, 0, 5, 1, 4, 2])
+    out = permute_for_rllab(batch, order)
+    assert out.rewards[order].tolist() == batch.rewards.tolist()  # rllab's order[i] picks TRL's row i
+    assert out.index[order].tolist() == batch.index.tolist()
+    assert permute_for_rllab(batch, None) is batch
+
+
+# --------------------------------------------------------------------------- careless inputs
+
+
+def test_missing_config_and_a_verl_config_are_refused_by_name(capsys, tmp_path):
+    code, _, err = run(capsys, "crosscheck", "trl", str(tmp_path / "nope.yaml"))
+    assert code != 0 and "no file" in err and "nope.yaml" in err
+    code, _, err = run(capsys, "crosscheck", "trl", str(EXAMPLES / "verl_dapo.yaml"))
+    assert code != 0 and "looks like a verl config" in err and "rllab import verl" in err
+
+
+@pytest.mark.parametrize("seeds, words", [("x", "not a whole number of seeds"), ("-2", "cannot be negative")])
+def test_bad_seeds_are_refused_by_the_parser(capsys, seeds, words):
+    with pytest.raises(SystemExit):
+        run(capsys, "crosscheck", "trl", str(EXAMPLES / "trl_grpo.yaml"), "--seeds", seeds)
+    assert words in capsys.readouterr().err
+
+
+def test_one_seed_is_refused_before_anything_runs(capsys):
+    code, _, err = run(capsys, "crosscheck", "trl", str(EXAMPLES / "trl_grpo.yaml"), "--seeds", "1")
+    assert code != 0 and "--seeds 1 gives no spread" in err
+
+
+def test_trl_missing_says_how_to_install(capsys, monkeypatch):
+    from rllab_referee import trl_capture
+
+    monkeypatch.setattr(trl_capture, "trl_missing", lambda: "TRL is not installed; install it with:\n  " + trl_capture.INSTALL)
+    code, _, err = run(capsys, "crosscheck", "trl", str(EXAMPLES / "trl_grpo.yaml"))
+    assert code != 0 and "pip install --no-deps trl==1.16.0" in err and "--install-trl" in err
+
+
+# --------------------------------------------------------------------------- against TRL
+
+
+needs_trl = pytest.mark.skipif(not HAS_TRL, reason="TRL is not installed (pip install --no-deps trl==1.16.0, or the 'trl' extra)")
+
+
+@needs_trl
+def test_default_trl_config_agrees_step_for_step(capsys):
+    code, out, err = run(capsys, "crosscheck", "trl", str(EXAMPLES / "trl_grpo.yaml"), "--steps", "2")
+    assert "| 1 | weights |" in out, err[-2000:]
+    assert code == 0 and "agree: 2 optimizer steps" in out, out
+
+
+@needs_trl
+@pytest.mark.slow
+def test_several_optimizer_steps_per_generation_agree_with_a_constant_lr(capsys, tmp_path):
+    # GSPO: steps_per_generation 4 (4 optimizer steps per generation), gradient accumulation 2
+    src = tmp_path / "gspo.yaml"
+    src.write_text((EXAMPLES / "trl_gspo.yaml").read_text().replace("gradient_accumulation_steps: 1", "gradient_accumulation_steps: 2")
+                   + "lr_scheduler_type: constant\n")
+    code, out, err = run(capsys, "crosscheck", "trl", str(src), "--steps", "1")
+    assert code == 0 and "agree: 2 optimizer steps" in out, out + err[-2000:]
+
+
+def test_the_import_lists_the_differences_the_crosscheck_finds():
+    from rllab_referee import trl
+
+    t = trl.translate({"num_iterations": 2, "steps_per_generation": 2})  # TRL's default loss_type: dapo
+    assert "same split" in t.differs["num_iterations"] and "own token count" in t.differs["loss_type"]
+    t = trl.translate({"num_iterations": 2, "steps_per_generation": 2, "loss_type": "grpo"})
+    assert "num_iterations" in t.differs and "loss_type" not in t.differs
+    t = trl.translate({"num_iterations": 2})  # one optimizer step per generation: the same computation
+    assert "num_iterations" not in t.differs and "loss_type" not in t.differs
+
+
+@needs_trl
+def test_a_real_difference_is_reported_as_the_first_step_and_quantity(capsys, tmp_path):
+    # TRL's dapo loss over 2 optimizer steps per generation divides by the batch's average tokens per
+    # step, rllab's token-mean by the minibatch's own tokens: the gradient norms differ at once
+    src = tmp_path / "dapo.yaml"
+    src.write_text("loss_type: dapo\ngradient_accumulation_steps: 2\nsteps_per_generation: 4\nper_device_train_batch_size: 8\n"
+                   "num_generations: 4\nmax_completion_length: 8\nlr_scheduler_type: constant\n")
+    code, out, err = run(capsys, "crosscheck", "trl", str(src), "--steps", "1")
+    assert code == 1, out + err[-2000:]
+    assert "DISAGREE first at optimizer step 0, loss" in out or "DISAGREE first at optimizer step 0, grad_norm" in out, out
+    assert "| 0 | grad_norm |" in out and "| NO |" in out
+
+
+def test_a_vllm_config_is_refused_and_forced_knobs_are_named(capsys, tmp_path, monkeypatch):
+    src = tmp_path / "vllm.yaml"
+    src.write_text("use_vllm: true\n")
+    code, _, err = run(capsys, "crosscheck", "trl", str(src))
+    assert code != 0 and "use_vllm = true" in err and "set use_vllm: false" in err
+    from rllab_referee import trl_capture
+
+    monkeypatch.setattr(trl_capture, "trl_missing", lambda: "TRL is not installed")
+    src.write_text("bf16: true\nreport_to: wandb\n")
+    code, _, err = run(capsys, "crosscheck", "trl", str(src))
+    assert "bf16 = True → False" in err and "report_to = 'wandb' → []" in err
