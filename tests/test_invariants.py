@@ -41,10 +41,11 @@ PUBLIC_MODULES = {
     "rllab.algorithm", "rllab.config", "rllab.training.trainer", "rllab.training.runs", "rllab.training.rundir", "rllab.parallel.checkpoint", "rllab.tomlio",
     "rllab.rollout.rewards", "rllab.rollout.chat", "rllab.models.hfcompat", "rllab.rollout.environment", "rllab.rollout.tools", "rllab.members",
     "rllab.rollout.accuracy", "rllab.training.runlock", "rllab.training.parts", "rllab.errors", "rllab.models.modeldir",
-    "rllab.sampling",
+    "rllab.sampling", "rllab.training.optimizer",
 }  # fmt: skip
-# A plugin may build on another only where declared here (a front end of a command plugin).
-PLUGIN_DEPENDENCIES = {"rllab_tui": {"rllab_suite"}}
+# A plugin may build on another only where declared here (a front end of a command plugin; the referee's
+# learning-curve comparison uses the suite's statistics).
+PLUGIN_DEPENDENCIES = {"rllab_tui": {"rllab_suite"}, "rllab_referee": {"rllab_suite"}}
 
 
 def _is_module(name: str) -> bool:

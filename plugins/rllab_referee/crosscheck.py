@@ -130,7 +130,7 @@ def step_check(raw: dict, cfg, task, model_dir: str, lab, *, steps: int, workdir
 
 def curves(raw: dict, data: dict, cfg, task, model_dir: str, *, seeds: int, steps: int, workdir: Path, threads: int = 1) -> str:
     """Reward curves and throughput over ``seeds`` seeds (see the module docstring); a markdown report."""
-    from rllab_suite import stats
+    from rllab_suite import mean_ci, prob_improvement
 
     from rllab.tomlio import dump_toml
     from rllab_referee.trl_capture import run_trl
@@ -164,8 +164,8 @@ def curves(raw: dict, data: dict, cfg, task, model_dir: str, *, seeds: int, step
         trl_means.append(trl_reward)
         ratios.append(rl_tput / trl_tput)
         lines.append(f"| {seed} | {trl_reward:.3f} | {rl_reward:.3f} | {trl_tput:.1f} | {rl_tput:.1f} | {ratios[-1]:.2f} |")
-    m_t, m_r = stats.mean_ci(trl_means), stats.mean_ci(rl_means)
-    poi = stats.prob_improvement([(rl_means, trl_means)])
+    m_t, m_r = mean_ci(trl_means), mean_ci(rl_means)
+    poi = prob_improvement([(rl_means, trl_means)])
     lines += ["", f"mean reward over {steps} steps: TRL {m_t[0]:.3f} [{m_t[1]:.3f}, {m_t[2]:.3f}], "
               f"rllab {m_r[0]:.3f} [{m_r[1]:.3f}, {m_r[2]:.3f}] (95% bootstrap CIs, {seeds} seeds)"]
     lines.append(f"P(rllab > TRL) = {poi[0]:.2f} [{poi[1]:.2f}, {poi[2]:.2f}]" if poi else

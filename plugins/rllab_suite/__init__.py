@@ -36,6 +36,8 @@ modules are loaded on first use, so loading the plugin stays cheap)::
     notes(summary, identical)                  the report's notes (identical variants, …)
     REPORT_COLUMNS                             the summary table's (label, row -> text) columns
     format_percent(stat), format_probability(stat)   a statistic as the report prints it
+    mean_ci(values) -> (mean, low, high)       the mean over seeds and its 95% percentile-bootstrap CI
+    prob_improvement([(x, y), …]) -> (p, low, high)  P(X > Y) with its stratified bootstrap CI
 
 Everything else in the package is internal.
 
@@ -56,8 +58,10 @@ __all__ = [
     "expand",
     "format_percent",
     "format_probability",
+    "mean_ci",
     "notes",
     "parse_suite",
+    "prob_improvement",
     "read_run",
     "suite_dir_for",
     "summarize",
@@ -69,6 +73,7 @@ _PUBLIC = {
     "read_run": ("report", "read_run"), "summarize": ("report", "summarize"), "write_all": ("report", "write_all"),
     "notes": ("report", "notes"), "REPORT_COLUMNS": ("report", "COLUMNS"),
     "format_percent": ("report", "format_percent"), "format_probability": ("report", "format_probability"),
+    "mean_ci": ("stats", "mean_ci"), "prob_improvement": ("stats", "prob_improvement"),
 }  # fmt: skip
 
 
