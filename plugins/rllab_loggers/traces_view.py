@@ -38,8 +38,14 @@ def load(run: str | Path) -> tuple[Path, list[dict]]:
         )
     try:
         recs = read_traces(path)
-    except (json.JSONDecodeError, KeyError) as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise TracesError(f"rllab traces: {str(path)!r} is not a traces file ({e})") from None
+    need = ("step", "prompt", "tokens", "model", "reward", "finish_reason", "advantages", "sampler_logprobs")
+    bad = next((r for r in recs if not isinstance(r, dict) or any(k not in r for k in need)), None)
+    if bad is not None:
+        missing = [k for k in need if not isinstance(bad, dict) or k not in bad]
+        raise TracesError(f"rllab traces: {str(path)!r} is not a traces file (a line lacks {', '.join(missing)}); "
+                          f"give a run directory with {FILENAME}")
     return path, recs
 
 
