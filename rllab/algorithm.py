@@ -115,6 +115,8 @@ class RunContext:
     autocast_dtype: torch.dtype | None = None
     hook: Any = None
     """The Lab's event hooks (``ctx.hook.on_rollout_end(...)``)."""
+    run_dir: Any = None
+    """The run directory (the events' ``run_dir``; None outside a run)."""
     reducer: Reducer = SINGLE
     """Sums over data-parallel ranks (:mod:`rllab.parallel.distributed`): an algorithm passes every
     batch-wide count through ``reducer.sum`` (the identity in one process)."""

@@ -41,6 +41,26 @@ def on_rollout_end(step, batch, metrics):
 
 
 @hookspec
+def on_step_samples(step, episodes, batch, advantages, trainer_log_prob, tokenizer, run_dir):
+    """Called by an algorithm once a step's batch is prepared for its update: what a per-sample
+    trace needs (the ``traces`` logger, :mod:`rllab_loggers.traces`).
+
+    :param step: the number of the step being taken (1 for the first).
+    :param episodes: the step's kept :class:`rllab.rollout.episodes.EpisodeResult`, one per row of
+        ``batch``, in its order (each with its example, completion, texts, reward, components,
+        staleness and token versions).
+    :param batch: the :class:`rllab.types.RolloutBatch` being trained on (``rollout_log_prob``: the
+        sampler's log-probs).
+    :param advantages: (B, T) the advantages the update uses.
+    :param trainer_log_prob: (B, T) the trainer's log-probs of the sampled tokens before the update
+        (the old policy; an on-policy step, which otherwise computes them only inside its update,
+        runs one more no-grad forward for them when a listener takes the samples).
+    :param tokenizer: the policy's tokenizer.
+    :param run_dir: the run directory (None outside a run).
+    """
+
+
+@hookspec
 def on_step_end(step, metrics, run_dir):
     """Called after each training step with that step's metrics (a dict of floats).
 

@@ -55,6 +55,7 @@ from rllab.events import (  # noqa: F401
     on_run_error,
     on_run_start,
     on_step_end,
+    on_step_samples,
 )
 
 hookspec = pluggy.HookspecMarker(PROJECT)

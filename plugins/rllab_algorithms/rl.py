@@ -220,6 +220,14 @@ class RL:
         batch = _to(batch, ctx.device)
         prepared, prep_metrics = self.prepare(ctx, batch, extra)
         metrics.update(prep_metrics)
+        kept = [e for e in rollouts.episodes if e.keep]
+        if _traced(ctx.hook) and len(kept) == batch.input_ids.shape[0]:  # per-sample traces (the traces logger)
+            trainer = prepared.old_log_prob
+            if trainer is None:  # on-policy: the update's first forward is this policy; traced, it is computed here once more
+                with torch.no_grad():
+                    trainer = _logprobs(ctx, ctx.policy, batch)
+            ctx.hook.on_step_samples(step=ctx.step + 1, episodes=kept, batch=batch, advantages=prepared.advantages,
+                                     trainer_log_prob=trainer, tokenizer=ctx.rollout.tokenizer, run_dir=ctx.run_dir)
         updated = yield from self.update(ctx, prepared)
         metrics.update(updated.metrics)
         policy_ref = updated.policy_ref_kl
@@ -483,3 +491,8 @@ def rl(*, config: RLConfig) -> RL:
     """Policy-gradient RL: rollouts, advantages, clipped/corrected policy loss, optional KL and critic."""
     return RL(config=config)
 
+
+def _traced(hook) -> bool:
+    """Whether a listener takes the step's samples (``on_step_samples``; a silent rank's hooks take none)."""
+    impls = getattr(getattr(hook, "on_step_samples", None), "get_hookimpls", None)
+    return bool(impls and impls())

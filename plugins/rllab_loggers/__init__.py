@@ -1,6 +1,7 @@
 """Metric loggers: JSON lines (always available), TensorBoard (``pip install rllab[tensorboard]``),
-Weights & Biases (``rllab[wandb]``, :mod:`rllab_loggers.wandb_logger`) and MLflow
-(``rllab[mlflow]``, :mod:`rllab_loggers.mlflow_logger`).
+Weights & Biases (``rllab[wandb]``, :mod:`rllab_loggers.wandb_logger`), MLflow
+(``rllab[mlflow]``, :mod:`rllab_loggers.mlflow_logger`) and per-sample traces
+(:mod:`rllab_loggers.traces`, read with ``rllab traces RUN``: :mod:`rllab_loggers.traces_view`).
 
 A logger is built once per run with ``factory(config=..., run_dir=...)`` and subscribed to the
 run's ``on_step_end`` and ``on_eval_end`` events (:mod:`rllab.training.listeners`): it receives
@@ -18,6 +19,7 @@ import attrs
 
 import rllab
 from rllab_loggers.mlflow_logger import MlflowConfig, mlflow
+from rllab_loggers.traces import TracesConfig, traces, truncate_traces
 from rllab_loggers.wandb_logger import WandbConfig, wandb
 
 
@@ -111,3 +113,11 @@ def register_loggers(register):
     register("tensorboard", tensorboard, config=TensorBoardConfig)
     register("wandb", wandb, config=WandbConfig)
     register("mlflow", mlflow, config=MlflowConfig)
+    register("traces", traces, config=TracesConfig, truncate=truncate_traces)
+
+
+@rllab.hookimpl
+def register_commands(subparsers):
+    from rllab_loggers.traces_view import register_command
+
+    register_command(subparsers)

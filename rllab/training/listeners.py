@@ -10,7 +10,9 @@ a logger that cannot write stops the run (the event hooks' rule, :mod:`rllab.hoo
 
 A logger may also have ``start(config)``: called on ``on_run_start`` (also when a run resumes)
 with the run's resolved config as a plain nested dict (``ExperimentConfig.to_dict()``), for the
-trackers that record a run's settings next to its metrics.
+trackers that record a run's settings next to its metrics; and ``samples(step=, episodes=, batch=,
+advantages=, trainer_log_prob=, tokenizer=)``: called on ``on_step_samples`` with a step's
+samples, for per-sample traces.
 """
 
 from __future__ import annotations
@@ -52,6 +54,14 @@ class RunLoggers:
         if self._mine(run_dir):
             for lg in self.loggers:
                 lg.log(step, metrics)
+
+    @hookimpl(tryfirst=True)
+    def on_step_samples(self, step, episodes, batch, advantages, trainer_log_prob, tokenizer, run_dir):
+        if self._mine(run_dir):
+            for lg in self.loggers:
+                if callable(getattr(lg, "samples", None)):
+                    lg.samples(step=step, episodes=episodes, batch=batch, advantages=advantages,
+                               trainer_log_prob=trainer_log_prob, tokenizer=tokenizer)
 
     def close(self) -> None:
         """Stop listening and close every logger (once)."""

@@ -69,12 +69,12 @@ def build_parts(cfg: ExperimentConfig, lab: Lab) -> Parts:
 def run_context(
     cfg: ExperimentConfig, components: dict[str, Any], *, step: int, policy: torch.nn.Module, reference: torch.nn.Module | None = None,
     critic: torch.nn.Module | None = None, rollout: Any = None, device: torch.device = torch.device("cpu"),
-    autocast_dtype: torch.dtype | None = None, hook: Any = None, reducer: Reducer = SINGLE,
+    autocast_dtype: torch.dtype | None = None, hook: Any = None, reducer: Reducer = SINGLE, run_dir: Any = None,
 ) -> RunContext:
     """What the algorithm sees at ``step``; ``kl_coef`` is the KL controller's value now."""
     return RunContext(
         step=step, config=cfg, components=components, rollout=rollout, policy=policy, reference=reference, critic=critic,
-        kl_coef=float(components["kl_controller"].value), device=device, autocast_dtype=autocast_dtype, hook=hook, reducer=reducer,
+        kl_coef=float(components["kl_controller"].value), device=device, autocast_dtype=autocast_dtype, hook=hook, reducer=reducer, run_dir=run_dir,
     )
 
 

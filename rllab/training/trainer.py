@@ -145,7 +145,7 @@ class Trainer:
         return parts.run_context(
             self.cfg, self.components, step=self.step, rollout=getattr(self, "prefetch", None) or getattr(self, "rollout", None),
             policy=self.policy, reference=self.reference, critic=self.critic, device=self.device, autocast_dtype=self.autocast_dtype,
-            hook=self.hook, reducer=self.placement.reducer,
+            hook=self.hook, reducer=self.placement.reducer, run_dir=self.run_dir,
         )
 
     def _model_dir(self) -> Path:

@@ -1,0 +1,162 @@
+"""The ``traces`` logger: a few whole samples per step, to read what the model wrote.
+
+``loggers = ["jsonl", { name = "traces", per_step = 4 }]`` appends ``per_step`` samples of every
+training step to ``RUN_DIR/traces.jsonl``, one JSON object per sample. The samples are taken
+round-robin over the step's groups (one per group in turn, the group and the sample within it
+moving on every step), so over a run every group position is seen.
+
+Each record holds the step, the group (``group``: the prompt's row index in the batch's groups)
+and:
+
+- ``prompt``: the opening prompt's text; ``texts``: each model turn's decoded text;
+- ``tokens``: every response-side token as text, ``model``: whether the model sampled it (False on
+  an environment's observation tokens), ``turn``: the model turn it belongs to (observations
+  count with the turn they answer);
+- ``reward``, ``components`` (name -> value, a task with several reward components), ``turns``,
+  ``length`` (model tokens), ``finish_reason``, ``staleness`` (weight versions behind the trainer,
+  asynchronous rollouts; null when synchronous) and ``token_versions`` (partial rollouts);
+- ``advantages``: the advantage of each token the update trains on (0 elsewhere);
+- ``sampler_logprobs`` and ``trainer_logprobs``: the log-probs of each sampled token under the
+  sampler and under the trainer's policy before the update, and ``mismatch``: per model turn, the
+  sum over its tokens of sampler − trainer. On an on-policy step (one minibatch, no correction
+  reading them) the trainer's log-probs are otherwise computed only inside the update, so with this
+  logger on such a step runs one more no-grad forward of its batch. ``trainer_logprobs`` and
+  ``mismatch`` are null only for an algorithm that gives no trainer log-probs.
+
+``rllab traces RUN`` reads the file (:mod:`rllab_loggers.traces_view`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+import rllab
+
+FILENAME = "traces.jsonl"
+
+
+def _positive(inst, attribute, value) -> None:
+    if value < 1:
+        raise ValueError(f"traces: {attribute.name} = {value!r} must be at least 1 (samples written per step)")
+
+
+@attrs.frozen
+class TracesConfig:
+    """Knobs of the traces logger."""
+
+    per_step: int = rllab.knob(4, help="samples written per training step (round-robin over the step's groups)", validator=_positive)
+    filename: str = rllab.knob(FILENAME, help="file inside the run directory")
+
+
+def pick_rows(groups: list[list[int]], n: int, step: int) -> list[int]:
+    """``n`` rows of a batch whose groups are ``groups`` (lists of row indices): group ``(step·n + i)
+    mod G`` for the i-th pick, and within it the sample ``((step·n + i) div G) mod size``, so
+    consecutive steps go on where the last stopped and every sample position comes round."""
+    if not groups:
+        return []
+    G, out = len(groups), []
+    for i in range(min(n, sum(len(g) for g in groups))):
+        k = (step - 1) * n + i
+        rows = groups[k % G]
+        row = rows[(k // G) % len(rows)]
+        if row in out:  # a small batch: fewer groups than picks; take the next free row
+            row = next(r for g in groups for r in g if r not in out)
+        out.append(row)
+    return out
+
+
+def _finite(x: float) -> float | str:
+    return x if math.isfinite(x) else str(x)
+
+
+def record(step: int, group: int, episode: Any, row: int, batch: Any, advantages: Any, trainer_log_prob: Any,
+           tokenizer: Any, component_names: tuple[str, ...]) -> dict:
+    """The trace of row ``row`` of a step (its episode ``episode``), as a JSON-ready dict."""
+    c = episode.completion
+    n = len(c.token_ids)
+    model = list(c.model_mask) if c.model_mask is not None else [True] * n
+    T = batch.response_mask.shape[1]
+    cols = min(n, T)
+    turn, turns = [], 0
+    for i, m in enumerate(model):  # a turn starts at each model token after an observation (or at the start)
+        if m and (i == 0 or not model[i - 1]):
+            turns += 1
+        turn.append(max(turns, 1))
+    sampler = [float(x) for x in c.log_probs]
+    trainer = None
+    if trainer_log_prob is not None:
+        trainer = [float(x) for x in trainer_log_prob[row, :cols].detach().float().cpu()] + [0.0] * (n - cols)
+    mismatch = None
+    if trainer is not None:
+        mismatch = [0.0] * max(turns, 1)
+        for i in range(n):
+            if model[i]:
+                mismatch[turn[i] - 1] += sampler[i] - trainer[i]
+    adv = [float(x) for x in (advantages[row, :cols] * batch.response_mask[row, :cols]).detach().float().cpu()] + [0.0] * (n - cols)
+    staleness = getattr(episode, "staleness", None)
+    return {
+        "step": int(step), "group": int(group), "prompt": tokenizer.decode(list(c.prompt_ids), skip_special_tokens=True),
+        "texts": list(episode.texts), "tokens": [tokenizer.decode([t]) for t in c.token_ids], "model": model, "turn": turn,
+        "reward": _finite(float(episode.reward)),
+        "components": {k: _finite(float(v)) for k, v in zip(component_names, episode.score)},
+        "turns": int(episode.turns), "length": int(sum(model)), "finish_reason": c.finish_reason,
+        "staleness": None if staleness is None else int(staleness),
+        "token_versions": list(episode.token_versions) if episode.token_versions is not None else None,
+        "advantages": [round(a, 6) for a in adv],
+        "sampler_logprobs": [round(x, 6) for x in sampler],
+        "trainer_logprobs": None if trainer is None else [round(x, 6) for x in trainer],
+        "mismatch": None if mismatch is None else [round(m, 6) for m in mismatch],
+    }
+
+
+class TracesLogger:
+    """Writes ``per_step`` samples of each step to ``path`` (JSON lines, flushed per step); metrics
+    rows (``log``) are not its business."""
+
+    def __init__(self, path: Path, per_step: int):
+        self.path, self.per_step = path, per_step
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(path, "a", encoding="utf-8")
+
+    def log(self, step: int, metrics: dict) -> None:
+        pass
+
+    def samples(self, *, step, episodes, batch, advantages, trainer_log_prob, tokenizer) -> None:
+        index = batch.index.tolist()
+        order: dict[int, list[int]] = {}
+        for row, g in enumerate(index):
+            order.setdefault(g, []).append(row)
+        groups = [order[g] for g in sorted(order)]
+        group_of = {r: i for i, rows in enumerate(groups) for r in rows}
+        names = tuple(batch.reward_component_names)
+        for row in pick_rows(groups, self.per_step, step):
+            rec = record(step, group_of[row], episodes[row], row, batch, advantages, trainer_log_prob, tokenizer, names)
+            self._f.write(json.dumps(rec) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def traces(*, config: TracesConfig, run_dir) -> TracesLogger:
+    """Per-sample traces of each step in ``RUN_DIR/traces.jsonl`` (read them with ``rllab traces RUN``)."""
+    return TracesLogger(Path(run_dir) / config.filename, config.per_step)
+
+
+def truncate_traces(*, run_dir, config: TracesConfig, step: int) -> None:
+    """Drop the samples of steps after ``step`` (a run resumed from that step's checkpoint)."""
+    path = Path(run_dir) / config.filename
+    if path.is_file():
+        keep = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
+        path.write_text("".join(ln + "\n" for ln in keep), encoding="utf-8")
+
+
+def read_traces(path: Path) -> list[dict]:
+    """The records of a traces file."""
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]

@@ -1,0 +1,153 @@
+"""The traces logger (rllab_loggers.traces) and `rllab traces` (rllab_loggers.traces_view)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+
+from rllab.config import load_config
+from rllab.errors import ConfigError
+from rllab_loggers import traces_view
+from rllab_loggers.traces import pick_rows, read_traces
+
+from ..tiny import TINY, overrides
+
+TRACES = 'loggers=["jsonl", {name="traces", per_step=3}]'
+
+
+def test_picks_go_round_robin_over_groups_and_positions_by_hand():
+    groups = [[0, 1], [2, 3], [4, 5]]
+    # step 1 takes picks k = 0, 1: groups 0, 1 at position 0; step 2 k = 2, 3: group 2 at 0, group 0 at 1
+    assert pick_rows(groups, 2, step=1) == [0, 2]
+    assert pick_rows(groups, 2, step=2) == [4, 1]
+    assert pick_rows(groups, 2, step=3) == [3, 5]
+    assert pick_rows(groups, 2, step=4) == [0, 2]  # every row seen once over 3 steps, then again
+    assert sorted(pick_rows([[0], [1]], 5, step=1)) == [0, 1]  # never more than the batch
+    assert pick_rows([], 3, step=1) == []
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", '"four"'])
+def test_bad_per_step_is_refused_naming_the_logger(bad):
+    with pytest.raises(ConfigError, match="traces|per_step"):
+        load_config(None, [f'loggers=["jsonl", {{name="traces", per_step={bad}}}]'])
+
+
+@pytest.fixture(scope="module")
+def traced_run(model_cache, tmp_path_factory):
+    from rllab.training.trainer import run_experiment
+
+    base = tmp_path_factory.mktemp("traces")
+    args = [*overrides(TINY), "train.steps=3", "task.digits=1"]
+    run_experiment(load_config(None, [*args, TRACES]), run_dir=base / "traced", progress=False)
+    run_experiment(load_config(None, args), run_dir=base / "plain", progress=False)
+    return base
+
+
+def test_a_run_writes_its_samples_with_both_log_probs_and_the_mismatch(traced_run):
+    recs = read_traces(traced_run / "traced" / "traces.jsonl")
+    assert [r["step"] for r in recs] == [1, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert sorted({r["group"] for r in recs}) == [0, 1, 2, 3]  # 4 groups, 9 picks: every group seen
+    for r in recs:
+        n = len(r["tokens"])
+        assert len(r["model"]) == len(r["sampler_logprobs"]) == len(r["trainer_logprobs"]) == len(r["advantages"]) == n
+        assert r["length"] == sum(r["model"]) and r["turns"] == 1 and r["finish_reason"] in ("stop", "length")
+        # the mismatch of the one turn, by hand from the two lists
+        want = sum(s - t for s, t, m in zip(r["sampler_logprobs"], r["trainer_logprobs"], r["model"]) if m)
+        assert r["mismatch"] == [pytest.approx(want, abs=1e-5)]
+        assert abs(r["mismatch"][0]) < 1e-3  # sampler and trainer are the same weights in a synchronous run
+        plain = "".join(t for t in r["tokens"] if not (t.startswith("<") and t.endswith(">")))  # special tokens dropped
+        assert r["prompt"].endswith("=") and "".join(r["texts"]) in plain
+        assert len({a for a, m in zip(r["advantages"], r["model"]) if m}) <= 1  # GRPO: one advantage per sample
+        assert math.isfinite(r["reward"])
+
+
+def test_tracing_changes_nothing_the_run_learns(traced_run):
+    def rows(name):
+        out = []
+        for ln in (traced_run / name / "metrics.jsonl").read_text().splitlines():
+            d = json.loads(ln)
+            out.append({k: v for k, v in d.items() if not k.startswith(("time/", "perf/", "memory/"))})
+        return out
+
+    assert rows("traced") == rows("plain")
+
+
+def test_a_resumed_run_drops_the_samples_after_its_checkpoint(model_cache, tmp_path):
+    from rllab.training.runs import resume_run
+    from rllab.training.trainer import run_experiment
+
+    args = [*overrides(TINY), "train.steps=4", "train.checkpoint_every=2", "task.digits=1", TRACES]
+    run_experiment(load_config(None, args), run_dir=tmp_path / "full", progress=False)
+    cut = tmp_path / "cut"
+    shutil.copytree(tmp_path / "full", cut)
+    shutil.rmtree(cut / "checkpoints" / "step_000004")
+    (cut / "final.json").unlink()
+    resume_run(cut, progress=False)
+    assert [r["step"] for r in read_traces(cut / "traces.jsonl")] == [r["step"] for r in read_traces(tmp_path / "full" / "traces.jsonl")]
+
+
+def test_filters_and_their_errors(traced_run):
+    _, recs = traces_view.load(traced_run / "traced")
+    assert {r["step"] for r in traces_view.select(recs)} == {3}  # the last step by default
+    assert len(traces_view.select(recs, all_steps=True)) == 9
+    assert all(r["reward"] >= 1 for r in traces_view.select(recs, min_reward=1, all_steps=True))
+    assert len(traces_view.select(recs, step=1, limit=2)) == 2
+    prompt = recs[0]["prompt"]
+    assert all(prompt in r["prompt"] for r in traces_view.select(recs, grep=prompt, all_steps=True))
+    with pytest.raises(traces_view.TracesError, match="no samples of step 7; traced steps: 1, 2, 3"):
+        traces_view.select(recs, step=7)
+    with pytest.raises(traces_view.TracesError, match="--finish 'nope' matches no sample; finish reasons traced"):
+        traces_view.select(recs, finish="nope")
+    with pytest.raises(traces_view.TracesError, match="has no traces.jsonl; run with the traces logger"):
+        traces_view.load(traced_run / "plain")
+    with pytest.raises(traces_view.TracesError, match="does not exist"):
+        traces_view.load(traced_run / "missing")
+    with pytest.raises(traces_view.TracesError, match="is not a traces file \\(a line lacks prompt"):
+        traces_view.load(traced_run / "plain" / "metrics.jsonl")
+
+
+def test_the_command_prints_panels_and_writes_a_self_contained_page(traced_run, capsys, tmp_path):
+    from rllab.cli import main
+
+    assert main(["traces", str(traced_run / "traced"), "--step", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("step 2 · group") == 3 and "reward" in out
+    assert main(["traces", str(traced_run / "traced"), "--step", "9"]) == 2
+    assert "traced steps: 1, 2, 3" in capsys.readouterr().err
+    page = tmp_path / "t.html"
+    assert main(["traces", str(traced_run / "traced"), "--html", str(page)]) == 0
+    text = page.read_text()
+    assert "http://" not in text and "https://" not in text  # nothing fetched from the network
+    data = json.loads(text.split('<script id="data" type="application/json">')[1].split("</script>")[0])
+    assert len(data) == 9 and "<polyline" in text  # the samples and the run's curves
+
+
+def _browser():
+    shutil_which = shutil.which
+    path = shutil_which("chromium") or shutil_which("chromium-browser")
+    if path is None:
+        pytest.skip("no Chromium on this machine (apt-get install chromium) for the browser test")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("playwright is not installed (pip install playwright; it drives the system Chromium)")
+    return path, sync_playwright
+
+
+def test_the_page_opens_in_a_headless_browser_and_filters(traced_run, tmp_path):
+    path, sync_playwright = _browser()
+    page_file = tmp_path / "t.html"
+    traces_view.write_html(page_file, read_traces(traced_run / "traced" / "traces.jsonl"), title="t", metrics=[])
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=path, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto(page_file.as_uri())
+        assert page.locator(".sample").count() == 9
+        assert page.inner_text("#count") == "9 of 9 samples"
+        page.select_option("#step", "2")
+        assert page.locator(".sample").count() == 3
+        assert page.inner_text("#count") == "3 of 9 samples"
+        browser.close()
