@@ -25,10 +25,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from rllab import ConfigError, RllabError
+
+if TYPE_CHECKING:
+    import torch
 
 VERL_KEYS = ("actor_rollout_ref", "algorithm", "data", "trainer", "critic", "reward_model")
 
@@ -84,6 +86,8 @@ def _setup(config: str, lab, steps: int, processes: int = 1):
 
 def _examples(task, cfg, seed: int, steps: int) -> list:
     """The prompts rllab's trainer draws at steps 0 … steps − 1 for ``seed``, in order."""
+    import torch
+
     from rllab.algorithm import seed_for
 
     out = []
@@ -93,11 +97,15 @@ def _examples(task, cfg, seed: int, steps: int) -> list:
 
 
 def _flat(w: dict[str, torch.Tensor]) -> torch.Tensor:
+    import torch
+
     return torch.cat([v.reshape(-1).double() for k, v in sorted(w.items())])
 
 
 def step_check(raw: dict, cfg, task, model_dir: str, lab, *, steps: int, workdir: str):
     """Run both sides on TRL's batches for ``steps`` generations; returns (rows, TrlRun)."""
+    import torch
+
     from rllab_referee import crosscheck_report as report
     from rllab_referee import stepcheck
     from rllab_referee.trl_capture import opt_steps_per_generation, run_trl
@@ -177,6 +185,8 @@ def curves(raw: dict, data: dict, cfg, task, model_dir: str, *, seeds: int, step
 
 
 def cmd_crosscheck(args) -> int:
+    import torch
+
     from rllab_referee import crosscheck_report as report
 
     if args.seeds == 1:

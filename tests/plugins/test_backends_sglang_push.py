@@ -260,7 +260,7 @@ class _Stage:
 
     def __init__(self, backend, k):
         self.backend = backend
-        self.config = types.SimpleNamespace(max_staleness=k, stale="drop")
+        self.config = types.SimpleNamespace(max_staleness=k, stale="drop", run_ahead=True)
 
     def sample(self, step):  # a stand-in for Rollouts: its episodes' completions
         comps = self.backend.generate([(1, 2)], SamplingParams(n=2, max_new_tokens=16))
