@@ -114,6 +114,32 @@ def record(step: int, group: int, episode: Any, row: int, batch: Any, advantages
     }
 
 
+def step_records(*, step, episodes, batch, advantages, trainer_log_prob, tokenizer, n: int) -> list[dict]:
+    """The traces of ``n`` rows of a step, picked round-robin over its groups (:func:`pick_rows`)."""
+    order: dict[int, list[int]] = {}
+    for row, g in enumerate(batch.index.tolist()):
+        order.setdefault(g, []).append(row)
+    groups = [order[g] for g in sorted(order)]
+    group_of = {r: i for i, rows in enumerate(groups) for r in rows}
+    names = tuple(batch.reward_component_names)
+    return [record(step, group_of[row], episodes[row], row, batch, advantages, trainer_log_prob, tokenizer, names)
+            for row in pick_rows(groups, n, step)]
+
+
+TABLE_COLUMNS = ("step", "group", "prompt", "completion", "reward", "advantage", "length", "turns", "finish_reason",
+                 "staleness", "mismatch")
+"""The columns of a trace as a tracker's table row (:func:`table_row`)."""
+
+
+def table_row(rec: dict) -> list:
+    """One trace as a flat row of :data:`TABLE_COLUMNS`: the completion is the model turns' text joined
+    by newlines, the advantage the mean over the sample's trained tokens, the mismatch summed over turns."""
+    trained = [a for a, m in zip(rec["advantages"], rec["model"]) if m and a != 0.0]
+    return [rec["step"], rec["group"], rec["prompt"], "\n".join(rec["texts"]), rec["reward"],
+            sum(trained) / len(trained) if trained else 0.0, rec["length"], rec["turns"], rec["finish_reason"],
+            rec["staleness"], None if rec["mismatch"] is None else sum(rec["mismatch"])]
+
+
 class TracesLogger:
     """Writes ``per_step`` samples of each step to ``path`` (JSON lines, flushed per step); metrics
     rows (``log``) are not its business."""
@@ -127,15 +153,8 @@ class TracesLogger:
         pass
 
     def samples(self, *, step, episodes, batch, advantages, trainer_log_prob, tokenizer) -> None:
-        index = batch.index.tolist()
-        order: dict[int, list[int]] = {}
-        for row, g in enumerate(index):
-            order.setdefault(g, []).append(row)
-        groups = [order[g] for g in sorted(order)]
-        group_of = {r: i for i, rows in enumerate(groups) for r in rows}
-        names = tuple(batch.reward_component_names)
-        for row in pick_rows(groups, self.per_step, step):
-            rec = record(step, group_of[row], episodes[row], row, batch, advantages, trainer_log_prob, tokenizer, names)
+        for rec in step_records(step=step, episodes=episodes, batch=batch, advantages=advantages,
+                                trainer_log_prob=trainer_log_prob, tokenizer=tokenizer, n=self.per_step):
             self._f.write(json.dumps(rec) + "\n")
         self._f.flush()
 
