@@ -61,6 +61,17 @@ def on_step_samples(step, episodes, batch, advantages, trainer_log_prob, tokeniz
 
 
 @hookspec
+def on_eval_samples(step, episodes, tokenizer, run_dir):
+    """Called after a held-out evaluation with its greedy episodes (the ``traces`` logger writes some).
+
+    :param step: the number of steps completed when it ran (0: before training).
+    :param episodes: the evaluation's :class:`rllab.rollout.episodes.EpisodeResult` (this rank's share).
+    :param tokenizer: the policy's tokenizer.
+    :param run_dir: the run directory.
+    """
+
+
+@hookspec
 def on_step_end(step, metrics, run_dir):
     """Called after each training step with that step's metrics (a dict of floats).
 

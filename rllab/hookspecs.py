@@ -50,6 +50,7 @@ from rllab.events import (  # noqa: F401
     PROJECT,
     on_checkpoint_saved,
     on_eval_end,
+    on_eval_samples,
     on_rollout_end,
     on_run_end,
     on_run_error,

@@ -45,7 +45,7 @@ PUBLIC_MODULES = {
 }  # fmt: skip
 # A plugin may build on another only where declared here (a front end of a command plugin; the referee's
 # learning-curve comparison uses the suite's statistics).
-PLUGIN_DEPENDENCIES = {"rllab_tui": {"rllab_suite"}, "rllab_referee": {"rllab_suite"}}
+PLUGIN_DEPENDENCIES = {"rllab_tui": {"rllab_suite", "rllab_loggers"}, "rllab_referee": {"rllab_suite"}}
 
 
 def _is_module(name: str) -> bool:

@@ -19,7 +19,12 @@ import attrs
 
 import rllab
 from rllab_loggers.mlflow_logger import MlflowConfig, mlflow
-from rllab_loggers.traces import TracesConfig, traces, truncate_traces
+from rllab_loggers.traces import TracesConfig, read_traces, traces, truncate_traces
+
+__all__ = [
+    "JsonlConfig", "TensorBoardConfig", "TracesConfig", "jsonl", "read_jsonl", "read_traces", "tensorboard", "trace_panels",
+    "traces", "truncate_jsonl",
+]  # fmt: skip
 from rllab_loggers.wandb_logger import WandbConfig, wandb
 
 
@@ -114,6 +119,18 @@ def register_loggers(register):
     register("wandb", wandb, config=WandbConfig)
     register("mlflow", mlflow, config=MlflowConfig)
     register("traces", traces, config=TracesConfig, truncate=truncate_traces)
+
+
+def trace_panels(run_dir, *, step: int | None = None, color: str = "advantage", limit: int | None = None) -> list:
+    """The rich panels of a run's traces (its last traced step, or ``step``), as ``rllab traces``
+    prints them; [] when the run has no traces yet. For front ends (the TUI's traces view)."""
+    from rllab_loggers import traces_view
+
+    path = Path(run_dir) / "traces.jsonl"
+    if not path.is_file():
+        return []
+    _, recs = traces_view.load(path)
+    return [traces_view.panel(r, color) for r in traces_view.select(recs, step=step, limit=limit)]
 
 
 @rllab.hookimpl

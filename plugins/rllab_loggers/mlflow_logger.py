@@ -44,6 +44,10 @@ class MlflowConfig:
     experiment: str = rllab.knob("rllab", help="the MLflow experiment (created when missing)")
     run_name: str = rllab.knob("", help="the run's name ('' = the run directory's name)")
     log_model: bool = rllab.knob(False, help="copy the final model's files (adapter or checkpoint) into the run's artifacts under model/")
+    traces: int = rllab.knob(
+        0, help="samples of each training step added to the run's artifact traces.json, a table in MLflow's "
+        "{columns, data} form (round-robin over the step's groups, as the traces logger); 0: none", ge=0,
+    )
 
 
 class MlflowLogger:
@@ -61,6 +65,7 @@ class MlflowLogger:
         if uri.startswith("file:") or "://" not in uri:
             os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # see the module's docstring
         self.tracking_uri = uri
+        self._trace_rows: list | None = None
         try:
             self.client = MlflowClient(tracking_uri=uri)
             exp = self.client.get_experiment_by_name(config.experiment)
@@ -93,6 +98,29 @@ class MlflowLogger:
         rows = [Metric(k, v, now, int(step)) for k, v in numbers(metrics).items()]
         for i in range(0, len(rows), _METRICS_PER_BATCH):
             self.client.log_batch(self.run_id, metrics=rows[i : i + _METRICS_PER_BATCH])
+
+    def samples(self, *, step, episodes, batch, advantages, trainer_log_prob, tokenizer) -> None:
+        """With ``traces > 0``: that many of the step's samples appended to the ``traces.json`` table
+        (rewritten each step; a resumed run keeps the rows of the steps before it)."""
+        if not self.config.traces:
+            return
+        import json
+        import tempfile
+
+        from rllab_loggers.traces import TABLE_COLUMNS, step_records, table_row
+
+        if self._trace_rows is None:  # first call: what an earlier part of this run logged, up to this step
+            self._trace_rows = []
+            try:
+                with tempfile.TemporaryDirectory() as tmp:
+                    old = json.loads(Path(self.client.download_artifacts(self.run_id, "traces.json", tmp)).read_text())
+                self._trace_rows = [r for r in old["data"] if r[0] < step]
+            except Exception:  # noqa: BLE001  (no such artifact yet: a new run)
+                pass
+        self._trace_rows += [table_row(rec) for rec in step_records(
+            step=step, episodes=episodes, batch=batch, advantages=advantages, trainer_log_prob=trainer_log_prob,
+            tokenizer=tokenizer, n=self.config.traces)]
+        self.client.log_dict(self.run_id, {"columns": list(TABLE_COLUMNS), "data": self._trace_rows}, "traces.json")
 
     def close(self) -> None:
         final = final_model(self.run_dir)

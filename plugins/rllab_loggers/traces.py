@@ -5,6 +5,9 @@ training step to ``RUN_DIR/traces.jsonl``, one JSON object per sample. The sampl
 round-robin over the step's groups (one per group in turn, the group and the sample within it
 moving on every step), so over a run every group position is seen.
 
+Each evaluation also writes ``per_eval`` of its greedy held-out answers (``"kind": "eval"``; training
+samples are ``"kind": "train"``).
+
 Each record holds the step, the group (``group``: the prompt's row index in the batch's groups)
 and:
 
@@ -50,6 +53,10 @@ class TracesConfig:
     """Knobs of the traces logger."""
 
     per_step: int = rllab.knob(4, help="samples written per training step (round-robin over the step's groups)", validator=_positive)
+    per_eval: int = rllab.knob(
+        8, help="greedy held-out answers written per evaluation (kind 'eval'; a different slice of the held-out set each "
+        "time); 0: none", ge=0,
+    )
     filename: str = rllab.knob(FILENAME, help="file inside the run directory")
 
 
@@ -100,7 +107,7 @@ def record(step: int, group: int, episode: Any, row: int, batch: Any, advantages
     adv = [float(x) for x in (advantages[row, :cols] * batch.response_mask[row, :cols]).detach().float().cpu()] + [0.0] * (n - cols)
     staleness = getattr(episode, "staleness", None)
     return {
-        "step": int(step), "group": int(group), "prompt": tokenizer.decode(list(c.prompt_ids), skip_special_tokens=True),
+        "kind": "train", "step": int(step), "group": int(group), "prompt": tokenizer.decode(list(c.prompt_ids), skip_special_tokens=True),
         "texts": list(episode.texts), "tokens": [tokenizer.decode([t]) for t in c.token_ids], "model": model, "turn": turn,
         "reward": _finite(float(episode.reward)),
         "components": {k: _finite(float(v)) for k, v in zip(component_names, episode.score)},
@@ -114,12 +121,58 @@ def record(step: int, group: int, episode: Any, row: int, batch: Any, advantages
     }
 
 
+def eval_record(step: int, index: int, episode: Any, tokenizer: Any) -> dict:
+    """A greedy held-out answer as a trace (kind ``eval``; ``group`` is its index in the held-out
+    set): no advantages (0) and no trainer log-probs (null)."""
+    c = episode.completion
+    n = len(c.token_ids)
+    model = list(c.model_mask) if c.model_mask is not None else [True] * n
+    turn, turns = [], 0
+    for i, m in enumerate(model):
+        if m and (i == 0 or not model[i - 1]):
+            turns += 1
+        turn.append(max(turns, 1))
+    return {
+        "kind": "eval", "step": int(step), "group": int(index), "prompt": tokenizer.decode(list(c.prompt_ids), skip_special_tokens=True),
+        "texts": list(episode.texts), "tokens": [tokenizer.decode([t]) for t in c.token_ids], "model": model, "turn": turn,
+        "reward": _finite(float(episode.reward)), "components": {}, "turns": int(episode.turns), "length": int(sum(model)),
+        "finish_reason": c.finish_reason, "staleness": None, "token_versions": None, "advantages": [0.0] * n,
+        "sampler_logprobs": [round(float(x), 6) for x in c.log_probs], "trainer_logprobs": None, "mismatch": None,
+    }
+
+
+def step_records(*, step, episodes, batch, advantages, trainer_log_prob, tokenizer, n: int) -> list[dict]:
+    """The traces of ``n`` rows of a step, picked round-robin over its groups (:func:`pick_rows`)."""
+    order: dict[int, list[int]] = {}
+    for row, g in enumerate(batch.index.tolist()):
+        order.setdefault(g, []).append(row)
+    groups = [order[g] for g in sorted(order)]
+    group_of = {r: i for i, rows in enumerate(groups) for r in rows}
+    names = tuple(batch.reward_component_names)
+    return [record(step, group_of[row], episodes[row], row, batch, advantages, trainer_log_prob, tokenizer, names)
+            for row in pick_rows(groups, n, step)]
+
+
+TABLE_COLUMNS = ("step", "group", "prompt", "completion", "reward", "advantage", "length", "turns", "finish_reason",
+                 "staleness", "mismatch")
+"""The columns of a trace as a tracker's table row (:func:`table_row`)."""
+
+
+def table_row(rec: dict) -> list:
+    """One trace as a flat row of :data:`TABLE_COLUMNS`: the completion is the model turns' text joined
+    by newlines, the advantage the mean over the sample's trained tokens, the mismatch summed over turns."""
+    trained = [a for a, m in zip(rec["advantages"], rec["model"]) if m and a != 0.0]
+    return [rec["step"], rec["group"], rec["prompt"], "\n".join(rec["texts"]), rec["reward"],
+            sum(trained) / len(trained) if trained else 0.0, rec["length"], rec["turns"], rec["finish_reason"],
+            rec["staleness"], None if rec["mismatch"] is None else sum(rec["mismatch"])]
+
+
 class TracesLogger:
     """Writes ``per_step`` samples of each step to ``path`` (JSON lines, flushed per step); metrics
     rows (``log``) are not its business."""
 
-    def __init__(self, path: Path, per_step: int):
-        self.path, self.per_step = path, per_step
+    def __init__(self, path: Path, per_step: int, per_eval: int = 0):
+        self.path, self.per_step, self.per_eval = path, per_step, per_eval
         path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(path, "a", encoding="utf-8")
 
@@ -127,16 +180,21 @@ class TracesLogger:
         pass
 
     def samples(self, *, step, episodes, batch, advantages, trainer_log_prob, tokenizer) -> None:
-        index = batch.index.tolist()
-        order: dict[int, list[int]] = {}
-        for row, g in enumerate(index):
-            order.setdefault(g, []).append(row)
-        groups = [order[g] for g in sorted(order)]
-        group_of = {r: i for i, rows in enumerate(groups) for r in rows}
-        names = tuple(batch.reward_component_names)
-        for row in pick_rows(groups, self.per_step, step):
-            rec = record(step, group_of[row], episodes[row], row, batch, advantages, trainer_log_prob, tokenizer, names)
+        for rec in step_records(step=step, episodes=episodes, batch=batch, advantages=advantages,
+                                trainer_log_prob=trainer_log_prob, tokenizer=tokenizer, n=self.per_step):
             self._f.write(json.dumps(rec) + "\n")
+        self._f.flush()
+
+    def eval_samples(self, *, step, episodes, tokenizer) -> None:
+        """``per_eval`` greedy answers of an evaluation: the slice starting at ``step · per_eval`` (mod
+        the set's size), so successive evaluations show different problems."""
+        n = min(self.per_eval, len(episodes))
+        if not n:
+            return
+        start = (step * self.per_eval) % len(episodes)
+        for j in range(n):
+            k = (start + j) % len(episodes)
+            self._f.write(json.dumps(eval_record(step, k, episodes[k], tokenizer)) + "\n")
         self._f.flush()
 
     def close(self) -> None:
@@ -145,7 +203,7 @@ class TracesLogger:
 
 def traces(*, config: TracesConfig, run_dir) -> TracesLogger:
     """Per-sample traces of each step in ``RUN_DIR/traces.jsonl`` (read them with ``rllab traces RUN``)."""
-    return TracesLogger(Path(run_dir) / config.filename, config.per_step)
+    return TracesLogger(Path(run_dir) / config.filename, config.per_step, config.per_eval)
 
 
 def truncate_traces(*, run_dir, config: TracesConfig, step: int) -> None:

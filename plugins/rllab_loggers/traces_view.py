@@ -54,8 +54,12 @@ def _value(x: Any) -> float:
 
 
 def select(recs: list[dict], *, step: int | None = None, min_reward: float | None = None, max_reward: float | None = None,
-           finish: str | None = None, grep: str | None = None, limit: int | None = None, all_steps: bool = False) -> list[dict]:
-    """The records that pass the filters; ``step`` None: the last step traced (every step with ``all_steps``)."""
+           finish: str | None = None, grep: str | None = None, limit: int | None = None, all_steps: bool = False,
+           kind: str | None = "train") -> list[dict]:
+    """The records of ``kind`` (``train``, ``eval``; None: both) that pass the filters; ``step`` None:
+    the last step traced (every step with ``all_steps``)."""
+    if kind is not None:
+        recs = [r for r in recs if r.get("kind", "train") == kind]
     steps = sorted({r["step"] for r in recs})
     if not steps:
         return []
@@ -118,7 +122,8 @@ def panel(r: dict, color: str):
     comps = " ".join(f"{k}={_value(v):g}" for k, v in r["components"].items())
     mism = "" if r.get("mismatch") is None else " mismatch/turn=" + ",".join(f"{m:+.3f}" for m in r["mismatch"])
     stale = "" if r.get("staleness") is None else f" staleness={r['staleness']}"
-    title = (f"step {r['step']} · group {r['group']} · reward {_value(r['reward']):g}{(' (' + comps + ')') if comps else ''} · "
+    where = f"eval · problem {r['group']}" if r.get("kind") == "eval" else f"group {r['group']}"
+    title = (f"step {r['step']} · {where} · reward {_value(r['reward']):g}{(' (' + comps + ')') if comps else ''} · "
              f"{r['length']} tokens · {r['turns']} turn(s) · {r['finish_reason']}{stale}{mism}")
     return Panel(body, title=title, title_align="left")
 
@@ -168,6 +173,7 @@ body {{ font-family: system-ui, sans-serif; margin: 1.5em; }}
 <h1>rllab traces: {title}</h1>
 <section id="curves">{curves}</section>
 <section id="filters">
+samples <select id="kind"><option value="">all</option><option value="train">training</option><option value="eval">evaluation</option></select>
 step <select id="step"><option value="">all</option>{step_options}</select>
 min reward <input id="minr" type="number" step="any">
 finish <select id="finish"><option value="">any</option>{finish_options}</select>
@@ -194,8 +200,8 @@ function esc(t) {{ const d = document.createElement('span'); d.textContent = t; 
 function render() {{
   const step = document.getElementById('step').value, minr = document.getElementById('minr').value;
   const fin = document.getElementById('finish').value, grep = document.getElementById('grep').value;
-  const mode = document.getElementById('color').value;
-  const shown = recs.filter(r => (!step || r.step == step) && (minr === '' || num(r.reward) >= parseFloat(minr))
+  const mode = document.getElementById('color').value, kind = document.getElementById('kind').value;
+  const shown = recs.filter(r => (!kind || (r.kind || 'train') === kind) && (!step || r.step == step) && (minr === '' || num(r.reward) >= parseFloat(minr))
     && (!fin || r.finish_reason === fin) && (!grep || r.prompt.includes(grep) || r.texts.join('').includes(grep)));
   document.getElementById('count').textContent = `${{shown.length}} of ${{recs.length}} samples`;
   document.getElementById('samples').innerHTML = shown.map(r => {{
@@ -204,11 +210,11 @@ function render() {{
       const c = colour(r, i, mode);
       return c ? `<span style="background:${{c}}">${{esc(t)}}</span>` : esc(t);
     }}).join('');
-    return `<div class="sample"><h3>step ${{r.step}} · group ${{r.group}} · reward ${{num(r.reward)}} · ${{r.length}} tokens · ${{r.turns}} turn(s) · ${{r.finish_reason}}</h3>`
+    return `<div class="sample"><h3>${{r.kind === 'eval' ? 'eval · ' : ''}}step ${{r.step}} · group ${{r.group}} · reward ${{num(r.reward)}} · ${{r.length}} tokens · ${{r.turns}} turn(s) · ${{r.finish_reason}}</h3>`
       + `<span class="prompt">${{esc(r.prompt)}}</span>\\n${{toks}}</div>`;
   }}).join('');
 }}
-for (const id of ['step', 'minr', 'finish', 'grep', 'color']) document.getElementById(id).addEventListener('input', render);
+for (const id of ['kind', 'step', 'minr', 'finish', 'grep', 'color']) document.getElementById(id).addEventListener('input', render);
 render();
 </script></body></html>
 """
@@ -238,6 +244,7 @@ def register_command(subparsers) -> None:
     p.add_argument("--finish", default=None, help="only samples that ended so (stop, length, max_turns, …)")
     p.add_argument("--grep", default=None, help="only samples whose prompt or answer contains this text")
     p.add_argument("--limit", type=int, default=None, help="show at most this many")
+    p.add_argument("--eval", action="store_true", help="the evaluations' greedy answers instead of the training samples")
     p.add_argument("--color", choices=("advantage", "gap"), default="advantage", help="colour the model's tokens by advantage or by the sampler − trainer log-prob gap")
     p.add_argument("--html", default=None, metavar="OUT.html", help="write every traced step as one self-contained page instead")
     p.set_defaults(func=cmd_traces)
@@ -253,14 +260,14 @@ def cmd_traces(args) -> int:
         path, recs = load(args.run)
         if args.html:
             shown = select(recs, step=args.step, min_reward=args.min_reward, max_reward=args.max_reward, finish=args.finish,
-                           grep=args.grep, limit=args.limit, all_steps=True)
+                           grep=args.grep, limit=args.limit, all_steps=True, kind=None)
             metrics_file = path.parent / "metrics.jsonl"
             metrics = read_traces(metrics_file) if metrics_file.is_file() else []
             out = write_html(Path(args.html), shown, title=path.parent.name, metrics=metrics)
             print(f"wrote {out} ({len(shown)} samples)")
             return 0
         show(select(recs, step=args.step, min_reward=args.min_reward, max_reward=args.max_reward, finish=args.finish,
-                    grep=args.grep, limit=args.limit), color=args.color)
+                    grep=args.grep, limit=args.limit, kind="eval" if args.eval else "train"), color=args.color)
     except TracesError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

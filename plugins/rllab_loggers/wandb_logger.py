@@ -6,7 +6,9 @@ config, every step's and evaluation's metrics, and at the end the summary (``fin
 it later with ``wandb sync RUN_DIR/wandb/offline-run-*``. ``mode = "online"`` streams to the
 server instead (it needs ``wandb login`` and the network). ``log_model = true`` also stores the
 final model's files as a ``model`` artifact (the adapter for LoRA, else the checkpoint), as
-``WANDB_LOG_MODEL=end`` does for TRL. A resumed run continues the same wandb run id.
+``WANDB_LOG_MODEL=end`` does for TRL. ``traces = N`` adds N samples of each step to an incremental
+``traces`` table (:data:`rllab_loggers.traces.TABLE_COLUMNS`). A resumed run continues the same
+wandb run id.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ class WandbConfig:
         "'disabled': log nothing", choices=("offline", "online", "disabled"),
     )
     log_model: bool = rllab.knob(False, help="store the final model's files (adapter or checkpoint) as a 'model' artifact")
+    traces: int = rllab.knob(
+        0, help="samples of each training step added to the run's 'traces' table (an incremental wandb.Table that keeps "
+        "every step's rows; round-robin over the step's groups, as the traces logger); 0: none", ge=0,
+    )
 
 
 class WandbLogger:
@@ -63,12 +69,26 @@ class WandbLogger:
             hint = "; log in with `wandb login` (or set WANDB_API_KEY), or use mode = 'offline'" if config.mode == "online" else ""
             raise rllab.RllabError(f"the 'wandb' logger could not start a run (mode = {config.mode!r}): {e}{hint}") from e
         id_file.write_text(run_id + "\n")
+        self._table = None
 
     def start(self, config: dict) -> None:
         self.run.config.update(config, allow_val_change=True)  # a resumed run may change train.steps and the like
 
     def log(self, step: int, metrics: dict) -> None:
         self.run.log(dict(metrics), step=int(step))
+
+    def samples(self, *, step, episodes, batch, advantages, trainer_log_prob, tokenizer) -> None:
+        """With ``traces > 0``: that many of the step's samples as rows of the incremental ``traces`` table."""
+        if not self.config.traces:
+            return
+        from rllab_loggers.traces import TABLE_COLUMNS, step_records, table_row
+
+        if self._table is None:
+            self._table = self.wandb.Table(columns=list(TABLE_COLUMNS), log_mode="INCREMENTAL")
+        for rec in step_records(step=step, episodes=episodes, batch=batch, advantages=advantages,
+                                trainer_log_prob=trainer_log_prob, tokenizer=tokenizer, n=self.config.traces):
+            self._table.add_data(*table_row(rec))
+        self.run.log({"traces": self._table}, step=int(step))
 
     def close(self) -> None:
         final = final_model(self.run_dir)

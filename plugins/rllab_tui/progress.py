@@ -15,6 +15,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, RichLog, Sparkline, Static
 
 from rllab_tui import state
+from rllab_loggers import trace_panels
 from rllab_suite import REPORT_COLUMNS, format_percent, format_probability, notes
 
 from rllab_tui.widgets import LIVE_COLUMNS, STATUS_STYLE, _num
@@ -24,6 +25,7 @@ class LivePane(Vertical):
     BINDINGS = [
         Binding("s", "start", "start"), Binding("x", "stop", "stop"), Binding("r", "retry", "retry failed"),
         Binding("plus", "add_seed", "add seed"), Binding("l", "suite_log", "suite log"),
+        Binding("v", "traces", "traces"),
     ]
 
     def compose(self) -> ComposeResult:
@@ -40,6 +42,7 @@ class LivePane(Vertical):
         for c in LIVE_COLUMNS:
             table.add_column(c, key=c)
         self.show_log = False
+        self.show_traces = False
 
     def show(self, suite, runner) -> None:
         table = self.query_one("#live-cells", DataTable)
@@ -112,6 +115,9 @@ class LivePane(Vertical):
             metrics = "\n".join(rows)
             self.query_one("#live-spark", Sparkline).data = c.rewards[-60:] or [0.0]
         self.query_one("#live-metrics", Static).update(Text.from_markup(metrics))
+        if self.show_traces and c is not None:  # the cell's last traced step (the traces logger), as rllab traces shows it
+            self._show_traces(c, log, force)
+            return
         key = (id(c), len(lines), lines[-1] if lines else "")
         if force or getattr(self, "_log_key", None) != key:
             self._log_key = key
@@ -138,6 +144,29 @@ class LivePane(Vertical):
 
     def action_add_seed(self) -> None:
         self.app.add_seed()
+
+    def _show_traces(self, c, log, force: bool) -> None:
+        path = c.run_dir / "traces.jsonl"
+        size = path.stat().st_size if path.is_file() else 0
+        key = ("traces", id(c), size)
+        if not force and getattr(self, "_log_key", None) == key:
+            return
+        self._log_key = key
+        log.clear()
+        try:
+            panels = trace_panels(c.run_dir, limit=8)
+        except Exception as e:  # noqa: BLE001  (a file being written, or not a traces file: say so, keep the TUI up)
+            log.write(Text(f"cannot read {path}: {e}", "red"))
+            return
+        if not panels:
+            log.write(Text(f"no traces for {c.name}: add the traces logger to the suite, "
+                           f'e.g. loggers = ["jsonl", {{ name = "traces", per_step = 4 }}] in [overrides]', "yellow"))
+        for p in panels:
+            log.write(p)
+
+    def action_traces(self) -> None:
+        self.show_traces = not self.show_traces
+        self.show_selected(self.app.suite, self.app.runner, force=True)
 
     def action_suite_log(self) -> None:
         self.show_log = not self.show_log

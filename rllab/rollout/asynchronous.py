@@ -360,6 +360,11 @@ class AsyncRollout:
         with self.backend.lock:
             return self.stage.evaluate(size, samples=samples)
 
+    @property
+    def eval_episodes(self) -> list:
+        """The stage's last evaluation's greedy episodes."""
+        return getattr(self.stage, "eval_episodes", [])
+
     # -- checkpoints
 
     def state_dict(self, step: int) -> dict:

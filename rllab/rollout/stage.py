@@ -446,6 +446,8 @@ class RolloutStage:
         examples = self.source.env.eval_examples()[:size][red.rank::red.world_size]
         t0 = time.perf_counter()
         episodes = self.play(examples, self.sampling_params(0, n=1, greedy=True)) if examples else []
+        self.eval_episodes = episodes
+        """The last evaluation's greedy episodes (this rank's share), for the ``on_eval_samples`` event."""
         rewards = [e.reward for e in episodes]
         n = red.sum(len(rewards))
         metrics = {

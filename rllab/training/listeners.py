@@ -11,8 +11,9 @@ a logger that cannot write stops the run (the event hooks' rule, :mod:`rllab.hoo
 A logger may also have ``start(config)``: called on ``on_run_start`` (also when a run resumes)
 with the run's resolved config as a plain nested dict (``ExperimentConfig.to_dict()``), for the
 trackers that record a run's settings next to its metrics; and ``samples(step=, episodes=, batch=,
-advantages=, trainer_log_prob=, tokenizer=)``: called on ``on_step_samples`` with a step's
-samples, for per-sample traces.
+advantages=, trainer_log_prob=, tokenizer=)`` and ``eval_samples(step=, episodes=, tokenizer=)``:
+called on ``on_step_samples`` and ``on_eval_samples`` with a step's samples and an evaluation's
+greedy answers, for per-sample traces.
 """
 
 from __future__ import annotations
@@ -62,6 +63,13 @@ class RunLoggers:
                 if callable(getattr(lg, "samples", None)):
                     lg.samples(step=step, episodes=episodes, batch=batch, advantages=advantages,
                                trainer_log_prob=trainer_log_prob, tokenizer=tokenizer)
+
+    @hookimpl(tryfirst=True)
+    def on_eval_samples(self, step, episodes, tokenizer, run_dir):
+        if self._mine(run_dir):
+            for lg in self.loggers:
+                if callable(getattr(lg, "eval_samples", None)):
+                    lg.eval_samples(step=step, episodes=episodes, tokenizer=tokenizer)
 
     def close(self) -> None:
         """Stop listening and close every logger (once)."""

@@ -367,9 +367,14 @@ class Trainer:
     def evaluate(self) -> dict:
         """Greedy accuracy and mean reward on the task's held-out split (and mean@n / pass@k with
         ``train.eval_samples``); logged and announced."""
-        metrics = (self.prefetch or self.rollout).evaluate(self.cfg.train.eval_size, samples=self.cfg.train.eval_samples)
+        rollout = self.prefetch or self.rollout
+        metrics = rollout.evaluate(self.cfg.train.eval_size, samples=self.cfg.train.eval_samples)
         self.history.append({"step": self.step, **metrics})
         self.hook.on_eval_end(step=self.step, metrics=dict(metrics), run_dir=self.run_dir)
+        episodes = getattr(rollout, "eval_episodes", None)
+        takers = getattr(getattr(self.hook, "on_eval_samples", None), "get_hookimpls", None)
+        if episodes and takers and takers():  # the greedy answers, for per-sample traces
+            self.hook.on_eval_samples(step=self.step, episodes=list(episodes), tokenizer=rollout.tokenizer, run_dir=self.run_dir)
         return metrics
 
     # ------------------------------------------------------------------ checkpoints

@@ -47,7 +47,7 @@ def traced_run(model_cache, tmp_path_factory):
 
 
 def test_a_run_writes_its_samples_with_both_log_probs_and_the_mismatch(traced_run):
-    recs = read_traces(traced_run / "traced" / "traces.jsonl")
+    recs = [r for r in read_traces(traced_run / "traced" / "traces.jsonl") if r["kind"] == "train"]
     assert [r["step"] for r in recs] == [1, 1, 1, 2, 2, 2, 3, 3, 3]
     assert sorted({r["group"] for r in recs}) == [0, 1, 2, 3]  # 4 groups, 9 picks: every group seen
     for r in recs:
@@ -62,6 +62,16 @@ def test_a_run_writes_its_samples_with_both_log_probs_and_the_mismatch(traced_ru
         assert r["prompt"].endswith("=") and "".join(r["texts"]) in plain
         assert len({a for a, m in zip(r["advantages"], r["model"]) if m}) <= 1  # GRPO: one advantage per sample
         assert math.isfinite(r["reward"])
+
+
+def test_each_evaluation_writes_a_slice_of_its_greedy_answers(traced_run):
+    evals = [r for r in read_traces(traced_run / "traced" / "traces.jsonl") if r["kind"] == "eval"]
+    # evaluations at steps 0 and 3 of 16 held-out problems, 8 each: the slices start at 0 and 3·8 mod 16 = 8
+    assert [(r["step"], r["group"]) for r in evals] == [(0, k) for k in range(8)] + [(3, 8 + k) for k in range(8)]
+    assert all(r["trainer_logprobs"] is None and set(r["advantages"]) <= {0.0} for r in evals)
+    _, recs = traces_view.load(traced_run / "traced")
+    assert {r["kind"] for r in traces_view.select(recs, kind="eval", all_steps=True)} == {"eval"}
+    assert {r["step"] for r in traces_view.select(recs, kind="eval")} == {3}
 
 
 def test_tracing_changes_nothing_the_run_learns(traced_run):
@@ -122,7 +132,7 @@ def test_the_command_prints_panels_and_writes_a_self_contained_page(traced_run, 
     text = page.read_text()
     assert "http://" not in text and "https://" not in text  # nothing fetched from the network
     data = json.loads(text.split('<script id="data" type="application/json">')[1].split("</script>")[0])
-    assert len(data) == 9 and "<polyline" in text  # the samples and the run's curves
+    assert len(data) == 9 + 16 and "<polyline" in text  # the samples, the greedy answers and the run's curves
 
 
 def _browser():
@@ -145,9 +155,15 @@ def test_the_page_opens_in_a_headless_browser_and_filters(traced_run, tmp_path):
         browser = p.chromium.launch(executable_path=path, args=["--no-sandbox"])
         page = browser.new_page()
         page.goto(page_file.as_uri())
-        assert page.locator(".sample").count() == 9
-        assert page.inner_text("#count") == "9 of 9 samples"
+        assert page.locator(".sample").count() == 25  # 9 training samples, 16 greedy answers
+        assert page.inner_text("#count") == "25 of 25 samples"
         page.select_option("#step", "2")
         assert page.locator(".sample").count() == 3
-        assert page.inner_text("#count") == "3 of 9 samples"
+        assert page.inner_text("#count") == "3 of 25 samples"
+        page.select_option("#step", "")
+        page.select_option("#kind", "eval")
+        assert page.locator(".sample").count() == 16
+        page.fill("#minr", "1")
+        assert page.locator(".sample").count() == sum(1 for r in read_traces(traced_run / "traced" / "traces.jsonl")
+                                                      if r["kind"] == "eval" and r["reward"] >= 1)
         browser.close()

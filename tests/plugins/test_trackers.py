@@ -256,3 +256,40 @@ def test_wandb_online_without_a_key_says_how_to_log_in(lab, tmp_path, monkeypatc
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
     with pytest.raises(rllab.RllabError, match=r"wandb' logger could not start a run \(mode = 'online'\).*wandb login"):
         lab.get("logger", "wandb", mode="online")(run_dir=tmp_path / "run")
+
+
+def test_traces_become_a_wandb_table_and_an_mlflow_table_that_keep_every_step(tmp_path):
+    from rllab.config import load_config
+    from rllab.training.trainer import run_experiment
+    from rllab_loggers.traces import TABLE_COLUMNS
+
+    loggers = 'loggers=["jsonl", {name="traces", per_step=2}, {name="wandb", traces=2}, {name="mlflow", traces=2}]'
+    run = tmp_path / "run"
+    run_experiment(load_config(None, [*overrides(TINY), "train.steps=2", loggers]), run_dir=run, progress=False)
+    file_rows = [r for r in map(json.loads, (run / "traces.jsonl").read_text().splitlines()) if r["kind"] == "train"]
+    assert [r["step"] for r in file_rows] == [1, 1, 2, 2]
+
+    # wandb: the incremental table logged at each step, its rows read back from the offline run's files
+    history = wandb_history(wandb_records(run))
+    tables = [h for h in history if "traces/_type" in h]
+    assert [(t["_step"], t["traces/_type"], t["traces/nrows"]) for t in tables] == [(1, "incremental-table-file", 2), (2, "incremental-table-file", 4)]
+    parts = sorted(run.glob("wandb/offline-run-*/files/media/table/traces_*.table.json"), key=lambda p: int(p.name.split("_")[1]))
+    rows = [row for p in parts for row in json.loads(p.read_text())["data"]]
+    cols = json.loads(parts[0].read_text())["columns"]
+    assert cols == list(TABLE_COLUMNS) and [r[0] for r in rows] == [1, 1, 2, 2]
+    assert [r[cols.index("prompt")] for r in rows] == [r["prompt"] for r in file_rows]  # the same samples as the traces file
+
+    # mlflow: traces.json holds every step's rows
+    client, mrun = mlflow_run(run)
+    table = json.loads(Path(client.download_artifacts(mrun.info.run_id, "traces.json", str(tmp_path / "dl"))).read_text())
+    assert table["columns"] == list(TABLE_COLUMNS) and [r[0] for r in table["data"]] == [1, 1, 2, 2]
+    assert [r[table["columns"].index("reward")] for r in table["data"]] == pytest.approx([r["reward"] for r in file_rows])
+
+
+@pytest.mark.parametrize("name", ["wandb", "mlflow"])
+def test_a_negative_traces_count_is_refused(name):
+    from rllab.config import load_config
+    from rllab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="traces"):
+        load_config(None, [f'loggers=[{{name="{name}", traces=-1}}]'])

@@ -197,6 +197,39 @@ def test_live_view_shows_each_cell_and_the_selected_cells_metrics_and_log(suite_
     run_app(app, body)
 
 
+def _trace(step: int, group: int, prompt: str, answer: str, reward: float) -> dict:
+    toks = list(answer) + ["<eos>"]
+    n = len(toks)
+    return {"step": step, "group": group, "prompt": prompt, "texts": [answer], "tokens": toks, "model": [True] * n, "turn": [1] * n,
+            "reward": reward, "components": {}, "turns": 1, "length": n, "finish_reason": "stop", "staleness": None,
+            "token_versions": None, "advantages": [0.5] * n, "sampler_logprobs": [-0.1] * n, "trainer_logprobs": [-0.1] * n,
+            "mismatch": [0.0]}
+
+
+def test_the_traces_view_shows_the_selected_cells_samples(suite_dir, lab):
+    first = sorted((suite_dir / "runs").iterdir())[0]
+    recs = [_trace(3, 0, "12+30=", "42", 1.0), _trace(4, 0, "77+11=", "88", 1.0), _trace(4, 1, "25+25=", "49", 0.0)]
+    (first / "traces.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    app = SuiteApp(lab=lab, target=suite_dir, poll=0.2)
+
+    async def body(pilot):
+        await pilot.press("3")  # the live tab
+        await pilot.pause()
+        await pilot.press("v")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "77+11=" in text and "25+25=" in text and "12+30=" not in text  # the last traced step's samples
+        assert "step 4 · group 1 · reward 0" in text
+        await pilot.press("down")  # a cell without traces says how to get them
+        await pilot.pause()
+        assert "no traces for" in screen_text(app) and "traces" in screen_text(app)
+        await pilot.press("v")  # back to the cell's log
+        await pilot.pause()
+        assert "no traces for" not in screen_text(app)
+
+    run_app(app, body, size=(120, 40))
+
+
 def test_results_are_rllab_suites_statistics_sortable_and_exported(suite_dir, lab):
     app = SuiteApp(lab=lab, target=suite_dir, poll=0.2)
 
