@@ -45,7 +45,7 @@ class MlflowConfig:
     run_name: str = rllab.knob("", help="the run's name ('' = the run directory's name)")
     log_model: bool = rllab.knob(False, help="copy the final model's files (adapter or checkpoint) into the run's artifacts under model/")
     traces: int = rllab.knob(
-        0, help="samples of each training step added to the run's artifact traces.json, a table in MLflow's "
+        4, help="samples of each training step added to the run's artifact traces.json, a table in MLflow's "
         "{columns, data} form (round-robin over the step's groups, as the traces logger); 0: none", ge=0,
     )
 

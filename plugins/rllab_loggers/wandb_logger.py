@@ -41,7 +41,7 @@ class WandbConfig:
     )
     log_model: bool = rllab.knob(False, help="store the final model's files (adapter or checkpoint) as a 'model' artifact")
     traces: int = rllab.knob(
-        0, help="samples of each training step added to the run's 'traces' table (an incremental wandb.Table that keeps "
+        4, help="samples of each training step added to the run's 'traces' table (an incremental wandb.Table that keeps "
         "every step's rows; round-robin over the step's groups, as the traces logger); 0: none", ge=0,
     )
 

@@ -120,6 +120,10 @@ def test_a_run_logged_to_jsonl_wandb_and_mlflow_reads_back_the_same(tmp_path):
     assert mrun.data.params["train.lr"] == "0.0003" and mrun.data.params["train.steps"] == "2"
     assert mrun.data.tags["final/checkpoint"] == final_ckpt
     assert math.isclose(mrun.data.metrics["final/accuracy"], summary["final/accuracy"])
+    # the samples, by default 4 a step in both (traces = 4)
+    assert [(h["_step"], h["traces/nrows"]) for h in history if "traces/nrows" in h] == [(1, 4), (2, 8)]
+    table = json.loads(Path(client.download_artifacts(mrun.info.run_id, "traces.json", str(tmp_path / "dl"))).read_text())
+    assert [r[0] for r in table["data"]] == [1, 1, 1, 1, 2, 2, 2, 2]
 
 
 def _finished(run_dir: Path, *, adapter: bool) -> None:
