@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from rllab.errors import ConfigError
+from rllab.errors import ConfigError, RllabError
 from rllab.members import Structural, member
 from rllab.types import Example
 
@@ -36,8 +36,9 @@ class Sampler(Structural):
     _required = ("draw",)
 
     def draw(self, *, n: int, rng: Any, step: int, source: Source) -> list[Example]:
-        """The step's ``n`` examples; ``rng`` the step's torch generator, ``source`` the run's draw."""
-        raise NotImplementedError
+        """The step's ``n`` examples; ``rng`` the step's torch generator, ``source`` the run's draw.
+        Every sampler defines it (``_required``); the base only says so."""
+        raise RllabError(f"sampler {type(self).__name__} defines no draw(n=, rng=, step=, source=); a sampler must")
 
     def feedback(self, *, step: int, examples: Sequence[Example], rewards: Sequence[float | None]) -> None:
         """Each drawn prompt's mean group reward after the step (None: every sample failed). Default: ignored."""

@@ -258,6 +258,8 @@ def cmd_traces(args) -> int:
         return 2
     try:
         path, recs = load(args.run)
+        if args.html and Path(args.html).is_dir():
+            raise TracesError(f"rllab traces: --html {args.html!r} is a directory; give the page's file name, e.g. {args.html.rstrip('/')}/traces.html")
         if args.html:
             shown = select(recs, step=args.step, min_reward=args.min_reward, max_reward=args.max_reward, finish=args.finish,
                            grep=args.grep, limit=args.limit, all_steps=True, kind=None)

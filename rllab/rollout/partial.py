@@ -97,6 +97,18 @@ class PartialRollouts:
         return StepBackend(self, step, prompts, carried)
 
 
+def for_stage(backend: Any, config: Any, *, multi_turn: bool, world: int, name: str) -> PartialRollouts:
+    """A rollout stage's :class:`PartialRollouts`, refused where they cannot take effect: episodes of
+    several turns, or several data-parallel ranks."""
+    if multi_turn:
+        raise RllabError(f"rollout.over_sample = {config.over_sample!r}: partial rollouts stop and resume single-turn samples; "
+                         f"environment {name!r} plays episodes of several turns. Set rollout.over_sample = 0")
+    if world > 1:
+        raise RllabError(f"rollout.over_sample = {config.over_sample!r} is not supported under data parallelism "
+                         f"({world} ranks): set rollout.over_sample = 0")
+    return PartialRollouts(backend, config)
+
+
 class StepBackend:
     """One step's sampling (what :class:`~rllab.rollout.episodes.EpisodeRunner` calls ``generate``
     on): the G rows of each example — a carried group's rows resume from their tokens — go to

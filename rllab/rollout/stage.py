@@ -44,7 +44,7 @@ from rllab.errors import RewardError, RllabError
 from rllab.rollout.evalmetrics import sampled_metrics
 from rllab.rollout.gate import gate, group_means, played_feedback
 from rllab.rollout.rewards import random_rewards
-from rllab.rollout.partial import PartialRollouts
+from rllab.rollout.partial import for_stage
 from rllab.rollout.episode_stats import ERROR_ADVICE, check_step, episode_metrics
 from rllab.rollout.task_environment import EpisodeSource, episode_source
 from rllab.types import Completion, Example, RolloutBatch, SamplingParams
@@ -173,7 +173,7 @@ class RolloutStage:
         self.partial = None
         """Partial rollouts (``rollout.over_sample > 0``, :mod:`rllab.rollout.partial`): their state, else None."""
         if getattr(config, "over_sample", 0) > 0:
-            self.partial = partial_rollouts(self, backend, config)
+            self.partial = for_stage(backend, config, multi_turn=self.source.multi_turn, world=self.shard[1], name=self.task_name)
 
     def draw(self, step: int, n: int, rng: torch.Generator) -> list[Example]:
         """``n`` training examples for ``step``: the sampler's, else the source's own draw with ``rng``."""
@@ -480,17 +480,6 @@ def build_stage(*, task: Any = None, env: Any = None, task_name: str = "?", env_
     source = episode_source(task=task, env=env, name=env_name or task_name, config=kw["config"],
                             tokenizer=kw.get("tokenizer"), context_tokens=context_tokens)
     return RolloutStage(source, **kw)
-
-
-def partial_rollouts(stage: RolloutStage, backend: Any, config: Any) -> PartialRollouts:
-    """The stage's :class:`~rllab.rollout.partial.PartialRollouts`, refused where they cannot take effect."""
-    if stage.source.multi_turn:
-        raise RllabError(f"rollout.over_sample = {config.over_sample!r}: partial rollouts stop and resume single-turn samples; "
-                         f"environment {stage.task_name!r} plays episodes of several turns. Set rollout.over_sample = 0")
-    if stage.shard[1] > 1:
-        raise RllabError(f"rollout.over_sample = {config.over_sample!r} is not supported under data parallelism "
-                         f"({stage.shard[1]} ranks): set rollout.over_sample = 0")
-    return PartialRollouts(backend, config)
 
 
 def _lengths_by_outcome(lengths: torch.Tensor, solved: Sequence[bool]) -> dict[str, float]:
