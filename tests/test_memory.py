@@ -31,9 +31,11 @@ print(applied, sum(faults))
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc only")
 def test_a_freed_tensor_comes_back_without_page_faults():
-    """In fresh processes: with glibc's defaults the 16 MiB tensor lands on fresh pages every
-    time (4,096 faults each); with freed memory kept it mostly reuses mapped ones (glibc may
-    still map afresh once while its bins settle)."""
+    """In fresh processes: with freed memory kept, the 16 MiB tensor (4,096 pages) reuses mapped
+    pages in all but at most one of six uses (glibc may map afresh once while its bins settle).
+    With glibc's defaults it lands on fresh pages more often; how often depends on the machine
+    (glibc's adaptive mmap threshold: 2 to 5 of the six have been seen), so the control only
+    has to fault more."""
     import subprocess
 
     def run(mode):
@@ -47,7 +49,8 @@ def test_a_freed_tensor_comes_back_without_page_faults():
     if not applied:
         pytest.skip("not glibc")
     _, defaults = run("defaults")
-    assert defaults >= 3 * 4000 and 3 * kept <= defaults, (kept, defaults)
+    assert kept <= 4096 + 64, (kept, defaults)
+    assert defaults > kept, (kept, defaults)
 
 
 def test_bad_sizes_are_refused_by_name():
