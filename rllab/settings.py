@@ -215,6 +215,13 @@ def _needs_continue(inst, name: str, value) -> None:
                          f"sample carries tokens of an earlier step)")
 
 
+def _horizon_in_unit(inst, name: str, value) -> None:
+    if value == 0 and inst.lr_schedule_unit == "optimizer_step" and inst.lr_schedule != "constant":
+        raise ValueError(f"{name} = 0 with lr_schedule_unit = 'optimizer_step' and lr_schedule = {inst.lr_schedule!r}: "
+                         f"the decay's length in optimizer steps is not known before the run; set {name} to the run's "
+                         f"optimizer steps (e.g. train.steps × epochs × minibatches for the rl algorithm)")
+
+
 @attrs.frozen(kw_only=True)
 class TrainConfig:
     """The optimisation loop (settings of the algorithm itself live in ``[algorithm]``)."""
@@ -225,7 +232,21 @@ class TrainConfig:
     critic_lr: float = knob(1e-3, help="critic learning rate", gt=0.0)
     weight_decay: float = knob(0.0, help="AdamW weight decay", ge=0.0)
     lr_schedule: str = knob("cosine", help="learning-rate schedule", choices=("constant", "linear", "cosine"))
-    warmup_steps: int = knob(10, help="linear warm-up steps", ge=0)
+    warmup_steps: int = knob(10, help="linear warm-up steps (in lr_schedule_unit)", ge=0)
+    lr_schedule_unit: str = knob(
+        "step",
+        help="what the learning-rate schedule counts: step, training steps (the decay ends at train.steps); "
+        "optimizer_step, every optimizer step, as transformers' Trainer (warmup_steps and lr_schedule_steps count "
+        "optimizer steps, so the optimizer steps of one training step get rates of their own)",
+        choices=("step", "optimizer_step"),
+    )
+    lr_schedule_steps: int = knob(
+        0,
+        help="the length of the linear or cosine decay, in lr_schedule_unit; 0: train.steps (unit step only: with "
+        "optimizer_step give the run's optimizer steps, e.g. train.steps × epochs × minibatches for the rl algorithm)",
+        ge=0,
+        validator=lambda i, a, v: _horizon_in_unit(i, a.name, v),
+    )
     max_grad_norm: float = knob(1.0, help="gradient clipping norm (0: off; the norm is still measured and checked)", ge=0.0)
     nonfinite: str = knob(
         "raise",

@@ -117,30 +117,58 @@ def test_default_trl_config_agrees_step_for_step(capsys):
 
 @needs_trl
 @pytest.mark.slow
-def test_several_optimizer_steps_per_generation_agree_with_a_constant_lr(capsys, tmp_path):
-    # GSPO: steps_per_generation 4 (4 optimizer steps per generation), gradient accumulation 2
+def test_several_optimizer_steps_per_generation_agree_with_a_decaying_lr(capsys, tmp_path):
+    # GSPO: steps_per_generation 4 (2 optimizer steps per generation with gradient accumulation 2),
+    # TRL's default linear schedule moving every optimizer step
     src = tmp_path / "gspo.yaml"
-    src.write_text((EXAMPLES / "trl_gspo.yaml").read_text().replace("gradient_accumulation_steps: 1", "gradient_accumulation_steps: 2")
-                   + "lr_scheduler_type: constant\n")
-    code, out, err = run(capsys, "crosscheck", "trl", str(src), "--steps", "1")
-    assert code == 0 and "agree: 2 optimizer steps" in out, out + err[-2000:]
+    src.write_text((EXAMPLES / "trl_gspo.yaml").read_text().replace("gradient_accumulation_steps: 1", "gradient_accumulation_steps: 2"))
+    code, out, err = run(capsys, "crosscheck", "trl", str(src), "--steps", "2")
+    assert code == 0 and "agree: 4 optimizer steps" in out, out + err[-2000:]
 
 
-def test_the_import_lists_the_differences_the_crosscheck_finds():
+def test_the_import_follows_trls_split_normaliser_and_schedule():
     from rllab_referee import trl
 
-    t = trl.translate({"num_iterations": 2, "steps_per_generation": 2})  # TRL's default loss_type: dapo
-    assert "same split" in t.differs["num_iterations"] and "own token count" in t.differs["loss_type"]
-    t = trl.translate({"num_iterations": 2, "steps_per_generation": 2, "loss_type": "grpo"})
-    assert "num_iterations" in t.differs and "loss_type" not in t.differs
-    t = trl.translate({"num_iterations": 2})  # one optimizer step per generation: the same computation
-    assert "num_iterations" not in t.differs and "loss_type" not in t.differs
+    def v(**knobs):
+        t = trl.translate(knobs)
+        t.finish()
+        return {k: val for k, (val, _) in t.values.items()}, t.differs
+
+    got, differs = v(num_iterations=2, steps_per_generation=2)  # TRL's default loss_type: dapo
+    assert got["algorithm", "minibatch_order"] == "once" and got["algorithm", "token_count"] == "batch_mean"
+    assert got["train", "lr_schedule_unit"] == "optimizer_step" and not differs
+    got, _ = v(num_iterations=2, steps_per_generation=2, loss_type="grpo", max_steps=12)
+    assert ("algorithm", "token_count") not in got and got["train", "lr_schedule_steps"] == 12
+    got, _ = v(num_iterations=2)  # one optimizer step per generation: nothing to split
+    assert ("algorithm", "minibatch_order") not in got
 
 
 @needs_trl
-def test_a_real_difference_is_reported_as_the_first_step_and_quantity(capsys, tmp_path):
-    # TRL's dapo loss over 2 optimizer steps per generation divides by the batch's average tokens per
-    # step, rllab's token-mean by the minibatch's own tokens: the gradient norms differ at once
+@pytest.mark.slow
+def test_dapo_over_several_optimizer_steps_and_iterations_agrees(capsys, tmp_path):
+    # TRL's dapo loss divides every optimizer step by the batch's average tokens per step
+    # (algorithm.token_count = "batch_mean") and keeps one split over its iterations
+    # (algorithm.minibatch_order = "once"); cosine schedule per optimizer step
+    src = tmp_path / "dapo.yaml"
+    src.write_text("loss_type: dapo\ngradient_accumulation_steps: 2\nsteps_per_generation: 4\nper_device_train_batch_size: 8\n"
+                   "num_generations: 4\nmax_completion_length: 8\nnum_iterations: 2\nlr_scheduler_type: cosine\nlearning_rate: 1.0e-5\n")
+    code, out, err = run(capsys, "crosscheck", "trl", str(src), "--steps", "2")
+    assert code == 0 and "agree: 8 optimizer steps" in out, out + err[-2000:]
+
+
+@needs_trl
+def test_a_real_difference_is_reported_as_the_first_step_and_quantity(capsys, tmp_path, monkeypatch):
+    # the import made to leave rllab's token-mean normaliser (each minibatch's own tokens) where
+    # TRL's dapo loss divides by the batch's average tokens per step: the gradients differ at once
+    from rllab_referee import trl
+
+    loss = trl._loss
+
+    def own_tokens(t, *a, **k):
+        loss(t, *a, **k)
+        t.values.pop(("algorithm", "token_count"), None)
+
+    monkeypatch.setattr(trl, "_loss", own_tokens)
     src = tmp_path / "dapo.yaml"
     src.write_text("loss_type: dapo\ngradient_accumulation_steps: 2\nsteps_per_generation: 4\nper_device_train_batch_size: 8\n"
                    "num_generations: 4\nmax_completion_length: 8\nlr_scheduler_type: constant\n")

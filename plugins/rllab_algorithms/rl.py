@@ -14,7 +14,9 @@ One step::
 
 Every minibatch is normalised by its *global* token and sequence counts, passed to the
 aggregation, so splitting a minibatch into micro-batches for gradient accumulation never changes
-the loss or the gradient. Under data parallelism (``model.strategy = "fsdp2"``) the counts are
+the loss or the gradient (``token_count = "batch_mean"``: every minibatch's token count is the
+step's tokens / minibatches instead, as TRL's dapo loss divides). Minibatches are a new random split
+every epoch, one split kept for all epochs, or the batch's row order (``minibatch_order``). Under data parallelism (``model.strategy = "fsdp2"``) the counts are
 summed over ranks (``ctx.reducer``), so each rank's loss is its share of the global loss. A fully on-policy step (1 epoch, 1 minibatch, no KL in the reward)
 reuses the update's own forward, detached, as the old log-probs instead of a separate no-grad
 forward.
@@ -46,36 +48,9 @@ from rllab import ops
 from rllab.algorithm import OptimizerStep, RunContext, checked_loss, seed_for
 from rllab.models.forward import grouped_response_logprobs, response_log_sum_sq_probs
 
+from .rl_config import RLConfig
 
-@attrs.frozen
-class RLConfig:
-    """Knobs of the policy-gradient step."""
-
-    epochs: int = rllab.knob(1, help="passes over each step's rollouts", ge=1)
-    minibatches: int = rllab.knob(1, help="optimizer steps per epoch", ge=1)
-    micro_batch_size: int | None = rllab.knob(None, help="rows per forward/backward (gradient accumulation); None: whole minibatch", ge=1)
-    entropy_coef: float = rllab.knob(0.0, help="entropy bonus coefficient", ge=0.0)
-    vf_coef: float = rllab.knob(0.5, help="value-loss coefficient (critic estimators only)", ge=0.0)
-    kl_in: str = rllab.knob("none", help="where the KL penalty to the reference applies", choices=("none", "reward", "loss"))
-    kl_importance_ratio: str = rllab.knob(
-        "none",
-        help="kl_in = loss: multiply the per-token KL by the importance ratio π/π_old, per token or per sequence "
-        "(TRL's use_bias_correction_kl with importance_sampling_level); none: plain KL",
-        choices=("none", "token", "sequence"),
-        validator=lambda i, a, v: _needs_kl_in(i, a, v, "none", "loss"),
-    )
-    kl_measure: str = rllab.knob(
-        "k1_token_mean",
-        help="the KL the controller adapts to: k1_token_mean, mean over valid tokens of old − ref (rllab); "
-        "penalty_row_mean, mean over rows of each row's masked mean of the [kl] penalty, empty rows 0 (verl)",
-        choices=("k1_token_mean", "penalty_row_mean"),
-        validator=lambda i, a, v: _needs_kl_in(i, a, v, "k1_token_mean", "reward"),
-    )
-
-
-def _needs_kl_in(inst, attribute, value, default, kl_in: str) -> None:
-    if value != default and inst.kl_in != kl_in:
-        raise ValueError(f"{attribute.name} = {value!r} applies only with kl_in = {kl_in!r} (kl_in is {inst.kl_in!r})")
+__all__ = ["RL", "RLConfig", "Prepared", "Updated", "rl", "kl_times_ratio", "penalty_row_mean"]
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -327,20 +302,26 @@ class RL:
         red = ctx.reducer
         sums: dict[str, list[float]] = {}
         kl_sums: list[float] = []  # the typed twin of the kl/policy_ref metric, aggregated alike
-        for _epoch in range(c.epochs):
-            order = torch.randperm(B, generator=gen) if c.minibatches > 1 else torch.arange(B)
+        # batch_mean: every optimizer step divides by the step's tokens / minibatches (over every rank)
+        batch_mean = red.sum(int(p.mask.sum())) / c.minibatches if c.token_count == "batch_mean" else None
+        order = torch.arange(B)
+        for epoch in range(c.epochs):
+            if c.minibatches > 1 and (c.minibatch_order == "reshuffle" or c.minibatch_order == "once" and epoch == 0):
+                order = torch.randperm(B, generator=gen)
             for mb in order.tensor_split(c.minibatches):
                 if mb.numel() == 0:
                     continue
                 mb = mb.to(batch.input_ids.device)
                 mb_mask = p.mask[mb]  # narrowed by a rejecting correction: only kept tokens count
                 # counts of the minibatch over every data-parallel rank (ctx.reducer: identity in one process)
-                counts = {"global_tokens": red.sum(int(mb_mask.sum())), "global_seqs": red.sum(int(mb_mask.any(-1).sum()))}
+                own_tokens = red.sum(int(mb_mask.sum()))
+                counts = {"global_tokens": own_tokens if batch_mean is None else batch_mean,
+                          "global_seqs": red.sum(int(mb_mask.any(-1).sum()))}
                 if "global_rows" in aggregation.spec.requires:
                     counts["global_rows"] = red.sum(int(mb_mask.shape[0]))
                 agg = partial(_aggregate, aggregation, **counts)
                 micro = c.micro_batch_size or mb.numel()
-                mb_tokens = max(1, counts["global_tokens"])
+                mb_tokens = max(1, own_tokens)
                 mb_metrics: dict[str, float] = {}
                 mb_kl: float | None = None
                 for rows in mb.split(micro):

@@ -69,11 +69,16 @@ def _setup(config: str, lab, steps: int, processes: int = 1):
     from rllab.config import load_config
     from rllab.models import tiny as tinymodel
     from rllab.training import parts
-    from rllab_referee.source import run_import
+    from rllab_referee.source import read_config_file, run_import
 
     t = run_import("trl", config, [], lab=lab, processes=processes)
     data = t.to_dict()
-    data.setdefault("train", {}).update(checkpoint_every=0, steps=steps)
+    train = data.setdefault("train", {})
+    train.update(checkpoint_every=0, steps=steps)
+    if train.get("lr_schedule_unit") == "optimizer_step":  # TRL's max_steps: these generation batches' optimizer steps
+        from rllab_referee.trl_capture import opt_steps_per_generation
+
+        train["lr_schedule_steps"] = steps * opt_steps_per_generation(read_config_file(config, what="TRL GRPOConfig"))
     cfg = load_config(data, lab=lab)
     task = parts.component(cfg, lab, "task")()
     if cfg.model.path:

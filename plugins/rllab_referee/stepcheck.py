@@ -6,10 +6,11 @@ group) are a :class:`rllab.types.RolloutBatch` handed to the configured algorith
 :class:`rllab.RecordedRollout`, exactly as ``rllab replay`` does; rllab computes the advantages,
 losses and updates itself, from its own optimizer (AdamW, ``train.*``) and learning-rate schedule.
 
-Minibatch membership: TRL shuffles a generation batch once and splits it into micro-batches; rllab
-draws its own permutation per epoch. The rows are handed to rllab in the order that makes its
-*first* epoch's minibatches TRL's optimizer steps (the permutation the ``rl`` algorithm draws is
-reproduced here), so the comparison is step for step; later epochs follow rllab's own order.
+Minibatch membership: TRL shuffles a generation batch once and splits it into micro-batches, the
+same split in every iteration (``num_iterations``); the import sets ``minibatch_order = "once"``,
+so rllab too draws one permutation and keeps it. The rows are handed to rllab in the order that
+makes that permutation's minibatches TRL's optimizer steps (the permutation the ``rl`` algorithm
+draws is reproduced here), so the comparison is step for step in every epoch.
 
 Recorded per optimizer step: the gradient norm before clipping, the learning rate, the weights
 after it; per generation: ``loss/policy`` (the mean over its optimizer steps).
@@ -43,7 +44,7 @@ def generation_batch(chunks: Sequence[dict[str, torch.Tensor]]):
 def rllab_order(cfg: Any, step: int, rows: int) -> torch.Tensor | None:
     """The permutation the ``rl`` algorithm draws for the first epoch of ``step`` (None: no shuffle)."""
     a = cfg.component("algorithm").config
-    if getattr(a, "minibatches", 1) <= 1:
+    if getattr(a, "minibatches", 1) <= 1 or getattr(a, "minibatch_order", "reshuffle") == "in_order":
         return None
     gen = torch.Generator().manual_seed(seed_for(cfg.train.seed, step, 2))
     return torch.randperm(rows, generator=gen)
@@ -67,20 +68,18 @@ def permute_for_rllab(batch, order: torch.Tensor | None):
 def run_rllab(cfg: Any, lab: Any, *, model_dir: str, generations: Sequence[Any]) -> dict[str, list]:
     """rllab's steps on TRL's ``generations``; returns ``grad_norm``, ``lr``, ``weights`` (per
     optimizer step) and ``loss`` (per generation)."""
-    from functools import partial
-
     from transformers import AutoModelForCausalLM
 
     from rllab import RecordedRollout
     from rllab.training import parts
-    from rllab.training.optimizer import lr_factor
+    from rllab.training.optimizer import advance_per_step, lr_scheduler
 
     torch.manual_seed(cfg.train.seed)
     policy = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).train()
     built = parts.build_parts(cfg, lab)
     algo_name = cfg.component("algorithm").name
     optimizer, _ = parts.build_optimizers(cfg, parts.FullPolicy(policy))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, partial(lr_factor, cfg.train))
+    scheduler = lr_scheduler(optimizer, cfg.train)
     params = list(policy.parameters())
     out: dict[str, list] = {"grad_norm": [], "lr": [], "weights": [], "loss": [], "reward": []}
 
@@ -100,7 +99,7 @@ def run_rllab(cfg: Any, lab: Any, *, model_dir: str, generations: Sequence[Any])
             outcome = drv.drive(built.algorithm.step(ctx), step=step, algorithm=algo_name, nonfinite=cfg.train.nonfinite)
             out["loss"].append(float(outcome.metrics.get("loss/policy", float("nan"))))
             out["reward"].append(float(batch.rewards.mean()))
-            scheduler.step()
+            advance_per_step(scheduler, cfg.train)
     finally:
         hook.remove()
     return out

@@ -220,9 +220,9 @@ def _batch(t: Translation, c: dict, processes: int) -> int:
     t.set("algorithm", "minibatches", spg // ga, *given, how=f"steps_per_generation {spg} / gradient_accumulation_steps {ga}: optimizer steps per generation")
     t.set("algorithm", "micro_batch_size", pdb, "per_device_train_batch_size", how="rows per forward/backward")
     t.set("algorithm", "epochs", c["num_iterations"], "num_iterations")
-    if spg // ga > 1 and c["num_iterations"] > 1:
-        t.differ("num_iterations", "TRL goes over the same split of a generation batch into optimizer steps in every "
-                 "iteration; rllab draws a new split each epoch (equal in distribution, not step for step)")
+    if spg // ga > 1:
+        t.set("algorithm", "minibatch_order", "once", "steps_per_generation", "num_iterations",
+              how="TRL shuffles a generation batch once and goes over the same split in every iteration")
     return spg // ga
 
 
@@ -232,6 +232,7 @@ def _optimizer(t: Translation, c: dict, raw: Mapping, minibatches: int) -> None:
     t.set("train", "weight_decay", c["weight_decay"], "weight_decay")
     t.set("train", "seed", c["seed"], "seed")
     per_step = minibatches * c["num_iterations"]
+    steps = None
     if c["max_steps"] and c["max_steps"] > 0:
         steps = math.ceil(c["max_steps"] / per_step)
         t.set("train", "steps", steps, "max_steps", how=f"optimizer steps / {per_step} per rollout step" if per_step > 1 else "")
@@ -249,14 +250,22 @@ def _optimizer(t: Translation, c: dict, raw: Mapping, minibatches: int) -> None:
             t.refuse("warmup_steps", "a warm-up ratio needs max_steps to become a number of steps")
             return
         warm = math.ceil(warm * c["max_steps"])
-    warm_steps = math.ceil(warm / per_step)
-    t.set("train", "warmup_steps", warm_steps, "warmup_steps", how=f"/ {per_step} optimizer steps per rollout step" if per_step > 1 else "")
-    if warm_steps:
+    # transformers' schedule moves every optimizer step: so does the imported one
+    t.set("train", "lr_schedule_unit", "optimizer_step", "lr_scheduler_type",
+          how="transformers' Trainer steps its schedule after every optimizer step")
+    if steps is not None:
+        t.set("train", "lr_schedule_steps", c["max_steps"], "max_steps", how="the decay's length in optimizer steps")
+    else:
+        from rllab.config import TrainConfig
+
+        default = TrainConfig().steps
+        t.set("train", "lr_schedule_steps", default * per_step,
+              how=f"max_steps not given: rllab's train.steps ({default}) × {per_step} optimizer steps per rollout step; "
+                  "change it with train.steps")
+    t.set("train", "warmup_steps", math.ceil(warm), "warmup_steps", how="optimizer steps")
+    if warm:
         t.differ("warmup_steps", "rllab's warm-up rises as (step + 1)/warmup_steps and multiplies a decay that starts at "
                  "step 0; transformers' rises as step/warmup_steps and decays after it")
-    if per_step > 1 and kind != "constant" or per_step > 1 and warm_steps:
-        t.differ("lr_scheduler_type", f"rllab's learning rate moves once per rollout step (its {per_step} optimizer steps share "
-                 "one rate); transformers' moves every optimizer step")
 
 
 def _sampling(t: Translation, c: dict) -> None:
@@ -360,9 +369,9 @@ def _loss(t: Translation, c: dict, raw: Mapping) -> None:
         t.set("aggregation", k, v, how="TRL divides by every row of the micro-batch")
     if lt == "dr_grpo" and c["max_completion_length"] is not None:
         t.set("aggregation", "horizon", c["max_completion_length"], "max_completion_length", how="Dr.GRPO's constant")
-    if lt in ("dapo", "cispo", "vespo") and c["steps_per_generation"] and c["steps_per_generation"] > c["gradient_accumulation_steps"]:
-        t.differ("loss_type", "TRL divides each optimizer step's token sum by the generation batch's token count / its "
-                 "optimizer steps (an average); rllab's token-mean divides by that minibatch's own token count")
+    if lt in ("dapo", "cispo", "vespo"):
+        t.set("algorithm", "token_count", "batch_mean", "loss_type",
+              how="TRL divides each optimizer step's token sum by the generation batch's token count / its optimizer steps")
     if lt == "bnpo" and (c["gradient_accumulation_steps"] > 1 or c["processes"] > 1):
         t.differ("loss_type", "TRL's bnpo averages per-micro-batch (and per-process) token means; rllab's token-mean is "
                  "one mean over the minibatch's tokens")

@@ -25,6 +25,8 @@ reports the step as skipped (``train/nonfinite = train/skipped = 1``).
 from __future__ import annotations
 
 import math
+import warnings
+from functools import partial
 from typing import Any, Callable, Generator
 
 import attrs
@@ -136,11 +138,37 @@ class Optimizers:
 
 def lr_factor(t, step: int) -> float:
     """The learning rate's multiplier at ``step`` under ``[train]`` ``t``: linear warm-up over
-    ``warmup_steps``, then constant, linear or cosine decay to 0 at ``steps``."""
+    ``warmup_steps``, then constant, linear or cosine decay to 0 at ``lr_schedule_steps`` (0:
+    ``steps``). ``step`` counts ``t.lr_schedule_unit``: training steps or optimizer steps."""
     warm = min(1.0, (step + 1) / t.warmup_steps) if t.warmup_steps > 0 else 1.0
-    if t.lr_schedule == "constant" or t.steps <= 0:
+    horizon = t.lr_schedule_steps or t.steps
+    if t.lr_schedule == "constant" or horizon <= 0:
         return warm
-    progress = min(1.0, step / max(1, t.steps))
+    progress = min(1.0, step / max(1, horizon))
     if t.lr_schedule == "linear":
         return warm * (1.0 - progress)
     return warm * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def lr_scheduler(optimizer: torch.optim.Optimizer, t) -> torch.optim.lr_scheduler.LambdaLR:
+    """The learning-rate schedule of ``[train]`` ``t`` on ``optimizer``.
+
+    With ``t.lr_schedule_unit == "optimizer_step"`` it advances itself after every optimizer step
+    (a step post-hook: the k-th optimizer step of the run uses ``lr_factor(t, k)``, as transformers'
+    Trainer steps its scheduler); a skipped update (``train.nonfinite = "skip"``) does not count.
+    With ``"step"`` the trainer advances it once per training step (:func:`advance_per_step`)."""
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, partial(lr_factor, t))
+    if t.lr_schedule_unit == "optimizer_step":
+        optimizer.register_step_post_hook(lambda *_: scheduler.step())
+    return scheduler
+
+
+def advance_per_step(scheduler: torch.optim.lr_scheduler.LambdaLR, t) -> None:
+    """The end of a training step: advance a schedule that counts training steps (also after a
+    skipped step: the schedule counts steps); one that counts optimizer steps has advanced already."""
+    if t.lr_schedule_unit != "step":
+        return
+    with warnings.catch_warnings():
+        # torch warns when scheduler.step() runs before any optimizer.step() (a skipped step)
+        warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)`")
+        scheduler.step()

@@ -52,7 +52,7 @@ from rllab.training.listeners import RunLoggers
 from rllab.members import member
 from rllab.models.modeldir import check_model_dir
 from rllab.models.forward import enable_checkpointing, transformers_progress_bars_off
-from rllab.training.optimizer import Optimizers, StepOutcome, lr_factor
+from rllab.training.optimizer import Optimizers, StepOutcome, advance_per_step, lr_factor, lr_scheduler
 from rllab.rollout.prompt_limits import PromptLimits
 from rllab.rollout.stage import RolloutStage
 from rllab.rollout.task_environment import episode_source
@@ -234,7 +234,7 @@ class Trainer:
 
     def _build_optimizers(self) -> None:
         self.optimizer, self.critic_optimizer = parts.build_optimizers(self.cfg, self.policy_handle, self.critic)  # all, or the adapters
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, partial(lr_factor, self.cfg.train))
+        self.scheduler = lr_scheduler(self.optimizer, self.cfg.train)  # per optimizer step: it advances itself
 
     def _sync_weights(self) -> dict[str, float]:
         """Push the policy's weights to the backend; the sync's metrics (e.g. ``time/weight_sync``)."""
@@ -354,13 +354,8 @@ class Trainer:
         return outcome
 
     def _scheduler_step(self) -> None:
-        """Advance the LR schedule once per step (also a skipped one: the schedule counts steps)."""
-        import warnings
-
-        with warnings.catch_warnings():
-            # torch warns when scheduler.step() runs before any optimizer.step() (a skipped step)
-            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)`")
-            self.scheduler.step()
+        """Advance an LR schedule that counts training steps (also a skipped one)."""
+        advance_per_step(self.scheduler, self.cfg.train)
 
     # ------------------------------------------------------------------ eval
 
