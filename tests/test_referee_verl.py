@@ -33,6 +33,14 @@ def test_defaults_are_verls_ppo():
     assert (v["train", "weight_decay"], v["train", "critic_lr"], v["value_loss", "value_clip"]) == (0.01, 1e-5, 0.5)
 
 
+def test_minibatches_follow_verls_actor_shuffle():
+    """verl splits a batch into contiguous minibatches, the same every epoch (actor.shuffle = false,
+    its default), or reshuffles them every epoch (true); one minibatch has no split to set."""
+    assert imported()["algorithm", "minibatch_order"] == "in_order"
+    assert imported({}, A + "shuffle=true")["algorithm", "minibatch_order"] == "reshuffle"
+    assert ("algorithm", "minibatch_order") not in imported({}, "data.train_batch_size=8", A + "ppo_mini_batch_size=8")
+
+
 def test_grpo_dapo_style_from_overrides():
     v = imported({}, "algorithm.adv_estimator=grpo", "data.train_batch_size=64", A + "ppo_mini_batch_size=16",
                  "actor_rollout_ref.rollout.n=8", A + "clip_ratio_high=0.28", A + "ppo_epochs=2",

@@ -29,7 +29,7 @@ DEFAULTS: dict[str, Any] = {
     R + "n": 1, R + "temperature": 1.0, R + "top_p": 1.0, R + "top_k": -1, R + "do_sample": True,
     R + "response_length": None, R + "ignore_eos": False,
     A + "ppo_mini_batch_size": 256, A + "ppo_micro_batch_size_per_gpu": None, A + "ppo_micro_batch_size": None,
-    A + "ppo_epochs": 1, A + "clip_ratio": 0.2, A + "clip_ratio_low": 0.2, A + "clip_ratio_high": 0.2,
+    A + "ppo_epochs": 1, A + "shuffle": False, A + "clip_ratio": 0.2, A + "clip_ratio_low": 0.2, A + "clip_ratio_high": 0.2,
     A + "clip_ratio_c": 3.0, A + "loss_agg_mode": "token-mean", A + "entropy_coeff": 0.0,
     A + "use_kl_loss": False, A + "kl_loss_coef": 0.001, A + "kl_loss_type": "low_var_kl",
     A + "policy_loss.loss_mode": "vanilla", A + "policy_loss.clip_cov_ratio": 0.0002, A + "policy_loss.clip_cov_lb": 1.0,
@@ -251,6 +251,9 @@ def _batch(t: Translation, c: dict) -> None:
     t.set("rollout", "group_size", n, R + "n")
     t.set("algorithm", "minibatches", bs // mini, "data.train_batch_size", A + "ppo_mini_batch_size", how="prompts per step / per minibatch")
     t.set("algorithm", "epochs", c[A + "ppo_epochs"], A + "ppo_epochs")
+    if bs // mini > 1:
+        t.set("algorithm", "minibatch_order", "reshuffle" if c[A + "shuffle"] else "in_order", A + "shuffle",
+              how="verl's minibatches: contiguous in row order (after trainer.balance_batch), or reshuffled each epoch")
     if c[A + "ppo_micro_batch_size_per_gpu"]:
         t.set("algorithm", "micro_batch_size", c[A + "ppo_micro_batch_size_per_gpu"], A + "ppo_micro_batch_size_per_gpu")
     if c[A + "ppo_micro_batch_size"] is not None:
