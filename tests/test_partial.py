@@ -179,3 +179,54 @@ def test_an_algorithm_that_does_not_train_on_sample_is_refused_by_name():
         check_algorithm(cfg, SimpleNamespace(async_rollouts=False))
     check_algorithm(cfg, SimpleNamespace(async_rollouts=True))  # rl's kind: accepted
     check_algorithm(SimpleNamespace(rollout=RolloutConfig()), SimpleNamespace(async_rollouts=False))  # off: nothing to refuse
+
+
+def test_the_carried_groups_survive_a_checkpoint(char, tmp_path):  # noqa: F811
+    """A stage restored from the saved state (written and read as a checkpoint is) resumes the same
+    rows from the same tokens as the stage that never stopped."""
+    runs = []
+    for restore in (False, True):
+        clock = Clock(char, LENGTHS)
+        s = _stage(char, clock, partial="continue")
+        s.sample(1)
+        if restore:
+            torch.save({"partial_rollouts": s.partial.state_dict()}, tmp_path / "state.pt")
+            s = _stage(char, clock, partial="continue")
+            assert s.partial.carried == []
+            s.partial.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=False)["partial_rollouts"])
+        clock.version = 1
+        r = s.sample(2)
+        runs.append((clock.calls[1], [(e.completion.token_ids, e.token_versions) for e in r.episodes]))
+    assert runs[0] == runs[1]
+    assert [_trailing(p, Clock(char, LENGTHS).fill) for p in runs[1][0]["prompts"][:3]] == [4, 4, 4]  # resumed, not fresh
+
+
+def test_the_trainer_checkpoints_its_carried_groups_and_a_schedule_keeps_them(tmp_path, model_cache):
+    from rllab.config import load_config
+    from rllab.rollout.partial import Carried
+    from rllab.training.trainer import Trainer
+    from rllab.types import Example
+
+    from .tiny import TINY, overrides
+
+    knobs = [*overrides(TINY), "train.steps=3", "rollout.over_sample=1.0", "rollout.partial=continue", "rollout.max_new_tokens=6",
+             "rollout.temperature=1.5"]
+    tr = Trainer(load_config(None, knobs), run_dir=tmp_path / "r", progress=False)
+    try:
+        tr.train_step()
+        # a group left unfinished: two tokens sampled at step 1 for each of its 4 rows
+        tok = tr.tokenizer("12", add_special_tokens=False).input_ids[:1] * 2
+        tr.rollout.partial.carried = [Carried(example=Example(prompt="1+1=", answer="2"), rows=[(tuple(tok), (-1.0, -1.0), (1, 1), None)] * 4)]
+        carried = tr.rollout.partial.state_dict()
+        tr.swap("policy_loss", "cispo")  # rebuilds the rollout stage: the carried groups stay
+        assert tr.rollout.partial.state_dict() == carried
+        path = tr.save_checkpoint()
+    finally:
+        tr.close()
+    again = Trainer(load_config(None, knobs), run_dir=tmp_path / "r", progress=False)
+    try:
+        again.load_checkpoint(path)
+        assert again.rollout.partial.state_dict() == carried
+        assert again.train_step()["partial/groups_carried"] == 1.0  # resumed first in the next step
+    finally:
+        again.close()

@@ -92,6 +92,16 @@ class PartialRollouts:
         carried, self.carried = self.carried[:total], self.carried[total:]
         return [c.example for c in carried] + (fresh(total - len(carried)) if total > len(carried) else []), carried
 
+    def state_dict(self) -> list[dict]:
+        """The carried groups, for a checkpoint (plain data): a resumed run continues them."""
+        return [{"prompt": c.example.prompt, "answer": c.example.answer, "meta": dict(c.example.meta),
+                 "rows": [tuple(r) for r in c.rows]} for c in self.carried]
+
+    def load_state_dict(self, state: Sequence[dict]) -> None:
+        """Set back :meth:`state_dict`'s carried groups."""
+        self.carried = [Carried(example=Example(prompt=g["prompt"], answer=g["answer"], meta=dict(g["meta"])),
+                                rows=[tuple(r) for r in g["rows"]]) for g in state]
+
     def step_backend(self, step: int, prompts: int, carried: list[Carried]) -> "StepBackend":
         """The backend the step's episode loop samples through."""
         return StepBackend(self, step, prompts, carried)

@@ -276,7 +276,10 @@ class Trainer:
         if new.component("kl_controller") != old.component("kl_controller"):
             self.kl_controller = self._component("kl_controller")()
         self.components = parts.build_components(new, self.lab, kl_controller=self.kl_controller)
+        carried = self.rollout.partial.carried if self.rollout.partial is not None else []
         self.rollout = self._rollout_stage()
+        if self.rollout.partial is not None:  # a schedule entry or a swap keeps the groups carried into the next step
+            self.rollout.partial.carried = carried
         with transformers_progress_bars_off():
             self._ensure_models()
         t = new.train
@@ -387,6 +390,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "kl_controller": checkpoint.plain_state(self.kl_controller),
             "sampler": sampling.state(self.sampler),
+            "partial_rollouts": self.rollout.partial.state_dict() if self.rollout.partial is not None else None,
             "algorithm": self.algorithm.state_dict() if hasattr(self.algorithm, "state_dict") else None,
             "config": self.cfg.to_dict(),
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
@@ -409,6 +413,8 @@ class Trainer:
         self.scheduler.lr_lambdas = [partial(lr_factor, self.cfg.train)]
         checkpoint.restore_plain_state(self.kl_controller, state["kl_controller"])
         sampling.restore(self.sampler, state.get("sampler"))
+        if state.get("partial_rollouts") and self.rollout.partial is not None:  # the groups carried into the next step
+            self.rollout.partial.load_state_dict(state["partial_rollouts"])
         if state.get("algorithm") is not None:
             self.algorithm.load_state_dict(state["algorithm"])
         torch.set_rng_state(state["rng"]["torch"])
