@@ -404,6 +404,10 @@ def write_csv(summary: dict, path: Path) -> None:
         track = summary.get("track", [])
         for m in track:
             head += [f"last {m} mean", f"last {m} low", f"last {m} high"]
+        fits = summary.get("fits") or {}
+        if fits:  # the saturating curve fitted to compute, per arm (rllab_suite.fits)
+            head += ["fit_status", "fit_R0", "fit_A", "fit_A_low", "fit_A_high", "fit_B", f"fit_C_mid_{fits['kind']}",
+                     "fit_C_mid_low", "fit_C_mid_high"]
         w.writerow(head)
         for r in summary["rows"]:
             row = [r["task"], r["variant"], r["runs"], r["failed"], r["initial_accuracy"]]
@@ -414,6 +418,11 @@ def write_csv(summary: dict, path: Path) -> None:
             for m in track:
                 d = r["track"][m]["last"]
                 row += [d["mean"], d["low"], d["high"]]
+            if fits:
+                f = fits.get("tasks", {}).get(r["task"], {}).get("arms", {}).get(r["variant"], {})
+                a, c = f.get("A_ci") or {}, f.get("C_mid_ci") or {}
+                row += [f.get("status", "not fitted"), f.get("R0", ""), f.get("A", ""), a.get("low", ""), a.get("high", ""),
+                        f.get("B", ""), f.get("C_mid", ""), c.get("low", ""), c.get("high", "")]
             w.writerow(row)
 
 

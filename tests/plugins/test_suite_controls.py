@@ -163,6 +163,20 @@ def test_fits_tell_arms_that_differ_in_A_from_arms_that_differ_only_in_efficienc
     assert f"| higher | {100 * arms['higher']['A']:.1f} [{100 * arms['higher']['A_ci']['low']:.1f}, " in md
 
 
+def test_summary_csv_carries_each_arms_fit(tmp_path):
+    import csv
+
+    recs = _curve_runs("base", 0.6, 2000.0, noise=0.005) + [_record("no_rl", s, [0.2], steps=(0,)) for s in range(5)]
+    summary = report.write_all(recs, tmp_path, title="t", baseline=None)
+    rows = {r["variant"]: r for r in csv.DictReader((tmp_path / "summary.csv").open())}
+    fit = summary["fits"]["tasks"]["addition"]["arms"]["base"]
+    base = rows["base"]
+    assert base["fit_status"] == "ok" and float(base["fit_A"]) == pytest.approx(fit["A"]) and float(base["fit_A"]) == pytest.approx(0.6, abs=0.01)
+    assert float(base["fit_A_low"]) == pytest.approx(fit["A_ci"]["low"]) and float(base["fit_C_mid_high"]) == pytest.approx(fit["C_mid_ci"]["high"])
+    assert float(base["fit_C_mid_tokens"]) == pytest.approx(fit["C_mid"])
+    assert rows["no_rl"]["fit_status"].startswith("no training") and rows["no_rl"]["fit_A"] == ""
+
+
 def test_an_arm_with_one_seed_gets_a_fit_without_an_interval():
     recs = _curve_runs("one", 0.6, 2000.0, noise=0.005, seeds=1)
     out = fits.fit_all(recs, tasks=["addition"], arms=["one"], n_boot=20)
