@@ -189,3 +189,15 @@ def test_a_vllm_config_is_refused_and_forced_knobs_are_named(capsys, tmp_path, m
     src.write_text("bf16: true\nreport_to: wandb\n")
     code, _, err = run(capsys, "crosscheck", "trl", str(src))
     assert "bf16 = True → False" in err and "report_to = 'wandb' → []" in err
+
+
+def test_trl_throughput_counts_a_generation_batchs_optimizer_steps_together():
+    # steps_per_generation 4: the first optimizer step of each batch samples it, the other three
+    # train on it; one rllab step is all four
+    from rllab_referee.trl_capture import TrlRun
+
+    run = TrlRun(generations=[], losses=[], grad_norms=[], lrs=[], weights=[], rewards=[], completions_per_step=32, wall_s=0.0,
+                 step_times=[4.0, 1.0, 1.0, 1.0, 3.0, 1.0, 1.0, 1.0], steps_per_generation=4)
+    assert run.generation_times == [7.0, 6.0]
+    assert TrlRun(generations=[], losses=[], grad_norms=[], lrs=[], weights=[], rewards=[], completions_per_step=8, wall_s=0.0,
+                  step_times=[2.0, 1.0]).generation_times == [2.0, 1.0]

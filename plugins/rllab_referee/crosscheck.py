@@ -172,7 +172,8 @@ def curves(raw: dict, data: dict, cfg, task, model_dir: str, *, seeds: int, step
         trl_reward = statistics.fmean(trl.rewards)
         # whole steps, the first (warm-up) left out on both sides
         rl_tput = trl.completions_per_step / statistics.median(r["time/step"] for r in rows[1:] or rows)
-        trl_tput = trl.completions_per_step / statistics.median(trl.step_times[1:] or trl.step_times)
+        times = trl.generation_times  # a generation batch's optimizer steps together: one rllab step
+        trl_tput = trl.completions_per_step / statistics.median(times[1:] or times)
         rl_means.append(rl_reward)
         trl_means.append(trl_reward)
         ratios.append(rl_tput / trl_tput)
@@ -205,7 +206,9 @@ def cmd_crosscheck(args) -> int:
     _ensure_trl(args.install_trl)
     data, cfg, task, model_dir = _setup(args.config, args.lab, args.steps)
     torch.set_num_threads(args.threads)
-    with tempfile.TemporaryDirectory(prefix="rllab-crosscheck-") as tmp:
+    from rllab.models.forward import transformers_progress_bars_off
+
+    with tempfile.TemporaryDirectory(prefix="rllab-crosscheck-") as tmp, transformers_progress_bars_off():
         rows, _ = step_check(raw, cfg, task, model_dir, args.lab, steps=args.steps, workdir=str(Path(tmp) / "trl"))
         print(f"step for step, {args.steps} generation batches of {args.config} (TRL's batches fed to rllab):\n")
         print(report.table(rows if args.all_rows else _shown(rows)))

@@ -62,8 +62,17 @@ class TrlRun:
     rewards: list[float]
     """Per generation: the mean reward."""
     step_times: list[float]
+    """Per optimizer step: its wall time (the first of a generation batch's includes its sampling)."""
     completions_per_step: int
     wall_s: float
+    steps_per_generation: int = 1
+    """Optimizer steps per generation batch."""
+
+    @property
+    def generation_times(self) -> list[float]:
+        """Per generation batch: the wall time of its optimizer steps together (one rllab step's work)."""
+        k = self.steps_per_generation
+        return [sum(self.step_times[i:i + k]) for i in range(0, len(self.step_times) - k + 1, k)]
 
 
 def opt_steps_per_generation(raw: Mapping[str, Any]) -> int:
@@ -137,7 +146,7 @@ def run_trl(raw: Mapping[str, Any], *, model_dir: str, examples: Sequence[Any], 
     B = len(batch_rewards[0]) if batch_rewards else 0
     return TrlRun(generations=record.generations, losses=record.losses, grad_norms=record.grad_norms, lrs=record.lrs,
                   weights=record.weights, rewards=[sum(r) / len(r) for r in batch_rewards], step_times=record.times,
-                  completions_per_step=B, wall_s=wall)
+                  completions_per_step=B, wall_s=wall, steps_per_generation=per_gen)
 
 
 class _Recorder:
