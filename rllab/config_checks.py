@@ -295,6 +295,7 @@ FROZEN_DURING_A_RUN = {
     "train.lr_schedule": "the schedule's shape is fixed; schedule train.lr instead",
     "train.warmup_steps": "the schedule's shape is fixed; schedule train.lr instead",
     "train.lr_schedule_unit": "the schedule's shape is fixed; schedule train.lr instead",
+    "train.lr_warmup": "the schedule's shape is fixed; schedule train.lr instead",
     "train.lr_schedule_steps": "the schedule's shape is fixed; schedule train.lr instead",
     "output_dir": "the run directory exists already",
     "name": "the run directory exists already",

@@ -233,6 +233,13 @@ class TrainConfig:
     weight_decay: float = knob(0.0, help="AdamW weight decay", ge=0.0)
     lr_schedule: str = knob("cosine", help="learning-rate schedule", choices=("constant", "linear", "cosine"))
     warmup_steps: int = knob(10, help="linear warm-up steps (in lr_schedule_unit)", ge=0)
+    lr_warmup: str = knob(
+        "scaled",
+        help="the warm-up's shape: scaled, min(1, (step + 1)/warmup_steps) multiplies a decay that runs from step 0; "
+        "then_decay, step/warmup_steps during the warm-up, then the decay runs from warmup_steps to the end "
+        "(transformers' and verl's schedules)",
+        choices=("scaled", "then_decay"),
+    )
     lr_schedule_unit: str = knob(
         "step",
         help="what the learning-rate schedule counts: step, training steps (the decay ends at train.steps); "

@@ -166,3 +166,44 @@ def test_bad_values_are_refused_by_name():
         with pytest.raises(ConfigError, match=knob):
             load_config(None, [f"algorithm.{knob}={bad}"])
     assert attrs.fields_dict(TrainConfig)["lr_schedule_unit"].default == "step"
+
+
+@pytest.mark.parametrize("schedule, want", [
+    # transformers' get_linear_schedule_with_warmup(W = 2, T = 6): k/2, then (6 − k)/4
+    ("linear", [0.0, 0.5, 1.0, 0.75, 0.5, 0.25, 0.0]),
+    # get_cosine_schedule_with_warmup: k/2, then ½(1 + cos(π (k − 2)/4))
+    ("cosine", [0.0, 0.5, 1.0, 0.8535533905932737, 0.5, 0.14644660940672627, 0.0]),
+    # get_constant_schedule_with_warmup
+    ("constant", [0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0]),
+])
+def test_then_decay_is_transformers_warm_up_by_hand(schedule, want):
+    t = TrainConfig(lr_schedule=schedule, warmup_steps=2, steps=6, lr_warmup="then_decay")
+    from rllab.training.optimizer import lr_factor
+
+    assert [lr_factor(t, k) for k in range(7)] == pytest.approx(want)
+
+
+def test_scaled_warm_up_multiplies_the_decay_by_hand():
+    from rllab.training.optimizer import lr_factor
+
+    t = TrainConfig(lr_schedule="linear", warmup_steps=2, steps=4)
+    assert [lr_factor(t, k) for k in range(4)] == pytest.approx([0.5 * 1.0, 1.0 * 0.75, 0.5, 0.25])
+
+
+@pytest.mark.parametrize("schedule, hf", [("linear", "linear"), ("cosine", "cosine"), ("constant", "constant_with_warmup")])
+def test_then_decay_matches_transformers_schedulers(schedule, hf):
+    from transformers import get_scheduler
+
+    from rllab.training.optimizer import lr_factor
+
+    opt = _optimizer()
+    ref = get_scheduler(hf, opt, num_warmup_steps=3, num_training_steps=10)
+    t = TrainConfig(lr=1.0, lr_schedule=schedule, warmup_steps=3, lr_schedule_unit="optimizer_step", lr_schedule_steps=10,
+                    lr_warmup="then_decay")
+    ours = lr_scheduler(_optimizer(), t)
+    for k in range(11):  # to the horizon (past it transformers' cosine rises again; rllab's stays at 0)
+        assert ours.get_last_lr()[0] == pytest.approx(ref.get_last_lr()[0], abs=1e-12), k
+        assert lr_factor(t, k) == pytest.approx(ref.get_last_lr()[0], abs=1e-12)
+        opt.step()
+        ref.step()
+        ours.optimizer.step()

@@ -68,10 +68,10 @@ def test_verl_overrides_and_strict(capsys, tmp_path):
     src = tmp_path / "v.yaml"
     src.write_text("algorithm:\n  adv_estimator: grpo\n")
     code, text, err = run(capsys, "import", "verl", str(src), "actor_rollout_ref.actor.clip_ratio_high=0.28",
-                          "actor_rollout_ref.actor.optim.lr_warmup_steps=5")
+                          "data.truncation=left")
     assert code == 0, err
     assert tomllib.loads(text)["policy_loss"]["clip_high"] == 0.28 and "differs" in err
-    code, _, err = run(capsys, "import", "verl", str(src), "actor_rollout_ref.actor.optim.lr_warmup_steps=5", "--strict")
+    code, _, err = run(capsys, "import", "verl", str(src), "data.truncation=left", "--strict")
     assert code == 1 and "(--strict)" in err
     code, _, err = run(capsys, "import", "trl", str(src), "a=1")
     assert code == 1 and "no overrides" in err

@@ -189,11 +189,18 @@ def test_kl_advantage_sampling_and_correction():
 
 
 def test_differences_are_listed_and_strict_refuses_them():
-    t = trl.translate(dict(warmup_steps=5))
+    bnpo = dict(loss_type="bnpo", gradient_accumulation_steps=2)  # TRL: a mean of the micro-batches' token means
+    t = trl.translate(bnpo)
     t.finish()
-    assert "warmup_steps" in t.differs and "warmup_steps" in t.summary()
+    assert "loss_type" in t.differs and "loss_type" in t.summary()
     with pytest.raises(ConfigError, match=r"\(--strict\)"):
-        trl.translate(dict(warmup_steps=5)).finish(strict=True)
+        trl.translate(bnpo).finish(strict=True)
+    t = trl.translate(dict(warmup_steps=5, max_steps=50))  # transformers' warm-up shape: mapped, not a difference
+    t.finish()
+    assert not t.differs and (t.values["train", "warmup_steps"][0], t.values["train", "lr_warmup"][0]) == (5, "then_decay")
+    t = trl.translate(dict(warmup_steps=5, lr_scheduler_type="constant"))  # transformers' constant schedule has no warm-up
+    t.finish()
+    assert t.values["train", "warmup_steps"][0] == 0 and "ignores the warm-up" in t.values["train", "warmup_steps"][1]
     t = trl.translate(dict(loss_type="dapo", steps_per_generation=4))
     t.finish()
     assert "loss_type" not in t.differs and "generation batch" in t.values["algorithm", "token_count"][1]

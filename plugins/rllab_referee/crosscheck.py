@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rllab import ConfigError, RllabError
 
@@ -63,23 +63,28 @@ def _ensure_trl(install: bool) -> None:
         raise RllabError(f"rllab crosscheck trl: installing TRL failed; {problem or 'see pip output above'}")
 
 
-def _setup(config: str, lab, steps: int, processes: int = 1):
-    """The imported rllab config (``steps`` training steps: the learning-rate schedule's horizon,
-    as TRL's ``max_steps``), the tiny model directory, the task."""
+def _imported(raw: dict, name: str, lab, steps: int) -> tuple[dict, Any]:
+    """The rllab config ``rllab import trl`` makes of ``raw`` for a run of ``steps`` generation
+    batches: TRL's ``max_steps`` set to their optimizer steps on both sides (the schedule's horizon,
+    a warm-up ratio's base)."""
     from rllab.config import load_config
+    from rllab_referee import trl
+    from rllab_referee.trl_capture import opt_steps_per_generation
+
+    t = trl.translate({**raw, "max_steps": steps * opt_steps_per_generation(raw)})
+    t.set("", "name", f"trl-{name}", how=f"imported from {t.source}")
+    t.finish()
+    data = t.to_dict()
+    data.setdefault("train", {}).update(checkpoint_every=0, steps=steps)
+    return data, load_config(data, lab=lab)
+
+
+def _setup(raw: dict, name: str, lab, steps: int):
+    """The imported rllab config and data (``steps`` training steps), the tiny model directory, the task."""
     from rllab.models import tiny as tinymodel
     from rllab.training import parts
-    from rllab_referee.source import read_config_file, run_import
 
-    t = run_import("trl", config, [], lab=lab, processes=processes)
-    data = t.to_dict()
-    train = data.setdefault("train", {})
-    train.update(checkpoint_every=0, steps=steps)
-    if train.get("lr_schedule_unit") == "optimizer_step":  # TRL's max_steps: these generation batches' optimizer steps
-        from rllab_referee.trl_capture import opt_steps_per_generation
-
-        train["lr_schedule_steps"] = steps * opt_steps_per_generation(read_config_file(config, what="TRL GRPOConfig"))
-    cfg = load_config(data, lab=lab)
+    data, cfg = _imported(raw, name, lab, steps)
     task = parts.component(cfg, lab, "task")()
     if cfg.model.path:
         model_dir = Path(cfg.model.path).expanduser()
@@ -141,13 +146,14 @@ def step_check(raw: dict, cfg, task, model_dir: str, lab, *, steps: int, workdir
     return sorted(rows, key=lambda r: (r.step, order[r.quantity])), trl
 
 
-def curves(raw: dict, data: dict, cfg, task, model_dir: str, *, seeds: int, steps: int, workdir: Path, threads: int = 1) -> str:
+def curves(raw: dict, name: str, lab, task, model_dir: str, *, seeds: int, steps: int, workdir: Path, threads: int = 1) -> str:
     """Reward curves and throughput over ``seeds`` seeds (see the module docstring); a markdown report."""
     from rllab_suite import mean_ci, prob_improvement
 
     from rllab.tomlio import dump_toml
     from rllab_referee.trl_capture import run_trl
 
+    data, cfg = _imported(raw, name, lab, steps)  # this length's schedule
     toml = workdir / "rllab.toml"
     toml.write_text(dump_toml(data))
     rl_means, trl_means, ratios, loads = [], [], [], []
@@ -201,10 +207,13 @@ def cmd_crosscheck(args) -> int:
     from rllab_referee.trl_capture import FORCED
 
     forced = [f"{k} = {raw[k]!r} → {v!r}" for k, v in FORCED.items() if k in raw and raw[k] != v]
+    if raw.get("max_steps", -1) > 0:
+        forced.append(f"max_steps = {raw['max_steps']} → the optimizer steps of --steps (and --curve-steps) generation batches")
     if forced:
         print("the crosscheck runs TRL locally, in float32 on the CPU, prompts in order: " + "; ".join(forced), file=sys.stderr)
     _ensure_trl(args.install_trl)
-    data, cfg, task, model_dir = _setup(args.config, args.lab, args.steps)
+    name = Path(args.config).stem
+    data, cfg, task, model_dir = _setup(raw, name, args.lab, args.steps)
     torch.set_num_threads(args.threads)
     from rllab.models.forward import transformers_progress_bars_off
 
@@ -215,7 +224,7 @@ def cmd_crosscheck(args) -> int:
         print("\n" + report.verdict(rows))
         if args.seeds:
             print(f"\nlearning curves, {args.seeds} seeds × {args.curve_steps} steps:\n")
-            print(curves(raw, data, cfg, task, model_dir, seeds=args.seeds, steps=args.curve_steps, workdir=Path(tmp),
+            print(curves(raw, name, args.lab, task, model_dir, seeds=args.seeds, steps=args.curve_steps, workdir=Path(tmp),
                          threads=args.threads))
     return 0 if report.first_disagreement(rows) is None else 1
 

@@ -262,10 +262,13 @@ def _optimizer(t: Translation, c: dict, raw: Mapping, minibatches: int) -> None:
         t.set("train", "lr_schedule_steps", default * per_step,
               how=f"max_steps not given: rllab's train.steps ({default}) × {per_step} optimizer steps per rollout step; "
                   "change it with train.steps")
-    t.set("train", "warmup_steps", math.ceil(warm), "warmup_steps", how="optimizer steps")
-    if warm:
-        t.differ("warmup_steps", "rllab's warm-up rises as (step + 1)/warmup_steps and multiplies a decay that starts at "
-                 "step 0; transformers' rises as step/warmup_steps and decays after it")
+    if kind == "constant" and warm:  # transformers' get_constant_schedule takes no warm-up
+        t.set("train", "warmup_steps", 0, "warmup_steps", "lr_scheduler_type",
+              how="transformers' 'constant' schedule ignores the warm-up ('constant_with_warmup' has one)")
+    else:
+        t.set("train", "warmup_steps", math.ceil(warm), "warmup_steps", how="optimizer steps")
+    t.set("train", "lr_warmup", "then_decay", "lr_scheduler_type",
+          how="transformers' rate rises as step/warmup_steps, then decays over the rest")
 
 
 def _sampling(t: Translation, c: dict) -> None:

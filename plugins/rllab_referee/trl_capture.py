@@ -99,7 +99,7 @@ def run_trl(raw: Mapping[str, Any], *, model_dir: str, examples: Sequence[Any], 
     from trl import GRPOConfig, GRPOTrainer
 
     per_gen = opt_steps_per_generation(raw)
-    knobs = {k: v for k, v in raw.items() if k not in FORCED and k != "output_dir"}
+    knobs = {k: v for k, v in raw.items() if k not in FORCED and k not in ("output_dir", "max_steps")}  # max_steps: generations
     config = GRPOConfig(output_dir=out, max_steps=generations * per_gen, seed=seed, **knobs, **FORCED)
     rows = [{"prompt": ex.prompt, "row": i} for i, ex in enumerate(examples)]
     dataset = datasets.Dataset.from_list(rows)

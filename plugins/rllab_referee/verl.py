@@ -311,7 +311,7 @@ def _optimizer(t: Translation, c: dict) -> None:
     else:
         t.set("train", "warmup_steps", warm, A + "optim.lr_warmup_steps")
     if warm:
-        t.differ(A + "optim.lr_warmup_steps", "rllab's warm-up rises as (step + 1)/warmup_steps; verl's as step/warmup_steps (0 at the first step)")
+        t.set("train", "lr_warmup", "then_decay", style_key, how="verl's rate rises as step/warmup_steps, then decays over the rest")
 
 
 def _advantage(t: Translation, c: dict) -> None:

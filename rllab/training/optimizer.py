@@ -137,17 +137,27 @@ class Optimizers:
 
 
 def lr_factor(t, step: int) -> float:
-    """The learning rate's multiplier at ``step`` under ``[train]`` ``t``: linear warm-up over
-    ``warmup_steps``, then constant, linear or cosine decay to 0 at ``lr_schedule_steps`` (0:
-    ``steps``). ``step`` counts ``t.lr_schedule_unit``: training steps or optimizer steps."""
-    warm = min(1.0, (step + 1) / t.warmup_steps) if t.warmup_steps > 0 else 1.0
+    """The learning rate's multiplier at ``step`` under ``[train]`` ``t``: a linear warm-up over
+    ``warmup_steps`` and a constant, linear or cosine decay to 0 at ``lr_schedule_steps`` (0:
+    ``steps``). ``step`` counts ``t.lr_schedule_unit``: training steps or optimizer steps.
+
+    ``lr_warmup = "scaled"``: the warm-up factor ``min(1, (step + 1) / warmup_steps)`` multiplies a
+    decay that runs from step 0. ``"then_decay"`` (transformers' and verl's schedules): ``step /
+    warmup_steps`` during the warm-up, then the decay runs from ``warmup_steps`` to the end."""
     horizon = t.lr_schedule_steps or t.steps
+    warmup = t.warmup_steps
+    if t.lr_warmup == "then_decay":
+        if step < warmup:
+            return step / warmup
+        scale, progress = 1.0, (step - warmup) / max(1, horizon - warmup)
+    else:
+        scale, progress = (min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0), step / max(1, horizon)
     if t.lr_schedule == "constant" or horizon <= 0:
-        return warm
-    progress = min(1.0, step / max(1, horizon))
+        return scale
+    progress = min(1.0, progress)
     if t.lr_schedule == "linear":
-        return warm * (1.0 - progress)
-    return warm * 0.5 * (1.0 + math.cos(math.pi * progress))
+        return scale * (1.0 - progress)
+    return scale * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def lr_scheduler(optimizer: torch.optim.Optimizer, t) -> torch.optim.lr_scheduler.LambdaLR:
