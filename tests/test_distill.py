@@ -98,3 +98,82 @@ def test_a_teacher_directory_given_with_a_tilde_loads(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(home))
     m = Trainer(_cfg("algorithm=opd", "algorithm.teacher=~/teachers/t"), run_dir=tmp_path / "s", progress=False).train_step()
     assert math.isfinite(m["distill/k1"])
+
+
+# --------------------------------------------------------------------------- exact KL over the teacher's top-k
+
+
+def test_topk_kl_by_hand():
+    from rllab_algorithms.distill import topk_kl_loss
+
+    S = torch.log(torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64))
+    P = torch.log(torch.tensor([0.25, 0.25, 0.5], dtype=torch.float64))
+    rev = 0.5 * math.log(0.5 / 0.25) + 0.3 * math.log(0.3 / 0.25) + 0.2 * math.log(0.2 / 0.5)
+    fwd = 0.25 * math.log(0.25 / 0.5) + 0.25 * math.log(0.25 / 0.3) + 0.5 * math.log(0.5 / 0.2)
+    assert float(topk_kl_loss(S, P, "reverse_topk")) == pytest.approx(rev)  # k = V: the exact KL
+    assert float(topk_kl_loss(S, P, "forward_topk")) == pytest.approx(fwd)
+    # the teacher's top-2 (tokens 2 and 0): reverse adds the rest (token 1) as one token; forward sums over K alone
+    idx = torch.tensor([2, 0])
+    assert float(topk_kl_loss(S[idx], P[idx], "reverse_topk")) == pytest.approx(rev)  # the rest is token 1 alone
+    assert float(topk_kl_loss(S[idx], P[idx], "forward_topk")) == pytest.approx(0.5 * math.log(0.5 / 0.2) + 0.25 * math.log(0.25 / 0.5))
+    S4 = torch.log(torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=torch.float64))
+    P4 = torch.log(torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64))
+    k = torch.tensor([3, 2])  # the teacher's top-2; the rest: s 0.7, p 0.3
+    want = 0.1 * math.log(0.1 / 0.4) + 0.2 * math.log(0.2 / 0.3) + 0.7 * math.log(0.7 / 0.3)
+    assert float(topk_kl_loss(S4[k], P4[k], "reverse_topk")) == pytest.approx(want) and want > 0
+    # log-probs below the clamp count at the clamp (verl's log_prob_min_clamp)
+    tiny = torch.tensor([math.log(1e-6)])
+    assert float(topk_kl_loss(tiny, torch.tensor([math.log(0.5)]), "forward_topk", -10.0)) == pytest.approx(0.5 * (math.log(0.5) + 10.0))
+
+
+def test_reverse_topk_over_the_whole_vocabulary_has_the_kls_gradient():
+    from rllab_algorithms.distill import topk_kl_loss
+
+    z = torch.randn(4, 7, dtype=torch.float64, requires_grad=True)
+    P = torch.log_softmax(torch.randn(4, 7, dtype=torch.float64), -1)
+    S = torch.log_softmax(z, -1)
+    (g,) = torch.autograd.grad(topk_kl_loss(S, P, "reverse_topk", -math.inf).sum(), z)
+    S = torch.log_softmax(z, -1)
+    exact = (S.exp() * (S - P)).sum()
+    (want,) = torch.autograd.grad(exact, z)
+    assert torch.allclose(g, want)
+
+
+def test_response_log_softmax_gathers_to_the_sampled_tokens_log_probs(tmp_path):
+    from rllab.models.forward import response_log_softmax, response_logprobs
+
+    tr = Trainer(_cfg(), run_dir=tmp_path / "r", progress=False)
+    batch = tr.rollout.to_batch(tr.rollout.sample(0))
+    T = batch.response_length
+    with torch.no_grad():
+        full = response_log_softmax(tr.policy, batch.input_ids, batch.attention_mask, T, temperature=0.7)
+        lp = response_logprobs(tr.policy, batch.input_ids, batch.attention_mask, T, temperature=0.7)
+    got = full.gather(-1, batch.input_ids[:, -T:, None]).squeeze(-1)
+    m = batch.response_mask
+    assert torch.allclose(got[m], lp[m], atol=1e-5)
+    assert torch.allclose(full.exp().sum(-1), torch.ones(full.shape[:2]), atol=1e-5)
+
+
+@pytest.mark.parametrize("estimator", ["reverse_topk", "forward_topk"])
+def test_a_student_distils_over_the_teachers_top_k(tmp_path, estimator):
+    teacher = Trainer(_cfg(), run_dir=tmp_path / "teacher", progress=False).model_dir
+    tr = Trainer(_cfg("model.warm_start.steps=0", "algorithm=opd", f"algorithm.teacher={teacher}", "train.lr=3e-3",
+                      f"algorithm.estimator={estimator}", "algorithm.topk=8", "rollout.temperature=1.0"),
+                 run_dir=tmp_path / "student", progress=False)
+    steps = [tr.train_step() for _ in range(12)]
+    losses = [m["loss/distill"] for m in steps]
+    assert all(math.isfinite(x) for x in losses) and (estimator == "forward_topk" or min(losses) >= 0)
+    assert 0 < steps[0]["distill/teacher_mass"] <= 1 and 0 < steps[0]["distill/student_mass"] <= 1
+    assert sum(losses[-3:]) / 3 < 0.8 * sum(losses[:3]) / 3, losses
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (("algorithm.topk=8",), "topk = 8 applies only with estimator"),
+    (("algorithm.topk_log_prob_min=-5",), "topk_log_prob_min = -5"),
+    (("algorithm.estimator=reverse_topk", "algorithm.teacher=http://127.0.0.1:30000"), "needs the teacher's whole distribution"),
+    (("algorithm.estimator=forward_topk", "algorithm.topk=0"), "topk"),
+])
+def test_topk_knobs_are_refused_where_they_cannot_take_effect(tmp_path, extra, needle):
+    teacher = Trainer(_cfg(), run_dir=tmp_path / "teacher", progress=False).model_dir
+    with pytest.raises(ConfigError, match=needle):
+        _cfg("algorithm=opd", f"algorithm.teacher={teacher}", *extra)

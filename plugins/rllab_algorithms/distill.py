@@ -20,6 +20,22 @@ estimated as
     k3   loss_t = exp(t − s) − (t − s) − 1         value ≥ 0; gradient through s (verl's
                                                    distillation loss_mode k3)
 
+or exactly over the teacher's ``topk`` most likely tokens ``K`` at each position (a local teacher;
+``S``, ``P`` the student's and teacher's log-probs over the vocabulary, both clamped below at
+``topk_log_prob_min`` as verl's ``log_prob_min_clamp``):
+
+    reverse_topk   loss_t = Σ_{v∈K} s_v·log(s_v / p_v) + s_r·log(s_r / p_r)
+                   with s_v = exp(S_v), p_v = exp(P_v), and the rest of the vocabulary as one
+                   token: s_r = 1 − Σ_K s_v, p_r = 1 − Σ_K p_v. The reverse KL between the two
+                   distributions over K and "the rest": ≥ 0, and 0 only where the student gives
+                   K the teacher's probabilities (without the rest, a sum over K alone is
+                   lowered by moving the student's mass off K). Gradient through every S_v.
+    forward_topk   loss_t = Σ_{v∈K} p_v·(P_v − S_v)   KL(π_t ‖ π_s) over K alone (verl's
+                   distillation loss_mode forward_kl_topk): it raises the student's mass on K.
+
+The exact forms take one more forward of the student per micro-batch, with its (rows, T, V)
+log-probs in memory, and log ``distill/teacher_mass`` and ``distill/student_mass`` (the mass of K
+under each). Every estimate is
 aggregated by the run's ``aggregation`` and weighted by ``kl_coef``. ``with_rl = False`` trains on
 that alone (the task's rewards are still sampled and logged); ``True`` adds it to the RL loss.
 Logged: ``distill/k1`` and ``distill/k3`` (means over the response tokens), ``loss/distill``.
@@ -33,9 +49,12 @@ import torch
 import rllab
 from rllab import ops
 
+from rllab.models.forward import response_log_softmax
+
 from .rl import RL, RLConfig, _logprobs
 
-ESTIMATORS = ("k1", "k3")
+ESTIMATORS = ("k1", "k3", "reverse_topk", "forward_topk")
+EXACT = ("reverse_topk", "forward_topk")
 
 
 def is_url(teacher: str) -> bool:
@@ -72,10 +91,42 @@ class OPDConfig(RLConfig):
     teacher: str = rllab.knob(help="the teacher (required): a local model directory with the student's tokenizer, or "
                               "the http(s):// URL of an SGLang server or router serving it (needs rollout.temperature = 1)",
                               validator=_check_teacher)
-    estimator: str = rllab.knob("k1", help="the per-token reverse-KL estimate trained on: k1 (policy-gradient form) or k3", choices=ESTIMATORS)
+    estimator: str = rllab.knob(
+        "k1", choices=ESTIMATORS,
+        help="the per-token KL trained on: k1 (the reverse KL's policy-gradient form) or k3 estimates from the sampled token; "
+        "reverse_topk or forward_topk, exact over the teacher's topk most likely tokens (a local teacher)",
+    )
+    topk: int = rllab.knob(32, help="estimator reverse_topk / forward_topk: the teacher's most likely tokens the KL sums over", ge=1,
+                           validator=lambda i, a, v: _exact_only(i, a, v, 32))
+    topk_log_prob_min: float = rllab.knob(
+        -10.0, help="estimator reverse_topk / forward_topk: both log-probs clamped below at this (verl's log_prob_min_clamp; "
+        "-inf: off)", validator=lambda i, a, v: _exact_only(i, a, v, -10.0),
+    )
     kl_coef: float = rllab.knob(1.0, help="the distillation loss's weight (slime's --opd-kl-coef)", gt=0.0)
     with_rl: bool = rllab.knob(False, help="add the distillation loss to the RL loss (False: the distillation loss alone)")
 
+
+
+def _exact_only(inst, attribute, value, default) -> None:
+    if value != default and inst.estimator not in EXACT:
+        raise ValueError(f"{attribute.name} = {value!r} applies only with estimator = 'reverse_topk' or 'forward_topk' "
+                         f"(estimator is {inst.estimator!r})")
+    if inst.estimator in EXACT and is_url(inst.teacher):
+        raise ValueError(f"estimator = {inst.estimator!r} needs the teacher's whole distribution: a local model directory "
+                         f"(teacher = {inst.teacher!r} is a server, which gives the sampled tokens' log-probs: use k1 or k3)")
+
+
+def topk_kl_loss(student: torch.Tensor, teacher: torch.Tensor, estimator: str, log_prob_min: float = -10.0) -> torch.Tensor:
+    """(…) the exact per-token KL over the teacher's top-k (see the module docstring): ``student``
+    and ``teacher`` (…, k) log-probs of the same k tokens; the gradient flows through ``student``."""
+    s = student.clamp_min(log_prob_min)
+    t = teacher.detach().clamp_min(log_prob_min)
+    if estimator == "forward_topk":
+        return (t.exp() * (t - s)).sum(-1)
+    tiny = torch.finfo(s.dtype).tiny
+    rest_s = (1.0 - s.exp().sum(-1)).clamp_min(tiny)  # the rest of the vocabulary, as one token
+    rest_t = (1.0 - t.exp().sum(-1)).clamp_min(tiny)
+    return (s.exp() * (s - t)).sum(-1) + rest_s * (rest_s.log() - rest_t.log())
 
 
 def reverse_kl_loss(log_prob: torch.Tensor, teacher_log_prob: torch.Tensor, estimator: str) -> torch.Tensor:
@@ -116,18 +167,21 @@ class OPD(RL):
 
     def prepare(self, ctx, batch, extra=None):
         prepared, metrics = super().prepare(ctx, batch, extra)
+        topk = None
         if is_url(self.config.teacher):
             from .teacher_server import server_logprobs
 
             t = server_logprobs(self.config.teacher, ctx, batch)
+        elif self.config.estimator in EXACT:
+            t, topk = self._local_topk(ctx, batch)
         else:
             t = self._local_logprobs(ctx, batch)
         s_old = prepared.old_log_prob
         if s_old is not None:
             metrics["distill/k1_before"] = ops.masked_mean(s_old - t, batch.response_mask).item()
-        return attrs.evolve(prepared, teacher_log_prob=t), metrics
+        return attrs.evolve(prepared, teacher_log_prob=t, teacher_topk=topk), metrics
 
-    def _local_logprobs(self, ctx, batch) -> torch.Tensor:
+    def _teacher(self, ctx) -> torch.nn.Module:
         teacher = load_teacher(self.config.teacher, ctx.device)
         vocab = teacher.get_output_embeddings().weight.shape[0]
         student = ctx.policy.get_output_embeddings().weight.shape[0]
@@ -136,6 +190,30 @@ class OPD(RL):
                 f"algorithm 'opd': the teacher {self.config.teacher!r} has {vocab} output tokens and the student {student}; "
                 f"a teacher must share the student's tokenizer", key="teacher",
             )
+        return teacher
+
+    def _local_topk(self, ctx, batch, rows_per_chunk: int = 8):
+        """The teacher's log-probs of the sampled tokens (B, T) and its top-k (log-probs, ids), each
+        (B, T, k), from its whole distribution, ``rows_per_chunk`` rows of (T, V) at a time."""
+        teacher = self._teacher(ctx)
+        T = batch.response_length
+        labels = batch.input_ids[:, -T:]
+        k = min(self.config.topk, teacher.get_output_embeddings().weight.shape[0])
+        sampled, values, ids = [], [], []
+        with torch.no_grad(), ctx.autocast():
+            for r in range(0, batch.input_ids.shape[0], rows_per_chunk):
+                full = response_log_softmax(teacher, batch.input_ids[r:r + rows_per_chunk], batch.attention_mask[r:r + rows_per_chunk],
+                                            T, temperature=ctx.config.rollout.temperature)
+                sampled.append(full.gather(-1, labels[r:r + rows_per_chunk, :, None]).squeeze(-1))
+                top = full.topk(k, dim=-1)
+                values.append(top.values)
+                ids.append(top.indices)
+        mask = batch.response_mask
+        t = torch.where(mask, torch.cat(sampled), torch.zeros_like(mask, dtype=torch.float32))
+        return t, (torch.cat(values), torch.cat(ids))
+
+    def _local_logprobs(self, ctx, batch) -> torch.Tensor:
+        teacher = self._teacher(ctx)
         with torch.no_grad():
             return _logprobs(ctx, teacher, batch)
 
@@ -144,7 +222,19 @@ class OPD(RL):
         d = (log_prob - t).detach()
         out["distill/k1"] = ops.masked_mean(d, mask).item()
         out["distill/k3"] = ops.masked_mean(torch.exp(-d) + d - 1.0, mask).item()
-        loss = agg(reverse_kl_loss(log_prob, t, self.config.estimator), mask)
+        if p.teacher_topk is None:
+            loss = agg(reverse_kl_loss(log_prob, t, self.config.estimator), mask)
+        else:
+            values, ids = (x[rows] for x in p.teacher_topk)
+            batch = p.batch
+            with ctx.autocast():
+                full = response_log_softmax(ctx.policy, batch.input_ids[rows], batch.attention_mask[rows], batch.response_length,
+                                            temperature=ctx.config.rollout.temperature)
+            student = full.gather(-1, ids)
+            out["distill/teacher_mass"] = ops.masked_mean(values.exp().sum(-1), mask).item()
+            out["distill/student_mass"] = ops.masked_mean(student.detach().exp().sum(-1), mask).item()
+            per_token = topk_kl_loss(student, values, self.config.estimator, self.config.topk_log_prob_min)
+            loss = agg(torch.where(mask, per_token, torch.zeros_like(per_token)), mask)
         out["loss/distill"] = loss.item()
         return self.config.kl_coef * loss
 

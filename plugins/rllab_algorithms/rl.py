@@ -76,6 +76,9 @@ class Prepared:
     ``old − ref`` per token instead."""
     teacher_log_prob: torch.Tensor | None = None
     """(B, T) a teacher's log-probs of the sampled tokens (on-policy distillation); None: no teacher."""
+    teacher_topk: tuple[torch.Tensor, torch.Tensor] | None = None
+    """(log-probs, token ids), each (B, T, k): the teacher's k most likely tokens at each response
+    position (on-policy distillation's exact KL over them); None: not used."""
 
 
 @attrs.frozen(kw_only=True)

@@ -405,6 +405,25 @@ class CriticModel(nn.Module):
     forward = values
 
 
+def response_log_softmax(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_length: int,
+    *,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """(B, T, V) float32 ``log_softmax(logits / temperature)`` at each response position: the whole
+    distribution each response token was drawn from (its gather at the sampled tokens is
+    :func:`response_logprobs`). Keeps the gradient when enabled. It holds (B, T, V) floats, so give
+    it a micro-batch (on-policy distillation's exact KL over the teacher's top-k)."""
+    T = _check_sequences("response_log_softmax", input_ids, attention_mask, response_length)
+    L = input_ids.shape[1]
+    logits = model(input_ids=input_ids, attention_mask=attention_mask.long(), position_ids=position_ids_from_mask(attention_mask),
+                   use_cache=False).logits[:, L - T - 1 : L - 1]
+    return torch.log_softmax(logits.float() / temperature, dim=-1)
+
+
 def response_log_sum_sq_probs(
     model: nn.Module,
     input_ids: torch.Tensor,
