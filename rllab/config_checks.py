@@ -146,6 +146,13 @@ def check_episode_settings(lab: Lab, components: Mapping[str, Any], rollout: Any
             f"Use a task, or unset rollout.random_reward",
             key="random_reward",
         )
+    if env is not None and rollout.over_sample > 0:
+        raise ConfigError(
+            f"{where}: [rollout] over_sample{line_of(text, 'rollout', 'over_sample')} = {rollout.over_sample!r}: partial "
+            f"rollouts stop and resume single-turn samples; environment {env.name!r} plays episodes of several turns. "
+            f"Set rollout.over_sample = 0, or use a task",
+            key="over_sample",
+        )
     if env is None or "env" in unused or rollout.max_turns is not None:
         return
     spec = lab.spec("environment", env.name)

@@ -230,3 +230,12 @@ def test_the_trainer_checkpoints_its_carried_groups_and_a_schedule_keeps_them(tm
         assert again.train_step()["partial/groups_carried"] == 1.0  # resumed first in the next step
     finally:
         again.close()
+
+
+def test_an_environment_is_refused_when_the_config_loads():
+    from rllab.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="over_sample = 0.5: partial rollouts stop and resume single-turn samples; environment 'guess'") as e:
+        load_config(None, ["env=guess", "rollout.over_sample=0.5"])
+    assert e.value.key == "over_sample"
+    load_config(None, ["env=guess"])  # off: accepted
