@@ -1,6 +1,7 @@
 """Metric loggers: JSON lines (always available), TensorBoard (``pip install rllab[tensorboard]``),
 Weights & Biases (``rllab[wandb]``, :mod:`rllab_loggers.wandb_logger`), MLflow
-(``rllab[mlflow]``, :mod:`rllab_loggers.mlflow_logger`) and per-sample traces
+(``rllab[mlflow]``, :mod:`rllab_loggers.mlflow_logger`), Trackio (``rllab[trackio]``,
+:mod:`rllab_loggers.trackio_logger`) and per-sample traces
 (:mod:`rllab_loggers.traces`, read with ``rllab traces RUN``: :mod:`rllab_loggers.traces_view`).
 
 A logger is built once per run with ``factory(config=..., run_dir=...)`` and subscribed to the
@@ -25,6 +26,7 @@ __all__ = [
     "JsonlConfig", "TensorBoardConfig", "TracesConfig", "jsonl", "read_jsonl", "read_traces", "tensorboard", "trace_panels",
     "traces", "truncate_jsonl",
 ]  # fmt: skip
+from rllab_loggers.trackio_logger import TrackioConfig, trackio
 from rllab_loggers.wandb_logger import WandbConfig, wandb
 
 
@@ -118,6 +120,7 @@ def register_loggers(register):
     register("tensorboard", tensorboard, config=TensorBoardConfig)
     register("wandb", wandb, config=WandbConfig)
     register("mlflow", mlflow, config=MlflowConfig)
+    register("trackio", trackio, config=TrackioConfig)
     register("traces", traces, config=TracesConfig, truncate=truncate_traces)
 
 

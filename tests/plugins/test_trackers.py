@@ -297,3 +297,72 @@ def test_a_negative_traces_count_is_refused(name):
 
     with pytest.raises(ConfigError, match="traces"):
         load_config(None, [f'loggers=[{{name="{name}", traces=-1}}]'])
+
+
+# --------------------------------------------------------------------------- Trackio, against its local store
+
+
+@pytest.fixture
+def trackio_store(tmp_path, monkeypatch):
+    """Trackio's SQLite store in tmp_path (TRACKIO_DIR is read when trackio is imported: set for
+    subprocesses, patched where this process reads and writes it)."""
+    trackio = pytest.importorskip("trackio")
+    import trackio.sqlite_storage as storage
+
+    store = tmp_path / "trackio"
+    store.mkdir()
+    monkeypatch.setenv("TRACKIO_DIR", str(store))
+    monkeypatch.setattr(storage, "TRACKIO_DIR", store)
+    return trackio, storage.SQLiteStorage
+
+
+def test_a_run_logged_to_trackio_reads_back_from_its_store(tmp_path, trackio_store):
+    import subprocess
+
+    _, storage = trackio_store
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "rllab.cli", "run", *overrides(TINY), "train.steps=2", "train.lr=3e-4",
+           'loggers=["jsonl", "trackio"]', "--run-dir", str(run), "-q"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    rewards = {r["step"]: r["rollout/reward"] for r in rows if "rollout/reward" in r}
+    name = (run / "trackio_run").read_text().strip()
+    assert name.startswith("run-") and storage.get_runs("rllab") == [name]
+    assert storage.get_run_config("rllab", name)["train.lr"] == 3e-4
+    logs = storage.get_logs("rllab", name)
+    assert {r["step"]: r["rollout/reward"] for r in logs if "rollout/reward" in r} == pytest.approx(rewards)
+    final = json.loads((run / "final.json").read_text())
+    last = [r for r in logs if "final/checkpoint" in r]
+    assert [r["step"] for r in last] == [2] and last[0]["final/checkpoint"] == str(run / "checkpoints" / "step_000002")
+    assert last[0]["final/accuracy"] == pytest.approx(final["final/accuracy"])
+    assert [r["step"] for r in logs if "traces" in r] == [1, 2]  # 4 samples a step by default
+
+
+def test_a_resumed_run_continues_its_trackio_run_and_runs_of_one_name_do_not_share(lab, tmp_path, trackio_store):
+    _, storage = trackio_store
+    first = lab.get("logger", "trackio")(run_dir=tmp_path / "a" / "run")
+    first.start({"train": {"steps": 2}})
+    first.log(1, {"rollout/reward": 0.25, "note": "text is left out"})
+    first.close()  # no final.json: no summary
+    again = lab.get("logger", "trackio")(run_dir=tmp_path / "a" / "run")
+    again.start({"train": {"steps": 4}})
+    again.log(3, {"rollout/reward": 0.5})
+    _finished(tmp_path / "a" / "run", adapter=True)
+    again.close()
+    other = lab.get("logger", "trackio")(run_dir=tmp_path / "b" / "run")  # another run directory named "run"
+    other.log(1, {"rollout/reward": 1.0})
+    other.close()
+    assert again.name == first.name != other.name and sorted(storage.get_runs("rllab")) == sorted([first.name, other.name])
+    logs = storage.get_logs("rllab", first.name)
+    assert [(r["step"], r["rollout/reward"]) for r in logs if "rollout/reward" in r] == [(1, 0.25), (3, 0.5)]
+    assert not any("note" in r for r in logs)
+    assert [r["final/adapter"] for r in logs if "final/adapter" in r] == [str(tmp_path / "a" / "run" / "adapter")]
+
+
+def test_trackio_missing_names_the_extra_and_bad_knobs_are_refused(lab, tmp_path, monkeypatch):
+    with pytest.raises(rllab.ConfigError, match="traces"):
+        lab.get("logger", "trackio", traces=-1)
+    monkeypatch.setitem(sys.modules, "trackio", None)
+    with pytest.raises(rllab.RllabError, match=r"pip install 'rllab\[trackio\]'"):
+        lab.get("logger", "trackio")(run_dir=tmp_path)
