@@ -84,10 +84,9 @@ def test_the_served_teacher_gives_the_local_teachers_loss(teacher, server, tmp_p
 
 
 def test_a_server_teacher_needs_temperature_one(server, tmp_path):
-    tr = Trainer(_cfg("algorithm=opd", f"algorithm.teacher={server.url}", "rollout.temperature=0.7"),
-                 run_dir=tmp_path / "s", progress=False)
+    # refused when the run is built, before any sampling
     with pytest.raises(ConfigError, match=r"teacher = .* \(a server\) needs rollout.temperature = 1 \(it is 0.7\)") as e:
-        tr.train_step()
+        Trainer(_cfg("algorithm=opd", f"algorithm.teacher={server.url}", "rollout.temperature=0.7"), run_dir=tmp_path / "s", progress=False)
     assert e.value.key == "rollout.temperature"
 
 

@@ -165,6 +165,13 @@ class OPD(RL):
     def policy_loss_coef(self) -> float:
         return 1.0 if self.config.with_rl else 0.0
 
+    def needs(self, ctx) -> set[str]:
+        if is_url(self.config.teacher):  # refused when the run is built, before any sampling
+            from .teacher_server import check_temperature
+
+            check_temperature(self.config.teacher, ctx.config.rollout.temperature)
+        return super().needs(ctx)
+
     def prepare(self, ctx, batch, extra=None):
         prepared, metrics = super().prepare(ctx, batch, extra)
         topk = None

@@ -51,15 +51,19 @@ def rows_to_score(batch) -> tuple[list[list[int]], list[int], list[int]]:
     return seqs, first, lengths
 
 
-def server_logprobs(url: str, ctx, batch) -> torch.Tensor:
-    """``(B, T)`` float32 log-probs of the teacher at ``url`` for the batch's response tokens."""
-    temperature = ctx.config.rollout.temperature
+def check_temperature(url: str, temperature: float) -> None:
+    """A served teacher scores at temperature 1: refuse another rollout temperature (when the run is built)."""
     if temperature != 1.0:
         raise rllab.ConfigError(
             f"algorithm 'opd': teacher = {url!r} (a server) needs rollout.temperature = 1 (it is {temperature:g}): SGLang's "
             f"prompt log-probs are log_softmax(z), before temperature; set rollout.temperature = 1 or use a local model directory",
             key="rollout.temperature",
         )
+
+
+def server_logprobs(url: str, ctx, batch) -> torch.Tensor:
+    """``(B, T)`` float32 log-probs of the teacher at ``url`` for the batch's response tokens."""
+    check_temperature(url, ctx.config.rollout.temperature)  # a schedule entry may have changed it
     seqs, first, lengths = rows_to_score(batch)
     keep = [i for i, n in enumerate(lengths) if n > 0]
     out = torch.zeros(batch.response_mask.shape, dtype=torch.float32)
