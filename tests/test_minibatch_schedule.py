@@ -207,3 +207,16 @@ def test_then_decay_matches_transformers_schedulers(schedule, hf):
         opt.step()
         ref.step()
         ours.optimizer.step()
+
+
+def test_a_replayed_step_goes_on_with_the_schedule_per_optimizer_step():
+    from rllab_suite.replay import _schedule_from
+
+    t = TrainConfig(lr=1.0, lr_schedule="linear", warmup_steps=0, lr_schedule_unit="optimizer_step", lr_schedule_steps=10)
+    opt = _optimizer(0.123)  # as built from a record: at the recorded step's rate, which this replaces
+    _schedule_from(opt, t, 4)
+    seen = []
+    for _ in range(3):
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+    assert seen == pytest.approx([0.6, 0.5, 0.4])

@@ -114,6 +114,7 @@ def record(source: str | Path | None, *, steps: int, out: Path, overrides=(), pr
                 "optimizer": trainer.optimizer.state_dict() if ckpt is not None else None,
                 # the schedule's factor at that step (warm-up, cosine): replay steps at train.lr × this
                 "lr_factor": trainer.scheduler.get_last_lr()[0] / cfg.train.lr,
+                "lr_step": trainer.scheduler.last_epoch,  # where the schedule was (a schedule per optimizer step goes on from it)
                 "batches": batches,
             }
         finally:
@@ -205,6 +206,8 @@ def replay_configs(data: dict, configs: list[tuple[str, dict]], *, lab=None) -> 
                                     rollout=RecordedRollout(batch=batch, component_weights=weights), hook=lab.hook)
             # from the recorded optimizer state, at the learning rate the run's schedule had then
             opt, copt = parts.build_optimizers(cfg, parts.FullPolicy(policy), critic, state=data.get("optimizer"), lr=cfg.train.lr * data.get("lr_factor", 1.0))
+            if cfg.train.lr_schedule_unit == "optimizer_step" and "lr_step" in data:  # the rate moves every optimizer step
+                _schedule_from(opt, cfg.train, data["lr_step"])
             params = [p for p in policy.parameters()]
             grads = []
 
@@ -300,3 +303,16 @@ def render(results: list[ReplayResult], pairs: list[dict], console, *, step: int
         console.print(t)
     for m in identical_messages(pairs, step=step):
         console.print(f"[yellow]{escape(m['message'])}[/]", highlight=False)
+
+
+def _schedule_from(optimizer, train, step: int) -> None:
+    """``optimizer`` on ``train``'s schedule per optimizer step, from its ``step``-th optimizer
+    step (the recorded run's), so each optimizer step of a replayed training step has its own rate."""
+    from rllab.training.optimizer import lr_factor, lr_scheduler
+
+    for group in optimizer.param_groups:
+        group["lr"] = train.lr
+    scheduler = lr_scheduler(optimizer, train)
+    scheduler.last_epoch = step
+    for group in optimizer.param_groups:
+        group["lr"] = train.lr * lr_factor(train, step)
