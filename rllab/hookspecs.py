@@ -164,7 +164,9 @@ def register_loss_aggregations(register):
 
     ``loss_mat`` (B, T) float, ``mask`` (B, T) bool. ``global_tokens`` / ``global_seqs``, when
     given, replace the local count of valid tokens / non-empty rows as the normaliser, so that
-    a loss summed over micro-batches equals the loss of the whole batch.
+    a loss summed over micro-batches equals the loss of the whole batch. ``global_tokens`` may be
+    a float: a normaliser rather than a count (the ``rl`` algorithm's ``token_count =
+    "batch_mean"`` passes the step's tokens / its minibatches).
     Masked positions must not influence the result even if they hold NaN.
     ``global_rows`` int, only for a mode registered with ``requires=("global_rows",)``: the
     number of rows of the whole minibatch, empty rows included.
