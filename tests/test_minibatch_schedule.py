@@ -220,3 +220,23 @@ def test_a_replayed_step_goes_on_with_the_schedule_per_optimizer_step():
         seen.append(opt.param_groups[0]["lr"])
         opt.step()
     assert seen == pytest.approx([0.6, 0.5, 0.4])
+
+
+def test_token_count_micro_batch_is_each_micro_batchs_own_tokens_times_their_number(tmp_path, monkeypatch):
+    seen = _record_rows(monkeypatch)
+    _one_step(tmp_path, "algorithm.token_count=micro_batch", "algorithm.micro_batch_size=3")
+    # 16 rows, 2 minibatches of 8, micro-batches of 3, 3, 2: each divides by its own tokens × 3
+    assert [len(r) for r, *_ in seen[:3]] == [3, 3, 2]
+    assert [count for _, count, _, _ in seen] == [max(1, own) * 3 for _, _, own, _ in seen]
+
+
+def test_micro_batch_token_means_averaged_by_hand():
+    """Two micro-batches of 3 and 1 valid tokens with per-token losses 1 and 3: their own means are
+    1 and 3, averaged 2 (TRL's bnpo under gradient accumulation 2); one mean over the 4 tokens
+    would be 1.5."""
+    import rllab
+
+    agg = rllab.Lab().get("loss_aggregation", "token-mean")
+    a = agg(loss_mat=torch.ones(1, 3), mask=torch.ones(1, 3, dtype=torch.bool), global_tokens=3 * 2)
+    b = agg(loss_mat=torch.full((1, 3), 3.0), mask=torch.tensor([[True, False, False]]), global_tokens=1 * 2)
+    assert float(a + b) == pytest.approx(2.0)

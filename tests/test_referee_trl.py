@@ -189,12 +189,15 @@ def test_kl_advantage_sampling_and_correction():
 
 
 def test_differences_are_listed_and_strict_refuses_them():
-    bnpo = dict(loss_type="bnpo", gradient_accumulation_steps=2)  # TRL: a mean of the micro-batches' token means
-    t = trl.translate(bnpo)
+    ragged = dict(steps_per_generation=4, max_steps=10)  # 10 optimizer steps: not a whole number of rollout steps of 4
+    t = trl.translate(ragged)
     t.finish()
-    assert "loss_type" in t.differs and "loss_type" in t.summary()
+    assert "max_steps" in t.differs and "max_steps" in t.summary()
     with pytest.raises(ConfigError, match=r"\(--strict\)"):
-        trl.translate(bnpo).finish(strict=True)
+        trl.translate(ragged).finish(strict=True)
+    t = trl.translate(dict(loss_type="bnpo", gradient_accumulation_steps=2))  # a mean of the micro-batches' token means
+    t.finish()
+    assert not t.differs and t.values["algorithm", "token_count"][0] == "micro_batch"
     t = trl.translate(dict(warmup_steps=5, max_steps=50))  # transformers' warm-up shape: mapped, not a difference
     t.finish()
     assert not t.differs and (t.values["train", "warmup_steps"][0], t.values["train", "lr_warmup"][0]) == (5, "then_decay")

@@ -15,7 +15,8 @@ One step::
 Every minibatch is normalised by its *global* token and sequence counts, passed to the
 aggregation, so splitting a minibatch into micro-batches for gradient accumulation never changes
 the loss or the gradient (``token_count = "batch_mean"``: every minibatch's token count is the
-step's tokens / minibatches instead, as TRL's dapo loss divides). Minibatches are a new random split
+step's tokens / minibatches instead, as TRL's dapo loss divides; ``"micro_batch"``: each
+micro-batch's own, the micro-batches' means averaged, as TRL's bnpo). Minibatches are a new random split
 every epoch, one split kept for all epochs, or the batch's row order (``minibatch_order``). Under data parallelism (``model.strategy = "fsdp2"``) the counts are
 summed over ranks (``ctx.reducer``), so each rank's loss is its share of the global loss. A fully on-policy step (1 epoch, 1 minibatch, no KL in the reward)
 reuses the update's own forward, detached, as the old log-probs instead of a separate no-grad
@@ -327,8 +328,13 @@ class RL:
                 mb_tokens = max(1, own_tokens)
                 mb_metrics: dict[str, float] = {}
                 mb_kl: float | None = None
+                n_micro = -(-mb.numel() // micro)
                 for rows in mb.split(micro):
-                    m, kl = self.micro_loss(ctx, p, rows, agg)
+                    if c.token_count == "micro_batch":  # this micro-batch's own token mean, averaged over micro-batches and ranks
+                        own = max(1, int(p.mask[rows].sum())) * n_micro * red.world_size
+                        m, kl = self.micro_loss(ctx, p, rows, partial(_aggregate, aggregation, **{**counts, "global_tokens": own}))
+                    else:
+                        m, kl = self.micro_loss(ctx, p, rows, agg)
                     token_share = int(p.mask[rows].sum()) / mb_tokens
                     if kl is not None:
                         mb_kl = (mb_kl or 0.0) + kl * token_share * red.world_size

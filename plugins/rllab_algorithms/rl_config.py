@@ -25,8 +25,9 @@ class RLConfig:
         "minibatch",
         help="the token count a token-mean aggregation divides by: minibatch, that minibatch's own valid tokens; "
         "batch_mean, the step's valid tokens / minibatches, one normaliser for every optimizer step of the step "
-        "(TRL's dapo, cispo and vespo losses)",
-        choices=("minibatch", "batch_mean"),
+        "(TRL's dapo, cispo and vespo losses); micro_batch, each micro-batch's own tokens, the micro-batches' means "
+        "averaged (TRL's bnpo under gradient accumulation)",
+        choices=("minibatch", "batch_mean", "micro_batch"),
     )
     entropy_coef: float = rllab.knob(0.0, help="entropy bonus coefficient", ge=0.0)
     vf_coef: float = rllab.knob(0.5, help="value-loss coefficient (critic estimators only)", ge=0.0)

@@ -375,9 +375,9 @@ def _loss(t: Translation, c: dict, raw: Mapping) -> None:
     if lt in ("dapo", "cispo", "vespo"):
         t.set("algorithm", "token_count", "batch_mean", "loss_type",
               how="TRL divides each optimizer step's token sum by the generation batch's token count / its optimizer steps")
-    if lt == "bnpo" and (c["gradient_accumulation_steps"] > 1 or c["processes"] > 1):
-        t.differ("loss_type", "TRL's bnpo averages per-micro-batch (and per-process) token means; rllab's token-mean is "
-                 "one mean over the minibatch's tokens")
+    if lt == "bnpo":
+        t.set("algorithm", "token_count", "micro_batch", "loss_type",
+              how="TRL's bnpo averages the micro-batches' (and processes') own token means")
 
 
 def _kl_and_entropy(t: Translation, c: dict, raw: Mapping) -> None:
