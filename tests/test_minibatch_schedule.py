@@ -102,9 +102,9 @@ def _record_rows(monkeypatch):
     seen = []
     micro_loss = rl.RL.micro_loss
 
-    def recording(self, ctx, p, rows, agg):
+    def recording(self, ctx, p, rows, agg, **extra):
         seen.append((rows.tolist(), agg.keywords["global_tokens"], int(p.mask[rows].sum()), int(p.mask.sum())))
-        return micro_loss(self, ctx, p, rows, agg)
+        return micro_loss(self, ctx, p, rows, agg, **extra)
 
     monkeypatch.setattr(rl.RL, "micro_loss", recording)
     return seen
@@ -240,3 +240,26 @@ def test_micro_batch_token_means_averaged_by_hand():
     a = agg(loss_mat=torch.ones(1, 3), mask=torch.ones(1, 3, dtype=torch.bool), global_tokens=3 * 2)
     b = agg(loss_mat=torch.full((1, 3), 3.0), mask=torch.tensor([[True, False, False]]), global_tokens=1 * 2)
     assert float(a + b) == pytest.approx(2.0)
+
+
+def test_entropy_mean_micro_batch_is_a_token_mean_whatever_the_aggregation(tmp_path, monkeypatch):
+    from rllab_algorithms import rl
+
+    seen = []
+    micro_loss = rl.RL.micro_loss
+
+    def recording(self, ctx, p, rows, agg, entropy_agg=None):
+        seen.append((int(p.mask[rows].sum()), entropy_agg))
+        return micro_loss(self, ctx, p, rows, agg, entropy_agg=entropy_agg)
+
+    monkeypatch.setattr(rl.RL, "micro_loss", recording)
+    _one_step(tmp_path, "algorithm.entropy_coef=0.01", "algorithm.entropy_mean=micro_batch", "algorithm.micro_batch_size=4",
+              "aggregation=seq-mean-token-mean")
+    assert [e.keywords["tokens"] for _, e in seen] == [max(1, own) * 2 for own, _ in seen]  # 2 micro-batches a minibatch
+    ent, mask = torch.tensor([[1.0, 2.0, 9.0]]), torch.tensor([[True, True, False]])
+    assert float(seen[0][1](ent, mask)) == pytest.approx(3.0 / seen[0][1].keywords["tokens"])
+    seen.clear()
+    _one_step(tmp_path / "b", "algorithm.entropy_coef=0.01")
+    assert all(e is None for _, e in seen)  # the default: the run's aggregation (not passed)
+    with pytest.raises(ConfigError, match="entropy_mean = 'micro_batch' applies only with an entropy bonus"):
+        load_config(None, ["algorithm.entropy_mean=micro_batch"])

@@ -201,3 +201,15 @@ def test_trl_throughput_counts_a_generation_batchs_optimizer_steps_together():
     assert run.generation_times == [7.0, 6.0]
     assert TrlRun(generations=[], losses=[], grad_norms=[], lrs=[], weights=[], rewards=[], completions_per_step=8, wall_s=0.0,
                   step_times=[2.0, 1.0]).generation_times == [2.0, 1.0]
+
+
+@needs_trl
+def test_a_kl_term_and_an_entropy_bonus_agree(capsys, tmp_path):
+    # beta > 0: TRL's reference is the initial model (rllab's side gets one too); entropy_coef: TRL's
+    # per-micro-batch token mean (algorithm.entropy_mean = "micro_batch"); the loss compared is the one
+    # backpropagated, with both terms
+    src = tmp_path / "kl.yaml"
+    src.write_text("loss_type: grpo\nbeta: 0.04\nentropy_coef: 0.05\ngradient_accumulation_steps: 2\nsteps_per_generation: 4\n"
+                   "per_device_train_batch_size: 4\nnum_generations: 4\nmax_completion_length: 8\nlearning_rate: 1.0e-5\n")
+    code, out, err = run(capsys, "crosscheck", "trl", str(src), "--steps", "2")
+    assert code == 0 and "agree: 4 optimizer steps" in out, out + err[-2000:]

@@ -330,11 +330,13 @@ class RL:
                 mb_kl: float | None = None
                 n_micro = -(-mb.numel() // micro)
                 for rows in mb.split(micro):
-                    if c.token_count == "micro_batch":  # this micro-batch's own token mean, averaged over micro-batches and ranks
-                        own = max(1, int(p.mask[rows].sum())) * n_micro * red.world_size
-                        m, kl = self.micro_loss(ctx, p, rows, partial(_aggregate, aggregation, **{**counts, "global_tokens": own}))
-                    else:
-                        m, kl = self.micro_loss(ctx, p, rows, agg)
+                    # "micro_batch": this micro-batch's own token mean, averaged over micro-batches and ranks
+                    own = max(1, int(p.mask[rows].sum())) * n_micro * red.world_size
+                    extra = {"entropy_agg": partial(_token_mean, tokens=own)} if c.entropy_mean == "micro_batch" else {}
+                    m, kl = self.micro_loss(
+                        ctx, p, rows, partial(_aggregate, aggregation, **{**counts, "global_tokens": own}) if c.token_count == "micro_batch" else agg,
+                        **extra,
+                    )
                     token_share = int(p.mask[rows].sum()) / mb_tokens
                     if kl is not None:
                         mb_kl = (mb_kl or 0.0) + kl * token_share * red.world_size
@@ -356,7 +358,7 @@ class RL:
         out["time/update"] = time.perf_counter() - t0
         return Updated(metrics=out, policy_ref_kl=sum(kl_sums) / len(kl_sums) if kl_sums else None)
 
-    def micro_loss(self, ctx: RunContext, p: Prepared, rows: torch.Tensor, agg) -> tuple[dict, float | None]:
+    def micro_loss(self, ctx: RunContext, p: Prepared, rows: torch.Tensor, agg, entropy_agg=None) -> tuple[dict, float | None]:
         """Forward and backward of one micro-batch; returns its metrics (losses as floats) and, on
         an on-policy step with a reference, its ``old − ref`` KL (mean over its valid tokens)."""
         comps = ctx.components
@@ -413,8 +415,8 @@ class RL:
         if extra_loss is not None:
             loss = loss + extra_loss
         out["actor/entropy"] = ops.masked_mean(entropy.detach(), mask).item()
-        if self.config.entropy_coef > 0:
-            ent = checked_loss(agg(entropy, mask), ctx, "aggregation")
+        if self.config.entropy_coef > 0:  # entropy_agg: TRL's per-micro-batch token mean (entropy_mean = "micro_batch")
+            ent = checked_loss((entropy_agg or agg)(entropy, mask), ctx, "aggregation")
             loss = loss - self.config.entropy_coef * ent
             out["loss/entropy"] = ent.item()
         loss.backward()
@@ -451,6 +453,11 @@ def penalty_row_mean(kl_tok: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def _aggregate(component: Any, loss_mat, mask, **counts):
     return component(loss_mat=loss_mat, mask=mask, **counts)
+
+
+def _token_mean(loss_mat, mask, *, tokens: int):
+    """Σ over the valid tokens / ``tokens``, whatever the run's aggregation (TRL's entropy bonus)."""
+    return ops.masked_sum(loss_mat, mask) / tokens
 
 
 def _task_weighted(estimator, batch: rllab.RolloutBatch):

@@ -30,6 +30,14 @@ class RLConfig:
         choices=("minibatch", "batch_mean", "micro_batch"),
     )
     entropy_coef: float = rllab.knob(0.0, help="entropy bonus coefficient", ge=0.0)
+    entropy_mean: str = rllab.knob(
+        "aggregation",
+        help="how the entropy bonus averages its tokens: aggregation, by the run's [aggregation], as the loss; "
+        "micro_batch, each micro-batch's own token mean, averaged over micro-batches and ranks (TRL's entropy bonus, "
+        "whatever its loss_type)",
+        choices=("aggregation", "micro_batch"),
+        validator=lambda i, a, v: _needs_entropy(i, a, v),
+    )
     vf_coef: float = rllab.knob(0.5, help="value-loss coefficient (critic estimators only)", ge=0.0)
     kl_in: str = rllab.knob("none", help="where the KL penalty to the reference applies", choices=("none", "reward", "loss"))
     kl_importance_ratio: str = rllab.knob(
@@ -51,3 +59,8 @@ class RLConfig:
 def _needs_kl_in(inst, attribute, value, default, kl_in: str) -> None:
     if value != default and inst.kl_in != kl_in:
         raise ValueError(f"{attribute.name} = {value!r} applies only with kl_in = {kl_in!r} (kl_in is {inst.kl_in!r})")
+
+
+def _needs_entropy(inst, attribute, value) -> None:
+    if value != "aggregation" and inst.entropy_coef == 0:
+        raise ValueError(f"{attribute.name} = {value!r} applies only with an entropy bonus (entropy_coef is 0)")

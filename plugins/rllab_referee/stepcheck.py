@@ -13,7 +13,7 @@ makes that permutation's minibatches TRL's optimizer steps (the permutation the 
 draws is reproduced here), so the comparison is step for step in every epoch.
 
 Recorded per optimizer step: the gradient norm before clipping, the learning rate, the weights
-after it; per generation: ``loss/policy`` (the mean over its optimizer steps).
+after it; per generation: ``loss/total`` (the mean over its optimizer steps).
 """
 
 from __future__ import annotations
@@ -78,6 +78,11 @@ def run_rllab(cfg: Any, lab: Any, *, model_dir: str, generations: Sequence[Any])
     policy = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).train()
     built = parts.build_parts(cfg, lab)
     algo_name = cfg.component("algorithm").name
+    # TRL's reference model (beta > 0) is the initial model, frozen
+    needs = built.algorithm.needs(parts.run_context(cfg, built.components, step=0, policy=policy, hook=lab.hook))
+    reference = None
+    if "reference" in needs:
+        reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval().requires_grad_(False)
     optimizer, _ = parts.build_optimizers(cfg, parts.FullPolicy(policy))
     scheduler = lr_scheduler(optimizer, cfg.train)
     params = list(policy.parameters())
@@ -94,10 +99,12 @@ def run_rllab(cfg: Any, lab: Any, *, model_dir: str, generations: Sequence[Any])
         for step, generation in enumerate(generations):
             batch = generation_batch(generation.chunks)
             batch = permute_for_rllab(batch, rllab_order(cfg, step, batch.input_ids.shape[0]))
-            ctx = parts.run_context(cfg, built.components, step=step, policy=policy, rollout=RecordedRollout(batch=batch), hook=lab.hook)
+            ctx = parts.run_context(cfg, built.components, step=step, policy=policy, reference=reference,
+                                    rollout=RecordedRollout(batch=batch), hook=lab.hook)
             drv = parts.optimizers(cfg, policy=policy, optimizer=optimizer, observe=observe)
             outcome = drv.drive(built.algorithm.step(ctx), step=step, algorithm=algo_name, nonfinite=cfg.train.nonfinite)
-            out["loss"].append(float(outcome.metrics.get("loss/policy", float("nan"))))
+            # the loss backpropagated (TRL's: policy, KL and entropy terms together)
+            out["loss"].append(float(outcome.metrics.get("loss/total", outcome.metrics.get("loss/policy", float("nan")))))
             out["reward"].append(float(batch.rewards.mean()))
             advance_per_step(scheduler, cfg.train)
     finally:

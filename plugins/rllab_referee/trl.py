@@ -395,10 +395,8 @@ def _kl_and_entropy(t: Translation, c: dict, raw: Mapping) -> None:
             t.ignore("use_bias_correction_kl", "beta = 0: there is no KL term")
     if c["entropy_coef"]:
         t.set("algorithm", "entropy_coef", c["entropy_coef"], "entropy_coef")
-        if LOSS_AGGREGATION.get(c["loss_type"], ("",))[0] != "token-mean" or c["gradient_accumulation_steps"] > 1 \
-                or c["processes"] > 1:
-            t.differ("entropy_coef", "TRL's entropy bonus is a token mean per micro-batch whatever the loss_type; rllab "
-                     "aggregates the entropy with [aggregation]")
+        t.set("algorithm", "entropy_mean", "micro_batch", "entropy_coef",
+              how="TRL's entropy bonus is each micro-batch's token mean whatever the loss_type, averaged over accumulation")
 
 
 def _correction(t: Translation, c: dict, raw: Mapping) -> None:
