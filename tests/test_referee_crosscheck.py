@@ -213,3 +213,13 @@ def test_a_kl_term_and_an_entropy_bonus_agree(capsys, tmp_path):
                    "per_device_train_batch_size: 4\nnum_generations: 4\nmax_completion_length: 8\nlearning_rate: 1.0e-5\n")
     code, out, err = run(capsys, "crosscheck", "trl", str(src), "--steps", "2")
     assert code == 0 and "agree: 4 optimizer steps" in out, out + err[-2000:]
+
+
+@needs_trl
+@pytest.mark.slow
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "bnpo", "dr_grpo", "cispo", "sapo", "vespo", "luspo"])
+def test_every_loss_type_agrees_over_iterations_and_minibatches(capsys, tmp_path, loss_type):
+    src = tmp_path / f"{loss_type}.yaml"
+    src.write_text(f"loss_type: {loss_type}\nsteps_per_generation: 2\nnum_iterations: 2\nmax_completion_length: 8\nlearning_rate: 1.0e-5\n")
+    code, out, err = run(capsys, "crosscheck", "trl", str(src), "--steps", "2")
+    assert code == 0 and "agree: 8 optimizer steps" in out, out + err[-2000:]
