@@ -216,7 +216,6 @@ def test_a_kl_term_and_an_entropy_bonus_agree(capsys, tmp_path):
 
 
 @needs_trl
-@pytest.mark.slow
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo", "bnpo", "dr_grpo", "cispo", "sapo", "vespo", "luspo"])
 def test_every_loss_type_agrees_over_iterations_and_minibatches(capsys, tmp_path, loss_type):
     src = tmp_path / f"{loss_type}.yaml"
