@@ -330,13 +330,12 @@ class RL:
                 mb_kl: float | None = None
                 n_micro = -(-mb.numel() // micro)
                 for rows in mb.split(micro):
-                    # "micro_batch": this micro-batch's own token mean, averaged over micro-batches and ranks
+                    # "micro_batch" (token_count, entropy_mean): this micro-batch's own token mean, averaged
+                    # over the micro-batches and ranks
                     own = max(1, int(p.mask[rows].sum())) * n_micro * red.world_size
+                    micro_agg = partial(_aggregate, aggregation, **{**counts, "global_tokens": own}) if c.token_count == "micro_batch" else agg
                     extra = {"entropy_agg": partial(_token_mean, tokens=own)} if c.entropy_mean == "micro_batch" else {}
-                    m, kl = self.micro_loss(
-                        ctx, p, rows, partial(_aggregate, aggregation, **{**counts, "global_tokens": own}) if c.token_count == "micro_batch" else agg,
-                        **extra,
-                    )
+                    m, kl = self.micro_loss(ctx, p, rows, micro_agg, **extra)
                     token_share = int(p.mask[rows].sum()) / mb_tokens
                     if kl is not None:
                         mb_kl = (mb_kl or 0.0) + kl * token_share * red.world_size
