@@ -151,3 +151,14 @@ def test_exponents_read_as_numbers():
     """verl's scripts write lr=1e-6, which OmegaConf reads as a float (PyYAML alone: a string)."""
     v = imported({"actor_rollout_ref": {"actor": {"optim": {"lr": "3e-6"}}}}, "critic.optim.lr=1e-5", "algorithm.adv_estimator=gae")
     assert (v["train", "lr"], v["train", "critic_lr"]) == (3e-6, 1e-5)
+
+
+def test_a_warm_up_is_verls_shape():
+    """verl's schedules rise as step/w over the warm-up and decay over the rest (transformers'
+    shape): train.lr_warmup = "then_decay", not a difference."""
+    t = verl.translate({}, [A + "optim.lr_warmup_steps=5", A + "optim.warmup_style=cosine"])
+    t.finish()
+    got = {k: v for k, (v, _) in t.values.items()}
+    assert (got["train", "warmup_steps"], got["train", "lr_warmup"], got["train", "lr_schedule"]) == (5, "then_decay", "cosine")
+    assert not t.differs
+    assert ("train", "lr_warmup") not in imported()  # no warm-up: nothing to shape
