@@ -260,8 +260,8 @@ def _optimizer(t: Translation, c: dict, raw: Mapping, minibatches: int) -> None:
 
         default = TrainConfig().steps
         t.set("train", "lr_schedule_steps", default * per_step,
-              how=f"max_steps not given: rllab's train.steps ({default}) × {per_step} optimizer steps per rollout step; "
-                  "change it with train.steps")
+              how=f"max_steps not given (TRL runs num_train_epochs over its data set): rllab's train.steps ({default}) × "
+                  f"{per_step} optimizer steps per rollout step; set it again when you change train.steps")
     if kind == "constant" and warm:  # transformers' get_constant_schedule takes no warm-up
         t.set("train", "warmup_steps", 0, "warmup_steps", "lr_scheduler_type",
               how="transformers' 'constant' schedule ignores the warm-up ('constant_with_warmup' has one)")
