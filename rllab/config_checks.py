@@ -139,13 +139,6 @@ def check_episode_settings(lab: Lab, components: Mapping[str, Any], rollout: Any
         _check_no_episode_settings(components["task"], rollout, text=text, where=where)
         return
     env = components.get("env")
-    if env is not None and rollout.random_reward != "off":
-        raise ConfigError(
-            f"{where}: [rollout] random_reward{line_of(text, 'rollout', 'random_reward')} = {rollout.random_reward!r} replaces "
-            f"a task's one reward per sample; environment {env.name!r} rewards each turn, which it would not replace. "
-            f"Use a task, or unset rollout.random_reward",
-            key="random_reward",
-        )
     if env is not None and rollout.over_sample > 0:
         raise ConfigError(
             f"{where}: [rollout] over_sample{line_of(text, 'rollout', 'over_sample')} = {rollout.over_sample!r}: partial "

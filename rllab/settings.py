@@ -107,7 +107,8 @@ class RolloutConfig:
         "sample's reward becomes a Bernoulli draw, 1 with probability p, seeded per sample from (train.seed, step, prompt, "
         "sample) and blind to the answer; held-out evaluation and rollout/accuracy still score the task's reward "
         "(rollout/true_reward logs its mean). given: p = random_reward_p; matched: p = the mean task reward of the step's "
-        "own samples (clipped to [0, 1]); off",
+        "own samples (clipped to [0, 1]), for an environment its solved fraction; off. An environment's episode gets the "
+        "draw alone, on its last model token, in place of every turn's reward",
         choices=("off", "given", "matched"),
     )
     random_reward_p: float = knob(

@@ -2,8 +2,8 @@
 
 A random reward replaces each training sample's reward by a Bernoulli(p) draw seeded by
 (seed, step, prompt, sample) alone; accuracy (rollout and held-out) still scores the task's own
-reward, and what it cannot replace (an environment's per-turn rewards, reward components, offline
-DPO's pairs) is refused.
+reward; an environment's episode gets the draw alone, in place of every turn's reward; what it
+cannot replace (reward components, offline DPO's pairs) is refused.
 """
 
 from __future__ import annotations
@@ -96,8 +96,7 @@ def test_what_the_random_reward_cannot_replace_is_refused():
         load_config(None, ["rollout.random_reward_p=0.3"])
     with pytest.raises(ConfigError, match=r"random_reward_p = 0.3 applies only.*'matched'"):
         load_config(None, ["rollout.random_reward=matched", "rollout.random_reward_p=0.3"])
-    with pytest.raises(ConfigError, match=r"random_reward.*environment 'guess' rewards each turn"):
-        load_config(None, ["env=guess", "rollout.random_reward=given"])
+    assert load_config(None, ["env=guess", "rollout.random_reward=given"]).rollout.random_reward == "given"  # see below
     with pytest.raises(ConfigError, match=r"random_reward.*'gdpo'.*reward components"):
         load_config(None, ["advantage=gdpo", "task.format_weight=0.1", "rollout.random_reward=given"])
     with pytest.raises(ConfigError, match=r"random_reward.*'remax'.*greedy answer"):
@@ -137,3 +136,56 @@ def test_a_data_parallel_rank_draws_what_one_process_draws_for_its_prompts(char)
     second = stage()
     second.shard = (1, 2)  # rank 1 of 2: prompts 4…7 of the step, numbered 0…3 in its own batch
     assert second.sample(3).rewards().tolist() == whole[16:]
+
+
+class Turns:
+    """An environment of three turns whatever is said: rewards 0.5, −0.25 and, on the last, 1 when
+    the prompt's number is even (prompts 0, 2, 4, 6 of the 8: their episodes total 1.25, the others 0.25)."""
+
+    max_turns = 3
+
+    def train_examples(self, n, rng):
+        from rllab.types import Example
+
+        return [Example(prompt=f"{i}+1=", answer=str(i + 1)) for i in range(n)]
+
+    def eval_examples(self):
+        return self.train_examples(2, None)
+
+    def start(self, example):
+        from rllab.rollout.environment import Step
+
+        even, turn = int(example.prompt.split("+")[0]) % 2 == 0, [0]
+
+        class Episode:
+            def step(self, text):
+                turn[0] += 1
+                if turn[0] < 3:
+                    return Step(observation=" again ", reward=0.5 if turn[0] == 1 else -0.25)
+                return Step(reward=1.0 if even else 0.0, done=True)
+
+        return Episode()
+
+    def demonstration(self, example):
+        return ["1"]
+
+
+def test_an_environments_episodes_train_on_the_draw_alone_at_its_solved_rate(char):  # noqa: F811
+    import torch
+
+    for mode in ("given", "matched"):
+        s = build_stage(env=Turns(), env_name="turns", backend=Echo(char), tokenizer=char, seed=4,
+                         config=RolloutConfig(prompts_per_step=8, group_size=4, random_reward=mode))
+        scored = s.sample(2)
+        m = scored.metrics
+        assert all(e.turns == 3 for e in scored.episodes)
+        assert m["rollout/true_reward"] == pytest.approx((4 * 1.25 + 4 * 0.25) / 8)  # the true score still counts
+        solved = m["rollout/accuracy"]
+        assert 0 < solved < 1
+        index = [c.prompt_index for c in scored.completions]
+        draws = random_rewards(4, 2, index, 0.5 if mode == "given" else solved)  # matched: the solved fraction
+        assert scored.rewards().tolist() == draws
+        # every turn's reward replaced: each row's token rewards hold its draw alone, on one token
+        placed = s.to_batch(scored).token_rewards
+        assert torch.allclose(placed.sum(-1), torch.tensor(draws))
+        assert int((placed != 0).sum()) == int(sum(draws))

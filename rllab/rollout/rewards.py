@@ -348,6 +348,15 @@ class RewardSet:
         return out
 
 
+def on_last_model_token(episode, reward: float) -> tuple[float, ...]:
+    """An episode's token rewards (:attr:`rllab.rollout.episodes.EpisodeResult.token_rewards`)
+    replaced by ``reward`` alone, on its last model token: a random reward replaces every turn's
+    reward of an environment's episode."""
+    model = episode.completion.model_mask or (True,) * len(episode.token_rewards)
+    last = max((i for i, m in enumerate(model) if m), default=-1)
+    return tuple(reward if i == last else 0.0 for i in range(len(episode.token_rewards)))
+
+
 def random_rewards(seed: int, step: int, prompt_index: Sequence[int], p: float) -> list[float]:
     """The spurious-rewards control (Shao et al. 2025, "Spurious Rewards: Rethinking Training
     Signals in RLVR", arXiv 2506.10947; slime's ``--rm-type random``): per sample a reward of 1

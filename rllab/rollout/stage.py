@@ -43,7 +43,7 @@ from rllab.rollout.episodes import EpisodeResult, EpisodeRunner
 from rllab.errors import RewardError, RllabError
 from rllab.rollout.evalmetrics import sampled_metrics
 from rllab.rollout.gate import gate, group_means, played_feedback
-from rllab.rollout.rewards import random_rewards
+from rllab.rollout.rewards import on_last_model_token, random_rewards
 from rllab.rollout.partial import for_stage
 from rllab.rollout.episode_stats import ERROR_ADVICE, check_step, episode_metrics
 from rllab.rollout.task_environment import EpisodeSource, episode_source
@@ -347,10 +347,16 @@ class RolloutStage:
         comps = [list(e.score) or [0.0] * len(names) for e in episodes]  # a failed episode has no score: zeros
         rewards = torch.tensor(raw, dtype=torch.float32)
         components = torch.tensor(comps, dtype=torch.float32).reshape(len(raw), len(names)) if names else None  # logged: the task's, whatever trains
+        solved_fn = self.solver()
+        solved = [e.error is None and solved_fn(examples[c.prompt_index], x, k)
+                  for e, c, x, k in zip(episodes, completions, raw, comps)]
         if r.random_reward != "off":  # the spurious-rewards control: training sees draws blind to the answers
             true_reward = rewards.mean().item()
-            rewards = self.random_rewards(step, completions, raw, keep, rank * P // world)
-            episodes = [attrs.evolve(e, reward=x, score=()) for e, x in zip(episodes, rewards.tolist())]
+            # an environment's base rate is its solved fraction (its rewards are per turn, of any scale)
+            rate = solved if self.source.multi_turn else raw
+            rewards = self.random_rewards(step, completions, rate, keep, rank * P // world)
+            episodes = [attrs.evolve(e, reward=x, score=(), token_rewards=on_last_model_token(e, x))
+                        for e, x in zip(episodes, rewards.tolist())]
         shaping = self.overlong_penalty(completions)
         scores = rewards + shaping
         index = torch.tensor([c.prompt_index for c in completions])
@@ -362,9 +368,6 @@ class RolloutStage:
         all_equal = (std == 0) & (count > 1)
         health = check_step(episodes, kind=self.kind, name=self.task_name, policy=r.reward_errors, limits=self.limits,
                             total=self.reducer.sum if world > 1 else None)
-        solved_fn = self.solver()
-        solved = [e.error is None and solved_fn(examples[c.prompt_index], x, k)
-                  for e, c, x, k in zip(episodes, completions, raw, comps)]
         metrics = {
             "rollout/reward": rewards.mean().item(),
             "rollout/score": scores.mean().item(),
@@ -408,7 +411,8 @@ class RolloutStage:
     def random_rewards(self, step: int, completions: Sequence[Completion], raw: Sequence[float], keep: Sequence[bool], offset: int) -> torch.Tensor:
         """(N,) float32: ``rollout.random_reward``'s Bernoulli draws (:func:`rllab.rollout.rewards.random_rewards`),
         prompts numbered over the whole step (``offset``: this rank's first); ``matched`` takes p
-        from the mean task reward of the samples whose reward did not fail."""
+        from the mean of ``raw`` over the samples whose reward did not fail (the task rewards, or an
+        environment's solved flags)."""
         r = self.config
         ok = [x for x, k in zip(raw, keep) if k]
         p = r.random_reward_p if r.random_reward == "given" else min(1.0, max(0.0, sum(ok) / len(ok) if ok else 0.0))
