@@ -171,7 +171,10 @@ def register_loss_aggregations(register):
     ``global_rows`` int, only for a mode registered with ``requires=("global_rows",)``: the
     number of rows of the whole minibatch, empty rows included.
 
-    Traits: ``padding_dependent=`` (per config) — why the aggregate depends on the padding width
+    Traits: ``divides_by_tokens=`` — True when the aggregate divides by a token count
+    (``global_tokens``), False when it ignores it (then the ``rl`` algorithm refuses a
+    ``token_count`` other than ``"minibatch"``), None (default): not declared.
+    ``padding_dependent=`` (per config) — why the aggregate depends on the padding width
     (a horizon of the mask width), or None: it does not, and the contract checks pad a batch and
     expect the same value.
     """

@@ -133,6 +133,13 @@ TRAITS: dict[str, dict[str, Trait]] = {
         ),
     },
     "loss_aggregation": {
+        "divides_by_tokens": Trait(
+            help="True: the aggregate divides by a token count (global_tokens when given), so a knob that changes that "
+            "count (the rl algorithm's token_count) acts on it; False: it ignores global_tokens (the knob is refused "
+            "with it); None: not declared (not checked).",
+            expected="True, False or None",
+            normalize=_optional(_bool),
+        ),
         "padding_dependent": Trait(
             help="why the aggregate depends on the padding width under a config (a horizon of the mask width), in a "
             "few words; None: it does not (the contract checks pad the batch and expect the same value).",

@@ -263,3 +263,15 @@ def test_entropy_mean_micro_batch_is_a_token_mean_whatever_the_aggregation(tmp_p
     assert all(e is None for _, e in seen)  # the default: the run's aggregation (not passed)
     with pytest.raises(ConfigError, match="entropy_mean = 'micro_batch' applies only with an entropy bonus"):
         load_config(None, ["algorithm.entropy_mean=micro_batch"])
+
+
+def test_a_token_count_an_aggregation_would_ignore_is_refused_when_the_run_is_built(tmp_path):
+    for agg in ("seq-mean-token-mean", "token-sum"):
+        with pytest.raises(ConfigError, match=rf"token_count = 'batch_mean'.*aggregation '{agg}' does not divide by tokens") as e:
+            Trainer(load_config(None, [*SMALL, "algorithm.token_count=batch_mean", f"aggregation={agg}"]), run_dir=tmp_path / agg,
+                    progress=False)
+        assert e.value.key == "token_count"
+    import rllab
+
+    lab = rllab.Lab()
+    assert lab.get("loss_aggregation", "token-mean").trait("divides_by_tokens") is True

@@ -187,11 +187,12 @@ def seq_mean_token_sum_norm(*, loss_mat, mask, config, global_tokens=None, globa
 
 @rllab.hookimpl
 def register_loss_aggregations(register):
-    register("token-mean", token_mean)
-    register("token-sum", token_sum)
-    register("seq-mean-token-sum", seq_mean_token_sum, config=SeqMeanConfig, requires=("global_rows",))
-    register("seq-mean-token-mean", seq_mean_token_mean, config=SeqMeanConfig, requires=("global_rows",))
+    register("token-mean", token_mean, divides_by_tokens=True)
+    register("token-sum", token_sum, divides_by_tokens=False)
+    register("seq-mean-token-sum", seq_mean_token_sum, config=SeqMeanConfig, requires=("global_rows",), divides_by_tokens=False)
+    register("seq-mean-token-mean", seq_mean_token_mean, config=SeqMeanConfig, requires=("global_rows",), divides_by_tokens=False)
     register(
         "seq-mean-token-sum-norm", seq_mean_token_sum_norm, config=SeqMeanTokenSumNormConfig, requires=("global_rows",),
         padding_dependent=lambda config: "horizon = None divides by the mask width T" if config.horizon is None else None,
+        divides_by_tokens=False,
     )

@@ -49,7 +49,7 @@ from rllab import ops
 from rllab.algorithm import OptimizerStep, RunContext, checked_loss, seed_for
 from rllab.models.forward import grouped_response_logprobs, response_log_sum_sq_probs
 
-from .rl_config import RLConfig
+from .rl_config import RLConfig, check_token_count
 
 __all__ = ["RL", "RLConfig", "Prepared", "Updated", "rl", "kl_times_ratio", "penalty_row_mean"]
 
@@ -157,6 +157,7 @@ class RL:
                 f"policy_loss {ctx.components['policy_loss'].name!r} corrects for the sampler itself (bypass mode): "
                 f"set correction = \"none\" (got {ctx.components['correction'].name!r}, which would be applied on top)"
             )
+        check_token_count(self.config, ctx.components["aggregation"])
         out = set()
         if "values" in ctx.components["advantage"].spec.requires:
             out.add("critic")

@@ -64,3 +64,13 @@ def _needs_kl_in(inst, attribute, value, default, kl_in: str) -> None:
 def _needs_entropy(inst, attribute, value) -> None:
     if value != "aggregation" and inst.entropy_coef == 0:
         raise ValueError(f"{attribute.name} = {value!r} applies only with an entropy bonus (entropy_coef is 0)")
+
+
+def check_token_count(config: RLConfig, aggregation) -> None:
+    """Refuse a ``token_count`` the run's aggregation would ignore (it declares ``divides_by_tokens = False``)."""
+    if config.token_count != "minibatch" and aggregation.trait("divides_by_tokens") is False:
+        raise rllab.ConfigError(
+            f"algorithm.token_count = {config.token_count!r} changes the token count a loss divides by, but aggregation "
+            f"{aggregation.name!r} does not divide by tokens, so it would have no effect: use a token-mean aggregation, "
+            f"or token_count = 'minibatch'", key="token_count",
+        )
