@@ -108,6 +108,14 @@ def test_trl_missing_says_how_to_install(capsys, monkeypatch):
 needs_trl = pytest.mark.skipif(not HAS_TRL, reason="TRL is not installed (pip install --no-deps trl==1.16.0, or the 'trl' extra)")
 
 
+def _agrees(capsys, tmp_path, yaml: str, optimizer_steps: int, generations: int = 2) -> None:
+    """``rllab crosscheck trl`` of the TRL config ``yaml`` agrees over that many optimizer steps."""
+    src = tmp_path / "trl.yaml"
+    src.write_text(yaml)
+    code, out, err = run(capsys, "crosscheck", "trl", str(src), "--steps", str(generations))
+    assert code == 0 and f"agree: {optimizer_steps} optimizer steps" in out, out + err[-2000:]
+
+
 @needs_trl
 def test_default_trl_config_agrees_step_for_step(capsys):
     code, out, err = run(capsys, "crosscheck", "trl", str(EXAMPLES / "trl_grpo.yaml"), "--steps", "2")
@@ -120,10 +128,7 @@ def test_default_trl_config_agrees_step_for_step(capsys):
 def test_several_optimizer_steps_per_generation_agree_with_a_decaying_lr(capsys, tmp_path):
     # GSPO: steps_per_generation 4 (2 optimizer steps per generation with gradient accumulation 2),
     # TRL's default linear schedule moving every optimizer step
-    src = tmp_path / "gspo.yaml"
-    src.write_text((EXAMPLES / "trl_gspo.yaml").read_text().replace("gradient_accumulation_steps: 1", "gradient_accumulation_steps: 2"))
-    code, out, err = run(capsys, "crosscheck", "trl", str(src), "--steps", "2")
-    assert code == 0 and "agree: 4 optimizer steps" in out, out + err[-2000:]
+    _agrees(capsys, tmp_path, (EXAMPLES / "trl_gspo.yaml").read_text().replace("gradient_accumulation_steps: 1", "gradient_accumulation_steps: 2"), 4)
 
 
 def test_the_import_follows_trls_split_normaliser_and_schedule():
@@ -149,11 +154,8 @@ def test_dapo_over_several_optimizer_steps_and_iterations_agrees(capsys, tmp_pat
     # TRL's dapo loss divides every optimizer step by the batch's average tokens per step
     # (algorithm.token_count = "batch_mean") and keeps one split over its iterations
     # (algorithm.minibatch_order = "once"); cosine schedule per optimizer step
-    src = tmp_path / "dapo.yaml"
-    src.write_text("loss_type: dapo\ngradient_accumulation_steps: 2\nsteps_per_generation: 4\nper_device_train_batch_size: 8\n"
-                   "num_generations: 4\nmax_completion_length: 8\nnum_iterations: 2\nlr_scheduler_type: cosine\nlearning_rate: 1.0e-5\n")
-    code, out, err = run(capsys, "crosscheck", "trl", str(src), "--steps", "2")
-    assert code == 0 and "agree: 8 optimizer steps" in out, out + err[-2000:]
+    _agrees(capsys, tmp_path, "loss_type: dapo\ngradient_accumulation_steps: 2\nsteps_per_generation: 4\nper_device_train_batch_size: 8\n"
+            "num_generations: 4\nmax_completion_length: 8\nnum_iterations: 2\nlr_scheduler_type: cosine\nlearning_rate: 1.0e-5\n", 8)
 
 
 @needs_trl
@@ -208,17 +210,12 @@ def test_a_kl_term_and_an_entropy_bonus_agree(capsys, tmp_path):
     # beta > 0: TRL's reference is the initial model (rllab's side gets one too); entropy_coef: TRL's
     # per-micro-batch token mean (algorithm.entropy_mean = "micro_batch"); the loss compared is the one
     # backpropagated, with both terms
-    src = tmp_path / "kl.yaml"
-    src.write_text("loss_type: grpo\nbeta: 0.04\nentropy_coef: 0.05\ngradient_accumulation_steps: 2\nsteps_per_generation: 4\n"
-                   "per_device_train_batch_size: 4\nnum_generations: 4\nmax_completion_length: 8\nlearning_rate: 1.0e-5\n")
-    code, out, err = run(capsys, "crosscheck", "trl", str(src), "--steps", "2")
-    assert code == 0 and "agree: 4 optimizer steps" in out, out + err[-2000:]
+    _agrees(capsys, tmp_path, "loss_type: grpo\nbeta: 0.04\nentropy_coef: 0.05\ngradient_accumulation_steps: 2\nsteps_per_generation: 4\n"
+            "per_device_train_batch_size: 4\nnum_generations: 4\nmax_completion_length: 8\nlearning_rate: 1.0e-5\n", 4)
 
 
 @needs_trl
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo", "bnpo", "dr_grpo", "cispo", "sapo", "vespo", "luspo"])
 def test_every_loss_type_agrees_over_iterations_and_minibatches(capsys, tmp_path, loss_type):
-    src = tmp_path / f"{loss_type}.yaml"
-    src.write_text(f"loss_type: {loss_type}\nsteps_per_generation: 2\nnum_iterations: 2\nmax_completion_length: 8\nlearning_rate: 1.0e-5\n")
-    code, out, err = run(capsys, "crosscheck", "trl", str(src), "--steps", "2")
-    assert code == 0 and "agree: 8 optimizer steps" in out, out + err[-2000:]
+    _agrees(capsys, tmp_path, f"loss_type: {loss_type}\nsteps_per_generation: 2\nnum_iterations: 2\nmax_completion_length: 8\n"
+            "learning_rate: 1.0e-5\n", 8)
