@@ -33,8 +33,8 @@ or exactly over the teacher's ``topk`` most likely tokens ``K`` at each position
     forward_topk   loss_t = Σ_{v∈K} p_v·(P_v − S_v)   KL(π_t ‖ π_s) over K alone (verl's
                    distillation loss_mode forward_kl_topk): it raises the student's mass on K.
 
-The exact forms take one more forward of the student per micro-batch, with its (rows, T, V)
-log-probs in memory, and log ``distill/teacher_mass`` and ``distill/student_mass`` (the mass of K
+The exact forms read the student's sampled-token log-probs, entropies and top-k log-probs from one
+forward that keeps its (rows, T, V) log-probs in memory (not the fused log-prob kernels), and log ``distill/teacher_mass`` and ``distill/student_mass`` (the mass of K
 under each). Every estimate is
 aggregated by the run's ``aggregation`` and weighted by ``kl_coef``. ``with_rl = False`` trains on
 that alone (the task's rewards are still sampled and logged); ``True`` adds it to the RL loss.
@@ -160,6 +160,8 @@ class OPD(RL):
     """On-policy distillation: the RL step with a teacher's reverse KL in the loss."""
 
     async_rollouts = False
+    _student_full: torch.Tensor | None = None
+    """The exact top-k KL: the micro-batch's (rows, T, V) log-probs, from policy_forward to extra_loss."""
 
     @property
     def policy_loss_coef(self) -> float:
@@ -171,6 +173,20 @@ class OPD(RL):
 
             check_temperature(self.config.teacher, ctx.config.rollout.temperature)
         return super().needs(ctx)
+
+    def policy_forward(self, ctx, p, rows):
+        """With the exact top-k KL: one forward gives the whole distribution, from which the sampled
+        tokens' log-probs and the entropies are read and which :meth:`extra_loss` takes (kept for it)."""
+        if p.teacher_topk is None:
+            return super().policy_forward(ctx, p, rows)
+        batch = p.batch
+        with ctx.autocast():
+            full = response_log_softmax(ctx.policy, batch.input_ids[rows], batch.attention_mask[rows], batch.response_length,
+                                        temperature=ctx.config.rollout.temperature)
+        self._student_full = full
+        log_prob = full.gather(-1, batch.input_ids[rows][:, -batch.response_length:, None]).squeeze(-1)
+        entropy = -(full.exp() * full).sum(-1)
+        return log_prob, entropy
 
     def prepare(self, ctx, batch, extra=None):
         prepared, metrics = super().prepare(ctx, batch, extra)
@@ -233,10 +249,7 @@ class OPD(RL):
             loss = agg(reverse_kl_loss(log_prob, t, self.config.estimator), mask)
         else:
             values, ids = (x[rows] for x in p.teacher_topk)
-            batch = p.batch
-            with ctx.autocast():
-                full = response_log_softmax(ctx.policy, batch.input_ids[rows], batch.attention_mask[rows], batch.response_length,
-                                            temperature=ctx.config.rollout.temperature)
+            full, self._student_full = self._student_full, None  # policy_forward's, for these rows
             student = full.gather(-1, ids)
             out["distill/teacher_mass"] = ops.masked_mean(values.exp().sum(-1), mask).item()
             out["distill/student_mass"] = ops.masked_mean(student.detach().exp().sum(-1), mask).item()

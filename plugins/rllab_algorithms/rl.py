@@ -333,11 +333,12 @@ class RL:
                 for rows in mb.split(micro):
                     # "micro_batch" (token_count, entropy_mean): this micro-batch's own token mean, averaged
                     # over the micro-batches and ranks
-                    own = max(1, int(p.mask[rows].sum())) * n_micro * red.world_size
+                    rows_tokens = int(p.mask[rows].sum())
+                    own = max(1, rows_tokens) * n_micro * red.world_size
                     micro_agg = partial(_aggregate, aggregation, **{**counts, "global_tokens": own}) if c.token_count == "micro_batch" else agg
                     extra = {"entropy_agg": partial(_token_mean, tokens=own)} if c.entropy_mean == "micro_batch" else {}
                     m, kl = self.micro_loss(ctx, p, rows, micro_agg, **extra)
-                    token_share = int(p.mask[rows].sum()) / mb_tokens
+                    token_share = rows_tokens / mb_tokens
                     if kl is not None:
                         mb_kl = (mb_kl or 0.0) + kl * token_share * red.world_size
                     for k, v in m.items():
@@ -358,6 +359,10 @@ class RL:
         out["time/update"] = time.perf_counter() - t0
         return Updated(metrics=out, policy_ref_kl=sum(kl_sums) / len(kl_sums) if kl_sums else None)
 
+    def policy_forward(self, ctx: RunContext, p: Prepared, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The micro-batch's (log-probs of the sampled tokens, entropies), each (rows, T), with their gradients."""
+        return _logprobs(ctx, ctx.policy, p.batch, rows, with_entropy=True)
+
     def micro_loss(self, ctx: RunContext, p: Prepared, rows: torch.Tensor, agg, entropy_agg=None) -> tuple[dict, float | None]:
         """Forward and backward of one micro-batch; returns its metrics (losses as floats) and, on
         an on-policy step with a reference, its ``old − ref`` KL (mean over its valid tokens)."""
@@ -365,7 +370,7 @@ class RL:
         batch = p.batch
         mask = p.mask[rows]
         correction = comps["correction"]
-        log_prob, entropy = _logprobs(ctx, ctx.policy, batch, rows, with_entropy=True)
+        log_prob, entropy = self.policy_forward(ctx, p, rows)
         out: dict[str, float] = {}
         policy_ref = None
         if p.old_log_prob is None:  # this forward's log-probs against the sampler's (update() keeps the first minibatch's)
