@@ -216,7 +216,21 @@ def _needs_continue(inst, name: str, value) -> None:
                          f"sample carries tokens of an earlier step)")
 
 
+def _schedule_shape(inst, name: str, value, default) -> None:
+    """A schedule setting refused where it would change nothing: no warm-up to shape, nothing to count."""
+    if value == default:
+        return
+    if name == "lr_warmup" and inst.warmup_steps == 0:
+        raise ValueError(f"{name} = {value!r} shapes the warm-up, but warmup_steps is 0: set warmup_steps, or leave {name}")
+    if name == "lr_schedule_unit" and inst.lr_schedule == "constant" and inst.warmup_steps == 0:
+        raise ValueError(f"{name} = {value!r}: a constant schedule without warm-up never moves the rate, so there is "
+                         f"nothing to count; leave {name}, or set lr_schedule / warmup_steps")
+
+
 def _horizon_in_unit(inst, name: str, value) -> None:
+    if value > 0 and inst.lr_schedule == "constant":
+        raise ValueError(f"{name} = {value}: a constant schedule has no decay to give a length; leave {name} at 0 or set "
+                         f"lr_schedule = 'linear' or 'cosine'")
     if value == 0 and inst.lr_schedule_unit == "optimizer_step" and inst.lr_schedule != "constant":
         raise ValueError(f"{name} = 0 with lr_schedule_unit = 'optimizer_step' and lr_schedule = {inst.lr_schedule!r}: "
                          f"the decay's length in optimizer steps is not known before the run; set {name} to the run's "
@@ -240,6 +254,7 @@ class TrainConfig:
         "then_decay, step/warmup_steps during the warm-up, then the decay runs from warmup_steps to the end "
         "(transformers' and verl's schedules)",
         choices=("scaled", "then_decay"),
+        validator=lambda i, a, v: _schedule_shape(i, a.name, v, "scaled"),
     )
     lr_schedule_unit: str = knob(
         "step",
@@ -247,6 +262,7 @@ class TrainConfig:
         "optimizer_step, every optimizer step, as transformers' Trainer (warmup_steps and lr_schedule_steps count "
         "optimizer steps, so the optimizer steps of one training step get rates of their own)",
         choices=("step", "optimizer_step"),
+        validator=lambda i, a, v: _schedule_shape(i, a.name, v, "step"),
     )
     lr_schedule_steps: int = knob(
         0,

@@ -198,8 +198,8 @@ def test_then_decay_matches_transformers_schedulers(schedule, hf):
 
     opt = _optimizer()
     ref = get_scheduler(hf, opt, num_warmup_steps=3, num_training_steps=10)
-    t = TrainConfig(lr=1.0, lr_schedule=schedule, warmup_steps=3, lr_schedule_unit="optimizer_step", lr_schedule_steps=10,
-                    lr_warmup="then_decay")
+    t = TrainConfig(lr=1.0, lr_schedule=schedule, warmup_steps=3, lr_schedule_unit="optimizer_step",
+                    lr_schedule_steps=0 if schedule == "constant" else 10, lr_warmup="then_decay")  # a constant has no decay length
     ours = lr_scheduler(_optimizer(), t)
     for k in range(11):  # to the horizon (past it transformers' cosine rises again; rllab's stays at 0)
         assert ours.get_last_lr()[0] == pytest.approx(ref.get_last_lr()[0], abs=1e-12), k
@@ -275,3 +275,15 @@ def test_a_token_count_an_aggregation_would_ignore_is_refused_when_the_run_is_bu
 
     lab = rllab.Lab()
     assert lab.get("loss_aggregation", "token-mean").trait("divides_by_tokens") is True
+
+
+def test_schedule_settings_that_would_change_nothing_are_refused():
+    for knobs, words in (
+        (["train.lr_warmup=then_decay", "train.warmup_steps=0"], "lr_warmup = 'then_decay' shapes the warm-up, but warmup_steps is 0"),
+        (["train.lr_schedule=constant", "train.lr_schedule_steps=100"], "lr_schedule_steps = 100: a constant schedule has no decay"),
+        (["train.lr_schedule=constant", "train.warmup_steps=0", "train.lr_schedule_unit=optimizer_step"],
+         "a constant schedule without warm-up never moves the rate"),
+    ):
+        with pytest.raises(ConfigError, match=words):
+            load_config(None, knobs)
+    load_config(None, ["train.lr_warmup=then_decay"])  # the default warm-up of 10 steps: it shapes them

@@ -250,9 +250,22 @@ def _optimizer(t: Translation, c: dict, raw: Mapping, minibatches: int) -> None:
             t.refuse("warmup_steps", "a warm-up ratio needs max_steps to become a number of steps")
             return
         warm = math.ceil(warm * c["max_steps"])
+    if kind == "constant" and warm:  # transformers' get_constant_schedule takes no warm-up
+        t.set("train", "warmup_steps", 0, "warmup_steps", "lr_scheduler_type",
+              how="transformers' 'constant' schedule ignores the warm-up ('constant_with_warmup' has one)")
+        warm = 0
+    else:
+        t.set("train", "warmup_steps", math.ceil(warm), "warmup_steps", how="optimizer steps")
+    if warm:
+        t.set("train", "lr_warmup", "then_decay", "lr_scheduler_type",
+              how="transformers' rate rises as step/warmup_steps, then decays over the rest")
+    if schedules.get(kind) == "constant" and not warm:
+        return  # the rate never moves: nothing to count
     # transformers' schedule moves every optimizer step: so does the imported one
     t.set("train", "lr_schedule_unit", "optimizer_step", "lr_scheduler_type",
           how="transformers' Trainer steps its schedule after every optimizer step")
+    if schedules.get(kind) == "constant":
+        return  # a warm-up, then constant: no decay to give a length
     if steps is not None:
         t.set("train", "lr_schedule_steps", c["max_steps"], "max_steps", how="the decay's length in optimizer steps")
     else:
@@ -262,13 +275,6 @@ def _optimizer(t: Translation, c: dict, raw: Mapping, minibatches: int) -> None:
         t.set("train", "lr_schedule_steps", default * per_step,
               how=f"max_steps not given (TRL runs num_train_epochs over its data set): rllab's train.steps ({default}) × "
                   f"{per_step} optimizer steps per rollout step; set it again when you change train.steps")
-    if kind == "constant" and warm:  # transformers' get_constant_schedule takes no warm-up
-        t.set("train", "warmup_steps", 0, "warmup_steps", "lr_scheduler_type",
-              how="transformers' 'constant' schedule ignores the warm-up ('constant_with_warmup' has one)")
-    else:
-        t.set("train", "warmup_steps", math.ceil(warm), "warmup_steps", how="optimizer steps")
-    t.set("train", "lr_warmup", "then_decay", "lr_scheduler_type",
-          how="transformers' rate rises as step/warmup_steps, then decays over the rest")
 
 
 def _sampling(t: Translation, c: dict) -> None:
