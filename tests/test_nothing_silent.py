@@ -401,3 +401,17 @@ def test_the_summary_names_the_components_a_schedule_switched_to(tmp_path, capsy
     parts = {"advantage": "grpo", "policy_loss": "ppo_clip", "preference_loss": "dpo"}
     later = [type("E", (), {"step": 5, "set": {"policy_loss.name": "cispo"}}), type("E", (), {"step": 9, "set": {"advantage": "rloo"}})]
     assert components_used("rl", timeline(parts, later, total=8)) == "rl: grpo + ppo_clip → grpo + cispo from step 5"
+
+
+def test_extending_a_run_whose_decay_has_its_own_length_asks_for_the_new_length(tmp_path):
+    """More train.steps on --resume would leave the extra steps at the rate a fixed-length decay
+    ended on (0): refused until train.lr_schedule_steps says where the decay now ends."""
+    run = tmp_path / "run"
+    sched = ["train.lr_schedule=linear", "train.warmup_steps=0", "train.lr_schedule_steps=2"]
+    assert cli("run", *SMALL, "train.steps=2", *sched, "--run-dir", run, "-q").returncode == 0
+    r = cli("run", "--resume", run, "train.steps=3", "-q")
+    assert r.returncode == 1 and "train.lr_schedule_steps = 2" in r.stderr and "give train.lr_schedule_steps=N" in r.stderr
+    r = cli("run", "--resume", run, "train.steps=3", "train.lr_schedule_steps=3", "-q")
+    assert r.returncode == 0, r.stderr
+    lrs = [x["optim/lr"] for x in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "optim/lr" in x]
+    assert lrs[-1] == pytest.approx(0.0) and lrs[1] == pytest.approx(0.0)  # each decay ends at its length: 2, then 3

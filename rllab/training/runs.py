@@ -41,7 +41,8 @@ from rllab.training.rundir import (  # noqa: F401  (re-exported: the run directo
 )
 from rllab.training.trainer import Trainer, resolve_device, run_experiment  # noqa: F401  (run_experiment: re-exported)
 
-RESUMABLE_SETTINGS = ("train.steps", "train.eval_every", "train.checkpoint_every", "train.eval_size", "train.eval_samples")
+RESUMABLE_SETTINGS = ("train.steps", "train.lr_schedule_steps", "train.eval_every", "train.checkpoint_every", "train.eval_size",
+                      "train.eval_samples")
 """Settings an ``--resume`` may change: the rest would make the resumed run differ from the original."""
 
 RESUME_LOG = "resumes.jsonl"
@@ -55,7 +56,8 @@ def resume_run(run_dir: Path, *, lab: Lab | None = None, overrides: list[str] = 
     is written from the final evaluation the checkpoint holds, nothing is trained or evaluated again.
 
     ``overrides`` may change only :data:`RESUMABLE_SETTINGS` — ``train.steps=N`` extends a run
-    (the LR schedule then runs over the new total) — and the :data:`DEPLOYMENT_SETTINGS` (where
+    (the LR schedule then runs over the new total; a decay with a length of its own,
+    ``train.lr_schedule_steps``, needs that given too) — and the :data:`DEPLOYMENT_SETTINGS` (where
     the servers are, timeouts, device placement within a kind of device), each change of which is
     printed, appended to :data:`RESUME_LOG` and written into ``config.toml``; anything else is
     refused, naming it, since the resumed run would no longer be the one recorded.
@@ -83,7 +85,9 @@ def resume_run(run_dir: Path, *, lab: Lab | None = None, overrides: list[str] = 
                 key="strategy",
             ) from None
         raise
-    changes = _deployment_changes(load_config(cfg_path, [], lab=lab), cfg, [k for k, _ in pairs if k in DEPLOYMENT_SETTINGS])
+    recorded = load_config(cfg_path, [], lab=lab)
+    _check_schedule_extends(recorded.train, cfg.train, given={k for k, _ in pairs})
+    changes = _deployment_changes(recorded, cfg, [k for k, _ in pairs if k in DEPLOYMENT_SETTINGS])
     reducer = placement.start(cfg.model, device_type=resolve_device(cfg.model.device).type)
     _, lock = claim_on_main(reducer, lambda: (run_dir, runlock.acquire(run_dir)))
     try:
@@ -91,6 +95,19 @@ def resume_run(run_dir: Path, *, lab: Lab | None = None, overrides: list[str] = 
     finally:
         if lock is not None:
             lock.release()
+
+
+def _check_schedule_extends(recorded, train, *, given: set[str]) -> None:
+    """A run extended with more ``train.steps`` whose decay has a length of its own
+    (``train.lr_schedule_steps``) must say where the decay now ends: left as it is, the extra
+    steps would train at the rate the decay ended on (0), silently."""
+    decays = recorded.lr_schedule != "constant" and recorded.lr_schedule_steps > 0
+    if decays and train.steps > recorded.steps and "train.lr_schedule_steps" not in given:
+        raise RllabError(
+            f"--resume train.steps={train.steps}: this run's {recorded.lr_schedule} decay has a length of its own, "
+            f"train.lr_schedule_steps = {recorded.lr_schedule_steps} ({recorded.lr_schedule_unit}s), and ends there; give "
+            f"train.lr_schedule_steps=N with train.steps (the new length, or {recorded.lr_schedule_steps} to keep it)"
+        )
 
 
 def _resume(run_dir: Path, cfg, changes: dict, *, lab: Lab, progress: bool, is_main: bool) -> dict:
