@@ -109,6 +109,22 @@ def test_evaluate_reports_greedy_only_by_default_and_sampled_metrics_when_asked(
     assert backend.calls[-1].seed == sampled.seed  # every evaluation draws alike
 
 
+def test_evaluate_keeps_each_held_out_problem_in_order():
+    stage, _ = _stage([0, 1, 4, 2])
+    stage.evaluate(10)
+    assert stage.eval_problems == {"solved": [1, 1, 1, 1], "reward": [1.0, 1.0, 1.0, 1.0]}  # greedy answers "1"
+    stage.evaluate(3, samples=4)
+    assert stage.eval_problems == {"solved": [1, 1, 1], "reward": [1.0, 1.0, 1.0], "sampled_correct": [0, 1, 4], "samples": 4}
+
+
+def test_held_out_order_merges_rank_shares_back():
+    from rllab.rollout.stage import held_out_order
+
+    # 5 problems over 2 ranks: rank 0 held 0, 2, 4 and rank 1 held 1, 3
+    assert held_out_order([["a", "c", "e"], ["b", "d"]]) == ["a", "b", "c", "d", "e"]
+    assert held_out_order([[1, 2]]) == [1, 2]
+
+
 def test_a_run_evaluates_a_separate_file_with_samples(tmp_path, model_cache):
     from rllab.config import load_config
     from rllab.training.trainer import run_experiment
@@ -129,6 +145,13 @@ def test_a_run_evaluates_a_separate_file_with_samples(tmp_path, model_cache):
         assert r["eval/n"] == 6.0  # the eval_path file's rows
         assert {"eval/mean@3", "eval/pass@2", "eval/pass@3"} <= set(r)
         assert 0.0 <= r["eval/mean@3"] <= r["eval/pass@2"] <= r["eval/pass@3"] <= 1.0
+    problems = [json.loads(x) for x in (tmp_path / "run" / "eval_problems.jsonl").read_text().splitlines()]
+    assert [p["step"] for p in problems] == [r["step"] for r in evals]
+    for p, r in zip(problems, evals):  # the per-problem record averages to the logged means
+        assert len(p["solved"]) == len(p["sampled_correct"]) == 6 and p["samples"] == 3
+        assert sum(p["solved"]) / 6 == pytest.approx(r["eval/accuracy"])
+        assert sum(p["reward"]) / 6 == pytest.approx(r["eval/reward"])
+        assert sum(c / 3 for c in p["sampled_correct"]) / 6 == pytest.approx(r["eval/mean@3"])
 
 
 def test_jsonl_eval_path_holds_out_that_file_and_names_contradicting_rows(lab, tmp_path):

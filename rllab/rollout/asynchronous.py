@@ -365,6 +365,11 @@ class AsyncRollout:
         """The stage's last evaluation's greedy episodes."""
         return getattr(self.stage, "eval_episodes", [])
 
+    @property
+    def eval_problems(self) -> dict | None:
+        """The stage's last evaluation per held-out problem."""
+        return getattr(self.stage, "eval_problems", None)
+
     # -- checkpoints
 
     def state_dict(self, step: int) -> dict:

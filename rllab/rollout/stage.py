@@ -461,12 +461,21 @@ class RolloutStage:
         }
         if self.source.multi_turn:
             metrics["eval/turns"] = red.sum(float(sum(e.turns for e in episodes))) / n
+        solved, reward = [0] * len(examples), [0.0] * len(examples)
+        for e in episodes:
+            solved[e.completion.prompt_index] = int(self._solved_episode(e))
+            reward[e.completion.prompt_index] = float(e.reward)
+        correct = None
         if samples > 0:
             params = attrs.evolve(self.sampling_params(0, n=samples), seed=seed_for(self.seed, 0, 5))
             correct = [0] * len(examples)
             for e in (self.play(examples, params) if examples else []):
                 correct[e.completion.prompt_index] += self._solved_episode(e)
             metrics.update(sampled_metrics([k for share in red.gather(correct) for k in share], samples))
+        self.eval_problems = {"solved": held_out_order(red.gather(solved)), "reward": held_out_order(red.gather(reward)),
+                              **({"sampled_correct": held_out_order(red.gather(correct)), "samples": samples} if correct is not None else {})}
+        """The last evaluation per held-out problem, in the held-out set's order: greedy ``solved``
+        (0/1) and ``reward``, and with samples each problem's count of solved samples."""
         metrics["time/eval"] = time.perf_counter() - t0
         return metrics
 
@@ -484,6 +493,16 @@ def build_stage(*, task: Any = None, env: Any = None, task_name: str = "?", env_
     source = episode_source(task=task, env=env, name=env_name or task_name, config=kw["config"],
                             tokenizer=kw.get("tokenizer"), context_tokens=context_tokens)
     return RolloutStage(source, **kw)
+
+
+def held_out_order(shares: Sequence[Sequence]) -> list:
+    """Per-rank shares of a per-example list (rank R held examples R, R + W, R + 2W, …) merged back
+    into the held-out set's order."""
+    W = len(shares)
+    out = [None] * sum(len(s) for s in shares)
+    for r, share in enumerate(shares):
+        out[r::W] = list(share)
+    return out
 
 
 def _lengths_by_outcome(lengths: torch.Tensor, solved: Sequence[bool]) -> dict[str, float]:

@@ -37,6 +37,9 @@ from rllab.training import runlock
 from rllab.errors import ConfigError, RllabError
 
 CONFIG_FILE = "config.toml"
+EVAL_PROBLEMS_FILE = "eval_problems.jsonl"
+"""Each held-out evaluation per problem, one JSON line per evaluation: ``step``, greedy ``solved`` (0/1) and
+``reward`` in the held-out order, and with ``train.eval_samples`` the ``sampled_correct`` counts of ``samples``."""
 
 DEPLOYMENT_SETTINGS = (
     # where the rollout servers are and how they are reached (the sglang backend)

@@ -57,7 +57,7 @@ from rllab.rollout.prompt_limits import PromptLimits
 from rllab.rollout.stage import RolloutStage
 from rllab.rollout.task_environment import episode_source
 from rllab.config_checks import check_backend_device
-from rllab.training.rundir import CONFIG_FILE, recorded_config, start_run, with_deployment
+from rllab.training.rundir import CONFIG_FILE, EVAL_PROBLEMS_FILE, recorded_config, start_run, with_deployment
 from rllab.specs import Component
 from rllab.parallel.distributed import resolve_device  # noqa: F401  (re-exported: where it was)
 
@@ -368,6 +368,10 @@ class Trainer:
         rollout = self.prefetch or self.rollout
         metrics = rollout.evaluate(self.cfg.train.eval_size, samples=self.cfg.train.eval_samples)
         self.history.append({"step": self.step, **metrics})
+        problems = getattr(rollout, "eval_problems", None)
+        if problems and self.placement.speaks:  # per held-out problem, for intervals over problems (EVAL_PROBLEMS_FILE)
+            with (self.run_dir / EVAL_PROBLEMS_FILE).open("a") as f:
+                f.write(json.dumps({"step": self.step, **problems}) + "\n")
         self.hook.on_eval_end(step=self.step, metrics=dict(metrics), run_dir=self.run_dir)
         episodes = getattr(rollout, "eval_episodes", None)
         takers = getattr(getattr(self.hook, "on_eval_samples", None), "get_hookimpls", None)
