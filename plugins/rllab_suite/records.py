@@ -1,5 +1,5 @@
 """One run's record for a report (:class:`RunRecord`), read from its directory alone
-(``config.toml``, ``metrics.jsonl``, ``final.json``, ``error.txt``) by :func:`read_run`; the
+(``config.toml``, ``metrics.jsonl``, ``eval_problems.jsonl``, ``final.json``, ``error.txt``) by :func:`read_run`; the
 reports (:mod:`rllab_suite.report`) and plots (:mod:`rllab_suite.plots`) are made from these.
 """
 
@@ -40,6 +40,44 @@ class RunRecord:
     """Training compute per step: ``tokens`` and ``seconds`` -> {step: value} (``rollout/tokens``, ``time/step``)."""
     pass_at: dict = attrs.field(factory=dict)
     """Sampled evaluation (``train.eval_samples``): eval step -> {k: pass@k}, pass@1 being ``eval/mean@n``."""
+    eval_n: int | None = None
+    """Held-out problems per evaluation (``eval/n``): one problem is worth 1/eval_n of the accuracy."""
+    problems: dict = attrs.field(factory=dict)
+    """Per held-out problem (``eval_problems.jsonl``; empty for runs that predate it): eval step ->
+    {"solved": [0/1 …], "reward": […], and with samples "sampled_correct": [counts], "samples": n}."""
+
+    def metric_value(self, metric: str) -> float:
+        """A claim's metric (:data:`rllab_suite.verdicts.METRICS` or ``pass@K``) of this run: its
+        final or AUC held-out accuracy or reward, or pass@K at its last evaluation; NaN when absent."""
+        if metric.startswith("pass@"):
+            k = int(metric[5:])
+            return float(self.pass_at.get(self.steps[-1], {}).get(k, math.nan)) if self.steps and self.status == "done" else math.nan
+        kind, _, name = metric.partition("_")
+        return getattr(self, kind)(name)
+
+    def problem_values(self, metric: str) -> list[float] | None:
+        """The metric per held-out problem (its mean over problems is :meth:`metric_value`): final
+        greedy solved or reward at the last evaluation, their AUC over the evaluations, or pass@K
+        from the last evaluation's sampled counts; None where the run did not record them at every
+        evaluation."""
+        if self.status != "done" or not self.steps or any(s not in self.problems for s in self.steps):
+            return None
+        last = self.problems[self.steps[-1]]
+        if metric.startswith("pass@"):
+            from rllab.rollout.evalmetrics import pass_at_k
+
+            k, n = int(metric[5:]), last.get("samples", 0)
+            if "sampled_correct" not in last or not 1 <= k <= n:
+                return None
+            return [pass_at_k(n, c, k) for c in last["sampled_correct"]]
+        kind, _, name = metric.partition("_")
+        key = "solved" if name == "accuracy" else "reward"
+        if kind == "final":
+            return [float(v) for v in last[key]]
+        rows = [self.problems[s][key] for s in self.steps]
+        if len({len(r) for r in rows}) != 1:
+            return None
+        return [stats.auc(self.steps, [row[i] for row in rows]) for i in range(len(rows[0]))]
 
     def compute(self, kind: str) -> list[float]:
         """The ``kind`` (``tokens``/``seconds``) spent up to each eval step: the sum over the training
@@ -87,6 +125,7 @@ def read_run(run_dir: Path, *, variant: str = "", task: str = "", seed: int | No
     tracked: dict[str, dict] = {m: {} for m in track}
     cost: dict[str, dict] = {"tokens": {}, "seconds": {}}
     pass_at: dict[int, dict] = {}
+    eval_n = None
     metrics = run_dir / "metrics.jsonl"
     if metrics.is_file():
         for line in metrics.read_text().splitlines():
@@ -99,6 +138,7 @@ def read_run(run_dir: Path, *, variant: str = "", task: str = "", seed: int | No
                 steps.append(row["step"])
                 acc.append(row["eval/accuracy"])
                 rew.append(row.get("eval/reward", math.nan))
+                eval_n = int(row["eval/n"]) if "eval/n" in row else eval_n
             if "rollout/reward" in row:
                 train_max = max(train_max, row["rollout/reward"])
             if "time/step" in row:
@@ -112,6 +152,12 @@ def read_run(run_dir: Path, *, variant: str = "", task: str = "", seed: int | No
             for m in track:
                 if m in row and "step" in row:
                     tracked[m][row["step"]] = float(row[m])
+    problems: dict[int, dict] = {}
+    if (run_dir / "eval_problems.jsonl").is_file():  # a step evaluated twice (a resume) keeps its last
+        for line in (run_dir / "eval_problems.jsonl").read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                problems[row.pop("step")] = row
     error = (run_dir / "error.txt").read_text() if (run_dir / "error.txt").is_file() else ""
     if (run_dir / "final.json").is_file():
         status = "done"
@@ -125,4 +171,5 @@ def read_run(run_dir: Path, *, variant: str = "", task: str = "", seed: int | No
         run_dir=str(run_dir), variant=variant, task=task, seed=seed, status=status, steps=steps, accuracy=acc, reward=rew,
         train_reward_max=train_max if train_max > -math.inf else math.nan, error=error.strip().splitlines()[-1] if error.strip() else "",
         train={m: (sorted(d), [d[k] for k in sorted(d)]) for m, d in tracked.items() if d}, cost=cost, pass_at=pass_at,
+        problems=problems, eval_n=eval_n,
     )

@@ -14,7 +14,7 @@ import math
 import tomllib
 from pathlib import Path
 
-from rllab_suite import controls as controls_, entropy_law, fits as fits_, stats
+from rllab_suite import controls as controls_, entropy_law, fits as fits_, stats, verdicts as verdicts_
 from rllab_suite.plots import plot, plot_entropy_law, plot_fits, plot_pass_at, plot_track  # noqa: F401  (plot_track: re-exported)
 from rllab_suite.records import LAST_FRACTION, RunRecord, read_run  # noqa: F401  (RunRecord, read_run: re-exported)
 
@@ -84,14 +84,15 @@ def spans(records: list[RunRecord], track: tuple = ()) -> list[tuple[int, int]]:
 
 
 def summarize(records: list[RunRecord], *, baseline: str | None = None, variants: list[str] | None = None, track: tuple = (),
-              controls: tuple = (), compute: str | None = None) -> dict:
+              controls: tuple = (), compute: str | None = None, claims: tuple = ()) -> dict:
     """Per (task, variant): final and AUC accuracy and reward, mean with a 95% bootstrap CI over
     seeds; per variant over tasks: IQM of final accuracy and P(improvement) over ``baseline``;
     per tracked training metric, its mean over the last steps and over each span of the run; each
     arm against the ``controls`` (:mod:`rllab_suite.controls`); with ``compute`` (``tokens`` or
     ``seconds``), the curves fitted to it (:mod:`rllab_suite.fits`, a few seconds of refits); when
     ``track`` holds both ``actor/entropy`` and ``rollout/accuracy``, each arm's entropy against the
-    baseline's and the entropy–performance law fitted to them (:mod:`rllab_suite.entropy_law`)."""
+    baseline's and the entropy–performance law fitted to them (:mod:`rllab_suite.entropy_law`); each of
+    ``claims`` (:class:`rllab_suite.verdicts.Claim`) decided per task (:mod:`rllab_suite.verdicts`)."""
     variants = variants or list(dict.fromkeys(r.variant for r in records))
     tasks = list(dict.fromkeys(r.task for r in records))
     windows = spans(records, track)
@@ -136,7 +137,9 @@ def summarize(records: list[RunRecord], *, baseline: str | None = None, variants
         overall.append(entry)
     failed = [{"variant": r.variant, "task": r.task, "seed": r.seed, "run_dir": r.run_dir, "error": r.error} for r in records if r.status == "failed"]
     seeds = [row["runs"] for row in rows if row["runs"]]
+    sizes = sorted({r.eval_n for r in records if r.eval_n})
     return {
+        "verdicts": verdicts_.evaluate_claims(records, tuple(claims), tasks=tasks), "eval_size": sizes[0] if len(sizes) == 1 else None,
         "controls": list(controls), "vs_controls": controls_.against_controls(records, variants=variants, tasks=tasks, controls=tuple(controls)),
         "fits": fits_.fit_all(records, tasks=tasks, arms=variants, kind=compute, baseline=baseline) if compute else None,
         "entropy_law": entropy_law.fit_all(records, tasks=tasks, arms=variants, baseline=baseline)
@@ -331,6 +334,7 @@ def markdown(summary: dict, *, title: str = "", identical: list | None = None, i
         "AUC is the mean height of the held-out curve over the run (trapezoid rule, normalised by steps)."
     )
     lines.append("")
+    lines += verdicts_.markdown_lines(summary.get("verdicts", []), eval_size=summary.get("eval_size"))
     if 0 < summary.get("min_seeds", 0) < summary.get("min_reliable_seeds", 0):
         lines += [f"**Unreliable intervals: as few as {summary['min_seeds']} seed(s) per arm (fewer than {summary['min_reliable_seeds']}).**", ""]
     for task in summary["tasks"]:
@@ -427,13 +431,13 @@ def write_csv(summary: dict, path: Path) -> None:
 
 
 def write_all(records: list[RunRecord], out_dir: Path, *, title: str, baseline: str | None, variants: list[str] | None = None, identical: list | None = None, console=None,
-              track: tuple = (), controls: tuple = (), compute: str = "tokens") -> dict:
+              track: tuple = (), controls: tuple = (), compute: str = "tokens", claims: tuple = ()) -> dict:
     """Compute the summary and write ``report.md``, ``summary.csv``, ``summary.json``, ``runs.csv``
     and the plots (``track.png`` too, for tracked training metrics; ``fits.png``, the curves fitted
     to ``compute``; ``entropy_law.png``, with the entropy–performance law; ``pass_at_k.png`` when runs sampled their evaluation) into ``out_dir``; print
     the table on ``console`` if given."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary = summarize(records, baseline=baseline, variants=variants, track=track, controls=controls, compute=compute)
+    summary = summarize(records, baseline=baseline, variants=variants, track=track, controls=controls, compute=compute, claims=claims)
     images = plot(records, summary, out_dir, title) if any(r.status == "done" for r in records) else []
     if images and any(t["arms"] for t in summary["fits"]["tasks"].values()):
         images.append(plot_fits(records, summary, out_dir, title))

@@ -12,6 +12,15 @@
     controls = ["random_reward", "no_rl"]  # optional: control arms added to every task
     compute = "tokens"                   # the report's curves are fitted against tokens or seconds
 
+    [claims.dr_grpo_shorter_wrong]       # optional: what a paper claims; the report decides the verdict
+    statement = "Dr.GRPO ends above GRPO"  # (rllab_suite.verdicts)
+    arm = "dr_grpo"
+    against = "grpo"
+    metric = "final_accuracy"            # final_/auc_ accuracy or reward, or pass@K
+    direction = "higher"                 # higher, lower or equal (arm − against)
+    min_effect = 0.03                    # the smallest effect that counts (0.03 = 3 points)
+    margin = 0.02                        # the equivalence margin ±m (TOST)
+
     [overrides]                          # applied to every cell
     "rollout.prompts_per_step" = 8
 
@@ -42,11 +51,12 @@ import attrs
 
 from rllab import ConfigError, RllabError
 from rllab.config import load_config, parse_overrides
+from rllab_suite.verdicts import ClaimError, parse_claims
 
 MANIFEST = "suite.json"
 """A suite directory's manifest: its name, cells and where its suite file came from."""
 SUITE_KEYS = {"name", "preset", "config", "steps", "seeds", "tasks", "baseline", "overrides", "variants", "axes", "track", "description",
-              "controls", "compute"}
+              "controls", "compute", "claims"}
 CONTROLS = ("random_reward", "no_rl")
 """Control arms a suite can add (``controls = [...]``): the baseline (or the base config) trained on a
 random reward (``rollout.random_reward``), and the warm start alone (0 steps), evaluated alike."""
@@ -114,6 +124,8 @@ class Suite:
     follows over the run: their mean over the last steps and by fifths of the run."""
     compute: str = "tokens"
     """The compute axis of the report's fitted curves (:data:`COMPUTE`)."""
+    claims: tuple = ()
+    """What the papers claim (``[claims.NAME]``, :class:`rllab_suite.verdicts.Claim`): the report decides each one's verdict."""
     base_dir: Path | None = None
     """Where a relative ``config`` is looked for after the suite file's own directory: the original
     suite file's directory, for the copy a suite directory keeps (recorded in its manifest)."""
@@ -265,6 +277,10 @@ def parse_suite(source: str | Path | dict) -> Suite:
     compute = data.get("compute", "tokens")
     if compute not in COMPUTE:
         raise SuiteError(f"{where}: compute = {compute!r}: the fitted curves' axis is one of {', '.join(map(repr, COMPUTE))}")
+    try:
+        claims = parse_claims(data.get("claims"), [v.name for v in variants], where)
+    except ClaimError as e:
+        raise SuiteError(str(e)) from None
     return Suite(
         name=data.get("name") or (path.stem if path else "suite"),
         path=path,
@@ -279,6 +295,7 @@ def parse_suite(source: str | Path | dict) -> Suite:
         baseline=baseline,
         track=tuple(track),
         compute=compute,
+        claims=claims,
         base_dir=_kept_copy_source(path),
     )
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rllab import RllabError
 from rllab.training import runlock
-from rllab_suite import executor  # replay (torch) and report (scipy) are imported where used
+from rllab_suite import executor, verdicts  # replay (torch) and report (scipy) are imported where used
 from rllab_suite.spec import MANIFEST, Cell, Suite, SuiteError, _slug, config_key, expand, parse_suite
 
 SUITE_ADVICE = ("For another suite give another --dir; otherwise wait for that suite to end, or {stop}, and continue it "
@@ -160,7 +160,8 @@ def run_suite(source, *, directory=None, executor_name: str = "local", workers: 
         previous = check_directory(suite, out, replace=replace)
         (out / "runs").mkdir(parents=True, exist_ok=True)
         manifest = {"name": suite.name, "baseline": suite.baseline, "variants": suite.variant_names, "track": list(suite.track),
-                    "controls": suite.controls, "compute": suite.compute, "cells": [c.to_dict() for c in cells]}
+                    "controls": suite.controls, "compute": suite.compute, "claims": [c.to_dict() for c in suite.claims],
+                    "cells": [c.to_dict() for c in cells]}
         if suite.path is not None and suite.path.resolve() != (out / "suite.toml").resolve():
             shutil.copyfile(suite.path, out / "suite.toml")
             manifest["source_dir"] = str(suite.path.resolve().parent)  # where the copy's relative config paths point
@@ -250,7 +251,8 @@ def report_suite(directory, *, console=None) -> dict:
         for la in manifest.get("load_average", [])
     ]
     return report.write_all(records, out, title=f"suite {manifest['name']}", baseline=manifest.get("baseline"), variants=manifest["variants"], identical=identical + loads, console=console, track=track,
-                            controls=tuple(manifest.get("controls", ())), compute=manifest.get("compute", "tokens"))
+                            controls=tuple(manifest.get("controls", ())), compute=manifest.get("compute", "tokens"),
+                            claims=tuple(verdicts.Claim(**c) for c in manifest.get("claims", ())))
 
 
 def _refuse_repeated_runs(dirs: list[Path]) -> None:

@@ -1,0 +1,277 @@
+"""Verdicts computed from a suite's claims: a fixed vocabulary, decided by code, never by prose.
+
+A suite file states what a paper claims and how big an effect must be to count::
+
+    [claims.tis_recovers_sync]
+    statement = "TIS recovers the synchronous run under staleness"
+    arm = "tis"
+    against = "sync"
+    metric = "auc_accuracy"     # final_accuracy, auc_accuracy, final_reward, auc_reward, pass@K
+    direction = "equal"         # higher, lower (the paper's direction for arm − against) or equal
+    min_effect = 0.03           # the smallest effect that counts, in the metric's units (0.03 = 3 points)
+    margin = 0.02               # the equivalence margin ±m, in the same units
+
+The effect is ``mean(arm) − mean(against)``: the mean over seeds of each run's metric. Its
+intervals come from a bootstrap (:func:`bootstrap_difference`) that resamples seeds (paired by seed
+where both arms ran the same seeds: seeds share prompts) and, where the runs recorded per-problem
+results (``eval_problems.jsonl``), the held-out problems too (the same draw for both arms: they are
+evaluated on the same problems) — the two-level interval. The verdict, one of :data:`VERDICTS`:
+
+- ``reproduced`` — a higher/lower claim whose 95% CI excludes 0 in the paper's direction, with the
+  effect (the point estimate) at least ``min_effect``;
+- ``opposite`` — the 95% CI excludes 0 against the paper's direction with an effect at least
+  ``min_effect`` (for an ``equal`` claim: the arms differ by at least ``min_effect``, CI excluding 0);
+- ``equivalent within ±m`` — two one-sided tests at α = 0.05 (TOST): the 90% CI lies inside
+  (−m, +m);
+- ``not separable at this budget`` — none of these.
+
+Only an ``equal`` claim (and only its ``equivalent`` verdict) may be stated as "recovers",
+"equal", "matches", "parity" or "no cost" (:func:`claims_equivalence`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import attrs
+
+N_BOOT = 2000
+METRICS = ("final_accuracy", "auc_accuracy", "final_reward", "auc_reward")
+"""The metrics a claim may name, besides ``pass@K`` (the sampled evaluation's pass@k, K an integer)."""
+DIRECTIONS = ("higher", "lower", "equal")
+REPRODUCED, OPPOSITE, EQUIVALENT, NOT_SEPARABLE = "reproduced", "opposite", "equivalent within ±{m}", "not separable at this budget"
+VERDICTS = (REPRODUCED, OPPOSITE, EQUIVALENT, NOT_SEPARABLE)
+CLAIM_KEYS = {"statement", "arm", "against", "metric", "direction", "min_effect", "margin", "paper"}
+EQUIVALENCE_WORDS = re.compile(r"\b(recover(s|ed|ing)?|equal(s|ly)?|no cost|match(es|ed)?|parity)\b", re.IGNORECASE)
+"""Wording that claims equivalence: allowed only beside an ``equivalent`` verdict."""
+
+
+class ClaimError(ValueError):
+    """A suite's ``[claims]`` entry that cannot be decided."""
+
+
+@attrs.frozen(kw_only=True)
+class Claim:
+    name: str
+    statement: str
+    arm: str
+    against: str
+    metric: str
+    direction: str
+    min_effect: float
+    margin: float
+    paper: str = ""
+
+    def to_dict(self) -> dict:
+        return attrs.asdict(self)
+
+
+def parse_claims(raw: Any, arms: list[str], where: str) -> tuple[Claim, ...]:
+    """The ``[claims.NAME]`` tables of a suite file; every key is required but ``paper``, every
+    problem names the claim and the key."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise ClaimError(f"{where}: [claims] must be a table of claim tables ([claims.NAME]), got {raw!r}")
+    out = []
+    for name, body in raw.items():
+        at = f"{where}: claim {name!r}"
+        if not isinstance(body, dict):
+            raise ClaimError(f"{at}: must be a table (statement, arm, against, metric, direction, min_effect, margin)")
+        unknown = sorted(set(body) - CLAIM_KEYS)
+        if unknown:
+            raise ClaimError(f"{at}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(CLAIM_KEYS))}")
+        missing = sorted(CLAIM_KEYS - {"paper"} - set(body))
+        if missing:
+            raise ClaimError(f"{at}: missing {', '.join(missing)} (a verdict needs the claim's direction, its minimum effect and its equivalence margin)")
+        for key in ("arm", "against"):
+            if body[key] not in arms:
+                raise ClaimError(f"{at}: {key} = {body[key]!r} is not an arm of the suite; arms: {', '.join(arms)}")
+        if body["arm"] == body["against"]:
+            raise ClaimError(f"{at}: arm and against are both {body['arm']!r}; a claim compares two arms")
+        metric = body["metric"]
+        if metric not in METRICS and not re.fullmatch(r"pass@[1-9][0-9]*", str(metric)):
+            raise ClaimError(f"{at}: metric = {metric!r}; one of {', '.join(METRICS)} or pass@K (K a positive integer)")
+        if body["direction"] not in DIRECTIONS:
+            raise ClaimError(f"{at}: direction = {body['direction']!r}; one of {', '.join(DIRECTIONS)} (arm − against)")
+        for key in ("min_effect", "margin"):
+            v = body[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < 1):
+                raise ClaimError(f"{at}: {key} = {v!r}; a number in (0, 1) in the metric's units (0.02 = 2 points)")
+        if body["direction"] != "equal" and EQUIVALENCE_WORDS.search(str(body["statement"])):
+            raise ClaimError(f"{at}: the statement {body['statement']!r} claims equivalence ({EQUIVALENCE_WORDS.search(body['statement']).group(0)!r}); "
+                             f"give direction = \"equal\" (decided by an equivalence test within ±margin), or word it as a direction")
+        out.append(Claim(name=str(name), statement=str(body["statement"]), arm=body["arm"], against=body["against"], metric=str(metric),
+                         direction=body["direction"], min_effect=float(body["min_effect"]), margin=float(body["margin"]), paper=str(body.get("paper", ""))))
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- the interval
+
+
+def bootstrap_difference(x, y, *, x_seeds=None, y_seeds=None, n_boot: int = N_BOOT, seed: int = 0) -> dict:
+    """``mean(x) − mean(y)`` with 95% and 90% percentile-bootstrap intervals.
+
+    ``x``, ``y``: one row per run (seed) of per-problem values, shape (seeds, problems) — or one
+    value per run (problems = 1), when only the runs' means are known. Each resample draws seeds
+    with replacement (the same draw for both arms when ``x_seeds == y_seeds``, else independently)
+    and, when there are several problems, problems with replacement (the same draw for both arms:
+    their columns must be the same problems). A side with one seed and one problem has no interval.
+    """
+    import numpy as np
+
+    x, y = _rows(x), _rows(y)
+    if x.shape[1] != y.shape[1]:
+        raise ValueError(f"the two arms were evaluated on different numbers of problems ({x.shape[1]} and {y.shape[1]}); per-problem rows must be the same problems")
+    effect = float(x.mean() - y.mean())
+    P = x.shape[1]
+    out = {"effect": effect, "ci95": (math.nan, math.nan), "ci90": (math.nan, math.nan), "problems": P, "seeds": (x.shape[0], y.shape[0]),
+           "levels": "problems and seeds" if P > 1 else "seeds"}
+    if (x.shape[0] < 2 or y.shape[0] < 2) and P < 2:
+        return out
+    rng = np.random.default_rng(seed)
+    paired = x_seeds is not None and y_seeds is not None and list(x_seeds) == list(y_seeds)
+    W = rng.multinomial(P, np.full(P, 1.0 / P), size=n_boot) / P if P > 1 else np.ones((n_boot, 1))
+    cols = np.arange(n_boot)[:, None]
+    ix = rng.integers(0, x.shape[0], size=(n_boot, x.shape[0]))
+    iy = ix if paired else rng.integers(0, y.shape[0], size=(n_boot, y.shape[0]))
+    diffs = (x @ W.T)[ix, cols].mean(axis=1) - (y @ W.T)[iy, cols].mean(axis=1)
+    out["ci95"] = tuple(float(v) for v in np.percentile(diffs, [2.5, 97.5]))
+    out["ci90"] = tuple(float(v) for v in np.percentile(diffs, [5.0, 95.0]))
+    return out
+
+
+def _rows(a):
+    import numpy as np
+
+    arr = np.asarray(a, dtype=float)
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    if arr.ndim != 2 or arr.shape[0] == 0 or not np.isfinite(arr).all():
+        raise ValueError(f"per-run values must be a non-empty (seeds,) or (seeds, problems) array of finite numbers, got shape {arr.shape}")
+    return arr
+
+
+# --------------------------------------------------------------------------- the verdict
+
+
+def decide(claim: Claim, diff: dict) -> tuple[str, str]:
+    """(verdict, why) for ``claim`` from :func:`bootstrap_difference`'s result; see the module docstring."""
+    lo95, hi95 = diff["ci95"]
+    lo90, hi90 = diff["ci90"]
+    e = diff["effect"]
+    m = claim.margin
+    equivalent = EQUIVALENT.format(m=_units(m, claim.metric))
+    if not (math.isfinite(lo95) and math.isfinite(lo90)):
+        return NOT_SEPARABLE, "no interval (one seed and no per-problem results)"
+    inside = -m < lo90 and hi90 < m
+    if claim.direction == "equal":
+        if inside:
+            return equivalent, f"90% CI inside ±{_units(m, claim.metric)} (TOST, α = 0.05)"
+        if (lo95 > 0 or hi95 < 0) and abs(e) >= claim.min_effect:
+            return OPPOSITE, f"the arms differ: {claim.arm} {'above' if e > 0 else 'below'} {claim.against} by at least the minimum effect, 95% CI excluding 0"
+        return NOT_SEPARABLE, f"90% CI reaches beyond ±{_units(m, claim.metric)} and the 95% CI " + ("holds 0" if lo95 <= 0 <= hi95 else "excludes 0 with an effect below the minimum")
+    s = 1.0 if claim.direction == "higher" else -1.0
+    lo, hi = sorted((s * lo95, s * hi95))
+    if lo > 0 and s * e >= claim.min_effect:
+        return REPRODUCED, "95% CI excludes 0 in the paper's direction, effect at least the minimum"
+    if hi < 0 and -s * e >= claim.min_effect:
+        return OPPOSITE, "95% CI excludes 0 against the paper's direction, effect at least the minimum"
+    if inside:
+        return equivalent, f"90% CI inside ±{_units(m, claim.metric)} (TOST, α = 0.05)"
+    if lo > 0 or hi < 0:
+        return NOT_SEPARABLE, f"95% CI excludes 0 ({'in' if lo > 0 else 'against'} the paper's direction) but the effect is below the minimum {_units(claim.min_effect, claim.metric)}"
+    return NOT_SEPARABLE, "95% CI holds 0 and reaches beyond the equivalence margin"
+
+
+def claims_equivalence(text: str) -> str | None:
+    """The first word of ``text`` that claims equivalence ("recovers", "equal", "no cost", …), or None."""
+    hit = EQUIVALENCE_WORDS.search(text)
+    return hit.group(0) if hit else None
+
+
+def _units(v: float, metric: str) -> str:
+    """A value in the metric's units as text: points for accuracy, reward and pass@k (fractions)."""
+    return f"{100 * v:.3g} points"
+
+
+# --------------------------------------------------------------------------- per suite
+
+
+def metric_rows(records, arm: str, task: str, metric: str) -> tuple[list[int], list, bool]:
+    """(seeds, rows, per_problem) of one arm's done runs on ``task``: per-problem rows when every
+    run recorded them for ``metric`` (:meth:`RunRecord.problem_values`), else one value per run."""
+    runs = sorted((r for r in records if r.variant == arm and r.task == task and r.status == "done"), key=lambda r: r.seed)
+    per = [r.problem_values(metric) for r in runs]
+    if runs and all(p is not None for p in per) and len({len(p) for p in per}) == 1:
+        return [r.seed for r in runs], per, True
+    return [r.seed for r in runs], [[r.metric_value(metric)] for r in runs], False
+
+
+def evaluate_claims(records, claims: tuple[Claim, ...], *, tasks: list, n_boot: int = N_BOOT) -> list[dict]:
+    """Every claim's verdict per task, with the statistics it came from."""
+    out = []
+    for c in claims:
+        for task in tasks:
+            xs, x, px = metric_rows(records, c.arm, task, c.metric)
+            ys, y, py = metric_rows(records, c.against, task, c.metric)
+            entry = {**c.to_dict(), "claim": c.name, "task": task}
+            if not x or not y:
+                out.append({**entry, "verdict": NOT_SEPARABLE, "why": "no finished runs on one side", "diff": None})
+                continue
+            if not (px and py and len(x[0]) == len(y[0])):
+                x, y = [[sum(r) / len(r)] for r in x], [[sum(r) / len(r)] for r in y]
+            x = [r for r in x if all(math.isfinite(v) for v in r)]
+            y = [r for r in y if all(math.isfinite(v) for v in r)]
+            if not x or not y:
+                out.append({**entry, "verdict": NOT_SEPARABLE, "why": f"{c.metric} not recorded", "diff": None})
+                continue
+            diff = bootstrap_difference(x, y, x_seeds=xs, y_seeds=ys, n_boot=n_boot)
+            verdict, why = decide(c, diff)
+            out.append({**entry, "verdict": verdict, "why": why, "diff": diff})
+    return out
+
+
+def resolution(problems: int | None) -> str:
+    """What one held-out problem is worth, as text."""
+    if not problems:
+        return "resolution unknown (the evaluation size was not recorded)"
+    return f"one problem = {100 / problems:.3g} points ({problems} held-out problems)"
+
+
+def markdown_lines(entries: list[dict], *, eval_size: int | None = None) -> list[str]:
+    """The ``## verdicts`` section: each claim's verdict beside the numbers it came from."""
+    if not entries:
+        return []
+    lines = ["## verdicts", "",
+             "Each claim of the suite file decided by code: the effect is mean(arm) − mean(against) over seeds; *reproduced* when the 95% CI "
+             "excludes 0 in the paper's direction with the effect at least the minimum, *opposite* when it excludes 0 the other way "
+             "(at least the minimum), *equivalent within ±m* when the 90% CI lies inside ±m (TOST, α = 0.05), else *not separable at this budget*. "
+             f"Intervals: percentile bootstrap over {_levels(entries)}; {resolution(eval_size)}.", "",
+             "| claim | task | arm − against | metric | effect [95% CI] | 90% CI | min effect | margin | resampled | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for e in entries:
+        d = e["diff"]
+        eff = "—" if d is None else f"{_pts(d['effect'])} [{_pts(d['ci95'][0])}, {_pts(d['ci95'][1])}]"
+        c90 = "—" if d is None else f"[{_pts(d['ci90'][0])}, {_pts(d['ci90'][1])}]"
+        lev = "—" if d is None else (f"{d['seeds'][0]}/{d['seeds'][1]} seeds" + (f" × {d['problems']} problems" if d["problems"] > 1 else ""))
+        lines.append(f"| {e['claim']} | {e['task']} | {e['arm']} − {e['against']} ({e['direction']}) | {e['metric']} | {eff} | {c90} | "
+                     f"{100 * e['min_effect']:.3g} | ±{100 * e['margin']:.3g} | {lev} | **{e['verdict']}** |")
+    lines.append("")
+    lines += [f"- {e['claim']} ({e['task']}): {e['statement']} — {e['verdict']}: {e['why']}." for e in entries]
+    return lines + [""]
+
+
+def _levels(entries: list[dict]) -> str:
+    levels = {e["diff"]["levels"] for e in entries if e["diff"]}
+    if levels == {"problems and seeds"}:
+        return "held-out problems and seeds (two-level, problems paired across arms)"
+    if levels == {"seeds"}:
+        return "seeds only (the runs recorded no per-problem results)"
+    return "problems and seeds where the runs recorded per-problem results, else seeds only"
+
+
+def _pts(v: float) -> str:
+    return f"{100 * v:+.1f}" if math.isfinite(v) else "—"
