@@ -56,6 +56,14 @@ class ModelConfig:
         False, help="fsdp2 on CUDA: keep sharded parameters, gradients and optimizer state in CPU memory (CPUOffloadPolicy)",
         validator=lambda i, a, v: _only_with(i, a.name, v, False, "sharded"),
     )
+    collective_timeout_s: float = knob(
+        600.0,
+        help="fsdp2: the longest a rank waits in one collective (an all-reduce, an FSDP all-gather, a barrier) for the "
+        "other ranks before the run stops with an error naming the rank, the step and the call; the run stays "
+        "resumable from its last checkpoint. Raise it when one rank's rollouts or evaluation can run this much "
+        "longer than another's",
+        gt=0, validator=lambda i, a, v: _only_with(i, a.name, v, 600.0, "data_parallel"),
+    )
 
 
 def _only_with(inst, name: str, value, default, trait: str) -> None:

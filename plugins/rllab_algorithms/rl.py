@@ -38,6 +38,7 @@ forward), before or after the advantage estimator as the correction says.
 from __future__ import annotations
 
 import math
+import time
 from functools import partial
 from typing import Any
 
@@ -72,6 +73,10 @@ class Prepared:
     """(B, T) bool: the tokens the update trains on — the response mask, narrowed to the tokens a
     rejecting correction keeps."""
     kl_penalty: float | None = None
+    pre_update_log_prob: torch.Tensor | None = None
+    """(B, T) float32, filled by the update's forwards before its first optimizer step when a
+    listener takes the step's samples and no old-log-prob forward ran (NaN: a row not reached
+    before that step)."""
     """The KL controller's measure when it is the [kl] penalty's (``kl_measure = penalty_row_mean``,
     KL in the reward): verl's mean over rows of each row's masked mean. None: the step measures
     ``old − ref`` per token instead."""
@@ -201,15 +206,24 @@ class RL:
         prepared, prep_metrics = self.prepare(ctx, batch, extra)
         metrics.update(prep_metrics)
         kept = [e for e in rollouts.episodes if e.keep]
-        if _traced(ctx.hook) and len(kept) == batch.input_ids.shape[0]:  # per-sample traces (the traces logger)
-            trainer = prepared.old_log_prob
-            if trainer is None:  # on-policy: the update's first forward is this policy; traced, it is computed here once more
-                with torch.no_grad():
-                    trainer = _logprobs(ctx, ctx.policy, batch)
-            ctx.hook.on_step_samples(step=ctx.step + 1, episodes=kept, batch=batch, advantages=prepared.advantages,
-                                     trainer_log_prob=trainer, tokenizer=ctx.rollout.tokenizer, run_dir=ctx.run_dir)
+        # per-sample traces: only where this rank has a listener (rank 0's loggers), and never at the
+        # cost of a forward of their own. A forward here would be an FSDP collective behind a
+        # rank-local condition (a deadlock); on-policy, the update's own first forwards are recorded
+        traced = _traced(ctx.hook) and len(kept) == batch.input_ids.shape[0]
+        if traced and prepared.old_log_prob is None:
+            prepared = attrs.evolve(prepared, pre_update_log_prob=torch.full(
+                batch.response_mask.shape, float("nan"), device=batch.response_mask.device))
         updated = yield from self.update(ctx, prepared)
         metrics.update(updated.metrics)
+        if traced:
+            t0 = time.perf_counter()
+            trainer = prepared.old_log_prob
+            if trainer is None and not bool(prepared.pre_update_log_prob.isnan().any()):
+                trainer = prepared.pre_update_log_prob
+            # None: a later minibatch's rows were only reached after an optimizer step (bypass mode)
+            ctx.hook.on_step_samples(step=ctx.step + 1, episodes=kept, batch=batch, advantages=prepared.advantages,
+                                     trainer_log_prob=trainer, tokenizer=ctx.rollout.tokenizer, run_dir=ctx.run_dir)
+            metrics["time/samples"] = time.perf_counter() - t0
         policy_ref = updated.policy_ref_kl
         if prepared.ref_log_prob is not None and prepared.old_log_prob is not None:
             policy_ref = ops.masked_mean(prepared.old_log_prob - prepared.ref_log_prob, batch.response_mask).item()
@@ -346,6 +360,7 @@ class RL:
                         # × world size: the trainer averages the ranks' shares
                         mb_metrics[k] = mb_metrics.get(k, 0.0) + v * (1.0 if k.startswith("loss/") else token_share) * red.world_size
                 grad_metrics = yield OptimizerStep(critic=ctx.critic is not None)
+                p = attrs.evolve(p, pre_update_log_prob=None)  # later forwards see the updated policy
                 mb_metrics.update(grad_metrics or {})
                 for k, v in mb_metrics.items():
                     sums.setdefault(k, []).append(v)
@@ -371,6 +386,8 @@ class RL:
         mask = p.mask[rows]
         correction = comps["correction"]
         log_prob, entropy = self.policy_forward(ctx, p, rows)
+        if p.pre_update_log_prob is not None:  # a listener's samples (see step), before the first optimizer step
+            p.pre_update_log_prob[rows] = log_prob.detach().float()
         out: dict[str, float] = {}
         policy_ref = None
         if p.old_log_prob is None:  # this forward's log-probs against the sampler's (update() keeps the first minibatch's)

@@ -33,6 +33,52 @@ def name_rank(error: BaseException, reducer: Reducer) -> None:
         error.args = (f"rank {reducer.rank} of {reducer.world_size}: {error.args[0]}", *error.args[1:])
 
 
+def is_collective_timeout(error: BaseException) -> bool:
+    """Whether ``error`` is a collective that waited past the process group's timeout (gloo's
+    ``Timed out waiting …ms``, torch's ``DistBackendError``/``DistTimeoutError``)."""
+    import torch.distributed as dist
+
+    kinds = tuple(k for k in (getattr(dist, "DistTimeoutError", None), getattr(dist, "DistBackendError", None)) if k is not None)
+    if kinds and isinstance(error, kinds):
+        return True
+    return isinstance(error, RuntimeError) and "Timed out waiting" in str(error) and _collective_frames(error.__traceback__)[1] is not None
+
+
+def _collective_frames(tb) -> tuple[list[str], str | None]:
+    """From a traceback: the qualified names of the last rllab frames before torch.distributed was
+    entered, and the first torch.distributed function entered (None: the error is not from one)."""
+    ours: list[str] = []
+    entered = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        path = code.co_filename.replace("\\", "/")
+        if "/torch/distributed/" in path:
+            if entered is None:
+                entered = code.co_name
+        elif entered is None and ("/rllab/" in path or "/plugins/" in path or "/rllab_" in path):
+            ours.append(getattr(code, "co_qualname", code.co_name))
+        tb = tb.tb_next
+    return ours, entered
+
+
+def explain_timeout(error: BaseException, *, reducer: Reducer, where: str, limit_s: float | None) -> None:
+    """Rewrite a collective timeout's message (in place) to name the rank, the step and the call
+    that waited: the rank that never reached the same collective, or died, is the other one."""
+    if reducer.world_size <= 1 or not error.args or not isinstance(error.args[0], str) or not is_collective_timeout(error):
+        return
+    if "waited more than" in error.args[0]:
+        return
+    ours, entered = _collective_frames(error.__traceback__)
+    call = " → ".join([*ours[-3:], entered or "?"])
+    limit = f"{limit_s:g} s" if limit_s is not None else "the process group's timeout"
+    error.args = (
+        f"waited more than {limit} (model.collective_timeout_s) for the other ranks in a collective {where}, "
+        f"in {call}: another rank never reached the same collective (it waits in a different one, or died); "
+        f"the other ranks' errors name where they wait. ({error.args[0].strip()})",
+        *error.args[1:],
+    )
+
+
 class _Prefixed:
     """A text stream whose every line starts with ``prefix``; everything else is the stream's."""
 
@@ -74,12 +120,17 @@ def env_world() -> tuple[int, int, int]:
     return launcher_env()
 
 
-def init_from_env(*, device_type: str, expected: int | None = None) -> Reducer:
+def init_from_env(*, device_type: str, expected: int | None = None, timeout_s: float | None = None) -> Reducer:
     """Join (or reuse) the default process group that ``torchrun`` describes; its :class:`Reducer`.
 
     ``device_type``: ``"cpu"`` starts gloo, ``"cuda"`` NCCL. ``expected``: the world size the
     config asks for (``model.world_size``); a different number of processes is refused, naming both.
+    ``timeout_s`` (``model.collective_timeout_s``): the longest one collective may wait for the
+    other ranks; gloo then raises in the waiting call (:func:`explain_timeout` names it), NCCL's
+    watchdog stops the process. A group that already exists keeps its own timeout.
     """
+    import datetime
+
     import torch.distributed as dist
 
     if dist.is_initialized():
@@ -97,7 +148,8 @@ def init_from_env(*, device_type: str, expected: int | None = None) -> Reducer:
             )
         if device_type == "cuda":
             torch.cuda.set_device(local)
-        dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo", rank=rank, world_size=world)
+        timeout = None if timeout_s is None else datetime.timedelta(seconds=timeout_s)
+        dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo", rank=rank, world_size=world, timeout=timeout)
     if expected is not None and expected != world:
         raise RllabError(
             f"model.world_size = {expected} but this run has {world} process(es) (WORLD_SIZE={world}); "

@@ -104,7 +104,8 @@ class FSDP2:
     @classmethod
     def start(cls, model_cfg: Any, *, device_type: str) -> Reducer:
         """Join ``torchrun``'s process group (``model.world_size``: the number of processes it must have)."""
-        return distributed.init_from_env(device_type=device_type, expected=model_cfg.world_size)
+        return distributed.init_from_env(device_type=device_type, expected=model_cfg.world_size,
+                                         timeout_s=model_cfg.collective_timeout_s)
 
     @classmethod
     def for_config(cls, model_cfg: Any, *, device: torch.device, compute_dtype: torch.dtype | None) -> "FSDP2":

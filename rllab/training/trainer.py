@@ -311,6 +311,7 @@ class Trainer:
     def train_step(self) -> dict:
         """One step of the configured algorithm; returns its metrics."""
         t_start = time.perf_counter()
+        self._in_step = True
         changed = self._apply_schedule()
         outcome = self._run_algorithm(self.context())
         metrics = outcome.metrics
@@ -333,6 +334,7 @@ class Trainer:
         if changed:
             metrics["schedule/changed"] = 1.0
         self.step += 1
+        self._in_step = False
         if self.prefetch is not None:
             self.prefetch.advance(self.step)
         self.history.append({"step": self.step, **metrics})
@@ -464,6 +466,9 @@ class Trainer:
                 self.save_checkpoint()
             self.policy_handle.save_final(self.run_dir, self.placement)  # LoRA: RUN_DIR/adapter
         except BaseException as e:
+            where = f"at step {self.step + 1}" if getattr(self, "_in_step", False) else f"after step {self.step} (evaluation, checkpoint or export)"
+            distributed.explain_timeout(e, reducer=self.placement.reducer, where=where,
+                                        limit_s=getattr(self.cfg.model, "collective_timeout_s", None))
             try:
                 self.hook.on_run_error(run_dir=self.run_dir, step=self.step, error=e)
             finally:
