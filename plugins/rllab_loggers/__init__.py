@@ -20,7 +20,7 @@ import attrs
 
 import rllab
 from rllab_loggers.mlflow_logger import MlflowConfig, mlflow
-from rllab_loggers.traces import TracesConfig, read_traces, traces, truncate_traces
+from rllab_loggers.traces import TracesConfig, read_json_lines, read_traces, traces, truncate_traces
 
 __all__ = [
     "JsonlConfig", "TensorBoardConfig", "TracesConfig", "jsonl", "read_jsonl", "read_traces", "tensorboard", "trace_panels",
@@ -68,18 +68,18 @@ def jsonl(*, config: JsonlConfig, run_dir) -> JsonlLogger:
 
 def truncate_jsonl(*, run_dir, config: JsonlConfig, step: int) -> None:
     """Drop the rows written after ``step`` (a run resumed from that step's checkpoint), so the
-    resumed log has no duplicates."""
+    resumed log has no duplicates, and a last row cut off by a killed run (with a warning naming it)."""
     path = Path(run_dir) / config.filename
     if not path.is_file():
         return
-    keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
+    keep = [json.dumps(r) for r in read_json_lines(path) if r["step"] <= step]
     path.write_text("".join(ln + "\n" for ln in keep))
 
 
 def read_jsonl(path) -> list[dict]:
-    """The rows of a metrics file (helper for plots and tests)."""
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The rows of a metrics file (helper for plots and tests); a last row cut off by a killed run
+    is left out with a warning."""
+    return read_json_lines(path)
 
 
 @attrs.frozen
@@ -129,10 +129,11 @@ def trace_panels(run_dir, *, step: int | None = None, color: str = "advantage", 
     prints them; [] when the run has no traces yet. For front ends (the TUI's traces view)."""
     from rllab_loggers import traces_view
 
-    path = Path(run_dir) / "traces.jsonl"
-    if not path.is_file():
+    try:
+        path = traces_view.traces_path(run_dir)  # the file the run's traces logger names
+    except traces_view.TracesError:
         return []
-    _, recs = traces_view.load(path)
+    _, recs = traces_view.load(path, on_cut=lambda *_: None)  # a line being written is not an error
     return [traces_view.panel(r, color) for r in traces_view.select(recs, step=step, limit=limit)]
 
 

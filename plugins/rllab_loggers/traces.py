@@ -207,14 +207,50 @@ def traces(*, config: TracesConfig, run_dir) -> TracesLogger:
 
 
 def truncate_traces(*, run_dir, config: TracesConfig, step: int) -> None:
-    """Drop the samples of steps after ``step`` (a run resumed from that step's checkpoint)."""
+    """Drop the samples of steps after ``step`` (a run resumed from that step's checkpoint), and a
+    last line cut off by a killed run (with a warning naming it)."""
     path = Path(run_dir) / config.filename
     if path.is_file():
-        keep = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
+        keep = [json.dumps(r) for r in read_json_lines(path, on_cut=warn_cut) if r["step"] <= step]
         path.write_text("".join(ln + "\n" for ln in keep), encoding="utf-8")
 
 
-def read_traces(path: Path) -> list[dict]:
-    """The records of a traces file."""
+class BadLineError(ValueError):
+    """A line of a JSON-lines file that is not JSON, before its last line; ``lineno`` counts from 1."""
+
+    def __init__(self, path: Path, lineno: int, error: Exception):
+        super().__init__(f"{str(path)!r} line {lineno} is not JSON ({error})")
+        self.path, self.lineno, self.error = path, lineno, error
+
+
+def warn_cut(path: Path, lineno: int) -> None:
+    """The default report of a cut-off last line: a warning naming the file and the line."""
+    import warnings
+
+    warnings.warn(f"{path}: line {lineno}, the last, is cut off (a run stopped while writing it); read the lines before it",
+                  stacklevel=3)
+
+
+def read_json_lines(path: Path, *, on_cut=warn_cut) -> list[Any]:
+    """The objects of a JSON-lines file (blank lines skipped). A last line that is not whole JSON (a
+    run killed while writing it) is left out and reported with ``on_cut(path, lineno)``; a bad line
+    before it raises :class:`BadLineError` naming its line."""
     with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        lines = f.read().split("\n")
+    numbered = [(i, ln) for i, ln in enumerate(lines, 1) if ln.strip()]
+    out = []
+    for k, (i, ln) in enumerate(numbered):
+        try:
+            out.append(json.loads(ln))
+        except json.JSONDecodeError as e:
+            if k == len(numbered) - 1:
+                if on_cut is not None:
+                    on_cut(Path(path), i)
+                break
+            raise BadLineError(Path(path), i, e) from None
+    return out
+
+
+def read_traces(path: Path, *, on_cut=warn_cut) -> list[dict]:
+    """The records of a traces file (a cut-off last line left out: :func:`read_json_lines`)."""
+    return read_json_lines(path, on_cut=on_cut)

@@ -25,26 +25,68 @@ class TracesError(rllab.RllabError):
     """A run directory without traces, or a filter that names what the traces do not have."""
 
 
-def load(run: str | Path) -> tuple[Path, list[dict]]:
-    """The traces file of run directory ``run`` (or the file itself) and its records."""
+def _configured(run_dir: Path, logger: str = "traces", default: str = FILENAME) -> list[str] | None:
+    """The files the run's ``logger`` loggers write (their ``filename`` knob), from its ``config.toml``
+    (None: no readable config)."""
+    import tomllib
+
+    try:
+        data = tomllib.loads((run_dir / "config.toml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    loggers = data.get("loggers", ["jsonl"])
+    loggers = [loggers] if isinstance(loggers, (str, dict)) else loggers if isinstance(loggers, list) else []
+    out = []
+    for lg in loggers:
+        if lg == logger:
+            out.append(default)
+        elif isinstance(lg, dict) and lg.get("name") == logger:
+            out.append(str(lg.get("filename", default)))
+    return out
+
+
+def traces_path(run: str | Path) -> Path:
+    """The traces file of run directory ``run`` (the one its traces logger's ``filename`` names, read
+    from its ``config.toml``), or ``run`` itself when it is a file."""
     p = Path(run).expanduser()
     if not p.exists():
         raise TracesError(f"rllab traces: {str(run)!r} does not exist; give a run directory (one with {FILENAME})")
-    path = p / FILENAME if p.is_dir() else p
-    if not path.is_file():
+    if not p.is_dir():
+        return p
+    names = _configured(p)
+    if names is None or not names:
+        if (p / FILENAME).is_file():
+            return p / FILENAME
+        why = "its config.toml names no traces logger" if names is not None else f"it has no {FILENAME}"
         raise TracesError(
-            f"rllab traces: {str(p)!r} has no {FILENAME}; run with the traces logger, e.g. "
+            f"rllab traces: {str(p)!r} has no traces ({why}); run with the traces logger, e.g. "
             f"rllab run 'loggers=[\"jsonl\", {{name=\"traces\", per_step=4}}]'"
         )
+    found = [p / n for n in names if (p / n).is_file()]
+    if not found:
+        shown = " and ".join(repr(str(p / n)) for n in names)
+        raise TracesError(f"rllab traces: the run's traces logger writes {shown}, which does not exist yet (the run "
+                          "has not finished a step?)")
+    return found[0]
+
+
+def load(run: str | Path, *, on_cut=None) -> tuple[Path, list[dict]]:
+    """The traces file of run directory ``run`` (or the file itself) and its records. A last line
+    cut off by a killed run is left out, reported with ``on_cut(path, lineno)`` (default: a warning)."""
+    from rllab_loggers.traces import BadLineError, warn_cut
+
+    path = traces_path(run)
     try:
-        recs = read_traces(path)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        recs = read_traces(path, on_cut=on_cut or warn_cut)
+    except BadLineError as e:
+        raise TracesError(f"rllab traces: {str(path)!r} is not a traces file: line {e.lineno} is not JSON ({e.error})") from None
+    except UnicodeDecodeError as e:
         raise TracesError(f"rllab traces: {str(path)!r} is not a traces file ({e})") from None
     need = ("step", "prompt", "tokens", "model", "reward", "finish_reason", "advantages", "sampler_logprobs")
-    bad = next((r for r in recs if not isinstance(r, dict) or any(k not in r for k in need)), None)
+    bad = next((i for i, r in enumerate(recs) if not isinstance(r, dict) or any(k not in r for k in need)), None)
     if bad is not None:
-        missing = [k for k in need if not isinstance(bad, dict) or k not in bad]
-        raise TracesError(f"rllab traces: {str(path)!r} is not a traces file (a line lacks {', '.join(missing)}); "
+        missing = [k for k in need if not isinstance(recs[bad], dict) or k not in recs[bad]]
+        raise TracesError(f"rllab traces: {str(path)!r} is not a traces file (record {bad + 1} lacks {', '.join(missing)}); "
                           f"give a run directory with {FILENAME}")
     return path, recs
 
@@ -100,6 +142,15 @@ def token_colour(r: dict, i: int, color: str) -> float | None:
     return r["advantages"][i] / scale
 
 
+def sample_advantage(r: dict) -> float | None:
+    """The advantage a sample trains with: the mean over its trained tokens (model tokens with a
+    non-zero advantage); 0.0 when none is non-zero, None for an evaluation answer (not trained)."""
+    if r.get("kind") == "eval":
+        return None
+    trained = [_value(a) for a, m in zip(r["advantages"], r["model"]) if m and _value(a) != 0.0]
+    return sum(trained) / len(trained) if trained else 0.0
+
+
 def panel(r: dict, color: str):
     """One record as a rich Panel."""
     from rich.panel import Panel
@@ -123,7 +174,9 @@ def panel(r: dict, color: str):
     mism = "" if r.get("mismatch") is None else " mismatch/turn=" + ",".join(f"{m:+.3f}" for m in r["mismatch"])
     stale = "" if r.get("staleness") is None else f" staleness={r['staleness']}"
     where = f"eval · problem {r['group']}" if r.get("kind") == "eval" else f"group {r['group']}"
-    title = (f"step {r['step']} · {where} · reward {_value(r['reward']):g}{(' (' + comps + ')') if comps else ''} · "
+    adv = sample_advantage(r)
+    adv_s = "" if adv is None else f" · advantage {adv:+.4g}"
+    title = (f"step {r['step']} · {where} · reward {_value(r['reward']):g}{(' (' + comps + ')') if comps else ''}{adv_s} · "
              f"{r['length']} tokens · {r['turns']} turn(s) · {r['finish_reason']}{stale}{mism}")
     return Panel(body, title=title, title_align="left")
 
@@ -134,8 +187,6 @@ def show(recs: list[dict], *, color: str, console=None) -> None:
     console = console or Console()
     for r in recs:
         console.print(panel(r, color))
-    if not recs:
-        console.print("no sample passes the filters")
 
 
 def _curves_svg(metrics: list[dict], keys: Iterable[str]) -> str:
@@ -179,6 +230,7 @@ min reward <input id="minr" type="number" step="any">
 finish <select id="finish"><option value="">any</option>{finish_options}</select>
 text <input id="grep" type="search">
 colour <select id="color"><option value="advantage">advantage</option><option value="gap">sampler − trainer gap</option></select>
+(a token's value shows when the pointer rests on it)
 <span id="count"></span>
 </section>
 <div id="samples"></div>
@@ -190,12 +242,13 @@ function colour(r, i, mode) {{
   if (!r.model[i]) return null;
   if (mode === 'gap') {{
     if (!r.trainer_logprobs) return null;
-    const g = Math.max(-1, Math.min(1, (r.sampler_logprobs[i] - r.trainer_logprobs[i]) / 0.5));
-    return g > 0 ? `rgba(220,38,38,${{g}})` : `rgba(37,99,235,${{-g}})`;
+    const d = r.sampler_logprobs[i] - r.trainer_logprobs[i], g = Math.max(-1, Math.min(1, d / 0.5));
+    return [g > 0 ? `rgba(220,38,38,${{g}})` : `rgba(37,99,235,${{-g}})`, `sampler − trainer log-prob ${{sign(d)}}`];
   }}
   const s = Math.max(...r.advantages.map(Math.abs)) || 1, a = r.advantages[i] / s;
-  return a > 0 ? `rgba(22,163,74,${{a}})` : `rgba(220,38,38,${{-a}})`;
+  return [a > 0 ? `rgba(22,163,74,${{a}})` : `rgba(220,38,38,${{-a}})`, `advantage ${{sign(r.advantages[i])}}`];
 }}
+const sign = v => (v > 0 ? '+' : '') + Number(num(v).toPrecision(4));
 function esc(t) {{ const d = document.createElement('span'); d.textContent = t; return d.innerHTML; }}
 function render() {{
   const step = document.getElementById('step').value, minr = document.getElementById('minr').value;
@@ -208,9 +261,9 @@ function render() {{
     const toks = r.tokens.map((t, i) => {{
       if (!r.model[i]) return `<span class="obs">${{esc(t)}}</span>`;
       const c = colour(r, i, mode);
-      return c ? `<span style="background:${{c}}">${{esc(t)}}</span>` : esc(t);
+      return c ? `<span style="background:${{c[0]}}" title="${{c[1]}}">${{esc(t)}}</span>` : esc(t);
     }}).join('');
-    return `<div class="sample"><h3>${{r.kind === 'eval' ? 'eval · ' : ''}}step ${{r.step}} · group ${{r.group}} · reward ${{num(r.reward)}} · ${{r.length}} tokens · ${{r.turns}} turn(s) · ${{r.finish_reason}}</h3>`
+    return `<div class="sample"><h3>${{r.kind === 'eval' ? 'eval · ' : ''}}step ${{r.step}} · group ${{r.group}} · reward ${{num(r.reward)}}${{r.advantage === null ? '' : ' · advantage ' + sign(r.advantage)}} · ${{r.length}} tokens · ${{r.turns}} turn(s) · ${{r.finish_reason}}</h3>`
       + `<span class="prompt">${{esc(r.prompt)}}</span>\\n${{toks}}</div>`;
   }}).join('');
 }}
@@ -220,11 +273,33 @@ render();
 """
 
 
+def _json_safe(v: Any) -> Any:
+    """``v`` with non-finite floats as strings ("nan", "-inf"): JSON.parse reads no NaN or Infinity."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    return v
+
+
+def embed_json(value: Any) -> str:
+    """``value`` as JSON text that is inert inside an HTML ``<script>`` element: every ``<``, ``>`` and
+    ``&`` (which could end the element, or open a comment that swallows the page's own script) and the
+    line separators U+2028/U+2029 are written as ``\\u`` escapes, which JSON.parse reads back as the
+    same characters."""
+    text = json.dumps(_json_safe(value), allow_nan=False)
+    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(ch, esc)
+    return text
+
+
 def write_html(path: Path, recs: list[dict], *, title: str, metrics: list[dict]) -> Path:
     """One self-contained page (no network): the samples with client-side filters, and the run's curves."""
     steps = sorted({r["step"] for r in recs})
     finishes = sorted({r["finish_reason"] for r in recs})
-    data = json.dumps(recs).replace("</", "<\\/")
+    data = embed_json([{**r, "advantage": sample_advantage(r)} for r in recs])
     page = PAGE.format(
         title=html.escape(title), curves=_curves_svg(metrics, ("rollout/reward", "rollout/accuracy", "eval/accuracy", "actor/entropy")),
         step_options="".join(f'<option value="{s}">{s}</option>' for s in steps),
@@ -250,26 +325,57 @@ def register_command(subparsers) -> None:
     p.set_defaults(func=cmd_traces)
 
 
+def _filtered(args) -> bool:
+    return any(v is not None for v in (args.step, args.min_reward, args.max_reward, args.finish, args.grep))
+
+
+def _nothing_shown(args, recs: list[dict], path: Path) -> str:
+    """Why no sample is shown: the filters, or what the file lacks."""
+    if _filtered(args):
+        return "no sample passes the filters"
+    if args.html:
+        return f"{str(path)!r} holds no sample"
+    if args.eval:
+        return (f"{str(path)!r} holds no evaluation answers (the traces logger's per_eval is 0, or no evaluation has run); "
+                "drop --eval for the training samples")
+    return f"{str(path)!r} holds no training samples, only evaluation answers: show them with --eval"
+
+
 def cmd_traces(args) -> int:
     import sys
+
+    from rllab_loggers.traces import BadLineError
+
+    def cut(path, lineno):
+        print(f"warning: {path}: line {lineno}, the last, is cut off (the run stopped while writing it); "
+              "showing the lines before it", file=sys.stderr)
 
     if args.limit is not None and args.limit < 1:
         print(f"rllab traces: --limit {args.limit} must be at least 1", file=sys.stderr)
         return 2
     try:
-        path, recs = load(args.run)
+        path, recs = load(args.run, on_cut=cut)
+        if not recs:
+            raise TracesError(f"rllab traces: {str(path)!r} is empty: the run has traced no sample yet")
         if args.html and Path(args.html).is_dir():
             raise TracesError(f"rllab traces: --html {args.html!r} is a directory; give the page's file name, e.g. {args.html.rstrip('/')}/traces.html")
+        kind = None if args.html else "eval" if args.eval else "train"
+        shown = select(recs, step=args.step, min_reward=args.min_reward, max_reward=args.max_reward, finish=args.finish,
+                       grep=args.grep, limit=args.limit, all_steps=bool(args.html), kind=kind)
+        if not shown:
+            raise TracesError(f"rllab traces: {_nothing_shown(args, recs, path)}" + ("; no page written" if args.html else ""))
         if args.html:
-            shown = select(recs, step=args.step, min_reward=args.min_reward, max_reward=args.max_reward, finish=args.finish,
-                           grep=args.grep, limit=args.limit, all_steps=True, kind=None)
-            metrics_file = path.parent / "metrics.jsonl"
-            metrics = read_traces(metrics_file) if metrics_file.is_file() else []
+            names = _configured(path.parent, "jsonl", "metrics.jsonl") or ["metrics.jsonl"]
+            metrics_file = path.parent / names[0]
+            try:
+                metrics = read_traces(metrics_file, on_cut=cut) if metrics_file.is_file() else []
+            except (BadLineError, UnicodeDecodeError) as e:
+                print(f"warning: {metrics_file} is unreadable ({e}); the page has no curves", file=sys.stderr)
+                metrics = []
             out = write_html(Path(args.html), shown, title=path.parent.name, metrics=metrics)
             print(f"wrote {out} ({len(shown)} samples)")
             return 0
-        show(select(recs, step=args.step, min_reward=args.min_reward, max_reward=args.max_reward, finish=args.finish,
-                    grep=args.grep, limit=args.limit, kind="eval" if args.eval else "train"), color=args.color)
+        show(shown, color=args.color)
     except TracesError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -111,11 +111,11 @@ def test_filters_and_their_errors(traced_run):
         traces_view.select(recs, step=7)
     with pytest.raises(traces_view.TracesError, match="--finish 'nope' matches no sample; finish reasons traced"):
         traces_view.select(recs, finish="nope")
-    with pytest.raises(traces_view.TracesError, match="has no traces.jsonl; run with the traces logger"):
+    with pytest.raises(traces_view.TracesError, match="has no traces \\(its config.toml names no traces logger\\); run with the traces logger"):
         traces_view.load(traced_run / "plain")
     with pytest.raises(traces_view.TracesError, match="does not exist"):
         traces_view.load(traced_run / "missing")
-    with pytest.raises(traces_view.TracesError, match="is not a traces file \\(a line lacks prompt"):
+    with pytest.raises(traces_view.TracesError, match="is not a traces file \\(record 1 lacks prompt"):
         traces_view.load(traced_run / "plain" / "metrics.jsonl")
 
 
