@@ -106,7 +106,11 @@ def summarize(records: list[RunRecord], *, baseline: str | None = None, variants
                 for kind in ("final", "auc"):
                     vals = [getattr(r, kind)(metric) for r in done]
                     m, lo, hi = stats.mean_ci(vals)
-                    row[f"{kind}_{metric}"] = {"mean": m, "low": lo, "high": hi}
+                    row[f"{kind}_{metric}"] = {"mean": m, "low": lo, "high": hi, "levels": "seeds"}
+                    per = [r.problem_values(f"{kind}_{metric}") for r in done]
+                    if per and all(p is not None for p in per) and len({len(p) for p in per}) == 1 and (len(per) > 1 or len(per[0]) > 1):
+                        m, lo, hi = verdicts_.two_level_ci(per)  # over held-out problems and seeds
+                        row[f"{kind}_{metric}"] = {"mean": m, "low": lo, "high": hi, "levels": "problems and seeds"}
             row["initial_accuracy"] = stats.mean_ci([r.accuracy[0] for r in done if r.accuracy])[0]
             row["pass_at"] = _pass_at(done)
             row["no_signal"] = sum(1 for r in rs if r.train_reward_max == 0.0)
@@ -168,7 +172,27 @@ def _pass_at(done: list[RunRecord]) -> dict:
     ks = sorted(set.intersection(*(set(b) & set(a) for b, a in pairs))) if pairs else []
     if ks:
         out["gain"] = {k: stats.mean_ci([a[k] - b[k] for b, a in pairs]) for k in ks}
+        counts = [(r.problems.get(r.steps[0], {}), r.problems.get(r.steps[-1], {})) for r in done if len(r.steps) > 1]
+        if counts and len(counts) == len(pairs) and all("sampled_correct" in b and "sampled_correct" in a for b, a in counts):
+            out["gain"] = {k: _problem_gain(counts, k) or out["gain"][k] for k in ks}  # paired per problem, over problems and seeds
+            out["gain_levels"] = "problems and seeds"
     return out
+
+
+def _problem_gain(counts: list, k: int) -> tuple | None:
+    """pass@k after − before, each problem against itself in the same run, with the two-level
+    bootstrap CI over held-out problems and seeds (:func:`rllab_suite.verdicts.bootstrap_difference`)."""
+    from rllab.rollout.evalmetrics import pass_at_k
+
+    rows = []
+    for b, a in counts:
+        if not (1 <= k <= min(b["samples"], a["samples"])) or len(b["sampled_correct"]) != len(a["sampled_correct"]):
+            return None
+        rows.append([pass_at_k(a["samples"], ca, k) - pass_at_k(b["samples"], cb, k) for cb, ca in zip(b["sampled_correct"], a["sampled_correct"])])
+    if len({len(r) for r in rows}) != 1:
+        return None
+    d = verdicts_.bootstrap_difference(rows, [[0.0] * len(rows[0])] * len(rows), x_seeds=range(len(rows)), y_seeds=range(len(rows)))
+    return (d["effect"], *d["ci95"])
 
 
 def crossover(gain: dict) -> tuple[int | None, int | None]:
@@ -329,9 +353,12 @@ def _print_markdown_block(lines: list[str], console) -> None:
 
 def markdown(summary: dict, *, title: str = "", identical: list | None = None, images: tuple = ()) -> str:
     lines = [f"# {title}" if title else "# comparison", ""]
+    two = any(r[f"{k}_{m}"].get("levels") == "problems and seeds" for r in summary["rows"] for k in ("final", "auc") for m, _ in METRICS)
     lines.append(
-        f"Mean over seeds with a {int(100 * summary['confidence'])}% percentile-bootstrap CI (scipy.stats.bootstrap); "
-        "AUC is the mean height of the held-out curve over the run (trapezoid rule, normalised by steps)."
+        f"Mean over seeds with a {int(100 * summary['confidence'])}% percentile-bootstrap CI "
+        + ("over held-out problems and seeds (two-level: runs that recorded per-problem results resample both); " if two else "over seeds (scipy.stats.bootstrap); ")
+        + "AUC is the mean height of the held-out curve over the run (trapezoid rule, normalised by steps). "
+        f"Resolution: {verdicts_.resolution(summary.get('eval_size'))}."
     )
     lines.append("")
     lines += verdicts_.markdown_lines(summary.get("verdicts", []), eval_size=summary.get("eval_size"))
@@ -385,7 +412,9 @@ def pass_at_lines(summary: dict, task: str) -> list[str]:
         lines.append(f"| {r['variant']} | " + " | ".join(f"{100 * b[k]:.1f} → {100 * a[k]:.1f}" if k in a and k in b else "—" for k in ks) + " |")
     gains = [r for r in rows if r["pass_at"].get("gain") and any(g[0] != 0 for g in r["pass_at"]["gain"].values())]
     if gains:
-        lines += ["", "Gain after − before in points, each seed against its own first evaluation, mean over seeds with a 95% bootstrap CI; "
+        levels = "held-out problems and seeds (each problem paired with itself)" if any(r["pass_at"].get("gain_levels") for r in gains) else "seeds"
+        lines += ["", f"Gain after − before in points, each seed against its own first evaluation, mean over seeds with a 95% bootstrap CI over {levels}; "
+                  f"{verdicts_.resolution(summary.get('eval_size'))}; "
                   "the crossover is the k from which the base model stays above the arm (the mean gain below 0 for every larger k; *sure* where the CI's upper end is).", "",
                   "| variant | " + " | ".join(f"pass@{k}" for k in ks) + " | crossover |", "|---|" + "---|" * (len(ks) + 1)]
         for r in gains:

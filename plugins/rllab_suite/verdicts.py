@@ -143,6 +143,13 @@ def bootstrap_difference(x, y, *, x_seeds=None, y_seeds=None, n_boot: int = N_BO
     return out
 
 
+def two_level_ci(rows, *, n_boot: int = N_BOOT, seed: int = 0) -> tuple[float, float, float]:
+    """(mean, low, high) of per-problem rows (seeds × problems): the 95% CI resamples seeds and
+    problems (:func:`bootstrap_difference` against nothing)."""
+    d = bootstrap_difference(rows, [[0.0] * len(rows[0])], n_boot=n_boot, seed=seed)
+    return (d["effect"], *d["ci95"])
+
+
 def _rows(a):
     import numpy as np
 

@@ -205,3 +205,34 @@ def test_claims_are_decided_from_runs_and_written_beside_their_numbers(tmp_path)
     text = "\n".join(markdown_lines([e], eval_size=10))
     assert "one problem = 10 points (10 held-out problems)" in text and "**reproduced**" in text
     assert "+40.0 [" in text and "3/3 seeds × 10 problems" in text
+
+
+def test_pass_at_k_gain_is_paired_per_problem_over_problems_and_seeds(tmp_path):
+    """Two seeds alike, 2 problems, 4 samples: before 0 and 4 solved, after 2 and 4. pass@1 per
+    problem goes 0 → 0.5 and 1 → 1: a gain of 0.25; resampling the 2 problems gives 0, 0.25 or 0.5
+    (¼, ½, ¼), so the 95% CI is [0, 0.5] — over seeds alone it would be a point."""
+    from rllab_suite.report import _pass_at
+
+    recs = []
+    for s in range(2):
+        d = _run(tmp_path, f"g{s}", s, {0: [0, 1], 10: [1, 1]}, samples={0: [0, 4], 10: [2, 4]})
+        rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+        rows[0]["eval/mean@4"], rows[1]["eval/mean@4"] = 0.5, 0.75
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        recs.append(read_run(d, variant="g", seed=s))
+    out = _pass_at(recs)
+    assert out["gain_levels"] == "problems and seeds"
+    assert out["gain"][1] == pytest.approx((0.25, 0.0, 0.5))
+
+
+def test_report_intervals_resample_problems_where_runs_recorded_them(tmp_path):
+    from rllab_suite.report import markdown, summarize
+
+    recs = [read_run(_run(tmp_path, f"a{s}", s, {0: [0] * 10, 10: [1] * 8 + [0] * 2}), variant="a", seed=s) for s in range(3)]
+    summary = summarize(recs)
+    d = summary["rows"][0]["final_accuracy"]
+    assert d["levels"] == "problems and seeds" and d["mean"] == pytest.approx(0.8)
+    assert d["low"] < 0.8 < d["high"]  # every seed alike: over seeds alone this would be a point
+    assert summary["eval_size"] == 10
+    text = markdown(summary)
+    assert "over held-out problems and seeds" in text and "one problem = 10 points" in text
