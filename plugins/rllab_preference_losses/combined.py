@@ -35,15 +35,14 @@ import rllab
 
 from .common import (
     DISCOPOP_TAU,
+    PreferencePairs,
     beta_knob,
     check_token_side,
     f_alpha_knob,
     f_divergence_knob,
-    metrics,
-    prepare,
     wpo_weight,
 )
-from .trl import F_DIVERGENCE_LOSSES, LOSS_TYPES, SMOOTHED, bco_running_mean, formula, sft_loss
+from .trl import F_DIVERGENCE_LOSSES, LOSS_TYPES, LOSSES, SMOOTHED
 
 
 def _check_combined(inst, attribute, value):
@@ -167,66 +166,42 @@ def combined(
     """
     cfg = config
     where = f"preference_loss '{'mpo' if isinstance(cfg, MPOConfig) else 'combined'}'"
-    p = prepare(
-        where,
-        chosen_logps=chosen_logps,
-        rejected_logps=rejected_logps,
-        ref_chosen_logps=ref_chosen_logps,
-        ref_rejected_logps=ref_rejected_logps,
-        chosen_lengths=chosen_lengths,
-        rejected_lengths=rejected_lengths,
-        f_divergence_type=cfg.f_divergence_type,
-        f_alpha_divergence_coef=cfg.f_alpha_divergence_coef,
-        ld_alpha=cfg.ld_alpha,
-        token_inputs=dict(
-            chosen_token_logps=chosen_token_logps,
-            rejected_token_logps=rejected_token_logps,
-            ref_chosen_token_logps=ref_chosen_token_logps,
-            ref_rejected_token_logps=ref_rejected_token_logps,
-            chosen_mask=chosen_mask,
-            rejected_mask=rejected_mask,
-        ),
-    )
+    tokens = {
+        "chosen_token_logps": chosen_token_logps, "rejected_token_logps": rejected_token_logps, "chosen_mask": chosen_mask,
+        "ref_chosen_token_logps": ref_chosen_token_logps, "ref_rejected_token_logps": ref_rejected_token_logps,
+        "rejected_mask": rejected_mask, "chosen_log_sum_sq_probs": chosen_log_sum_sq_probs,
+        "rejected_log_sum_sq_probs": rejected_log_sum_sq_probs,
+    }  # fmt: skip
+    p = PreferencePairs.build(
+        where, cfg, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, chosen_lengths,
+        rejected_lengths, tokens=tokens,
+    )  # fmt: skip
     extra = {}
     weight = None
     if cfg.use_weighting:
         weight_inputs = {}
         for side, lengths in (("chosen", chosen_lengths), ("rejected", rejected_lengths)):
-            tok = chosen_token_logps if side == "chosen" else rejected_token_logps
-            lssp = chosen_log_sum_sq_probs if side == "chosen" else rejected_log_sum_sq_probs
-            mask = chosen_mask if side == "chosen" else rejected_mask
+            tok, lssp, mask = (tokens[f"{side}_{k}"] for k in ("token_logps", "log_sum_sq_probs", "mask"))
             check_token_side(
                 where, side, lengths, mask, **{f"{side}_token_logps": tok, f"{side}_log_sum_sq_probs": lssp}
             )
             weight_inputs[side] = wpo_weight(tok, lssp, mask)
         weight = (weight_inputs["chosen"] * weight_inputs["rejected"]).to(p.chosen_lr.dtype)
         extra["dpo/wpo_weight"] = weight.detach().sum() / max(weight.numel(), 1)
-    shift = None
     if cfg.bco_running_mean:
-        shift, count = bco_running_mean(where, p, cfg.beta, bco_reward_mean, bco_reward_count)
-        extra.update({"bco/reward_mean": shift, "bco/reward_count": count})
-    sft_value = None
-    if "sft" in cfg.loss_types:
-        sft_value = sft_loss(chosen_logps, chosen_lengths)  # TRL's sft reads the plain per-token log-probs
+        p, state = p.shifted(where, cfg.beta, bco_reward_mean, bco_reward_count)
+        extra.update(state)
+    p = p.with_nll(chosen_logps)  # TRL's sft reads the plain per-token log-probs
     weights = cfg.loss_weights or (1.0,) * len(cfg.loss_types)
     total = None
     for loss_type, w in zip(cfg.loss_types, weights):
-        per_pair = formula(
-            loss_type,
-            p,
-            beta=cfg.beta,
-            label_smoothing=cfg.label_smoothing,
-            discopop_tau=DISCOPOP_TAU if cfg.discopop_tau is None else cfg.discopop_tau,
-            bco_shift=shift,
-            sft=sft_value,
-        )
+        per_pair = LOSSES[loss_type](p, cfg)
         if weight is not None:
             per_pair = per_pair * weight
         extra[f"dpo/loss_{loss_type}"] = per_pair.detach().sum() / max(per_pair.numel(), 1)
         term = per_pair * w
         total = term if total is None else total + term
-    beta = cfg.beta
-    return total, {**metrics(p.chosen_lr - p.rejected_lr, beta * p.chosen_lr, beta * p.rejected_lr), **extra}
+    return total, {**p.metrics(cfg.beta), **extra}
 
 
 def register(register_fn) -> None:

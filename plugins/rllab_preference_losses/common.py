@@ -1,5 +1,6 @@
-"""Pieces every preference loss shares: input checks, the ``dpo/…`` metrics, TRL's f-divergence
-scores, length-desensitised log-probs (LD-DPO) and WPO weights.
+"""Pieces every preference loss shares: the :class:`PreferencePairs` record every loss formula
+reads, :func:`component` that registers a formula, input checks, the ``dpo/…`` metrics, TRL's
+f-divergence scores, length-desensitised log-probs (LD-DPO) and WPO weights.
 
 Shapes: P pairs; ``T_w`` / ``T_l`` the padded response lengths of the chosen / rejected side
 (they may differ). Sequence-level tensors are (P,); token-level ones (P, T_w) or (P, T_l).
@@ -91,6 +92,7 @@ class BetaConfig:
     label_smoothing = 0.0
     running_mean = False
     discopop_tau = DISCOPOP_TAU
+    ld_alpha = None
 
 
 @preference_config
@@ -176,29 +178,55 @@ def per_token(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return x / lengths.to(x.dtype).clamp(min=1.0)
 
 
-def f_scores(log_ratio: torch.Tensor, f_divergence_type: str, alpha: float | None) -> torch.Tensor:
-    """f'(t) at t = π/π_ref = exp(u), u = ``log_ratio`` (P,) — TRL 1.16's ``chosen_scores``.
+def sft_loss(chosen_logps: torch.Tensor, chosen_lengths: torch.Tensor) -> torch.Tensor:
+    """−Σ_P log π(w) / Σ_P |w|, 0-d: the mean NLL over every chosen token of the batch (0 if none)."""
+    tokens = chosen_lengths.sum().to(chosen_logps.dtype)
+    return -chosen_logps.sum() / tokens.clamp(min=1.0)
 
-    ``reverse_kl``: u.  ``forward_kl``: 1 − e^{−u}.  ``js_divergence``: log 2 + log σ(u).
-    ``alpha_divergence``: (e^{(α−1)·u} − 1)/(α − 1), with (α−1)·u clamped at 80 (11 in float16)
-    and evaluated in float32 at least, as TRL; |α − 1| < 1e-6 falls back to u (the α → 1 limit).
+
+# f'(t) at t = π/π_ref = e^u of each f-divergence (TRL 1.16's ``chosen_scores``), u the log-ratio.
+
+
+def reverse_kl(u: torch.Tensor, alpha: float | None) -> torch.Tensor:
+    """u: DPO's own log-ratio."""
+    return u
+
+
+def forward_kl(u: torch.Tensor, alpha: float | None) -> torch.Tensor:
+    """1 − e^{−u} = 1 − 1/t."""
+    return 1 - torch.exp(-u)
+
+
+def js_divergence(u: torch.Tensor, alpha: float | None) -> torch.Tensor:
+    """log 2 + log σ(u) = log(2t/(1+t))."""
+    return math.log(2) + F.logsigmoid(u)
+
+
+def alpha_divergence(u: torch.Tensor, alpha: float | None) -> torch.Tensor:
+    """(e^{(α−1)·u} − 1)/(α − 1) = (t^{α−1} − 1)/(α − 1), α = ``alpha`` (None: TRL's 0.5).
+
+    (α−1)·u is clamped at 80 (11 in float16) and evaluated in float32 at least, as TRL;
+    |α − 1| < 1e-6 falls back to u (the α → 1 limit).
     """
-    if f_divergence_type == "reverse_kl":
-        return log_ratio
-    if f_divergence_type == "forward_kl":
-        return 1 - torch.exp(-log_ratio)
-    if f_divergence_type == "js_divergence":
-        return math.log(2) + F.logsigmoid(log_ratio)
-    if f_divergence_type == "alpha_divergence":
-        a = TRL_ALPHA if alpha is None else alpha
-        if abs(a - 1.0) < 1e-6:
-            return log_ratio
-        t = (a - 1.0) * log_ratio
-        dtype = t.dtype
-        clamp_max = 11.0 if dtype == torch.float16 else 80.0
-        work = torch.promote_types(dtype, torch.float32)
-        return (torch.exp(torch.clamp(t.to(work), max=clamp_max)) - 1.0).to(dtype) * (1.0 / (a - 1.0))
-    raise ValueError(f"unknown f_divergence_type {f_divergence_type!r}: must be one of {F_DIVERGENCES}")
+    a = TRL_ALPHA if alpha is None else alpha
+    if abs(a - 1.0) < 1e-6:
+        return u
+    t = (a - 1.0) * u
+    dtype = t.dtype
+    clamp_max = 11.0 if dtype == torch.float16 else 80.0
+    work = torch.promote_types(dtype, torch.float32)
+    return (torch.exp(torch.clamp(t.to(work), max=clamp_max)) - 1.0).to(dtype) * (1.0 / (a - 1.0))
+
+
+F_SCORES = {"reverse_kl": reverse_kl, "forward_kl": forward_kl, "js_divergence": js_divergence, "alpha_divergence": alpha_divergence}
+assert tuple(F_SCORES) == F_DIVERGENCES
+
+
+def f_scores(log_ratio: torch.Tensor, f_divergence_type: str, alpha: float | None) -> torch.Tensor:
+    """f'(e^u) of the named f-divergence at u = ``log_ratio`` (P,): :data:`F_SCORES`."""
+    if f_divergence_type not in F_SCORES:
+        raise ValueError(f"unknown f_divergence_type {f_divergence_type!r}: must be one of {F_DIVERGENCES}")
+    return F_SCORES[f_divergence_type](log_ratio, alpha)
 
 
 def ld_logps(token_logps: torch.Tensor, mask: torch.Tensor, shared: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -227,82 +255,144 @@ def wpo_weight(token_logps: torch.Tensor, log_sum_sq_probs: torch.Tensor, mask: 
         return torch.exp(aligned.sum(-1) / mask.sum(-1).clamp(min=1).to(aligned.dtype))
 
 
+# --------------------------------------------------------------------------- the record
+
+SEQUENCE_INPUTS = ("chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps", "chosen_lengths", "rejected_lengths")
+"""The six (P,) inputs of every preference loss, in the order :meth:`PreferencePairs.build` takes them."""
+
+
 @attrs.frozen
-class Pairs:
-    """Everything a loss formula may read, (P,) each unless noted."""
+class PreferencePairs:
+    """P (chosen w, rejected l) pairs as every loss formula reads them, (P,) each unless noted.
+
+    Built once per call by :meth:`build`; each loss is then a plain function of it and its config.
+    """
 
     chosen_logps: torch.Tensor
+    """log π(w) summed over the response (LD-DPO's desensitised sum under ``ld_alpha``)."""
     rejected_logps: torch.Tensor
-    ref_chosen_logps: torch.Tensor
-    ref_rejected_logps: torch.Tensor
+    ref_chosen_logps: torch.Tensor | None
+    """The same under π_ref; None for a reference-free loss (``simpo``)."""
+    ref_rejected_logps: torch.Tensor | None
     chosen_lengths: torch.Tensor
+    """Response token counts (int)."""
     rejected_lengths: torch.Tensor
-    chosen_lr: torch.Tensor
-    """log π(w) − log π_ref(w)."""
-    rejected_lr: torch.Tensor
-    chosen_scores: torch.Tensor
-    """f'(π/π_ref) of the chosen side (= ``chosen_lr`` for reverse_kl)."""
-    rejected_scores: torch.Tensor
+    chosen_lr: torch.Tensor | None
+    """u_w = log π(w) − log π_ref(w); None without a reference."""
+    rejected_lr: torch.Tensor | None
+    chosen_scores: torch.Tensor | None
+    """s_w = f'(e^{u_w}) of the config's f-divergence (= ``chosen_lr`` for reverse_kl)."""
+    rejected_scores: torch.Tensor | None
+    chosen_nll: torch.Tensor | None = None
+    """0-d: −Σ_P log π(w) / Σ_P |w|, of the log-probs as given (before LD-DPO's α): the sft loss
+    (:meth:`with_nll`)."""
+    reward_shift: torch.Tensor | None = None
+    """0-d δ of bco_pair's running mean (:meth:`shifted`); None: no shift."""
 
+    @classmethod
+    def build(
+        cls, where: str, config, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, chosen_lengths,
+        rejected_lengths, *, tokens: dict | None = None, reference: bool = True,
+    ) -> "PreferencePairs":  # fmt: skip
+        """Validate the inputs; apply LD-DPO's ``config.ld_alpha`` (from ``tokens``) and the
+        config's f-divergence. ``where`` names the loss in errors.
 
-def prepare(
-    where: str,
-    *,
-    chosen_logps,
-    rejected_logps,
-    ref_chosen_logps,
-    ref_rejected_logps,
-    chosen_lengths,
-    rejected_lengths,
-    f_divergence_type: str = "reverse_kl",
-    f_alpha_divergence_coef: float | None = None,
-    ld_alpha: float | None = None,
-    token_inputs: dict | None = None,
-) -> Pairs:
-    """Validate the inputs; apply LD-DPO's α (from the token-level inputs) and the f-divergence.
+        ``tokens`` (read only when ``ld_alpha`` is set) holds ``chosen_token_logps``,
+        ``ref_chosen_token_logps``, ``chosen_mask`` (P, T_w) and the rejected ones (P, T_l).
+        ``reference=False``: the reference log-probs are ignored (may be None).
+        """
+        given = dict(zip(SEQUENCE_INPUTS, (chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, chosen_lengths, rejected_lengths)))
+        if not reference:
+            del given["ref_chosen_logps"], given["ref_rejected_logps"]
+        check_inputs(where, need_ref=reference, **given)
+        if not reference:
+            return cls(chosen_logps, rejected_logps, None, None, chosen_lengths, rejected_lengths, None, None, None, None)
+        if config.ld_alpha is not None:
+            t = tokens or {}
+            for side, lengths in (("chosen", chosen_lengths), ("rejected", rejected_lengths)):
+                names = (f"{side}_token_logps", f"ref_{side}_token_logps")
+                check_token_side(where, side, lengths, t.get(f"{side}_mask"), **{n: t.get(n) for n in names})
+            shared = torch.minimum(chosen_lengths, rejected_lengths)
+            cm, rm, alpha = t["chosen_mask"], t["rejected_mask"], config.ld_alpha
+            chosen_logps = ld_logps(t["chosen_token_logps"], cm, shared, alpha)
+            rejected_logps = ld_logps(t["rejected_token_logps"], rm, shared, alpha)
+            ref_chosen_logps = ld_logps(t["ref_chosen_token_logps"].detach(), cm, shared, alpha)
+            ref_rejected_logps = ld_logps(t["ref_rejected_token_logps"].detach(), rm, shared, alpha)
+        chosen_lr = chosen_logps - ref_chosen_logps
+        rejected_lr = rejected_logps - ref_rejected_logps
+        kind, coef = config.f_divergence_type, config.f_alpha_divergence_coef
+        return cls(
+            chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, chosen_lengths, rejected_lengths,
+            chosen_lr, rejected_lr, f_scores(chosen_lr, kind, coef), f_scores(rejected_lr, kind, coef),
+        )  # fmt: skip
 
-    ``token_inputs`` (read only when ``ld_alpha`` is set) holds ``chosen_token_logps``,
-    ``ref_chosen_token_logps``, ``chosen_mask`` (P, T_w) and the rejected ones (P, T_l).
-    """
-    check_inputs(
-        where,
-        chosen_logps=chosen_logps,
-        rejected_logps=rejected_logps,
-        ref_chosen_logps=ref_chosen_logps,
-        ref_rejected_logps=ref_rejected_logps,
-        chosen_lengths=chosen_lengths,
-        rejected_lengths=rejected_lengths,
-    )
-    if ld_alpha is not None:
-        t = token_inputs or {}
-        for side, lengths in (("chosen", chosen_lengths), ("rejected", rejected_lengths)):
-            check_token_side(
-                where,
-                side,
-                lengths,
-                t.get(f"{side}_mask"),
-                **{
-                    f"{side}_token_logps": t.get(f"{side}_token_logps"),
-                    f"ref_{side}_token_logps": t.get(f"ref_{side}_token_logps"),
-                },
+    def shifted(self, where: str, beta: float, reward_mean, reward_count) -> tuple["PreferencePairs", dict]:
+        """bco_pair's running-mean shift (TRL ≤ 0.x's ``RunningMoments``, updated with this batch).
+
+        ``reward_mean``, ``reward_count`` 0-d: the state before this batch (0 and 0 initially).
+        Returns the pairs with ``reward_shift`` δ = mean + (m − mean)/(count + 1), m the mean of
+        β·u over the 2P chosen and rejected responses, and the state after this batch as the
+        metrics ``bco/reward_mean`` (= δ) and ``bco/reward_count``, 0-d and detached; with P = 0
+        the state is returned unchanged.
+        """
+        if reward_mean is None or reward_count is None:
+            raise ValueError(
+                f"{where}: running_mean = True needs bco_reward_mean and bco_reward_count (0-d tensors, 0 and 0 at the "
+                f"first step, then the returned metrics bco/reward_mean and bco/reward_count); got "
+                f"bco_reward_mean={reward_mean!r}, bco_reward_count={reward_count!r}"
             )
-        shared = torch.minimum(chosen_lengths, rejected_lengths)
-        cm, rm = t["chosen_mask"], t["rejected_mask"]
-        chosen_logps = ld_logps(t["chosen_token_logps"], cm, shared, ld_alpha)
-        rejected_logps = ld_logps(t["rejected_token_logps"], rm, shared, ld_alpha)
-        ref_chosen_logps = ld_logps(t["ref_chosen_token_logps"].detach(), cm, shared, ld_alpha)
-        ref_rejected_logps = ld_logps(t["ref_rejected_token_logps"].detach(), rm, shared, ld_alpha)
-    chosen_lr = chosen_logps - ref_chosen_logps
-    rejected_lr = rejected_logps - ref_rejected_logps
-    return Pairs(
-        chosen_logps=chosen_logps,
-        rejected_logps=rejected_logps,
-        ref_chosen_logps=ref_chosen_logps,
-        ref_rejected_logps=ref_rejected_logps,
-        chosen_lengths=chosen_lengths,
-        rejected_lengths=rejected_lengths,
-        chosen_lr=chosen_lr,
-        rejected_lr=rejected_lr,
-        chosen_scores=f_scores(chosen_lr, f_divergence_type, f_alpha_divergence_coef),
-        rejected_scores=f_scores(rejected_lr, f_divergence_type, f_alpha_divergence_coef),
-    )
+        dtype, device = self.chosen_lr.dtype, self.chosen_lr.device
+        mean = torch.as_tensor(reward_mean).detach().to(dtype=dtype, device=device)
+        count = torch.as_tensor(reward_count).detach().to(dtype=dtype, device=device)
+        if mean.numel() != 1 or count.numel() != 1:
+            raise ValueError(
+                f"{where}: bco_reward_mean and bco_reward_count must be scalars, got shapes "
+                f"{tuple(mean.shape)} and {tuple(count.shape)}"
+            )
+        mean, count = mean.reshape(()), count.reshape(())
+        if not bool(torch.isfinite(mean) & (count >= 0)):
+            raise ValueError(
+                f"{where}: bco_reward_mean must be finite and bco_reward_count ≥ 0, got {mean.item()}, {count.item()}"
+            )
+        if self.chosen_lr.numel() != 0:
+            batch = torch.cat((beta * self.chosen_lr, beta * self.rejected_lr), 0).mean().detach()
+            count = count + 1
+            mean = mean + (batch - mean) / count
+        return attrs.evolve(self, reward_shift=mean), {"bco/reward_mean": mean, "bco/reward_count": count}
+
+    def with_nll(self, chosen_logps: torch.Tensor) -> "PreferencePairs":
+        """The pairs with ``chosen_nll`` from ``chosen_logps``, the log-probs as given to the loss.
+
+        Taken after the other terms, just before the formulas, so that autograd sums the
+        gradients in the same order as ever (bit for bit).
+        """
+        return attrs.evolve(self, chosen_nll=sft_loss(chosen_logps, self.chosen_lengths))
+
+    def metrics(self, beta: float) -> dict:
+        """The ``dpo/…`` metrics of the log-ratios: accuracy of u_w > u_l, rewards β·u."""
+        return metrics(self.chosen_lr - self.rejected_lr, beta * self.chosen_lr, beta * self.rejected_lr)
+
+
+def component(formula, name: str | None = None):
+    """The registered preference loss computing ``formula(pairs, config)`` alone.
+
+    ``formula`` takes the :class:`PreferencePairs` and the loss's config and returns the per-pair
+    losses (P,); its docstring is the component's. The component takes the six (P,) inputs (and,
+    with bco_pair's ``running_mean``, the running-mean state) and returns the losses and the
+    ``dpo/…`` metrics (``bco/…`` too with the running mean). ``name``: the registered name, if
+    not the formula's.
+    """
+    name = name or formula.__name__
+    where = f"preference_loss '{name}'"
+
+    def loss(*, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, chosen_lengths, rejected_lengths, config, bco_reward_mean=None, bco_reward_count=None):  # fmt: skip
+        p = PreferencePairs.build(where, config, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, chosen_lengths, rejected_lengths)
+        extra = {}
+        if config.running_mean:
+            p, extra = p.shifted(where, config.beta, bco_reward_mean, bco_reward_count)
+        return formula(p.with_nll(chosen_logps), config), {**p.metrics(config.beta), **extra}
+
+    loss.__name__ = loss.__qualname__ = name
+    loss.__doc__ = formula.__doc__
+    loss.__module__ = formula.__module__
+    return loss

@@ -56,14 +56,16 @@ Log-probs that are NaN or inf raise :class:`rllab.RowError` naming the pairs.
 
 from __future__ import annotations
 
+import torch
+import torch.nn.functional as F
+
 import rllab
 
-from . import trl
 from .common import (
     BetaConfig,
     FDivergenceConfig,
+    PreferencePairs,
     beta_knob,
-    check_inputs,
     metrics,
     per_token,
     preference_config,
@@ -112,68 +114,58 @@ class SimPOConfig(BetaConfig):
 
 
 # --------------------------------------------------------------------------- losses
+# Each formula takes the pairs (s = f'(e^u) the f-divergence scores, s = u for reverse KL) and the
+# loss's config, and returns the per-pair losses (P,); ``common.component`` registers it.
 
-dpo = trl._single(
-    "sigmoid",
+
+def sigmoid(p: PreferencePairs, config) -> torch.Tensor:
     """DPO (Rafailov et al. 2023): −log σ(βΔ), Δ the chosen minus rejected policy/reference log-ratio.
 
     Every argument (P,); returns losses (P,) and ``dpo/…`` metrics. Policy = reference gives log 2.
-    """,
-    __name__,
-    name="dpo",
-)
+    """
+    return -F.logsigmoid(config.beta * (p.chosen_scores - p.rejected_scores))
 
-hinge = trl._single(
-    "hinge",
+
+def hinge(p: PreferencePairs, config) -> torch.Tensor:
     """Hinge / SLiC (Zhao et al. 2023): relu(1 − βΔ).
 
     Every argument (P,); returns losses (P,) and ``dpo/…`` metrics.
-    """,
-    __name__,
-)
+    """
+    return torch.relu(1 - config.beta * (p.chosen_scores - p.rejected_scores))
 
-ipo = trl._single(
-    "ipo",
+
+def ipo(p: PreferencePairs, config) -> torch.Tensor:
     """IPO (Azar et al. 2023): (Δ_len − 1/(2β))², each log-ratio averaged over its response tokens.
 
     Δ_len = (log π(w) − log π_ref(w)) / |w| − (log π(l) − log π_ref(l)) / |l|, lengths clamped to
     ≥ 1 (as TRL). Every argument (P,); returns losses (P,) and ``dpo/…`` metrics (rewards and
     accuracy from the un-normalised log-ratios, as TRL logs them).
-    """,
-    __name__,
-)
+    """
+    delta_len = per_token(p.chosen_scores, p.chosen_lengths) - per_token(p.rejected_scores, p.rejected_lengths)
+    return (delta_len - 1 / (2 * config.beta)) ** 2
 
-robust = trl._single(
-    "robust",
+
+def robust(p: PreferencePairs, config) -> torch.Tensor:
     """Robust DPO (Chowdhury et al. 2024): [−(1−ε)·log σ(βΔ) + ε·log σ(−βΔ)] / (1 − 2ε).
 
     Unbiased under labels flipped with probability ε (0 ≤ ε < 0.5): its expectation over the flip
     is the clean ``dpo`` loss. Being a de-biased estimate it is not bounded below by 0 (it tends to
     −ε·βΔ/(1 − 2ε) for large βΔ), as in TRL. Every argument (P,); returns losses (P,) and
     ``dpo/…`` metrics. ε = 0 is ``dpo``.
-    """,
-    __name__,
-)
+    """
+    beta, eps = config.beta, config.label_smoothing
+    delta = p.chosen_scores - p.rejected_scores
+    clean = -(1 - eps) * F.logsigmoid(beta * delta)
+    flipped = -eps * F.logsigmoid(-beta * delta)
+    return (clean - flipped) / (1 - 2 * eps)
 
 
-def cdpo(*, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, chosen_lengths, rejected_lengths, config):
+def cdpo(p: PreferencePairs, config) -> torch.Tensor:
     """Conservative DPO (label smoothing ε): −(1−ε)·log σ(βΔ) − ε·log σ(−βΔ).
 
     Every argument (P,); returns losses (P,) and ``dpo/…`` metrics. ε = 0 is ``dpo``.
     """
-    check_inputs(
-        "preference_loss 'cdpo'",
-        chosen_logps=chosen_logps,
-        rejected_logps=rejected_logps,
-        ref_chosen_logps=ref_chosen_logps,
-        ref_rejected_logps=ref_rejected_logps,
-        chosen_lengths=chosen_lengths,
-        rejected_lengths=rejected_lengths,
-    )
-    chosen_lr, rejected_lr = chosen_logps - ref_chosen_logps, rejected_logps - ref_rejected_logps
-    delta = chosen_lr - rejected_lr
-    losses = smoothed(config.beta * delta, config.label_smoothing)
-    return losses, metrics(delta, config.beta * chosen_lr, config.beta * rejected_lr)
+    return smoothed(config.beta * (p.chosen_scores - p.rejected_scores), config.label_smoothing)
 
 
 def simpo(*, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, chosen_lengths, rejected_lengths, config):
@@ -183,17 +175,11 @@ def simpo(*, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps,
     ``ref_chosen_logps`` / ``ref_rejected_logps`` are ignored (may be None); lengths are clamped
     to ≥ 1. Every other argument (P,); returns losses (P,) and ``dpo/…`` metrics with rewards β·ā.
     """
-    check_inputs(
-        "preference_loss 'simpo'",
-        need_ref=False,
-        chosen_logps=chosen_logps,
-        rejected_logps=rejected_logps,
-        chosen_lengths=chosen_lengths,
-        rejected_lengths=rejected_lengths,
-    )
-    chosen_avg = per_token(chosen_logps, chosen_lengths)
-    rejected_avg = per_token(rejected_logps, rejected_lengths)
-    logits = chosen_avg - rejected_avg
-    logits = logits - config.gamma / config.beta
-    losses = smoothed(config.beta * logits, config.label_smoothing)
-    return losses, metrics(chosen_avg - rejected_avg, config.beta * chosen_avg, config.beta * rejected_avg)
+    p = PreferencePairs.build(
+        "preference_loss 'simpo'", config, chosen_logps, rejected_logps, None, None, chosen_lengths, rejected_lengths,
+        reference=False,
+    )  # fmt: skip
+    beta = config.beta
+    chosen_avg, rejected_avg = per_token(p.chosen_logps, p.chosen_lengths), per_token(p.rejected_logps, p.rejected_lengths)
+    losses = smoothed(beta * (chosen_avg - rejected_avg - config.gamma / beta), config.label_smoothing)
+    return losses, metrics(chosen_avg - rejected_avg, beta * chosen_avg, beta * rejected_avg)
