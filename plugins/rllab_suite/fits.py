@@ -1,7 +1,7 @@
 """Curves fitted to compute: ScaleRL's saturating curve per arm, with bootstrap CIs over seeds.
 
 Khatri et al. 2025 ("The Art of Scaling Reinforcement Learning Compute for LLMs", arXiv
-2510.13914) fit held-out performance R against training compute C with a sigmoid in log C::
+2510.13786) fit held-out performance R against training compute C with a sigmoid in log C::
 
     R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B)
 
@@ -17,7 +17,17 @@ compute spent up to them (``tokens``: the sampled response tokens, ``rollout/tok
 ``B`` in [0.05, 20], ``C_mid`` within a factor 1000 of the data's range). ``A`` and ``C_mid`` get
 95% percentile-bootstrap CIs from refits on seeds drawn with replacement — the same draw for every
 arm, so two arms are compared on paired resamples (their seeds share prompts). A fit that fails,
-or whose ``C_mid`` ends on its bound (the data never bent, so ``A`` is an extrapolation), says so.
+or whose ``C_mid`` ends on its bound (the data never bent, so ``A`` is an extrapolation), says so;
+so does an ``A`` on its bound (0 or 1: the bound, not the data, set it), and each interval gives
+the share of its refits that failed (an interval over the refits that converged is over a subset).
+
+As ScaleRL validates its fits, each arm's curve is also fitted to the early part of the compute
+alone (evaluations at up to :data:`EARLY_FRACTION` of the largest compute) and used to predict the
+later evaluations: the prediction error (mean absolute error, points, of the prediction against the
+mean over seeds at each later evaluation) says whether the curve forecasts at all.
+
+A fitted asymptote is a description, never a verdict: a pair whose either arm has an extrapolated
+``A``, an ``A`` on its bound, or more than :data:`MAX_FAILED` of its refits failed is *not compared*.
 """
 
 from __future__ import annotations
@@ -33,6 +43,10 @@ N_BOOT = 300
 B_BOUNDS = (0.05, 20.0)
 SPAN = 1000.0
 """``C_mid`` may lie this factor below the smallest or above the largest compute of the data."""
+EARLY_FRACTION = 0.5
+"""The predictive check fits the evaluations at up to this share of the largest compute and predicts the rest."""
+MAX_FAILED = 0.1
+"""A pair of arms is compared only when at most this share of either arm's refits failed."""
 
 
 def saturating(C, A: float, B: float, C_mid: float, R0: float):
@@ -129,7 +143,8 @@ def fit_all(records, *, tasks: list, arms: list, kind: str = "tokens", baseline:
                 arms_out[a] = {"status": f"no {kind} logged (rollout/tokens or time/step missing)", "R0": math.nan}
                 continue
             fit = fit_curve(*_points(rs))
-            arms_out[a] = {"status": fit.status, "A": fit.A, "B": fit.B, "C_mid": fit.C_mid, "R0": fit.R0}
+            arms_out[a] = {"status": fit.status, "A": fit.A, "B": fit.B, "C_mid": fit.C_mid, "R0": fit.R0,
+                           "A_on_bound": fit.ok and (fit.A >= 1 - 1e-3 or fit.A <= 1e-3), "prediction": predictive_check(rs)}
             if fit.ok:  # an arm without a fit gets no interval either
                 boots[a] = []
         for _ in range(n_boot if len(seeds) >= 2 else 0):
@@ -142,15 +157,55 @@ def fit_all(records, *, tasks: list, arms: list, kind: str = "tokens", baseline:
             d = arms_out[a]
             d["A_ci"], d["C_mid_ci"] = _ci([x[0] for x in b]), _ci([x[1] for x in b])
             d["boot_failed"] = sum(not math.isfinite(x[0]) for x in b)
+            d["boot_failure_rate"] = d["boot_failed"] / len(b) if b else math.nan
         fitted = list(boots)
         pairs = [(a, baseline) for a in fitted if a != baseline] if baseline in fitted else [(a, b) for i, a in enumerate(fitted) for b in fitted[i + 1:]]
         done = [_pair(a, b, boots[a], boots[b]) for a, b in pairs]
-        for p in done:
-            guessed = [x for x in (p["arm"], p["other"]) if arms_out[x]["status"].startswith("extrapolated")]
-            if guessed:
-                p["verdict"] += f" ({' and '.join(guessed)}: A extrapolated beyond the compute measured)"
+        for p in done:  # an asymptote the data do not pin down is never turned into a verdict
+            why = [f"{x}: {reason}" for x in (p["arm"], p["other"]) for reason in _unpinned(arms_out[x])]
+            if why:
+                p["verdict"] = "not compared: " + "; ".join(why)
         out["tasks"][task] = {"arms": arms_out, "pairs": done}
     return out
+
+
+def _unpinned(d: dict) -> list[str]:
+    """Why an arm's fitted ``A`` cannot carry a comparison: extrapolated, on its bound, or too many failed refits."""
+    out = []
+    if d["status"].startswith("extrapolated"):
+        out.append("A extrapolated beyond the compute measured")
+    if d.get("A_on_bound"):
+        out.append(f"A on its bound ({100 * d['A']:.0f}%)")
+    rate = d.get("boot_failure_rate", 0.0)
+    if math.isfinite(rate) and rate > MAX_FAILED:
+        out.append(f"{100 * rate:.0f}% of the refits failed")
+    return out
+
+
+def predictive_check(rs, *, fraction: float = EARLY_FRACTION) -> dict:
+    """Fit the evaluations at up to ``fraction`` of the largest compute, predict the later ones:
+    ``{"status", "cutoff", "early_points", "later_steps", "mae"}``, ``mae`` the mean absolute error
+    of the prediction against the mean over seeds at each later eval step (NaN when the early fit
+    is not usable or nothing is left to predict)."""
+    C, R, R0 = _points(rs)
+    out = {"status": "", "cutoff": math.nan, "early_points": 0, "later_steps": 0, "mae": math.nan}
+    if C.size == 0:
+        return {**out, "status": "no evaluations after step 0"}
+    cutoff = fraction * float(C.max())
+    early = C <= cutoff
+    fit = fit_curve(C[early], R[early], R0)
+    later = {}
+    for r, comp in rs:
+        for s, c, a in zip(r.steps, comp, r.accuracy):
+            if s > 0 and c > cutoff:
+                later.setdefault(s, []).append((c, a))
+    out.update(cutoff=cutoff, early_points=int(early.sum()), later_steps=len(later))
+    if not fit.ok:
+        return {**out, "status": f"early fit not usable: {fit.status}"}
+    if not later:
+        return {**out, "status": "nothing after the cutoff to predict"}
+    errs = [abs(float(saturating(np.mean([c for c, _ in v]), fit.A, fit.B, fit.C_mid, R0)) - float(np.mean([a for _, a in v]))) for v in later.values()]
+    return {**out, "status": "ok", "mae": float(np.mean(errs))}
 
 
 def _pair(a: str, b: str, ba: list, bb: list) -> dict:
@@ -187,13 +242,19 @@ def markdown_lines(fits: dict, task: str) -> list[str]:
         f"## curves fitted to compute, task `{task}`", "",
         f"R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) over training {fits['kind']} (ScaleRL), R0 the mean step-0 accuracy; "
         f"95% percentile-bootstrap CIs from {fits['n_boot']} refits on seeds drawn with replacement.", "",
-        "| arm | A % [95% CI] | C_mid " + unit + " [95% CI] | B | R0 % | fit |", "|---|---|---|---|---|---|",
+        "A fitted asymptote describes a curve and is never a verdict; pairs with an extrapolated A, an A on its bound, or "
+        f"more than {100 * MAX_FAILED:.0f}% failed refits are not compared. *Predicts*: the curve fitted to the evaluations at up to "
+        f"{100 * EARLY_FRACTION:.0f}% of the largest compute, its mean absolute error (points) on the later evaluations' means over seeds.", "",
+        "| arm | A % [95% CI] | C_mid " + unit + " [95% CI] | B | R0 % | refits failed | predicts (MAE, points) | fit |", "|---|---|---|---|---|---|---|---|",
     ]
     for a, d in t["arms"].items():
         A = _num(100 * d.get("A", math.nan), ".1f") + (f" [{_num(100 * d['A_ci']['low'], '.1f')}, {_num(100 * d['A_ci']['high'], '.1f')}]" if _has_ci(d, "A") else "")
         C = _num(d.get("C_mid", math.nan), ".3g") + (f" [{_num(d['C_mid_ci']['low'], '.3g')}, {_num(d['C_mid_ci']['high'], '.3g')}]" if _has_ci(d, "C_mid") else "")
-        fails = f" ({d['boot_failed']} of {fits['n_boot']} refits failed)" if d.get("boot_failed") else ""
-        lines.append(f"| {a} | {A} | {C} | {_num(d.get('B', math.nan), '.2f')} | {_num(100 * d.get('R0', math.nan), '.1f')} | {d['status']}{fails} |")
+        fails = f"{d['boot_failed']} of {fits['n_boot']} ({100 * d['boot_failure_rate']:.0f}%)" if "boot_failed" in d else "—"
+        pred = d.get("prediction") or {}
+        pred = f"{100 * pred['mae']:.1f}" if math.isfinite(pred.get("mae", math.nan)) else (pred.get("status") or "—")
+        bound = "; A on its bound" if d.get("A_on_bound") else ""
+        lines.append(f"| {a} | {A} | {C} | {_num(d.get('B', math.nan), '.2f')} | {_num(100 * d.get('R0', math.nan), '.1f')} | {fails} | {pred} | {d['status']}{bound} |")
     lines.append("")
     for p in t["pairs"]:
         dA = p["dA_ci"]

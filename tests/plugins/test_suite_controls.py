@@ -159,7 +159,7 @@ def test_fits_tell_arms_that_differ_in_A_from_arms_that_differ_only_in_efficienc
     assert set(pairs) == {"higher", "faster"}
     assert "extrapolated" not in pairs["higher"]["verdict"]
     md = "\n".join(fits.markdown_lines(out, "addition"))
-    assert "| no_rl | — | — | — | 20.0 | no training (the warm start alone) |" in md
+    assert "| no_rl | — | — | — | 20.0 | — | — | no training (the warm start alone) |" in md
     assert f"| higher | {100 * arms['higher']['A']:.1f} [{100 * arms['higher']['A_ci']['low']:.1f}, " in md
 
 
@@ -189,7 +189,42 @@ def test_a_pair_verdict_names_an_extrapolated_asymptote():
     recs = _curve_runs("base", 0.6, 2000.0, noise=0.005) + short
     out = fits.fit_all(recs, tasks=["addition"], arms=["base", "slow"], baseline="base", n_boot=50)
     assert out["tasks"]["addition"]["arms"]["slow"]["status"].startswith("extrapolated")
-    assert out["tasks"]["addition"]["pairs"][0]["verdict"].endswith("(slow: A extrapolated beyond the compute measured)")
+    assert out["tasks"]["addition"]["pairs"][0]["verdict"].startswith("not compared: slow: A extrapolated beyond the compute measured")
+
+
+def test_an_asymptote_on_its_bound_or_with_failed_refits_is_never_compared():
+    assert fits._unpinned({"status": "ok", "A": 1.0, "A_on_bound": True, "boot_failure_rate": 0.0}) == ["A on its bound (100%)"]
+    assert fits._unpinned({"status": "ok", "A": 0.5, "A_on_bound": False, "boot_failure_rate": 0.42}) == ["42% of the refits failed"]
+    assert fits._unpinned({"status": "ok", "A": 0.5, "A_on_bound": False, "boot_failure_rate": 0.1}) == []  # at most 10%: compared
+    # a curve still rising steeply at the end of the data, fitted with A pinned at 1 (its bound)
+    steep = [_record("steep", s, list(fits.saturating(np.array([1.0, 500, 1000, 2000, 4000, 8000]), 1.0, 3.0, 9000.0, 0.2) + [0, 0.001 * s, 0, 0, 0, 0]),
+                     steps=(0, 5, 10, 20, 40, 80)) for s in range(5)]
+    recs = _curve_runs("base", 0.6, 2000.0, noise=0.005) + steep
+    out = fits.fit_all(recs, tasks=["addition"], arms=["base", "steep"], baseline="base", n_boot=30)
+    arm = out["tasks"]["addition"]["arms"]["steep"]
+    if arm["A_on_bound"]:
+        assert "A on its bound (100%)" in out["tasks"]["addition"]["pairs"][0]["verdict"]
+    assert out["tasks"]["addition"]["pairs"][0]["verdict"].startswith("not compared: ")
+    md = "\n".join(fits.markdown_lines(out, "addition"))
+    assert "refits failed" in md and "never a verdict" in md
+
+
+def test_the_predictive_check_by_hand():
+    """Evaluations at C = 500 … 16000; the early half (C ≤ 8000: 500, 1000, 2000, 4000, 8000) is
+    fitted, 16000 predicted. On an exact curve the error is 0; with the last evaluation 10 points
+    below the curve in every seed, it is 10 points."""
+    steps = (0, 5, 10, 20, 40, 80, 160)
+    C = np.array(steps, dtype=float) * 100
+    exact = [0.2] + list(fits.saturating(C[1:], 0.7, 1.5, 1000.0, 0.2))
+    runs = [(_record("a", s, exact, steps=steps), list(C)) for s in range(3)]
+    got = fits.predictive_check(runs)
+    assert got["status"] == "ok" and got["cutoff"] == 8000 and got["early_points"] == 15 and got["later_steps"] == 1
+    assert got["mae"] == pytest.approx(0.0, abs=1e-6)
+    dropped = exact[:-1] + [exact[-1] - 0.1]
+    runs = [(_record("a", s, dropped, steps=steps), list(C)) for s in range(3)]
+    assert fits.predictive_check(runs)["mae"] == pytest.approx(0.1, abs=1e-6)
+    short = [(_record("a", s, exact[:3], steps=steps[:3]), list(C[:3])) for s in range(3)]
+    assert fits.predictive_check(short)["status"].startswith("early fit not usable: too few evaluations")
 
 
 def test_compute_is_summed_over_the_training_steps_up_to_each_evaluation(tmp_path):
@@ -230,7 +265,7 @@ def test_pass_at_k_before_and_after_rl_is_reported_and_plotted(tmp_path):
     md = (tmp_path / "report.md").read_text()
     assert "| a | 10.0 → 32.0 | 20.0 → 40.0 |" in md
     assert "| a | +22.0 [" in md and "| none up to k = 2 |" in md
-    assert "| a | — | — | — | 20.0 | too few evaluations to fit three parameters (3 compute values after step 0; need 4 or more) |" in md  # no refits
+    assert "| a | — | — | — | 20.0 | — | early fit not usable: too few evaluations to fit three parameters (2 compute values after step 0; need 4 or more) | too few evaluations to fit three parameters (3 compute values after step 0; need 4 or more) |" in md  # no refits
     assert (tmp_path / "pass_at_k.png").is_file() and (tmp_path / "fits.png").is_file()
 
 
