@@ -6,10 +6,16 @@ consumed one per request, a ``body`` that is not ``bytes`` sent as JSON — then
 returns ``(status, json_body)``. The default answer is a grader: 1.0 when the request's
 ``response`` equals its ``label`` (stripped), else 0.0, for one item or a list of items; a
 ``/generate`` request is answered ``{"text": "Score: 10"}``.
+
+``flaky = (k, status, headers)`` makes every k-th request (counting all, retries included) answer
+``status`` with ``headers`` before anything else is consulted (e.g. ``(7, 503, {})``, or
+``(5, 429, {"Retry-After": "0.2"})``); ``failed`` counts those answers. ``latency_s`` delays every
+answer. ``calls`` counts the requests per body (its JSON with sorted keys).
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import threading
 import time
@@ -32,8 +38,13 @@ def default_answer(path: str, body: Any) -> tuple[int, Any]:
 class RewardStandIn:
     """A reward (or judge) server; ``url`` is its base address. Use as a context manager, or call :meth:`close`."""
 
-    def __init__(self, answer: Callable[[str, Any], tuple[int, Any]] = default_answer):
+    def __init__(self, answer: Callable[[str, Any], tuple[int, Any]] = default_answer, *,
+                 flaky: tuple[int, int, dict] | None = None, latency_s: float = 0.0):
         self.answer = answer
+        self.flaky = flaky
+        self.latency_s = latency_s
+        self.failed = 0
+        self.calls: collections.Counter = collections.Counter()
         self.script: list[tuple] = []
         self.bodies: list[Any] = []
         self.paths: list[str] = []
@@ -43,6 +54,7 @@ class RewardStandIn:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body leave at once: no 40 ms delayed-ACK stall per request
 
             def log_message(self, *args):
                 pass
@@ -54,13 +66,18 @@ class RewardStandIn:
                     stand_in.bodies.append(body)
                     stand_in.paths.append(self.path)
                     stand_in.times.append(time.monotonic())
-                    scripted = stand_in.script.pop(0) if stand_in.script else None
+                    stand_in.calls[json.dumps(body, sort_keys=True)] += 1
+                    flaky = stand_in.flaky is not None and len(stand_in.bodies) % stand_in.flaky[0] == 0
+                    stand_in.failed += flaky
+                    scripted = stand_in.script.pop(0) if stand_in.script and not flaky else None
                 headers: dict = {}
-                if scripted is not None:
+                if flaky:
+                    status, out, delay, headers = stand_in.flaky[1], {"error": "busy"}, stand_in.latency_s, stand_in.flaky[2]
+                elif scripted is not None:
                     status, out, delay, *more = scripted
                     headers = more[0] if more else {}
                 else:
-                    (status, out), delay = stand_in.answer(self.path, body), 0.0
+                    (status, out), delay = stand_in.answer(self.path, body), stand_in.latency_s
                 if delay:
                     time.sleep(delay)
                 data = out if isinstance(out, bytes) else json.dumps(out).encode()

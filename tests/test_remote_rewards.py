@@ -5,6 +5,7 @@ answers, batching, and how failures meet ``rollout.reward_errors``."""
 from __future__ import annotations
 
 import json
+import math
 import time
 
 import pytest
@@ -12,13 +13,24 @@ import pytest
 from rllab.errors import ConfigError, RewardError
 from rllab.rollout.rewards import RewardFunctionError, load_reward_function
 
-from .reward_standin import RewardStandIn
+from .reward_standin import RewardStandIn, default_answer
 
 pytest.importorskip("requests")
 
-from rllab_tasks.reward_service import HttpKnobs, RewardServiceError, TokenBucket, backoff, bucket_for, post_json  # noqa: E402
+from rllab_tasks.reward_service import (  # noqa: E402
+    HttpKnobs, RewardServiceError, TokenBucket, backoff, bucket_for, failing_streak, forget, parse_retry_after,
+    post_json, retry_wait,
+)
 
 FAST = {"backoff_s": 0.01, "max_backoff_s": 0.02, "timeout_s": 5.0}
+
+
+@pytest.fixture(autouse=True)
+def _forget():
+    """Each test starts with no remembered score and no URL down (a port may be used again)."""
+    forget()
+    yield
+    forget()
 
 
 @pytest.fixture
@@ -100,20 +112,41 @@ def test_5xx_then_success_is_retried(server):
 
 def test_the_backoff_doubles_up_to_its_cap(server):
     server.script = [(502, b"", 0.0)] * 4
-    waits = []
-    knobs = HttpKnobs(backoff_s=0.5, max_backoff_s=1.5, retries=4)
-    assert post_json(server.url, {"response": "1", "label": "1"}, knobs, who="t", sleep=waits.append) == 1.0
-    assert waits == [0.5, 1.0, 1.5, 1.5]
+    waits, slept = [], []
+    knobs = HttpKnobs(backoff_s=0.5, max_backoff_s=1.5, retries=4, jitter=0.0)
+    assert post_json(server.url, {"response": "1", "label": "1"}, knobs, who="t", sleep=slept.append, waits=waits) == 1.0
+    assert [w for _, _, w in waits] == [0.5, 1.0, 1.5, 1.5] and [a for _, a, _ in waits] == [0, 1, 2, 3]
+    assert len(slept) == 4 and all(0.0 < s <= w for s, (_, _, w) in zip(slept, waits))  # nothing else in flight: it sleeps
     assert [backoff(k, HttpKnobs(backoff_s=2.0, max_backoff_s=30.0)) for k in range(6)] == [2, 4, 8, 16, 30, 30]
 
 
+def test_jitter_shortens_each_wait_by_up_to_its_fraction():
+    knobs = HttpKnobs(backoff_s=2.0, max_backoff_s=30.0, jitter=0.5)
+    assert [retry_wait(k, knobs, None, 0.0) for k in range(3)] == [2.0, 4.0, 8.0]  # u = 0: the full backoff
+    assert [retry_wait(k, knobs, None, 0.5) for k in range(3)] == [1.5, 3.0, 6.0]  # 1 − 0.5·0.5 = 0.75 of it
+    assert retry_wait(5, knobs, None, 0.999) == pytest.approx(30 * (1 - 0.4995))
+    assert retry_wait(0, HttpKnobs(backoff_s=2.0, jitter=0.0), None, 0.9) == 2.0
+    assert retry_wait(0, knobs, 3.5, 0.9) == 3.5 and retry_wait(0, knobs, 0.1, 0.0) == 2.0  # Retry-After when longer
+    assert retry_wait(0, knobs, 100.0, 0.0) == 30.0  # at most max_backoff_s
+
+
+def test_retry_after_reads_seconds_and_http_dates():
+    now = 1_445_412_480.0  # Wed, 21 Oct 2015 07:28:00 GMT
+    assert parse_retry_after("120", lambda: now) == 120.0 and parse_retry_after(" 0.5 ", lambda: now) == 0.5
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:07 GMT", lambda: now) == pytest.approx(7.0)
+    assert parse_retry_after("Wednesday, 21-Oct-15 07:29:00 GMT", lambda: now) == pytest.approx(60.0)  # RFC 850 form
+    assert parse_retry_after("Wed, 21 Oct 2015 07:27:00 GMT", lambda: now) == 0.0  # a date past: at once
+    assert parse_retry_after("-3", lambda: now) == 0.0
+    assert [parse_retry_after(v) for v in (None, "", "soon", "Wed, 99 Foo")] == [None] * 4
+
+
 def test_retry_after_is_honoured_when_longer_up_to_the_cap(server):
-    knobs = HttpKnobs(backoff_s=0.1, max_backoff_s=5.0, retries=3)
+    knobs = HttpKnobs(backoff_s=0.1, max_backoff_s=5.0, retries=3, jitter=0.0)
     server.script = [(429, b"slow down", 0.0, {"Retry-After": "0.3"}), (503, b"", 0.0, {"Retry-After": "100"}),
                      (429, b"", 0.0, {"Retry-After": "0.01"})]
     waits = []
-    assert post_json(server.url, {"response": "1", "label": "1"}, knobs, who="t", sleep=waits.append) == 1.0
-    assert waits == [0.3, 5.0, 0.4]  # longer than the backoff; capped at max_backoff_s; shorter: the backoff
+    assert post_json(server.url, {"response": "1", "label": "1"}, knobs, who="t", sleep=lambda s: None, waits=waits) == 1.0
+    assert [w for _, _, w in waits] == [0.3, 5.0, 0.4]  # longer than the backoff; capped at max_backoff_s; shorter: the backoff
 
 
 def test_a_server_that_keeps_failing_raises_naming_url_attempts_and_answer(server):
@@ -139,11 +172,15 @@ def test_a_url_that_used_up_its_retries_is_down_for_the_cooldown(server, capsys)
     assert err.count(server.url) == 1 and "HTTP 500" in err and "retrying up to 2 times" in err  # said once
 
 
-def test_an_outage_costs_one_requests_retries_not_every_rows(server):
-    server.script = [(503, b"down", 0.0)] * 100
+def test_an_outage_costs_a_few_requests_retries_not_every_rows(server):
+    server.script = [(503, b"down", 0.0)] * 1000
     with pytest.raises(RewardFunctionError, match="cooldown_s"):
-        score("remote", {"url": server.url, "retries": 2, "max_concurrency": 1, **FAST}, ["1", "2", "3", "4"])
-    assert len(server.bodies) == 3
+        score("remote", {"url": server.url, "retries": 2, "max_concurrency": 1, **FAST}, [str(i + 1) for i in range(20)])
+    # after 4 failed attempts in a row (failing_streak) no new request goes; the first request to use up
+    # its 3 attempts marks the URL down, and the other rows fail at once (the row-by-row re-asks too)
+    assert failing_streak(HttpKnobs(max_concurrency=1)) == 4 and failing_streak(HttpKnobs(max_concurrency=8)) == 8
+    assert 4 + 2 <= len(server.bodies) <= 4 * 3
+    assert {b["prompt"] for b in server.bodies} <= {"0+1=", "1+1=", "2+1=", "3+1="}  # rows 4…19 never sent
 
 
 def test_a_4xx_is_not_retried(server):
@@ -185,6 +222,110 @@ def test_a_malformed_answer_is_a_reward_error_without_retries(server, body, matc
     with pytest.raises(RewardFunctionError, match=match):
         score("remote", {"url": server.url, "score_key": "score" if isinstance(body, dict) else None, **FAST}, ["1"])
     assert len(server.bodies) == 1
+
+
+# --------------------------------------------------------------------------- a service under real conditions
+
+
+def _rows(n, distinct=None):
+    """``n`` rows over ``distinct`` different (prompt, response, label) triples, every other one right."""
+    distinct = distinct or n
+    prompts = [f"{i % distinct}+1=" for i in range(n)]
+    answers = [str(i % distinct + 1) for i in range(n)]
+    completions = [a if (i % distinct) % 2 == 0 else "x" for i, a in enumerate(answers)]
+    want = [1.0 if (i % distinct) % 2 == 0 else 0.0 for i in range(n)]
+    return prompts, answers, completions, want
+
+
+@pytest.mark.parametrize("flaky", [(7, 503, {}), (7, 500, {}), (7, 502, {}), (7, 504, {}), (5, 429, {"Retry-After": "0.05"})])
+def test_a_service_failing_now_and_then_gives_every_row_its_score(flaky):
+    prompts, answers, completions, want = _rows(70)
+    with RewardStandIn(flaky=flaky) as s:
+        out = score("remote", {"url": s.url, "backoff_s": 0.05, "max_backoff_s": 0.2}, completions, answers, prompts)
+    assert out == want
+    assert s.failed == len(s.bodies) // flaky[0] > 0
+    assert sum(s.calls.values()) == 70 + s.failed  # each failure asked again once more, nothing else
+
+
+def test_identical_requests_of_a_call_are_sent_once_and_every_row_gets_the_score(server):
+    prompts, answers, completions, want = _rows(40, distinct=10)
+    assert score("remote", {"url": server.url, **FAST}, completions, answers, prompts) == want
+    assert len(server.bodies) == 10 and set(server.calls.values()) == {1}
+    # remembered: the same rows in a later call send nothing; a new row sends itself alone
+    assert score("remote", {"url": server.url, **FAST}, completions[:5], answers[:5], prompts[:5]) == want[:5]
+    assert len(server.bodies) == 10
+    assert score("remote", {"url": server.url, **FAST}, ["7"], ["7"], ["new"]) == [1.0] and len(server.bodies) == 11
+
+
+def test_cache_size_0_remembers_nothing_beyond_the_call(server):
+    prompts, answers, completions, want = _rows(20, distinct=4)
+    knobs = {"url": server.url, "cache_size": 0, **FAST}
+    assert score("remote", knobs, completions, answers, prompts) == want and len(server.bodies) == 4
+    assert score("remote", knobs, completions, answers, prompts) == want and len(server.bodies) == 8
+
+
+def test_a_small_cache_forgets_the_least_recently_used(server):
+    knobs = {"url": server.url, "cache_size": 2, **FAST}
+    for c in ("1", "2", "1", "3", "1", "2"):  # 1 stays recent; 2 is forgotten when 3 comes
+        score("remote", knobs, [c], ["1"], ["p"])
+    assert [b["response"] for b in server.bodies] == ["1", "2", "3", "2"]
+
+
+def test_identical_judge_questions_are_asked_once():
+    with judge_server(["Score: 7"]) as s:
+        out = score("llm_judge", {"url": s.url, **FAST}, ["a", "b", "a", "a"], ["1"] * 4, ["q"] * 4)
+    assert out == [pytest.approx(0.7)] * 4 and sorted(b["text"].split("Response: ")[1][0] for b in s.bodies) == ["a", "b"]
+
+
+def test_a_malformed_answer_is_remembered_so_the_row_by_row_reask_sends_nothing(server):
+    def answer(path, body):
+        return (200, "oops") if body["response"] == "bad" else (200, 1.0)
+
+    server.answer = answer
+    with pytest.raises(RewardFunctionError, match=r"raised on row 2: .*the answer \"oops\" is not a number"):
+        score("remote", {"url": server.url, **FAST}, ["1", "2", "bad", "3"])
+    assert len(server.bodies) == 4  # the search for the failing row was answered from what was remembered
+
+
+def test_retry_after_in_seconds_is_waited_out_by_that_request_only():
+    prompts, answers, completions, want = _rows(12)
+    with RewardStandIn() as s:
+        s.answer = default_answer
+        s.script = [(429, {"error": "slow down"}, 0.0, {"Retry-After": "0.4"})]  # the first request to arrive
+        out = score("remote", {"url": s.url, "backoff_s": 0.01, "max_concurrency": 4}, completions, answers, prompts)
+    assert out == want
+    limited = json.dumps(s.bodies[0], sort_keys=True)
+    times = [t for b, t in zip(s.bodies, s.times) if json.dumps(b, sort_keys=True) == limited]
+    assert len(times) == 2 and times[1] - times[0] >= 0.4  # waited at least what the header said
+    others = [t for b, t in zip(s.bodies, s.times) if json.dumps(b, sort_keys=True) != limited]
+    assert len(others) == 11 and max(others) < times[1]  # the other rows did not wait for it
+
+
+def test_retry_after_as_an_http_date_is_waited_out():
+    from email.utils import formatdate
+
+    with RewardStandIn() as s:
+        until = math.ceil(time.time()) + 1.0  # HTTP dates count whole seconds
+        s.script = [(503, b"maintenance", 0.0, {"Retry-After": formatdate(until, usegmt=True)})]
+        assert score("remote", {"url": s.url, "backoff_s": 0.01}, ["1"]) == [1.0]
+    assert len(s.times) == 2 and time.time() - (time.monotonic() - s.times[1]) >= until - 0.01  # not asked before then
+
+
+def test_each_request_backs_off_on_its_own_and_the_others_go_on():
+    prompts, answers, completions, want = _rows(28)
+    with RewardStandIn(flaky=(7, 503, {})) as s:
+        t0 = time.monotonic()
+        out = score("remote", {"url": s.url, "backoff_s": 0.3, "jitter": 0.0, "max_concurrency": 1}, completions, answers, prompts)
+        took = time.monotonic() - t0
+    assert out == want and s.failed == 4
+    keys = [json.dumps(b, sort_keys=True) for b in s.bodies]
+    failed_at = [k for k in range(len(keys)) if (k + 1) % 7 == 0]
+    for k in failed_at:
+        again = keys.index(keys[k], k + 1)
+        assert s.times[again] - s.times[k] >= 0.3 - 1e-3  # its own backoff …
+        assert again > k + 1  # … while the requests after it went out (even one at a time)
+    # one request at a time with each failure waited out in line would take 4 × 0.3 s at least
+    assert took < 4 * 0.3
 
 
 # --------------------------------------------------------------------------- rate limit

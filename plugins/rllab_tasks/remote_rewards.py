@@ -17,9 +17,11 @@ own server is) takes token ids: name a model directory in ``tokenizer`` to encod
 and decode the answer.
 
 Both share :class:`~rllab_tasks.reward_service.HttpKnobs` (timeout, retries with exponential
-backoff, a process-wide rate limit per URL, concurrency, headers). An answer without a usable
-score raises, naming the function, the URL and the answer, and counts as a reward error under
-``rollout.reward_errors``.
+backoff and jitter, each request on its own, a process-wide rate limit per URL, concurrency,
+headers, the remembered scores). Identical requests of a call are sent once and their score given
+to every row that asked it; a request the process has scored before (``cache_size``) is not sent
+again. An answer without a usable score raises, naming the function, the URL and the answer, and
+counts as a reward error under ``rollout.reward_errors``.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import attrs
 
 import rllab
 
-from .reward_service import HttpKnobs, RewardServiceError, check_url, gather, post_json
+from .reward_service import HttpKnobs, RewardServiceError, ask_all, check_url, score_unique
 from .rewards import text_of
 
 BATCHING = ("none", "group", "step")
@@ -109,11 +111,11 @@ def remote(*, prompts, completions, ground_truth, config: RemoteConfig, **column
         for p, c, a in zip(prompts, completions, ground_truth)
     ]
     groups = _groups(list(prompts), config.batching)
+    bodies = [items[rows[0]] if config.batching == "none" else [items[i] for i in rows] for rows in groups]
 
-    def ask(rows: list[int]) -> list[float]:
+    def scores(rows: list[int], answer: Any) -> list[float]:
         if config.batching == "none":
-            return [_pick(post_json(config.url, items[rows[0]], config, who="remote reward"), config.score_key, where)]
-        answer = post_json(config.url, [items[i] for i in rows], config, who="remote reward")
+            return [_pick(answer, config.score_key, where)]
         if isinstance(answer, dict) and config.score_key is not None and isinstance(answer.get(config.score_key), list):
             answer = [{config.score_key: v} for v in answer[config.score_key]]
         if not isinstance(answer, list) or len(answer) != len(rows):
@@ -121,11 +123,30 @@ def remote(*, prompts, completions, ground_truth, config: RemoteConfig, **column
             raise RewardServiceError(f"{where}: {len(rows)} completions were sent in one POST (batching = {config.batching!r}) but the answer is {got}, not a list of {len(rows)} scores")
         return [_pick(a, config.score_key, where) for a in answer]
 
+    def ask(indices: list[int]) -> list[Any]:
+        answers = ask_all(config.url, [bodies[j] for j in indices], config, who="remote reward")
+        return [a if isinstance(a, RewardServiceError) else _parsed(scores, groups[j], a) for j, a in zip(indices, answers)]
+
     out = [0.0] * len(items)
-    for rows, scores in zip(groups, gather(ask, groups, config.max_concurrency)):
-        for i, s in zip(rows, scores):
+    for rows, got in zip(groups, score_unique([_key(b) for b in bodies], ask, config)):
+        if isinstance(got, RewardServiceError):
+            raise got
+        for i, s in zip(rows, got):
             out[i] = s
     return out
+
+
+def _key(body: Any) -> str:
+    """A request's identity: its JSON with sorted keys (identical requests are asked once)."""
+    return json.dumps(body, sort_keys=True, ensure_ascii=False)
+
+
+def _parsed(parse, *args) -> Any:
+    """``parse(*args)``, or the :class:`RewardServiceError` it raised (a malformed answer, kept for its row)."""
+    try:
+        return parse(*args)
+    except RewardServiceError as e:
+        return e
 
 
 # --------------------------------------------------------------------------- LLM as judge
@@ -238,11 +259,12 @@ def llm_judge(*, prompts, completions, ground_truth, config: JudgeConfig, **colu
         for p, c, a in zip(prompts, completions, ground_truth)
     ]
 
-    def ask(question: str) -> float:
+    def body(question: str) -> dict:
         if tok is None:
-            answer = post_json(url, {"text": question, "sampling_params": params}, config, who="llm_judge reward")
-        else:
-            answer = post_json(url, {"input_ids": tok(question).input_ids, "sampling_params": params}, config, who="llm_judge reward")
+            return {"text": question, "sampling_params": params}
+        return {"input_ids": tok(question).input_ids, "sampling_params": params}
+
+    def score(answer: Any) -> float:
         if isinstance(answer, list) and len(answer) == 1:
             answer = answer[0]
         if isinstance(answer, dict) and isinstance(answer.get("text"), str):
@@ -255,7 +277,15 @@ def llm_judge(*, prompts, completions, ground_truth, config: JudgeConfig, **colu
             raise RewardServiceError(f"{where}: the answer {_short(answer)} has no {need}{hint}")
         return judge_score(text, config, where)
 
-    return gather(ask, questions, config.max_concurrency)
+    def ask(indices: list[int]) -> list[Any]:
+        answers = ask_all(url, [body(questions[j]) for j in indices], config, who="llm_judge reward")
+        return [a if isinstance(a, RewardServiceError) else _parsed(score, a) for a in answers]
+
+    out = score_unique(questions, ask, config)
+    for got in out:
+        if isinstance(got, RewardServiceError):
+            raise got
+    return out
 
 
 def register(register):

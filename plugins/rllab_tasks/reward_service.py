@@ -7,8 +7,12 @@ One POST of a JSON body, answered with JSON, through ``requests``:
   same server shares one budget (verl's rate-limited reward manager);
 - an attempt that cannot connect, times out (``timeout_s``, for connecting and for each read) or
   is answered 429 or 5xx is retried up to ``retries`` times, after ``backoff_s``, then twice that,
-  four times that … (at most ``max_backoff_s``; a ``Retry-After`` header of 429/503 is honoured
-  when longer);
+  four times that … (at most ``max_backoff_s``), each wait shortened by a random fraction of up to
+  ``jitter`` so that requests that failed together do not come back together; a ``Retry-After``
+  header (seconds or an HTTP date) is honoured when longer, up to ``max_backoff_s``;
+- each request waits out its own backoff: a call's requests go through :func:`ask_all`, which keeps
+  up to ``max_concurrency`` attempts in flight and puts a request that must wait aside until its
+  time, so that one failure holds back no other request;
 - any other 4xx, or an answer that is not JSON, fails at once: asking again would not change it;
 - once a request has used up its retries, the URL counts as down for ``cooldown_s``: every request
   to it meanwhile fails at once with the same error, so that an outage costs one request's
@@ -22,11 +26,15 @@ the reward function's caller then follows ``rollout.reward_errors``.
 
 from __future__ import annotations
 
+import heapq
 import json
+import random
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import OrderedDict
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait as wait_futures
+from email.utils import parsedate_to_datetime
 from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
 
@@ -39,7 +47,14 @@ RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 
 
 class RewardServiceError(RuntimeError):
-    """A reward server could not be reached, kept failing, or answered something unusable."""
+    """A reward server could not be reached, kept failing, or answered something unusable.
+
+    ``transient``: the server could not be asked (it kept failing, or was down); another time may
+    go better, so the error is not remembered with the scores."""
+
+    def __init__(self, message: str, *, transient: bool = False):
+        super().__init__(message)
+        self.transient = transient
 
 
 def _requests():
@@ -77,17 +92,29 @@ class HttpKnobs:
     timeout_s: float = rllab.knob(120.0, help="seconds to connect and to wait for each read of the answer", gt=0.0)
     retries: int = rllab.knob(10, help="attempts after the first on a connection error, a timeout, a 429 or a 5xx", ge=0)
     backoff_s: float = rllab.knob(1.0, help="the wait before the first retry; each next wait doubles", ge=0.0)
-    max_backoff_s: float = rllab.knob(30.0, help="the longest wait between two attempts", ge=0.0)
+    max_backoff_s: float = rllab.knob(30.0, help="the longest wait between two attempts (a longer Retry-After included)", ge=0.0)
+    jitter: float = rllab.knob(
+        0.5, help="each backoff is shortened by a random fraction of up to this (0: exactly backoff_s, 2·backoff_s, …)",
+        ge=0.0, le=1.0,
+    )
     rate_limit: float | None = rllab.knob(
         None, help="the most requests per second to this URL, shared by every function and thread of the process "
         "(a token bucket); None: no limit", gt=0.0,
     )
     burst: int = rllab.knob(1, help="with rate_limit: how many requests may go at once after an idle spell (the bucket's size)", ge=1)
-    max_concurrency: int = rllab.knob(8, help="requests in flight at once from one call (one per completion or group)", ge=1)
+    max_concurrency: int = rllab.knob(
+        8, help="requests in flight at once from one call (one per distinct completion or group); a request waiting "
+        "to be retried takes no place", ge=1,
+    )
     cooldown_s: float = rllab.knob(
         60.0, help="after a request has used up its retries, requests to the URL fail at once for this long (0: never)", ge=0.0,
     )
     headers: str = rllab.knob("{}", help='extra HTTP headers as a JSON object: \'{"Authorization": "Bearer …"}\'', validator=check_headers)
+    cache_size: int = rllab.knob(
+        100_000, help="distinct requests whose scores the process remembers, so that an answer scored once is not "
+        "sent again (in a later step, a probe, an evaluation); 0: remember none (identical requests within one call "
+        "are still sent once)", ge=0,
+    )
 
 
 # --------------------------------------------------------------------------- rate limit
@@ -150,15 +177,38 @@ def _session():
 
 
 def backoff(attempt: int, knobs: HttpKnobs) -> float:
-    """The wait before retry ``attempt`` (0 for the first retry): ``backoff_s · 2^attempt``, at most ``max_backoff_s``."""
+    """The longest wait before retry ``attempt`` (0 for the first retry): ``backoff_s · 2^attempt``, at most ``max_backoff_s``."""
     return min(knobs.max_backoff_s, knobs.backoff_s * 2.0**attempt)
 
 
-def _retry_after(response) -> float:
+def retry_wait(attempt: int, knobs: HttpKnobs, retry_after: float | None = None, u: float = 0.0) -> float:
+    """The wait before retry ``attempt``: :func:`backoff` shortened by the fraction ``jitter · u``
+    (``u`` uniform in [0, 1)), or the server's ``Retry-After`` when that is longer (at most
+    ``max_backoff_s``)."""
+    wait = backoff(attempt, knobs) * (1.0 - knobs.jitter * u)
+    if retry_after is not None:
+        wait = max(wait, min(retry_after, knobs.max_backoff_s))
+    return wait
+
+
+def parse_retry_after(value: str | None, now: Callable[[], float] = time.time) -> float | None:
+    """Seconds to wait that a ``Retry-After`` header asks for: a number of seconds, or an HTTP date
+    (``Wed, 21 Oct 2015 07:28:00 GMT``; a date past is 0); None when absent or unreadable."""
+    if value is None or not value.strip():
+        return None
     try:
-        return max(0.0, float(response.headers.get("Retry-After", "")))
+        return max(0.0, float(value))
     except ValueError:
-        return 0.0
+        pass
+    try:
+        when = parsedate_to_datetime(value.strip())
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # an HTTP date is GMT
+        from datetime import timezone
+
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, when.timestamp() - now())
 
 
 _DOWN: dict[str, tuple[float, str]] = {}
@@ -175,49 +225,206 @@ def _say_once(url: str, text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def post_json(url: str, body: Any, knobs: HttpKnobs, *, who: str, sleep: Callable[[float], None] = time.sleep,
-              clock: Callable[[], float] = time.monotonic) -> Any:
-    """POST ``body`` as JSON to ``url`` and return the decoded JSON answer, retrying as the module
-    docstring says; raises :class:`RewardServiceError`."""
-    requests = _requests()
+def _down(url: str, knobs: HttpKnobs, clock: Callable[[], float]) -> RewardServiceError | None:
+    """The error that marked ``url`` down, while it is (cooldown_s), else None."""
     with _STATE_LOCK:
         down = _DOWN.get(url)
     if down is not None and clock() < down[0]:
-        raise RewardServiceError(f"{down[1]} (not asked again for {down[0] - clock():.0f} s: cooldown_s = {knobs.cooldown_s})")
+        return RewardServiceError(f"{down[1]} (not asked again for {down[0] - clock():.0f} s: cooldown_s = {knobs.cooldown_s})",
+                                  transient=True)
+    return None
+
+
+def _attempt(url: str, body: Any, knobs: HttpKnobs, headers: dict, who: str) -> tuple[str, Any, float | None]:
+    """One POST: ``("ok", answer, None)``, ``("retry", what went wrong, Retry-After seconds or None)``
+    or ``("fail", RewardServiceError, None)`` (not worth asking again)."""
+    requests = _requests()
+    if knobs.rate_limit is not None:
+        bucket_for(url, knobs.rate_limit, knobs.burst).take()
+    try:
+        r = _session().post(url, json=body, headers=headers, timeout=knobs.timeout_s)
+    except requests.Timeout:
+        return "retry", f"no answer within timeout_s = {knobs.timeout_s}", None
+    except requests.RequestException as e:
+        return "retry", f"{type(e).__name__}: {e}", None
+    if r.status_code in RETRY_STATUS:
+        return "retry", f"HTTP {r.status_code}: {r.text[:200]!r}", parse_retry_after(r.headers.get("Retry-After"))
+    if r.status_code >= 400:
+        return "fail", RewardServiceError(f"{who}: {url} answered HTTP {r.status_code}: {r.text[:200]!r}"), None
+    try:
+        return "ok", r.json(), None
+    except ValueError:
+        return "fail", RewardServiceError(f"{who}: {url} answered something that is not JSON: {r.text[:200]!r}"), None
+
+
+def failing_streak(knobs: HttpKnobs) -> int:
+    """Failed attempts in a row (no answer in between) after which a call sends no new request
+    until a retry gets an answer: ``max(4, max_concurrency)``."""
+    return max(4, knobs.max_concurrency)
+
+
+def ask_all(url: str, bodies: Sequence[Any], knobs: HttpKnobs, *, who: str, sleep: Callable[[float], None] = time.sleep,
+            clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None,
+            waits: list | None = None) -> list[Any]:
+    """POST each of ``bodies`` to ``url``; per body its decoded JSON answer, or the
+    :class:`RewardServiceError` it ended in (returned, not raised: every body is seen through).
+
+    Up to ``max_concurrency`` attempts are in flight at once. A failed attempt worth repeating
+    puts its request aside until its own wait (:func:`retry_wait`) is over, while the other
+    requests go on. Once :func:`failing_streak` attempts in a row have failed (a server that is
+    down, not one that fails now and then), no new request is sent until one of those waiting gets
+    an answer, so that an outage costs a few requests' retries rather than every row's. A request
+    that used up its ``retries`` marks the URL down for ``cooldown_s``, and the requests not yet
+    answered then fail at once. ``waits``, when given, receives ``(index, attempt, seconds)``
+    for each wait scheduled."""
+    n = len(bodies)
+    out: list[Any] = [None] * n
+    down = _down(url, knobs, clock)
+    if down is not None:
+        return [down] * n
     headers = json.loads(knobs.headers)
-    bucket = bucket_for(url, knobs.rate_limit, knobs.burst) if knobs.rate_limit is not None else None
-    last = ""
-    for attempt in range(knobs.retries + 1):
-        if attempt:
-            _say_once(url, f"rllab: {who}: {url}: {last}; retrying up to {knobs.retries} times, {knobs.backoff_s} s apart and doubling "
-                           f"(retries, backoff_s; said once per URL)")
-            sleep(wait)
-        if bucket is not None:
-            bucket.take()
-        wait = backoff(attempt, knobs)
-        try:
-            r = _session().post(url, json=body, headers=headers, timeout=knobs.timeout_s)
-        except requests.Timeout:
-            last = f"no answer within timeout_s = {knobs.timeout_s}"
-            continue
-        except requests.RequestException as e:
-            last = f"{type(e).__name__}: {e}"
-            continue
-        if r.status_code in RETRY_STATUS:
-            last = f"HTTP {r.status_code}: {r.text[:200]!r}"
-            wait = max(wait, min(_retry_after(r), knobs.max_backoff_s)) if r.status_code in (429, 503) else wait
-            continue
-        if r.status_code >= 400:
-            raise RewardServiceError(f"{who}: {url} answered HTTP {r.status_code}: {r.text[:200]!r}")
-        try:
-            return r.json()
-        except ValueError:
-            raise RewardServiceError(f"{who}: {url} answered something that is not JSON: {r.text[:200]!r}") from None
-    message = f"{who}: {url} failed {knobs.retries + 1} attempt(s) (retries = {knobs.retries}); last: {last}"
-    if knobs.cooldown_s > 0:
-        with _STATE_LOCK:
-            _DOWN[url] = (clock() + knobs.cooldown_s, message)
-    raise RewardServiceError(message)
+    rng = rng or random.Random()
+    fresh = list(range(n - 1, -1, -1))  # never sent yet, popped from the end: first row first
+    later: list[tuple[float, int, int]] = []  # (when, index, attempt): retries, a heap
+    running: dict = {}
+    workers = min(knobs.max_concurrency, n)
+    pool = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
+    failed: RewardServiceError | None = None
+    streak, limit = 0, failing_streak(knobs)
+
+    def settle(i: int, attempt: int, outcome: tuple[str, Any, float | None]) -> None:
+        nonlocal failed, streak
+        kind, value, after = outcome
+        if kind != "retry":  # an answer, good or bad: the server is there
+            out[i] = value
+            streak = 0
+            return
+        streak += 1
+        if attempt < knobs.retries:
+            _say_once(url, f"rllab: {who}: {url}: {value}; retrying up to {knobs.retries} times, {knobs.backoff_s} s apart "
+                           f"and doubling, each request on its own (retries, backoff_s; said once per URL)")
+            wait = retry_wait(attempt, knobs, after, rng.random())
+            if waits is not None:
+                waits.append((i, attempt, wait))
+            heapq.heappush(later, (clock() + wait, i, attempt + 1))
+            return
+        message = f"{who}: {url} failed {knobs.retries + 1} attempt(s) (retries = {knobs.retries}); last: {value}"
+        out[i] = RewardServiceError(message, transient=True)
+        if knobs.cooldown_s > 0 and failed is None:
+            failed = out[i]
+            with _STATE_LOCK:
+                _DOWN[url] = (clock() + knobs.cooldown_s, message)
+
+    def start(i: int, attempt: int) -> None:
+        if pool is None:
+            settle(i, attempt, _attempt(url, bodies[i], knobs, headers, who))
+        else:
+            running[pool.submit(_attempt, url, bodies[i], knobs, headers, who)] = (i, attempt)
+
+    try:
+        while fresh or later or running:
+            if failed is not None:  # the URL is down: what has not been sent again fails at once
+                for i in fresh + [i for _, i, _ in later]:
+                    out[i] = RewardServiceError(f"{failed} (not asked again: cooldown_s = {knobs.cooldown_s})", transient=True)
+                fresh, later = [], []
+                if not running:
+                    break
+            while len(running) < workers and (later and later[0][0] <= clock() or fresh and streak < limit):
+                if later and later[0][0] <= clock():  # a retry that is due goes first
+                    _, i, attempt = heapq.heappop(later)
+                    start(i, attempt)
+                else:
+                    start(fresh.pop(), 0)
+            if running:
+                timeout = max(0.0, later[0][0] - clock()) if later and len(running) < workers else None
+                done, _ = wait_futures(list(running), timeout=timeout, return_when=FIRST_COMPLETED)
+                for f in done:
+                    i, attempt = running.pop(f)
+                    settle(i, attempt, f.result())
+            elif later:  # nothing in flight: wait for the first retry due
+                when, i, attempt = heapq.heappop(later)
+                sleep(max(0.0, when - clock()))
+                start(i, attempt)
+            elif fresh:  # failing, with nothing in flight or waiting (cooldown_s = 0): one more request
+                start(fresh.pop(), 0)
+    finally:
+        if pool is not None:  # normally all done; on an interruption the requests in flight end on their own
+            pool.shutdown(wait=False, cancel_futures=True)
+    return out
+
+
+def post_json(url: str, body: Any, knobs: HttpKnobs, *, who: str, sleep: Callable[[float], None] = time.sleep,
+              clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None, waits: list | None = None) -> Any:
+    """POST ``body`` as JSON to ``url`` and return the decoded JSON answer, retrying as the module
+    docstring says (``waits``: see :func:`ask_all`); raises :class:`RewardServiceError`."""
+    answer = ask_all(url, [body], knobs, who=who, sleep=sleep, clock=clock, rng=rng, waits=waits)[0]
+    if isinstance(answer, RewardServiceError):
+        raise answer
+    return answer
+
+
+# --------------------------------------------------------------------------- remembered scores
+
+
+class ScoreCache:
+    """What the process remembers of a reward function's requests: key → score (or the error a
+    request ended in that asking again would not change), the ``size`` most recently used."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.data: OrderedDict = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: Any) -> Any:
+        with self.lock:
+            if key in self.data:
+                self.data.move_to_end(key)
+                return self.data[key]
+        return None
+
+    def put(self, key: Any, value: Any) -> None:
+        if self.size <= 0:
+            return
+        with self.lock:
+            self.data[key] = value
+            self.data.move_to_end(key)
+            while len(self.data) > self.size:
+                self.data.popitem(last=False)
+
+
+_CACHES: dict[Any, ScoreCache] = {}
+
+
+def cache_for(config: Any) -> ScoreCache:
+    """The process-wide :class:`ScoreCache` of a reward function's config (one per distinct config:
+    another URL, template or score_key scores apart)."""
+    with _STATE_LOCK:
+        if config not in _CACHES:
+            _CACHES[config] = ScoreCache(config.cache_size)
+        return _CACHES[config]
+
+
+def forget() -> None:
+    """Forget every remembered score and every URL marked down (for tests and benchmarks)."""
+    with _STATE_LOCK:
+        _CACHES.clear()
+        _DOWN.clear()
+
+
+def score_unique(keys: Sequence[str], ask: Callable[[list[int]], list[Any]], config: Any) -> list[Any]:
+    """Per key, its score (or error): each distinct key asked once (``ask(indices)`` returns what the
+    first row of each index gives), the remembered ones (``config.cache_size``) not at all."""
+    cache = cache_for(config)
+    first: dict[str, int] = {}
+    for i, k in enumerate(keys):
+        first.setdefault(k, i)
+    known = {k: cache.get(k) for k in first}
+    todo = [k for k in first if known[k] is None]
+    for k, value in zip(todo, ask([first[k] for k in todo]) if todo else []):
+        known[k] = value
+        if not (isinstance(value, RewardServiceError) and value.transient):
+            cache.put(k, value)
+    return [known[k] for k in keys]
 
 
 def gather(fn: Callable[[Any], Any], items: Sequence[Any], concurrency: int) -> list[Any]:

@@ -7,6 +7,8 @@
     rllab presets [show NAME]           list the bundled experiment presets, or print one
     rllab settings [SECTION]            every [model] / [rollout] / [train] setting, default, range
     rllab run [exp.toml] [key=value …]  train (``--preset grpo``, ``--resume RUN_DIR``, ``--run-dir D [--overwrite]``)
+    rllab export RUN_DIR --out DIR      the run's policy as a Hugging Face model directory (``--step N``)
+    rllab eval [TARGET] [key=value …]   held-out accuracy, pass@k (``--samples N``), intervals, ``--show N``, ``--json``
 
 ``--plugin PATH_OR_MODULE`` (repeatable, anywhere on the line) loads extra plugins; ``key=value``
 overrides may stand anywhere on the line too (before or after options). Plugins may
@@ -54,6 +56,9 @@ def _problems(lab: Lab) -> None:
 
 def cmd_plugins(args) -> int:
     lab = _lab(args, strict=False)
+    if err_console.is_terminal:  # loading the components (and torch) takes seconds: say so meanwhile
+        with err_console.status("loading the plugins' components…", spinner="dots"):
+            lab.register_components()
     if args.action == "show":
         if not args.name:
             err_console.print("[red]error:[/] usage: rllab plugins show NAME")
@@ -299,7 +304,8 @@ def build_parser(lab: Lab | None = None) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--plugin", action="append", metavar="PATH_OR_MODULE", help="load an extra plugin (repeatable)")
 
-    p = argparse.ArgumentParser(prog="rllab", description="A plugin-based lab for RL on language models.", parents=[common])
+    p = argparse.ArgumentParser(prog="rllab", description="A plugin-based lab for RL on language models.", parents=[common],
+                                epilog="rllab --version [-v]: the version (-v: python, torch, transformers and the CPU too)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sp = sub.add_parser("plugins", parents=[common], help="list components, or show one")
@@ -342,6 +348,10 @@ def build_parser(lab: Lab | None = None) -> argparse.ArgumentParser:
     sr.add_argument("--overwrite", action="store_true", help="with --run-dir: remove the run already there first (to continue it instead: --resume)")
     sr.add_argument("-q", "--quiet", action="store_true", help="no progress bar (the final summary line is still printed)")
     sr.set_defaults(func=cmd_run)
+
+    from rllab.cli.model import add_commands as add_model_commands
+
+    add_model_commands(sub, common)  # export, eval
 
     if lab is not None:
         lab.hook.register_commands(subparsers=sub)
@@ -398,6 +408,15 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("--version", "-V") or argv[:2] in (["-v", "--version"], ["-v", "-V"]):
+        extra = [a for a in argv if a not in ("--version", "-V", "-v", "--verbose")]
+        if extra:
+            err_console.print(f"[red]error:[/] rllab --version [-v] takes nothing else (got {escape(' '.join(extra))})")
+            return 2
+        from rllab.cli.version import print_version
+
+        print_version(verbose=any(a in ("-v", "--verbose") for a in argv))
+        return 0
     try:
         plugins, rest = _plugin_options(argv)
         strict = not (rest[:1] == ["plugins"])  # `rllab plugins` shows conflicts instead of failing on them

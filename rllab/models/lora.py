@@ -304,7 +304,7 @@ class LoraPolicy:
         params = dict(self.policy.named_parameters())
         return dict(zip(names, placement.gather_full([params[n] for n in names], cpu=cpu)))
 
-    def save_final(self, run_dir: Path, placement: Any) -> None:
+    def save_final(self, run_dir: Path, placement: Any, *, tokenizer: Any = None) -> None:
         """The final adapters at ``RUN_DIR/adapter`` (:meth:`save_adapter`); sharded: gathered in
         full, written by rank 0; every rank calls it."""
         path = Path(run_dir) / "adapter"

@@ -140,8 +140,9 @@ class PolicyHandle(Protocol):
 
     def sampler_state(self, placement: Any, *, cpu: bool) -> dict[str, torch.Tensor]: ...
 
-    def save_final(self, run_dir: Any, placement: Any) -> None:
-        """What the run writes of the policy besides its checkpoints, when it ends."""
+    def save_final(self, run_dir: Any, placement: Any, *, tokenizer: Any = None) -> None:
+        """What the run writes of the policy besides its checkpoints, when it ends (``tokenizer``:
+        the run's, for a model directory written there)."""
 
 
 @attrs.define(eq=False)
@@ -184,8 +185,19 @@ class FullPolicy:
     def sampler_state(self, placement: Any, *, cpu: bool) -> dict[str, torch.Tensor]:
         return placement.full_state_dict(self.module, cpu=cpu)
 
-    def save_final(self, run_dir: Any, placement: Any) -> None:
-        return None
+    def save_final(self, run_dir: Any, placement: Any, *, tokenizer: Any = None) -> None:
+        """The final policy as a Hugging Face model directory, ``RUN_DIR/model``
+        (:func:`rllab.models.hfdir.write_model_dir`); sharded: gathered in full, written by rank
+        0; every rank calls it."""
+        from pathlib import Path
+
+        from rllab.models.hfdir import MODEL_DIR, write_model_dir
+
+        state = placement.full_state_dict(self.module, cpu=True) if placement.sharded else None
+        if placement.speaks:
+            write_model_dir(self.module, tokenizer, Path(run_dir) / MODEL_DIR, state_dict=state)
+        if placement.sharded:
+            placement.reducer.barrier()
 
 
 def policy_handle(model: torch.nn.Module, model_cfg: Any) -> PolicyHandle:

@@ -50,7 +50,7 @@ from rllab.errors import ConfigError, NonFiniteError, RewardError, RllabError  #
 from rllab.lab import Lab
 from rllab.training.listeners import RunLoggers
 from rllab.members import member
-from rllab.models.modeldir import check_model_dir
+from rllab.training.export import base_model_dir
 from rllab.models.forward import enable_checkpointing, transformers_progress_bars_off
 from rllab.training.optimizer import Optimizers, StepOutcome, advance_per_step, lr_factor, lr_scheduler
 from rllab.rollout.prompt_limits import PromptLimits
@@ -149,19 +149,7 @@ class Trainer:
         )
 
     def _model_dir(self) -> Path:
-        mc = self.cfg.model
-        if mc.path:
-            return check_model_dir(mc.path)  # config.json, weights and tokenizer files, or a ConfigError saying which
-        from rllab.models import tiny as tinymodel
-
-        return tinymodel.get_or_build(
-            tinymodel.TinyModelConfig(**mc.tiny),
-            self.source,
-            self.cfg.component(self.cfg.source).to_dict(),
-            tinymodel.WarmStartConfig(**mc.warm_start),
-            progress=self.progress,
-            system_prompt=self.cfg.rollout.system_prompt, rollout=self.cfg.rollout, tiny_given=tuple(mc.tiny), warm_given=tuple(mc.warm_start),
-        )
+        return base_model_dir(self.cfg, self.source, progress=self.progress)  # model.path, or the tiny model (cached)
 
     def _load_model(self):
         """The model on CPU in float32 (master weights; lower-precision compute happens under
@@ -464,7 +452,7 @@ class Trainer:
             else:
                 final = self.evaluate()
                 self.save_checkpoint()
-            self.policy_handle.save_final(self.run_dir, self.placement)  # LoRA: RUN_DIR/adapter
+            self.policy_handle.save_final(self.run_dir, self.placement, tokenizer=self.tokenizer)  # RUN_DIR/model; LoRA: RUN_DIR/adapter
         except BaseException as e:
             where = f"at step {self.step + 1}" if getattr(self, "_in_step", False) else f"after step {self.step} (evaluation, checkpoint or export)"
             distributed.explain_timeout(e, reducer=self.placement.reducer, where=where,
