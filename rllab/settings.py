@@ -24,6 +24,12 @@ class ModelConfig:
         help="a local Hugging Face model directory (config.json, weights and tokenizer files); None builds the tiny default model",
         validator=lambda i, a, v: _not_blank(a.name, v),
     )
+    sha256: str | None = knob(
+        None,
+        help="pins the starting model by content: the sha256 of its files (model.path, or the warm-started tiny model; "
+        "'rllab provenance RUN' shows a run's; a prefix of at least 8 hex digits will do); a start that hashes otherwise is refused",
+        validator=lambda i, a, v: _check_sha256(a.name, v),
+    )
     tiny: dict = knob(factory=dict, help="overrides of the tiny model's architecture and tokenizer (rllab.models.tiny.TinyModelConfig; tokenizer = \"chat\" gives it a chat template)")
     warm_start: dict = knob(factory=dict, help="overrides of the supervised warm start (rllab.models.tiny.WarmStartConfig)")
     device: str = knob("auto", help="where the policy, reference and critic train: auto (CUDA when available), cpu, cuda, cuda:N", validator=lambda i, a, v: _check_device(a.name, v))
@@ -77,6 +83,11 @@ def _only_with(inst, name: str, value, default, trait: str) -> None:
 def _check_device(name: str, value: str) -> None:
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
         raise ValueError(f"{name} = {value!r} is not allowed: must be auto, cpu, cuda or cuda:N")
+
+
+def _check_sha256(name: str, value: str | None) -> None:
+    if value is not None and not re.fullmatch(r"(sha256:)?[0-9a-fA-F]{8,64}", value.strip()):
+        raise ValueError(f"{name} = {value!r} is not a sha256: give its 64 hex digits (or a prefix of at least 8), as 'rllab provenance RUN' prints it")
 
 
 def _not_blank(name: str, value: str | None) -> None:

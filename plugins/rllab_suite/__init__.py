@@ -7,6 +7,8 @@ Commands (added through ``register_commands``)::
     rllab compare RUN_DIR… [--out DIR]     the same report for loose runs
     rllab record RUN_DIR_or_config --steps K --out FILE [key=value …]
     rllab replay FILE VARIANT… | --variants SUITE.toml
+    rllab provenance RESULT [OTHER] [--export-start DIR]   what produced a result; how two differ
+    rllab reproduce RESULT [--cell NAME[/SEED]]            re-run it and compare value for value
 
 A suite expands into cells (:mod:`rllab_suite.spec`), validates every cell's config before any
 runs, runs the missing cells on a local process pool or Ray (:mod:`rllab_suite.executor`), checks
@@ -293,8 +295,26 @@ def cmd_compare(args) -> int:
     console = _console()
     out = Path(args.out)
     compare_runs(args.runs, out=out, baseline=args.baseline, console=console)
+    from rich.markup import escape
+
+    from rllab_suite.reproduce import compare_notes
+
+    for note in compare_notes([Path(r) for r in args.runs]):  # what the configs do not say: versions, machine, data, start
+        console.print(escape(f"provenance: {note}"), highlight=False, soft_wrap=True)
     console.print(f"report written to {out / 'report.md'}", highlight=False)
     return 0
+
+
+def _provenance_entry(args) -> int:
+    from rllab_suite.reproduce import cmd_provenance
+
+    return cmd_provenance(args)
+
+
+def _reproduce_entry(args) -> int:
+    from rllab_suite.reproduce import cmd_reproduce
+
+    return cmd_reproduce(args)
 
 
 def cmd_record(args) -> int:
@@ -380,6 +400,21 @@ def register_commands(subparsers):
     p.add_argument("--out", default="compare", help="where report.md, CSV, JSON and plots go (default: ./compare)")
     p.add_argument("--baseline", default=None, help="the group P(improvement) is measured against (a label as printed)")
     p.set_defaults(func=cmd_compare)
+
+    p = subparsers.add_parser("provenance", help="what produced a run or suite result (versions, CPU, threads, hashes of config, data, start); two: how they differ")
+    p.add_argument("result", metavar="RUN_DIR|SUITE_DIR")
+    p.add_argument("other", nargs="?", metavar="OTHER", help="a second result: list the fields in which the two differ (exit 1 if any)")
+    p.add_argument("--json", action="store_true", help="print the record (or the differences) as JSON")
+    p.add_argument("--export-start", metavar="DIR", help="copy the run's starting model to DIR/start-SHA and print the settings that pin it")
+    p.set_defaults(func=_provenance_entry)
+
+    p = subparsers.add_parser("reproduce", help="re-run a run (or a suite cell) from its recorded config and pinned start; 'identical' or the first difference")
+    p.add_argument("result", metavar="RUN_DIR|SUITE_DIR")
+    p.add_argument("--cell", metavar="NAME[/SEED]", help="in a suite result: the variant (or cell run directory) and seed to re-run (default seed: the lowest)")
+    p.add_argument("--run-dir", default=None, help="where the rerun writes (default: a new temporary directory)")
+    p.add_argument("--start", default=None, metavar="DIR", help="an exported starting model (rllab provenance RUN --export-start), checked against the recorded hash")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_reproduce_entry)
 
     p = subparsers.add_parser("record", help="save rollout batches and the checkpoint they came from, for rllab replay")
     p.add_argument("items", nargs="*", metavar="RUN_DIR_or_config|key=value", help="a run directory or config file (optional), then overrides")

@@ -201,6 +201,9 @@ def run_suite(source, *, directory=None, executor_name: str = "local", workers: 
             console.print(f"load average (1, 5, 15 min) at the end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}", highlight=False)
             manifest["load_average"].append({"cells": len(todo), "cores": executor.cores(), "start": list(load_start), "end": list(load_end)})
             (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        from rllab_suite.reproduce import write_suite_provenance
+
+        write_suite_provenance(out, manifest)  # the environment, and each cell's starting model by hash
         identical = []
         if check_identical:
             identical_path = out / "identical.json"

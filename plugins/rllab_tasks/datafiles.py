@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from rllab.provenance import note_data_file
+
 BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 EVAL_SPLITS = ("eval", "test", "validation")
 
@@ -30,6 +32,7 @@ def read_rows(path: str, *, who: str) -> dict[str, list[dict]]:
     if not p.exists():
         raise FileNotFoundError(f"{who}: no such file or directory: {p} (data sets are read from local paths only)")
     _check_shape(p, who)
+    note_data_file(p)  # its contents are hashed into the run's provenance.json
     datasets = _datasets()
     quiet = datasets.are_progress_bars_disabled()
     datasets.disable_progress_bars()  # no "Generating train split" bar for a local file

@@ -17,6 +17,7 @@ import attrs
 import torch
 
 import rllab
+from rllab.provenance import note_data_file
 from rllab.rollout.chat import check_prompt
 from rllab.types import Example
 
@@ -136,6 +137,7 @@ class JsonlTask(rllab.Task):
 
     def _rows(self, path: Path):
         """(example, split, "task 'jsonl': file:line") for each non-blank line of ``path``."""
+        note_data_file(path)  # its contents are hashed into the run's provenance.json
         with path.open(encoding="utf-8") as f:
             for lineno, line in enumerate(f, 1):
                 if line.strip():

@@ -38,6 +38,7 @@ from typing import Any, Collection, Mapping
 import attrs
 import torch
 
+from rllab import provenance
 from rllab.rollout.chat import PromptRenderer
 from rllab.members import member
 from rllab.models.supervised import (  # noqa: F401  (re-exported: the warm start's building blocks)
@@ -308,7 +309,9 @@ def get_or_build(
         ``warm_start_defaults`` and ``tiny_model_defaults`` apply to the knobs left at their
         defaults (:func:`task_warm_start`, :func:`task_tiny_model`).
     :param task_config: what identifies ``task`` in the cache key — its name and knobs, e.g.
-        ``{"name": "addition", "digits": 2, "eval_fraction": 0.1, ...}``.
+        ``{"name": "addition", "digits": 2, "eval_fraction": 0.1, ...}``; a knob that names an
+        existing file (a data set) counts by the file's sha256, not its path
+        (:func:`rllab.provenance.content_keyed`).
     :param cache_dir: overrides :func:`cache_root`.
     :param system_prompt: the run's ``rollout.system_prompt``, so the demonstrations are rendered
         as the rollouts will be (part of the cache key when set).
@@ -326,6 +329,8 @@ def get_or_build(
     """
     warm_config = task_warm_start(task, warm_config, warm_given)
     model_config = task_tiny_model(task, model_config, tiny_given)
+    # a data file named by a knob enters the key by its contents, not its path: an edited file is a new start
+    task_config = provenance.content_keyed(task_config, provenance.data_hashes(provenance.config_files(task_config)))
     if is_environment(task):  # an environment's demonstrations are episodes: never the key of a task's model
         task_config = {**task_config, "kind": "environment"}
     root = cache_root(cache_dir)

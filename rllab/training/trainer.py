@@ -36,7 +36,7 @@ from typing import Any
 import attrs
 import torch
 
-from rllab import placement, sampling
+from rllab import placement, provenance, sampling
 from rllab.rollout import asynchronous as asyncrollout
 from rllab.rollout import partial as partial_rollouts
 from rllab.parallel import checkpoint
@@ -104,12 +104,15 @@ class Trainer:
         self.hook = self.placement.quiet(self.lab.hook)  # one console: ranks other than 0 announce nothing
         with rewards.resolving_with(self.lab):  # reward functions named in the task's knobs: this run's plugins
             try:
-                source = self._component(cfg.source)()
+                with provenance.recording_data() as read:  # the data files the task reads, hashed by content
+                    source = self._component(cfg.source)()
             except RllabError:
                 raise
             except (ValueError, OSError) as e:  # a task refusing its knobs or data (a missing file, a bad row)
                 raise ConfigError(str(e)) from e
         self.source = source  # the task, or the environment (cfg.source names which)
+        self.data_files = provenance.data_hashes(dict.fromkeys([*read, *provenance.config_files(cfg.component(cfg.source).to_dict())]))
+        """``{path: sha256}`` of every data file the run read (provenance.json)."""
         self.task, self.env = (source, None) if cfg.source == "task" else (None, source)  # one is None
         built = parts.build_parts(cfg, self.lab)  # the algorithm, the KL controller, the components: rllab.training.parts
         self.algorithm, self.kl_controller, self.components = built.algorithm, built.kl_controller, built.components
@@ -162,6 +165,7 @@ class Trainer:
         from rllab.models.forward import load_tokenizer
 
         self.model_dir = self.placement.reducer.main_first(self._model_dir)  # one rank builds a tiny model's cache
+        self.start_sha256 = provenance.check_start(self.model_dir, self.cfg.model.sha256)  # model.sha256 pins it
         self.tokenizer = load_tokenizer(self.model_dir)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -419,6 +423,11 @@ class Trainer:
         if self.prefetch is not None and state.get("rollout_ahead"):
             self.prefetch.load_state_dict(state["rollout_ahead"])
 
+    def provenance_record(self) -> dict:
+        """What produced this run (``RUN_DIR/provenance.json``, :mod:`rllab.provenance`)."""
+        start = {"kind": "model.path" if self.cfg.model.path else "warm_start", "path": str(self.model_dir), "sha256": self.start_sha256}
+        return provenance.collect(self.cfg.to_dict(), lab=self.lab, data=self.data_files, start=start)
+
     def close(self) -> None:
         try:
             if self.prefetch is not None:
@@ -435,6 +444,7 @@ class Trainer:
         try:
             if self.step == 0 and self.placement.speaks:
                 (self.run_dir / CONFIG_FILE).write_text(dump_toml(recorded_config(self.cfg, self.lab)))
+                provenance.write(self.run_dir, self.provenance_record())
             self.hook.on_run_start(run_dir=self.run_dir, config=self.cfg, start_step=self.step, total_steps=t.steps, progress=self.progress,
                                    solved_when=self.rollout.solved_rule)
             if self.step == 0:

@@ -1,0 +1,232 @@
+"""``rllab provenance`` and ``rllab reproduce``: what produced a result, and whether it comes out
+the same again.
+
+``rllab provenance RUN`` prints a run's (or a suite result's) ``provenance.json``
+(:mod:`rllab.provenance`); ``rllab provenance A B`` lists the fields in which two records differ;
+``--export-start DIR`` copies the run's starting model to ``DIR/start-SHA`` (stored once per
+hash) and prints the settings that pin it.
+
+``rllab reproduce RESULT`` re-runs a run directory (or, with ``--cell NAME[/SEED]``, one cell of a
+suite result) from its recorded config and pinned start (:func:`rllab.training.reproduce.reproduce_run`)
+and says ``identical``, the first step and metric that differ, or which provenance fields differ
+and what still held.
+
+A suite result records its own ``provenance.json`` (:func:`write_suite_provenance`): the
+environment once, each cell's starting-model hash, and the starts by hash.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from rllab import provenance
+from rllab.errors import RllabError
+
+from .spec import MANIFEST
+
+
+# --------------------------------------------------------------------------- suite results
+
+
+def write_suite_provenance(out: Path, manifest: dict) -> Path:
+    """``OUT/provenance.json`` for a suite result: the environment that ran it, and each cell's
+    starting model and data (read from the cells' own records; a cell without one is listed as
+    such), with the distinct starts by hash."""
+    cells, starts = [], {}
+    for c in manifest["cells"]:
+        run = out / "runs" / c["run"]
+        entry = {k: c[k] for k in ("variant", "task", "seed", "run")}
+        try:
+            rec = provenance.read(run)
+        except RllabError:
+            entry["provenance"] = None
+            cells.append(entry)
+            continue
+        hashes = rec.get("hashes") or {}
+        start = (hashes.get("start") or {}).get("sha256")
+        entry.update(start=start, config=hashes.get("config"), data=[d["sha256"] for d in hashes.get("data", ())])
+        cells.append(entry)
+        if start:
+            starts.setdefault(start, []).append(c["run"])
+    record = {"format": provenance.FORMAT, "recorded_at": None, **provenance.environment(), "starts": starts, "cells": cells}
+    import time
+
+    record["recorded_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return provenance.write(out, record)
+
+
+def resolve_cell(result: Path, cell: str) -> Path:
+    """The run directory of ``--cell NAME[/SEED]`` in a suite result: NAME is a variant (or a
+    cell's run directory name), SEED its seed (default: the lowest)."""
+    manifest_path = result / MANIFEST
+    if not manifest_path.is_file():
+        raise RllabError(f"--cell {cell}: {result} is not a suite result (no {MANIFEST})")
+    manifest = json.loads(manifest_path.read_text())
+    name, _, seed = cell.partition("/")
+    matches = [c for c in manifest["cells"] if name in (c["variant"], c["run"])]
+    if not matches:
+        raise RllabError(f"--cell {cell}: no variant {name!r} in {result}; its variants: {', '.join(manifest['variants'])}")
+    if seed:
+        try:
+            wanted = int(seed)
+        except ValueError:
+            raise RllabError(f"--cell {cell}: the seed after '/' must be a whole number, got {seed!r}") from None
+        matches = [c for c in matches if c["seed"] == wanted]
+        if not matches:
+            raise RllabError(f"--cell {cell}: variant {name!r} has no seed {wanted} in {result}")
+    else:
+        low = min(c["seed"] for c in matches)
+        matches = [c for c in matches if c["seed"] == low]
+    if len({c["task"] for c in matches}) > 1:
+        raise RllabError(f"--cell {cell}: variant {name!r} ran on several tasks; name the cell by its run directory: "
+                         f"{', '.join(c['run'] for c in matches)}")
+    return result / "runs" / matches[0]["run"]
+
+
+# --------------------------------------------------------------------------- printing
+
+
+def _lines(record: dict) -> list[tuple[str, str]]:
+    hashes = record.get("hashes") or {}
+    flat = provenance.flatten({k: v for k, v in record.items() if k not in ("hashes", "libraries", "cells", "starts")})
+    rows = [(k, provenance.format_value(v, 120)) for k, v in flat.items()]
+    rows += [(f"libraries.{name}", version) for name, version in (record.get("libraries") or {}).items()]
+    if hashes:
+        rows.append(("hashes.config", str(hashes.get("config"))))
+        for d in hashes.get("data", ()):
+            rows.append((f"hashes.data {d['path']}", d["sha256"]))
+        for p in hashes.get("plugins", ()):
+            rows.append((f"hashes.plugin {p['name']}", str(p.get("sha256", "(not a file)"))))
+        start = hashes.get("start") or {}
+        if start:
+            rows.append((f"hashes.start ({start.get('kind')}) {start.get('path')}", str(start.get("sha256"))))
+    for sha, runs in (record.get("starts") or {}).items():
+        rows.append((f"starts.{sha}", f"{len(runs)} cell(s)"))
+    return rows
+
+
+def print_record(console, record: dict) -> None:
+    from rich.markup import escape
+
+    width = max((len(k) for k, _ in _lines(record)), default=0)
+    for key, value in _lines(record):
+        console.print(escape(f"{key.ljust(width)}  {value}"), highlight=False, soft_wrap=True)
+
+
+def print_differences(console, fields: list, a: str, b: str) -> None:
+    from rich.markup import escape
+
+    if not fields:
+        console.print(f"{escape(a)} and {escape(b)}: the provenance is the same (code, libraries, machine, threads, config, data, start, seeds)", highlight=False)
+        return
+    console.print(f"{escape(a)} and {escape(b)} differ in {len(fields)} provenance field(s):", highlight=False)
+    for field, va, vb in fields:
+        console.print(escape(f"  {field}: {provenance.format_value(va)} → {provenance.format_value(vb)}  ({provenance.explain(field)})"),
+                      highlight=False, soft_wrap=True)
+
+
+def compare_notes(run_dirs: list[Path]) -> list[str]:
+    """For ``rllab compare``: how each run's provenance differs from the first's in what the
+    config does not say (code, libraries, machine, threads, data contents, start); runs without a
+    record are named."""
+    notes, records = [], []
+    for d in run_dirs:
+        try:
+            records.append((d, provenance.read(d)))
+        except RllabError:
+            notes.append(f"{d}: no provenance.json (recorded before runs wrote one)")
+    if len(records) < 2:
+        return notes
+    (first_dir, first), rest = records[0], records[1:]
+    for d, rec in rest:
+        fields = [f for f in provenance.differences(first, rec) if f[0] != "hashes.config" and not f[0].startswith("seeds.")]
+        if fields:
+            what = "; ".join(f"{k}: {provenance.format_value(a, 30)} → {provenance.format_value(b, 30)}" for k, a, b in fields[:6])
+            more = f" (and {len(fields) - 6} more: rllab provenance {first_dir} {d})" if len(fields) > 6 else ""
+            notes.append(f"{d} ran differently from {first_dir}: {what}{more}")
+    if not notes:
+        notes.append(f"every run's provenance matches outside its config and seed (code, libraries, machine, threads, data, start)")
+    return notes
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_provenance(args) -> int:
+    from rich.console import Console
+    import sys
+
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    a = provenance.read(Path(args.result))
+    if args.other is not None:
+        fields = provenance.differences(a, provenance.read(Path(args.other)))
+        if args.json:
+            print(json.dumps([{"field": f, "a": x, "b": y} for f, x, y in fields], indent=2, default=str))
+        else:
+            print_differences(console, fields, args.result, args.other)
+        return 0 if not fields else 1
+    if args.export_start:
+        start = ((a.get("hashes") or {}).get("start")) or {}
+        if not start.get("path") or not start.get("sha256"):
+            raise RllabError(f"{args.result}: its provenance names no starting model")
+        src = Path(start["path"])
+        if not src.is_dir():
+            raise RllabError(f"{args.result}: its starting model {src} is not on this machine any more; export it where the run ran")
+        provenance.check_start(src, start["sha256"], setting=f"the start of {args.result}")
+        dest = Path(args.export_start) / f"start-{start['sha256'][:16]}"
+        if dest.is_dir():
+            provenance.check_start(dest, start["sha256"], setting=f"the start already exported to {dest}")
+            console.print(f"{dest} already holds this start (sha256 {start['sha256']})", highlight=False)
+        else:
+            tmp = dest.with_name(f".{dest.name}.tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(src, tmp)
+            provenance.check_start(tmp, start["sha256"], setting="the exported copy")
+            tmp.rename(dest)
+            console.print(f"exported the start (sha256 {start['sha256']}) to {dest}", highlight=False)
+        if start.get("kind") == "warm_start":
+            console.print(f"rerun from it: rllab reproduce {args.result} --start {dest}", highlight=False)
+        console.print(f"train from it: model.path={dest} model.sha256={start['sha256']}", highlight=False)
+        return 0
+    if args.json:
+        print(json.dumps(a, indent=2, default=str))
+    else:
+        print_record(console, a)
+    return 0
+
+
+def cmd_reproduce(args) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+    import sys
+
+    from rllab.training.reproduce import DIFFERENT, IDENTICAL, reproduce_run
+
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    result = Path(args.result)
+    run = resolve_cell(result, args.cell) if args.cell else result
+    if not args.cell and (result / MANIFEST).is_file():
+        raise RllabError(f"{result} is a suite result: reproduce one cell with --cell NAME[/SEED] (a variant and, optionally, its seed)")
+    console.print(f"reproducing {escape(str(run))} …", highlight=False)
+    out = reproduce_run(run, lab=args.lab, run_dir=args.run_dir, start=args.start, progress=not args.quiet)
+    console.print(f"rerun in {escape(str(out.run_dir))}", highlight=False)
+    if out.verdict == IDENTICAL:
+        console.print(f"[green]identical[/]: {out.compared} logged values match, value for value (timings and memory not compared)", highlight=False)
+    elif out.verdict == DIFFERENT:
+        console.print(f"[red]different[/] (provenance matches): first at {escape(out.first.describe())}", highlight=False)
+    else:
+        console.print(f"[yellow]not comparable for identity[/]: the rerun's provenance differs from the recorded one in {len(out.fields)} field(s):",
+                      highlight=False)
+        for field, va, vb in out.fields:
+            console.print(escape(f"  {field}: {provenance.format_value(va)} → {provenance.format_value(vb)}  ({provenance.explain(field)})"),
+                          highlight=False, soft_wrap=True)
+        if out.start_eval is None:
+            console.print("the starting model, config, data or seeds differ: nothing is expected to hold value for value", highlight=False)
+        else:
+            console.print(("the untrained start's evaluation (step 0) still matches value for value" if out.start_eval
+                           else "[red]the untrained start's evaluation (step 0) differs[/]"), highlight=False)
+        console.print(escape("later steps: " + (f"first difference at {out.first.describe()}" if out.first else
+                                                "every compared value matched, but identity is not claimed across these differences")), highlight=False)
+    return out.exit_code

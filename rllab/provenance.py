@@ -1,0 +1,484 @@
+"""What produced a result: ``provenance.json`` in every run directory and suite result.
+
+A run's record (:func:`collect`) holds what decides its numbers and can differ between two
+machines running the same config:
+
+- ``code``: rllab's version and, run from a git checkout, the commit and a sha256 of
+  ``git diff HEAD`` (uncommitted edits of tracked files; untracked files are not in it);
+- ``python`` and ``libraries``: the interpreter, the version of every installed distribution
+  imported by the run (torch, transformers, peft, trl, datasets, numpy, …), and
+  ``environment``: one sha256 over every ``name==version`` installed;
+- ``machine``: the CPU model, its vector ISA flags (AVX2, AVX-512, AMX, …), the kernel family
+  torch dispatches to (``torch.backends.cpu.get_cpu_capability()``), torch's intra- and
+  inter-op thread counts and the ``*_NUM_THREADS`` variables; GPU names, CUDA, cuDNN and the
+  driver when CUDA is present;
+- ``hashes``: the resolved config, every data file the run read (by content; a directory by all
+  its files), every plugin file loaded by path, and the starting model's files
+  (:func:`model_sha256`: the warm start or ``model.path``);
+- ``seeds``: every setting named ``seed`` in the config.
+
+:func:`differences` compares two records field by field, leaving out what names a place rather
+than a content (paths, the host, the time): two runs on one machine with one config have none.
+A file path in a record is informational; data, plugins and the start are compared by hash.
+
+Plugins that read data files call :func:`note_data_file` (the built-in ``jsonl`` and
+``dataset`` tasks do); the config's own values that name an existing file are hashed too, so a
+third-party task that reads a file named by one of its knobs is covered without doing anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+from rllab.errors import ConfigError
+
+PROVENANCE_FILE = "provenance.json"
+FORMAT = 1
+"""Bumped when a field changes meaning."""
+
+_CHUNK = 1 << 20
+
+
+# --------------------------------------------------------------------------- hashing
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(_CHUNK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _tree_files(root: Path, skip: Iterable[str] = ()) -> list[Path]:
+    """The regular files under ``root`` in a fixed order, leaving out hidden ones (a name starting
+    with ``.``, at any depth) and the top-level names in ``skip``."""
+    skip = set(skip)
+    out = []
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root)
+        if any(part.startswith(".") for part in rel.parts) or (len(rel.parts) == 1 and rel.name in skip):
+            continue
+        if p.is_file():
+            out.append(p)
+    return out
+
+
+def sha256_tree(root: str | os.PathLike, skip: Iterable[str] = ()) -> str:
+    """One sha256 over a directory's files: each file's path relative to ``root`` and the sha256
+    of its bytes, in sorted order (so it is the same wherever the directory lies)."""
+    root = Path(root)
+    h = hashlib.sha256()
+    for p in _tree_files(root, skip):
+        h.update(f"{p.relative_to(root).as_posix()}\0{sha256_file(p)}\n".encode())
+    return h.hexdigest()
+
+
+def sha256_data(path: str | os.PathLike) -> str:
+    """A data file's sha256, or a directory's (:func:`sha256_tree`)."""
+    p = Path(path)
+    return sha256_tree(p) if p.is_dir() else sha256_file(p)
+
+
+MODEL_RECORDS = ("rllab_warm_start.json",)
+"""Files rllab writes beside a model about how it was made (timings included): not the model,
+so not in its hash."""
+
+
+def model_sha256(model_dir: str | os.PathLike) -> str:
+    """The starting model's hash: :func:`sha256_tree` of its directory (weights, config and
+    tokenizer files), without hidden files and :data:`MODEL_RECORDS`."""
+    return sha256_tree(model_dir, skip=MODEL_RECORDS)
+
+
+def check_start(model_dir: str | os.PathLike, expected: str | None, *, setting: str = "model.sha256") -> str:
+    """The hash of the model in ``model_dir``; with ``expected`` (a full sha256 or a prefix of at
+    least 8 hex digits), a :class:`~rllab.errors.ConfigError` naming both hashes when it differs."""
+    actual = model_sha256(model_dir)
+    if expected is not None:
+        want = expected.strip().lower().removeprefix("sha256:")
+        if not actual.startswith(want):
+            raise ConfigError(
+                f"{setting} = {expected!r}: the starting model in {model_dir} hashes to {actual}, not {want}. It is not the "
+                f"pinned start: point model.path at the exported start with that hash (rllab provenance RUN --export-start DIR "
+                f"writes one), or remove {setting} to accept this one",
+                key=setting.rpartition(".")[2],
+            )
+    return actual
+
+
+# --------------------------------------------------------------------------- data files read
+
+
+_reads = threading.local()
+
+
+def note_data_file(path: str | os.PathLike) -> None:
+    """Record that the run reads ``path`` (a file, or a directory of one data set); plugins that
+    read data call it. Outside :func:`recording_data` it does nothing."""
+    found = getattr(_reads, "files", None)
+    if found is not None:
+        p = Path(path).expanduser().resolve()
+        if p not in found:
+            found.append(p)
+
+
+@contextmanager
+def recording_data() -> Iterator[list[Path]]:
+    """Collect the paths :func:`note_data_file` is given inside the block (in this thread)."""
+    before = getattr(_reads, "files", None)
+    _reads.files = found = [] if before is None else before
+    try:
+        yield found
+    finally:
+        _reads.files = before
+
+
+def config_files(section: Mapping[str, Any]) -> list[Path]:
+    """Existing files a config section's values name (nested tables and lists too); a
+    ``file.py:function`` reference counts its file."""
+    out: list[Path] = []
+
+    def visit(v):
+        if isinstance(v, Mapping):
+            for x in v.values():
+                visit(x)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                visit(x)
+        elif isinstance(v, str) and v.strip() and len(v) < 4096:
+            text = v.rsplit(":", 1)[0] if ".py:" in v else v
+            try:
+                p = Path(text).expanduser()
+                if p.is_file() or (p.is_dir() and text not in (".", "..")):
+                    if p.resolve() not in out:
+                        out.append(p.resolve())
+            except (OSError, ValueError):
+                pass
+
+    visit(section)
+    return out
+
+
+def data_hashes(paths: Iterable[str | os.PathLike]) -> dict[str, str]:
+    """``{path: sha256}`` of each file (or data-set directory) in ``paths``."""
+    return {str(p): sha256_data(p) for p in paths}
+
+
+def content_keyed(section: Mapping[str, Any], hashes: Mapping[str, str]) -> dict:
+    """A config section with each value that names a hashed file replaced by ``"sha256:HEX"``:
+    what identifies the data by content (the warm start's cache key), wherever it lies."""
+
+    def swap(v):
+        if isinstance(v, Mapping):
+            return {k: swap(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [swap(x) for x in v]
+        if isinstance(v, str) and v.strip():
+            try:
+                resolved = str(Path(v).expanduser().resolve())
+            except (OSError, ValueError):
+                return v
+            if resolved in hashes:
+                return f"sha256:{hashes[resolved]}"
+        return v
+
+    return {k: swap(v) for k, v in section.items()}
+
+
+# --------------------------------------------------------------------------- the environment
+
+
+def git_state(where: str | os.PathLike | None = None) -> dict | None:
+    """``{"commit", "diff_sha256", "dirty"}`` of the git checkout rllab runs from, else None."""
+    root = Path(where) if where is not None else Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return None
+    try:
+        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, timeout=20, check=True).stdout
+        diff = subprocess.run(["git", "-C", str(root), "diff", "HEAD", "--binary"], capture_output=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": sha.decode().strip(), "diff_sha256": hashlib.sha256(diff).hexdigest(), "dirty": bool(diff)}
+
+
+def imported_libraries() -> dict[str, str]:
+    """``{distribution: version}`` of every installed distribution one of whose top-level modules
+    is imported in this process."""
+    import importlib.metadata as md
+
+    owners = md.packages_distributions()
+    tops = {name.partition(".")[0] for name in list(sys.modules)}
+    out = {}
+    for top in sorted(tops):
+        for dist in owners.get(top, ()):
+            try:
+                out[dist] = md.version(dist)
+            except md.PackageNotFoundError:
+                continue
+    return dict(sorted(out.items(), key=lambda kv: kv[0].lower()))
+
+
+def environment_hash() -> tuple[str, int]:
+    """One sha256 over every installed distribution's ``name==version`` (sorted), and their count."""
+    import importlib.metadata as md
+
+    rows = sorted({f"{(d.metadata['Name'] or '?').lower()}=={d.version}" for d in md.distributions()})
+    return hashlib.sha256("\n".join(rows).encode()).hexdigest(), len(rows)
+
+
+ISA_FLAGS = ("sse4_2", "fma", "f16c", "avx", "avx2", "avx_vnni", "amx")
+"""/proc/cpuinfo flags recorded (and every flag starting with ``avx512`` or ``amx``)."""
+
+
+def cpu_info() -> dict:
+    """The CPU model, its vector ISA flags, the machine type and the number of cores."""
+    model, flags = None, set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and model is None:
+                    model = value.strip()
+                elif key in ("flags", "Features") and not flags:
+                    flags = set(value.split())
+                if model is not None and flags:
+                    break
+    except OSError:
+        pass
+    if model is None or not flags:
+        try:  # py-cpuinfo, where installed (macOS, Windows)
+            import cpuinfo  # type: ignore[import-not-found]
+
+            got = cpuinfo.get_cpu_info()
+            model = model or got.get("brand_raw")
+            flags = flags or set(got.get("flags", ()))
+        except Exception:  # noqa: BLE001 — optional, and slow or absent on some systems
+            pass
+    isa = sorted(f for f in flags if f in ISA_FLAGS or f.startswith(("avx512", "amx")))
+    return {"model": model or platform.processor() or None, "machine": platform.machine(), "isa": isa, "cores": os.cpu_count()}
+
+
+def torch_info() -> dict:
+    """torch's CPU kernel family, thread counts and determinism switches; CUDA, its devices and the
+    driver when present."""
+    import torch
+
+    out: dict[str, Any] = {
+        "cpu_capability": _call(lambda: torch.backends.cpu.get_cpu_capability()),
+        "threads": torch.get_num_threads(),
+        "interop_threads": torch.get_num_interop_threads(),
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "thread_env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS") if k in os.environ},
+    }
+    if torch.cuda.is_available():
+        out["cuda"] = {
+            "version": torch.version.cuda,
+            "cudnn": _call(lambda: torch.backends.cudnn.version()),
+            "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+            "capability": [list(torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count())],
+            "driver": _nvidia_driver(),
+        }
+    return out
+
+
+def _call(fn):
+    try:
+        return fn()
+    except Exception:  # noqa: BLE001 — a field an older torch lacks is left empty
+        return None
+
+
+def _nvidia_driver() -> str | None:
+    try:
+        got = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, timeout=20, check=True)
+        return got.stdout.decode().strip().splitlines()[0] or None
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return None
+
+
+def environment() -> dict:
+    """The code, interpreter, libraries and machine this process runs on (:func:`collect` without
+    the run's own hashes); a suite result records it once."""
+    from rllab.lab import __version__
+
+    env_sha, env_count = environment_hash()
+    return {
+        "code": {"rllab": __version__, "git": git_state()},
+        "python": {"version": platform.python_version(), "implementation": platform.python_implementation()},
+        "libraries": imported_libraries(),
+        "environment": {"sha256": env_sha, "distributions": env_count},
+        "machine": {"cpu": cpu_info(), "torch": torch_info(), "platform": platform.platform(), "host": platform.node()},
+    }
+
+
+# --------------------------------------------------------------------------- a run's record
+
+
+def config_sha256(config: Mapping[str, Any]) -> str:
+    """The sha256 of a resolved config (``ExperimentConfig.to_dict()``), without what does not
+    change a result: its name, output directory, loggers, recorded provenance and ``model.sha256``."""
+    data = {k: v for k, v in config.items() if k not in ("name", "output_dir", "provenance", "loggers")}
+    if isinstance(data.get("model"), Mapping):  # the pin checks the start; it does not change it
+        data["model"] = {k: v for k, v in data["model"].items() if k != "sha256"}
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def seeds(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Every setting named ``seed`` (or ending in ``_seed``) in a config, by its dotted key."""
+    out = {}
+    for k, v in config.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(seeds(v, key + "."))
+        elif isinstance(k, str) and (k == "seed" or k.endswith("_seed")) and not isinstance(v, (list, dict)):
+            out[key] = v
+    return out
+
+
+def plugin_files(lab) -> list[dict]:
+    """The plugins loaded by path or module name, each with the sha256 of its file."""
+    out = []
+    for p in getattr(lab, "plugins", ()):
+        if not p.ok or p.source not in ("file", "module"):
+            continue
+        path = p.name if p.source == "file" else getattr(sys.modules.get(p.name), "__file__", None)
+        entry = {"name": p.name, "source": p.source}
+        if path and Path(path).is_file():
+            entry.update(path=str(path), sha256=sha256_file(path))
+        out.append(entry)
+    return out
+
+
+def collect(config: Mapping[str, Any], *, lab=None, data: Mapping[str, str] = {}, start: Mapping[str, Any] | None = None) -> dict:
+    """A run's provenance record.
+
+    :param config: the resolved config (``cfg.to_dict()``).
+    :param data: ``{path: sha256}`` of the data files the run read (:func:`data_hashes`).
+    :param start: the starting model: ``{"kind": "warm_start" | "model.path", "path", "sha256"}``.
+    """
+    return {
+        "format": FORMAT,
+        "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **environment(),
+        "hashes": {
+            "config": config_sha256(config),
+            "data": [{"path": p, "sha256": h} for p, h in data.items()],
+            "plugins": plugin_files(lab),
+            "start": dict(start) if start is not None else None,
+        },
+        "seeds": seeds({k: v for k, v in config.items() if k != "provenance"}),
+    }
+
+
+def write(directory: str | os.PathLike, record: Mapping[str, Any]) -> Path:
+    """Write ``record`` to ``DIRECTORY/provenance.json`` (atomically)."""
+    path = Path(directory) / PROVENANCE_FILE
+    tmp = path.with_name(f".{PROVENANCE_FILE}.{os.getpid()}")
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def read(directory_or_file: str | os.PathLike) -> dict:
+    """The record of a run directory or suite result (or a ``provenance.json`` itself)."""
+    p = Path(directory_or_file)
+    path = p / PROVENANCE_FILE if p.is_dir() else p
+    if not path.is_file():
+        raise ConfigError(f"{p} has no {PROVENANCE_FILE}: it was not written by a run of this rllab (runs record one since 0.1.0)")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path} is not valid JSON ({e.msg} at line {e.lineno})") from None
+
+
+# --------------------------------------------------------------------------- comparing records
+
+
+PLACES = ("recorded_at", "machine.host", "machine.platform", "machine.cpu.cores")
+"""Fields that say where or when, not what: never a difference (``machine.platform`` names the OS
+kernel build; the libraries, CPU and thread counts that compute are compared)."""
+
+
+def comparable(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A record flattened to ``{dotted field: value}`` for comparison: places and times left out,
+    paths replaced by the contents' hashes (data by the multiset of their hashes, plugins by name
+    and hash, the start by its hash)."""
+    rec = json.loads(json.dumps(record, default=str))
+    hashes = rec.pop("hashes", {}) or {}
+    flat = flatten({k: v for k, v in rec.items() if k != "format"})
+    for key in PLACES:
+        flat.pop(key, None)
+    flat["hashes.config"] = hashes.get("config")
+    flat["hashes.data"] = sorted(d.get("sha256") for d in hashes.get("data", ()))
+    flat["hashes.plugins"] = sorted(f"{Path(d['name']).name if d.get('source') == 'file' else d['name']}:{d.get('sha256')}"
+                                    for d in hashes.get("plugins", ()))
+    start = hashes.get("start") or {}
+    flat["hashes.start"] = start.get("sha256")
+    return flat
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping) and v:
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(field, value in a, value in b)`` for each field of two records (:func:`comparable`)
+    that differs, in sorted order; empty when the two were made alike."""
+    fa, fb = comparable(a), comparable(b)
+    keys = sorted(set(fa) | set(fb))
+    # a library imported by one process and not (yet) by the other is not another version: the
+    # environment's hash says whether the installed sets differ
+    keys = [k for k in keys if not k.startswith("libraries.") or (k in fa and k in fb)]
+    return [(k, fa.get(k), fb.get(k)) for k in keys if fa.get(k) != fb.get(k)]
+
+
+IDENTITY_BREAKERS = {
+    "machine.torch.threads": "torch's thread count (reductions split differently)",
+    "machine.torch.cpu_capability": "the CPU kernels torch dispatches to (another vector ISA)",
+    "machine.cpu.isa": "the CPU's vector instruction sets",
+    "machine.cpu.model": "the CPU model",
+    "libraries.": "a library version",
+    "environment.sha256": "the installed environment",
+    "python.": "the Python interpreter",
+    "code.": "rllab's code (version, commit or uncommitted edits)",
+    "machine.torch.cuda": "the GPU, CUDA or driver",
+    "hashes.config": "the config",
+    "hashes.data": "the data files' contents",
+    "hashes.plugins": "a plugin file's contents",
+    "hashes.start": "the starting model's weights",
+    "seeds.": "a seed",
+}
+"""What a differing field means, by its prefix (for the messages of ``rllab reproduce``)."""
+
+
+def explain(field: str) -> str:
+    """What a differing field of :func:`differences` means."""
+    for prefix, why in IDENTITY_BREAKERS.items():
+        if field == prefix or field.startswith(prefix):
+            return why
+    return "recorded setting"
+
+
+def format_value(v: Any, limit: int = 70) -> str:
+    text = v if isinstance(v, str) else json.dumps(v, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

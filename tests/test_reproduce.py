@@ -1,0 +1,148 @@
+"""``rllab reproduce``: a faithful rerun is identical; an altered recorded value is named with its
+step and metric; a differing provenance is listed, never called identical; ``--start`` reruns
+from an exported start; ``--cell`` finds a suite cell."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from rllab import provenance
+from rllab.cli import main
+from rllab.config import load_config
+from rllab.training.reproduce import Difference, first_difference
+
+from .tiny import TINY, overrides
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cache(model_cache):
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _fixed_checkout(monkeypatch):
+    """The working tree may change while a test runs (edits, commits): each test sees one state."""
+    monkeypatch.setattr(provenance, "git_state", lambda where=None: {"commit": "c0ffee", "diff_sha256": "0" * 64, "dirty": False})
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory, model_cache):
+    from _pytest.monkeypatch import MonkeyPatch
+
+    from rllab.training.trainer import run_experiment
+
+    mp = MonkeyPatch()
+    mp.setattr(provenance, "git_state", lambda where=None: {"commit": "c0ffee", "diff_sha256": "0" * 64, "dirty": False})
+    run = tmp_path_factory.mktemp("recorded") / "run"
+    run_experiment(load_config(None, [*overrides(TINY), "task.digits=1", "rollout.random_reward=given", "train.steps=2", "train.eval_size=8"]), run_dir=run, progress=False)
+    mp.undo()
+    return run
+
+
+def _copy(run, tmp_path, name="copy"):
+    dest = tmp_path / name
+    shutil.copytree(run, dest)
+    return dest
+
+
+def test_first_difference_names_the_first_step_and_metric():
+    a = {0: {"eval/accuracy": 0.5, "time/eval": 1.0}, 1: {"loss": 0.25, "kl": 0.0, "perf/peak_rss_mb": 3.0}, 2: {"loss": 0.5}}
+    same = {0: {"eval/accuracy": 0.5, "time/eval": 9.0}, 1: {"loss": 0.25, "kl": 0.0, "perf/peak_rss_mb": 4.0}, 2: {"loss": 0.5}}
+    assert first_difference(a, same) == (None, 4)  # timings and memory are not compared
+    b = {0: dict(a[0]), 1: {"loss": 0.25, "kl": 1e-12}, 2: {"loss": 0.75}}
+    assert first_difference(a, b) == (Difference(1, "kl", 0.0, 1e-12), 2)
+    c = {0: dict(a[0]), 1: {"loss": 0.25, "kl": 0.0, "extra": 1.0}, 2: {"loss": 0.5}}
+    assert first_difference(a, c)[0] == Difference(1, "extra", None, 1.0)
+    assert first_difference(a, {0: a[0], 1: a[1]})[0] == Difference(2, "(the whole step)", "logged", None)
+    assert first_difference({0: {"x": float("nan")}}, {0: {"x": float("nan")}}) == (None, 1)
+    assert first_difference(a, b, steps=[0]) == (None, 1)
+
+
+def test_a_faithful_rerun_is_identical(recorded, tmp_path, capsys):
+    code = main(["reproduce", str(recorded), "--run-dir", str(tmp_path / "again"), "-q"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "identical" in out
+    assert json.loads((tmp_path / "again" / "provenance.json").read_text())["hashes"]["start"] == json.loads(
+        (recorded / "provenance.json").read_text())["hashes"]["start"]
+
+
+def test_an_altered_recorded_value_is_named_by_step_and_metric(recorded, tmp_path, capsys):
+    run = _copy(recorded, tmp_path)
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    row = next(r for r in rows if r["step"] == 2 and "actor/entropy" in r)
+    row["actor/entropy"] += 1e-9
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code = main(["reproduce", str(run), "--run-dir", str(tmp_path / "again"), "-q"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "different" in out and "step 2, actor/entropy" in out and repr(row["actor/entropy"]) in out
+    assert "identical" not in out
+
+
+def test_a_differing_provenance_is_listed_and_only_the_start_evaluation_compared(recorded, tmp_path, capsys):
+    run = _copy(recorded, tmp_path)
+    rec = json.loads((run / "provenance.json").read_text())
+    rec["libraries"]["torch"] = "0.0.1"  # as if recorded with another torch
+    (run / "provenance.json").write_text(json.dumps(rec))
+    code = main(["reproduce", str(run), "--run-dir", str(tmp_path / "again"), "-q"])
+    out = capsys.readouterr().out
+    assert code == 2, out
+    assert "libraries.torch: 0.0.1" in out and "a library version" in out
+    assert "start's evaluation (step 0) still matches" in out
+    assert "identical:" not in out and "identity is not claimed" in out
+
+
+def test_a_rerun_from_an_exported_start_builds_no_warm_start(recorded, tmp_path, capsys, monkeypatch):
+    assert main(["provenance", str(recorded), "--export-start", str(tmp_path / "starts")]) == 0
+    sha = json.loads((recorded / "provenance.json").read_text())["hashes"]["start"]["sha256"]
+    exported = tmp_path / "starts" / f"start-{sha[:16]}"
+    assert provenance.model_sha256(exported) == sha
+    capsys.readouterr()
+    empty = tmp_path / "empty-cache"
+    empty.mkdir()
+    monkeypatch.setenv("RLLAB_CACHE", str(empty))  # another machine: no cached warm start
+    code = main(["reproduce", str(recorded), "--start", str(exported), "--run-dir", str(tmp_path / "again"), "-q"])
+    out = capsys.readouterr().out
+    assert code == 0 and "identical" in out, out
+    assert os.listdir(empty) == []  # nothing was warm-started here
+    (exported / "model.safetensors").write_bytes(b"not the weights")
+    with pytest.raises(Exception, match=f"not {sha}"):
+        from rllab.training.reproduce import reproduce_run
+
+        reproduce_run(recorded, start=exported, run_dir=tmp_path / "refused")
+
+
+def test_provenance_of_two_runs_lists_their_differences(recorded, tmp_path, capsys):
+    run = _copy(recorded, tmp_path)
+    rec = json.loads((run / "provenance.json").read_text())
+    rec["machine"]["torch"]["threads"] = 64
+    rec["machine"]["host"] = "elsewhere"
+    (run / "provenance.json").write_text(json.dumps(rec))
+    assert main(["provenance", str(recorded), str(recorded)]) == 0
+    assert "the provenance is the same" in capsys.readouterr().out
+    assert main(["provenance", str(recorded), str(run)]) == 1
+    out = capsys.readouterr().out
+    assert "1 provenance field" in out and "machine.torch.threads" in out and "host" not in out
+    assert main(["provenance", str(recorded)]) == 0
+    out = capsys.readouterr().out
+    assert "machine.torch.threads" in out and "hashes.start (warm_start)" in out and "libraries.torch" in out
+
+
+def test_a_suite_cell_is_found_by_variant_and_seed(tmp_path):
+    from rllab.errors import RllabError
+    from rllab_suite.reproduce import resolve_cell
+
+    cells = [{"variant": v, "task": "add", "seed": s, "run": f"{v}-add-s{s}-k"} for v in ("grpo", "no_rl") for s in (1, 0)]
+    (tmp_path / "suite.json").write_text(json.dumps({"name": "x", "variants": ["grpo", "no_rl"], "cells": cells}))
+    assert resolve_cell(tmp_path, "no_rl") == tmp_path / "runs" / "no_rl-add-s0-k"  # the lowest seed
+    assert resolve_cell(tmp_path, "grpo/1") == tmp_path / "runs" / "grpo-add-s1-k"
+    assert resolve_cell(tmp_path, "grpo-add-s1-k") == tmp_path / "runs" / "grpo-add-s1-k"
+    with pytest.raises(RllabError, match="no variant 'ppo'.*grpo, no_rl"):
+        resolve_cell(tmp_path, "ppo")
+    with pytest.raises(RllabError, match="no seed 7"):
+        resolve_cell(tmp_path, "grpo/7")
