@@ -328,6 +328,63 @@ def test_each_request_backs_off_on_its_own_and_the_others_go_on():
     assert took < 4 * 0.3
 
 
+# --------------------------------------------------------------------------- the warm start's probes
+
+
+class CountingTask:
+    """A task whose ``reward_batch`` records each call's answers (``reward``: one answer alone)."""
+
+    def __init__(self, fail_batch=False):
+        self.batches, self.alone, self.fail_batch = [], [], fail_batch
+
+    def reward_batch(self, examples, completions, *, completion_ids=None):
+        self.batches.append(list(completions))
+        if self.fail_batch:
+            raise RuntimeError("batch refused")
+        return [1.0 if c == e.answer else 0.0 for e, c in zip(examples, completions)]
+
+    def reward(self, example, completion):
+        self.alone.append(completion)
+        if completion == "boom":
+            raise RuntimeError("grader crashed")
+        return 1.0 if completion == example.answer else 0.0
+
+
+def test_a_probe_scores_its_answers_in_one_batch_and_only_those_that_changed():
+    from rllab.models.supervised import probe_rewards
+    from rllab.types import Example
+
+    examples = [Example(prompt=f"{i}+1=", answer=str(i + 1)) for i in range(4)]
+    task, scored = CountingTask(), {}
+    assert probe_rewards(task, examples, ["1", "0", "3", "0"], scored) == [1.0, 0.0, 1.0, 0.0]
+    assert probe_rewards(task, examples, ["1", "2", "3", "0"], scored) == [1.0, 1.0, 1.0, 0.0]
+    assert task.batches == [["1", "0", "3", "0"], ["2"]] and task.alone == []  # the second probe: row 1's new answer only
+    assert probe_rewards(task, examples, ["1", "2", "3", "0"], scored) == [1.0, 1.0, 1.0, 0.0] and len(task.batches) == 2
+    task = CountingTask(fail_batch=True)  # the batch call raises: each answer alone, a failure its own
+    out = probe_rewards(task, examples, ["1", "boom", "3", "0"])
+    assert out[0::2] == [1.0, 1.0] and out[3] == 0.0 and isinstance(out[1], RuntimeError)
+    assert task.alone == ["1", "boom", "3", "0"]
+
+
+def test_the_warm_start_sends_the_service_each_distinct_answer_once(tmp_path):
+    pytest.importorskip("datasets")
+    from rllab.models.tiny import TinyModelConfig, WarmStartConfig, build_tiny_model, warm_start
+    from rllab_tasks.dataset import DatasetConfig, DatasetTask
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(40)))
+    model, tok = build_tiny_model(TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1))
+    with RewardStandIn() as s:
+        task = DatasetTask(DatasetConfig(path=str(data), rewards=("remote",), eval_fraction=0.2,
+                                         reward_knobs=json.dumps({"remote": {"url": s.url, **FAST}})))
+        config = WarmStartConfig(steps=6, batch_size=8, check_every=2, probe_size=16, target_accuracy=None, eval_limit=8,
+                                 eval_max_new_tokens=3)
+        metrics = warm_start(model, tok, task, config)
+    assert metrics["warm/steps"] == 6 and "warm/eval_accuracy" in metrics
+    # 3 probes of 16 answers and one evaluation of 8: each distinct (prompt, response, label) sent once
+    assert set(s.calls.values()) == {1} and len(s.calls) <= 3 * 16 + 8
+
+
 # --------------------------------------------------------------------------- rate limit
 
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 import torch
 
+from rllab.members import member
 from rllab.rollout.chat import PromptRenderer
 from rllab.rollout.demonstrations import episode_accuracy, left_padded
 from rllab.rollout.environment import is_environment  # noqa: F401  (re-exported: where it was)
@@ -94,9 +95,12 @@ def evaluate_greedy(
     return greedy_accuracy(model, tokenizer, task, examples, max_new_tokens, renderer)
 
 
-def greedy_accuracy(model, tokenizer, task, examples, max_new_tokens: int, renderer: PromptRenderer | None = None) -> float:
+def greedy_accuracy(model, tokenizer, task, examples, max_new_tokens: int, renderer: PromptRenderer | None = None, *,
+                    scored: dict | None = None) -> float:
     """Mean solved rate of greedy completions of ``examples`` (for an environment: of greedy
-    episodes, :func:`rllab.rollout.demonstrations.episode_accuracy`)."""
+    episodes, :func:`rllab.rollout.demonstrations.episode_accuracy`). The answers are scored as
+    :func:`probe_rewards` says; ``scored``, kept between calls on the same ``examples``, remembers
+    each (example, answer)'s reward, so that a probe scores only the answers that changed."""
     if is_environment(task):
         return episode_accuracy(model, tokenizer, task, examples, max_new_tokens, renderer or PromptRenderer(tokenizer))
     was_training = model.training
@@ -105,7 +109,7 @@ def greedy_accuracy(model, tokenizer, task, examples, max_new_tokens: int, rende
     model.train(was_training)
     from rllab.rollout.accuracy import is_solved, scalar_reward
 
-    outs = [_probe_reward(task, e, t) for e, t in zip(examples, texts)]
+    outs = probe_rewards(task, examples, texts, scored)
     failed = [(e, t, out) for e, t, out in zip(examples, texts, outs) if isinstance(out, Exception)]
     if failed and len(failed) == len(examples):  # a reward that always fails is broken: say so now, not 0%
         from rllab.rollout.chat import prompt_text
@@ -122,6 +126,31 @@ def greedy_accuracy(model, tokenizer, task, examples, max_new_tokens: int, rende
     solved = (not isinstance(out, Exception) and is_solved(task, e, scalar_reward(task, out), out if isinstance(out, Mapping) else None)
               for e, out in zip(examples, outs))
     return sum(solved) / len(examples)
+
+
+def probe_rewards(task, examples: list, texts: list[str], scored: dict | None = None) -> list:
+    """What ``task.reward`` gives each of ``examples`` answered by ``texts`` — or the exception it
+    raised (a failed answer is not solved): the task's ``reward_batch``, when it has one, called
+    once for every answer (so that a reward that asks a server sends them together, each distinct
+    one once), each answer alone when that call raises. ``scored`` maps ``(index, text)`` to a
+    reward already known (a probe of the same examples before): those are not scored again, and
+    the new ones are added."""
+    scored = {} if scored is None else scored
+    keys = list(enumerate(texts))
+    todo = [k for k in keys if k not in scored]
+    batch = member(task, "task", "reward_batch") if todo else None
+    got = None
+    if batch is not None:
+        try:
+            got = list(batch([examples[i] for i, _ in todo], [t for _, t in todo], completion_ids=None))
+        except Exception:
+            got = None
+        if got is not None and len(got) != len(todo):
+            got = None
+    if got is None:
+        got = [_probe_reward(task, examples[i], t) for i, t in todo]
+    scored.update(zip(todo, got))
+    return [scored[k] for k in keys]
 
 
 def _probe_reward(task, example, text: str):

@@ -164,6 +164,7 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
     rng = torch.Generator().manual_seed(config.seed)
     probe = task.train_examples(config.probe_size, torch.Generator().manual_seed(config.seed + 1))
     losses: list[float] = []
+    scored: dict = {}  # the probe's rewards so far: an answer that did not change is not scored again
     if config.steps > 0:
         model.train()
         opt = torch.optim.AdamW(
@@ -192,7 +193,7 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
                 losses.append(loss.item())
                 metrics["warm/steps"] = step
                 if step % config.check_every == 0 or step == config.steps:
-                    acc = greedy_accuracy(model, tokenizer, task, probe, config.eval_max_new_tokens, renderer)
+                    acc = greedy_accuracy(model, tokenizer, task, probe, config.eval_max_new_tokens, renderer, scored=scored)
                     metrics["warm/probe_accuracy"] = acc
                     advance(step, losses[-1], acc)
                     if config.target_accuracy is not None and acc >= config.target_accuracy:
