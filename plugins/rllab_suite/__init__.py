@@ -7,6 +7,7 @@ Commands (added through ``register_commands``)::
     rllab compare RUN_DIR… [--out DIR]     the same report for loose runs
     rllab record RUN_DIR_or_config --steps K --out FILE [key=value …]
     rllab replay FILE VARIANT… | --variants SUITE.toml
+    rllab findings build [--check]         docs/findings.md's numbers and verdicts, rebuilt from committed results
     rllab provenance RESULT [OTHER] [--export-start DIR]   what produced a result; how two differ
     rllab reproduce RESULT [--cell NAME[/SEED]]            re-run it and compare value for value
 
@@ -317,6 +318,12 @@ def _reproduce_entry(args) -> int:
     return cmd_reproduce(args)
 
 
+def _findings_entry(args) -> int:
+    from rllab_suite.findings import cmd_findings
+
+    return cmd_findings(args)
+
+
 def cmd_record(args) -> int:
     from rllab_suite import replay
     from rllab_suite.checks import check_record_args
@@ -429,6 +436,13 @@ def register_commands(subparsers):
     p.add_argument("variants", nargs="*", metavar="VARIANT", help="overrides of one variant, comma-separated (policy_loss=cispo,algorithm.minibatches=4)")
     p.add_argument("--variants", dest="suite", default=None, metavar="SUITE.toml", help="replay a suite's variants")
     p.set_defaults(func=cmd_replay)
+
+    p = subparsers.add_parser("findings", help="rebuild docs/findings.md's numbers and verdicts from committed suite results; --check fails when it drifted")
+    p.add_argument("action", choices=["build"])
+    p.add_argument("--check", action="store_true", help="rebuild in memory and exit 1 if the page differs or quotes numbers no committed file backs")
+    p.add_argument("--doc", default="docs/findings.md", help="the findings page (default docs/findings.md)")
+    p.add_argument("--root", default=None, help="the repository holding benchmarks/suites (default: found above the page)")
+    p.set_defaults(func=_findings_entry)
 
 
 def _at_least_one(text: str) -> int:

@@ -49,6 +49,8 @@ class RunRecord:
     def metric_value(self, metric: str) -> float:
         """A claim's metric (:data:`rllab_suite.verdicts.METRICS` or ``pass@K``) of this run: its
         final or AUC held-out accuracy or reward, or pass@K at its last evaluation; NaN when absent."""
+        if metric.startswith("track:"):
+            return self.last(metric[6:])
         if metric.startswith("pass@"):
             k = int(metric[5:])
             return float(self.pass_at.get(self.steps[-1], {}).get(k, math.nan)) if self.steps and self.status == "done" else math.nan
@@ -60,7 +62,7 @@ class RunRecord:
         greedy solved or reward at the last evaluation, their AUC over the evaluations, or pass@K
         from the last evaluation's sampled counts; None where the run did not record them at every
         evaluation."""
-        if self.status != "done" or not self.steps or any(s not in self.problems for s in self.steps):
+        if self.status != "done" or not self.steps or metric.startswith("track:") or any(s not in self.problems for s in self.steps):
             return None
         last = self.problems[self.steps[-1]]
         if metric.startswith("pass@"):

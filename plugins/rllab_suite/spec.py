@@ -281,6 +281,9 @@ def parse_suite(source: str | Path | dict) -> Suite:
         claims = parse_claims(data.get("claims"), [v.name for v in variants], where)
     except ClaimError as e:
         raise SuiteError(str(e)) from None
+    for c in claims:
+        if c.metric.startswith("track:") and c.metric[6:] not in track:
+            raise SuiteError(f"{where}: claim {c.name!r}: metric = {c.metric!r}, but {c.metric[6:]!r} is not in the suite's track; add it there")
     return Suite(
         name=data.get("name") or (path.stem if path else "suite"),
         path=path,

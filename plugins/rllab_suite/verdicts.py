@@ -6,7 +6,7 @@ A suite file states what a paper claims and how big an effect must be to count::
     statement = "TIS recovers the synchronous run under staleness"
     arm = "tis"
     against = "sync"
-    metric = "auc_accuracy"     # final_accuracy, auc_accuracy, final_reward, auc_reward, pass@K
+    metric = "auc_accuracy"     # final_accuracy, auc_accuracy, final_reward, auc_reward, pass@K, track:NAME
     direction = "equal"         # higher, lower (the paper's direction for arm − against) or equal
     min_effect = 0.03           # the smallest effect that counts, in the metric's units (0.03 = 3 points)
     margin = 0.02               # the equivalence margin ±m, in the same units
@@ -39,7 +39,9 @@ import attrs
 
 N_BOOT = 2000
 METRICS = ("final_accuracy", "auc_accuracy", "final_reward", "auc_reward")
-"""The metrics a claim may name, besides ``pass@K`` (the sampled evaluation's pass@k, K an integer)."""
+"""The metrics a claim may name, besides ``pass@K`` (the sampled evaluation's pass@k at the last
+evaluation, K an integer) and ``track:NAME`` (a tracked training metric's mean over each run's last
+steps, in its own units; no per-problem values)."""
 DIRECTIONS = ("higher", "lower", "equal")
 REPRODUCED, OPPOSITE, EQUIVALENT, NOT_SEPARABLE = "reproduced", "opposite", "equivalent within ±{m}", "not separable at this budget"
 VERDICTS = (REPRODUCED, OPPOSITE, EQUIVALENT, NOT_SEPARABLE)
@@ -92,14 +94,15 @@ def parse_claims(raw: Any, arms: list[str], where: str) -> tuple[Claim, ...]:
         if body["arm"] == body["against"]:
             raise ClaimError(f"{at}: arm and against are both {body['arm']!r}; a claim compares two arms")
         metric = body["metric"]
-        if metric not in METRICS and not re.fullmatch(r"pass@[1-9][0-9]*", str(metric)):
-            raise ClaimError(f"{at}: metric = {metric!r}; one of {', '.join(METRICS)} or pass@K (K a positive integer)")
+        if metric not in METRICS and not re.fullmatch(r"pass@[1-9][0-9]*", str(metric)) and not re.fullmatch(r"track:\S+", str(metric)):
+            raise ClaimError(f"{at}: metric = {metric!r}; one of {', '.join(METRICS)}, pass@K (K a positive integer) or track:NAME (a tracked training metric)")
         if body["direction"] not in DIRECTIONS:
             raise ClaimError(f"{at}: direction = {body['direction']!r}; one of {', '.join(DIRECTIONS)} (arm − against)")
         for key in ("min_effect", "margin"):
             v = body[key]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < 1):
-                raise ClaimError(f"{at}: {key} = {v!r}; a number in (0, 1) in the metric's units (0.02 = 2 points)")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < (math.inf if is_track(metric) else 1)):
+                raise ClaimError(f"{at}: {key} = {v!r}; " + (f"a positive number in {metric[6:]}'s units" if is_track(metric) else
+                                                            "a number in (0, 1) in the metric's units (0.02 = 2 points)"))
         if body["direction"] != "equal" and EQUIVALENCE_WORDS.search(str(body["statement"])):
             raise ClaimError(f"{at}: the statement {body['statement']!r} claims equivalence ({EQUIVALENCE_WORDS.search(body['statement']).group(0)!r}); "
                              f"give direction = \"equal\" (decided by an equivalence test within ±margin), or word it as a direction")
@@ -171,9 +174,9 @@ def decide(claim: Claim, diff: dict) -> tuple[str, str]:
     e = diff["effect"]
     m = claim.margin
     equivalent = EQUIVALENT.format(m=_units(m, claim.metric))
-    if not (math.isfinite(lo95) and math.isfinite(lo90)):
+    if not math.isfinite(lo95):
         return NOT_SEPARABLE, "no interval (one seed and no per-problem results)"
-    inside = -m < lo90 and hi90 < m
+    inside = math.isfinite(lo90) and -m < lo90 and hi90 < m  # no 90% interval: equivalence not tested
     if claim.direction == "equal":
         if inside:
             return equivalent, f"90% CI inside ±{_units(m, claim.metric)} (TOST, α = 0.05)"
@@ -199,9 +202,19 @@ def claims_equivalence(text: str) -> str | None:
     return hit.group(0) if hit else None
 
 
+def is_track(metric: str) -> bool:
+    """Whether a claim's metric is a tracked training metric (its own units) rather than a held-out fraction."""
+    return metric.startswith("track:")
+
+
+def scale(metric: str) -> float:
+    """What a metric's values are multiplied by for display: 100 (points) for fractions, 1 for a tracked metric."""
+    return 1.0 if is_track(metric) else 100.0
+
+
 def _units(v: float, metric: str) -> str:
     """A value in the metric's units as text: points for accuracy, reward and pass@k (fractions)."""
-    return f"{100 * v:.3g} points"
+    return f"{v:.3g} ({metric[6:]})" if is_track(metric) else f"{100 * v:.3g} points"
 
 
 # --------------------------------------------------------------------------- per suite
@@ -245,27 +258,34 @@ def resolution(problems: int | None) -> str:
     """What one held-out problem is worth, as text."""
     if not problems:
         return "resolution unknown (the evaluation size was not recorded)"
-    return f"one problem = {100 / problems:.3g} points ({problems} held-out problems)"
+    pts = 100 / problems
+    return f"one problem = {pts:.3g} point{'' if pts == 1 else 's'} ({problems} held-out problems)"
 
 
-def markdown_lines(entries: list[dict], *, eval_size: int | None = None) -> list[str]:
-    """The ``## verdicts`` section: each claim's verdict beside the numbers it came from."""
+def markdown_lines(entries: list[dict], *, eval_size: int | None = None, explain: bool = True) -> list[str]:
+    """The ``## verdicts`` section: each claim's verdict beside the numbers it came from (``explain``:
+    with the paragraph that defines the vocabulary)."""
     if not entries:
         return []
-    lines = ["## verdicts", "",
-             "Each claim of the suite file decided by code: the effect is mean(arm) − mean(against) over seeds; *reproduced* when the 95% CI "
+    lines = ["## verdicts", ""]
+    if explain:
+        lines += ["Each claim of the suite file decided by code: the effect is mean(arm) − mean(against) over seeds; *reproduced* when the 95% CI "
              "excludes 0 in the paper's direction with the effect at least the minimum, *opposite* when it excludes 0 the other way "
              "(at least the minimum), *equivalent within ±m* when the 90% CI lies inside ±m (TOST, α = 0.05), else *not separable at this budget*. "
-             f"Intervals: percentile bootstrap over {_levels(entries)}; {resolution(eval_size)}.", "",
-             "| claim | task | arm − against | metric | effect [95% CI] | 90% CI | min effect | margin | resampled | verdict |",
+             "Effects, minima and margins in points for held-out fractions, in the metric's own units for track: metrics. "
+             f"Intervals: percentile bootstrap over {_levels(entries)}; {resolution(eval_size)}.", ""]
+    else:
+        lines += [f"Intervals over {_levels(entries)}; {resolution(eval_size)}.", ""]
+    lines += ["| claim | task | arm − against | metric | effect [95% CI] | 90% CI | min effect | margin | resampled | verdict |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for e in entries:
         d = e["diff"]
-        eff = "—" if d is None else f"{_pts(d['effect'])} [{_pts(d['ci95'][0])}, {_pts(d['ci95'][1])}]"
-        c90 = "—" if d is None else f"[{_pts(d['ci90'][0])}, {_pts(d['ci90'][1])}]"
+        k = scale(e["metric"]) if not is_track(e["metric"]) else _decimals(e["margin"])
+        eff = "—" if d is None else f"{_pts(d['effect'], k)} [{_pts(d['ci95'][0], k)}, {_pts(d['ci95'][1], k)}]"
+        c90 = "—" if d is None or not math.isfinite(d["ci90"][0]) else f"[{_pts(d['ci90'][0], k)}, {_pts(d['ci90'][1], k)}]"
         lev = "—" if d is None else (f"{d['seeds'][0]}/{d['seeds'][1]} seeds" + (f" × {d['problems']} problems" if d["problems"] > 1 else ""))
         lines.append(f"| {e['claim']} | {e['task']} | {e['arm']} − {e['against']} ({e['direction']}) | {e['metric']} | {eff} | {c90} | "
-                     f"{100 * e['min_effect']:.3g} | ±{100 * e['margin']:.3g} | {lev} | **{e['verdict']}** |")
+                     f"{scale(e['metric']) * e['min_effect']:.3g} | ±{scale(e['metric']) * e['margin']:.3g} | {lev} | **{e['verdict']}** |")
     lines.append("")
     lines += [f"- {e['claim']} ({e['task']}): {e['statement']} — {e['verdict']}: {e['why']}." for e in entries]
     return lines + [""]
@@ -280,5 +300,13 @@ def _levels(entries: list[dict]) -> str:
     return "problems and seeds where the runs recorded per-problem results, else seeds only"
 
 
-def _pts(v: float) -> str:
-    return f"{100 * v:+.1f}" if math.isfinite(v) else "—"
+def _decimals(margin: float) -> int:
+    """Decimals that resolve a tenth of the margin (a tracked metric's values as text)."""
+    return max(0, 1 - math.floor(math.log10(margin)))
+
+
+def _pts(v: float, k: float | int = 100.0) -> str:
+    """Points (``k`` = 100.0) of a fraction, else the value itself with ``k`` (an int) decimals."""
+    if not math.isfinite(v):
+        return "—"
+    return f"{k * v:+.1f}" if isinstance(k, float) else f"{v:+.{k}f}"

@@ -1,0 +1,335 @@
+"""``rllab findings build [--check]``: the numbers of docs/findings.md, rebuilt from committed results.
+
+The page's numbers live in generated blocks, each rebuilt from a suite's committed files
+(``benchmarks/suites/NAME.toml`` and ``benchmarks/suites/results/NAME/``)::
+
+    <!-- findings: verdicts NAME -->            the suite file's [claims], decided on runs.csv
+    <!-- findings: arms NAME [track:METRIC …] --> per arm: final and AUC accuracy (summary.csv), tracked metrics
+    <!-- findings: passk NAME -->               pass@k gains after − before (summary.json)
+    <!-- findings: law NAME -->                 the entropy–performance law per arm (summary.json)
+    <!-- findings: index -->                    one row per finding: its suites and computed verdicts
+    … generated text …
+    <!-- /findings -->
+
+``build`` rewrites every block; ``--check`` rebuilds them and fails (exit 1) when the page differs.
+Both also check the prose outside the blocks: a decimal number a finding quotes must occur in its
+own generated blocks or in its suites' files (``NAME.toml``, ``report.md``, ``summary.csv``), so a
+number no committed file rebuilds is not quoted; and "recovers", "equal", "matches", "parity",
+"no cost" appear only in a finding with an ``equivalent`` verdict.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from pathlib import Path
+
+import attrs
+
+from rllab_suite import verdicts as verdicts_
+
+BLOCK = re.compile(r"(?P<open><!-- findings: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(?P<close><!-- /findings -->)", re.S)
+SECTION = re.compile(r"^## (?P<num>\d+)\. (?P<title>.+)$", re.M)
+DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.]*\d)")
+ARXIV = re.compile(r"\b\d{4}\.\d{4,5}\b")
+
+
+class FindingsError(ValueError):
+    """A findings page that cannot be rebuilt (an unknown block, a suite without committed results)."""
+
+
+@attrs.frozen(kw_only=True)
+class CsvRun:
+    """One row of a committed ``runs.csv``, read as a :class:`rllab_suite.records.RunRecord` is for a claim."""
+
+    variant: str
+    task: str
+    seed: int
+    status: str
+    values: dict
+
+    def metric_value(self, metric: str) -> float:
+        key = f"last {metric[6:]}" if metric.startswith("track:") else metric
+        try:
+            return float(self.values.get(key, "nan"))
+        except ValueError:
+            return math.nan
+
+    def problem_values(self, metric: str) -> None:
+        return None  # committed results carry each run's means only
+
+
+def read_runs_csv(path: Path) -> list[CsvRun]:
+    with path.open(newline="") as f:
+        return [CsvRun(variant=r["variant"], task=r["task"], seed=int(r["seed"]), status=r["status"], values=r) for r in csv.DictReader(f)]
+
+
+def read_summary_csv(path: Path) -> list[dict]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+class Findings:
+    """Renders blocks from the committed files under ``root`` (the repository)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.suites = self.root / "benchmarks" / "suites"
+        self.results = self.suites / "results"
+        self._sizes: dict[str, int | None] = {}
+        self.decided: dict[str, list[dict]] = {}
+
+    def files(self, name: str) -> Path:
+        d = self.results / name
+        if not (d / "runs.csv").is_file():
+            raise FindingsError(f"suite {name!r}: no committed results ({d / 'runs.csv'} is missing)")
+        return d
+
+    def eval_size(self, name: str) -> int | None:
+        """Held-out problems per evaluation: train.eval_size capped by the task's held-out set."""
+        if name not in self._sizes:
+            self._sizes[name] = held_out_size(self.suites / f"{name}.toml")
+        return self._sizes[name]
+
+    def render(self, spec: str) -> str:
+        kind, *args = spec.split()
+        if kind == "verdicts" and len(args) == 1:
+            return self.verdicts(args[0])
+        if kind == "arms" and args:
+            return self.arms(args[0], args[1:])
+        if kind == "passk" and len(args) == 1:
+            return self.passk(args[0])
+        if kind == "law" and len(args) == 1:
+            return self.law(args[0])
+        raise FindingsError(f"unknown block <!-- findings: {spec} -->; blocks: verdicts NAME, arms NAME [track:METRIC …], passk NAME, law NAME, index")
+
+    # ------------------------------------------------------------------ blocks
+
+    def verdicts(self, name: str) -> str:
+        from rllab_suite.spec import parse_suite
+
+        suite = parse_suite(self.suites / f"{name}.toml")
+        if not suite.claims:
+            raise FindingsError(f"suite {name!r} states no [claims]: nothing to decide")
+        runs = read_runs_csv(self.files(name) / "runs.csv")
+        tasks = list(dict.fromkeys(r.task for r in runs))
+        entries = verdicts_.evaluate_claims(runs, suite.claims, tasks=tasks)
+        entries = [self._from_gain(name, suite, e) for e in entries]
+        self.decided[name] = entries
+        lines = verdicts_.markdown_lines(entries, eval_size=self.eval_size(name), explain=False)
+        lines[0] = f"Verdicts of `{name}.toml`'s claims, decided on `results/{name}/runs.csv`."
+        return "\n".join(lines).rstrip() + "\n"
+
+    def _from_gain(self, name: str, suite, e: dict) -> dict:
+        """A pass@K claim against the warm start (``no_rl``), which runs.csv does not carry: decided on
+        summary.json's gain after − before (each seed against its own step-0 evaluation, which is
+        the warm start evaluated alike), with its 95% CI over seeds; no 90% CI, so no equivalence test."""
+        control = next((v.control for v in suite.variants if v.name == e["against"]), None)
+        if e["diff"] is not None or not e["metric"].startswith("pass@") or control != "no_rl":
+            return e
+        path = self.files(name) / "summary.json"
+        rows = json.loads(path.read_text())["rows"] if path.is_file() else []
+        row = next((r for r in rows if r["variant"] == e["arm"] and r["task"] == e["task"]), None)
+        g = ((row or {}).get("pass_at") or {}).get("gain", {}).get(e["metric"][5:])
+        if g is None:
+            return e
+        diff = {"effect": g[0], "ci95": (g[1], g[2]), "ci90": (math.nan, math.nan), "problems": 1, "seeds": (row["runs"], row["runs"]), "levels": "seeds"}
+        claim = next(c for c in suite.claims if c.name == e["claim"])
+        verdict, why = verdicts_.decide(claim, diff)
+        return {**e, "diff": diff, "verdict": verdict, "why": why + "; from summary.json's gain after − before (each seed against its own warm-start evaluation)"}
+
+    def arms(self, name: str, extra: list[str]) -> str:
+        rows = read_summary_csv(self.files(name) / "summary.csv")
+        for m in extra:
+            if not m.startswith("track:") or f"last {m[6:]} mean" not in rows[0]:
+                raise FindingsError(f"arms {name}: {m!r} is not a tracked metric of results/{name}/summary.csv (give track:NAME)")
+        head = ["arm", "seeds", "final acc % [95% CI]", "AUC acc % [95% CI]"] + [f"{m[6:]}, last 10% of steps [95% CI]" for m in extra]
+        out = [f"From `results/{name}/summary.csv`: mean over seeds, 95% percentile-bootstrap CI over seeds; "
+               f"{verdicts_.resolution(self.eval_size(name))}.", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in rows:
+            cells = [r["variant"], r["runs"], _stat(r, "final_accuracy", 100, ".1f"), _stat(r, "auc_accuracy", 100, ".1f")]
+            cells += [_stat(r, f"last {m[6:]}", 1, ".3g", sep=" ") for m in extra]
+            out.append("| " + " | ".join(cells) + " |")
+        return "\n".join(out) + "\n"
+
+    def passk(self, name: str) -> str:
+        from rllab_suite.report import crossover
+
+        summary = json.loads((self.files(name) / "summary.json").read_text())
+        rows = [r for r in summary["rows"] if r.get("pass_at", {}).get("gain")]
+        if not rows:
+            raise FindingsError(f"passk {name}: results/{name}/summary.json has no pass@k gains")
+        ks = sorted({int(k) for r in rows for k in r["pass_at"]["gain"]})
+        out = [f"From `results/{name}/summary.json`: pass@k gain after − before in points, each seed against its own first "
+               f"evaluation, mean over seeds with a 95% bootstrap CI over seeds; {verdicts_.resolution(self.eval_size(name))}.", "",
+               "| arm | " + " | ".join(f"pass@{k}" for k in ks) + " | crossover |", "|---|" + "---|" * (len(ks) + 1)]
+        for r in rows:
+            g = {int(k): tuple(v) for k, v in r["pass_at"]["gain"].items()}
+            if not any(v[0] != 0 for v in g.values()):
+                continue
+            k_mean, k_sure = crossover(g)
+            cross = f"none up to k = {max(g)}" if k_mean is None else f"k ≥ {k_mean}" + (f" (CI below 0 from k = {k_sure})" if k_sure else " (CI spans 0)")
+            out.append(f"| {r['variant']} | " + " | ".join(
+                (f"{100 * g[k][0]:+.1f} [{100 * g[k][1]:+.1f}, {100 * g[k][2]:+.1f}]" if math.isfinite(g[k][1]) else f"{100 * g[k][0]:+.1f}") if k in g else "—"
+                for k in ks) + f" | {cross} |")
+        return "\n".join(out) + "\n"
+
+    def law(self, name: str) -> str:
+        summary = json.loads((self.files(name) / "summary.json").read_text())
+        law = summary.get("entropy_law") or {}
+        tasks = law.get("tasks") or {}
+        if not tasks:
+            raise FindingsError(f"law {name}: results/{name}/summary.json has no entropy_law")
+        out = [f"From `results/{name}/summary.json`: R = −a·exp(H) + b fitted per arm to *training* accuracy against entropy "
+               "(pooled points of every seed), 95% CIs from refits on seeds drawn with replacement.", "",
+               "| task | arm | a [95% CI] | b [95% CI] | R² |", "|---|---|---|---|---|"]
+        for task, t in tasks.items():
+            for arm, d in (t.get("arms") or t).items():
+                if not isinstance(d, dict) or "a" not in d:
+                    continue
+                out.append(f"| {task} | {arm} | {_ci(d, 'a')} | {_ci(d, 'b')} | {_num(d.get('r2'), '.2f')} |")
+        return "\n".join(out) + "\n"
+
+    def index(self, text: str) -> str:
+        out = ["| # | finding | suites | computed verdicts |", "|---|---|---|---|"]
+        for num, title, body in sections(text):
+            names = list(dict.fromkeys(m.group("spec").split()[1] for m in BLOCK.finditer(body) if m.group("spec").split()[0] != "index"))
+            decided = [e for n in names for e in self.decided.get(n, [])]
+            said = "; ".join(f"{e['claim']}: **{e['verdict']}**" for e in decided) or "no claim decided"
+            out.append(f"| {num} | {title} | {', '.join(f'`{n}`' for n in names) or '—'} | {said} |")
+        return "\n".join(out) + "\n"
+
+
+def _stat(r: dict, key: str, k: float, fmt: str, sep: str = "_") -> str:
+    try:
+        m, lo, hi = (float(r[f"{key}{sep}{p}"]) for p in ("mean", "low", "high"))
+    except (KeyError, ValueError):
+        return "—"
+    if not math.isfinite(m):
+        return "—"
+    return format(k * m, fmt) + (f" [{format(k * lo, fmt)}, {format(k * hi, fmt)}]" if math.isfinite(lo) else "")
+
+
+def _num(x, fmt: str) -> str:
+    return format(x, fmt) if isinstance(x, (int, float)) and math.isfinite(x) else "—"
+
+
+def _ci(d: dict, name: str) -> str:
+    ci = d.get(f"{name}_ci") or {}
+    s = _num(d.get(name), ".3f")
+    if isinstance(ci, dict) and isinstance(ci.get("low"), (int, float)) and math.isfinite(ci["low"]):
+        s += f" [{ci['low']:.3f}, {ci['high']:.3f}]"
+    return s
+
+
+def held_out_size(suite_path: Path) -> int | None:
+    """Held-out problems one evaluation of the suite scores: ``train.eval_size`` of its first cell,
+    capped by the size of its task's (or environment's) held-out set; None when it cannot be built."""
+    from rllab import Lab
+    from rllab.config import load_config
+    from rllab_suite.spec import _resolve, cell_overrides, parse_suite
+
+    lab = Lab()
+    suite = parse_suite(suite_path)
+    v = suite.variants[0]
+    cfg = load_config(_resolve(v.config or (None if v.preset else suite.base_config), suite),
+                      cell_overrides(suite, v, suite.tasks[0], suite.seeds[0], frozenset(lab.names("environment"))),
+                      lab=lab, preset=v.preset or (None if v.config else suite.base_preset))
+    size = cfg.train.eval_size
+    comp = cfg.component(cfg.source)
+    try:
+        kind = "environment" if cfg.source == "env" else "task"
+        made = lab.get(kind, comp.name, **dict(comp.knobs))()
+        held = len(made.eval_examples())
+    except Exception:  # a source that cannot be built here (a server, a dataset): the configured size
+        return size
+    return min(size, held)
+
+
+def sections(text: str) -> list[tuple[str, str, str]]:
+    """(number, title, body) of each ``## N. title`` section."""
+    heads = list(SECTION.finditer(text))
+    return [(h.group("num"), h.group("title").strip(), text[h.end():heads[i + 1].start() if i + 1 < len(heads) else len(text)])
+            for i, h in enumerate(heads)]
+
+
+def build(text: str, root: Path) -> str:
+    """The page with every generated block rebuilt (the index last, from the verdicts decided)."""
+    f = Findings(root)
+
+    def fill(m: re.Match) -> str:
+        spec = m.group("spec").strip()
+        return m.group("open") + ("" if spec == "index" else f.render(spec)) + m.group("close")
+
+    text = BLOCK.sub(fill, text)
+    return BLOCK.sub(lambda m: m.group("open") + (f.index(text) if m.group("spec").strip() == "index" else m.group("body")) + m.group("close"), text)
+
+
+def lint(text: str, root: Path) -> list[str]:
+    """What the prose of each finding says that its committed files do not back (see the module docstring)."""
+    problems = []
+    results = Path(root) / "benchmarks" / "suites"
+    for num, title, body in sections(text):
+        generated = "".join(m.group("body") for m in BLOCK.finditer(body))
+        prose = BLOCK.sub("", body)
+        names = list(dict.fromkeys(m.group("spec").split()[1] for m in BLOCK.finditer(body) if m.group("spec").split()[0] != "index"))
+        backing = generated
+        for n in names:
+            for p in (results / f"{n}.toml", results / "results" / n / "report.md", results / "results" / n / "summary.csv"):
+                backing += p.read_text() if p.is_file() else ""
+        unbacked = list(dict.fromkeys(m.group(0) for m in DECIMAL.finditer(ARXIV.sub("", prose)) if m.group(0) not in backing))
+        if unbacked:
+            problems.append(f"finding {num} ({title}): quotes {', '.join(unbacked)}, which none of its generated blocks or committed files "
+                            f"({', '.join(names) or 'no suite named'}) contains")
+        word = verdicts_.claims_equivalence(prose)
+        if word and "equivalent within" not in generated:
+            problems.append(f"finding {num} ({title}): says {word!r}, which needs an 'equivalent within ±m' verdict; none of its claims has one")
+    return problems
+
+
+def run(doc: Path, *, check: bool, root: Path | None = None) -> tuple[int, list[str]]:
+    """``(exit code, messages)`` of ``rllab findings build [--check]``."""
+    doc = Path(doc)
+    if not doc.is_file():
+        raise FindingsError(f"{doc}: no such findings page")
+    root = Path(root) if root else _repo_root(doc)
+    old = doc.read_text()
+    new = build(old, root)
+    messages = lint(new, root)
+    if check:
+        if new != old:
+            changed = [s.strip() for s, a, b in _blocks_changed(old, new)]
+            messages.insert(0, f"{doc}: generated blocks out of date ({', '.join(changed) or 'layout'}); rebuild with: rllab findings build")
+        return (1 if messages else 0), messages
+    if new != old:
+        doc.write_text(new)
+        messages.insert(0, f"{doc}: rebuilt")
+    return (1 if any(not m.endswith("rebuilt") for m in messages) else 0), messages
+
+
+def _blocks_changed(old: str, new: str) -> list[tuple[str, str, str]]:
+    a = {m.group("spec"): m.group("body") for m in BLOCK.finditer(old)}
+    return [(m.group("spec"), a.get(m.group("spec"), ""), m.group("body")) for m in BLOCK.finditer(new) if a.get(m.group("spec")) != m.group("body")]
+
+
+def _repo_root(doc: Path) -> Path:
+    for d in [doc.resolve().parent, *doc.resolve().parents]:
+        if (d / "benchmarks" / "suites").is_dir():
+            return d
+    raise FindingsError(f"{doc}: no benchmarks/suites above it; give --root")
+
+
+def cmd_findings(args) -> int:
+    """``rllab findings build [--check] [--doc PATH] [--root DIR]``."""
+    try:
+        code, messages = run(Path(args.doc), check=args.check, root=Path(args.root) if args.root else None)
+    except FindingsError as e:
+        print(f"rllab findings: {e}")
+        return 2
+    for m in messages:
+        print(m)
+    if code == 0:
+        print(f"{args.doc}: every generated block matches the committed results" if args.check else f"{args.doc}: up to date")
+    return code
