@@ -10,13 +10,17 @@ returns ``(status, json_body)``. The default answer is a grader: 1.0 when the re
 ``flaky = (k, status, headers)`` makes every k-th request (counting all, retries included) answer
 ``status`` with ``headers`` before anything else is consulted (e.g. ``(7, 503, {})``, or
 ``(5, 429, {"Retry-After": "0.2"})``); ``failed`` counts those answers. ``latency_s`` delays every
-answer. ``calls`` counts the requests per body (its JSON with sorted keys).
+answer. ``calls`` counts the requests per body (its JSON with sorted keys). A scripted ``status`` of
+None, and every request while ``down`` is true, closes the connection without an answer (a reset,
+as a grader process that died behind its port gives).
 """
 
 from __future__ import annotations
 
 import collections
 import json
+import socket
+import struct
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -44,6 +48,7 @@ class RewardStandIn:
         self.flaky = flaky
         self.latency_s = latency_s
         self.failed = 0
+        self.down = False
         self.calls: collections.Counter = collections.Counter()
         self.script: list[tuple] = []
         self.bodies: list[Any] = []
@@ -71,6 +76,9 @@ class RewardStandIn:
                     stand_in.failed += flaky
                     scripted = stand_in.script.pop(0) if stand_in.script and not flaky else None
                 headers: dict = {}
+                if stand_in.down or (scripted is not None and scripted[0] is None):
+                    self.reset()
+                    return
                 if flaky:
                     status, out, delay, headers = stand_in.flaky[1], {"error": "busy"}, stand_in.latency_s, stand_in.flaky[2]
                 elif scripted is not None:
@@ -91,6 +99,12 @@ class RewardStandIn:
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up (its timeout)
                     pass
+
+            def reset(self):
+                """Close the connection at once, unanswered (an RST: SO_LINGER 0)."""
+                self.close_connection = True
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.connection.close()
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

@@ -452,6 +452,62 @@ def test_a_failing_server_stops_the_run_under_raise(tmp_path):
             _stage(tmp_path, {"url": s.url, "retries": 0, **FAST}, "raise").sample(0)
 
 
+@pytest.mark.parametrize("how, says", [
+    ("500", r"HTTP 500: .*grader crashed"),
+    ("502", r"HTTP 502: .*bad gateway"),
+    ("504", r"HTTP 504: .*gateway timeout"),
+    ("reset", r"ConnectionError: .*Connection (reset by peer|aborted)"),
+    ("slow", r"no answer within timeout_s = 0.2"),
+])
+def test_a_service_that_dies_mid_rollout_stops_the_run_naming_the_url_and_what_it_answered(tmp_path, how, says):
+    bodies = {"500": b'{"error": "grader crashed"}', "502": b"bad gateway", "504": b"gateway timeout"}
+
+    def answer(path, body):  # answers the first request, then dies
+        if how == "reset":
+            s.down = True  # every later request: the connection reset
+        elif len(s.bodies) > 1:
+            if how == "slow":
+                time.sleep(0.5)
+            else:
+                return int(how), bodies[how]
+        return 200, 1.0
+
+    with RewardStandIn(answer) as s:
+        knobs = {"url": s.url, "retries": 1, "backoff_s": 0.01, "max_concurrency": 1, "timeout_s": 0.2}
+        with pytest.raises(RewardError, match=rf"remote.*{s.url} failed 2 attempt\(s\) \(retries = 1\); last: {says}"):
+            _stage(tmp_path, knobs, "raise").sample(0)
+
+
+def test_a_run_whose_service_dies_stops_clearly_and_resumes_once_it_is_back(tmp_path, model_cache, capsys):
+    pytest.importorskip("datasets")
+    from rllab.cli import main
+
+    from .tiny import TINY, overrides
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(60)))
+
+    def answer(path, body):
+        if len(s.bodies) > 40:  # the evaluation (4) and two steps (16 each) are answered; then the grader dies
+            s.down = True
+        return default_answer(path, body)
+
+    with RewardStandIn(answer) as s:
+        knobs = json.dumps({"remote": {"url": s.url, "retries": 2, "backoff_s": 0.01}})
+        run_dir = tmp_path / "run"
+        args = ["run", *overrides(TINY), "model.warm_start.steps=0", "train.eval_size=4", "task=dataset", f"task.path={data}",
+                "task.rewards=remote", f"task.reward_knobs={knobs}", "train.steps=4", "train.checkpoint_every=1",
+                "--run-dir", str(run_dir), "-q"]
+        assert main(args) == 1
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"{s.url} failed 3 attempt(s) (retries = 2); last: ConnectionError" in err
+        assert f"keeps its last checkpoint (step_000002); continue it with: rllab run --resume {run_dir}" in err
+        s.down, s.answer = False, default_answer
+        forget()  # a new process would not remember the URL down
+        assert main(["run", "--resume", str(run_dir), "-q"]) == 0
+    assert json.loads((run_dir / "final.json").read_text())["steps"] == 4
+
+
 # --------------------------------------------------------------------------- bad configs
 
 
