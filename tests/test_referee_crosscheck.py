@@ -219,3 +219,132 @@ def test_a_kl_term_and_an_entropy_bonus_agree(capsys, tmp_path):
 def test_every_loss_type_agrees_over_iterations_and_minibatches(capsys, tmp_path, loss_type):
     _agrees(capsys, tmp_path, f"loss_type: {loss_type}\nsteps_per_generation: 2\nnum_iterations: 2\nmax_completion_length: 8\n"
             "learning_rate: 1.0e-5\n", 8)
+
+
+# --------------------------------------------------------------------------- signal
+
+
+def test_group_signal_counts_groups_whose_rewards_differ():
+    assert report.group_signal([1.0, 0.0, 1.0, 1.0, 0.0, 0.0], [7, 7, 8, 8, 9, 9]) == (3, 1)
+    assert report.group_signal([0.5, 0.5], [1, 1]) == (1, 0)
+
+
+def test_a_step_without_signal_is_never_agreement():
+    # step 0: every group's rewards equal (TRL's gradient exactly 0, rllab's 1.5e-9: a "disagreement" over noise)
+    rows = report.compare({"grad_norm": [0.0, 2.0]}, {"grad_norm": [1.5e-9, 2.00001]})
+    rows = report.with_signal(rows, [False, True])
+    assert report.first_disagreement(rows) is None and report.status(rows) == report.NO_SIGNAL_EXIT
+    assert report.verdict(rows).startswith("no signal on optimizer step(s) 0") and "the other 1 agree" in report.verdict(rows)
+    assert "| 0 | grad_norm | 0 | 1.5e-09 | 1.00e+00 | no signal |" in report.table(rows)
+    none = report.with_signal(rows, [False, False])
+    assert report.status(none) == report.NO_SIGNAL_EXIT and report.verdict(none).startswith("no signal: in none of the 2")
+    # two optimizer steps per batch: batch 1's signal covers steps 2 and 3
+    rows = report.with_signal(report.compare({"lr": [1.0] * 4}, {"lr": [1.0] * 4}), [False, True], per=2)
+    assert [r.signal for r in rows] == [False, False, True, True]
+    assert report.status(report.with_signal(rows, [True, True], per=2)) == 0
+
+
+def test_a_disagreement_with_signal_still_fails_with_status_1():
+    rows = report.with_signal(report.compare({"grad_norm": [1.0, 2.0]}, {"grad_norm": [1.0, 3.0]}), [False, True])
+    assert report.status(rows) == 1 and report.verdict(rows).startswith("DISAGREE first at optimizer step 1")
+
+
+def test_the_grad_norm_is_measured_as_trl_measures_it():
+    # the one-sided gap: torch's float32 norm of one long concatenated vector comes out low (its
+    # accumulated rounding), while clip_grad_norm_'s per-tensor norms (TRL's logged value) do not
+    import torch
+
+    from rllab_referee.stepcheck import grad_norm
+
+    x = torch.randn(2_000_000, generator=torch.Generator().manual_seed(0)) * 1e-3
+    exact = float(x.double().norm())
+    assert float(x.norm()) / exact - 1 < -1e-5  # low by ≈ 2.6e-5: the size of the gap
+    parts = list(x.split(65536))
+    assert abs(grad_norm(parts) / exact - 1) < 1e-6
+    assert grad_norm([]) == 0.0
+
+
+def _fake_setup(monkeypatch, live: list[int]):
+    """crosscheck's TRL/rllab runs replaced: each seed's batches have ``live[i]`` groups (of 2) with signal."""
+    from rllab_referee import crosscheck, trl_capture
+
+    monkeypatch.setattr(trl_capture, "trl_missing", lambda: None)
+    from types import SimpleNamespace
+
+    cfg = SimpleNamespace(rollout=SimpleNamespace(prompts_per_step=1))
+    monkeypatch.setattr(crosscheck, "_setup", lambda raw, name, lab, steps: (None, cfg, None, None))
+    monkeypatch.setattr(crosscheck, "signal_prompts", lambda *a, **k: [])
+    calls = []
+
+    def step_check(raw, cfg, task, model_dir, lab, *, steps, workdir, examples=None):
+        n = live[len(calls)]
+        calls.append(raw["seed"])
+        summary = [{"reward": 0.0, "groups": 2, "live": n, "trl_loss": 0.0, "rllab_loss": 0.0, "trl_grad_norm": [0.0],
+                    "rllab_grad_norm": [1.5e-9]}]
+        rows = report.with_signal(report.compare({"grad_norm": [0.0]}, {"grad_norm": [1.5e-9 if not n else 0.0]}), [n > 0])
+        return rows, None, summary
+
+    monkeypatch.setattr(crosscheck, "step_check", step_check)
+    return calls
+
+
+def test_no_signal_seeks_other_seeds_then_fails(capsys, tmp_path, monkeypatch):
+    calls = _fake_setup(monkeypatch, [0, 0, 0])
+    src = tmp_path / "c.yaml"
+    src.write_text("seed: 7\nloss_type: grpo\nbeta: 0.04\nnum_generations: 4\nper_device_train_batch_size: 8\nmax_completion_length: 8\n")
+    code, out, err = run(capsys, "crosscheck", "trl", str(src), "--steps", "1")
+    assert calls == [7, 8, 9] and "trying seed 8" in err and "trying seed 9" in err
+    assert code == report.NO_SIGNAL_EXIT and "no signal: in none of the 1" in out and "agree:" not in out
+    assert "| 0 | 0.000 | 0/2 (0%) |" in out
+
+
+def test_the_first_seed_with_signal_is_compared(capsys, tmp_path, monkeypatch):
+    calls = _fake_setup(monkeypatch, [0, 1, 2])
+    code, out, _ = run(capsys, "crosscheck", "trl", str(EXAMPLES / "trl_grpo.yaml"), "--steps", "1", "--tries", "5")
+    assert calls == [42, 43] and code == 0 and "at seed 43" in out and "| 0 | 0.000 | 1/2 (50%) |" in out
+    assert "agree: 1 optimizer steps with signal" in out
+
+
+@pytest.mark.parametrize("yaml, words", [
+    ("num_generations: 3\n", "num_generations"),
+    ("generation_batch_size: 16\nsteps_per_generation: 2\n", "generation_batch_size"),
+    ("max_completion_lenght: 8\n", "did you mean 'max_completion_length'"),
+])
+def test_a_config_trl_refuses_gets_the_importers_message(capsys, tmp_path, monkeypatch, yaml, words):
+    # the importer's checks run before anything of TRL's is built (or TRL is even looked for)
+    from rllab_referee import trl_capture
+
+    monkeypatch.setattr(trl_capture, "trl_missing", lambda: "TRL is not installed")
+    src = tmp_path / "c.yaml"
+    src.write_text(yaml)
+    code, out, err = run(capsys, "crosscheck", "trl", str(src))
+    assert code != 0 and "cannot be reproduced by rllab" in err and words in err and "Traceback" not in err + out
+    assert "TRL is not installed" not in err
+
+
+@needs_trl
+def test_a_config_with_a_seed_runs_and_shows_its_signal(capsys, tmp_path):
+    src = tmp_path / "seeded.yaml"
+    src.write_text("seed: 7\nloss_type: grpo\nnum_generations: 4\nper_device_train_batch_size: 8\nmax_completion_length: 8\n")
+    code, out, err = run(capsys, "crosscheck", "trl", str(src), "--steps", "1")
+    assert "| batch | mean reward | groups with signal |" in out, err[-2000:]
+    assert code == 0 and "at seed 7" in out and "agree: 1 optimizer steps with signal" in out, out + err[-2000:]
+
+
+@needs_trl
+def test_a_batch_without_signal_is_reported_with_a_kl_term(capsys, tmp_path, monkeypatch):
+    # every reward 0: every advantage 0; with beta > 0 TRL's gradient is exactly 0 and rllab's rounding
+    from rllab_referee import crosscheck
+
+    setup = crosscheck._setup
+
+    def zero_reward(*a, **k):
+        data, cfg, task, model_dir = setup(*a, **k)
+        monkeypatch.setattr(task, "reward", lambda example, text: 0.0)
+        return data, cfg, task, model_dir
+
+    monkeypatch.setattr(crosscheck, "_setup", zero_reward)
+    src = tmp_path / "kl.yaml"
+    src.write_text("loss_type: grpo\nbeta: 0.04\nnum_generations: 4\nper_device_train_batch_size: 8\nmax_completion_length: 8\n")
+    code, out, err = run(capsys, "crosscheck", "trl", str(src), "--steps", "1", "--tries", "1")
+    assert code == report.NO_SIGNAL_EXIT and "no signal: in none of the 1" in out and "agree:" not in out, out + err[-2000:]

@@ -9,6 +9,12 @@ Relative difference: ``|a − b| / max(|a|, |b|, floor)`` (:data:`FLOORS`). For 
 distance moved from the shared initial weights and the checker gives the distance between the two
 models, so the relative difference is that of the *update*, not of the weights (which would hide
 any difference under an ``lr`` of 1e-6).
+
+**Signal.** A step whose generation batch has no group with reward variance has every advantage
+0: both sides' policy losses and gradients are 0 up to rounding, and agreeing on them proves
+nothing (with a KL term, TRL's exact 0 against rllab's 1e-9 would even read as a disagreement). Such
+rows carry ``signal = False``: they are shown, never counted as agreement or disagreement, and
+:func:`status` makes the whole check fail with "no signal" (exit status 2) unless every step had signal.
 """
 
 from __future__ import annotations
@@ -19,8 +25,19 @@ from typing import Mapping, Sequence
 import attrs
 
 QUANTITIES = ("loss", "grad_norm", "lr", "weights")
-TOLERANCE = {"loss": 1e-4, "grad_norm": 1e-4, "lr": 1e-9, "weights": 1e-3}
-"""Relative tolerance per quantity (float32 on the CPU; different summation orders)."""
+TOLERANCE = {"loss": 1e-4, "grad_norm": 1e-4, "lr": 1e-9, "weights": 1e-2}
+"""Relative tolerance per quantity (float32 on the CPU; different summation orders).
+
+Measured floors: TRL's gradient norm against itself with its micro-batches split in two (another
+reduction order) agrees to 1e-7, rllab's against TRL's to 1e-7 (both measured as ``clip_grad_norm_``
+measures, :func:`rllab_referee.stepcheck.grad_norm`). The update (``weights``) is far more sensitive:
+Adam's first step moves each coordinate by ``lr · g / (|g| + ε)``, so the coordinates whose gradient
+is near ε = 1e-8 — most lm_head rows, whose gradient is a sum of ``p · A`` over advantages that sum to 0,
+i.e. rounding noise — turn 1e-9 differences of float32 rounding into a sizeable fraction of ``lr``.
+TRL against itself (micro-batches split in two) differs by 4e-5 of the update; rllab's forward (position
+ids from the mask, another summation order) against TRL's by up to 1.1e-3 on the tiny model, where the
+gradients agree to 1e-7. 1e-2 stays far below what any optimizer difference gives (SGD against AdamW:
+a relative difference near 1)."""
 FLOOR = 1e-12
 FLOORS = {"loss": 1e-2}
 """Smallest denominator per quantity: a policy loss is a sum of terms of the size of the advantages
@@ -36,10 +53,29 @@ class Row:
     rllab: float
     rel: float
     tol: float
+    signal: bool = True
+    """Whether the step's batch had a group with reward variance (a non-zero advantage)."""
 
     @property
     def ok(self) -> bool:
         return self.rel <= self.tol
+
+
+NO_SIGNAL_EXIT = 2
+"""Exit status of a check some of whose steps had no signal (1: a disagreement)."""
+
+
+def group_signal(rewards: Sequence[float], groups: Sequence[int]) -> tuple[int, int]:
+    """(groups, groups with a non-zero advantage): a group has one when its rewards are not all equal."""
+    by: dict[int, list[float]] = {}
+    for r, g in zip(rewards, groups):
+        by.setdefault(int(g), []).append(float(r))
+    return len(by), sum(1 for v in by.values() if max(v) != min(v))
+
+
+def with_signal(rows: Sequence[Row], signal: Sequence[bool], per: int = 1) -> list[Row]:
+    """``rows`` with ``signal`` set from ``signal[step // per]`` (per: optimizer steps per batch)."""
+    return [attrs.evolve(r, signal=bool(signal[r.step // per])) for r in rows]
 
 
 def rel_diff(a: float, b: float, floor: float = FLOOR) -> float:
@@ -71,24 +107,40 @@ def compare(trl: Mapping[str, Sequence[float]], rllab: Mapping[str, Sequence[flo
 
 
 def first_disagreement(rows: Sequence[Row]) -> Row | None:
-    """The earliest row (by step, then quantity) outside its tolerance; None when all agree."""
-    return next((r for r in rows if not r.ok), None)
+    """The earliest row with signal (by step, then quantity) outside its tolerance; None when all agree."""
+    return next((r for r in rows if r.signal and not r.ok), None)
+
+
+def status(rows: Sequence[Row]) -> int:
+    """0: every step had signal and agrees; 1: a step with signal disagrees; :data:`NO_SIGNAL_EXIT`: else."""
+    if first_disagreement(rows) is not None:
+        return 1
+    return 0 if rows and all(r.signal for r in rows) else NO_SIGNAL_EXIT
 
 
 def table(rows: Sequence[Row]) -> str:
     """A markdown table: step, quantity, trl, rllab, rel diff, and whether it agrees."""
     lines = ["| step | quantity | trl | rllab | rel diff | agrees |", "|---:|---|---:|---:|---:|---|"]
     for r in rows:
-        lines.append(f"| {r.step} | {r.quantity} | {r.trl:.6g} | {r.rllab:.6g} | {r.rel:.2e} | {'yes' if r.ok else 'NO'} |")
+        agrees = "no signal" if not r.signal else "yes" if r.ok else "NO"
+        lines.append(f"| {r.step} | {r.quantity} | {r.trl:.6g} | {r.rllab:.6g} | {r.rel:.2e} | {agrees} |")
     return "\n".join(lines)
 
 
 def verdict(rows: Sequence[Row]) -> str:
     bad = first_disagreement(rows)
     steps = 1 + max((r.step for r in rows), default=-1)
+    blind = sorted({r.step for r in rows if not r.signal})
+    if bad is None and len(blind) == steps:
+        return (f"no signal: in none of the {steps} optimizer steps did a group's rewards differ, so every advantage was 0 "
+                "and nothing was compared (try other seeds, prompts or more steps)")
     if bad is None:
-        worst = max(rows, key=lambda r: r.rel / r.tol, default=None)
-        tail = f" (largest rel diff {worst.rel:.1e}, {worst.quantity} at step {worst.step})" if worst else ""
-        return f"agree: {steps} optimizer steps, every quantity within tolerance{tail}"
+        seen = [r for r in rows if r.signal]
+        worst = max(seen, key=lambda r: r.rel / r.tol)
+        tail = f" (largest rel diff {worst.rel:.1e}, {worst.quantity} at step {worst.step})"
+        if blind:
+            return (f"no signal on optimizer step(s) {', '.join(map(str, blind))} (every advantage 0: not compared); "
+                    f"the other {steps - len(blind)} agree{tail}")
+        return f"agree: {steps} optimizer steps with signal, every quantity within tolerance{tail}"
     return (f"DISAGREE first at optimizer step {bad.step}, {bad.quantity}: trl {bad.trl:.6g}, rllab {bad.rllab:.6g}, "
             f"rel diff {bad.rel:.2e} > {bad.tol:.0e}")

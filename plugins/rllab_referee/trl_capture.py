@@ -76,16 +76,16 @@ class TrlRun:
 
 
 def opt_steps_per_generation(raw: Mapping[str, Any]) -> int:
-    """TRL's optimizer steps per generation batch: steps_per_generation × num_iterations / gradient_accumulation_steps."""
-    from trl import GRPOConfig
-
-    c = GRPOConfig(output_dir="unused", **{k: v for k, v in raw.items() if k != "output_dir"}, **_cpu())
-    spg = c.steps_per_generation or c.gradient_accumulation_steps
-    return max(1, spg * c.num_iterations // c.gradient_accumulation_steps)
-
-
-def _cpu() -> dict:
-    return {"use_cpu": True, "bf16": False, "fp16": False, "report_to": []}
+    """TRL's optimizer steps per generation batch: steps_per_generation × num_iterations / gradient_accumulation_steps,
+    on one process, from the config as ``GRPOConfig.__post_init__`` completes it (read without building one, so
+    that a config TRL refuses reaches the importer's checks first)."""
+    ga = int(raw.get("gradient_accumulation_steps") or 1)
+    pdb = int(raw.get("per_device_train_batch_size") or 8)
+    spg = raw.get("steps_per_generation")
+    if spg is None:
+        gbs = raw.get("generation_batch_size")
+        spg = int(gbs) // pdb if gbs is not None else ga
+    return max(1, int(spg) * int(raw.get("num_iterations") or 1) // ga)
 
 
 def run_trl(raw: Mapping[str, Any], *, model_dir: str, examples: Sequence[Any], reward: Callable[[Any, str], float],
@@ -99,7 +99,8 @@ def run_trl(raw: Mapping[str, Any], *, model_dir: str, examples: Sequence[Any], 
     from trl import GRPOConfig, GRPOTrainer
 
     per_gen = opt_steps_per_generation(raw)
-    knobs = {k: v for k, v in raw.items() if k not in FORCED and k not in ("output_dir", "max_steps")}  # max_steps: generations
+    # max_steps: the generations asked for; seed: the crosscheck's (the config's own unless it seeks another)
+    knobs = {k: v for k, v in raw.items() if k not in FORCED and k not in ("output_dir", "max_steps", "seed")}
     config = GRPOConfig(output_dir=out, max_steps=generations * per_gen, seed=seed, **knobs, **FORCED)
     rows = [{"prompt": ex.prompt, "row": i} for i, ex in enumerate(examples)]
     dataset = datasets.Dataset.from_list(rows)
