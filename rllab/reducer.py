@@ -30,6 +30,9 @@ class Reducer:
 
     rank: int = 0
     world_size: int = 1
+    slow_group: Any = attrs.field(default=None, eq=False, repr=False)
+    """A process group with a long timeout (:data:`SLOW_WAIT_S`) for :meth:`barrier` ``(slow=True)``:
+    the ranks waiting on rank 0's one-time work; None: the default group."""
 
     @property
     def is_main(self) -> bool:
@@ -106,16 +109,23 @@ class Reducer:
         """``fn()`` on rank 0, then on the other ranks (a cache rank 0 fills, the others read)."""
         if self.is_main:
             out = fn()
-        self.barrier()
+        self.barrier(slow=True)  # rank 0 may build for minutes (a warm start): not a stuck collective
         if not self.is_main:
             out = fn()
         return out
 
-    def barrier(self) -> None:
+    def barrier(self, *, slow: bool = False) -> None:
+        """Wait for every rank. ``slow``: the others wait on rank 0's one-time work (a cache it
+        builds, weights it pushes to servers), under :data:`SLOW_WAIT_S` rather than the run's
+        ``model.collective_timeout_s``."""
         if self.world_size > 1:
             import torch.distributed as dist
 
-            dist.barrier()
+            dist.barrier(group=self.slow_group if slow else None)
+
+
+SLOW_WAIT_S = 2 * 3600.0
+"""The limit of a slow :meth:`Reducer.barrier` (rank 0 building a warm start, pushing weights)."""
 
 
 SINGLE = Reducer()

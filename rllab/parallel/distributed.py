@@ -33,50 +33,62 @@ def name_rank(error: BaseException, reducer: Reducer) -> None:
         error.args = (f"rank {reducer.rank} of {reducer.world_size}: {error.args[0]}", *error.args[1:])
 
 
-def is_collective_timeout(error: BaseException) -> bool:
-    """Whether ``error`` is a collective that waited past the process group's timeout (gloo's
-    ``Timed out waiting …ms``, torch's ``DistBackendError``/``DistTimeoutError``)."""
-    import torch.distributed as dist
+class CollectiveError(RllabError):
+    """A rank that waited in a collective past ``model.collective_timeout_s``, or whose peer
+    stopped while it waited: the message names the step and the call it waited in."""
 
-    kinds = tuple(k for k in (getattr(dist, "DistTimeoutError", None), getattr(dist, "DistBackendError", None)) if k is not None)
-    if kinds and isinstance(error, kinds):
-        return True
-    return isinstance(error, RuntimeError) and "Timed out waiting" in str(error) and _collective_frames(error.__traceback__)[1] is not None
+
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+
+
+_WRAPPERS = {"wrapper", "inner", "_fn", "fn", "decorate_context", "_call_impl", "_wrapped_call_impl"}
 
 
 def _collective_frames(tb) -> tuple[list[str], str | None]:
-    """From a traceback: the qualified names of the last rllab frames before torch.distributed was
-    entered, and the first torch.distributed function entered (None: the error is not from one)."""
+    """From a traceback: the qualified names of the rllab frames before torch.distributed was
+    entered, and the torch.distributed calls, in words (None: the error is not from one):
+    ``_pre_forward … all_gather_into_tensor`` for an FSDP forward, ``all_reduce`` for a reduction."""
     ours: list[str] = []
-    entered = None
+    theirs: list[str] = []
     while tb is not None:
         code = tb.tb_frame.f_code
         path = code.co_filename.replace("\\", "/")
         if "/torch/distributed/" in path:
-            if entered is None:
-                entered = code.co_name
-        elif entered is None and ("/rllab/" in path or "/plugins/" in path or "/rllab_" in path):
+            if code.co_name not in _WRAPPERS and not path.endswith("c10d_logger.py"):  # logging and hook wrappers are not the call
+                theirs.append(code.co_name)
+        elif not theirs and ("/rllab/" in path or "/plugins/" in path or "/rllab_" in path):
             ours.append(getattr(code, "co_qualname", code.co_name))
         tb = tb.tb_next
-    return ours, entered
+    if not theirs:
+        return ours, None
+    return ours, theirs[0] if len(theirs) == 1 else f"{theirs[0]} … {theirs[-1]}"
 
 
-def explain_timeout(error: BaseException, *, reducer: Reducer, where: str, limit_s: float | None) -> None:
-    """Rewrite a collective timeout's message (in place) to name the rank, the step and the call
-    that waited: the rank that never reached the same collective, or died, is the other one."""
-    if reducer.world_size <= 1 or not error.args or not isinstance(error.args[0], str) or not is_collective_timeout(error):
-        return
-    if "waited more than" in error.args[0]:
-        return
+def collective_error(error: BaseException, *, reducer: Reducer, where: str, limit_s: float | None) -> CollectiveError | None:
+    """A :class:`CollectiveError` for ``error`` when it is a collective that timed out (gloo's
+    ``Timed out waiting …``, torch's ``DistTimeoutError``) or whose peer went away while this rank
+    waited; None for any other error. The message names the step (``where``) and the call, so the
+    ranks' errors together show which collective one of them never reached."""
+    import torch.distributed as dist
+
+    if reducer.world_size <= 1 or isinstance(error, RllabError):
+        return None
     ours, entered = _collective_frames(error.__traceback__)
-    call = " → ".join([*ours[-3:], entered or "?"])
-    limit = f"{limit_s:g} s" if limit_s is not None else "the process group's timeout"
-    error.args = (
-        f"waited more than {limit} (model.collective_timeout_s) for the other ranks in a collective {where}, "
-        f"in {call}: another rank never reached the same collective (it waits in a different one, or died); "
-        f"the other ranks' errors name where they wait. ({error.args[0].strip()})",
-        *error.args[1:],
-    )
+    text = str(error)
+    timed_out = isinstance(error, getattr(dist, "DistTimeoutError", ())) or "Timed out waiting" in text
+    if entered is None or not (timed_out or any(sign in text for sign in _PEER_GONE)):
+        return None
+    call = " → ".join([*ours[-3:], entered])
+    detail = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    if timed_out:
+        limit = f"{limit_s:g} s" if limit_s is not None else "the process group's timeout"
+        msg = (f"waited more than {limit} (model.collective_timeout_s) for the other ranks in a collective {where}, in {call}: "
+               f"another rank never reached the same collective (it waits in a different one, or died); the other ranks' "
+               f"errors name where they wait ({detail})")
+    else:
+        msg = (f"another rank stopped while this one waited in a collective {where}, in {call} (the first rank's error "
+               f"says why) ({detail})")
+    return CollectiveError(msg)
 
 
 class _Prefixed:
@@ -155,7 +167,12 @@ def init_from_env(*, device_type: str, expected: int | None = None, timeout_s: f
             f"model.world_size = {expected} but this run has {world} process(es) (WORLD_SIZE={world}); "
             f"start it with `torchrun --nproc-per-node {expected}` (per node) or set model.world_size = {world}"
         )
-    reducer = Reducer(rank=rank, world_size=world)
+    slow = None
+    if world > 1:  # a gloo group for the waits on rank 0's one-time work (every rank creates it, in the same order)
+        from rllab.reducer import SLOW_WAIT_S
+
+        slow = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=max(SLOW_WAIT_S, timeout_s or 0.0)))
+    reducer = Reducer(rank=rank, world_size=world, slow_group=slow)
     prefix_output(reducer)
     return reducer
 

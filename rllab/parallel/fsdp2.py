@@ -198,7 +198,7 @@ class FSDP2:
                 del full
                 self._server_copy.tie_weights()
                 metrics = backend.update_weights(self._server_copy)
-            self.reducer.barrier()  # no rank samples before the servers hold the new weights
+            self.reducer.barrier(slow=True)  # no rank samples before the servers hold the new weights
             if not self.reducer.is_main:
                 backend.follow_weights()
             return metrics

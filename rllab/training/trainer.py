@@ -465,12 +465,14 @@ class Trainer:
             self.policy_handle.save_final(self.run_dir, self.placement, tokenizer=self.tokenizer)  # RUN_DIR/model; LoRA: RUN_DIR/adapter
         except BaseException as e:
             where = f"at step {self.step + 1}" if getattr(self, "_in_step", False) else f"after step {self.step} (evaluation, checkpoint or export)"
-            distributed.explain_timeout(e, reducer=self.placement.reducer, where=where,
-                                        limit_s=getattr(self.cfg.model, "collective_timeout_s", None))
+            error = distributed.collective_error(e, reducer=self.placement.reducer, where=where,
+                                                 limit_s=getattr(self.cfg.model, "collective_timeout_s", None)) or e
             try:
-                self.hook.on_run_error(run_dir=self.run_dir, step=self.step, error=e)
+                self.hook.on_run_error(run_dir=self.run_dir, step=self.step, error=error)
             finally:
                 self.close()
+            if error is not e:
+                raise error from e
             raise
         initial = next((h for h in self.history if h["step"] == 0 and "eval/accuracy" in h), {})
         summary = {
