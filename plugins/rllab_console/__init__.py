@@ -30,31 +30,56 @@ class _Reporter:
         self.parts = {s: config.component(s).name for s in _NAMED}
         self.timeline = timeline(self.parts, config.schedule, total)
         self.last_eval: float | None = None
+        self.last_metrics: dict = {}
+        self.step_seconds: list[float] = []
+        """``time/step`` of every step this process ran: the bar shows their mean."""
         self.progress = None
         if progress:
             print_header(self.console, run_dir, config, solved_when)
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-            self.progress = Progress(
-                TextColumn("[bold]train"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
-                TextColumn("{task.description}"),
-                console=self.console,
-            )
+            self.progress = training_bar(self.console, total)
             self.progress.start()
             self.task = self.progress.add_task("", total=total, completed=start)
 
     def step(self, metrics: dict) -> None:
+        self.last_metrics = metrics
+        if "time/step" in metrics:
+            self.step_seconds.append(float(metrics["time/step"]))
         if self.progress is not None:
-            self.progress.update(self.task, advance=1, description=describe(metrics, self.last_eval))
+            self.progress.update(self.task, advance=1, description=self.describe())
+
+    def eval(self, metrics: dict) -> None:
+        """An evaluation's accuracy, shown at once (the final one is what the bar ends on)."""
+        self.last_eval = metrics.get("eval/accuracy", self.last_eval)
+        if self.progress is not None and self.last_metrics:
+            self.progress.update(self.task, description=self.describe())
+
+    def describe(self) -> str:
+        mean = sum(self.step_seconds) / len(self.step_seconds) if self.step_seconds else None
+        return describe(self.last_metrics, self.last_eval, mean_step=mean)
 
     def close(self) -> None:
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
+
+
+def training_bar(console, total: int):
+    """The training bar: ``train ━━━ 12/400 0:00:05 0:02:31 eval 31.0%  0.38s/step (mean)  reward 0.42 …``.
+    On a narrow terminal the metrics are cut (ending in …) before the counts and times lose width."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.table import Column
+
+    widths = (5, 16, 2 * len(str(total)) + 1, 7, 7)  # train, the bar, 12/400, elapsed, remaining
+    room = console.width - sum(widths) - len(widths)  # one space between columns
+    return Progress(
+        TextColumn("[bold]train"),
+        BarColumn(bar_width=widths[1]),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.description}", table_column=Column(no_wrap=True, overflow="ellipsis", max_width=max(10, room))),
+        console=console,
+    )
 
 
 def print_header(console, run_dir: Path, config, solved_when: str | None) -> None:
@@ -109,11 +134,16 @@ def components_used(algorithm: str, line: list[tuple[int, dict]]) -> str:
     return f"{algorithm}: {text}"
 
 
-def describe(m: dict, last_eval: float | None = None) -> str:
-    """The progress bar's text: latest eval accuracy and the step's key metrics."""
+def describe(m: dict, last_eval: float | None = None, mean_step: float | None = None) -> str:
+    """The progress bar's text: latest eval accuracy, the step's key metrics and the seconds per
+    step (``mean_step``: the mean over the run's steps so far, labelled so; else the last step's)."""
     parts = []
     if last_eval is not None:
         parts.append(f"eval {last_eval:.1%}")
+    if mean_step is not None:  # before the metrics: a narrow terminal cuts those first
+        parts.append(f"{mean_step:.2f}s/step (mean)")
+    elif "time/step" in m:
+        parts.append(f"{m['time/step']:.2f}s/step (last)")
     for key, label in (("rollout/reward", "reward"), ("actor/entropy", "entropy"), ("loss/preference", "loss"), ("dpo/accuracy", "pref-acc")):
         if key in m:
             parts.append(f"{label} {m[key]:.3f}")
@@ -122,8 +152,6 @@ def describe(m: dict, last_eval: float | None = None) -> str:
             parts.append(f"{label} {m[key]:.3f}")
     if m.get("train/nonfinite"):
         parts.append("[red]non-finite update skipped[/]")
-    if "time/step" in m:
-        parts.append(f"{m['time/step']:.2f}s/step")
     return "  ".join(parts)
 
 
@@ -178,7 +206,7 @@ def on_step_end(step, metrics, run_dir):
 def on_eval_end(step, metrics, run_dir):
     r = _RUNS.get(Path(run_dir))
     if r is not None:
-        r.last_eval = metrics.get("eval/accuracy", r.last_eval)
+        r.eval(metrics)
 
 
 @rllab.hookimpl
@@ -188,6 +216,8 @@ def on_run_end(run_dir, metrics, history):
     if r is None:
         return
     r.close()
+    from rich.markup import escape
+
     what = components_used(r.algorithm, r.timeline)
     plot_run(run_dir, history, title=f"{what} — {run_dir.name}")
     r.console.print(
@@ -196,3 +226,17 @@ def on_run_end(run_dir, metrics, history):
         highlight=False,
         soft_wrap=True,
     )
+    r.console.print(escape(next_steps(run_dir)), highlight=False, soft_wrap=True)
+
+
+def next_steps(run_dir: Path) -> str:
+    """The done line's follow-up: what of the run to open next (those it has)."""
+    items = []
+    if (run_dir / "curves.png").is_file():
+        items.append(f"the curves {run_dir / 'curves.png'}")
+    if (run_dir / "traces.jsonl").is_file():
+        items.append(f"the samples: rllab traces {run_dir}")
+    items.append(f"score the model: rllab eval {run_dir}")
+    if (run_dir / "model").is_dir():
+        items.append(f"the model (Hugging Face): {run_dir / 'model'}")
+    return "next: " + "; ".join(items)

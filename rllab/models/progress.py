@@ -4,10 +4,15 @@ from __future__ import annotations
 
 
 class warm_start_progress:
-    """A rich progress bar showing the loss and the probe accuracy, or a no-op when disabled."""
+    """A rich progress bar showing the loss and the probe accuracy, or a no-op when disabled.
 
-    def __init__(self, enabled: bool, total: int):
-        self.enabled, self.total = enabled, total
+    When the warm start ends (without an error) a line under the bar says why it stopped: its
+    probe accuracy reached ``target`` (``model.warm_start.target_accuracy``) before the last step,
+    or it ran every step (reaching the target there, or not) — :func:`stop_reason`."""
+
+    def __init__(self, enabled: bool, total: int, target: float | None = None):
+        self.enabled, self.total, self.target = enabled, total, target
+        self.step, self.acc = 0, None
 
     def __enter__(self):
         if not self.enabled:
@@ -24,11 +29,13 @@ class warm_start_progress:
             console=Console(stderr=True),
             transient=False,
         )
+        self.console = self.bar.console
         self.bar.__enter__()
         task_id = self.bar.add_task("warm", total=self.total, loss=float("nan"), acc="-")
 
         def advance(step, loss, acc):
             fields = {"loss": loss} if acc is None else {"loss": loss, "acc": f"{acc:.0%}"}
+            self.step, self.acc = step, (acc if acc is not None else self.acc)
             self.bar.update(task_id, completed=step, **fields)
 
         return advance
@@ -36,3 +43,18 @@ class warm_start_progress:
     def __exit__(self, *exc):
         if self.enabled:
             self.bar.__exit__(*exc)
+            if exc[0] is None and self.step:
+                self.console.print(stop_reason(self.step, self.total, self.acc, self.target), highlight=False)
+
+
+def stop_reason(step: int, total: int, acc: float | None, target: float | None) -> str:
+    """The line that ends the warm start's bar: where it stopped and why."""
+    measured = f"probe accuracy {acc:.0%}" if acc is not None else "probe accuracy not measured"
+    if target is not None and acc is not None and acc >= target:
+        when = f"at step {step} of {total}" if step < total else f"at its last step ({total})"
+        return (f"warm start stopped {when}: {measured} reached the target {target:.0%} "
+                f"(model.warm_start.target_accuracy)")
+    if target is None:
+        return f"warm start ran all {total} steps (no target accuracy set): {measured}"
+    return (f"warm start ran all {total} steps (model.warm_start.steps) without reaching the target {target:.0%}: {measured}; "
+            "more steps or a lower model.warm_start.target_accuracy would change that")

@@ -172,7 +172,7 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
         )
         warmup = max(1, config.warmup_steps)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warmup))
-        with warm_start_progress(progress, config.steps) as advance:
+        with warm_start_progress(progress, config.steps, config.target_accuracy) as advance:
             for step in range(1, config.steps + 1):
                 examples = task.train_examples(config.batch_size, rng)
                 if is_environment(task):
