@@ -14,7 +14,7 @@ import tempfile
 import torch
 
 import rllab
-from rllab.models.forward import grouped_response_logprobs
+from rllab import grouped_response_logprobs
 
 
 def grpo_step(policy, optimizer, batch: rllab.RolloutBatch, lab: rllab.Lab, *, temperature=1.0, max_grad_norm=1.0):
@@ -48,7 +48,7 @@ def grpo_step(policy, optimizer, batch: rllab.RolloutBatch, lab: rllab.Lab, *, t
         rollout_log_prob=batch.rollout_log_prob,  # read only by ppo_clip's optional off-policy mask
     )
 
-    # 4. Backward, clip the gradient's norm, and step the optimizer (rllab.training.optimizer.Optimizers
+    # 4. Backward, clip the gradient's norm, and step the optimizer (rllab.Optimizers
     #    does this for every algorithm; it also refuses a non-finite gradient).
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
@@ -66,8 +66,7 @@ def grpo_step(policy, optimizer, batch: rllab.RolloutBatch, lab: rllab.Lab, *, t
 
 
 def main() -> None:
-    from rllab.config import load_config
-    from rllab.training.trainer import Trainer
+    from rllab import Trainer, load_config
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     if extra := parser.parse_known_args()[1]:

@@ -15,8 +15,7 @@ import attrs
 import torch
 
 import rllab
-from rllab.rollout.environment import Step
-from rllab.types import Example
+from rllab import Example, Step
 
 
 @attrs.frozen

@@ -22,6 +22,7 @@ _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import importlib as _importlib  # noqa: E402
 from typing import TYPE_CHECKING as _TYPE_CHECKING  # noqa: E402
 
+from rllab import _compat  # noqa: E402
 from rllab.errors import NonFiniteError, RewardError  # noqa: E402
 from rllab.hookspecs import hookimpl  # noqa: E402
 from rllab.lab import (  # noqa: E402
@@ -45,6 +46,10 @@ from rllab.specs import FloatOrFloats, FloatOrFloatsOrNone, StrOrStrs, StrOrStrs
 _ON_FIRST_USE = {
     "rllab.algorithm": ("Algorithm", "KLSample", "OptimizerStep", "Rollout", "RunContext", "StepReport"),
     "rllab.rollout.environment": ("Environment", "Episode", "Step"),
+    "rllab.rollout.tools": ("Tool", "tool", "tool_step"),
+    "rllab.config": ("load_config",),
+    "rllab.training.trainer": ("Trainer",),
+    "rllab.models.forward": ("grouped_response_logprobs",),
     "rllab.ops": ("RowError",),
     "rllab.training.optimizer": ("Optimizers", "StepOutcome"),
     "rllab.rollout.recorded": ("RecordedRollout",),
@@ -60,6 +65,10 @@ if _TYPE_CHECKING:
     from rllab import algorithm, ops
     from rllab.algorithm import Algorithm, KLSample, OptimizerStep, Rollout, RunContext, StepReport
     from rllab.rollout.environment import Environment, Episode, Step
+    from rllab.rollout.tools import Tool, tool, tool_step
+    from rllab.config import load_config
+    from rllab.training.trainer import Trainer
+    from rllab.models.forward import grouped_response_logprobs
     from rllab.ops import RowError
     from rllab.training.optimizer import Optimizers, StepOutcome
     from rllab.rollout.recorded import RecordedRollout
@@ -94,6 +103,8 @@ def __dir__() -> list[str]:
 
 
 from rllab.lab import __version__  # noqa: E402,F401  (the version runs record)
+
+_compat.install()  # the import paths of earlier releases: they warn and forward until 1.0
 
 __all__ = [
     "KINDS",
@@ -133,11 +144,17 @@ __all__ = [
     "StrOrStrs",
     "StrOrStrsOrNone",
     "Task",
+    "Tool",
+    "Trainer",
     "UnknownComponentError",
     "check_mask",
     "check_same_shape",
     "check_tensor",
+    "grouped_response_logprobs",
     "hookimpl",
     "knob",
+    "load_config",
     "ops",
+    "tool",
+    "tool_step",
 ]
