@@ -3,7 +3,7 @@
 The page's numbers live in generated blocks, each rebuilt from a suite's committed files
 (``benchmarks/suites/NAME.toml`` and ``benchmarks/suites/results/NAME/``)::
 
-    <!-- findings: verdicts NAME -->            the suite file's [claims], decided on runs.csv
+    <!-- findings: verdicts NAME [CLAIM …] -->  the suite file's [claims] (or those named), decided on runs.csv
     <!-- findings: arms NAME [track:METRIC …] --> per arm: final and AUC accuracy (summary.csv), tracked metrics
     <!-- findings: passk NAME -->               pass@k gains after − before (summary.json)
     <!-- findings: law NAME -->                 the entropy–performance law per arm (summary.json)
@@ -95,29 +95,33 @@ class Findings:
 
     def render(self, spec: str) -> str:
         kind, *args = spec.split()
-        if kind == "verdicts" and len(args) == 1:
-            return self.verdicts(args[0])
+        if kind == "verdicts" and args:
+            return self.verdicts(args[0], args[1:], key=spec)
         if kind == "arms" and args:
             return self.arms(args[0], args[1:])
         if kind == "passk" and len(args) == 1:
             return self.passk(args[0])
         if kind == "law" and len(args) == 1:
             return self.law(args[0])
-        raise FindingsError(f"unknown block <!-- findings: {spec} -->; blocks: verdicts NAME, arms NAME [track:METRIC …], passk NAME, law NAME, index")
+        raise FindingsError(f"unknown block <!-- findings: {spec} -->; blocks: verdicts NAME [CLAIM …], arms NAME [track:METRIC …], passk NAME, law NAME, index")
 
     # ------------------------------------------------------------------ blocks
 
-    def verdicts(self, name: str) -> str:
+    def verdicts(self, name: str, only: list[str] = (), *, key: str = "") -> str:
         from rllab_suite.spec import parse_suite
 
         suite = parse_suite(self.suites / f"{name}.toml")
         if not suite.claims:
             raise FindingsError(f"suite {name!r} states no [claims]: nothing to decide")
+        unknown = [c for c in only if c not in {c.name for c in suite.claims}]
+        if unknown:
+            raise FindingsError(f"verdicts {name}: {', '.join(unknown)} not among the suite's claims ({', '.join(c.name for c in suite.claims)})")
+        claims = tuple(c for c in suite.claims if not only or c.name in only)
         runs = read_runs_csv(self.files(name) / "runs.csv")
         tasks = list(dict.fromkeys(r.task for r in runs))
-        entries = verdicts_.evaluate_claims(runs, suite.claims, tasks=tasks)
-        entries = [self._from_gain(name, suite, e) for e in entries]
-        self.decided[name] = entries
+        entries = verdicts_.evaluate_claims(runs, claims, tasks=tasks)
+        entries = [{**self._from_gain(name, suite, e), "suite": name} for e in entries]
+        self.decided[key or f"verdicts {name}"] = entries
         lines = verdicts_.markdown_lines(entries, eval_size=self.eval_size(name), explain=False)
         lines[0] = f"Verdicts of `{name}.toml`'s claims, decided on `results/{name}/runs.csv`."
         return "\n".join(lines).rstrip() + "\n"
@@ -196,8 +200,8 @@ class Findings:
         out = ["| # | finding | suites | computed verdicts |", "|---|---|---|---|"]
         for num, title, body in sections(text):
             names = list(dict.fromkeys(m.group("spec").split()[1] for m in BLOCK.finditer(body) if m.group("spec").split()[0] != "index"))
-            decided = [e for n in names for e in self.decided.get(n, [])]
-            said = "; ".join(f"{e['claim']}: **{e['verdict']}**" for e in decided) or "no claim decided"
+            decided = [e for m in BLOCK.finditer(body) for e in self.decided.get(m.group("spec").strip(), [])]
+            said = "; ".join(f"{e['suite'] + '/' if len(names) > 1 else ''}{e['claim']}: **{e['verdict']}**" for e in decided) or "no claim decided here"
             out.append(f"| {num} | {title} | {', '.join(f'`{n}`' for n in names) or '—'} | {said} |")
         return "\n".join(out) + "\n"
 

@@ -135,3 +135,10 @@ def test_unknown_blocks_and_missing_results_are_named(tmp_path):
     with pytest.raises(FindingsError, match="suite 'gone': no committed results"):
         build(DOC.replace("arms s", "arms gone"), root)
 
+
+
+def test_the_shipped_findings_page_matches_the_committed_results():
+    """docs/findings.md is what `rllab findings build` makes of the committed results (CI's check)."""
+    out = subprocess.run([sys.executable, "-m", "rllab", "findings", "build", "--check", "--doc", str(REPO / "docs" / "findings.md")],
+                         capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
