@@ -65,6 +65,10 @@ def build_source(cfg: Any, lab: Any) -> Any:
             raise
         except (ValueError, OSError) as e:  # a task refusing its knobs or data (a missing file, a bad row)
             raise ConfigError(str(e)) from e
+        except ImportError as e:  # a task or environment whose optional package is missing says which extra installs it
+            if "pip install" not in str(e):
+                raise
+            raise ConfigError(str(e)) from e
 
 
 def is_run_dir(path: Path) -> bool:

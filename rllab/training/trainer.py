@@ -110,6 +110,10 @@ class Trainer:
                 raise
             except (ValueError, OSError) as e:  # a task refusing its knobs or data (a missing file, a bad row)
                 raise ConfigError(str(e)) from e
+            except ImportError as e:  # a task or environment whose optional package is missing says which extra installs it
+                if "pip install" not in str(e):
+                    raise
+                raise ConfigError(str(e)) from e
         self.source = source  # the task, or the environment (cfg.source names which)
         self.data_files = provenance.data_hashes(dict.fromkeys([*read, *provenance.config_files(cfg.component(cfg.source).to_dict())]))
         """``{path: sha256}`` of every data file the run read (provenance.json)."""
