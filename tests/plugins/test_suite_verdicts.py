@@ -236,3 +236,19 @@ def test_report_intervals_resample_problems_where_runs_recorded_them(tmp_path):
     assert summary["eval_size"] == 10
     text = markdown(summary)
     assert "over held-out problems and seeds" in text and "one problem = 10 points" in text
+
+
+def test_a_suite_can_hold_the_learning_rate_after_warm_up():
+    """A claim about late training needs a rate that has not decayed to 0: the suite sets
+    train.lr_schedule = "constant" (the warm-up still ramps: (step + 1)/10 over 10 steps)."""
+    from rllab.training.optimizer import lr_factor
+    from rllab_suite.spec import expand
+    from types import SimpleNamespace
+
+    s = parse_suite({"preset": "grpo", "steps": 100, "variants": {"constant": {"train.lr_schedule": "constant"}, "cosine": {}}})
+    cells = {c.variant: c for c in expand(s)}
+    train = {v: SimpleNamespace(**c.config["train"]) for v, c in cells.items()}
+    assert train["constant"].lr_schedule == "constant" and train["constant"].warmup_steps == 10
+    assert [lr_factor(train["constant"], k) for k in (0, 4, 9, 50, 99)] == pytest.approx([0.1, 0.5, 1.0, 1.0, 1.0])
+    assert lr_factor(train["cosine"], 50) == pytest.approx(0.5)  # ½(1 + cos(π · 50/100))
+    assert lr_factor(train["cosine"], 99) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.99)))
