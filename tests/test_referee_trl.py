@@ -76,7 +76,7 @@ def test_every_field_has_a_rule():
             "multi_objective_aggregation", "reward_weights", "scale_rewards", "loss_type", "importance_sampling_level",
             "epsilon", "epsilon_high", "delta", "off_policy_mask_threshold", "sapo_temperature_pos",
             "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg", "beta",
-            "use_bias_correction_kl", "entropy_coef", "use_vllm"}  # fmt: skip
+            "use_bias_correction_kl", "entropy_coef", "use_vllm", "optim", "model_init_kwargs"}  # fmt: skip
     assert set(FIELDS) == ruled | read, sorted(set(FIELDS) ^ (ruled | read))
 
 
@@ -296,3 +296,105 @@ def test_numbers_written_as_strings_read_as_trl_reads_them():
     assert (v["train", "lr"], v["algorithm", "micro_batch_size"]) == (1e-6, 4)
     with pytest.raises(ConfigError, match="expected a number"):
         imported(learning_rate="fast")
+
+
+# Fields that may be ignored because they only move hardware, precision, logging/saving/evaluation or data
+# loading — kept here, apart from the importer's table, so that a field newly ignored there fails this test
+# until it is judged to be one of these.
+HARDWARE = {
+    "activation_checkpointing", "activation_checkpointing_kwargs", "gradient_checkpointing", "gradient_checkpointing_kwargs",
+    "torch_compile", "torch_compile_backend", "torch_compile_mode", "use_liger_kernel", "liger_kernel_config", "use_cache",
+    "torch_empty_cache_steps", "use_cpu", "accelerator_config", "parallelism_config", "ddp_find_unused_parameters",
+    "ddp_bucket_cap_mb", "ddp_broadcast_buffers", "ddp_static_graph", "ddp_backend", "ddp_timeout", "fsdp", "fsdp_config",
+    "deepspeed", "local_rank", "full_determinism", "average_tokens_across_devices", "ds3_gather_for_generation",
+    "pad_to_multiple_of", "cache_implementation", "vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode",
+    "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout", "vllm_group_port",
+    "vllm_gpu_memory_utilization", "vllm_max_model_length", "vllm_tensor_parallel_size",
+    "use_transformers_continuous_batching", "transformers_continuous_batching_config", "use_transformers_paged",
+    "trust_remote_code", "model_init_kwargs", "bf16", "fp16", "bf16_full_eval", "fp16_full_eval", "tf32", "cast_lm_head_to_fp32",
+}  # fmt: skip
+LOGGING = {
+    "output_dir", "logging_strategy", "logging_steps", "logging_first_step", "log_on_each_node", "logging_nan_inf_filter",
+    "include_num_input_tokens_seen", "log_level", "log_level_replica", "disable_tqdm", "report_to", "run_name", "project",
+    "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id", "eval_strategy", "eval_steps", "eval_delay",
+    "per_device_eval_batch_size", "prediction_loss_only", "eval_on_start", "eval_do_concat_batches", "eval_use_gather_object",
+    "eval_accumulation_steps", "include_for_metrics", "batch_eval_metrics", "save_only_model", "save_strategy", "save_steps",
+    "save_on_each_node", "save_total_limit", "enable_jit_checkpoint", "push_to_hub", "hub_token", "hub_private_repo",
+    "hub_model_id", "hub_strategy", "hub_always_push", "hub_revision", "load_best_model_at_end", "metric_for_best_model",
+    "greater_is_better", "do_train", "do_eval", "do_predict", "skip_memory_metrics", "debug", "num_generations_eval",
+    "log_completions", "log_multimodal", "num_completions_to_print", "log_unique_prompts", "log_completions_hub_repo",
+    "resume_from_checkpoint", "ignore_data_skip", "restore_callback_states_from_checkpoint",
+}  # fmt: skip
+DATA_LOADING = {
+    "dataloader_drop_last", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
+    "dataloader_prefetch_factor", "dataloader_multiprocessing_context", "dataloader_in_order", "remove_unused_columns",
+    "label_names", "train_sampling_strategy", "length_column_name", "shuffle_dataset", "data_seed",
+    "num_train_epochs",  # passes over the data set: the run's length is max_steps
+    "label_smoothing_factor",  # read by the Trainer's compute_loss only, which GRPOTrainer replaces
+}  # fmt: skip
+ALLOWED_IGNORED = HARDWARE | LOGGING | DATA_LOADING
+NOT_A_DEFAULT = {  # valid values other than the default, where the generic one is not
+    "optim": "sgd", "lr_scheduler_type": "cosine", "loss_type": "grpo", "importance_sampling_level": "sequence",
+    "scale_rewards": "batch", "multi_objective_aggregation": "normalize_then_sum", "vllm_importance_sampling_mode": "token_mask",
+    "report_to": "wandb", "model_init_kwargs": {"dtype": "bfloat16"}, "generation_batch_size": 16, "steps_per_generation": 2,
+    "num_generations": 4, "per_device_train_batch_size": 16, "max_steps": 12, "warmup_steps": 2, "reward_weights": [1.0, 2.0],
+}  # fmt: skip
+
+
+def _grpo_config_fields() -> dict:
+    """GRPOConfig's fields and defaults: from TRL when it is installed, else the importer's own table."""
+    try:
+        import dataclasses
+
+        from trl import GRPOConfig
+    except ImportError:
+        return dict(FIELDS)
+    return {f.name: f.default for f in dataclasses.fields(GRPOConfig) if f.name in FIELDS or not f.name.startswith("_")}
+
+
+@pytest.mark.parametrize("field", sorted(_grpo_config_fields()))
+def test_an_ignored_field_never_changes_the_algorithm(field):
+    """Each field alone at a value other than its default is mapped, differs, is refused, or is ignored
+    only if it is hardware, logging or data loading (or read only under a switch that is off)."""
+    default = _grpo_config_fields()[field]
+    value = NOT_A_DEFAULT.get(field, _other(field, default))
+    assert value != default
+    t = trl.translate({field: value})
+    fate = ("refused" if field in t.refused else "differs" if field in t.differs else "ignored" if field in t.ignored
+            else "mapped" if field in t.mapped_from else None)
+    assert fate is not None, f"{field} = {value!r} has no fate"
+    if fate == "ignored":
+        why = t.ignored[field]
+        # or unread: another knob (at its default) switches it off
+        assert field in ALLOWED_IGNORED or why.startswith(("read only with", "not read by", "beta = 0")), (field, why)
+
+
+@pytest.mark.parametrize("optim, ok", [("adamw_torch_fused", True), ("adamw_torch", True), ("sgd", False), ("adafactor", False),
+                                       ("adamw_bnb_8bit", False), ("lion_32bit", False)])
+def test_the_optimizer_is_mapped_or_refused_by_name(optim, ok):
+    if ok:
+        v = imported(optim=optim, learning_rate=2e-6)
+        assert v["train", "lr"] == 2e-6
+        t = trl.translate({"optim": optim})
+        assert f"optim = {optim!r}".replace("'", '"') in t.toml() and "torch.optim.AdamW" in t.toml()
+    else:
+        with pytest.raises(ConfigError, match=rf"optim = \S*{optim}\S*: rllab trains with torch's AdamW"):
+            imported(optim=optim)
+    for knob, value in (("adam_beta1", 0.8), ("adam_beta2", 0.99), ("adam_epsilon", 1e-6), ("optim_args", "x=1")):
+        with pytest.raises(ConfigError, match=knob):
+            imported(**{knob: value})
+
+
+def test_weight_decay_differs_where_the_trainer_exempts_norms_and_biases():
+    t = trl.translate({"weight_decay": 0.1})
+    t.finish()
+    assert values(t)["train", "weight_decay"] == 0.1 and "exempts biases and normalisation weights" in t.differs["weight_decay"]
+    with pytest.raises(ConfigError, match="weight_decay"):
+        trl.translate({"weight_decay": 0.1}).finish(strict=True)
+    assert "weight_decay" not in trl.translate({"weight_decay": 0.0}).differs
+
+
+def test_model_init_kwargs_other_than_loading_are_refused():
+    assert trl.translate({"model_init_kwargs": {"dtype": "bfloat16", "attn_implementation": "sdpa"}}).ignored["model_init_kwargs"]
+    with pytest.raises(ConfigError, match="model_init_kwargs.*attention_dropout: not a loading argument"):
+        imported(model_init_kwargs={"dtype": "bfloat16", "attention_dropout": 0.1})

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from rllab_referee.result import Translation
-from rllab_referee.trl_fields import FIELDS, IGNORED, LORA_KEYS, ONLY_WITH, REFUSED_UNLESS_DEFAULT, SCRIPT_KEYS, TRL_VERSION
+from rllab_referee.trl_fields import (ADAMW, FIELDS, IGNORED, LORA_KEYS, MODEL_LOADING_KWARGS, ONLY_WITH, REFUSED_UNLESS_DEFAULT,
+                                      SCRIPT_KEYS, TRL_VERSION)
 
 SOURCE = f"TRL GRPOConfig ({TRL_VERSION})"
 TRL_EPSILON = 1e-4
@@ -227,9 +228,29 @@ def _batch(t: Translation, c: dict, processes: int) -> int:
 
 
 def _optimizer(t: Translation, c: dict, raw: Mapping, minibatches: int) -> None:
-    t.set("train", "lr", c["learning_rate"], "learning_rate")
+    optim = str(c["optim"])
+    if optim not in ADAMW:
+        t.refuse("optim", f"rllab trains with torch's AdamW (optim = one of {', '.join(ADAMW)}); {optim!r} is another "
+                 "optimizer or another AdamW numerics")
+    t.set("train", "lr", c["learning_rate"], "learning_rate", "optim",
+          how="rllab's optimizer is torch.optim.AdamW, the update of transformers' adamw_torch* optimizers")
     t.set("train", "max_grad_norm", c["max_grad_norm"], "max_grad_norm")
     t.set("train", "weight_decay", c["weight_decay"], "weight_decay")
+    if c["weight_decay"]:
+        t.differ("weight_decay", "transformers' Trainer exempts biases and normalisation weights from weight decay; "
+                 "rllab's AdamW decays every parameter")
+    kwargs = raw.get("model_init_kwargs")
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        t.refuse("model_init_kwargs", f"expected a mapping of from_pretrained arguments, got {kwargs!r}")
+    elif kwargs:
+        other = sorted(k for k in kwargs if k not in MODEL_LOADING_KWARGS)
+        if other:
+            t.refuse("model_init_kwargs", f"{', '.join(other)}: not a loading argument ({', '.join(MODEL_LOADING_KWARGS)}); "
+                     "other from_pretrained arguments can change the model (its config), which rllab takes from [model]")
+        else:
+            t.ignore("model_init_kwargs", "model loading only (precision, attention kernel, placement, files)")
+    elif "model_init_kwargs" in raw:
+        t.ignore("model_init_kwargs", "null: nothing passed to from_pretrained")
     t.set("train", "seed", c["seed"], "seed")
     per_step = minibatches * c["num_iterations"]
     steps = None

@@ -248,8 +248,7 @@ IGNORED: dict[str, str] = {
         "vllm_enable_sleep_mode", "vllm_server_base_url", "vllm_server_host", "vllm_server_port",
         "vllm_server_timeout", "vllm_group_port", "vllm_gpu_memory_utilization", "vllm_max_model_length",
         "vllm_tensor_parallel_size", "use_transformers_continuous_batching",
-        "transformers_continuous_batching_config", "use_transformers_paged", "model_init_kwargs",
-        "trust_remote_code", "optim",
+        "transformers_continuous_batching_config", "use_transformers_paged", "trust_remote_code",
     ), _HW),
     **dict.fromkeys((
         "dataloader_drop_last", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
@@ -260,6 +259,15 @@ IGNORED: dict[str, str] = {
     "num_train_epochs": "passes over a data set the config does not hold; the run's length is max_steps (else rllab's train.steps)",
     "label_smoothing_factor": "not read by GRPOTrainer (its compute_loss replaces the Trainer's)",
 }  # fmt: skip
+# ``optim`` is mapped or refused (:data:`ADAMW`); ``model_init_kwargs`` is ignored only for the loading
+# arguments in :data:`MODEL_LOADING_KWARGS`
+
+ADAMW = ("adamw_torch", "adamw_torch_fused", "adamw_torch_xla", "adamw_torch_npu_fused")
+"""transformers' optimizer names that are torch's ``AdamW`` (one update, other kernels): rllab's optimizer."""
+
+MODEL_LOADING_KWARGS = ("dtype", "torch_dtype", "attn_implementation", "device_map", "trust_remote_code", "revision",
+                        "low_cpu_mem_usage", "cache_dir", "local_files_only", "use_safetensors", "token")
+"""``model_init_kwargs`` keys that only load the model (precision, kernels, placement, files)."""
 """Fields that do not change the algorithm, with the reason."""
 
 REFUSED_UNLESS_DEFAULT: dict[str, str] = {
