@@ -192,6 +192,7 @@ class RL:
     def step(self, ctx: RunContext):
         rollouts = ctx.rollout.sample(ctx.step)
         metrics = dict(rollouts.metrics)
+        t_batch = time.perf_counter()  # time/batch: the episodes to the device batch (ReMax's greedy rollouts too)
         batch = ctx.rollout.to_batch(rollouts)
         if batch is None:
             metrics["train/skipped"] = 1.0
@@ -203,6 +204,7 @@ class RL:
             metrics["rollout/greedy_reward"] = greedy.mean().item()
             extra["reward_baselines"] = greedy[batch.index].to(ctx.device)
         batch = _to(batch, ctx.device)
+        metrics["time/batch"] = time.perf_counter() - t_batch
         prepared, prep_metrics = self.prepare(ctx, batch, extra)
         metrics.update(prep_metrics)
         kept = [e for e in rollouts.episodes if e.keep]

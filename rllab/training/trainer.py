@@ -70,6 +70,13 @@ def run_experiment(cfg: ExperimentConfig, *, lab: Lab | None = None, run_dir: Pa
     return start_run(cfg, reducer, lambda path: Trainer(cfg, lab=lab, run_dir=path, progress=progress), run_dir=run_dir, overwrite=overwrite)
 
 
+STEP_PHASES = ("rollout", "reward", "batch", "forward", "advantage", "update", "samples", "sync")
+"""The ``time/…`` phases that partition a synchronous step's ``time/step`` (with ``time/other``)."""
+ASYNC_STEP_PHASES = ("rollout_wait", "batch", "forward", "advantage", "update", "samples", "sync")
+"""The same with ``rollout.max_staleness > 0``: the producer's ``time/rollout`` and ``time/reward``
+overlap the step, which waits ``time/rollout_wait`` for its batch (``time/push_wait`` included)."""
+
+
 class Trainer:
     """Owns the models, optimizers, components and run directory of one experiment.
 
@@ -322,6 +329,9 @@ class Trainer:
         if outcome.kl is not None and self.reference is not None:
             self.kl_controller.update(current_kl=outcome.kl.value, n_steps=outcome.kl.samples)
         metrics["time/step"] = time.perf_counter() - t_start
+        # what no named phase covers (schedules, reductions, bookkeeping), so the phases add up to the step
+        phases = ASYNC_STEP_PHASES if self.prefetch is not None else STEP_PHASES
+        metrics["time/other"] = max(0.0, metrics["time/step"] - sum(metrics.get(f"time/{p}", 0.0) for p in phases))
         metrics["perf/peak_rss_mb"] = memory.peak_rss_mb()
         if self.device.type == "cuda":
             metrics["perf/peak_cuda_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
