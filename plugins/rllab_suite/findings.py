@@ -49,21 +49,32 @@ class CsvRun:
     seed: int
     status: str
     values: dict
+    problems: dict = attrs.field(factory=dict)
+    """metric -> per-problem values, from the committed ``problems.csv`` (absent for older results)."""
 
     def metric_value(self, metric: str) -> float:
+        if metric in self.problems:
+            return sum(self.problems[metric]) / len(self.problems[metric])
         key = f"last {metric[6:]}" if metric.startswith("track:") else metric
         try:
             return float(self.values.get(key, "nan"))
         except ValueError:
             return math.nan
 
-    def problem_values(self, metric: str) -> None:
-        return None  # committed results carry each run's means only
+    def problem_values(self, metric: str) -> list[float] | None:
+        return self.problems.get(metric)
 
 
 def read_runs_csv(path: Path) -> list[CsvRun]:
+    """A committed ``runs.csv``, with each run's per-problem values from ``problems.csv`` beside it when present."""
+    per: dict[tuple, dict] = {}
+    if (path.parent / "problems.csv").is_file():
+        with (path.parent / "problems.csv").open(newline="") as f:
+            for r in csv.DictReader(f):
+                per.setdefault((r["variant"], r["task"], int(r["seed"])), {})[r["metric"]] = [float(v) for v in r["values"].split()]
     with path.open(newline="") as f:
-        return [CsvRun(variant=r["variant"], task=r["task"], seed=int(r["seed"]), status=r["status"], values=r) for r in csv.DictReader(f)]
+        return [CsvRun(variant=r["variant"], task=r["task"], seed=int(r["seed"]), status=r["status"], values=r,
+                       problems=per.get((r["variant"], r["task"], int(r["seed"])), {})) for r in csv.DictReader(f)]
 
 
 def read_summary_csv(path: Path) -> list[dict]:
@@ -150,7 +161,8 @@ class Findings:
             if not m.startswith("track:") or f"last {m[6:]} mean" not in rows[0]:
                 raise FindingsError(f"arms {name}: {m!r} is not a tracked metric of results/{name}/summary.csv (give track:NAME)")
         head = ["arm", "seeds", "final acc % [95% CI]", "AUC acc % [95% CI]"] + [f"{m[6:]}, last 10% of steps [95% CI]" for m in extra]
-        out = [f"From `results/{name}/summary.csv`: mean over seeds, 95% percentile-bootstrap CI over seeds; "
+        levels = "held-out problems and seeds" if (self.files(name) / "problems.csv").is_file() else "seeds"
+        out = [f"From `results/{name}/summary.csv`: mean over seeds, 95% percentile-bootstrap CI over {levels}; "
                f"{verdicts_.resolution(self.eval_size(name))}.", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in rows:
             cells = [r["variant"], r["runs"], _stat(r, "final_accuracy", 100, ".1f"), _stat(r, "auc_accuracy", 100, ".1f")]

@@ -459,9 +459,42 @@ def write_csv(summary: dict, path: Path) -> None:
             w.writerow(row)
 
 
+PROBLEMS_FILE = "problems.csv"
+"""Per run and metric, its value on each held-out problem (where the runs recorded them): what a
+claim's two-level interval needs, small enough to commit beside ``runs.csv``."""
+
+
+def problem_metrics(r: RunRecord) -> list[str]:
+    """The metrics a run has per-problem values for: final/AUC accuracy and reward, and pass@k of its
+    last sampled evaluation."""
+    names = [f"{k}_{m}" for k in ("final", "auc") for m, _ in METRICS]
+    last = r.problems.get(r.steps[-1], {}) if r.steps else {}
+    if "samples" in last:
+        from rllab.rollout.evalmetrics import report_ks
+
+        names += [f"pass@{k}" for k in [1, *report_ks(last["samples"])]]
+    return [n for n in names if r.problem_values(n) is not None]
+
+
+def write_problems(records: list[RunRecord], path: Path) -> None:
+    """``problems.csv``: variant, task, seed, metric, and the metric's per-problem values in the
+    held-out order (space-separated); not written when no run recorded per-problem results."""
+    rows = [(r, m) for r in records if r.status == "done" for m in problem_metrics(r)]
+    if not rows:
+        if path.is_file():
+            path.unlink()  # a stale file would pair these runs with another suite's problems
+        return
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["variant", "task", "seed", "metric", "values"])
+        for r, m in rows:
+            w.writerow([r.variant, r.task, r.seed, m, " ".join(f"{v:.6g}" for v in r.problem_values(m))])
+
+
 def write_all(records: list[RunRecord], out_dir: Path, *, title: str, baseline: str | None, variants: list[str] | None = None, identical: list | None = None, console=None,
               track: tuple = (), controls: tuple = (), compute: str = "tokens", claims: tuple = ()) -> dict:
-    """Compute the summary and write ``report.md``, ``summary.csv``, ``summary.json``, ``runs.csv``
+    """Compute the summary and write ``report.md``, ``summary.csv``, ``summary.json``, ``runs.csv``,
+    ``problems.csv`` (where runs recorded per-problem results)
     and the plots (``track.png`` too, for tracked training metrics; ``fits.png``, the curves fitted
     to ``compute``; ``entropy_law.png``, with the entropy–performance law; ``pass_at_k.png`` when runs sampled their evaluation) into ``out_dir``; print
     the table on ``console`` if given."""
@@ -481,6 +514,7 @@ def write_all(records: list[RunRecord], out_dir: Path, *, title: str, baseline: 
         w.writerow(["variant", "task", "seed", "status", "final_accuracy", "auc_accuracy", "final_reward", "auc_reward", "run_dir", "error"] + [f"last {m}" for m in track])
         for r in records:
             w.writerow([r.variant, r.task, r.seed, r.status, r.final("accuracy"), r.auc("accuracy"), r.final("reward"), r.auc("reward"), r.run_dir, r.error] + [r.last(m) for m in track])
+    write_problems(records, out_dir / PROBLEMS_FILE)
     (out_dir / "report.md").write_text(markdown(summary, title=title, identical=identical, images=images))
     if console is not None:
         render_terminal(summary, console, title=title, identical=identical)

@@ -142,3 +142,21 @@ def test_the_shipped_findings_page_matches_the_committed_results():
     out = subprocess.run([sys.executable, "-m", "rllab", "findings", "build", "--check", "--doc", str(REPO / "docs" / "findings.md")],
                          capture_output=True, text=True, cwd=REPO, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_committed_per_problem_values_give_two_level_verdicts(tmp_path):
+    """problems.csv beside runs.csv: one seed per arm, 4 problems; b solves problems 0 and 1, a
+    problem 0. Paired problem resampling: the difference is Binomial(4, ¼)/4, 95% CI [0, 75]
+    points, so +25 is not separable (the CI holds 0)."""
+    root = _repo(tmp_path)
+    res = root / "benchmarks" / "suites" / "results" / "s"
+    with (res / "runs.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["variant", "task", "seed", "status", "final_accuracy", "auc_accuracy", "final_reward", "auc_reward", "run_dir", "error"])
+        w.writerow(["a", "addition", 0, "done", 0.25, 0.25, 0.25, 0.25, "", ""])
+        w.writerow(["b", "addition", 0, "done", 0.5, 0.5, 0.5, 0.5, "", ""])
+    (res / "problems.csv").write_text("variant,task,seed,metric,values\na,addition,0,final_accuracy,1 0 0 0\nb,addition,0,final_accuracy,1 1 0 0\n")
+    text = build(DOC, root)
+    assert "| b_higher | addition | b − a (higher) | final_accuracy | +25.0 [+0.0, +75.0] |" in text
+    assert "1/1 seeds × 4 problems" in text and "Intervals over held-out problems and seeds" in text
+    assert "b_higher: **not separable at this budget**" in text

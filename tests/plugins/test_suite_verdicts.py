@@ -252,3 +252,18 @@ def test_a_suite_can_hold_the_learning_rate_after_warm_up():
     assert [lr_factor(train["constant"], k) for k in (0, 4, 9, 50, 99)] == pytest.approx([0.1, 0.5, 1.0, 1.0, 1.0])
     assert lr_factor(train["cosine"], 50) == pytest.approx(0.5)  # ½(1 + cos(π · 50/100))
     assert lr_factor(train["cosine"], 99) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.99)))
+
+
+def test_the_report_writes_each_runs_per_problem_values(tmp_path):
+    import csv as csv_
+
+    from rllab_suite.report import write_all
+
+    recs = [read_run(_run(tmp_path, f"a{s}", s, {0: [0, 0, 1], 10: [1, 0, 1]}, samples={0: [0, 1, 4], 10: [4, 0, 2]}), variant="a", seed=s)
+            for s in range(2)]
+    write_all(recs, tmp_path / "out", title="t", baseline=None)
+    rows = {(r["seed"], r["metric"]): r["values"] for r in csv_.DictReader((tmp_path / "out" / "problems.csv").open())}
+    assert rows[("0", "final_accuracy")] == "1 0 1"
+    assert rows[("1", "auc_accuracy")] == "0.5 0 1"
+    assert rows[("0", "pass@1")] == "1 0 0.5" and rows[("0", "pass@4")] == "1 0 1"  # last eval: 4, 0, 2 of 4 solved
+    assert {m for _, m in rows} == {"final_accuracy", "auc_accuracy", "final_reward", "auc_reward", "pass@1", "pass@2", "pass@4"}
