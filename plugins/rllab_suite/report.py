@@ -290,6 +290,10 @@ def notes(summary: dict, identical: list | None = None) -> list[str]:
             f"UNRELIABLE CIs: some arm has only {summary['min_seeds']} seed(s) on a task (fewer than {summary['min_reliable_seeds']}); "
             "a percentile bootstrap over so few seeds under-covers — read every interval here as optimistic, and add seeds"
         )
+    size = summary.get("eval_size")
+    if size and 100 / size >= 1:
+        out.append(f"COARSE EVALUATION: {verdicts_.resolution(size)}; a difference of one problem is {100 / size:.3g} points, so effects "
+                   f"of that size cannot be resolved however many seeds run — evaluate more problems (train.eval_size), or say why not")
     if not any(o["iqm_final_accuracy"] for o in summary["overall"]):
         out.append(f"IQM needs at least {summary['min_iqm_runs']} runs per variant; not reported.")
     if summary["baseline"] and not any(o["p_improvement"] for o in summary["overall"]):

@@ -267,3 +267,13 @@ def test_the_report_writes_each_runs_per_problem_values(tmp_path):
     assert rows[("1", "auc_accuracy")] == "0.5 0 1"
     assert rows[("0", "pass@1")] == "1 0 0.5" and rows[("0", "pass@4")] == "1 0 1"  # last eval: 4, 0, 2 of 4 solved
     assert {m for _, m in rows} == {"final_accuracy", "auc_accuracy", "final_reward", "auc_reward", "pass@1", "pass@2", "pass@4"}
+
+
+def test_a_coarse_evaluation_is_named_in_the_notes(tmp_path):
+    from rllab_suite.report import notes, summarize
+
+    recs = [read_run(_run(tmp_path, f"a{s}", s, {0: [0] * 50, 10: [1] * 50}), variant="a", seed=s) for s in range(2)]
+    (note,) = [n for n in notes(summarize(recs)) if n.startswith("COARSE")]
+    assert note.startswith("COARSE EVALUATION: one problem = 2 points (50 held-out problems); a difference of one problem is 2 points")
+    recs = [read_run(_run(tmp_path, f"b{s}", s, {0: [0] * 200, 10: [1] * 200}), variant="b", seed=s) for s in range(2)]
+    assert not [n for n in notes(summarize(recs)) if n.startswith("COARSE")]
