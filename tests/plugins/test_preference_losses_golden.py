@@ -220,3 +220,18 @@ def test_the_snapshot_holds_ipo_by_hand(snapshot):
 
 if __name__ == "__main__":
     print(json.dumps(describe(), indent=1, sort_keys=True))
+
+
+def test_no_loss_is_picked_by_comparing_its_name():
+    """Each loss is its own function (``trl.LOSSES`` maps TRL's names to them): no ``== "name"``."""
+    import ast
+
+    package = pathlib.Path(rllab.__file__).resolve().parents[1] / "plugins" / "rllab_preference_losses"
+    names = {s.name for s in lab().specs("preference_loss")} | set(ALL_TYPES)
+    found = []
+    for path in sorted(package.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops):
+                strings = [c.value for c in [node.left, *node.comparators] if isinstance(c, ast.Constant)]
+                found += [f"{path.name}:{node.lineno}" for s in strings if s in names]
+    assert found == []
