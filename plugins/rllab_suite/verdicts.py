@@ -243,8 +243,8 @@ def evaluate_claims(records, claims: tuple[Claim, ...], *, tasks: list, n_boot: 
                 continue
             if not (px and py and len(x[0]) == len(y[0])):
                 x, y = [[sum(r) / len(r)] for r in x], [[sum(r) / len(r)] for r in y]
-            x = [r for r in x if all(math.isfinite(v) for v in r)]
-            y = [r for r in y if all(math.isfinite(v) for v in r)]
+            xs, x = _finite_rows(xs, x)  # a run without the metric drops out with its seed
+            ys, y = _finite_rows(ys, y)
             if not x or not y:
                 out.append({**entry, "verdict": NOT_SEPARABLE, "why": f"{c.metric} not recorded", "diff": None})
                 continue
@@ -252,6 +252,11 @@ def evaluate_claims(records, claims: tuple[Claim, ...], *, tasks: list, n_boot: 
             verdict, why = decide(c, diff)
             out.append({**entry, "verdict": verdict, "why": why, "diff": diff})
     return out
+
+
+def _finite_rows(seeds: list, rows: list) -> tuple[list, list]:
+    kept = [(s, r) for s, r in zip(seeds, rows) if all(math.isfinite(v) for v in r)]
+    return [s for s, _ in kept], [r for _, r in kept]
 
 
 def resolution(problems: int | None) -> str:

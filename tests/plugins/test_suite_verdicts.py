@@ -277,3 +277,15 @@ def test_a_coarse_evaluation_is_named_in_the_notes(tmp_path):
     assert note.startswith("COARSE EVALUATION: one problem = 2 points (50 held-out problems); a difference of one problem is 2 points")
     recs = [read_run(_run(tmp_path, f"b{s}", s, {0: [0] * 200, 10: [1] * 200}), variant="b", seed=s) for s in range(2)]
     assert not [n for n in notes(summarize(recs)) if n.startswith("COARSE")]
+
+
+def test_a_run_without_the_metric_drops_out_with_its_seed():
+    from types import SimpleNamespace
+
+    def rec(variant, seed, value):
+        return SimpleNamespace(variant=variant, task="t", seed=seed, status="done", problem_values=lambda m: None, metric_value=lambda m: value)
+
+    # seed 0 of "tis" lacks the metric: the pairing is over seeds 1 and 2 only, where tis − sync = 0.1 in both
+    recs = [rec("tis", 0, math.nan), rec("tis", 1, 0.6), rec("tis", 2, 0.7), rec("sync", 0, 0.0), rec("sync", 1, 0.5), rec("sync", 2, 0.6)]
+    (e,) = evaluate_claims(recs, (claim(against="sync"),), tasks=["t"], n_boot=200)
+    assert e["diff"]["seeds"] == (2, 3) and e["diff"]["effect"] == pytest.approx(0.65 - 1.1 / 3)
