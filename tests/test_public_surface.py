@@ -214,25 +214,41 @@ def test_unknown_names_of_a_former_path_are_import_errors():
         exec("from rllab.models import tiny\nfrom rllab.rollout import tools", {})
 
 
-def test_a_third_party_environment_from_the_former_docs_loads_with_a_warning_and_passes_its_contract():
+FORMER_IMPORTS = "from rllab.environment import Step\nfrom rllab.types import Example\n"
+"""The imports docs/environments.md and examples/retry_env.py gave before the layout moved
+``rllab.environment`` (the rest of the example is unchanged since)."""
+
+
+@pytest.fixture
+def former_example(tmp_path) -> Path:
+    """examples/retry_env.py as that release wrote it: a third-party environment of the time."""
+    text = (ROOT / "examples" / "retry_env.py").read_text(encoding="utf-8")
+    assert text.count("from rllab import Example, Step\n") == 1
+    path = tmp_path / "former_retry_env.py"
+    path.write_text(text.replace("from rllab import Example, Step\n", FORMER_IMPORTS), encoding="utf-8")
+    return path
+
+
+def test_a_third_party_environment_from_the_former_docs_loads_with_a_warning_and_passes_its_contract(former_example):
     from rllab.lab import import_file
     from rllab.testing import run_contract
 
     with pytest.warns(DeprecationWarning, match=re.escape("use `from rllab import Step`")):
-        module = import_file(ROOT / "tests" / "legacy_retry_env.py", prefix="legacy")
+        module = import_file(former_example, prefix="former")
     lab = rllab.Lab(plugins=[module], entry_points=False)
     results = run_contract(lab, "environment", "retry_addition")
     assert len([r for r in results if not r.skipped]) >= 4 and all(r.passed for r in results), results
 
 
-def test_the_warning_shows_by_default_on_the_command_line():
+def test_the_warning_shows_by_default_on_the_command_line(former_example):
     """Python hides a DeprecationWarning raised outside ``__main__``; rllab's are shown (a plugin
     file is imported as a module), and ``-W ignore`` still silences them."""
-    cmd = [sys.executable, "-m", "rllab", "plugins", "--plugin", "tests/legacy_retry_env.py", "--kind", "environment"]
+    line = former_example.read_text(encoding="utf-8").splitlines().index("from rllab.environment import Step") + 1
+    cmd = [sys.executable, "-m", "rllab", "plugins", "--plugin", str(former_example), "--kind", "environment"]
     shown = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert shown.returncode == 0, shown.stderr[-2000:]
     assert "retry_addition" in shown.stdout
-    assert "`from rllab.environment import Step` is deprecated" in shown.stderr and "legacy_retry_env.py:12" in shown.stderr
+    assert "`from rllab.environment import Step` is deprecated" in shown.stderr and f"former_retry_env.py:{line}" in shown.stderr
     code = "import rllab.environment as e; e.Step"
     loud = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     quiet = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
