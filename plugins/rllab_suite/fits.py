@@ -250,7 +250,8 @@ def markdown_lines(fits: dict, task: str) -> list[str]:
     for a, d in t["arms"].items():
         A = _num(100 * d.get("A", math.nan), ".1f") + (f" [{_num(100 * d['A_ci']['low'], '.1f')}, {_num(100 * d['A_ci']['high'], '.1f')}]" if _has_ci(d, "A") else "")
         C = _num(d.get("C_mid", math.nan), ".3g") + (f" [{_num(d['C_mid_ci']['low'], '.3g')}, {_num(d['C_mid_ci']['high'], '.3g')}]" if _has_ci(d, "C_mid") else "")
-        fails = f"{d['boot_failed']} of {fits['n_boot']} ({100 * d['boot_failure_rate']:.0f}%)" if "boot_failed" in d else "—"
+        rate = d.get("boot_failure_rate", math.nan)
+        fails = f"{d['boot_failed']} of {fits['n_boot']} ({100 * rate:.0f}%)" if math.isfinite(rate) else "—"
         pred = d.get("prediction") or {}
         pred = f"{100 * pred['mae']:.1f}" if math.isfinite(pred.get("mae", math.nan)) else (pred.get("status") or "—")
         bound = "; A on its bound" if d.get("A_on_bound") else ""

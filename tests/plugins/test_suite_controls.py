@@ -182,6 +182,7 @@ def test_an_arm_with_one_seed_gets_a_fit_without_an_interval():
     out = fits.fit_all(recs, tasks=["addition"], arms=["one"], n_boot=20)
     row = next(line for line in fits.markdown_lines(out, "addition") if line.startswith("| one |"))
     assert row.startswith(f"| one | {100 * out['tasks']['addition']['arms']['one']['A']:.1f} | ") and "[" not in row
+    assert "nan" not in row and row.count("| — |") >= 1  # no refits: no failure rate either
 
 
 def test_a_pair_verdict_names_an_extrapolated_asymptote():
