@@ -76,6 +76,13 @@ def test_the_readme_command_finishes_with_the_default_loggers_and_traces(warm, t
     assert [r["step"] for r in train] == [1, 1, 2, 2, 3, 3]
     assert all(r["trainer_logprobs"] is not None and abs(r["mismatch"][0]) < 1e-3 for r in train)
 
+    # deterministic on 2 ranks, and tracing changes nothing the run learns: the two runs log the same values
+    def learned(path):
+        rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/", "memory/"))} for r in rows]
+
+    assert learned(traced) == learned(run_dir) and len(learned(run_dir)) >= 5
+
 
 def test_the_readme_command_finishes_with_lora(warm, tmp_path):
     run_dir = tmp_path / "run"
