@@ -55,7 +55,7 @@ from rllab.config_checks import (
 from rllab.errors import ConfigError
 from rllab.lab import Lab
 from rllab.settings import MOVED_TRAIN_SETTINGS, ModelConfig, RolloutConfig, TrainConfig
-from rllab.specs import ComponentSpec, build_config
+from rllab.specs import SELECTOR_KEY, ComponentSpec, build_config
 from rllab.tomlio import dump_toml, line_of, parse_value  # noqa: F401  (dump_toml, parse_value: re-exported)
 
 # section name -> (component kind, default component name): the one map from config sections to
@@ -315,7 +315,13 @@ def _component(lab: Lab, sec: str, kind: str, raw: Any, default: str, text: str,
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: [{sec}] must be a table or a component name, got {raw!r}", key=sec)
     raw = dict(raw)
-    name = raw.pop("name", default)
+    name = raw.pop(SELECTOR_KEY, default)
+    if name == "" and raw:
+        name = _lost_name(lab, sec, kind, raw, where)
+    if name == "":
+        where_ = "loggers" if sec == "loggers" else f"[{sec}]"
+        raise ConfigError(f"{where}: {where_} name{line_of(text, sec, SELECTOR_KEY)} is empty: it must name the {kind} to use "
+                          f"(one of {', '.join(lab.names(kind))})", key=SELECTOR_KEY)
     try:
         spec = lab.spec(kind, name)
     except KeyError as e:
@@ -326,6 +332,24 @@ def _component(lab: Lab, sec: str, kind: str, raw: Any, default: str, text: str,
     except ConfigError as e:
         raise ConfigError(f"{where}: [{sec}]{line_of(text, sec, e.key)}: {e}", key=e.key) from None
     return ComponentRef(name=spec.name, knobs=raw, config=built)
+
+
+def _lost_name(lab: Lab, sec: str, kind: str, raw: Mapping, where: str) -> str:
+    """The component of a table whose ``name`` is ``""`` but whose knobs are all set: a config.toml
+    written before knobs called ``name`` were renamed, in which the knob's empty default overwrote
+    the component's name. Its knobs are every knob of the component but that one, so the one
+    component whose knobs are the table's keys and one more is the one meant (else "")."""
+    import warnings
+
+    keys = set(raw)
+    fits = [n for n in lab.names(kind) if keys < (knobs := {k.name for k in lab.spec(kind, n).knobs()}) and len(knobs - keys) == 1]
+    if len(fits) != 1:
+        return ""
+    where_ = "loggers" if sec == "loggers" else f"[{sec}]"
+    warnings.warn(f"{where}: {where_} has name = \"\" and the knobs of {kind} {fits[0]!r}: read as {fits[0]!r} (a config.toml "
+                  f"written by an older rllab, whose knob 'name' took the component's name); write name = \"{fits[0]}\" in it",
+                  FutureWarning, stacklevel=2)
+    return fits[0]
 
 
 def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "", where: str = "<config>") -> ExperimentConfig:

@@ -41,7 +41,7 @@ from rllab.errors import (  # noqa: F401  (re-exported: rllab.lab is where users
     UnknownComponentError,
     UnknownKindError,
 )
-from rllab.specs import Component, ComponentSpec, KnobInfo, NoConfig, PluginInfo, build_config, knob  # noqa: F401
+from rllab.specs import SELECTOR_KEY, Component, ComponentSpec, KnobInfo, NoConfig, PluginInfo, build_config, knob  # noqa: F401
 from rllab.traits import check_traits
 
 # kind -> registration hook
@@ -297,6 +297,13 @@ class Lab:
             if isinstance(fn, type) and getattr(fn, "__abstractmethods__", None):  # a base class's required members
                 missing = ", ".join(sorted(fn.__abstractmethods__))
                 raise TypeError(f"plugin {provider!r}: {kind} {name!r}: class {fn.__name__} does not define {missing}, which its base class requires")
+            if config is not None and SELECTOR_KEY in attrs.fields_dict(config):
+                raise TypeError(
+                    f"plugin {provider!r}: {kind} {name!r}: its config {config.__name__} has a knob named {SELECTOR_KEY!r}, the "
+                    f"key that picks the component in a config table ({{ {SELECTOR_KEY} = \"{name}\", ... }}), so it could "
+                    f"never be set and a saved config.toml would lose the component's name; call the knob otherwise "
+                    f"(e.g. 'run_name')"
+                )
             requires = (requires,) if isinstance(requires, str) else tuple(requires)
             if not all(isinstance(r, str) and r for r in requires):
                 raise TypeError(f"{kind} {name!r}: requires must be a tuple of input names, got {requires!r}")

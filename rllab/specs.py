@@ -17,6 +17,10 @@ import cattrs
 from rllab.errors import ConfigError
 from rllab.traits import resolve
 
+SELECTOR_KEY = "name"
+"""The key of a component table that picks the component (``{ name = "wandb", project = "x" }``); no
+knob may be called so (registration refuses it)."""
+
 # --------------------------------------------------------------------------- knobs
 
 

@@ -32,7 +32,7 @@ class TrackioConfig:
     """Knobs of the Trackio logger."""
 
     project: str = rllab.knob("rllab", help="the Trackio project (one SQLite file in Trackio's directory)")
-    name: str = rllab.knob("", help="the run's name ('' = the run directory's name and a short id)")
+    run_name: str = rllab.knob("", help="the run's name ('' = the run directory's name and a short id)")
     group: str = rllab.knob("", help="the run group ('' = none)")
     traces: int = rllab.knob(
         4, help="samples of each training step logged as its 'traces' table (round-robin over the step's groups, as the "
@@ -52,7 +52,7 @@ class TrackioLogger:
         if name_file.is_file():
             self.name = name_file.read_text().strip()
         else:
-            self.name = config.name or f"{self.run_dir.name}-{uuid.uuid4().hex[:6]}"
+            self.name = config.run_name or f"{self.run_dir.name}-{uuid.uuid4().hex[:6]}"
             name_file.write_text(self.name + "\n")
         self.run = None
         self.last_step = 0

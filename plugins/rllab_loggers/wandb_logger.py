@@ -32,7 +32,7 @@ class WandbConfig:
 
     project: str = rllab.knob("rllab", help="the wandb project")
     entity: str = rllab.knob("", help="the wandb team or user ('' = your default entity)")
-    name: str = rllab.knob("", help="the run's display name ('' = the run directory's name)")
+    run_name: str = rllab.knob("", help="the run's display name ('' = the run directory's name)")
     group: str = rllab.knob("", help="the run group ('' = none)")
     tags: str | tuple[str, ...] = rllab.knob((), help="tags of the run: a list, or one tag as a string")
     mode: str = rllab.knob(
@@ -62,7 +62,7 @@ class WandbLogger:
         try:
             tags = [config.tags] if isinstance(config.tags, str) else list(config.tags)
             self.run = self.wandb.init(
-                project=config.project, entity=config.entity or None, name=config.name or self.run_dir.name, group=config.group or None,
+                project=config.project, entity=config.entity or None, name=config.run_name or self.run_dir.name, group=config.group or None,
                 tags=tags or None, mode=config.mode, dir=str(self.run_dir), id=run_id, resume="allow", settings=settings, reinit="create_new",
             )
         except Exception as e:  # noqa: BLE001  (wandb raises its own errors: no API key, no server, ...)
