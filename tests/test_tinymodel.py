@@ -171,6 +171,42 @@ def test_warm_start_stops_at_target_accuracy():
     assert m["warm/steps"] == 3 and m["warm/probe_accuracy"] == 1.0
 
 
+def test_the_warm_start_trains_on_while_a_probe_is_scored_and_ends_on_the_probed_weights():
+    import threading
+
+    class SlowJudge(CopyTask):
+        """Every answer right, after a wait (a reward service): the first probe already stops."""
+
+        def __init__(self):
+            super().__init__()
+            self.draws, self.scoring = 0, threading.Event()
+
+        def train_examples(self, n, rng):
+            self.draws += 1
+            return super().train_examples(n, rng)
+
+        def reward_batch(self, examples, completions, *, completion_ids=None):
+            deadline = time.monotonic() + 30
+            while self.draws < 1 + 4 + 4 and time.monotonic() < deadline:  # the probe, 4 steps, 4 more ahead
+                time.sleep(0.01)
+            return [1.0] * len(completions)
+
+        def reward(self, example, completion):
+            return 1.0
+
+    cfg = attrs.evolve(FEW, steps=50, check_every=4, target_accuracy=0.5, eval_limit=0, probe_size=16)
+    model, tok = build_tiny_model(SMALL)
+    task = SlowJudge()
+    m = warm_start(model, tok, task, cfg)
+    assert task.draws == 1 + 8  # the 4 steps after the probe were trained while it was scored …
+    assert m["warm/steps"] == 4 and m["warm/probe_accuracy"] == 1.0
+    plain, tok = build_tiny_model(SMALL)
+    m2 = warm_start(plain, tok, CopyTask(), attrs.evolve(cfg, steps=4, target_accuracy=None))
+    assert m2["warm/loss"] == m["warm/loss"] and m2["warm/loss_first"] == m["warm/loss_first"]
+    for (name, a), b in zip(model.state_dict().items(), plain.state_dict().values()):  # … and undone: 4 steps' weights
+        assert torch.equal(a, b), name
+
+
 def test_warm_start_restores_thread_count():
     before = torch.get_num_threads()
     model, tok = build_tiny_model(SMALL)

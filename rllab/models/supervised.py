@@ -101,12 +101,25 @@ def greedy_accuracy(model, tokenizer, task, examples, max_new_tokens: int, rende
     episodes, :func:`rllab.rollout.demonstrations.episode_accuracy`). The answers are scored as
     :func:`probe_rewards` says; ``scored``, kept between calls on the same ``examples``, remembers
     each (example, answer)'s reward, so that a probe scores only the answers that changed."""
+    return greedy_probe(model, tokenizer, task, examples, max_new_tokens, renderer, scored=scored)()
+
+
+def greedy_probe(model, tokenizer, task, examples, max_new_tokens: int, renderer: PromptRenderer | None = None, *,
+                 scored: dict | None = None):
+    """:func:`greedy_accuracy` in two parts: the model's greedy answers are taken now, and the
+    function returned scores them (it no longer needs the model, which may train meanwhile). For
+    an environment, whose episodes score each turn as they are played, everything happens now."""
     if is_environment(task):
-        return episode_accuracy(model, tokenizer, task, examples, max_new_tokens, renderer or PromptRenderer(tokenizer))
+        acc = episode_accuracy(model, tokenizer, task, examples, max_new_tokens, renderer or PromptRenderer(tokenizer))
+        return lambda: acc
     was_training = model.training
     model.eval()
     texts = greedy_completions(model, tokenizer, [e.prompt for e in examples], max_new_tokens, renderer=renderer)
     model.train(was_training)
+    return lambda: _solved_rate(task, examples, texts, scored, renderer)
+
+
+def _solved_rate(task, examples, texts: list[str], scored: dict | None, renderer: PromptRenderer | None) -> float:
     from rllab.rollout.accuracy import is_solved, scalar_reward
 
     outs = probe_rewards(task, examples, texts, scored)

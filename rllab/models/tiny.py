@@ -42,7 +42,8 @@ from rllab import provenance
 from rllab.rollout.chat import PromptRenderer
 from rllab.members import member
 from rllab.models.supervised import (  # noqa: F401  (re-exported: the warm start's building blocks)
-    demonstration_loss, encode_demonstrations, evaluate_greedy, greedy_accuracy, greedy_completions, is_environment,
+    demonstration_loss, encode_demonstrations, evaluate_greedy, greedy_accuracy, greedy_completions, greedy_probe,
+    is_environment,
 )
 from rllab.models.tinyconfig import TinyModelConfig, WarmStartConfig  # noqa: F401  (re-exported: the model's and warm start's knobs)
 from rllab.models.progress import warm_start_progress
@@ -158,6 +159,39 @@ def warm_start(
         return _warm_start(model, tokenizer, task, config, progress, renderer or PromptRenderer(tokenizer))
 
 
+class _train_ahead:
+    """The warm start's next steps, trained in a thread while the probe just taken is scored (a
+    reward service answering is then no time lost); :meth:`undo` puts back the weights of the
+    probe when it turns out to be the last, so that the result is that of probing and then
+    stopping. Environments, whose probe plays episodes with the model, never train ahead."""
+
+    def __init__(self, model, train):
+        import threading
+
+        self.model = model
+        self.saved = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        self.error: BaseException | None = None
+
+        def run():
+            try:
+                train()
+            except BaseException as e:  # raised by check(), in the caller's thread
+                self.error = e
+
+        self.thread = threading.Thread(target=run, name="warm-start-ahead", daemon=True)
+        self.thread.start()
+
+    def join(self) -> None:
+        self.thread.join()
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def undo(self) -> None:
+        self.model.load_state_dict(self.saved)
+
+
 def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool, renderer: PromptRenderer) -> dict:
     t0 = time.perf_counter()
     metrics: dict[str, Any] = {"warm/steps": 0, "warm/parameters": count_parameters(model)}
@@ -172,34 +206,60 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
         )
         warmup = max(1, config.warmup_steps)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warmup))
-        with warm_start_progress(progress, config.steps, config.target_accuracy) as advance:
-            for step in range(1, config.steps + 1):
-                examples = task.train_examples(config.batch_size, rng)
-                if is_environment(task):
-                    from rllab.rollout.demonstrations import encode_episodes
+        def train_step(step: int) -> None:
+            examples = task.train_examples(config.batch_size, rng)
+            if is_environment(task):
+                from rllab.rollout.demonstrations import encode_episodes
 
-                    batch = encode_episodes(tokenizer, task, examples, renderer=renderer, name=renderer.task_name)
-                else:
-                    batch = encode_demonstrations(
-                        tokenizer, [e.prompt for e in examples], [task.demonstration(e) for e in examples], renderer=renderer
-                    )
-                loss = demonstration_loss(model, *batch)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if config.grad_clip > 0:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-                opt.step()
-                sched.step()
-                losses.append(loss.item())
-                metrics["warm/steps"] = step
-                if step % config.check_every == 0 or step == config.steps:
-                    acc = greedy_accuracy(model, tokenizer, task, probe, config.eval_max_new_tokens, renderer, scored=scored)
-                    metrics["warm/probe_accuracy"] = acc
-                    advance(step, losses[-1], acc)
-                    if config.target_accuracy is not None and acc >= config.target_accuracy:
-                        break
-                else:
-                    advance(step, losses[-1], None)
+                batch = encode_episodes(tokenizer, task, examples, renderer=renderer, name=renderer.task_name)
+            else:
+                batch = encode_demonstrations(
+                    tokenizer, [e.prompt for e in examples], [task.demonstration(e) for e in examples], renderer=renderer
+                )
+            loss = demonstration_loss(model, *batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if config.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+            opt.step()
+            sched.step()
+            losses.append(loss.item())
+
+        def probe_after(step: int) -> int:
+            return min(config.steps, (step // config.check_every + 1) * config.check_every)
+
+        with warm_start_progress(progress, config.steps, config.target_accuracy) as advance:
+            trained = [0]
+
+            def train_to(last: int) -> None:
+                while trained[0] < last:
+                    trained[0] += 1
+                    train_step(trained[0])
+                    if trained[0] % config.check_every and trained[0] != config.steps:
+                        advance(trained[0], losses[-1], None)
+
+            at = probe_after(0)
+            while True:
+                train_to(at)
+                score = greedy_probe(model, tokenizer, task, probe, config.eval_max_new_tokens, renderer, scored=scored)
+                ahead = _train_ahead(model, lambda: train_to(probe_after(at))) if at < config.steps and not is_environment(task) else None
+                try:
+                    acc = score()  # a reward that asks a server answers while the next steps train
+                finally:
+                    if ahead is not None:
+                        ahead.join()
+                metrics["warm/steps"], metrics["warm/probe_accuracy"] = at, acc
+                advance(at, losses[at - 1], acc)
+                if config.target_accuracy is not None and acc >= config.target_accuracy:
+                    if ahead is not None:  # the steps trained ahead are undone: the model is the one probed
+                        ahead.undo()
+                        del losses[at:]
+                    break
+                if ahead is not None:
+                    ahead.check()
+                if at == config.steps:
+                    break
+                at = probe_after(at)
         model.eval()
         tail = losses[-config.check_every :]
         metrics["warm/loss_first"] = losses[0]
