@@ -239,10 +239,13 @@ def _need_scipy() -> None:
 
 
 def cmd_suite(args) -> int:
-    _need_scipy()
+    if not args.dry_run:  # listing the cells needs no statistics
+        _need_scipy()
     from rllab_suite.suite import report_suite, run_suite
 
     console = _console()
+    if args.target == "report" and (args.dry_run or args.steps is not None or args.seeds is not None):
+        raise rllab.RllabError("--dry-run, --steps and --seeds apply to running a suite, not to 'rllab suite report'")
     if args.target == "report":
         if not args.dir:
             raise rllab.RllabError("usage: rllab suite report DIR")
@@ -267,9 +270,38 @@ def cmd_suite(args) -> int:
             )
         args.dir = args.dir or str(target)
         target = target / "suite.toml"
+    if args.dry_run:
+        return _dry_run(target, args, console)
     summary = run_suite(target, directory=args.dir, replace=args.replace, executor_name=args.executor, workers=args.workers, address=args.address,
-                        lab=args.lab, console=console, progress=not args.quiet, check_identical=not args.no_identical_check)
+                        lab=args.lab, console=console, progress=not args.quiet, check_identical=not args.no_identical_check,
+                        steps=args.steps, seeds=args.seeds)
     return 1 if summary["failed"] else 0
+
+
+def _dry_run(target: Path, args, console) -> int:
+    """``rllab suite FILE --dry-run``: every cell validated and listed (variant, task, seed, steps,
+    whether its run is done), and where the runs would go; nothing runs or is written."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    from rllab_suite.spec import parse_suite
+    from rllab_suite.suite import plan, shrink
+
+    suite = shrink(parse_suite(target), steps=args.steps, seeds=args.seeds)
+    cells, out, done = plan(suite, args.dir, lab=args.lab)
+    t = Table(box=box.SIMPLE_HEAVY, title=escape(f"suite {suite.name}: {len(suite.variants)} variants × {len(suite.tasks)} tasks × "
+                                                   f"{len(suite.seeds)} seeds = {len(cells)} runs → {out}"))
+    for col in ("variant", "task", "seed", "steps", "run", "status"):
+        t.add_column(col, overflow="fold")
+    for c in cells:
+        t.add_row(escape(c.variant), escape(c.task), str(c.seed), str(c.config["train"]["steps"]), escape(c.slug),
+                  "done" if c.slug in done else "to run")
+    console.print(t)
+    how = " ".join(f"--{k} {v}" for k, v in (("steps", args.steps), ("seeds", args.seeds)) if v is not None)
+    console.print(escape(f"dry run: nothing ran; {len(cells) - len(done)} of {len(cells)} runs to go "
+                         f"(run them: rllab suite {target}{' ' + how if how else ''})"), highlight=False)
+    return 0
 
 
 def _check_report_dir(given: Path) -> None:
@@ -400,6 +432,9 @@ def register_commands(subparsers):
     p.add_argument("--replace", action="store_true", help="let the suite take over a --dir that holds another suite (refused otherwise)")
     p.add_argument("-q", "--quiet", action="store_true", help="no live progress display")
     p.add_argument("--no-identical-check", action="store_true", help="skip replaying the variants on a recorded batch")
+    p.add_argument("--dry-run", action="store_true", help="validate and list the cells (and which are done) without running anything")
+    p.add_argument("--steps", type=_at_least_one, default=None, metavar="N", help="to try the suite: N training steps per run (a suite NAME-try of its own)")
+    p.add_argument("--seeds", type=_at_least_one, default=None, metavar="K", help="to try the suite: its first K seeds only (a suite NAME-try of its own)")
     p.set_defaults(func=_suite_entry)
 
     p = subparsers.add_parser("compare", help="compare loose run directories (grouped by their differing settings) with statistics")

@@ -131,9 +131,33 @@ def identical_variants(cells: list[Cell], *, lab, out_dir: Path, console=None) -
     return found
 
 
+def shrink(suite: Suite, *, steps: int | None = None, seeds: int | None = None) -> Suite:
+    """A smaller copy of ``suite``, to try it: every cell trains ``steps`` steps, on the first ``seeds``
+    of its seeds. It is named ``NAME-try`` (its default directory, ``suites/NAME-try``, is its own:
+    its cells are not the suite's)."""
+    import attrs
+
+    if steps is None and seeds is None:
+        return suite
+    if seeds is not None and seeds > len(suite.seeds):
+        raise SuiteError(f"--seeds {seeds}: suite {suite.name!r} has {len(suite.seeds)} seed(s) ({', '.join(map(str, suite.seeds))})")
+    return attrs.evolve(suite, name=f"{suite.name}-try", steps=suite.steps if steps is None else steps,
+                        seeds=suite.seeds if seeds is None else suite.seeds[:seeds])
+
+
+def plan(suite: Suite, directory=None, *, lab=None) -> tuple[list[Cell], Path, set[str]]:
+    """The suite's cells (validated), its directory and the slugs of the cells already done there."""
+    cells = expand(suite, lab=lab)
+    out = suite_dir_for(suite, directory)
+    done = {c.slug for c in cells if (out / "runs" / c.slug / "final.json").is_file()}
+    return cells, out, done
+
+
 def run_suite(source, *, directory=None, executor_name: str = "local", workers: int | None = None, address: str | None = None, replace: bool = False,
-              lab=None, console=None, progress: bool = True, check_identical: bool = True) -> dict:
-    """Expand, validate, run the missing cells and report. Returns the summary."""
+              lab=None, console=None, progress: bool = True, check_identical: bool = True, steps: int | None = None,
+              seeds: int | None = None) -> dict:
+    """Expand, validate, run the missing cells and report. Returns the summary. ``steps``, ``seeds``:
+    run a smaller copy of the suite (:func:`shrink`)."""
     from rich.console import Console
 
     from rllab import Lab
@@ -148,7 +172,7 @@ def run_suite(source, *, directory=None, executor_name: str = "local", workers: 
         raise RllabError(f"--workers {workers} does not apply with --address: the Ray cluster's CPUs decide how many runs go at a time")
     console = console or Console()
     lab = lab or Lab()
-    suite = parse_suite(source)
+    suite = shrink(parse_suite(source), steps=steps, seeds=seeds)
     cells = expand(suite, lab=lab)  # every cell validated before anything runs
     out = suite_dir_for(suite, directory)
     if out.exists() and not out.is_dir():
