@@ -17,7 +17,9 @@ compute spent up to them (``tokens``: the sampled response tokens, ``rollout/tok
 ``B`` in [0.05, 20], ``C_mid`` within a factor 1000 of the data's range). ``A`` and ``C_mid`` get
 95% percentile-bootstrap CIs from refits on seeds drawn with replacement — the same draw for every
 arm, so two arms are compared on paired resamples (their seeds share prompts). A fit that fails,
-or whose ``C_mid`` ends on its bound (the data never bent, so ``A`` is an extrapolation), says so;
+whose parameters the data do not identify (left at their starting guesses, a singular Jacobian, a
+curve no better than a constant: flat within its noise), or whose ``C_mid`` ends on its bound
+(the data never bent, so ``A`` is an extrapolation), says so;
 so does an ``A`` on its bound (0 or 1: the bound, not the data, set it), and each interval gives
 the share of its refits that failed (an interval over the refits that converged is over a subset).
 
@@ -93,14 +95,54 @@ def fit_curve(C, R, R0: float) -> Fit:
     except (RuntimeError, ValueError) as e:
         return Fit(R0=R0, status=f"did not converge ({type(e).__name__}: {str(e).splitlines()[0][:80]})")
     A, B, Cm = (float(x) for x in popt)
+    if math.isclose(B, p0[1], rel_tol=1e-9) and math.isclose(Cm, p0[2], rel_tol=1e-9):
+        return Fit(A=A, B=B, C_mid=Cm, R0=R0, status=f"parameters not identified: B and C_mid stayed at their starting guesses "
+                   f"({p0[1]:g} and the median compute, {p0[2]:.3g}): nothing in the data moved them")
     status = "ok"
     if Cm >= hi * (1 - 1e-3) or Cm <= lo * (1 + 1e-3):
         status = f"C_mid at its bound ({Cm:.3g}): the curve never bends within the data, so A is not identified"
     elif B >= B_BOUNDS[1] * (1 - 1e-3) or B <= B_BOUNDS[0] * (1 + 1e-3):
         status = f"B at its bound ({B:.3g}): the evaluations do not resolve the rise, so C_mid is not identified"
+    elif unidentified := _unidentified(C, R, R0, A, B, Cm):
+        status = f"parameters not identified: {unidentified}"
     elif Cm > C.max():
         status = f"extrapolated: C_mid {Cm:.3g} beyond the largest compute measured ({C.max():.3g}), so A lies beyond the data"
     return Fit(A=A, B=B, C_mid=Cm, R0=R0, status=status)
+
+
+SINGULAR = 1e-6
+"""The fit's Jacobian (columns A, B, log C_mid) is singular when its smallest singular value is below
+this share of its largest: some direction of the parameters changes no fitted point."""
+
+
+def _unidentified(C, R, R0: float, A: float, B: float, Cm: float) -> str:
+    """Why a converged fit's ``B`` and ``C_mid`` mean nothing ("" when they do): a Jacobian that is
+    singular at the solution (on a flat curve, A = R0, B and C_mid change nothing), or a curve that
+    explains the evaluations no better than a constant does (F-test of the fit against their mean,
+    5% level: the data are flat within their noise, so there is no rise whose steepness and
+    midpoint could be read). Parameters left at their starting guesses are caught before."""
+    u = np.power(Cm / C, B)
+    s = 1.0 / (1.0 + u)
+    common = -(A - R0) * u * s * s  # the rise times d s / d(B·ln(C_mid/C))
+    J = np.column_stack([s, common * np.log(Cm / C), common * B])  # dR/dA, dR/dB, dR/d ln C_mid
+    sv = np.linalg.svd(J, compute_uv=False) if np.isfinite(J).all() else np.array([0.0])
+    if sv.size < 3 or not sv[0] > 0 or sv[-1] < SINGULAR * sv[0]:
+        return f"the fit is singular (a flat curve: its rise A − R0 = {100 * (A - R0):+.2g} points leaves B and C_mid without effect)"
+    from scipy.stats import f as f_dist
+
+    n = R.size
+    rss_flat = float(np.sum((R - R.mean()) ** 2))
+    rss_fit = float(np.sum((R - saturating(C, A, B, Cm, R0)) ** 2))
+    if n <= 3:
+        return ""
+    if rss_flat == 0.0:
+        return "a flat curve: every evaluation has the same accuracy, so B and C_mid describe nothing"
+    F = math.inf if rss_fit == 0.0 else ((rss_flat - rss_fit) / 2) / (rss_fit / (n - 3))
+    crit = float(f_dist.ppf(0.95, 2, n - 3))
+    if not F > crit:
+        return (f"a flat curve: the fit explains the evaluations no better than their mean does (F = {F:.2g}, "
+                f"below {crit:.2g} at the 5% level), so B and C_mid describe noise")
+    return ""
 
 
 def _points(records) -> tuple[np.ndarray, np.ndarray, float]:
