@@ -404,8 +404,30 @@ def read(directory_or_file: str | os.PathLike) -> dict:
         raise ConfigError(f"{path} is not valid JSON ({e.msg} at line {e.lineno})") from None
 
 
+def note_resume(directory: str | os.PathLike, record: Mapping[str, Any], *, step: int) -> dict | None:
+    """On a resume at ``step``: when ``record`` (the resuming process's) differs from the run's
+    own record (:func:`differences`, the config's hash aside: a resume may extend
+    ``train.steps``), append ``{"step", "recorded_at", "differences": {field: [before, now]}}`` to
+    its ``resumes`` and return that entry; the steps after it ran elsewhere. A run without a
+    record (written before runs kept one) is left without one."""
+    path = Path(directory) / PROVENANCE_FILE
+    if not path.is_file():
+        return None
+    before = read(path)
+    changed = {k: [a, b] for k, a, b in differences(before, record) if k != "hashes.config"}
+    if not changed:
+        return None
+    entry = {"step": step, "recorded_at": record.get("recorded_at"), "differences": changed}
+    write(directory, {**before, "resumes": [*before.get("resumes", []), entry]})
+    return entry
+
+
 # --------------------------------------------------------------------------- comparing records
 
+
+BESIDE_THE_RECORD = ("format", "resumes")
+"""Top-level keys that are not fields of the record: its format version and the resumes under
+another provenance (:func:`note_resume`)."""
 
 PLACES = ("recorded_at", "machine.host", "machine.platform", "machine.cpu.cores")
 """Fields that say where or when, not what: never a difference (``machine.platform`` names the OS
@@ -418,7 +440,7 @@ def comparable(record: Mapping[str, Any]) -> dict[str, Any]:
     and hash, the start by its hash)."""
     rec = json.loads(json.dumps(record, default=str))
     hashes = rec.pop("hashes", {}) or {}
-    flat = flatten({k: v for k, v in rec.items() if k != "format"})
+    flat = flatten({k: v for k, v in rec.items() if k not in BESIDE_THE_RECORD})
     for key in PLACES:
         flat.pop(key, None)
     flat["hashes.config"] = hashes.get("config")
@@ -473,6 +495,7 @@ IDENTITY_BREAKERS = {
 
 def explain(field: str) -> str:
     """What a differing field of :func:`differences` means."""
+    field = field.rpartition(": ")[2]  # "resumed at step N: FIELD"
     for prefix, why in IDENTITY_BREAKERS.items():
         if field == prefix or field.startswith(prefix):
             return why

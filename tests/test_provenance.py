@@ -217,3 +217,16 @@ def test_a_run_records_its_provenance_and_an_edited_data_file_gives_a_new_start(
     with pytest.raises(ConfigError, match=f"{again['hashes']['start']['sha256']}.*not {start['sha256']}"):
         run_experiment(load_config(None, [*args, f"model.sha256={start['sha256']}"]), run_dir=tmp_path / "pinned", progress=False)
     assert not (tmp_path / "pinned").exists()
+
+
+def test_a_resume_that_runs_differently_is_recorded_beside_the_record(tmp_path):
+    provenance.write(tmp_path, _record())
+    assert provenance.note_resume(tmp_path, _record(**{"recorded_at": "t9", "hashes.config": "c2"}), step=4) is None  # train.steps extended
+    assert "resumes" not in provenance.read(tmp_path)
+    entry = provenance.note_resume(tmp_path, _record(**{"machine.torch.threads": 1}), step=4)
+    assert entry == {"step": 4, "recorded_at": "t0", "differences": {"machine.torch.threads": [2, 1]}}
+    rec = provenance.read(tmp_path)
+    assert rec["resumes"] == [entry] and rec["machine"]["torch"]["threads"] == 2  # the run's own record is kept
+    assert provenance.differences(rec, _record()) == []  # the resumes are not a field of the record
+    assert "thread" in provenance.explain("resumed at step 4: machine.torch.threads")
+    assert provenance.note_resume(tmp_path / "none", _record(), step=1) is None

@@ -97,6 +97,35 @@ def test_a_differing_provenance_is_listed_and_only_the_start_evaluation_compared
     assert "identical:" not in out and "identity is not claimed" in out
 
 
+def test_a_run_resumed_under_another_provenance_is_not_called_identical(recorded, tmp_path, capsys):
+    run = _copy(recorded, tmp_path)
+    rec = json.loads((run / "provenance.json").read_text())
+    rec["resumes"] = [{"step": 1, "recorded_at": "t", "differences": {"machine.torch.threads": [2, 1]}}]
+    (run / "provenance.json").write_text(json.dumps(rec))
+    code = main(["reproduce", str(run), "--run-dir", str(tmp_path / "again"), "-q"])
+    out = capsys.readouterr().out
+    assert code == 2, out
+    assert "resumed at step 1: machine.torch.threads: 2 → 1" in out and "thread count" in out
+
+
+def test_compare_says_how_the_runs_provenance_differs(recorded, tmp_path):
+    from rllab_suite.reproduce import compare_notes
+
+    other = _copy(recorded, tmp_path)
+    assert compare_notes([recorded, other]) == [
+        "every run's provenance matches outside its config and seed (code, libraries, machine, threads, data, start)"]
+    rec = json.loads((other / "provenance.json").read_text())
+    rec["machine"]["cpu"]["isa"] = ["avx2"]
+    rec["hashes"]["config"] = "another config"  # a compared run has its own config: not a note
+    (other / "provenance.json").write_text(json.dumps(rec))
+    bare = _copy(recorded, tmp_path, "bare")
+    (bare / "provenance.json").unlink()
+    notes = compare_notes([recorded, other, bare])
+    assert notes[0] == f"{bare}: no provenance.json (recorded before runs wrote one)"
+    assert notes[1].startswith(f"{other} ran differently from {recorded}: machine.cpu.isa: ") and "→ [\"avx2\"]" in notes[1]
+    assert len(notes) == 2
+
+
 def test_a_rerun_from_an_exported_start_builds_no_warm_start(recorded, tmp_path, capsys, monkeypatch):
     assert main(["provenance", str(recorded), "--export-start", str(tmp_path / "starts")]) == 0
     sha = json.loads((recorded / "provenance.json").read_text())["hashes"]["start"]["sha256"]

@@ -8,7 +8,8 @@ model is used in a private cache), under the torch thread count it recorded, and
   finds nothing), it compares every logged metric value for value, step by step
   (:func:`first_difference`; timings and memory, :data:`UNCOMPARED`, are left out): the verdict is
   ``identical``, or the first step and metric that differ;
-- when it does not (another CPU, other library versions, another thread count, edited code), it
+- when it does not (another CPU, other library versions, another thread count, edited code; or
+  the recorded run was resumed under another provenance, its ``resumes``), it
   names each differing field and compares only what can still hold: the evaluation of the
   untrained start (step 0), when the starting model is the same. It never calls such a rerun
   identical.
@@ -200,6 +201,8 @@ def reproduce_run(result: str | os.PathLike, *, lab: Lab | None = None, run_dir:
     with _private_cache(start_path, rec_start), _torch_threads(usable):
         run_experiment(cfg, lab=lab, run_dir=out, progress=progress, overwrite=False)
     fields = provenance.differences(recorded, provenance.read(out))
+    for resume in recorded.get("resumes", ()):  # the recorded run went on elsewhere after a resume
+        fields += [(f"resumed at step {resume['step']}: {k}", a, b) for k, (a, b) in resume["differences"].items()]
     reproduced = read_metrics(out / METRICS_FILE)
     if not fields:
         first, n = first_difference(recorded_metrics, reproduced)

@@ -459,6 +459,8 @@ class Trainer:
             if self.step == 0 and self.placement.speaks:
                 (self.run_dir / CONFIG_FILE).write_text(dump_toml(recorded_config(self.cfg, self.lab)))
                 provenance.write(self.run_dir, self.provenance_record())
+            elif self.placement.speaks:  # a resume: where it ran differently from the run so far is recorded
+                provenance.note_resume(self.run_dir, self.provenance_record(), step=self.step)
             self.hook.on_run_start(run_dir=self.run_dir, config=self.cfg, start_step=self.step, total_steps=t.steps, progress=self.progress,
                                    solved_when=self.rollout.solved_rule)
             if self.step == 0:
