@@ -159,37 +159,69 @@ def warm_start(
         return _warm_start(model, tokenizer, task, config, progress, renderer or PromptRenderer(tokenizer))
 
 
-class _train_ahead:
-    """The warm start's next steps, trained in a thread while the probe just taken is scored (a
-    reward service answering is then no time lost); :meth:`undo` puts back the weights of the
-    probe when it turns out to be the last, so that the result is that of probing and then
-    stopping. Environments, whose probe plays episodes with the model, never train ahead."""
+PROBES_AHEAD = 2
+"""Probes whose answers the warm start may have taken and not yet scored while it trains on."""
 
-    def __init__(self, model, train):
+
+class TrainAhead:
+    """Iterates a generator in a thread of its own, at most ``depth`` items ahead of the
+    consumer: the warm start trains on (and takes its next probes' answers) while the caller
+    scores a probe. :meth:`stop` ends the thread at its next item; an error in it is raised to
+    the caller where the item would have come."""
+
+    def __init__(self, items, depth: int):
+        import queue
         import threading
 
-        self.model = model
-        self.saved = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        self.error: BaseException | None = None
+        self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.halt = threading.Event()
+        self.count = 0
 
         def run():
             try:
-                train()
-            except BaseException as e:  # raised by check(), in the caller's thread
-                self.error = e
+                for item in items:
+                    self.count += 1
+                    while not self.halt.is_set():
+                        try:
+                            self.queue.put(("item", item), timeout=0.05)
+                            break
+                        except queue.Full:
+                            continue
+                    if self.halt.is_set():
+                        return
+                self.queue.put(("end", None))
+            except BaseException as e:  # raised in the caller's thread by __iter__
+                self.queue.put(("error", e))
 
-        self.thread = threading.Thread(target=run, name="warm-start-ahead", daemon=True)
+        self.thread = threading.Thread(target=run, name="warm-start", daemon=True)
         self.thread.start()
 
-    def join(self) -> None:
+    def __iter__(self):
+        while True:
+            kind, value = self.queue.get()
+            if kind == "end":
+                self.thread.join()
+                return
+            if kind == "error":
+                self.thread.join()
+                raise value
+            yield value
+
+    def trained(self) -> int:
+        """How many items the thread has produced so far."""
+        return self.count
+
+    def stop(self) -> None:
+        """End the thread (what it is doing finishes first) and wait for it."""
+        import queue
+
+        self.halt.set()
+        while self.thread.is_alive():
+            try:
+                self.queue.get(timeout=0.05)
+            except queue.Empty:
+                pass
         self.thread.join()
-
-    def check(self) -> None:
-        if self.error is not None:
-            raise self.error
-
-    def undo(self) -> None:
-        self.model.load_state_dict(self.saved)
 
 
 def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool, renderer: PromptRenderer) -> dict:
@@ -225,41 +257,34 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
             sched.step()
             losses.append(loss.item())
 
-        def probe_after(step: int) -> int:
-            return min(config.steps, (step // config.check_every + 1) * config.check_every)
+        def probes():
+            """Train, and at each probe step take the probe's greedy answers: yields (step, the
+            function that scores them, the weights then, or None at the last step)."""
+            for step in range(1, config.steps + 1):
+                train_step(step)
+                if step % config.check_every == 0 or step == config.steps:
+                    score = greedy_probe(model, tokenizer, task, probe, config.eval_max_new_tokens, renderer, scored=scored)
+                    saved = {k: v.detach().clone() for k, v in model.state_dict().items()} if step < config.steps else None
+                    yield step, score, saved
+                else:
+                    advance(step, losses[-1], None)
 
         with warm_start_progress(progress, config.steps, config.target_accuracy) as advance:
-            trained = [0]
-
-            def train_to(last: int) -> None:
-                while trained[0] < last:
-                    trained[0] += 1
-                    train_step(trained[0])
-                    if trained[0] % config.check_every and trained[0] != config.steps:
-                        advance(trained[0], losses[-1], None)
-
-            at = probe_after(0)
-            while True:
-                train_to(at)
-                score = greedy_probe(model, tokenizer, task, probe, config.eval_max_new_tokens, renderer, scored=scored)
-                ahead = _train_ahead(model, lambda: train_to(probe_after(at))) if at < config.steps and not is_environment(task) else None
-                try:
-                    acc = score()  # a reward that asks a server answers while the next steps train
-                finally:
-                    if ahead is not None:
-                        ahead.join()
-                metrics["warm/steps"], metrics["warm/probe_accuracy"] = at, acc
-                advance(at, losses[at - 1], acc)
-                if config.target_accuracy is not None and acc >= config.target_accuracy:
-                    if ahead is not None:  # the steps trained ahead are undone: the model is the one probed
-                        ahead.undo()
-                        del losses[at:]
-                    break
-                if ahead is not None:
-                    ahead.check()
-                if at == config.steps:
-                    break
-                at = probe_after(at)
+            ahead = TrainAhead(probes(), depth=PROBES_AHEAD)
+            try:
+                for step, score, saved in ahead:
+                    acc = score()  # while a reward service scores this probe, the next steps train
+                    metrics["warm/steps"], metrics["warm/probe_accuracy"] = step, acc
+                    if config.target_accuracy is not None and acc >= config.target_accuracy:
+                        ahead.stop()
+                        if saved is not None:  # the steps trained ahead are undone: the model is the one probed
+                            model.load_state_dict(saved)
+                            del losses[step:]
+                        advance(step, losses[-1], acc)
+                        break
+                    advance(step if step == config.steps else ahead.trained(), losses[-1], acc)
+            finally:
+                ahead.stop()
         model.eval()
         tail = losses[-config.check_every :]
         metrics["warm/loss_first"] = losses[0]
@@ -401,7 +426,15 @@ def get_or_build(
     final = root / f"tiny-qwen2-{key}"
     if (final / METRICS_FILE).is_file():
         return final
+    if cap is not None:  # the warm start built without the cap is this one when the cap drops none of the prompts it read
+        uncapped = root / f"tiny-qwen2-{cache_key(model_config, task_config, warm_config, system_prompt)}"
+        longest = _cache_record(uncapped).get("longest_prompt")
+        if longest is not None and longest <= cap:
+            return uncapped
     model, tokenizer = build_tiny_model(model_config)
+    measured = None
+    if not is_environment(task):  # the longest prompt the warm start reads, recorded (the cap above)
+        task = measured = _LongestPrompt(task, PromptRenderer(tokenizer, system_prompt=system_prompt))
     if rollout is not None:  # a prompt that cannot fit is refused before the warm start trains (or evaluates)
         from rllab.rollout.prompt_limits import PromptLimits
 
@@ -422,6 +455,7 @@ def get_or_build(
             "task_config": dict(task_config),
             "warm_start_config": attrs.asdict(warm_config),
             **({} if system_prompt is None else {"system_prompt": system_prompt}),
+            **({"longest_prompt": measured.longest} if measured is not None else {}),
             "metrics": metrics,
         }
         (tmp / METRICS_FILE).write_text(json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
@@ -434,6 +468,43 @@ def get_or_build(
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+class _LongestPrompt:
+    """A task that notes the longest prompt (in tokens, as the rollouts encode it) of every example
+    it hands out; every other attribute is the task's."""
+
+    def __init__(self, task: Any, renderer: PromptRenderer):
+        self._task, self._renderer, self._seen, self.longest = task, renderer, set(), 0
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._task, name)
+
+    def _note(self, examples: list) -> list:
+        from rllab.rollout.chat import prompt_key
+
+        for e in examples:
+            key = prompt_key(e.prompt)
+            if key not in self._seen:  # each distinct prompt encoded once
+                self._seen.add(key)
+                self.longest = max(self.longest, len(self._renderer.encode(e.prompt)))
+        return examples
+
+    def train_examples(self, n: int, rng: Any) -> list:
+        return self._note(list(self._task.train_examples(n, rng)))
+
+    def eval_examples(self) -> list:
+        return self._note(list(self._task.eval_examples()))
+
+
+def _cache_record(model_dir: Path) -> dict:
+    """The ``rllab_warm_start.json`` of a cached model ({} when there is none)."""
+    try:
+        return json.loads((model_dir / METRICS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def warm_start_metrics(model_dir: str | os.PathLike) -> dict:
