@@ -287,7 +287,7 @@ def markdown_lines(fits: dict, task: str) -> list[str]:
         "A fitted asymptote describes a curve and is never a verdict; pairs with an extrapolated A, an A on its bound, or "
         f"more than {100 * MAX_FAILED:.0f}% failed refits are not compared. *Predicts*: the curve fitted to the evaluations at up to "
         f"{100 * EARLY_FRACTION:.0f}% of the largest compute, its mean absolute error (points) on the later evaluations' means over seeds.", "",
-        "| arm | A % [95% CI] | C_mid " + unit + " [95% CI] | B | R0 % | refits failed | predicts (MAE, points) | fit |", "|---|---|---|---|---|---|---|---|",
+        "| arm | A % [95% CI] | C_mid " + unit + " [95% CI] | B | R0 % | refit failures | predicts (MAE, points) | fit |", "|---|---|---|---|---|---|---|---|",
     ]
     for a, d in t["arms"].items():
         A = _num(100 * d.get("A", math.nan), ".1f") + (f" [{_num(100 * d['A_ci']['low'], '.1f')}, {_num(100 * d['A_ci']['high'], '.1f')}]" if _has_ci(d, "A") else "")

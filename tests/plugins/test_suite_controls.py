@@ -207,7 +207,7 @@ def test_an_asymptote_on_its_bound_or_with_failed_refits_is_never_compared():
         assert "A on its bound (100%)" in out["tasks"]["addition"]["pairs"][0]["verdict"]
     assert out["tasks"]["addition"]["pairs"][0]["verdict"].startswith("not compared: ")
     md = "\n".join(fits.markdown_lines(out, "addition"))
-    assert "refits failed" in md and "never a verdict" in md
+    assert "| refit failures |" in md and "never a verdict" in md
 
 
 def test_the_predictive_check_by_hand():
