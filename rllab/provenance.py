@@ -111,11 +111,31 @@ def check_start(model_dir: str | os.PathLike, expected: str | None, *, setting: 
         if not actual.startswith(want):
             raise ConfigError(
                 f"{setting} = {expected!r}: the starting model in {model_dir} hashes to {actual}, not {want}. It is not the "
-                f"pinned start: point model.path at the exported start with that hash (rllab provenance RUN --export-start DIR "
-                f"writes one), or remove {setting} to accept this one",
+                f"pinned start: put the exported start with that hash (rllab provenance RUN --export-start DIR writes one) in a "
+                f"directory of ${STARTS_ENV} or point model.path at it, or remove {setting} to accept this one",
                 key=setting.rpartition(".")[2],
             )
     return actual
+
+
+STARTS_ENV = "RLLAB_STARTS"
+"""Directories (separated by ``os.pathsep``) of exported starts (``start-<16 hex digits>``, as
+``rllab provenance RUN --export-start DIR`` writes them) that a run pinned with ``model.sha256``
+begins from instead of building its warm start."""
+
+
+def find_start(expected: str, dirs: Iterable[str | os.PathLike] | None = None) -> Path | None:
+    """The exported start in ``dirs`` (default: :data:`STARTS_ENV`'s) whose files hash to
+    ``expected`` (a sha256 or a prefix of one), else None. A directory named for the hash whose
+    files hash otherwise is skipped."""
+    want = expected.strip().lower().removeprefix("sha256:")
+    if dirs is None:
+        dirs = [d for d in os.environ.get(STARTS_ENV, "").split(os.pathsep) if d.strip()]
+    for d in dirs:
+        for candidate in sorted(Path(d).expanduser().glob(f"start-{want[:16]}*")):
+            if candidate.is_dir() and model_sha256(candidate).startswith(want):
+                return candidate
+    return None
 
 
 # --------------------------------------------------------------------------- data files read

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -175,3 +176,41 @@ def test_a_suite_cell_is_found_by_variant_and_seed(tmp_path):
         resolve_cell(tmp_path, "ppo")
     with pytest.raises(RllabError, match="no seed 7"):
         resolve_cell(tmp_path, "grpo/7")
+
+
+def test_the_controls_suites_no_rl_cell_from_its_shipped_start_evaluates_to_the_committed_number(tmp_path, monkeypatch):
+    """benchmarks/suites/starts holds the start the committed controls result recorded; pinned by
+    its hash, the untrained cell builds no warm start (an empty cache stays empty) and scores
+    what the committed result says — the check to run on another machine."""
+    from rllab import Lab
+    from rllab.training.trainer import run_experiment
+    from rllab_suite.spec import expand, parse_suite
+
+    root = Path(__file__).resolve().parents[1]
+    recorded = json.loads((root / "benchmarks/suites/results/controls/provenance.json").read_text())
+    (sha,) = recorded["starts"]
+    committed = next(r for r in json.loads((root / "benchmarks/suites/results/controls/summary.json").read_text())["rows"]
+                     if r["variant"] == "no_rl")["initial_accuracy"]
+    monkeypatch.setenv("RLLAB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv(provenance.STARTS_ENV, str(root / "benchmarks/suites/starts"))
+    lab = Lab()
+    cell = next(c for c in expand(parse_suite(root / "benchmarks/suites/controls.toml"), lab=lab) if c.variant == "no_rl" and c.seed == 0)
+    run_experiment(load_config(cell.config, [f"model.sha256={sha}"], lab=lab), lab=lab, run_dir=tmp_path / "no_rl", progress=False)
+    assert provenance.read(tmp_path / "no_rl")["hashes"]["start"]["sha256"] == sha
+    assert not (tmp_path / "empty-cache").exists() or not any((tmp_path / "empty-cache").iterdir())
+    first = json.loads((tmp_path / "no_rl" / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["step"] == 0 and first["eval/accuracy"] == committed
+
+
+def test_an_exported_start_is_found_by_its_hash_and_a_tampered_one_is_not(tmp_path):
+    d = tmp_path / "starts" / "start-0000000000000000"
+    d.mkdir(parents=True)
+    (d / "model.safetensors").write_bytes(b"w")
+    sha = provenance.model_sha256(d)
+    named = d.with_name(f"start-{sha[:16]}")
+    d.rename(named)
+    assert provenance.find_start(sha, [tmp_path / "starts"]) == named
+    assert provenance.find_start(sha[:10].upper(), [tmp_path / "starts"]) == named
+    assert provenance.find_start("ab" * 32, [tmp_path / "starts"]) is None
+    (named / "model.safetensors").write_bytes(b"changed")
+    assert provenance.find_start(sha, [tmp_path / "starts"]) is None

@@ -163,6 +163,10 @@ class Trainer:
         )
 
     def _model_dir(self) -> Path:
+        mc = self.cfg.model
+        exported = provenance.find_start(mc.sha256) if mc.sha256 and not mc.path else None  # $RLLAB_STARTS: the pinned start as shipped
+        if exported is not None:
+            return exported
         return base_model_dir(self.cfg, self.source, progress=self.progress)  # model.path, or the tiny model (cached)
 
     def _load_model(self):
