@@ -167,7 +167,9 @@ def recording_data() -> Iterator[list[Path]]:
 
 def config_files(section: Mapping[str, Any]) -> list[Path]:
     """Existing files a config section's values name (nested tables and lists too); a
-    ``file.py:function`` reference counts its file."""
+    ``file.py:function`` reference counts its file. Only a value that looks like a path counts
+    (it holds a ``/`` or a ``.``), so a bare word never hashes a directory that happens to bear
+    its name."""
     out: list[Path] = []
 
     def visit(v):
@@ -179,6 +181,8 @@ def config_files(section: Mapping[str, Any]) -> list[Path]:
                 visit(x)
         elif isinstance(v, str) and v.strip() and len(v) < 4096:
             text = v.rsplit(":", 1)[0] if ".py:" in v else v
+            if "/" not in text and os.sep not in text and "." not in text:
+                return  # a bare word ("exact", "train") is a choice, not a path, even where a file of that name exists
             try:
                 p = Path(text).expanduser()
                 if p.is_file() or (p.is_dir() and text not in (".", "..")):

@@ -96,8 +96,16 @@ def test_data_named_by_a_knob_is_found_and_keyed_by_content_wherever_it_lies(tmp
     shutil.copyfile(a, b)
     reward = tmp_path / "rw.py"
     reward.write_text("def f(x): return 1\n")
-    section = {"name": "jsonl", "path": str(a), "reward_fn": f"{reward}:f", "note": "not a file", "seed": 0}
-    found = provenance.config_files(section)
+    (tmp_path / "train").mkdir()
+    section = {"name": "jsonl", "path": str(a), "reward_fn": f"{reward}:f", "note": "not a file", "seed": 0, "split": "train"}
+    import os
+
+    here = os.getcwd()
+    os.chdir(tmp_path)  # a directory named like a bare word knob value is not data
+    try:
+        found = provenance.config_files(section)
+    finally:
+        os.chdir(here)
     assert found == [a.resolve(), reward.resolve()]
     hashes = provenance.data_hashes(found)
     keyed = provenance.content_keyed(section, hashes)
