@@ -176,6 +176,11 @@ def test_a_suite_cell_is_found_by_variant_and_seed(tmp_path):
         resolve_cell(tmp_path, "ppo")
     with pytest.raises(RllabError, match="no seed 7"):
         resolve_cell(tmp_path, "grpo/7")
+    report = tmp_path / "report"  # a committed result: the report and its provenance, no runs
+    report.mkdir()
+    provenance.write(report, {"cells": [], "starts": {"ab" * 32: ["grpo-add-s0-k"]}})
+    with pytest.raises(RllabError, match=f"report without its run directories.*{'ab' * 32}.*RLLAB_STARTS"):
+        resolve_cell(report, "grpo")
 
 
 def test_the_controls_suites_no_rl_cell_from_its_shipped_start_evaluates_to_the_committed_number(tmp_path, monkeypatch):

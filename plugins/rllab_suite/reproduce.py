@@ -62,6 +62,14 @@ def resolve_cell(result: Path, cell: str) -> Path:
     cell's run directory name), SEED its seed (default: the lowest)."""
     manifest_path = result / MANIFEST
     if not manifest_path.is_file():
+        if (result / provenance.PROVENANCE_FILE).is_file() and "cells" in provenance.read(result):
+            starts = ", ".join(provenance.read(result).get("starts") or ()) or "none recorded"
+            raise RllabError(
+                f"--cell {cell}: {result} is a suite report without its run directories (a committed result keeps the "
+                f"report, its provenance.json and the starts' hashes: {starts}); run the suite again from its pinned start "
+                f"(model.sha256=HASH with ${provenance.STARTS_ENV} naming where the start is kept, docs/reproducibility.md) "
+                f"and compare with the report"
+            )
         raise RllabError(f"--cell {cell}: {result} is not a suite result (no {MANIFEST})")
     manifest = json.loads(manifest_path.read_text())
     name, _, seed = cell.partition("/")
