@@ -96,10 +96,44 @@ MODEL_RECORDS = ("rllab_warm_start.json",)
 so not in its hash."""
 
 
+MEMO_BYTES = 256 << 20
+"""A model directory at least this large has its hash remembered (:func:`model_sha256`)."""
+
+
+def _memo_dir() -> Path:
+    root = os.environ.get("RLLAB_CACHE")
+    return (Path(root).expanduser() if root else Path.home() / ".cache" / "rllab" / "models") / ".hashes"
+
+
 def model_sha256(model_dir: str | os.PathLike) -> str:
     """The starting model's hash: :func:`sha256_tree` of its directory (weights, config and
-    tokenizer files), without hidden files and :data:`MODEL_RECORDS`."""
-    return sha256_tree(model_dir, skip=MODEL_RECORDS)
+    tokenizer files), without hidden files and :data:`MODEL_RECORDS`.
+
+    Every run hashes its start, so the hash of a large model (:data:`MEMO_BYTES`, e.g. a 7B
+    ``model.path``) is remembered under the model cache (``.hashes/``), keyed by the directory and
+    each file's name, size and modification time: a file rewritten in place is hashed again."""
+    root = Path(model_dir)
+    files = _tree_files(root, MODEL_RECORDS)
+    stats = [(p.relative_to(root).as_posix(), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    if sum(size for _, size, _ in stats) < MEMO_BYTES:
+        return sha256_tree(root, skip=MODEL_RECORDS)
+    key = hashlib.sha256(json.dumps([str(root.resolve()), stats]).encode()).hexdigest()
+    memo = _memo_dir() / f"{key}.sha256"
+    try:
+        known = memo.read_text().strip()
+        if len(known) == 64:
+            return known
+    except OSError:
+        pass
+    digest = sha256_tree(root, skip=MODEL_RECORDS)
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_name(f".{memo.name}.{os.getpid()}")
+        tmp.write_text(digest + "\n")
+        os.replace(tmp, memo)
+    except OSError:  # a read-only cache: the hash is computed each time
+        pass
+    return digest
 
 
 def check_start(model_dir: str | os.PathLike, expected: str | None, *, setting: str = "model.sha256") -> str:

@@ -238,3 +238,18 @@ def test_a_resume_that_runs_differently_is_recorded_beside_the_record(tmp_path):
     assert provenance.differences(rec, _record()) == []  # the resumes are not a field of the record
     assert "thread" in provenance.explain("resumed at step 4: machine.torch.threads")
     assert provenance.note_resume(tmp_path / "none", _record(), step=1) is None
+
+
+def test_a_large_models_hash_is_remembered_until_a_file_changes(tmp_path, monkeypatch):
+    d = _model_dir(tmp_path / "m")
+    h = provenance.model_sha256(d)
+    monkeypatch.setenv("RLLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(provenance, "MEMO_BYTES", 1)  # every model counts as large
+    assert provenance.model_sha256(d) == h
+    assert len(list((tmp_path / "cache" / ".hashes").iterdir())) == 1
+    real = provenance.sha256_tree
+    monkeypatch.setattr(provenance, "sha256_tree", lambda *a, **k: pytest.fail("hashed again"))
+    assert provenance.model_sha256(d) == h  # remembered
+    monkeypatch.setattr(provenance, "sha256_tree", real)
+    (d / "model.safetensors").write_bytes(b"\x01\x02\x03")  # rewritten: another size (and time)
+    assert provenance.model_sha256(d) != h
