@@ -235,7 +235,7 @@ def _need_scipy() -> None:
     import importlib.util
 
     if importlib.util.find_spec("scipy") is None:  # looked up, not imported: an error before the statistics stays quick
-        raise rllab.RllabError("the suite statistics need scipy: pip install 'rllab[suite]'")
+        raise rllab.MissingExtraError("the suite statistics need scipy: pip install 'rllab[suite]'")
 
 
 def cmd_suite(args) -> int:
@@ -326,7 +326,7 @@ def cmd_compare(args) -> int:
     from rllab_suite.suite import compare_runs
 
     console = _console()
-    out = Path(args.out)
+    out = Path(args.out) if args.out else default_compare_dir([Path(r) for r in args.runs])
     compare_runs(args.runs, out=out, baseline=args.baseline, console=console)
     from rich.markup import escape
 
@@ -336,6 +336,19 @@ def cmd_compare(args) -> int:
         console.print(escape(f"provenance: {note}"), highlight=False, soft_wrap=True)
     console.print(f"report written to {out / 'report.md'}", highlight=False)
     return 0
+
+
+def default_compare_dir(runs: list[Path]) -> Path:
+    """Where ``rllab compare`` writes without ``--out``: ``compare/`` in the directory that holds the
+    runs (their nearest common one), not the working directory."""
+    import os
+
+    parents = [r.resolve().parent for r in runs]
+    try:
+        common = Path(os.path.commonpath(parents))
+    except ValueError:  # different drives
+        common = parents[0]
+    return common / "compare"
 
 
 def _provenance_entry(args) -> int:
@@ -439,7 +452,7 @@ def register_commands(subparsers):
 
     p = subparsers.add_parser("compare", help="compare loose run directories (grouped by their differing settings) with statistics")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR")
-    p.add_argument("--out", default="compare", help="where report.md, CSV, JSON and plots go (default: ./compare)")
+    p.add_argument("--out", default=None, help="where report.md, CSV, JSON and plots go (default: compare/ beside the runs, e.g. runs/compare)")
     p.add_argument("--baseline", default=None, help="the group P(improvement) is measured against (a label as printed)")
     p.set_defaults(func=cmd_compare)
 

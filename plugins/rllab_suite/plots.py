@@ -154,7 +154,8 @@ def plot_fits(records: list[RunRecord], summary: dict, out_dir: Path, title: str
         ax.set_ylabel("held-out accuracy (greedy)")
         ax.set_title(f"{title} — {task}: fitted to compute" if title else f"{task}: fitted to compute", fontsize=10)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[1]:  # no arm fitted (or with a floor) on this task: no legend to draw
+            ax.legend(fontsize=7)
     return _save(fig, out_dir / "fits.png")
 
 
@@ -194,9 +195,13 @@ def plot_pass_at(summary: dict, out_dir: Path, title: str = "") -> Path:
 
 
 def _save(fig, path: Path) -> Path:
+    import warnings
+
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
+    with warnings.catch_warnings():  # long labels: the layout is kept as it is, said in no warning (the file is written all the same)
+        warnings.filterwarnings("ignore", message="Tight layout not applied", category=UserWarning)
+        fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path

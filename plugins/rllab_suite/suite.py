@@ -335,6 +335,8 @@ def compare_runs(run_dirs: list, *, out: Path, baseline: str | None = None, cons
     if missing:
         suites = [d for d in missing if (Path(d) / MANIFEST).is_file()]
         hint = f"; {', '.join(suites)} is a suite directory: its report comes from rllab suite report DIR" if suites else ""
+        reports = [d for d in missing if (Path(d) / "report.md").is_file() and d not in suites]
+        hint += f"; {', '.join(reports)} holds a comparison's report (rllab compare writes one there): leave it out" if reports else ""
         raise RllabError(f"not run directories (no config.toml): {', '.join(missing)}{hint}")
     _refuse_repeated_runs(dirs)
     _check_out(Path(out))
