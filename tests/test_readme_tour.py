@@ -29,3 +29,13 @@ def test_the_tours_experiment_files_exist_and_load(lab):
         if "advantage=rloo" in overrides:
             assert cfg.component("advantage").name == "rloo"
     assert load_config(ROOT / "examples/exp.toml", [], lab=lab).train.steps == 200
+
+
+def test_what_to_expect_quotes_the_benchmarks_numbers():
+    """README's "What to expect" quotes benchmarks/README.md: every decimal figure in it is there too."""
+    readme = (ROOT / "README.md").read_text()
+    expect = readme.split("### What to expect", 1)[1].split("\n## ", 1)[0]
+    bench = (ROOT / "benchmarks" / "README.md").read_text()
+    figures = set(re.findall(r"(?<![\w.])\d+\.\d+(?![\w.])", expect))
+    assert {"31.0", "31.5", "36.5", "33.5", "39.5", "64.5", "70.5"} <= figures
+    assert sorted(f for f in figures if f not in bench) == []
