@@ -23,7 +23,7 @@ import importlib as _importlib  # noqa: E402
 from typing import TYPE_CHECKING as _TYPE_CHECKING  # noqa: E402
 
 from rllab import _compat  # noqa: E402
-from rllab.errors import NonFiniteError, RewardError  # noqa: E402
+from rllab.errors import MissingExtraError, NonFiniteError, RewardError  # noqa: E402
 from rllab.hookspecs import hookimpl  # noqa: E402
 from rllab.lab import (  # noqa: E402
     KINDS,
@@ -110,6 +110,7 @@ __all__ = [
     "KINDS",
     "Algorithm",
     "KLSample",
+    "MissingExtraError",
     "NonFiniteError",
     "OptimizerStep",
     "Optimizers",

@@ -37,6 +37,12 @@ class ConfigError(RllabError, ValueError):
         self.key = key
 
 
+class MissingExtraError(RllabError, ImportError):
+    """An optional package a component needs is not installed. The message names the component and
+    the ``pip install`` that brings it (``pip install 'rllab[gem]'``); the command line prints it as
+    one line, and code that catches ``ImportError`` still catches it."""
+
+
 class PluginLoadError(RllabError):
     """A plugin that could not be imported or failed while registering."""
 

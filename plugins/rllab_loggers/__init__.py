@@ -94,7 +94,7 @@ class TensorBoardLogger:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as e:  # tensorboard is an optional extra
-            raise rllab.RllabError(
+            raise rllab.MissingExtraError(
                 "the 'tensorboard' logger needs the tensorboard package: pip install 'rllab[tensorboard]'"
             ) from e
         self._w = SummaryWriter(log_dir=str(logdir))

@@ -24,7 +24,7 @@ def require(module: str, *, logger: str, extra: str):
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise rllab.RllabError(
+        raise rllab.MissingExtraError(
             f"the {logger!r} logger needs the {module} package, which is not installed: pip install 'rllab[{extra}]' "
             f"(or remove {logger!r} from loggers)"
         ) from e

@@ -23,7 +23,7 @@ import time
 import traceback
 from pathlib import Path
 
-from rllab import RllabError
+from rllab import MissingExtraError, RllabError
 from rllab.training import runlock
 
 EXECUTORS = ("local", "ray")
@@ -222,7 +222,7 @@ def run_ray(jobs: list[dict], *, workers: int | None, progress: Progress, descri
     except ImportError:
         from rllab import RllabError
 
-        raise RllabError("--executor ray needs Ray: pip install 'rllab[ray]'") from None
+        raise MissingExtraError("--executor ray needs Ray: pip install 'rllab[ray]'") from None
     started_here = not ray.is_initialized()
     if started_here:
         kwargs = {"address": address} if address else {"num_cpus": workers or cores(), "include_dashboard": False, "log_to_driver": False}

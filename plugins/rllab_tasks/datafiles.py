@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from rllab.errors import MissingExtraError
 from rllab.provenance import note_data_file
 
 BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -21,7 +22,7 @@ def _datasets():
     try:
         import datasets
     except ImportError:
-        raise ImportError("the dataset task reads files through the datasets package: pip install 'rllab[data]'") from None
+        raise MissingExtraError("the dataset task reads files through the datasets package: pip install 'rllab[data]'") from None
     return datasets
 
 

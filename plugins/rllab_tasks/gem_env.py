@@ -77,7 +77,7 @@ def _gem():
     try:
         import gem
     except ImportError:
-        raise ImportError("the gem environment needs the gem-llm package: pip install 'rllab[gem]'") from None
+        raise rllab.MissingExtraError("the gem environment needs the gem-llm package: pip install 'rllab[gem]'") from None
     finally:
         root.handlers[:] = handlers
         root.setLevel(level)

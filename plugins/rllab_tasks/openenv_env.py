@@ -48,7 +48,7 @@ def _client_class():
     try:
         from openenv.core.generic_client import GenericEnvClient
     except ImportError as e:
-        raise ImportError(f"the openenv environment needs the openenv-core package: pip install 'rllab[openenv]' ({e})") from None
+        raise rllab.MissingExtraError(f"the openenv environment needs the openenv-core package: pip install 'rllab[openenv]' ({e})") from None
     return GenericEnvClient
 
 

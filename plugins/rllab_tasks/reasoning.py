@@ -34,7 +34,7 @@ def _reasoning_gym():
     try:
         import reasoning_gym
     except ImportError:
-        raise ImportError("the reasoning_gym task needs the reasoning-gym package: pip install 'rllab[reasoning]'") from None
+        raise rllab.MissingExtraError("the reasoning_gym task needs the reasoning-gym package: pip install 'rllab[reasoning]'") from None
     return reasoning_gym
 
 

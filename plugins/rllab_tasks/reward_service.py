@@ -61,7 +61,7 @@ def _requests():
     try:
         import requests
     except ImportError:
-        raise ImportError("the remote and llm_judge rewards need the requests package: pip install 'rllab[remote]'") from None
+        raise rllab.MissingExtraError("the remote and llm_judge rewards need the requests package: pip install 'rllab[remote]'") from None
     return requests
 
 

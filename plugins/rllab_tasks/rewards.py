@@ -57,7 +57,7 @@ def _math_verify():
     try:
         import math_verify
     except ImportError:
-        raise ImportError(
+        raise rllab.MissingExtraError(
             "the math_verify reward needs the math-verify package: pip install 'rllab[math]'"
         ) from None
     return math_verify

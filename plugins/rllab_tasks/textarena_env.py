@@ -116,7 +116,7 @@ def _textarena():
     try:
         import textarena
     except ImportError:
-        raise ImportError("the textarena environment needs the textarena package: pip install 'rllab[envs]'") from None
+        raise rllab.MissingExtraError("the textarena environment needs the textarena package: pip install 'rllab[envs]'") from None
     return textarena
 
 

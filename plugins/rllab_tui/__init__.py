@@ -28,7 +28,7 @@ def cmd_tui(args) -> int:
     try:
         import textual  # noqa: F401
     except ImportError:
-        raise rllab.RllabError("rllab tui needs Textual: pip install 'rllab[tui]'") from None
+        raise rllab.MissingExtraError("rllab tui needs Textual: pip install 'rllab[tui]'") from None
     from rllab_tui.app import SuiteApp
 
     target = Path(args.target) if args.target else None

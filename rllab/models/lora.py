@@ -49,7 +49,7 @@ import torch
 from torch import nn
 
 from rllab.models.forward import is_sharded
-from rllab.errors import ConfigError, RllabError
+from rllab.errors import ConfigError, MissingExtraError, RllabError
 from rllab.models.hfcompat import peft_deprecations_quiet
 from rllab.specs import ComponentSpec, build_config, knob
 from rllab.models.tinyconfig import TinyModelConfig
@@ -127,7 +127,7 @@ def require_peft():
     try:
         import peft
     except ImportError:
-        raise RllabError(_NO_PEFT) from None
+        raise MissingExtraError(_NO_PEFT) from None
     return peft
 
 

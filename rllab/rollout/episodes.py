@@ -62,7 +62,7 @@ from rllab.algorithm import seed_for
 from rllab.rollout.chat import PromptRenderer, _ids, prompt_text
 from rllab.rollout.environment import Step
 from rllab.rollout.episode_stats import ERROR_ADVICE
-from rllab.errors import EpisodeError, PromptError, RllabError
+from rllab.errors import EpisodeError, MissingExtraError, PromptError, RllabError
 from rllab.members import member
 from rllab.types import Completion, Example, SamplingParams
 
@@ -261,6 +261,8 @@ class EpisodeRunner:
         for s in states:
             try:
                 s.episode = self.env.start(s.example)
+            except MissingExtraError:
+                raise  # the environment's package is not installed: one error naming the install
             except Exception as e:
                 self._fail(s, 0, None, e)
             if inspect.isawaitable(s.episode):  # every episode would fail alike: a contract error, whatever reward_errors says
@@ -408,6 +410,8 @@ class EpisodeRunner:
         if batch is not None:
             try:
                 out = list(batch([s.episode for s, _ in pairs], texts, completion_ids=[list(c.token_ids) for _, c in pairs]))
+            except MissingExtraError:
+                raise  # a package the step needs is not installed: not an episode's failure
             except Exception as e:
                 return [e] * len(pairs)
             if len(out) != len(pairs):
@@ -418,6 +422,8 @@ class EpisodeRunner:
         for k, ((s, _), text) in enumerate(zip(pairs, texts)):
             try:
                 r = s.episode.step(text)
+            except MissingExtraError:
+                raise  # a package the step needs is not installed: not an episode's failure
             except Exception as e:
                 out[k] = e
                 continue

@@ -46,7 +46,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 
-from rllab.errors import ConfigError, RllabError
+from rllab.errors import ConfigError, MissingExtraError, RllabError
 
 STYLES = ("trl", "verl")
 
@@ -160,6 +160,8 @@ class RewardFunction:
         where = f"reward function {self.name!r} ({self.ref})"
         try:
             out = self.fn(**self._kwargs(kwargs))
+        except MissingExtraError:
+            raise  # its package is not installed: no row can score, and nothing to skip
         except Exception as e:
             if n == 1:
                 raise RewardFunctionError(f"{where} raised on {rows[0]}: {type(e).__name__}: {e}") from e
@@ -187,6 +189,8 @@ class RewardFunction:
         }
         try:
             out = self.fn(**self._kwargs(kwargs))
+        except MissingExtraError:
+            raise  # its package is not installed: no row can score, and nothing to skip
         except Exception as e:
             raise RewardFunctionError(f"{where} raised on {row}: {type(e).__name__}: {e}") from e
         if isinstance(out, Mapping):

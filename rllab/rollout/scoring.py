@@ -24,7 +24,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 from rllab.rollout.chat import prompt_text
-from rllab.errors import RewardError
+from rllab.errors import MissingExtraError, RewardError
 from rllab.members import member
 from rllab.types import Example
 
@@ -69,6 +69,8 @@ class TaskScorer:
             return None
         try:
             out = list(batch(list(examples), list(texts), completion_ids=[list(i) for i in ids]))
+        except MissingExtraError:
+            raise  # a reward's package is not installed: one error naming the install, not a row's failure
         except Exception:
             return None
         return out if len(out) == len(texts) else None
@@ -110,6 +112,8 @@ class TaskScorer:
                 if one_by_one is not None:  # the batch call failed: each row alone, so the failure is its own
                     given = one_by_one([ex], [text], completion_ids=[list(ids[i])])[0]
                 out.append(self._reward(ex, text, names, weights, given))
+            except MissingExtraError:
+                raise  # no row can score without the package: not a failure to skip or zero
             except Exception as e:
                 out.append(e)
         return out

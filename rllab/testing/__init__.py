@@ -80,6 +80,7 @@ from typing import Iterable
 
 import attrs
 
+from rllab.errors import MissingExtraError
 from rllab.lab import Lab
 
 from rllab.testing import factories as contract_factories  # noqa: F401  (registers the factory kinds' checks)
@@ -184,7 +185,8 @@ def run_contract(lab: Lab, kind: str, name: str, knobs: dict | None = None) -> l
     """Run every check for one component, collecting results (used by ``rllab check``).
 
     Knobs that do not make a valid config raise :class:`~rllab.errors.ConfigError` before any
-    check runs (see :func:`check_knobs`); a default config that does not validate is a failed check."""
+    check runs (see :func:`check_knobs`); a default config that does not validate is a failed check.
+    A component whose optional package is missing raises :class:`~rllab.errors.MissingExtraError`."""
     spec = lab.spec(kind, name)
     results = []
     knobs = dict(knobs or {})
@@ -197,6 +199,8 @@ def run_contract(lab: Lab, kind: str, name: str, knobs: dict | None = None) -> l
         return [CheckResult(kind, spec.name, builds, True, msg, skipped=True)]
     try:
         comp = lab.get(kind, spec.name, **knobs)
+    except MissingExtraError:
+        raise  # not the component's fault: one line naming the install, before any check
     except Exception as e:
         return [CheckResult(kind, spec.name, builds, False, f"{type(e).__name__}: {e}")]
     results.append(CheckResult(kind, spec.name, builds, True))
@@ -206,6 +210,8 @@ def run_contract(lab: Lab, kind: str, name: str, knobs: dict | None = None) -> l
             results.append(CheckResult(kind, spec.name, check_name, True))
         except ContractSkip as e:
             results.append(CheckResult(kind, spec.name, check_name, True, str(e), skipped=True))
+        except MissingExtraError:
+            raise  # its optional package is not installed: no check can run, and none failed
         except Exception as e:
             results.append(CheckResult(kind, spec.name, check_name, False, f"{type(e).__name__}: {e}"))
     if not checks_for(kind):
