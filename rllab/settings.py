@@ -118,6 +118,13 @@ class RolloutConfig:
         ge=1,
     )
     dynamic_sampling: bool = knob(False, help="drop groups whose scores are all equal (DAPO)")
+    mask_truncated: bool = knob(
+        False,
+        help="overlong filtering (DAPO; TRL's mask_truncated_completions): a completion cut off by max_new_tokens, or an "
+        "episode whose last turn was cut off or that outgrew its token budget, is kept in its group (its reward counts in "
+        "the advantages) but none of its tokens is trained on (its response mask is cleared; rollout/truncated_frac logs "
+        "the share)",
+    )
     overlong_buffer: int = knob(0, help="DAPO overlong shaping: penalise the last N tokens before the cap (0: off)", ge=0)
     overlong_penalty: float = knob(1.0, help="DAPO overlong shaping: the penalty reached at the cap", ge=0.0)
     random_reward: str = knob(

@@ -348,3 +348,18 @@ def test_a_batch_without_signal_is_reported_with_a_kl_term(capsys, tmp_path, mon
     src.write_text("loss_type: grpo\nbeta: 0.04\nnum_generations: 4\nper_device_train_batch_size: 8\nmax_completion_length: 8\n")
     code, out, err = run(capsys, "crosscheck", "trl", str(src), "--steps", "1", "--tries", "1")
     assert code == report.NO_SIGNAL_EXIT and "no signal: in none of the 1" in out and "agree:" not in out, out + err[-2000:]
+
+
+@needs_trl
+def test_an_optimizer_step_over_several_generation_batches_agrees(capsys, tmp_path):
+    # steps_per_generation 2 < gradient_accumulation_steps 4: each optimizer step takes 2 generation
+    # batches (one rllab step of both); grpo's row mean makes it exact
+    _agrees(capsys, tmp_path, "loss_type: grpo\nper_device_train_batch_size: 4\ngradient_accumulation_steps: 4\nsteps_per_generation: 2\n"
+            "num_generations: 4\nmax_completion_length: 8\nlearning_rate: 1.0e-5\n", 2)
+
+
+@needs_trl
+def test_masked_truncated_completions_agree(capsys, tmp_path):
+    # completions cut at 4 tokens are out of TRL's loss and token count; the rows stay in their groups
+    _agrees(capsys, tmp_path, "loss_type: dapo\nmask_truncated_completions: true\nper_device_train_batch_size: 16\nnum_generations: 8\n"
+            "max_completion_length: 4\nlearning_rate: 1.0e-5\n", 2)

@@ -63,7 +63,7 @@ def test_a_config_with_every_field_changed_names_every_field():
     for knob in ALGORITHM_KNOBS:  # an algorithm knob is ignored only where another knob makes it unread
         assert knob not in t.ignored or t.ignored[knob].startswith(("not read by", "read only with")), (knob, t.ignored[knob])
     assert t.ignored["epsilon"] == "not read by loss_type = 'sapo'"
-    for knob in ("mask_truncated_completions", "top_entropy_quantile", "importance_sampling_level", "min_p", "adam_beta1",
+    for knob in ("top_entropy_quantile", "importance_sampling_level", "min_p", "adam_beta1",
                  "sync_ref_model", "disable_dropout", "generation_batch_size"):
         assert knob in t.refused
 
@@ -76,7 +76,8 @@ def test_every_field_has_a_rule():
             "multi_objective_aggregation", "reward_weights", "scale_rewards", "loss_type", "importance_sampling_level",
             "epsilon", "epsilon_high", "delta", "off_policy_mask_threshold", "sapo_temperature_pos",
             "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg", "beta",
-            "use_bias_correction_kl", "entropy_coef", "use_vllm", "optim", "model_init_kwargs"}  # fmt: skip
+            "use_bias_correction_kl", "entropy_coef", "use_vllm", "optim", "model_init_kwargs",
+            "mask_truncated_completions"}  # fmt: skip
     assert set(FIELDS) == ruled | read, sorted(set(FIELDS) ^ (ruled | read))
 
 
@@ -398,3 +399,50 @@ def test_model_init_kwargs_other_than_loading_are_refused():
     assert trl.translate({"model_init_kwargs": {"dtype": "bfloat16", "attn_implementation": "sdpa"}}).ignored["model_init_kwargs"]
     with pytest.raises(ConfigError, match="model_init_kwargs.*attention_dropout: not a loading argument"):
         imported(model_init_kwargs={"dtype": "bfloat16", "attention_dropout": 0.1})
+
+
+def test_fewer_steps_per_generation_than_accumulation_steps():
+    """TRL's Lite PPO example (cut down): 4 rows × 2 slices per generation batch, 8 accumulated micro-batches
+    per optimizer step: one optimizer step takes 8 / 2 = 4 generation batches of 8 completions, i.e. one
+    rllab step of 4 × 8 / num_generations 4 = 8 prompts, one minibatch, one epoch."""
+    lite = dict(scale_rewards="batch", loss_type="dapo", num_generations=4, per_device_train_batch_size=4,
+                gradient_accumulation_steps=8, steps_per_generation=2, max_steps=6)
+    t = trl.translate(lite)
+    t.finish()
+    v = values(t)
+    assert (v["rollout", "prompts_per_step"], v["algorithm", "minibatches"], v["algorithm", "epochs"]) == (8, 1, 1)
+    assert v["train", "steps"] == 6 and v["train", "lr_schedule_steps"] == 6  # one optimizer step per rllab step
+    # exact for loss types that average rows or micro-batches; dapo's per-batch normaliser and batch std differ
+    assert "divides each one's token sum by its own token count (× 4)" in t.differs["gradient_accumulation_steps"]
+    assert "over each generation batch of 8 completions, rllab over the step's 32" in t.differs["scale_rewards"]
+    with pytest.raises(ConfigError, match="gradient_accumulation_steps"):
+        t.finish(strict=True)
+    t = trl.translate({**lite, "loss_type": "grpo", "scale_rewards": "group"})
+    t.finish()
+    assert not t.differs
+    # num_iterations 4: a generation batch of 2 slices lasts 2 × 4 = 8 micro-batches, 2 optimizer steps of 4
+    v = imported(num_generations=4, per_device_train_batch_size=4, gradient_accumulation_steps=4, steps_per_generation=2,
+                 num_iterations=4, loss_type="grpo")
+    assert (v["rollout", "prompts_per_step"], v["algorithm", "minibatches"], v["algorithm", "epochs"]) == (2, 1, 2)
+    # num_iterations 2, accumulation 8: each optimizer step takes 8 / (2 × 2) = 2 generation batches
+    v = imported(num_generations=4, per_device_train_batch_size=4, gradient_accumulation_steps=8, steps_per_generation=2,
+                 num_iterations=2, loss_type="grpo")
+    assert (v["rollout", "prompts_per_step"], v["algorithm", "epochs"]) == (4, 1)
+    for bad in (dict(gradient_accumulation_steps=4, steps_per_generation=3), dict(gradient_accumulation_steps=8, steps_per_generation=2,
+                                                                                 num_iterations=3)):
+        with pytest.raises(ConfigError, match="steps_per_generation.*do not cover whole generation batches"):
+            imported(num_generations=4, per_device_train_batch_size=4, **bad)
+
+
+def test_mask_truncated_completions_is_rollout_mask_truncated():
+    assert imported(mask_truncated_completions=True)["rollout", "mask_truncated"] is True
+    assert ("rollout", "mask_truncated") not in imported(mask_truncated_completions=False)
+    assert "mask_truncated_completions = true" in trl.translate({"mask_truncated_completions": True}).toml()
+
+
+def test_the_warnings_trl_gives_are_listed():
+    t = trl.translate({"importance_sampling_level": "sequence", "loss_type": "dapo"})
+    assert "weighing each sequence by its length" in t.warnings["importance_sampling_level"]
+    assert "warnings:" in t.summary()
+    assert "'luspo' mirrors its paper" in trl.translate({"loss_type": "luspo"}).warnings["loss_type"]
+    assert not trl.translate({"importance_sampling_level": "sequence", "loss_type": "grpo"}).warnings

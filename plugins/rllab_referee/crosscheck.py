@@ -78,9 +78,9 @@ def _imported(raw: dict, name: str, lab, steps: int) -> tuple[dict, Any]:
     a warm-up ratio's base)."""
     from rllab.config import load_config
     from rllab_referee import trl
-    from rllab_referee.trl_capture import opt_steps_per_generation
+    from rllab_referee.trl_capture import layout
 
-    t = trl.translate({**raw, "max_steps": steps * opt_steps_per_generation(raw)})
+    t = trl.translate({**raw, "max_steps": steps * layout(raw)[1]})
     t.set("", "name", f"trl-{name}", how=f"imported from {t.source}")
     t.finish()
     data = t.to_dict()
@@ -157,7 +157,8 @@ def generation_signal(generation) -> dict:
     from rllab_referee.crosscheck_report import group_signal
 
     rewards = [float(x) for c in generation.chunks for x in c["rllab_reward"]]
-    groups, live = group_signal(rewards, [int(x) for c in generation.chunks for x in c["rllab_group"]])
+    trained = [bool(m.any()) for c in generation.chunks for m in c["completion_mask"]]
+    groups, live = group_signal(rewards, [int(x) for c in generation.chunks for x in c["rllab_group"]], trained)
     return {"reward": statistics.fmean(rewards), "groups": groups, "live": live}
 
 
@@ -168,15 +169,17 @@ def step_check(raw: dict, cfg, task, model_dir: str, lab, *, steps: int, workdir
 
     from rllab_referee import crosscheck_report as report
     from rllab_referee import stepcheck
-    from rllab_referee.trl_capture import opt_steps_per_generation, run_trl
+    from rllab_referee.trl_capture import Generation, layout, run_trl
 
     seed = cfg.train.seed
     if examples is None:
         examples = _examples(task, cfg, seed, steps)
-    trl = run_trl(raw, model_dir=model_dir, examples=examples, reward=task.reward, generations=steps, seed=seed, out=workdir)
-    if len(trl.generations) != steps:
-        raise RllabError(f"TRL trained {len(trl.generations)} generation batches, expected {steps}")
-    ours = stepcheck.run_rllab(cfg, lab, model_dir=model_dir, generations=trl.generations)
+    k, _ = layout(raw)  # TRL's generation batches per rllab step
+    trl = run_trl(raw, model_dir=model_dir, examples=examples, reward=task.reward, generations=steps * k, seed=seed, out=workdir)
+    if len(trl.generations) != steps * k:
+        raise RllabError(f"TRL trained {len(trl.generations)} generation batches, expected {steps * k}")
+    batches = [Generation([c for g in trl.generations[i * k:(i + 1) * k] for c in g.chunks]) for i in range(steps)]
+    ours = stepcheck.run_rllab(cfg, lab, model_dir=model_dir, generations=batches)
     from transformers import AutoModelForCausalLM
 
     w0 = _flat(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).state_dict())
@@ -189,13 +192,13 @@ def step_check(raw: dict, cfg, task, model_dir: str, lab, *, steps: int, workdir
                          f"on the same {steps} generation batches (the import's minibatches/epochs are off)")
     rows = report.compare({"grad_norm": trl.grad_norms, "lr": trl.lrs, "weights": moved_t},
                           {"grad_norm": ours["grad_norm"], "lr": ours["lr"], "weights": moved_r}, distance={"weights": dist})
-    per = opt_steps_per_generation(raw)
+    per = layout(raw)[1]
     trl_loss = [statistics.fmean(trl.losses[g * per:(g + 1) * per]) for g in range(steps)]
     loss_rows = report.compare({"loss": trl_loss}, {"loss": ours["loss"]})
     rows += [report.Row(step=r.step * per, quantity=r.quantity, trl=r.trl, rllab=r.rllab, rel=r.rel, tol=r.tol) for r in loss_rows]
     order = {q: j for j, q in enumerate(report.QUANTITIES)}
     summary = []
-    for g, generation in enumerate(trl.generations):
+    for g, generation in enumerate(batches):
         summary.append({**generation_signal(generation), "trl_loss": trl_loss[g], "rllab_loss": ours["loss"][g],
                         "trl_grad_norm": trl.grad_norms[g * per:(g + 1) * per],
                         "rllab_grad_norm": ours["grad_norm"][g * per:(g + 1) * per]})
@@ -299,6 +302,11 @@ def cmd_crosscheck(args) -> int:
     raw = _trl_config(args.config)
     name = Path(args.config).stem
     _imported(raw, name, args.lab, args.steps)  # the importer's checks, before anything of TRL's is built
+    from rllab_referee import trl as trl_import
+
+    t = trl_import.translate(raw)
+    for knob, how in t.differs.items():
+        print(f"the import differs from TRL on {knob} (a disagreement there is expected): {how}", file=sys.stderr)
     from rllab_referee.trl_capture import FORCED
 
     forced = [f"{k} = {raw[k]!r} → {v!r}" for k, v in FORCED.items() if k in raw and raw[k] != v]

@@ -65,12 +65,19 @@ NO_SIGNAL_EXIT = 2
 """Exit status of a check some of whose steps had no signal (1: a disagreement)."""
 
 
-def group_signal(rewards: Sequence[float], groups: Sequence[int]) -> tuple[int, int]:
-    """(groups, groups with a non-zero advantage): a group has one when its rewards are not all equal."""
-    by: dict[int, list[float]] = {}
-    for r, g in zip(rewards, groups):
-        by.setdefault(int(g), []).append(float(r))
-    return len(by), sum(1 for v in by.values() if max(v) != min(v))
+def group_signal(rewards: Sequence[float], groups: Sequence[int], trained: Sequence[bool] | None = None) -> tuple[int, int]:
+    """(groups, groups with signal): a group has signal when a row that is trained on (``trained``: it
+    has a token in the loss; default all) has a non-zero advantage, its reward differing from its
+    group's mean. (A group whose differing rows were all masked out, a truncated completion under
+    ``mask_truncated_completions``, moves nothing.)"""
+    by: dict[int, list[tuple[float, bool]]] = {}
+    for i, (r, g) in enumerate(zip(rewards, groups)):
+        by.setdefault(int(g), []).append((float(r), True if trained is None else bool(trained[i])))
+    live = 0
+    for rows in by.values():
+        mean = sum(r for r, _ in rows) / len(rows)
+        live += any(t and r != mean for r, t in rows) and max(r for r, _ in rows) != min(r for r, _ in rows)
+    return len(by), live
 
 
 def with_signal(rows: Sequence[Row], signal: Sequence[bool], per: int = 1) -> list[Row]:

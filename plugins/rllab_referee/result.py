@@ -41,6 +41,8 @@ class Translation:
     differs: dict[str, str] = attrs.field(factory=dict)
     refused: dict[str, str] = attrs.field(factory=dict)
     mapped_from: set[str] = attrs.field(factory=set)
+    warnings: dict[str, str] = attrs.field(factory=dict)
+    """Knobs mapped faithfully whose setting the source framework itself warns about."""
 
     def set(self, section: str, key: str, value: Any, *knobs: str, how: str = "") -> None:
         """rllab's ``[section] key = value``, from the source ``knobs`` (``how``: the formula, if any)."""
@@ -59,6 +61,10 @@ class Translation:
         """A knob rllab follows up to the difference ``how``."""
         self.differs[knob] = how
         self.mapped_from.add(knob)
+
+    def warn(self, knob: str, text: str) -> None:
+        """A warning the source framework gives about ``knob``'s setting (printed in the summary)."""
+        self.warnings[knob] = text
 
     def refuse(self, knob: str, why: str) -> None:
         """A knob whose value changes the algorithm in a way rllab cannot reproduce."""
@@ -118,6 +124,9 @@ class Translation:
         """The printed summary: counts, then the knobs that differ, the ignored ones and the mapped ones."""
         parts = [f"{self.source}: {len(self.values)} rllab setting(s) written; "
                  f"{len(self.differs)} knob(s) differ slightly, {len(self.ignored)} ignored."]  # fmt: skip
+        if self.warnings:
+            parts.append("warnings:")
+            parts.extend(f"  {k}: {v}" for k, v in self.warnings.items())
         if self.differs:
             parts.append("differs (refused under --strict):")
             parts.extend(f"  {k}: {v}" for k, v in self.differs.items())

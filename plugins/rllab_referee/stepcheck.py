@@ -29,11 +29,19 @@ def generation_batch(chunks: Sequence[dict[str, torch.Tensor]]):
     """The :class:`RolloutBatch` of TRL's micro-batches, rows in TRL's training order."""
     from rllab.types import RolloutBatch
 
-    def cat(key):
-        return torch.cat([c[key] for c in chunks])
+    def cat(key, left=False):  # generation batches of different widths: prompts padded left, completions right
+        width = max(c[key].shape[1] for c in chunks) if chunks[0][key].dim() == 2 else 0
+        parts = []
+        for c in chunks:
+            x = c[key]
+            if width and x.shape[1] < width:
+                pad = torch.zeros(x.shape[0], width - x.shape[1], dtype=x.dtype)
+                x = torch.cat([pad, x] if left else [x, pad], 1)
+            parts.append(x)
+        return torch.cat(parts)
 
-    prompt, completion = cat("prompt_ids"), cat("completion_ids")
-    pmask, cmask = cat("prompt_mask").bool(), cat("completion_mask").bool()
+    prompt, completion = cat("prompt_ids", left=True), cat("completion_ids")
+    pmask, cmask = cat("prompt_mask", left=True).bool(), cat("completion_mask").bool()
     old = cat("old_per_token_logps").float() if "old_per_token_logps" in chunks[0] else torch.zeros(completion.shape)
     return RolloutBatch(
         input_ids=torch.cat([prompt, completion], 1), attention_mask=torch.cat([pmask, cmask], 1), response_mask=cmask,

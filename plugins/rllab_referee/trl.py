@@ -211,11 +211,13 @@ def _batch(t: Translation, c: dict, processes: int) -> int:
     if not g or g < 2 or gbs % g:
         t.refuse("num_generations", f"TRL needs at least 2 and a divisor of the generation batch ({gbs} completions)")
         return 1
+    given = [k for k in knobs if k in t.given] or ["per_device_train_batch_size"]
+    if spg < ga:
+        return _batch_across_generations(t, c, given, rows=rows, spg=spg, ga=ga, g=g)
     if spg % ga:
         t.refuse("steps_per_generation", f"{spg} micro-batches per generation is not a whole number of optimizer steps "
                  f"of gradient_accumulation_steps = {ga}: an optimizer step would span two rollout batches")
         return 1
-    given = [k for k in knobs if k in t.given] or ["per_device_train_batch_size"]
     t.set("rollout", "prompts_per_step", gbs // g, *given, how=f"({how}) completions / num_generations {g}")
     t.set("rollout", "group_size", g, "num_generations")
     t.set("algorithm", "minibatches", spg // ga, *given, how=f"steps_per_generation {spg} / gradient_accumulation_steps {ga}: optimizer steps per generation")
@@ -225,6 +227,44 @@ def _batch(t: Translation, c: dict, processes: int) -> int:
         t.set("algorithm", "minibatch_order", "once", "steps_per_generation", "num_iterations",
               how="TRL shuffles a generation batch once and goes over the same split in every iteration")
     return spg // ga
+
+
+def _batch_across_generations(t: Translation, c: dict, given: list, *, rows: int, spg: int, ga: int, g: int) -> int:
+    """``steps_per_generation`` < ``gradient_accumulation_steps``: TRL's optimizer step accumulates over
+    ``ga`` micro-batches, taking slice ``i % spg`` of the generation batch and sampling a new one every
+    ``spg × num_iterations`` micro-batches. Within an optimizer step the weights do not move, so either
+    each optimizer step goes over one generation batch (``ga / spg`` times, which weighs it as once) and
+    ``spg × num_iterations / ga`` of them use it (epochs), or one optimizer step takes ``k = ga / (spg ×
+    num_iterations)`` generation batches sampled by the same weights: one rllab step of them all. Returns
+    the minibatches (1)."""
+    iters = c["num_iterations"]
+    used = spg * iters
+    where = (f"steps_per_generation {spg} × num_iterations {iters} micro-batches per generation, "
+             f"gradient_accumulation_steps {ga} per optimizer step")
+    if ga % spg or (used % ga and ga % used):
+        t.refuse("steps_per_generation", f"{where}: the optimizer steps do not cover whole generation batches (TRL's "
+                 "accumulation would mix one batch's slices with the next one's)")
+        return 1
+    k = ga // used if ga % used == 0 else 1
+    epochs = used // ga if used % ga == 0 else 1
+    t.set("rollout", "prompts_per_step", rows * spg * k // g, *given,
+          how=f"{where}: {k} generation batch(es) of {rows * spg} completions per optimizer step, / num_generations {g}")
+    t.set("rollout", "group_size", g, "num_generations")
+    t.set("algorithm", "minibatches", 1, *given, how=f"{where}: each optimizer step covers the whole rollout step")
+    t.set("algorithm", "micro_batch_size", c["per_device_train_batch_size"], "per_device_train_batch_size",
+          how="rows per forward/backward")
+    t.set("algorithm", "epochs", epochs, "num_iterations", "steps_per_generation", "gradient_accumulation_steps",
+          how=f"{where}: {epochs} optimizer step(s) per generation batch" if epochs > 1 else
+          "TRL's repeated slices within one optimizer step weigh each row once")
+    if k > 1:
+        if c["loss_type"] in ("dapo", "cispo", "vespo"):
+            t.differ("gradient_accumulation_steps", f"an optimizer step spans {k} generation batches: TRL's loss_type = "
+                     f"{c['loss_type']!r} divides each one's token sum by its own token count (× {k}), rllab divides the "
+                     "step's token sum by the step's token count; they agree when the batches have equal token counts")
+        if c["scale_rewards"] == "batch" or c["multi_objective_aggregation"] == "normalize_then_sum":
+            t.differ("scale_rewards", f"an optimizer step spans {k} generation batches: TRL takes the batch statistics "
+                     f"over each generation batch of {rows * spg} completions, rllab over the step's {rows * spg * k}")
+    return 1
 
 
 def _optimizer(t: Translation, c: dict, raw: Mapping, minibatches: int) -> None:
@@ -299,6 +339,9 @@ def _optimizer(t: Translation, c: dict, raw: Mapping, minibatches: int) -> None:
 
 
 def _sampling(t: Translation, c: dict) -> None:
+    if c["mask_truncated_completions"]:
+        t.set("rollout", "mask_truncated", True, "mask_truncated_completions",
+              how="a completion cut off at max_completion_length stays in its group but out of the loss")
     t.set("rollout", "temperature", c["temperature"], "temperature")
     t.set("rollout", "top_p", c["top_p"], "top_p")
     t.set("rollout", "top_k", c["top_k"] if c["top_k"] and c["top_k"] > 0 else -1, "top_k", how="0 is off in TRL, -1 in rllab")
@@ -347,6 +390,11 @@ def _loss(t: Translation, c: dict, raw: Mapping) -> None:
     opsm = c["off_policy_mask_threshold"]
     unused = [k for k in ("epsilon", "epsilon_high", "delta", "sapo_temperature_pos", "sapo_temperature_neg",
                           "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg") if k in raw]  # fmt: skip
+    if level == "sequence" and lt in ("bnpo", "dr_grpo", "dapo", "cispo"):
+        t.warn("importance_sampling_level", f"(as TRL warns) with 'sequence', loss_type = {lt!r} sums per-token terms, "
+               "weighing each sequence by its length; the GSPO paper's setup is loss_type = 'grpo'")
+    if lt == "luspo" and level != "sequence":
+        t.warn("loss_type", "(as TRL warns) 'luspo' mirrors its paper with importance_sampling_level = 'sequence'")
     if lt in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo"):
         used = {"epsilon", "epsilon_high", "delta"}
         if level == "sequence":

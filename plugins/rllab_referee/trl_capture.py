@@ -75,22 +75,28 @@ class TrlRun:
         return [sum(self.step_times[i:i + k]) for i in range(0, len(self.step_times) - k + 1, k)]
 
 
-def opt_steps_per_generation(raw: Mapping[str, Any]) -> int:
-    """TRL's optimizer steps per generation batch: steps_per_generation × num_iterations / gradient_accumulation_steps,
-    on one process, from the config as ``GRPOConfig.__post_init__`` completes it (read without building one, so
-    that a config TRL refuses reaches the importer's checks first)."""
+def layout(raw: Mapping[str, Any]) -> tuple[int, int]:
+    """(TRL generation batches per rllab step, TRL optimizer steps per rllab step) on one process, from the
+    config as ``GRPOConfig.__post_init__`` completes it (read without building one, so that a config TRL
+    refuses reaches the importer's checks first). An rllab step is one generation batch, unless
+    ``steps_per_generation × num_iterations`` < ``gradient_accumulation_steps``: then an optimizer step
+    takes several generation batches, and one rllab step is those."""
     ga = int(raw.get("gradient_accumulation_steps") or 1)
     pdb = int(raw.get("per_device_train_batch_size") or 8)
     spg = raw.get("steps_per_generation")
     if spg is None:
         gbs = raw.get("generation_batch_size")
         spg = int(gbs) // pdb if gbs is not None else ga
-    return max(1, int(spg) * int(raw.get("num_iterations") or 1) // ga)
+    used = int(spg) * int(raw.get("num_iterations") or 1)
+    if used >= ga:
+        return 1, max(1, used // ga)
+    return max(1, ga // used), 1
 
 
 def run_trl(raw: Mapping[str, Any], *, model_dir: str, examples: Sequence[Any], reward: Callable[[Any, str], float],
             generations: int, seed: int, out: str, keep_weights: bool = True) -> TrlRun:
-    """Train ``generations`` generation batches with TRL (see the module docstring).
+    """Train ``generations`` generation batches with TRL (see the module docstring; a multiple of
+    :func:`layout`'s batches per rllab step).
 
     ``examples``: the prompts in the order TRL reads them (each ``num_generations`` times);
     ``reward(example, text)``: the task's reward of a decoded completion."""
@@ -98,10 +104,10 @@ def run_trl(raw: Mapping[str, Any], *, model_dir: str, examples: Sequence[Any], 
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    per_gen = opt_steps_per_generation(raw)
+    k, per_step = layout(raw)
     # max_steps: the generations asked for; seed: the crosscheck's (the config's own unless it seeks another)
     knobs = {k: v for k, v in raw.items() if k not in FORCED and k not in ("output_dir", "max_steps", "seed")}
-    config = GRPOConfig(output_dir=out, max_steps=generations * per_gen, seed=seed, **knobs, **FORCED)
+    config = GRPOConfig(output_dir=out, max_steps=generations // k * per_step, seed=seed, **knobs, **FORCED)
     rows = [{"prompt": ex.prompt, "row": i} for i, ex in enumerate(examples)]
     dataset = datasets.Dataset.from_list(rows)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -147,7 +153,7 @@ def run_trl(raw: Mapping[str, Any], *, model_dir: str, examples: Sequence[Any], 
     B = len(batch_rewards[0]) if batch_rewards else 0
     return TrlRun(generations=record.generations, losses=record.losses, grad_norms=record.grad_norms, lrs=record.lrs,
                   weights=record.weights, rewards=[sum(r) / len(r) for r in batch_rewards], step_times=record.times,
-                  completions_per_step=B, wall_s=wall, steps_per_generation=per_gen)
+                  completions_per_step=B * k, wall_s=wall, steps_per_generation=per_step)
 
 
 class _Recorder:

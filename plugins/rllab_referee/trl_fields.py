@@ -276,9 +276,9 @@ REFUSED_UNLESS_DEFAULT: dict[str, str] = {
     "generation_kwargs": "extra sampling arguments are not passed to rllab's samplers",
     "chat_template_kwargs": "rllab renders chat prompts with the tokenizer's template and no extra arguments",
     "vllm_structured_outputs_regex": "rllab does not constrain generation",
-    "mask_truncated_completions": "rllab has no option that drops truncated completions from the loss",
     "top_entropy_quantile": "rllab has no high-entropy token mask",
-    "use_adaptive_entropy": "rllab's entropy bonus has a fixed coefficient (algorithm.entropy_coef)",
+    "use_adaptive_entropy": "rllab's entropy bonus has a fixed coefficient (algorithm.entropy_coef); TRL's controller "
+                            "moves it by entropy_coef_delta each optimizer step toward entropy_target",
     "sync_ref_model": "rllab's reference model is never synchronised with the policy",
     "max_tool_calling_iterations": "tool calling is an rllab environment ([env], rollout.max_turns), not a trainer knob",
     "router_aux_loss_coef": "rllab adds no mixture-of-experts router loss",

@@ -79,6 +79,16 @@ def _shaped(episodes: Sequence[EpisodeResult]) -> torch.Tensor:
         [e.shaping for e in episodes], dtype=torch.float32)
 
 
+TRUNCATED = ("length", "overflow")
+"""Finish reasons of a cut-off sample: stopped by ``max_new_tokens`` (an episode: its last turn), or an
+episode that outgrew its token budget."""
+
+
+def truncated(episode: EpisodeResult) -> bool:
+    """Whether ``episode`` was cut off (``rollout.mask_truncated`` leaves it out of the loss)."""
+    return episode.finish_reason in TRUNCATED
+
+
 def episode_batch(episodes: Sequence[EpisodeResult], *, pad_token_id: int, component_names: Sequence[str] = (),
                   component_weights: Sequence[float] | None = None) -> RolloutBatch:
     """The padded :class:`RolloutBatch` of ``episodes`` (the kept ones of a step): rows in their
@@ -377,6 +387,7 @@ class RolloutStage:
             **_lengths_by_outcome(lengths, solved),
             "rollout/empty_frac": (lengths == 0).float().mean().item(),
             "rollout/stop_frac": sum(c.finish_reason == "stop" for c in completions) / len(completions),
+            "rollout/truncated_frac": sum(truncated(e) for e in episodes) / len(episodes),
             "rollout/reward_errors": float(errors),
             **health,
             "rollout/groups_all_equal": all_equal.float().sum().item() / max(1, G),
@@ -433,8 +444,12 @@ class RolloutStage:
         if not kept:
             return None
         names = self.component_names if self.config.random_reward == "off" else ()  # the control trains on draws alone
-        return episode_batch(kept, pad_token_id=self.tokenizer.pad_token_id, component_names=names,
-                             component_weights=self.component_weights() if names else None)
+        batch = episode_batch(kept, pad_token_id=self.tokenizer.pad_token_id, component_names=names,
+                              component_weights=self.component_weights() if names else None)
+        if self.config.mask_truncated:  # overlong filtering: in the group, out of the loss
+            cut = torch.tensor([truncated(e) for e in kept], dtype=torch.bool)
+            batch = attrs.evolve(batch, response_mask=batch.response_mask & ~cut[:, None])
+        return batch
 
     def evaluate(self, size: int, *, samples: int = 0) -> dict:
         """Greedy accuracy and mean reward on the task's held-out split (its first ``size``
