@@ -246,6 +246,15 @@ for _t in (int, float, bool, str):
     _converter.register_structure_hook(_t, _strict(_t))
 
 
+def _table(value, _t):
+    if not isinstance(value, Mapping):
+        raise TypeError(f"expected a table, e.g. {{key = \"value\", n = 10}}, got {type(value).__name__} {value!r}")
+    return dict(value)
+
+
+_converter.register_structure_hook(dict, _table)
+
+
 def _str_or_strs(value, _t):
     if value is None and _t is StrOrStrsOrNone:
         return None

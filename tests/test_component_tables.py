@@ -68,6 +68,8 @@ def _candidates(default, typ: str, files) -> list:
         out += floats
     if typ.startswith("str") or "| str" in typ:
         out += strs
+    if typ.startswith("dict"):
+        out += [{"size": 10}, {"r": 4}, {"a": "b"}]
     if not out:
         out = ints + floats + strs
     return out

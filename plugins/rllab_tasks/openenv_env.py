@@ -5,8 +5,11 @@
 ``uvicorn``/``openenv serve``, a local container or a Space). Each episode is one OpenEnv session
 (``GenericEnvClient``, a WebSocket the server gives its own environment instance):
 
-- the opening prompt is the text of ``await client.reset(seed=example.meta["seed"])``'s
-  observation: its field ``observation_field`` (``""``: its only text field);
+- the opening prompt is the text of ``await client.reset(seed=example.meta["seed"], **reset_kwargs)``'s
+  observation: its field ``observation_field`` (``""``: its only text field); ``reset_kwargs``
+  (``env.reset_kwargs = {dataset_name = "leg_counting", size = 1000}``) carries the arguments a
+  server's ``reset`` needs beside the seed (OpenEnv's reasoning-gym environment ignores the seed
+  without them);
 - each model turn is sent as the action ``{action_field: turn}`` (``await client.step(...)``); the
   observation's text is appended, the step's ``reward`` (None: 0) lands on the turn's last token,
   and the episode ends when the server says ``done`` (the session is then closed);
@@ -52,6 +55,18 @@ def _client_class():
     return GenericEnvClient
 
 
+def _reset_kwargs(inst, attribute, value):
+    import json
+
+    if "seed" in value:
+        raise ValueError("reset_kwargs = {...seed...}: the seed is sent from each example (set env.seed to change the split), "
+                         "leave it out of reset_kwargs")
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"reset_kwargs = {value!r} cannot be sent to the server as JSON: {e}") from None
+
+
 def _url(inst, attribute, value):
     if not value.startswith(("http://", "https://", "ws://", "wss://")):
         raise ValueError(f"url = {value!r} is not an OpenEnv server's base URL: give http://HOST:PORT (or ws://, https://)")
@@ -66,6 +81,11 @@ class OpenEnvConfig:
     observation_field: str = rllab.knob("", help="the observation's field holding its text; '' = its only text field")
     demonstration_key: str = rllab.knob(
         "demonstration", help="the server state's field with a demonstration (a list of model turns) after reset; absent: none"
+    )
+    reset_kwargs: dict = rllab.knob(
+        factory=dict, validator=_reset_kwargs,
+        help="more arguments of every reset, beside the example's seed: a table, e.g. {dataset_name = 'leg_counting', "
+        "size = 1000} (a server whose reset honours the seed only with them); the seed is always sent",
     )
     max_turns: int = rllab.knob(8, help="the most model turns of an episode", ge=1)
     timeout_s: float = rllab.knob(60.0, help="seconds to wait for the server's answer to one message", gt=0.0)
@@ -120,11 +140,13 @@ class OpenEnvEpisode:
     async def _open(self):
         client = _client_class()(base_url=self.env.config.url, message_timeout_s=self.env.config.timeout_s)
         self._box.append(client)
-        result = await client.reset(seed=self.example.meta["seed"])
+        result = await client.reset(seed=self.example.meta["seed"], **self.env.config.reset_kwargs)
         if self.env.text(result.observation, self.name) != self.example.prompt:
+            given = ", ".join(f"{k}={v!r}" for k, v in self.env.config.reset_kwargs.items())
             raise OpenEnvError(
                 f"{self.name}: the server opened with a different prompt than when the example was drawn "
-                "(it is not deterministic given reset(seed=...))"
+                f"(it is not deterministic given reset(seed=...{', ' + given if given else ''})); a server whose reset "
+                "honours the seed only with more arguments takes them from env.reset_kwargs"
             )
         return client
 
@@ -198,7 +220,7 @@ class OpenEnvEnvironment(SeededExamples, rllab.Environment):
         async def reset():
             if not self._probe:
                 self._probe.append(_client_class()(base_url=self.config.url, message_timeout_s=self.config.timeout_s))
-            result = await self._probe[0].reset(seed=seed)
+            result = await self._probe[0].reset(seed=seed, **self.config.reset_kwargs)
             state = await self._probe[0].state()
             return result.observation, state if isinstance(state, dict) else {}
 
