@@ -1,13 +1,12 @@
 """``rllab --version`` (and with ``-v``, what it runs on: python, torch, transformers, the CPU).
 
 The plain version reads installed distributions' metadata only (nothing heavy is imported); the
-summary imports torch to say which CPU kernels and accelerator it uses.
+summary is the environment part of the provenance record every run writes
+(:func:`rllab.provenance.environment`; it imports torch to say which CPU kernels it uses).
 """
 
 from __future__ import annotations
 
-import os
-import platform
 import sys
 
 
@@ -20,34 +19,6 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _cpu_model() -> str | None:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name":
-                    return value.strip()
-    except OSError:
-        pass
-    return platform.processor() or None
-
-
-def _git() -> str | None:
-    """The commit (``+ edits`` when the checkout has uncommitted changes) rllab runs from, if a git checkout."""
-    import subprocess
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    if not (root / ".git").exists():
-        return None
-    try:
-        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, timeout=10, check=True)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], capture_output=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return sha.stdout.decode().strip() + (" + uncommitted edits" if dirty.stdout.strip() else "")
-
-
 def version_line() -> str:
     from rllab.lab import __version__
 
@@ -55,22 +26,25 @@ def version_line() -> str:
 
 
 def summary() -> list[tuple[str, str]]:
-    """``(field, value)`` rows: rllab (and its git commit), python, torch (its CPU kernels, CUDA),
-    transformers, the CPU and its cores."""
-    rows = [("rllab", version_line().split()[1] + (f" (git {g})" if (g := _git()) else "")),
-            ("python", f"{platform.python_version()} ({sys.executable})")]
-    try:
-        import torch
+    """``(field, value)`` rows from the provenance record a run writes (:func:`rllab.provenance.environment`):
+    rllab and its git state, python, torch (its CPU kernels, threads, CUDA), transformers, the CPU
+    (model, cores, vector ISA), the platform and the installed distributions' hash."""
+    from rllab import provenance
 
-        kernels = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "?")()
-        cuda = (f"CUDA {torch.version.cuda}, {torch.cuda.device_count()} × {torch.cuda.get_device_name(0)}"
-                if torch.cuda.is_available() else "no CUDA device")
-        rows.append(("torch", f"{torch.__version__} (CPU kernels {kernels}, {torch.get_num_threads()} threads; {cuda})"))
-    except ImportError:
-        rows.append(("torch", "not installed: pip install torch"))
+    env = provenance.environment()
+    git = env["code"].get("git")
+    code = env["code"]["rllab"] + (f" (git {git['commit'][:10]}" + (", uncommitted edits" if git["dirty"] else "") + ")" if git else "")
+    rows = [("rllab", code), ("python", f"{env['python']['version']} {env['python']['implementation']} ({sys.executable})")]
+    t = env["machine"]["torch"]
+    cuda = t.get("cuda")
+    gpu = (f"CUDA {cuda['version']}, {len(cuda['devices'])} × {cuda['devices'][0]}" if cuda and cuda.get("devices") else "no CUDA device")
+    rows.append(("torch", f"{_version('torch')} (CPU kernels {t.get('cpu_capability') or '?'}, {t['threads']} threads; {gpu})"))
     rows.append(("transformers", _version("transformers") or "not installed"))
-    rows.append(("cpu", f"{_cpu_model() or '?'} ({os.cpu_count()} cores, {platform.machine()})"))
-    rows.append(("platform", platform.platform()))
+    cpu = env["machine"]["cpu"]
+    isa = [name for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("amx_tile", "AMX"), ("avx_vnni", "AVX-VNNI")) if flag in cpu["isa"]]
+    rows.append(("cpu", f"{cpu['model'] or '?'} ({cpu['cores']} cores, {cpu['machine']}" + (f"; {', '.join(isa)}" if isa else "") + ")"))
+    rows.append(("platform", env["machine"]["platform"]))
+    rows.append(("environment", f"{env['environment']['distributions']} distributions installed (sha256 {env['environment']['sha256'][:12]})"))
     return rows
 
 
