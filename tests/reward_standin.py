@@ -10,7 +10,7 @@ returns ``(status, json_body)``. The default answer is a grader: 1.0 when the re
 ``flaky = (k, status, headers)`` makes every k-th request (counting all, retries included) answer
 ``status`` with ``headers`` before anything else is consulted (e.g. ``(7, 503, {})``, or
 ``(5, 429, {"Retry-After": "0.2"})``); ``failed`` counts those answers. ``latency_s`` delays every
-answer. ``calls`` counts the requests per body (its JSON with sorted keys). A scripted ``status`` of
+answer. ``port`` (default: a free one) lets a service come back at the address it had. ``calls`` counts the requests per body (its JSON with sorted keys). A scripted ``status`` of
 None, and every request while ``down`` is true, closes the connection without an answer (a reset,
 as a grader process that died behind its port gives).
 """
@@ -43,7 +43,7 @@ class RewardStandIn:
     """A reward (or judge) server; ``url`` is its base address. Use as a context manager, or call :meth:`close`."""
 
     def __init__(self, answer: Callable[[str, Any], tuple[int, Any]] = default_answer, *,
-                 flaky: tuple[int, int, dict] | None = None, latency_s: float = 0.0):
+                 flaky: tuple[int, int, dict] | None = None, latency_s: float = 0.0, port: int = 0):
         self.answer = answer
         self.flaky = flaky
         self.latency_s = latency_s
@@ -106,7 +106,7 @@ class RewardStandIn:
                 self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 self.connection.close()
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)

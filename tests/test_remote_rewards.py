@@ -126,8 +126,9 @@ def test_jitter_shortens_each_wait_by_up_to_its_fraction():
     assert [retry_wait(k, knobs, None, 0.5) for k in range(3)] == [1.5, 3.0, 6.0]  # 1 − 0.5·0.5 = 0.75 of it
     assert retry_wait(5, knobs, None, 0.999) == pytest.approx(30 * (1 - 0.4995))
     assert retry_wait(0, HttpKnobs(backoff_s=2.0, jitter=0.0), None, 0.9) == 2.0
-    assert retry_wait(0, knobs, 3.5, 0.9) == 3.5 and retry_wait(0, knobs, 0.1, 0.0) == 2.0  # Retry-After when longer
-    assert retry_wait(0, knobs, 100.0, 0.0) == 30.0  # at most max_backoff_s
+    # a Retry-After sets the wait, shorter or longer than the backoff (no jitter), at most max_backoff_s
+    assert retry_wait(0, knobs, 3.5, 0.9) == 3.5 and retry_wait(4, knobs, 0.1, 0.0) == 0.1
+    assert retry_wait(0, knobs, 100.0, 0.0) == 30.0
 
 
 def test_retry_after_reads_seconds_and_http_dates():
@@ -140,13 +141,13 @@ def test_retry_after_reads_seconds_and_http_dates():
     assert [parse_retry_after(v) for v in (None, "", "soon", "Wed, 99 Foo")] == [None] * 4
 
 
-def test_retry_after_is_honoured_when_longer_up_to_the_cap(server):
+def test_retry_after_sets_the_wait_up_to_the_cap(server):
     knobs = HttpKnobs(backoff_s=0.1, max_backoff_s=5.0, retries=3, jitter=0.0)
     server.script = [(429, b"slow down", 0.0, {"Retry-After": "0.3"}), (503, b"", 0.0, {"Retry-After": "100"}),
                      (429, b"", 0.0, {"Retry-After": "0.01"})]
     waits = []
     assert post_json(server.url, {"response": "1", "label": "1"}, knobs, who="t", sleep=lambda s: None, waits=waits) == 1.0
-    assert [w for _, _, w in waits] == [0.3, 5.0, 0.4]  # longer than the backoff; capped at max_backoff_s; shorter: the backoff
+    assert [w for _, _, w in waits] == [0.3, 5.0, 0.01]  # what the server said, at most max_backoff_s
 
 
 def test_a_server_that_keeps_failing_raises_naming_url_attempts_and_answer(server):

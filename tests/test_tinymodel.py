@@ -187,18 +187,21 @@ def test_the_warm_start_trains_on_while_a_probe_is_scored_and_ends_on_the_probed
 
         def reward_batch(self, examples, completions, *, completion_ids=None):
             deadline = time.monotonic() + 30
-            while self.draws < 1 + 4 + 4 and time.monotonic() < deadline:  # the probe, 4 steps, 4 more ahead
+            while self.draws < AHEAD and time.monotonic() < deadline:  # until it has trained as far ahead as it may
                 time.sleep(0.01)
             return [1.0] * len(completions)
 
         def reward(self, example, completion):
             return 1.0
 
+    # the probe's draw, its 4 steps, then 4 more per probe taken ahead and the one being trained towards
+    AHEAD = 1 + 4 + 4 * (tinymodel.PROBES_AHEAD + 1)
     cfg = attrs.evolve(FEW, steps=50, check_every=4, target_accuracy=0.5, eval_limit=0, probe_size=16)
     model, tok = build_tiny_model(SMALL)
     task = SlowJudge()
     m = warm_start(model, tok, task, cfg)
-    assert task.draws == 1 + 8  # the 4 steps after the probe were trained while it was scored …
+    time.sleep(0.2)
+    assert task.draws == AHEAD  # the steps after the probe were trained while it was scored, and no further …
     assert m["warm/steps"] == 4 and m["warm/probe_accuracy"] == 1.0
     plain, tok = build_tiny_model(SMALL)
     m2 = warm_start(plain, tok, CopyTask(), attrs.evolve(cfg, steps=4, target_accuracy=None))

@@ -9,7 +9,7 @@ One POST of a JSON body, answered with JSON, through ``requests``:
   is answered 429 or 5xx is retried up to ``retries`` times, after ``backoff_s``, then twice that,
   four times that … (at most ``max_backoff_s``), each wait shortened by a random fraction of up to
   ``jitter`` so that requests that failed together do not come back together; a ``Retry-After``
-  header (seconds or an HTTP date) is honoured when longer, up to ``max_backoff_s``;
+  header (seconds or an HTTP date) sets the wait instead, up to ``max_backoff_s``;
 - each request waits out its own backoff: a call's requests go through :func:`ask_all`, which keeps
   up to ``max_concurrency`` attempts in flight and puts a request that must wait aside until its
   time, so that one failure holds back no other request;
@@ -91,7 +91,7 @@ class HttpKnobs:
 
     timeout_s: float = rllab.knob(120.0, help="seconds to connect and to wait for each read of the answer", gt=0.0)
     retries: int = rllab.knob(10, help="attempts after the first on a connection error, a timeout, a 429 or a 5xx", ge=0)
-    backoff_s: float = rllab.knob(1.0, help="the wait before the first retry; each next wait doubles", ge=0.0)
+    backoff_s: float = rllab.knob(0.5, help="the wait before the first retry; each next wait doubles", ge=0.0)
     max_backoff_s: float = rllab.knob(30.0, help="the longest wait between two attempts (a longer Retry-After included)", ge=0.0)
     jitter: float = rllab.knob(
         0.5, help="each backoff is shortened by a random fraction of up to this (0: exactly backoff_s, 2·backoff_s, …)",
@@ -182,13 +182,12 @@ def backoff(attempt: int, knobs: HttpKnobs) -> float:
 
 
 def retry_wait(attempt: int, knobs: HttpKnobs, retry_after: float | None = None, u: float = 0.0) -> float:
-    """The wait before retry ``attempt``: :func:`backoff` shortened by the fraction ``jitter · u``
-    (``u`` uniform in [0, 1)), or the server's ``Retry-After`` when that is longer (at most
-    ``max_backoff_s``)."""
-    wait = backoff(attempt, knobs) * (1.0 - knobs.jitter * u)
+    """The wait before retry ``attempt``: the server's ``Retry-After`` when it gave one (at most
+    ``max_backoff_s``: it knows when it will answer), else :func:`backoff` shortened by the
+    fraction ``jitter · u`` (``u`` uniform in [0, 1))."""
     if retry_after is not None:
-        wait = max(wait, min(retry_after, knobs.max_backoff_s))
-    return wait
+        return min(retry_after, knobs.max_backoff_s)
+    return backoff(attempt, knobs) * (1.0 - knobs.jitter * u)
 
 
 def parse_retry_after(value: str | None, now: Callable[[], float] = time.time) -> float | None:

@@ -159,8 +159,10 @@ def warm_start(
         return _warm_start(model, tokenizer, task, config, progress, renderer or PromptRenderer(tokenizer))
 
 
-PROBES_AHEAD = 2
-"""Probes whose answers the warm start may have taken and not yet scored while it trains on."""
+PROBES_AHEAD = 1
+"""Probes whose answers the warm start may hold, taken and waiting to be scored, besides the one
+being scored, while it trains towards the next: at most ``PROBES_AHEAD + 1`` probe intervals are
+trained ahead, and undone when a probe ends the warm start."""
 
 
 class TrainAhead:
@@ -175,12 +177,10 @@ class TrainAhead:
 
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
         self.halt = threading.Event()
-        self.count = 0
 
         def run():
             try:
                 for item in items:
-                    self.count += 1
                     while not self.halt.is_set():
                         try:
                             self.queue.put(("item", item), timeout=0.05)
@@ -206,10 +206,6 @@ class TrainAhead:
                 self.thread.join()
                 raise value
             yield value
-
-    def trained(self) -> int:
-        """How many items the thread has produced so far."""
-        return self.count
 
     def stop(self) -> None:
         """End the thread (what it is doing finishes first) and wait for it."""
@@ -238,6 +234,7 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
         )
         warmup = max(1, config.warmup_steps)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warmup))
+
         def train_step(step: int) -> None:
             examples = task.train_examples(config.batch_size, rng)
             if is_environment(task):
@@ -282,7 +279,7 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
                             del losses[step:]
                         advance(step, losses[-1], acc)
                         break
-                    advance(step if step == config.steps else ahead.trained(), losses[-1], acc)
+                    advance(len(losses), losses[-1], acc)
             finally:
                 ahead.stop()
         model.eval()
