@@ -162,3 +162,154 @@ def test_a_warm_up_is_verls_shape():
     assert (got["train", "warmup_steps"], got["train", "lr_warmup"], got["train", "lr_schedule"]) == (5, "then_decay", "cosine")
     assert not t.differs
     assert ("train", "lr_warmup") not in imported()  # no warm-up: nothing to shape
+
+
+# --------------------------------------------------------------------------- verl 0.9.1's full config, the DAPO recipe
+
+GENERATED_YAML = "verl/trainer/config/_generated_ppo_trainer.yaml"
+
+
+def _installed_generated():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("verl is not installed (pip install --no-deps verl==0.9.1)")
+    path = Path(list(spec.submodule_search_locations)[0]).parent / GENERATED_YAML
+    if not path.is_file():
+        pytest.skip(f"this verl has no {GENERATED_YAML}")
+    return path
+
+
+def test_the_key_table_is_verl_0_9_1s():
+    import yaml
+
+    from rllab_referee.verl_fields import GENERATED
+
+    path = _installed_generated()
+    from importlib.metadata import version
+
+    if version("verl") != "0.9.1":
+        pytest.skip(f"the table is verl 0.9.1's; {version('verl')} installed")
+    assert verl.flatten(yaml.safe_load(path.read_text())) == GENERATED
+
+
+def test_verls_own_full_default_config_imports():
+    """Every key of verl 0.9.1's generated default config is read, ignored or accepted at its default."""
+    from rllab_referee.verl_fields import GENERATED
+
+    tree: dict = {}
+    for key, value in GENERATED.items():  # the table back to its nested form
+        node = tree
+        *parents, last = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    t = verl.translate(tree)
+    t.finish()
+    v = {k: val for k, (val, _) in t.values.items()}
+    assert v == imported() | {("model", "path"): "~/models/deepseek-llm-7b-chat"}
+    for key in ("actor_rollout_ref.actor.optim.optimizer", "actor_rollout_ref.actor.optim.optimizer_impl",
+                "actor_rollout_ref.actor.optim.clip_grad", "actor_rollout_ref.actor.optim.warmup_style"):
+        assert key in t.mapped_from, key
+    assert t.ignored["trainer.use_v1"].startswith("at verl 0.9.1's default")
+    # another value of a key the importer does not map is refused, naming its default
+    with pytest.raises(ConfigError, match=r"trainer.use_v1 = false: a verl 0.9.1 key the importer does not map; only its default \(True\)"):
+        imported({}, "trainer.use_v1=false")
+
+
+def test_the_optimizer_keys_of_verl_0_9_1():
+    assert imported({}, A + "optim.clip_grad=0.5")["train", "max_grad_norm"] == 0.5
+    assert imported({}, A + "grad_clip=0.5")["train", "max_grad_norm"] == 0.5
+    with pytest.raises(ConfigError, match="grad_clip.*set them alike"):
+        imported({}, A + "grad_clip=0.5", A + "optim.clip_grad=2.0")
+    with pytest.raises(ConfigError, match="optim.optimizer = \"SGD\": rllab trains with AdamW"):
+        imported({}, A + "optim.optimizer=SGD")
+    with pytest.raises(ConfigError, match="optim.optimizer_impl"):
+        imported({}, A + "optim.optimizer_impl=bitsandbytes.optim")
+    # the deprecated warmup_style, when set, replaces lr_scheduler_type (verl's OptimizerConfig)
+    assert imported({}, A + "optim.warmup_style=cosine")["train", "lr_schedule"] == "cosine"
+    assert imported({}, A + "optim.warmup_style=null", A + "optim.lr_scheduler_type=cosine")["train", "lr_schedule"] == "cosine"
+
+
+@pytest.mark.parametrize("prefix", ["+reward_model.reward_kwargs.", "+reward.reward_kwargs."])
+def test_the_dapo_overlong_penalty_in_both_spellings(prefix):
+    args = ["data.max_response_length=20", f"{prefix}overlong_buffer_cfg.enable=true", f"{prefix}overlong_buffer_cfg.len=4",
+            f"{prefix}overlong_buffer_cfg.penalty_factor=0.5", f"{prefix}overlong_buffer_cfg.log=false", f"{prefix}max_resp_len=20"]
+    t = verl.translate({}, args)
+    t.finish()
+    v = {k: val for k, (val, _) in t.values.items()}
+    assert (v["rollout", "overlong_buffer"], v["rollout", "overlong_penalty"]) == (4, 0.5)
+    spelled = prefix.lstrip("+")
+    assert f"# {spelled}overlong_buffer_cfg.enable = true, {spelled}overlong_buffer_cfg.len = 4" in t.toml()  # as written
+    assert t.ignored[f"{spelled}overlong_buffer_cfg.log"] == "logging"
+    with pytest.raises(ConfigError, match="max_resp_len = 16: the penalty starts at max_resp_len − len"):
+        imported({}, *args[:-1], f"{prefix}max_resp_len=16")
+    with pytest.raises(ConfigError, match="needs reward_kwargs.max_resp_len"):
+        imported({}, *args[:-1])
+
+
+def test_reward_model_reward_kwargs_replace_reward_reward_kwargs():
+    # verl 0.9.1 copies reward_model.reward_kwargs over reward.reward_kwargs
+    t = verl.translate({}, ["data.max_response_length=20", "+reward.reward_kwargs.overlong_buffer_cfg.enable=true",
+                            "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=false"])
+    t.finish()
+    assert ("rollout", "overlong_buffer") not in t.values
+    assert t.ignored["reward.reward_kwargs.overlong_buffer_cfg.enable"].startswith("not read: verl 0.9.1 copies")
+
+
+def test_filter_groups_metric():
+    on = ["algorithm.filter_groups.enable=true"]
+    t = verl.translate({}, on)  # verl 0.9.1's default metric: 'reward', the pre-KL reward with the overlong penalty
+    t.finish()
+    assert t.values["rollout", "dynamic_sampling"][0] is True and "algorithm.filter_groups.metric" not in t.differs
+    t = verl.translate({}, [*on, "algorithm.filter_groups.metric=acc"])
+    assert "accuracy the reward function reports" in t.differs["algorithm.filter_groups.metric"]
+    t = verl.translate({}, [*on, "algorithm.filter_groups.metric=acc", "data.max_response_length=20",
+                            "+reward.reward_kwargs.overlong_buffer_cfg.enable=true", "+reward.reward_kwargs.overlong_buffer_cfg.len=4",
+                            "+reward.reward_kwargs.max_resp_len=20"])
+    assert "before the overlong penalty" in t.differs["algorithm.filter_groups.metric"]
+    with pytest.raises(ConfigError, match="filter_groups.metric = \"pass_rate\": a field the reward function reports"):
+        imported({}, *on, "algorithm.filter_groups.metric=pass_rate")
+
+
+def test_loss_scale_factor_is_the_horizon():
+    agg = A + "loss_agg_mode=seq-mean-token-sum-norm"
+    assert imported({}, agg, A + "loss_scale_factor=4096")["aggregation", "horizon"] == 4096
+    assert imported({}, agg, "data.max_response_length=64")["aggregation", "horizon"] == 64
+    t = verl.translate({}, [A + "loss_scale_factor=4096"])
+    assert t.ignored[A + "loss_scale_factor"] == "read only with actor_rollout_ref.actor.loss_agg_mode = 'seq-mean-token-sum-norm'"
+
+
+def test_keys_verl_0_9_1_no_longer_reads():
+    rc = "algorithm.rollout_correction."
+    t = verl.translate({}, [f"{rc}rollout_rs=token_k1", f"{rc}rollout_rs_threshold=0.5_2.0", f"+{rc}rollout_rs_threshold_lower=0.1"])
+    t.finish()
+    assert "lower_upper" in t.ignored[f"{rc}rollout_rs_threshold_lower"] and t.values["correction", "lower"][0] == 0.5
+
+
+def test_a_recipe_with_a_hydra_defaults_header(tmp_path):
+    """A recipe composes verl's ppo_trainer: its header is read, the keys it leaves out take verl's defaults,
+    and its interpolations resolve against them."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "hydra:\n  searchpath:\n    - file://verl/trainer/config\n"
+        "defaults:\n  - ppo_trainer\n  - _self_\n"
+        "data:\n  train_batch_size: 8\n  gen_batch_size: ${data.train_batch_size}\n  max_response_length: 16\n"
+        "actor_rollout_ref:\n  actor:\n    ppo_mini_batch_size: 4\n  rollout:\n    n: ${oc.select:actor_rollout_ref.rollout.n,4}\n"
+        "reward:\n  reward_manager:\n    name: dapo\n  reward_kwargs:\n    overlong_buffer_cfg:\n      enable: true\n      len: 4\n"
+        "      penalty_factor: 1.0\n      log: false\n    max_resp_len: ${data.max_response_length}\n"
+        "algorithm:\n  adv_estimator: grpo\n  filter_groups:\n    enable: true\n    metric: acc\n    max_num_gen_batches: 10\n"
+    )
+    from rllab_referee.source import read_config_file
+
+    t = verl.translate(read_config_file(str(recipe), what="verl config"))
+    t.finish()
+    v = {k: val for k, (val, _) in t.values.items()}
+    assert (v["rollout", "prompts_per_step"], v["rollout", "group_size"], v["rollout", "overlong_buffer"]) == (8, 1, 4)
+    assert v["advantage", "name"] == "grpo" and "algorithm.filter_groups.metric" in t.differs
+    assert "ppo_trainer defaults" in t.ignored["defaults"] and "search path" in t.ignored["hydra.searchpath"]
+    recipe.write_text(recipe.read_text().replace("  - ppo_trainer\n", "  - ppo_megatron_trainer\n"))
+    with pytest.raises(ConfigError, match="defaults = .*ppo_megatron_trainer.*ppo_trainer defaults only"):
+        verl.translate(read_config_file(str(recipe), what="verl config")).finish()

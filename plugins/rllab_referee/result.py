@@ -43,31 +43,41 @@ class Translation:
     mapped_from: set[str] = attrs.field(factory=set)
     warnings: dict[str, str] = attrs.field(factory=dict)
     """Knobs mapped faithfully whose setting the source framework itself warns about."""
+    spelling: dict[str, str] = attrs.field(factory=dict)
+    """A knob's name as the source spelled it, where the reader reads it under another (a renamed key):
+    comments, lists and errors name the knob as the user wrote it."""
+
+    def _name(self, knob: str) -> str:
+        return self.spelling.get(knob, knob)
 
     def set(self, section: str, key: str, value: Any, *knobs: str, how: str = "") -> None:
         """rllab's ``[section] key = value``, from the source ``knobs`` (``how``: the formula, if any)."""
         if value is None:
             raise TypeError(f"[{section}] {key}: TOML has no null; write the knob's 'off' value instead")
+        knobs = tuple(self._name(k) for k in knobs)
         names = ", ".join(f"{k} = {self._show(k)}" for k in knobs)
         self.values[(section, key)] = (value, f"{names}{' — ' + how if how else ''}" if knobs else how)
         self.mapped_from.update(knobs)
 
     def ignore(self, knob: str, why: str) -> None:
         """A knob that does not change the algorithm (hardware, logging, data loading, evaluation)."""
+        knob = self._name(knob)
         if knob not in self.refused:
             self.ignored[knob] = why
 
     def differ(self, knob: str, how: str) -> None:
         """A knob rllab follows up to the difference ``how``."""
+        knob = self._name(knob)
         self.differs[knob] = how
         self.mapped_from.add(knob)
 
     def warn(self, knob: str, text: str) -> None:
         """A warning the source framework gives about ``knob``'s setting (printed in the summary)."""
-        self.warnings[knob] = text
+        self.warnings[self._name(knob)] = text
 
     def refuse(self, knob: str, why: str) -> None:
         """A knob whose value changes the algorithm in a way rllab cannot reproduce."""
+        knob = self._name(knob)
         self.refused[knob] = why
         self.ignored.pop(knob, None)
 

@@ -2,12 +2,17 @@
 
 A nested YAML is flattened to dotted keys (``actor_rollout_ref.actor.clip_ratio_high``); the
 overrides (``key=value``, ``+key=value``) are applied on top, their values read as YAML. A key
-left out takes verl's default (:data:`DEFAULTS`, verl 0.9's ``ppo_trainer.yaml``,
-``algorithm/rollout_correction.yaml`` and the DAPO recipe's ``filter_groups`` /
-``overlong_buffer``). ``${a.b}`` and ``${oc.select:a.b,default}`` values are resolved.
+left out takes verl's default (:data:`DEFAULTS`, verl 0.9.1's ``ppo_trainer`` config, and the DAPO
+reward manager's ``reward_kwargs``). ``${a.b}`` and ``${oc.select:a.b,default}`` values are resolved
+(against the config, then verl's defaults). A recipe's Hydra header (``defaults: [ppo_trainer,
+_self_]``, ``hydra.searchpath``) composes it with verl's ``ppo_trainer`` defaults.
 
 Keys under :data:`IGNORED_PATTERNS` only move hardware, logging, data loading, checkpoints or
-evaluation; every other key must be one this module reads, else it is refused by name. The
+evaluation; the keys this module reads are mapped; every other key of verl 0.9.1's full config
+(:mod:`rllab_referee.verl_fields`) is accepted at its default only; anything else is refused by name.
+Renamed keys (``reward_model.reward_kwargs.*``, which verl copies to ``reward.reward_kwargs.*``; the
+recipe's earlier ``reward_model.overlong_buffer.*``) are read under the new name and named, in
+comments and errors, as the input spelled them. The
 mapping in words is docs/frameworks.md.
 """
 
@@ -19,9 +24,20 @@ from typing import Any, Mapping
 
 from rllab import ConfigError
 from rllab_referee.result import Translation
+from rllab_referee.verl_fields import GENERATED, VERL_VERSION
 
-SOURCE = "verl ppo_trainer (0.9)"
+SOURCE = f"verl ppo_trainer ({VERL_VERSION})"
 A, R, ALG, RC = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout.", "algorithm.", "algorithm.rollout_correction."
+RK = "reward.reward_kwargs."
+"""The DAPO reward manager's arguments (verl 0.9.1 copies ``reward_model.reward_kwargs`` here)."""
+OB = RK + "overlong_buffer_cfg."
+
+RENAMED = {
+    RC + "rollout_rs_threshold_lower": "not read by verl 0.9.1 (removed: the lower bound is the 'lower_upper' form of "
+                                       "rollout_rs_threshold), so it changes nothing there either",
+    RC + "rollout_token_veto_threshold": "not read by verl 0.9.1 (removed), so it changes nothing there either",
+}
+"""Keys of earlier verl versions that 0.9.1 no longer reads, with what became of them."""
 
 DEFAULTS: dict[str, Any] = {
     "data.train_batch_size": 1024, "data.gen_batch_size": None, "data.max_prompt_length": 512,
@@ -34,24 +50,26 @@ DEFAULTS: dict[str, Any] = {
     A + "use_kl_loss": False, A + "kl_loss_coef": 0.001, A + "kl_loss_type": "low_var_kl",
     A + "policy_loss.loss_mode": "vanilla", A + "policy_loss.clip_cov_ratio": 0.0002, A + "policy_loss.clip_cov_lb": 1.0,
     A + "policy_loss.clip_cov_ub": 5.0, A + "policy_loss.kl_cov_ratio": 0.0002, A + "policy_loss.ppo_kl_coef": 0.1,
-    A + "grad_clip": 1.0, A + "optim.lr": 1e-6, A + "optim.weight_decay": 0.01, A + "optim.lr_warmup_steps": -1,
-    A + "optim.lr_warmup_steps_ratio": 0.0, A + "optim.warmup_style": "constant", A + "optim.lr_scheduler_type": None,
+    A + "grad_clip": 1.0, A + "optim.clip_grad": 1.0, A + "optim.optimizer": "AdamW", A + "optim.optimizer_impl": "torch.optim",
+    A + "loss_scale_factor": None,
+    A + "optim.lr": 1e-6, A + "optim.weight_decay": 0.01, A + "optim.lr_warmup_steps": -1,
+    A + "optim.lr_warmup_steps_ratio": 0.0, A + "optim.warmup_style": None, A + "optim.lr_scheduler_type": "constant",
     A + "optim.min_lr_ratio": 0.0, A + "optim.num_cycles": 0.5, A + "optim.betas": [0.9, 0.999],
     A + "optim.total_training_steps": -1,
     ALG + "adv_estimator": "gae", ALG + "gamma": 1.0, ALG + "lam": 1.0, ALG + "norm_adv_by_std_in_grpo": True,
     ALG + "use_kl_in_reward": False, ALG + "kl_penalty": "kl", ALG + "kl_ctrl.type": "fixed", ALG + "kl_ctrl.kl_coef": 0.001,
     ALG + "kl_ctrl.horizon": 10000, ALG + "kl_ctrl.target_kl": 0.1, ALG + "use_pf_ppo": False,
-    ALG + "filter_groups.enable": False, ALG + "filter_groups.metric": "acc", ALG + "filter_groups.max_num_gen_batches": 0,
+    ALG + "filter_groups.enable": False, ALG + "filter_groups.metric": "reward", ALG + "filter_groups.max_num_gen_batches": 0,
     RC + "rollout_is": None, RC + "rollout_is_threshold": 2.0, RC + "rollout_is_batch_normalize": False,
-    RC + "rollout_rs": None, RC + "rollout_rs_threshold": None, RC + "rollout_rs_threshold_lower": None,
-    RC + "rollout_token_veto_threshold": None, RC + "bypass_mode": False,
+    RC + "rollout_rs": None, RC + "rollout_rs_threshold": None, RC + "bypass_mode": False,
     "critic.optim.lr": 1e-5, "critic.cliprange_value": 0.5,
     "trainer.total_training_steps": None, "trainer.total_epochs": 30, "trainer.critic_warmup": 0,
     "actor_rollout_ref.model.path": None, "actor_rollout_ref.model.lora_rank": 0, "actor_rollout_ref.model.lora_alpha": 16,
     "actor_rollout_ref.model.target_modules": "all-linear",
     "custom_reward_function.overlong_buffer.enable": False, "custom_reward_function.overlong_buffer.len": 0,
     "custom_reward_function.overlong_buffer.penalty_factor": 1.0,
-    "reward_model.enable": False,
+    OB + "enable": False, OB + "len": 0, OB + "penalty_factor": 1.0, OB + "log": False, RK + "max_resp_len": None,
+    "reward_model.enable": None,
 }  # fmt: skip
 """verl's defaults for every key this module reads."""
 
@@ -81,6 +99,7 @@ IGNORED_PATTERNS: tuple[tuple[str, str], ...] = (
      r"image_key|video_key|trust_remote_code|custom_cls\.\w+|return_multi_modal_inputs|sampler\.\w+|datagen\.\w+|"
      r"apply_chat_template_kwargs|seed)$", "data loading: rllab's prompts come from [task]"),
     (r"^(reward_model\.(?!enable$)|custom_reward_function\.(path|name)$)", "the reward is rllab's [task] (choose it in the TOML)"),
+    (r"^reward\.(?!reward_kwargs\.(overlong_buffer_cfg\.\w+|max_resp_len)$)", "the reward is rllab's [task] (choose it in the TOML)"),
     (r"^critic\.(?!optim\.lr$|cliprange_value$)", "the critic's placement and batching follow the actor's in rllab"),
     (r"^algorithm\.pf_ppo\.", "read only with algorithm.use_pf_ppo"),
     (r"^actor_rollout_ref\.actor\.optim\.total_training_steps$", "filled in by verl's trainer from the run's length"),
@@ -92,6 +111,8 @@ ONLY_WITH = {
     A + "kl_loss_": A + "use_kl_loss = true", ALG + "kl_ctrl.": ALG + "use_kl_in_reward = true",
     ALG + "kl_penalty": ALG + "use_kl_in_reward = true", ALG + "filter_groups.": ALG + "filter_groups.enable = true",
     "custom_reward_function.overlong_buffer.": "custom_reward_function.overlong_buffer.enable = true",
+    OB: OB + "enable = true", RK + "max_resp_len": OB + "enable = true",
+    A + "loss_scale_factor": A + "loss_agg_mode = 'seq-mean-token-sum-norm'",
     A + "policy_loss.clip_cov": A + "policy_loss.loss_mode = 'clip_cov'",
     A + "policy_loss.kl_cov": A + "policy_loss.loss_mode = 'kl_cov'", A + "policy_loss.ppo_kl": A + "policy_loss.loss_mode = 'kl_cov'",
     "critic.": ALG + "adv_estimator = 'gae'", ALG + "gamma": ALG + "adv_estimator = 'gae' or 'reinforce_plus_plus'",
@@ -177,6 +198,8 @@ def _resolve(flat: dict[str, Any]) -> dict[str, Any]:
                     out[k] = out[target]
                 elif target in DEFAULTS:
                     out[k] = DEFAULTS[target]
+                elif target in GENERATED and not (isinstance(GENERATED[target], str) and _INTERP.match(GENERATED[target])):
+                    out[k] = GENERATED[target]
                 elif default is not None:
                     out[k] = yaml.safe_load(default)
     return out
@@ -201,28 +224,86 @@ def _type_problem(key: str, value: Any) -> str | None:
     return None
 
 
+def _canonical(key: str) -> str:
+    """The name this module reads ``key`` under: the DAPO recipe's earlier ``reward_model.overlong_buffer.*``
+    and the ``reward_model.reward_kwargs.*`` verl 0.9.1 copies to ``reward.reward_kwargs.*``."""
+    for old, new in (("reward_model.overlong_buffer.", "custom_reward_function.overlong_buffer."),
+                     ("reward_model.reward_kwargs.", RK)):
+        if key.startswith(old):
+            return new + key[len(old):]
+    return key
+
+
+def _header(tree: Mapping[str, Any]) -> tuple[dict, dict]:
+    """A recipe's Hydra header (``defaults``, ``hydra.*``) taken off ``tree``: (the rest, the header's keys)."""
+    rest = {k: v for k, v in tree.items() if k not in ("defaults", "hydra")}
+    header = {}
+    if "defaults" in tree:
+        header["defaults"] = tree["defaults"]
+    if isinstance(tree.get("hydra"), Mapping):
+        header.update(flatten(tree["hydra"], "hydra."))
+    elif "hydra" in tree:
+        header["hydra"] = tree["hydra"]
+    return rest, header
+
+
+def _generated_defaults() -> dict[str, Any]:
+    """verl 0.9.1's full default config (:data:`GENERATED`), its interpolations resolved."""
+    global _GENERATED_RESOLVED
+    if _GENERATED_RESOLVED is None:
+        _GENERATED_RESOLVED = {k: _number(v) for k, v in _resolve(dict(GENERATED)).items()}
+    return _GENERATED_RESOLVED
+
+
+_GENERATED_RESOLVED: dict[str, Any] | None = None
+
+
 def translate(tree: Mapping[str, Any], overrides: list[str] = ()) -> Translation:
-    """A verl ``ppo_trainer`` config (nested dict) plus dotted overrides → a :class:`Translation`."""
-    given = {k: _number(v) for k, v in _resolve(apply_overrides(flatten(tree), list(overrides))).items()}
-    old = "reward_model.overlong_buffer."  # the DAPO recipe's earlier spelling
-    given = {("custom_reward_function.overlong_buffer." + k[len(old):] if k.startswith(old) else k): v for k, v in given.items()}
-    t = Translation(SOURCE, given=given, defaults=DEFAULTS)
+    """A verl ``ppo_trainer`` config (nested dict; a recipe with a Hydra ``defaults`` header is resolved
+    against verl's ``ppo_trainer`` defaults) plus dotted overrides → a :class:`Translation`."""
+    body, header = _header(tree)
+    spelled = {k: _number(v) for k, v in _resolve(apply_overrides(flatten(body), list(overrides))).items()}
+    migrated = any(k.startswith("reward_model.reward_kwargs.") for k in spelled)
+    given: dict[str, Any] = {}
+    spelling: dict[str, str] = {}
+    replaced = []
+    for key, value in spelled.items():
+        if migrated and key.startswith(RK):
+            replaced.append(key)  # verl copies reward_model.reward_kwargs over the whole of reward.reward_kwargs
+            continue
+        canon = _canonical(key)
+        if canon != key:
+            spelling[canon] = key
+        given[canon] = value
+    t = Translation(SOURCE, given={**header, **spelled}, defaults=DEFAULTS, spelling=spelling)
+    _check_header(t, header)
+    for key in replaced:  # (by its own name: reward.reward_kwargs.* is the name the migrated keys are read under)
+        t.ignored[key] = "not read: verl 0.9.1 copies reward_model.reward_kwargs over reward.reward_kwargs"
     bad = {k: _type_problem(k, v) for k, v in given.items() if k in DEFAULTS}
     for key, problem in bad.items():
         if problem:
             t.refuse(key, problem)
     c = {**DEFAULTS, **{k: v for k, v in given.items() if not bad.get(k)}}
+    generated = _generated_defaults()
     for key in given:
         if key in DEFAULTS:
             continue
         why = next((why for pattern, why in IGNORED_PATTERNS if re.search(pattern, key)), None)
-        if why is not None:
+        if key in RENAMED:
+            t.ignore(key, RENAMED[key])
+        elif why is not None:
             t.ignore(key, why)
+        elif key in generated:
+            if given[key] == generated[key]:
+                t.ignore(key, f"at verl {VERL_VERSION}'s default (the importer maps no other value)")
+            else:
+                t.refuse(key, f"a verl {VERL_VERSION} key the importer does not map; only its default "
+                         f"({generated[key]!r}) is accepted")
         elif "." not in key:
             t.refuse(key, "not a section of a verl config (a TRL GRPOConfig? import it with `rllab import trl`)")
         else:
-            near = difflib.get_close_matches(key, list(DEFAULTS), n=1, cutoff=0.8)
-            t.refuse(key, "not a verl 0.9 ppo_trainer key this importer knows" + (f" (did you mean {near[0]!r}?)" if near else ""))
+            near = difflib.get_close_matches(key, list(generated), n=1, cutoff=0.8)
+            t.refuse(key, f"not a key of verl {VERL_VERSION}'s ppo_trainer config" + (f" (did you mean {near[0]!r}?)" if near else ""))
     t.set("", "name", "verl-ppo", how=f"imported from {SOURCE}")
     t.set("algorithm", "name", "rl", how="verl's RayPPOTrainer")
     _batch(t, c)
@@ -234,12 +315,26 @@ def translate(tree: Mapping[str, Any], overrides: list[str] = ()) -> Translation
     _correction(t, c)
     _shaping(t, c)
     for key in given:
-        if key in DEFAULTS and key not in t.accounted() and given[key] == DEFAULTS[key]:
-            t.mapped_from.add(key)  # a key written out at its default was read as that default
-        elif key in DEFAULTS and key not in t.accounted():
+        if key in DEFAULTS and t._name(key) not in t.accounted() and given[key] == DEFAULTS[key]:
+            t.mapped_from.add(t._name(key))  # a key written out at its default was read as that default
+        elif key in DEFAULTS and t._name(key) not in t.accounted():
             switch = next((s for prefix, s in ONLY_WITH.items() if key.startswith(prefix)), "another setting")
             t.ignore(key, f"read only with {switch}")
     return t
+
+
+def _check_header(t: Translation, header: dict) -> None:
+    """A recipe's Hydra header: its ``defaults`` may compose verl's ``ppo_trainer`` (and ``_self_``) only."""
+    for key, value in header.items():
+        if key != "defaults":
+            t.ignore(key, "Hydra's search path for the recipe's defaults")
+            continue
+        entries = value if isinstance(value, list) else [value]
+        other = [e for e in entries if e not in ("ppo_trainer", "_self_")]
+        if other:
+            t.refuse("defaults", f"{other[0]!r}: the importer resolves a recipe against verl's ppo_trainer defaults only")
+        else:
+            t.ignore("defaults", f"Hydra's composition: the keys left out take verl {VERL_VERSION}'s ppo_trainer defaults")
 
 
 def _batch(t: Translation, c: dict) -> None:
@@ -288,10 +383,23 @@ def _sampling(t: Translation, c: dict) -> None:
 def _optimizer(t: Translation, c: dict) -> None:
     t.set("train", "lr", c[A + "optim.lr"], A + "optim.lr")
     t.set("train", "weight_decay", c[A + "optim.weight_decay"], A + "optim.weight_decay")
-    t.set("train", "max_grad_norm", c[A + "grad_clip"], A + "grad_clip")
+    # verl 0.9.1's engine workers clip at optim.clip_grad, its legacy actor at actor.grad_clip (both 1.0)
+    clips = [k for k in (A + "optim.clip_grad", A + "grad_clip") if k in t.given or t._name(k) in t.given]
+    if len(clips) == 2 and c[clips[0]] != c[clips[1]]:
+        t.refuse(A + "grad_clip", f"{c[clips[1]]} here, {c[clips[0]]} in optim.clip_grad: verl's engine workers read "
+                 "optim.clip_grad and its legacy actor grad_clip; set them alike")
+    clip_key = clips[0] if clips else A + "optim.clip_grad"
+    t.set("train", "max_grad_norm", c[clip_key], *(clips or [clip_key]))
+    if str(c[A + "optim.optimizer"]).lower() != "adamw":
+        t.refuse(A + "optim.optimizer", "rllab trains with AdamW")
+    if c[A + "optim.optimizer_impl"] != "torch.optim":
+        t.refuse(A + "optim.optimizer_impl", "rllab's AdamW is torch.optim.AdamW")
+    t.set("train", "lr", c[A + "optim.lr"], A + "optim.lr", A + "optim.optimizer", A + "optim.optimizer_impl",
+          how="rllab's optimizer is torch.optim.AdamW")
     if list(c[A + "optim.betas"]) != [0.9, 0.999]:
         t.refuse(A + "optim.betas", "rllab's AdamW uses torch's betas (0.9, 0.999)")
-    style_key = A + "optim.lr_scheduler_type" if c[A + "optim.lr_scheduler_type"] else A + "optim.warmup_style"
+    # verl 0.9.1: the deprecated warmup_style, when set, replaces lr_scheduler_type
+    style_key = A + "optim.warmup_style" if c[A + "optim.warmup_style"] is not None else A + "optim.lr_scheduler_type"
     style = c[style_key]
     if style not in ("constant", "cosine"):
         t.refuse(style_key, "verl's schedules are 'constant' and 'cosine'")
@@ -373,7 +481,9 @@ def _loss(t: Translation, c: dict) -> None:
         t.refuse(A + "loss_agg_mode", f"verl's modes are {list(AGGREGATIONS)}")
         return
     t.set("aggregation", "name", agg, A + "loss_agg_mode")
-    if agg == "seq-mean-token-sum-norm":
+    if agg == "seq-mean-token-sum-norm" and c[A + "loss_scale_factor"] is not None:
+        t.set("aggregation", "horizon", c[A + "loss_scale_factor"], A + "loss_scale_factor", how="verl's constant divisor")
+    elif agg == "seq-mean-token-sum-norm":
         t.set("aggregation", "horizon", c["data.max_response_length"], "data.max_response_length",
               how="verl divides by the response width, padded to the response length")
     t.set("algorithm", "entropy_coef", float(c[A + "entropy_coeff"]), A + "entropy_coeff")
@@ -447,12 +557,8 @@ def _correction(t: Translation, c: dict) -> None:
             t.refuse(RC + "rollout_rs_threshold", "expected a number, 'lower_upper', or a comma-separated list of them")
             return
         t.set("correction", "upper", uppers[0] if len(uppers) == 1 else uppers, RC + "rollout_rs_threshold")
-        if c[RC + "rollout_rs_threshold_lower"] is not None:
-            lowers = [float(c[RC + "rollout_rs_threshold_lower"])]
         if lowers:
             t.set("correction", "lower", lowers[0] if len(lowers) == 1 else lowers, RC + "rollout_rs_threshold")
-        if c[RC + "rollout_token_veto_threshold"] is not None:
-            t.set("correction", "veto_threshold", float(c[RC + "rollout_token_veto_threshold"]), RC + "rollout_token_veto_threshold")
         if level:
             t.set("correction", "is_level", level, RC + "rollout_is")
             t.set("correction", "c_max", c_upper[0], RC + "rollout_is_threshold")
@@ -476,12 +582,27 @@ def _shaping(t: Translation, c: dict) -> None:
               ALG + "filter_groups.max_num_gen_batches", how="drop groups whose scores are all equal")
         t.differ(ALG + "filter_groups.enable", "verl samples more batches (up to filter_groups.max_num_gen_batches) until "
                  "data.train_batch_size groups survive; rllab trains on the groups that survive one draw")
-        if c[ALG + "filter_groups.metric"] not in ("acc", "score", "seq_reward", "seq_final_reward"):
-            t.refuse(ALG + "filter_groups.metric", "rllab filters on the score of each completion")
     ob = "custom_reward_function.overlong_buffer."
-    if c[ob + "enable"]:
+    kw = bool(c[OB + "enable"])
+    if kw and c[ob + "enable"]:
+        t.refuse(ob + "enable", f"the overlong penalty is given twice: verl 0.9.1's DAPO reward manager reads {OB}*")
+    if kw:
+        cap = c[R + "response_length"] if c[R + "response_length"] is not None else c["data.max_response_length"]
+        if c[RK + "max_resp_len"] is None:
+            t.refuse(OB + "enable", "verl's DAPO reward manager needs reward_kwargs.max_resp_len with the overlong buffer")
+        elif c[RK + "max_resp_len"] != cap:
+            t.refuse(RK + "max_resp_len", f"the penalty starts at max_resp_len − len; rllab's at the sampling cap ({cap}): "
+                     "set max_resp_len to the response length")
+        t.set("rollout", "overlong_buffer", int(c[OB + "len"]), OB + "enable", OB + "len", RK + "max_resp_len",
+              how="−(length − (max_resp_len − len)) / len × penalty_factor, at most 0")
+        t.set("rollout", "overlong_penalty", float(c[OB + "penalty_factor"]), OB + "penalty_factor")
+        if OB + "log" in t.given or t._name(OB + "log") in t.given:
+            t.ignore(OB + "log", "logging")
+    elif c[ob + "enable"]:
         t.set("rollout", "overlong_buffer", int(c[ob + "len"]), ob + "enable", ob + "len")
         t.set("rollout", "overlong_penalty", float(c[ob + "penalty_factor"]), ob + "penalty_factor")
+    if c[ALG + "filter_groups.enable"]:
+        _filter_metric(t, c, overlong=kw or bool(c[ob + "enable"]))
     if c["reward_model.enable"]:
         t.refuse("reward_model.enable", "a reward model is not mapped: the reward is rllab's [task]")
     lora = c["actor_rollout_ref.model.lora_rank"]
@@ -491,6 +612,26 @@ def _shaping(t: Translation, c: dict) -> None:
               "actor_rollout_ref.model.lora_rank", "actor_rollout_ref.model.lora_alpha", "actor_rollout_ref.model.target_modules")
     if c["actor_rollout_ref.model.path"]:
         t.set("model", "path", str(c["actor_rollout_ref.model.path"]), "actor_rollout_ref.model.path")
+
+
+def _filter_metric(t: Translation, c: dict, *, overlong: bool) -> None:
+    """``algorithm.filter_groups.metric``: rllab keeps the groups whose scores (reward + the overlong penalty) differ."""
+    metric, key = c[ALG + "filter_groups.metric"], ALG + "filter_groups.metric"
+    if metric in ("reward", "seq_reward"):
+        return  # verl's reward before any KL penalty, its token-level scores summed: with the overlong penalty, rllab's score
+    if metric == "seq_final_reward":
+        if c[ALG + "use_kl_in_reward"]:
+            t.differ(key, "verl filters on the reward after the KL penalty; rllab on the reward before it")
+    elif metric in ("acc", "score"):
+        if overlong:
+            t.differ(key, f"verl filters on {metric!r}, the reward function's score before the overlong penalty "
+                     "('acc': the accuracy it reports, else that score); rllab on the score with the penalty")
+        elif metric == "acc":
+            t.differ(key, "verl filters on the accuracy the reward function reports (its score when it returns a number); "
+                     "rllab on the task's reward")
+    else:
+        t.refuse(key, "a field the reward function reports: rllab filters on the score of each completion (verl's "
+                 "'reward'; 'acc', 'score' and 'seq_final_reward' listed as differing where they do)")
 
 
 def _modules(value: Any) -> list[str]:
