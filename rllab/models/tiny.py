@@ -431,7 +431,8 @@ def get_or_build(
     model, tokenizer = build_tiny_model(model_config)
     measured = None
     if not is_environment(task):  # the longest prompt the warm start reads, recorded (the cap above)
-        task = measured = _LongestPrompt(task, PromptRenderer(tokenizer, system_prompt=system_prompt))
+        task = measured = _LongestPrompt(task, PromptRenderer(tokenizer, system_prompt=system_prompt, task_name=str(task_config.get("name", "?")),
+                                                              model_name="the tiny model"))
     if rollout is not None:  # a prompt that cannot fit is refused before the warm start trains (or evaluates)
         from rllab.rollout.prompt_limits import PromptLimits
 
