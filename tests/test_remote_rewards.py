@@ -479,6 +479,7 @@ def test_a_service_that_dies_mid_rollout_stops_the_run_naming_the_url_and_what_i
             _stage(tmp_path, knobs, "raise").sample(0)
 
 
+@pytest.mark.filterwarnings("ignore:.*nothing to learn from")  # an untrained model: every sample scores 0
 def test_a_run_whose_service_dies_stops_clearly_and_resumes_once_it_is_back(tmp_path, model_cache, capsys):
     pytest.importorskip("datasets")
     from rllab.cli import main

@@ -424,11 +424,3 @@ def score_unique(keys: Sequence[str], ask: Callable[[list[int]], list[Any]], con
         if not (isinstance(value, RewardServiceError) and value.transient):
             cache.put(k, value)
     return [known[k] for k in keys]
-
-
-def gather(fn: Callable[[Any], Any], items: Sequence[Any], concurrency: int) -> list[Any]:
-    """``[fn(x) for x in items]``, at most ``concurrency`` at once; the first error is raised."""
-    if len(items) <= 1 or concurrency == 1:
-        return [fn(x) for x in items]
-    with ThreadPoolExecutor(max_workers=min(concurrency, len(items))) as pool:
-        return list(pool.map(fn, items))
