@@ -26,6 +26,7 @@ the reward function's caller then follows ``rollout.reward_errors``.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import json
 import random
@@ -411,10 +412,13 @@ def forget() -> None:
 
 
 def score_unique(keys: Sequence[str], ask: Callable[[list[int]], list[Any]], config: Any) -> list[Any]:
-    """Per key, its score (or error): each distinct key asked once (``ask(indices)`` returns what the
-    first row of each index gives), the remembered ones (``config.cache_size``) not at all."""
+    """Per row, its score (or the error it ended in), ``keys[i]`` naming row i's request: each
+    distinct request is asked once — ``ask(indices)`` asks for the rows ``indices``, one row per
+    distinct request, and returns their results in order — and those the process remembers
+    (``config.cache_size``; a transient error is not remembered) not at all."""
     cache = cache_for(config)
-    first: dict[str, int] = {}
+    keys = [hashlib.blake2b(k.encode(), digest_size=16).digest() for k in keys]  # 16 bytes a request, however long
+    first: dict[bytes, int] = {}
     for i, k in enumerate(keys):
         first.setdefault(k, i)
     known = {k: cache.get(k) for k in first}
