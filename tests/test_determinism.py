@@ -98,6 +98,7 @@ def test_a_suite_cell_reruns_identically_and_the_suite_records_its_starts(tmp_pa
     cell = json.loads((out / "suite.json").read_text())["cells"][0]
     start = provenance.read(out / "runs" / cell["run"])["hashes"]["start"]["sha256"]
     assert record["starts"] == {start: [cell["run"]]} and record["cells"][0]["start"] == start
+    assert record["cells"][0]["threads"] == provenance.read(out / "runs" / cell["run"])["machine"]["torch"]["threads"]
     assert record["libraries"]["torch"] and record["machine"]["torch"]["threads"] >= 1
     # the cell ran in a worker process, which read the checkout's git state itself: record it as this process sees it
     run = out / "runs" / cell["run"]

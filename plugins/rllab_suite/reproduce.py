@@ -46,7 +46,8 @@ def write_suite_provenance(out: Path, manifest: dict) -> Path:
             continue
         hashes = rec.get("hashes") or {}
         start = (hashes.get("start") or {}).get("sha256")
-        entry.update(start=start, config=hashes.get("config"), data=[d["sha256"] for d in hashes.get("data", ())])
+        entry.update(start=start, config=hashes.get("config"), data=[d["sha256"] for d in hashes.get("data", ())],
+                     threads=((rec.get("machine") or {}).get("torch") or {}).get("threads"))  # a worker's own, not the suite process's
         cells.append(entry)
         if start:
             starts.setdefault(start, []).append(c["run"])
@@ -99,7 +100,7 @@ def resolve_cell(result: Path, cell: str) -> Path:
 def _lines(record: dict) -> list[tuple[str, str]]:
     hashes = record.get("hashes") or {}
     flat = provenance.flatten({k: v for k, v in record.items() if k not in ("hashes", "libraries", "cells", "starts")})
-    rows = [(k, provenance.format_value(v, 120)) for k, v in flat.items()]
+    rows = [(k, provenance.format_value(v, 1000)) for k, v in flat.items()]
     rows += [(f"libraries.{name}", version) for name, version in (record.get("libraries") or {}).items()]
     if hashes:
         rows.append(("hashes.config", str(hashes.get("config"))))
