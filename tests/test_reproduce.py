@@ -219,3 +219,13 @@ def test_an_exported_start_is_found_by_its_hash_and_a_tampered_one_is_not(tmp_pa
     assert provenance.find_start("ab" * 32, [tmp_path / "starts"]) is None
     (named / "model.safetensors").write_bytes(b"changed")
     assert provenance.find_start(sha, [tmp_path / "starts"]) is None
+
+
+def test_the_exit_code_says_what_held():
+    from rllab.training.reproduce import DIFFERENT, IDENTICAL, PROVENANCE_DIFFERS, Outcome
+
+    assert Outcome(IDENTICAL, Path(".")).exit_code == 0
+    assert Outcome(DIFFERENT, Path(".")).exit_code == 1
+    assert Outcome(PROVENANCE_DIFFERS, Path("."), start_eval=True).exit_code == 2
+    assert Outcome(PROVENANCE_DIFFERS, Path("."), start_eval=False).exit_code == 1
+    assert Outcome(PROVENANCE_DIFFERS, Path("."), start_eval=None).exit_code == 1  # nothing comparable: not reproduced

@@ -83,13 +83,12 @@ class Outcome:
     @property
     def exit_code(self) -> int:
         """0 identical; 1 a value differs that should not (all of them under a matching
-        provenance, the start's evaluation under a differing one); 2 the provenance differs and
-        what can still hold did."""
+        provenance, the start's evaluation under a differing one), or nothing could be compared
+        (the start, config, data or a seed differ); 2 the provenance differs and the start's
+        evaluation still matched."""
         if self.verdict == IDENTICAL:
             return 0
-        if self.verdict == DIFFERENT or self.start_eval is False:
-            return 1
-        return 2
+        return 2 if self.verdict == PROVENANCE_DIFFERS and self.start_eval else 1
 
 
 def _show(v: Any) -> str:
