@@ -316,6 +316,11 @@ def _component(lab: Lab, sec: str, kind: str, raw: Any, default: str, text: str,
         raise ConfigError(f"{where}: [{sec}] must be a table or a component name, got {raw!r}", key=sec)
     raw = dict(raw)
     name = raw.pop(SELECTOR_KEY, default)
+    if name is None:  # a section without a default component, given knobs but no name (env.max_turns=3 alone)
+        from rllab.config_checks import _settings
+
+        raise ConfigError(f"{where}: {_settings(sec, raw)} {'sets a knob' if len(raw) == 1 else 'set knobs'} of [{sec}], "
+                          f"which names no {kind}: choose one with {sec}=NAME (one of {', '.join(lab.names(kind))})", key=SELECTOR_KEY)
     if name == "" and raw:
         name = _lost_name(lab, sec, kind, raw, where)
     if name == "":
@@ -378,7 +383,7 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
     check_model_settings(plain["model"], text, where)
     check_launcher(plain["model"], text, where)  # torchrun's WORLD_SIZE against [model] strategy, before any model exists
 
-    check_one_source(data, text, where)
+    check_one_source(data, text, where, lab)
     components = {
         sec: _component(lab, sec, kind, data.get(sec, {}), default, text, where)
         for sec, (kind, default) in COMPONENT_SECTIONS.items()

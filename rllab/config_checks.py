@@ -28,6 +28,7 @@ Called by :func:`rllab.config.validate` after the components are built.
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Mapping
 
 import attrs
@@ -118,16 +119,69 @@ def check_model_settings(model: Any, text: str, where: str) -> None:
         lora.check_settings(model, text=text, where=where)
 
 
-def check_one_source(data: Mapping[str, Any], text: str, where: str) -> None:
-    """``task`` and ``env`` are exclusive: a config that sets both is refused, naming both."""
-    if "task" in data and "env" in data:
-        task, env = (v.get("name", "?") if isinstance(v, Mapping) else v for v in (data["task"], data["env"]))
-        line = line_of(text, None, "env") or line_of(text, "env", "name")
+def _section_knobs(value: Any) -> dict:
+    return {k: v for k, v in value.items() if k != "name"} if isinstance(value, Mapping) else {}
+
+
+def _settings(sec: str, knobs: Mapping) -> str:
+    """``knobs`` as the command line writes them: ``task.digits=3 task.seed=1``."""
+    from rllab.tomlio import dump_toml
+
+    return " ".join(f"{sec}.{k}={dump_toml({'v': v}).strip()[len('v = '):]}" for k, v in knobs.items())
+
+
+def check_one_source(data: Mapping[str, Any], text: str, where: str, lab: Lab | None = None) -> None:
+    """``task`` and ``env`` are exclusive: a config that sets both is refused, naming what was set of
+    each (a component's name, or the knobs given without one, e.g. ``task.digits=3``) and, for a
+    knob of the other section, the environment's (or task's) own knob of that name when it has one."""
+    if "task" not in data or "env" not in data:
+        return
+    names = {sec: (data[sec].get("name") if isinstance(data[sec], Mapping) else data[sec]) for sec in ("task", "env")}
+    knobs = {sec: _section_knobs(data[sec]) for sec in ("task", "env")}
+    line = line_of(text, None, "env") or line_of(text, "env", "name")
+    if names["task"] is not None and names["env"] is not None:
         raise ConfigError(
-            f"{where}: both task {task!r} and env {env!r}{line} are set; a run draws its "
+            f"{where}: both task {names['task']!r} and env {names['env']!r}{line} are set; a run draws its "
             f"examples from a task or from an environment, not both: drop one of them",
             key="env",
         )
+    # one side is knobs without a component: say which settings, and where they would go on the other side
+    stray, chosen = ("task", "env") if names["task"] is None else ("env", "task")
+    kind = {"task": "task", "env": "environment"}
+    given = _settings(stray, knobs[stray])
+    if names[chosen] is None:  # knobs on both sides, no component named on either
+        raise ConfigError(
+            f"{where}: {given} and {_settings(chosen, knobs[chosen])} set knobs of a task and of an environment, and neither "
+            f"is named; a run draws its examples from one: name it (task=NAME or env=NAME) and keep only its knobs",
+            key=stray,
+        )
+    hint = ""
+    if lab is not None:
+        try:
+            own = [k.name for k in lab.spec(kind[chosen], names[chosen]).knobs()]
+        except KeyError:
+            return  # an unknown name: the component check names it, with the names close to it
+        if own is not None:
+            same = [k for k in knobs[stray] if k in own]
+            close = {k: difflib.get_close_matches(k, own, n=3, cutoff=0.6) for k in knobs[stray] if k not in own}
+            if same:
+                hint = f"; {kind[chosen]} {names[chosen]!r} has its own: {_settings(chosen, {k: knobs[stray][k] for k in same})}"
+            elif any(close.values()):
+                hint = f"; {kind[chosen]} {names[chosen]!r} has no knob {', '.join(map(repr, close))}, its closest: " + ", ".join(
+                    f"{chosen}.{c}" for cs in close.values() for c in cs)
+            else:
+                hint = f"; {kind[chosen]} {names[chosen]!r} has no such knob (its knobs: {', '.join(own) or 'none'})"
+    one = len(knobs[stray]) == 1
+    other = f"drop {'it' if one else 'them'} to train on the {kind[chosen]}"
+    if chosen == "task":
+        other += ", or name an environment to play (env=NAME) in place of the task"
+    article = "an" if kind[stray][0] in "aeiou" else "a"
+    raise ConfigError(
+        f"{where}: {given} {'sets a knob' if one else 'set knobs'} of {article} {kind[stray]}, but this config "
+        f"draws its examples from {kind[chosen]} {names[chosen]!r}{line if chosen == 'env' else ''} (a run has a task or "
+        f"an environment, not both): {other}{hint}",
+        key=stray,
+    )
 
 
 def check_episode_settings(lab: Lab, components: Mapping[str, Any], rollout: Any, *, unused: frozenset, text: str, where: str) -> None:

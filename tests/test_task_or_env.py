@@ -1,0 +1,63 @@
+"""A config that sets knobs of a task while it plays an environment (or the reverse) is refused
+naming the settings the user gave and, when the other side has one, its own knob of that name."""
+
+from __future__ import annotations
+
+import pytest
+
+from rllab.cli import main
+from rllab.config import load_config
+from rllab.errors import ConfigError
+
+
+def refused(*overrides: str) -> str:
+    with pytest.raises(ConfigError) as e:
+        load_config(None, list(overrides))
+    return str(e.value)
+
+
+def test_a_task_knob_beside_an_environment_names_the_setting_and_the_environments_close_knobs():
+    msg = refused("env=calculator", "task.digits=3")
+    assert "'?'" not in msg
+    assert msg.startswith("<config>: task.digits=3 sets a knob of a task, but this config draws its examples from environment 'calculator'")
+    # calculator has no `digits`; it has digits_a and digits_b
+    assert "environment 'calculator' has no knob 'digits', its closest: env.digits_b, env.digits_a" in msg
+
+
+def test_a_task_knob_the_environment_also_has_is_named_as_the_environments():
+    msg = refused("env=calculator", "task.seed=3", "task.eval_size=5")
+    assert "task.seed=3 task.eval_size=5 set knobs of a task" in msg
+    assert msg.endswith("environment 'calculator' has its own: env.seed=3 env.eval_size=5")
+
+
+def test_an_environment_knob_beside_a_task_or_alone():
+    msg = refused("task=addition", "env.max_turns=3")
+    assert "env.max_turns=3 sets a knob of an environment, but this config draws its examples from task 'addition'" in msg
+    assert "name an environment to play (env=NAME)" in msg
+    msg = refused("env.max_turns=3")
+    from rllab import Lab
+
+    assert msg == ("<config>: env.max_turns=3 sets a knob of [env], which names no environment: choose one with env=NAME "
+                   f"(one of {', '.join(Lab().names('environment'))})")
+    assert "None" not in msg
+    msg = refused("task.digits=3", "env.max_turns=3")
+    assert "task.digits=3 and env.max_turns=3 set knobs of a task and of an environment, and neither is named" in msg
+
+
+def test_both_named_and_an_unknown_name_keep_their_own_messages():
+    assert "both task 'addition' and env 'calculator' are set" in refused("task=addition", "env=calculator")
+    assert "unknown environment 'calculatr'. Did you mean 'calculator'?" in refused("env=calculatr", "task.digits=2")
+
+
+def test_a_file_with_a_task_table_and_an_environment(tmp_path):
+    f = tmp_path / "exp.toml"
+    f.write_text('env = "calculator"\n\n[task]\ndigits = 3\n')
+    with pytest.raises(ConfigError, match=r"task.digits=3 sets a knob of a task, but this config draws its examples from "
+                                          r"environment 'calculator' \(line 1\)"):
+        load_config(f)
+
+
+def test_the_command_line_says_it_in_one_line(capsys):
+    assert main(["run", "env=calculator", "task.digits=3"]) == 1
+    err = capsys.readouterr().err
+    assert "task.digits=3" in err and "env.digits_a" in err and "Traceback" not in err
