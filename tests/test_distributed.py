@@ -269,6 +269,8 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
         trainer.train_step()
     trainer.close()
     run_weights = {n: _full(p) for n, p in trainer.policy.named_parameters()}
+    # what a finished sharded run writes as RUN_DIR/model: gathered on every rank, written by rank 0
+    trainer.policy_handle.save_final(os.path.join(out, "fsdp2"), trainer.placement, tokenizer=trainer.tokenizer)
     cfg = _config("fsdp2")
     place = placement.for_config(cfg.model, device=torch.device("cpu"), compute_dtype=None)
     half = _run(place, _batch(slice(4 * rank, 4 * rank + 4)), cfg)
@@ -454,6 +456,18 @@ def test_a_short_run_ends_with_the_one_process_runs_weights(two_ranks):
         assert res["run_weights"].keys() == single["weights"].keys()
         for name, w in single["weights"].items():
             torch.testing.assert_close(res["run_weights"][name], w, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_a_sharded_full_fine_tune_writes_its_final_model_whole(two_ranks):
+    """``RUN_DIR/model`` of a sharded run: the full weights (gathered from the shards), loadable by
+    transformers alone, equal to the weights the ranks trained."""
+    from transformers import AutoModelForCausalLM
+
+    out, results = two_ranks
+    model = AutoModelForCausalLM.from_pretrained(out / "fsdp2" / "model", dtype=torch.float32)
+    state = model.state_dict()
+    for name, w in results[0]["run_weights"].items():
+        torch.testing.assert_close(state[name], w, rtol=0, atol=0, msg=name)
 
 
 def test_each_rank_evaluates_its_share_and_reports_the_whole_sets_metrics(two_ranks):
