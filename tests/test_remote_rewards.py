@@ -180,6 +180,7 @@ def test_an_outage_costs_a_few_requests_retries_not_every_rows(server):
     # after 4 failed attempts in a row (failing_streak) no new request goes; the first request to use up
     # its 3 attempts marks the URL down, and the other rows fail at once (the row-by-row re-asks too)
     assert failing_streak(HttpKnobs(max_concurrency=1)) == 4 and failing_streak(HttpKnobs(max_concurrency=8)) == 8
+    assert failing_streak(HttpKnobs(cooldown_s=0)) == math.inf  # never down: every request its own retries
     assert 4 + 2 <= len(server.bodies) <= 4 * 3
     assert {b["prompt"] for b in server.bodies} <= {"0+1=", "1+1=", "2+1=", "3+1="}  # rows 4…19 never sent
 

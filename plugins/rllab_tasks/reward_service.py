@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import json
+import math
 import random
 import sys
 import threading
@@ -257,10 +258,11 @@ def _attempt(url: str, body: Any, knobs: HttpKnobs, headers: dict, who: str) -> 
         return "fail", RewardServiceError(f"{who}: {url} answered something that is not JSON: {r.text[:200]!r}"), None
 
 
-def failing_streak(knobs: HttpKnobs) -> int:
+def failing_streak(knobs: HttpKnobs) -> float:
     """Failed attempts in a row (no answer in between) after which a call sends no new request
-    until a retry gets an answer: ``max(4, max_concurrency)``."""
-    return max(4, knobs.max_concurrency)
+    until a retry gets an answer: ``max(4, max_concurrency)``; never with ``cooldown_s = 0``
+    (no URL is ever down: every request tries its own retries)."""
+    return max(4, knobs.max_concurrency) if knobs.cooldown_s > 0 else math.inf
 
 
 def ask_all(url: str, bodies: Sequence[Any], knobs: HttpKnobs, *, who: str, sleep: Callable[[float], None] = time.sleep,
