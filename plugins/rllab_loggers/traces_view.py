@@ -100,14 +100,21 @@ def select(recs: list[dict], *, step: int | None = None, min_reward: float | Non
            kind: str | None = "train") -> list[dict]:
     """The records of ``kind`` (``train``, ``eval``; None: both) that pass the filters; ``step`` None:
     the last step traced (every step with ``all_steps``)."""
+    others = {r["step"] for r in recs if kind is not None and r.get("kind", "train") != kind}
     if kind is not None:
         recs = [r for r in recs if r.get("kind", "train") == kind]
     steps = sorted({r["step"] for r in recs})
-    if not steps:
-        return []
     if step is not None and step not in steps:
+        if step in others:  # the step has the other kind's samples: say how to see them
+            flag = "--eval" if kind == "train" else "no --eval"
+            raise TracesError(f"rllab traces: step {step} has only {'evaluation answers' if kind == 'train' else 'training samples'}: "
+                              f"show them with {flag}")
+        if not steps:
+            return []
         shown = ", ".join(map(str, steps[:10])) + (f", … {steps[-1]}" if len(steps) > 10 else "")
         raise TracesError(f"rllab traces: no samples of step {step}; traced steps: {shown}")
+    if not steps:
+        return []
     finishes = sorted({r["finish_reason"] for r in recs})
     if finish is not None and finish not in finishes:
         raise TracesError(f"rllab traces: --finish {finish!r} matches no sample; finish reasons traced: {', '.join(finishes)}")

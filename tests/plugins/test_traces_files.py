@@ -211,3 +211,14 @@ def test_an_empty_file_says_so_and_filters_are_named_only_when_given(tmp_path, c
     assert "no sample passes the filters" in capsys.readouterr().err
     assert main(["traces", str(only_train), "--min-reward", "5", "--html", str(tmp_path / "p.html")]) == 2
     assert "no sample passes the filters; no page written" in capsys.readouterr().err
+
+
+def test_a_step_with_only_the_other_kind_says_how_to_see_it(tmp_path, capsys):
+    f = write(tmp_path / "traces.jsonl", [rec(0, kind="eval"), rec(1), rec(2)])
+    assert main(["traces", str(f), "--step", "0"]) == 2
+    assert "step 0 has only evaluation answers: show them with --eval" in capsys.readouterr().err
+    assert main(["traces", str(f), "--step", "0", "--eval"]) == 0
+    assert main(["traces", str(f), "--step", "2", "--eval"]) == 2
+    assert "step 2 has only training samples: show them with no --eval" in capsys.readouterr().err
+    assert main(["traces", str(f), "--step", "5"]) == 2
+    assert "no samples of step 5; traced steps: 1, 2" in capsys.readouterr().err
