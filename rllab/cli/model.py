@@ -64,8 +64,9 @@ def cmd_eval(args) -> int:
         print(json.dumps(result, indent=2, ensure_ascii=False, default=str))
         return 0
     m, ci = result["metrics"], result["intervals"]
-    title = f"{result['target']} on {result['task']} ({result['problems']} held-out problems; solved when {result['solved_when']})"
-    t = Table(box=box.SIMPLE_HEAVY, title=escape(title))
+    console.print(escape(f"{result['target']} on {result['task']}: {result['problems']} held-out problems, solved when "
+                         f"{result['solved_when']}"), highlight=False, soft_wrap=True)
+    t = Table(box=box.SIMPLE_HEAVY)
     for col in ("metric", "value", "95% interval over problems"):
         t.add_column(col)
     for key, value in m.items():
