@@ -91,21 +91,34 @@ def test_a_suite_cell_reruns_identically_and_the_suite_records_its_starts(tmp_pa
     from rllab_suite.suite import run_suite
 
     data = {"name": "det", "preset": "grpo", "steps": 2, "seeds": [0], "tasks": ["addition"], "overrides": dict(TINY),
-            "variants": {"grpo": {"rollout.random_reward": "given"}}}
+            "variants": {"grpo": {"rollout.random_reward": "given"}, "rloo": {"rollout.random_reward": "given", "advantage": "rloo"}}}
     out = tmp_path / "suite"
     run_suite(data, directory=out, workers=1, lab=Lab(), progress=False, check_identical=False)
     record = provenance.read(out)
     cell = json.loads((out / "suite.json").read_text())["cells"][0]
+    runs = [c["run"] for c in json.loads((out / "suite.json").read_text())["cells"]]
     start = provenance.read(out / "runs" / cell["run"])["hashes"]["start"]["sha256"]
-    assert record["starts"] == {start: [cell["run"]]} and record["cells"][0]["start"] == start
+    assert record["starts"] == {start: runs} and record["cells"][0]["start"] == start  # one start for every cell
     assert record["cells"][0]["threads"] == provenance.read(out / "runs" / cell["run"])["machine"]["torch"]["threads"]
     assert record["libraries"]["torch"] and record["machine"]["torch"]["threads"] >= 1
-    # the cell ran in a worker process, which read the checkout's git state itself: record it as this process sees it
-    run = out / "runs" / cell["run"]
-    rec = provenance.read(run)
-    rec["code"]["git"] = provenance.git_state()
-    provenance.write(run, rec)
+    # the cells ran in worker processes, which read the checkout's git state themselves: record it as this process sees it
+    for name in runs:
+        rec = provenance.read(out / "runs" / name)
+        rec["code"]["git"] = provenance.git_state()
+        provenance.write(out / "runs" / name, rec)
     capsys.readouterr()
     code = main(["reproduce", str(out), "--cell", "grpo/0", "--run-dir", str(tmp_path / "again"), "-q"])
     text = capsys.readouterr().out
     assert code == 0 and "identical" in text, text
+    # every cell: identical
+    assert main(["reproduce", str(out), "--run-dir", str(tmp_path / "all"), "-q"]) == 0
+    assert "identical: all 2 cells" in capsys.readouterr().out
+    # recorded under another torch: the cells are not called identical; the report's order is compared
+    for name in runs:
+        rec = provenance.read(out / "runs" / name)
+        rec["libraries"]["torch"] = "0.0.1"
+        provenance.write(out / "runs" / name, rec)
+    code = main(["reproduce", str(out), "--run-dir", str(tmp_path / "other"), "-q"])
+    text = capsys.readouterr().out
+    assert code == 2, text
+    assert "provenance differs (libraries.torch)" in text and "order on addition (same)" in text and "identical: all" not in text

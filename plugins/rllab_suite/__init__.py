@@ -463,7 +463,7 @@ def register_commands(subparsers):
     p.add_argument("--export-start", metavar="DIR", help="copy the run's starting model to DIR/start-SHA and print the settings that pin it")
     p.set_defaults(func=_provenance_entry)
 
-    p = subparsers.add_parser("reproduce", help="re-run a run (or a suite cell) from its recorded config and pinned start; 'identical' or the first difference")
+    p = subparsers.add_parser("reproduce", help="re-run a run (a suite cell, or every cell of a suite) from its recorded config and pinned start; 'identical' or the first difference")
     p.add_argument("result", metavar="RUN_DIR|SUITE_DIR")
     p.add_argument("--cell", metavar="NAME[/SEED]", help="in a suite result: the variant (or cell run directory) and seed to re-run (default seed: the lowest)")
     p.add_argument("--run-dir", default=None, help="where the rerun writes (default: a new temporary directory)")

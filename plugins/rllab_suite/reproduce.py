@@ -9,7 +9,9 @@ hash) and prints the settings that pin it.
 ``rllab reproduce RESULT`` re-runs a run directory (or, with ``--cell NAME[/SEED]``, one cell of a
 suite result) from its recorded config and pinned start (:func:`rllab.training.reproduce.reproduce_run`)
 and says ``identical``, the first step and metric that differ, or which provenance fields differ
-and what still held.
+and what still held. Given a suite result without ``--cell`` it re-runs every cell
+(:func:`reproduce_suite`) and, unless all are identical, compares the rerun's report with the
+recorded one: each claim's verdict and the order of the variants, with their intervals.
 
 A suite result records its own ``provenance.json`` (:func:`write_suite_provenance`): the
 environment once, each cell's starting-model hash, and the starts by hash.
@@ -92,6 +94,93 @@ def resolve_cell(result: Path, cell: str) -> Path:
         raise RllabError(f"--cell {cell}: variant {name!r} ran on several tasks; name the cell by its run directory: "
                          f"{', '.join(c['run'] for c in matches)}")
     return result / "runs" / matches[0]["run"]
+
+
+def reproduce_suite(result: Path, *, lab, out: Path, start=None, progress: bool = False) -> dict:
+    """Re-run every finished cell of a suite result into ``OUT/runs`` (each as ``rllab reproduce``
+    does one run) and compare. Every cell identical: ``{"verdict": "identical", ...}``. Otherwise
+    the report of the rerun (``OUT/summary.json``) against the recorded one: each claim's verdict,
+    and per task the order of the variants by final accuracy, each with its interval.
+
+    :returns: ``{"verdict": identical | different | provenance differs, "cells": {run: Outcome},
+        "claims": [(claim, task, recorded, rerun)], "orders": [(task, recorded order, rerun order)],
+        "held": bool}``; ``held``: every verdict and order the same."""
+    import io
+
+    from rich.console import Console
+
+    from rllab.training.reproduce import DIFFERENT, IDENTICAL, PROVENANCE_DIFFERS, reproduce_run
+
+    manifest = json.loads((result / MANIFEST).read_text())
+    recorded_summary = result / "summary.json"
+    if not recorded_summary.is_file():
+        raise RllabError(f"{result} has no summary.json to compare with: regenerate it first with rllab suite report {result}")
+    out.mkdir(parents=True, exist_ok=False)
+    cells = {}
+    for c in manifest["cells"]:
+        run = result / "runs" / c["run"]
+        if not (run / "final.json").is_file():
+            continue  # a failed or unfinished cell has nothing to compare
+        cells[c["run"]] = reproduce_run(run, lab=lab, run_dir=out / "runs" / c["run"], start=start, progress=progress)
+    kept = {**manifest, "cells": [c for c in manifest["cells"] if c["run"] in cells]}
+    (out / MANIFEST).write_text(json.dumps(kept, indent=2) + "\n")
+    verdicts = {o.verdict for o in cells.values()}
+    if verdicts == {IDENTICAL}:
+        return {"verdict": IDENTICAL, "cells": cells, "claims": [], "orders": [], "held": True}
+    from rllab_suite.suite import report_suite
+
+    new = report_suite(out, console=Console(file=io.StringIO()))
+    old = json.loads(recorded_summary.read_text())
+    claims = []
+    for v in old.get("verdicts", ()):
+        again = next((w for w in new.get("verdicts", ()) if w.get("name") == v.get("name") and w.get("task") == v.get("task")), None)
+        claims.append((v.get("name"), v.get("task"), v, again))
+    orders = []
+    for task in sorted({r["task"] for r in old.get("rows", ())}):
+        def order(summary):
+            rows = [r for r in summary.get("rows", ()) if r["task"] == task and isinstance(r.get("final_accuracy"), dict)]
+            return [(r["variant"], r["final_accuracy"]) for r in sorted(rows, key=lambda r: -r["final_accuracy"]["mean"])]
+        orders.append((task, order(old), order(new)))
+    held = all(b is not None and a.get("verdict") == b.get("verdict") for _, _, a, b in claims) and all(
+        [v for v, _ in a] == [v for v, _ in b] for _, a, b in orders)
+    verdict = DIFFERENT if DIFFERENT in verdicts else PROVENANCE_DIFFERS
+    return {"verdict": verdict, "cells": cells, "claims": claims, "orders": orders, "held": held}
+
+
+def _interval(stat: dict | None) -> str:
+    if not stat:
+        return "—"
+    return f"{stat['mean']:.1%} [{stat.get('low', float('nan')):.1%}, {stat.get('high', float('nan')):.1%}]"
+
+
+def print_suite_outcome(console, got: dict) -> int:
+    """The lines ``rllab reproduce SUITE_DIR`` prints; its exit code (0 every cell identical; 2 the
+    provenance differs and every verdict and order held; 1 otherwise)."""
+    from rich.markup import escape
+
+    from rllab.training.reproduce import DIFFERENT, IDENTICAL
+
+    for run, o in got["cells"].items():
+        what = {IDENTICAL: "identical", DIFFERENT: f"different: {o.first.describe() if o.first else ''}"}.get(
+            o.verdict, f"provenance differs ({', '.join(f[0] for f in o.fields[:4])}{', …' if len(o.fields) > 4 else ''})")
+        console.print(escape(f"  {run}: {what}"), highlight=False, soft_wrap=True)
+    if got["verdict"] == IDENTICAL:
+        console.print(f"[green]identical[/]: all {len(got['cells'])} cells, value for value", highlight=False)
+        return 0
+    console.print("not identical: compared at the level of the report (verdicts, and the order of the variants by final accuracy):", highlight=False)
+    for name, task, a, b in got["claims"]:
+        after = b.get("verdict") if b else "absent"
+        mark = "same" if b is not None and a.get("verdict") == after else "CHANGED"
+        console.print(escape(f"  claim {name} on {task}: {a.get('verdict')} → {after} ({mark}); effect {a.get('diff', {}).get('effect')} → "
+                             f"{(b or {}).get('diff', {}).get('effect')}"), highlight=False, soft_wrap=True)
+    for task, a, b in got["orders"]:
+        mark = "same" if [v for v, _ in a] == [v for v, _ in b] else "CHANGED"
+        console.print(escape(f"  order on {task} ({mark}): " + " > ".join(f"{v} {_interval(s)}" for v, s in a) + "  →  "
+                             + " > ".join(f"{v} {_interval(s)}" for v, s in b)), highlight=False, soft_wrap=True)
+    if got["verdict"] == DIFFERENT:
+        console.print("[red]different[/]: a cell's values differ although its provenance matches", highlight=False)
+        return 1
+    return 2 if got["held"] else 1
 
 
 # --------------------------------------------------------------------------- printing
@@ -215,9 +304,14 @@ def cmd_reproduce(args) -> int:
 
     console = Console(width=None if sys.stdout.isatty() else 200)
     result = Path(args.result)
-    run = resolve_cell(result, args.cell) if args.cell else result
     if not args.cell and (result / MANIFEST).is_file():
-        raise RllabError(f"{result} is a suite result: reproduce one cell with --cell NAME[/SEED] (a variant and, optionally, its seed)")
+        import tempfile
+
+        out_dir = Path(args.run_dir) if args.run_dir else Path(tempfile.mkdtemp(prefix="rllab-reproduce-suite-")) / result.name
+        console.print(f"reproducing every cell of {escape(str(result))} into {escape(str(out_dir))} …", highlight=False)
+        got = reproduce_suite(result, lab=args.lab, out=out_dir, start=args.start, progress=not args.quiet)
+        return print_suite_outcome(console, got)
+    run = resolve_cell(result, args.cell) if args.cell else result
     console.print(f"reproducing {escape(str(run))} …", highlight=False)
     out = reproduce_run(run, lab=args.lab, run_dir=args.run_dir, start=args.start, progress=not args.quiet)
     console.print(f"rerun in {escape(str(out.run_dir))}", highlight=False)
