@@ -31,6 +31,10 @@ def line_of(text: str, section: str | None, key: str | None) -> str:
     return ""
 
 
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+"""How a TOML basic string writes the characters it may not hold as they are (other control characters: ``\\uXXXX``)."""
+
+
 def dump_toml(data: Mapping[str, Any]) -> str:
     """A minimal TOML writer for resolved configs (tables, scalars, lists, inline dicts)."""
 
@@ -40,7 +44,7 @@ def dump_toml(data: Mapping[str, Any]) -> str:
         if isinstance(v, (int, float)):
             return repr(v)
         if isinstance(v, str):
-            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            return '"' + "".join(_ESCAPES.get(c) or (f"\\u{ord(c):04x}" if c < " " or c == "\x7f" else c) for c in v) + '"'
         if isinstance(v, (list, tuple)):
             return "[" + ", ".join(val(x) for x in v) + "]"
         if isinstance(v, Mapping):

@@ -289,3 +289,23 @@ def test_an_empty_name_that_fits_no_component_is_refused_naming_the_choices(lab)
         warnings.simplefilter("error")
         with pytest.raises(ConfigError, match="has no knob 'name2'; did you mean 'run_name'"):
             load_config(None, ['loggers=[{name="wandb", name2="x"}]'], lab=lab)
+
+
+HOSTILE_STRINGS = ["two\nlines", "cr\r\nlf", "tab\there", "bell\x07", "del\x7f", 'quote"q', "back\\slash", "\\n as text",
+                   "é ☃ \u2028", "]]>", "{ name = \"x\" }"]
+
+
+def test_any_string_a_knob_holds_survives_config_toml(lab, tmp_path):
+    """A knob's text with newlines or control characters (a run name, a prompt) is escaped in the
+    TOML the run writes, so the file parses and resumes with the same text."""
+    from rllab.training.rundir import recorded_config
+
+    for text in HOSTILE_STRINGS:
+        cfg = load_config(None, ["loggers=[\"jsonl\", {name=\"wandb\"}]"], lab=lab)
+        cfg = attrs.evolve(cfg, name=text, loggers=(cfg.loggers[0], _component(lab, "loggers", "logger", {"name": "wandb", "run_name": text},
+                                                                                   "wandb", "", "<test>")))
+        (tmp_path / "config.toml").write_text(dump_toml(recorded_config(cfg, lab)), encoding="utf-8")
+        again = load_config(tmp_path / "config.toml", lab=lab)
+        assert again.name == text and again.loggers[1].config.run_name == text, repr(text)
+    table = {"k\n": "v\x00", "plain": {"nested\t": ["a\nb", 1.5, True]}}
+    assert tomllib.loads(dump_toml({"s": table})) == {"s": table}
