@@ -297,6 +297,12 @@ def cmd_crosscheck(args) -> int:
 
     from rllab_referee import crosscheck_report as report
 
+    if args.framework == "verl":
+        from rllab_referee import verl_check
+
+        return verl_check.cmd(args)
+    if args.overrides:
+        raise RllabError(f"rllab crosscheck trl takes no overrides ({args.overrides[0]!r}): edit the YAML")
     if args.seeds == 1:
         raise ConfigError("rllab crosscheck: --seeds 1 gives no spread to compare; use --seeds 0 (no curves) or ≥ 2 (5 recommended)")
     raw = _trl_config(args.config)
@@ -354,9 +360,14 @@ def _seeds(text: str) -> int:
 
 
 def add_parser(subparsers, positive) -> None:
-    p = subparsers.add_parser("crosscheck", help="run TRL's GRPOTrainer beside rllab on one config: step-for-step agreement, learning curves")
-    p.add_argument("framework", choices=("trl",), help="the framework to check against (trl)")
-    p.add_argument("config", metavar="CONFIG", help="a TRL GRPOConfig (YAML or JSON)")
+    p = subparsers.add_parser("crosscheck", help="check rllab against TRL's GRPOTrainer (step for step, learning curves) or "
+                              "verl's core_algos functions, on one config")
+    p.add_argument("framework", choices=("trl", "verl"), help="the framework to check against")
+    p.add_argument("config", metavar="CONFIG", help="a TRL GRPOConfig (YAML or JSON), or a verl ppo_trainer YAML")
+    p.add_argument("overrides", nargs="*", default=[], metavar="key=value", help="verl: dotted overrides, as on verl's command line")
+    p.add_argument("--batches", type=positive, default=3, help="verl: shared batches compared (default 3)")
+    p.add_argument("--prompts", type=positive, default=4, help="verl: prompts per batch (default 4)")
+    p.add_argument("--width", type=positive, default=16, help="verl: response tokens per row at most (default 16)")
     p.add_argument("--steps", type=positive, default=2, help="generation batches compared step for step (default 2)")
     p.add_argument("--seeds", type=_seeds, default=0, help="learning curves over this many seeds (0: none; 5 recommended)")
     p.add_argument("--curve-steps", type=positive, default=20, help="steps of each learning-curve run (default 20)")

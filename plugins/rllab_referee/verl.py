@@ -258,9 +258,9 @@ def _generated_defaults() -> dict[str, Any]:
 _GENERATED_RESOLVED: dict[str, Any] | None = None
 
 
-def translate(tree: Mapping[str, Any], overrides: list[str] = ()) -> Translation:
-    """A verl ``ppo_trainer`` config (nested dict; a recipe with a Hydra ``defaults`` header is resolved
-    against verl's ``ppo_trainer`` defaults) plus dotted overrides → a :class:`Translation`."""
+def _read(tree: Mapping[str, Any], overrides) -> tuple[dict, dict, dict, dict, list]:
+    """(the Hydra header, the keys as spelled, the keys as read, read name → spelled name, the
+    ``reward.reward_kwargs.*`` keys that ``reward_model.reward_kwargs`` replaces)."""
     body, header = _header(tree)
     spelled = {k: _number(v) for k, v in _resolve(apply_overrides(flatten(body), list(overrides))).items()}
     migrated = any(k.startswith("reward_model.reward_kwargs.") for k in spelled)
@@ -275,6 +275,19 @@ def translate(tree: Mapping[str, Any], overrides: list[str] = ()) -> Translation
         if canon != key:
             spelling[canon] = key
         given[canon] = value
+    return header, spelled, given, spelling, replaced
+
+
+def settings(tree: Mapping[str, Any], overrides: list[str] = ()) -> dict[str, Any]:
+    """The verl settings the importer reads (:data:`DEFAULTS` keys), as ``tree`` and ``overrides`` set them."""
+    _, _, given, _, _ = _read(tree, overrides)
+    return {**DEFAULTS, **{k: v for k, v in given.items() if k in DEFAULTS}}
+
+
+def translate(tree: Mapping[str, Any], overrides: list[str] = ()) -> Translation:
+    """A verl ``ppo_trainer`` config (nested dict; a recipe with a Hydra ``defaults`` header is resolved
+    against verl's ``ppo_trainer`` defaults) plus dotted overrides → a :class:`Translation`."""
+    header, spelled, given, spelling, replaced = _read(tree, overrides)
     t = Translation(SOURCE, given={**header, **spelled}, defaults=DEFAULTS, spelling=spelling)
     _check_header(t, header)
     for key in replaced:  # (by its own name: reward.reward_kwargs.* is the name the migrated keys are read under)
@@ -638,4 +651,4 @@ def _modules(value: Any) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
-__all__ = ["DEFAULTS", "IGNORED_PATTERNS", "apply_overrides", "flatten", "translate"]
+__all__ = ["DEFAULTS", "IGNORED_PATTERNS", "apply_overrides", "flatten", "settings", "translate"]
