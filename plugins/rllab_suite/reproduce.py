@@ -13,8 +13,9 @@ and what still held. Given a suite result without ``--cell`` it re-runs every ce
 (:func:`reproduce_suite`) and, unless all are identical, compares the rerun's report with the
 recorded one: each claim's verdict and the order of the variants, with their intervals.
 
-A suite result records its own ``provenance.json`` (:func:`write_suite_provenance`): the
-environment once, each cell's starting-model hash, and the starts by hash.
+A suite result records its own ``provenance.json``
+(:func:`rllab_suite.suite.write_suite_provenance`): the environment once, each cell's
+starting-model hash, and the starts by hash.
 """
 
 from __future__ import annotations
@@ -30,34 +31,6 @@ from .spec import MANIFEST
 
 
 # --------------------------------------------------------------------------- suite results
-
-
-def write_suite_provenance(out: Path, manifest: dict) -> Path:
-    """``OUT/provenance.json`` for a suite result: the environment that ran it, and each cell's
-    starting model and data (read from the cells' own records; a cell without one is listed as
-    such), with the distinct starts by hash."""
-    cells, starts = [], {}
-    for c in manifest["cells"]:
-        run = out / "runs" / c["run"]
-        entry = {k: c[k] for k in ("variant", "task", "seed", "run")}
-        try:
-            rec = provenance.read(run)
-        except RllabError:
-            entry["provenance"] = None
-            cells.append(entry)
-            continue
-        hashes = rec.get("hashes") or {}
-        start = (hashes.get("start") or {}).get("sha256")
-        entry.update(start=start, config=hashes.get("config"), data=[d["sha256"] for d in hashes.get("data", ())],
-                     threads=((rec.get("machine") or {}).get("torch") or {}).get("threads"))  # a worker's own, not the suite process's
-        cells.append(entry)
-        if start:
-            starts.setdefault(start, []).append(c["run"])
-    record = {"format": provenance.FORMAT, "recorded_at": None, **provenance.environment(), "starts": starts, "cells": cells}
-    import time
-
-    record["recorded_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return provenance.write(out, record)
 
 
 def resolve_cell(result: Path, cell: str) -> Path:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
-from rllab import RllabError
+from rllab import RllabError, provenance
 from rllab.training import runlock
 from rllab_suite import executor, verdicts  # replay (torch) and report (scipy) are imported where used
 from rllab_suite.spec import MANIFEST, Cell, Suite, SuiteError, _slug, config_key, expand, parse_suite
@@ -153,6 +154,32 @@ def plan(suite: Suite, directory=None, *, lab=None) -> tuple[list[Cell], Path, s
     return cells, out, done
 
 
+def write_suite_provenance(out: Path, manifest: dict) -> Path:
+    """``OUT/provenance.json`` for a suite result: the environment that ran it, and each cell's
+    starting model and data (read from the cells' own records; a cell without one is listed as
+    such), with the distinct starts by hash."""
+    cells, starts = [], {}
+    for c in manifest["cells"]:
+        run = out / "runs" / c["run"]
+        entry = {k: c[k] for k in ("variant", "task", "seed", "run")}
+        try:
+            rec = provenance.read(run)
+        except RllabError:  # a cell run before runs kept one
+            entry["provenance"] = None
+            cells.append(entry)
+            continue
+        hashes = rec.get("hashes") or {}
+        start = (hashes.get("start") or {}).get("sha256")
+        entry.update(start=start, config=hashes.get("config"), data=[d["sha256"] for d in hashes.get("data", ())],
+                     threads=((rec.get("machine") or {}).get("torch") or {}).get("threads"))  # a worker's own, not the suite process's
+        cells.append(entry)
+        if start:
+            starts.setdefault(start, []).append(c["run"])
+    record = {"format": provenance.FORMAT, "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **provenance.environment(),
+              "starts": starts, "cells": cells}
+    return provenance.write(out, record)
+
+
 def run_suite(source, *, directory=None, executor_name: str = "local", workers: int | None = None, address: str | None = None, replace: bool = False,
               lab=None, console=None, progress: bool = True, check_identical: bool = True, steps: int | None = None,
               seeds: int | None = None) -> dict:
@@ -225,8 +252,6 @@ def run_suite(source, *, directory=None, executor_name: str = "local", workers: 
             console.print(f"load average (1, 5, 15 min) at the end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}", highlight=False)
             manifest["load_average"].append({"cells": len(todo), "cores": executor.cores(), "start": list(load_start), "end": list(load_end)})
             (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        from rllab_suite.reproduce import write_suite_provenance
-
         write_suite_provenance(out, manifest)  # the environment, and each cell's starting model by hash
         identical = []
         if check_identical:
