@@ -28,11 +28,20 @@ The step returns its metrics (a flat dict of floats: logged, never read by the t
 reference that the KL controller adapts β to, and the number of samples it was measured on)::
 
             return StepReport(metrics=metrics, kl=KLSample(value=kl, samples=rows))
+
+An algorithm that samples rollouts tells the run's listeners about them through two helpers, so
+that they see every algorithm's rollouts alike::
+
+        rollouts = ctx.rollout.sample(ctx.step)
+        batch = rollout_batch(ctx, rollouts)          # to_batch, then on_rollout_end
+        ...                                           # the update
+        metrics.update(report_samples(ctx, rollouts, batch, advantages=adv, trainer_log_prob=old))
 """
 
 from __future__ import annotations
 
 import math
+import time
 from typing import TYPE_CHECKING, Any, Generator, Mapping, Protocol, Sequence, runtime_checkable
 
 import attrs
@@ -211,6 +220,44 @@ class Algorithm(Protocol):
     def step(self, ctx: RunContext) -> Generator[OptimizerStep, dict, StepReport | dict]:
         """One training step; yields after each backward pass (the answer: the gradient norms),
         returns a :class:`StepReport` (metrics and the KL measure) or just the metrics dict."""
+
+
+def rollout_batch(ctx: RunContext, rollouts: Any) -> RolloutBatch | None:
+    """The step's kept episodes as a batch (``ctx.rollout.to_batch``), announced to the run's
+    listeners (``on_rollout_end``); None when nothing is kept (and nothing is announced).
+
+    Every algorithm that trains on ``ctx.rollout.sample(step)`` builds its batch here, so the
+    rollout events reach listeners whatever the algorithm."""
+    batch = ctx.rollout.to_batch(rollouts)
+    if batch is not None and ctx.hook is not None:
+        ctx.hook.on_rollout_end(step=ctx.step + 1, batch=batch, metrics=dict(rollouts.metrics))
+    return batch
+
+
+def report_samples(ctx: RunContext, rollouts: Any, batch: RolloutBatch, *, advantages: torch.Tensor | None = None,
+                   trainer_log_prob: torch.Tensor | None = None) -> dict[str, float]:
+    """Hand the step's samples to the listeners that take them (``on_step_samples``: the traces
+    logger), after the update; returns ``{"time/samples": seconds}`` when one did, else ``{}``.
+
+    ``batch``: what :func:`rollout_batch` returned for ``rollouts``. ``advantages``: (B, T) what
+    the update trained on (None: the algorithm has none). ``trainer_log_prob``: (B, T) the
+    policy's log-probs of the sampled tokens before the update, from a forward the step runs
+    anyway (None: it has none; a tensor with NaN, rows its forwards reached only after an
+    optimizer step, counts as none).
+
+    Only rank 0's loggers listen, so whether anyone takes the samples differs between
+    data-parallel ranks: this runs no forward and no collective, and a step must never run one
+    to feed it (a rank would wait for the others forever)."""
+    impls = getattr(getattr(ctx.hook, "on_step_samples", None), "get_hookimpls", None)
+    kept = [e for e in rollouts.episodes if e.keep]
+    if not (impls and impls()) or len(kept) != batch.input_ids.shape[0]:
+        return {}
+    t0 = time.perf_counter()
+    if trainer_log_prob is not None and bool(trainer_log_prob.isnan().any()):
+        trainer_log_prob = None
+    ctx.hook.on_step_samples(step=ctx.step + 1, episodes=kept, batch=batch, advantages=advantages,
+                             trainer_log_prob=trainer_log_prob, tokenizer=ctx.rollout.tokenizer, run_dir=ctx.run_dir)
+    return {"time/samples": time.perf_counter() - t0}
 
 
 def describe(component: Any, section: str) -> str:

@@ -32,7 +32,8 @@ def on_run_start(run_dir, config, start_step, total_steps, progress, solved_when
 
 @hookspec
 def on_rollout_end(step, batch, metrics):
-    """Called after the rollouts of a step are generated and scored.
+    """Called after the rollouts of a step are generated and scored, for every algorithm that
+    samples them (:func:`rllab.algorithm.rollout_batch`).
 
     :param step: the number of the step being taken (1 for the first).
     :param batch: the :class:`rllab.types.RolloutBatch` about to be trained on.
@@ -42,8 +43,9 @@ def on_rollout_end(step, batch, metrics):
 
 @hookspec
 def on_step_samples(step, episodes, batch, advantages, trainer_log_prob, tokenizer, run_dir):
-    """Called by an algorithm once a step's batch is prepared for its update: what a per-sample
-    trace needs (the ``traces`` logger, :mod:`rllab_loggers.traces`).
+    """Called by an algorithm after its update, with the step's samples: what a per-sample trace
+    needs (the ``traces`` logger, :mod:`rllab_loggers.traces`). Algorithms fire it through
+    :func:`rllab.algorithm.report_samples`; only rank 0's loggers listen.
 
     :param step: the number of the step being taken (1 for the first).
     :param episodes: the step's kept :class:`rllab.rollout.episodes.EpisodeResult`, one per row of
@@ -51,10 +53,11 @@ def on_step_samples(step, episodes, batch, advantages, trainer_log_prob, tokeniz
         staleness and token versions).
     :param batch: the :class:`rllab.types.RolloutBatch` being trained on (``rollout_log_prob``: the
         sampler's log-probs).
-    :param advantages: (B, T) the advantages the update uses.
+    :param advantages: (B, T) the advantages the update used, or None (an algorithm without
+        advantages, as ``online_dpo``).
     :param trainer_log_prob: (B, T) the trainer's log-probs of the sampled tokens before the update
-        (the old policy; an on-policy step, which otherwise computes them only inside its update,
-        runs one more no-grad forward for them when a listener takes the samples).
+        (the old policy; on an on-policy step, the update's own first forward), or None: the
+        algorithm runs no such forward (no step runs one for its listeners alone).
     :param tokenizer: the policy's tokenizer.
     :param run_dir: the run directory (None outside a run).
     """

@@ -12,7 +12,9 @@ plus, with ``rpo_alpha > 0``, RPO's NLL term on the chosen response (Pang et al.
   seeded per-epoch permutation.
 * ``online_dpo``: each step samples a group per prompt (the rollout stage, with the run's
   shaping, filtering and ``reward_errors`` policy) and pairs the best with the worst sample of
-  each group; groups whose scores are all equal give no pair.
+  each group; groups whose scores are all equal give no pair. Its rollouts reach the run's
+  listeners as the ``rl`` step's do (``on_rollout_end``, ``on_step_samples``: the traces logger),
+  without advantages or trainer log-probs.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import torch
 
 import rllab
 from rllab import ops
-from rllab.algorithm import OptimizerStep, RunContext, checked_loss, seed_for
+from rllab.algorithm import OptimizerStep, RunContext, checked_loss, report_samples, rollout_batch, seed_for
 from rllab.members import member
 from rllab.models.forward import response_log_sum_sq_probs, response_logprobs
 
@@ -254,12 +256,16 @@ class OnlineDPO(_Preference):
     def step(self, ctx: RunContext):
         rollouts = ctx.rollout.sample(ctx.step)
         metrics = dict(rollouts.metrics)
+        batch = rollout_batch(ctx, rollouts)  # on_rollout_end
         grouped, skipped = self.pairs_from(ctx, rollouts)
         metrics.update({"dpo/groups_skipped": float(skipped), "dpo/pairs": float(len(grouped))})
         if not grouped:
             metrics["train/skipped"] = 1.0
-            return metrics
-        return (yield from self.train_on(ctx, [pair for _, pair in grouped], metrics))
+        else:
+            metrics = yield from self.train_on(ctx, [pair for _, pair in grouped], metrics)
+        if batch is not None:  # the samples (no advantages; the trainer's log-probs are of the pairs alone, at temperature 1)
+            metrics.update(report_samples(ctx, rollouts, batch))
+        return metrics
 
 
 def dpo(*, config: DPOConfig) -> DPO:

@@ -12,6 +12,13 @@ One step::
                backward; yield OptimizerStep (the trainer checks, clips and steps)
         ─► StepReport: the metrics, and the KL to the reference for the KL controller (a KLSample)
 
+A component's optional inputs (its ``requires=(...)``: critic ``values``, ReMax's greedy
+``reward_baselines``, ``rollout_log_prob``, …) come from :data:`PROVIDERS`, a table of named
+functions of (context, inputs) that :class:`rllab_algorithms.inputs.Inputs` calls once each, when
+a component first asks: the step calls every component through ``inputs.call(component, ...)``.
+The rollout events go out through :func:`rllab.algorithm.rollout_batch` (``on_rollout_end``) and
+:func:`rllab.algorithm.report_samples` (``on_step_samples``, after the update).
+
 Every minibatch is normalised by its *global* token and sequence counts, passed to the
 aggregation, so splitting a minibatch into micro-batches for gradient accumulation never changes
 the loss or the gradient (``token_count = "batch_mean"``: every minibatch's token count is the
@@ -47,9 +54,10 @@ import torch
 
 import rllab
 from rllab import ops
-from rllab.algorithm import OptimizerStep, RunContext, checked_loss, seed_for
+from rllab.algorithm import OptimizerStep, RunContext, checked_loss, report_samples, rollout_batch, seed_for
 from rllab.models.forward import grouped_response_logprobs, response_log_sum_sq_probs
 
+from .inputs import Inputs, Provider, before_update, models
 from .rl_config import RLConfig, check_token_count
 
 __all__ = ["RL", "RLConfig", "Prepared", "Updated", "rl", "kl_times_ratio", "penalty_row_mean"]
@@ -73,13 +81,15 @@ class Prepared:
     """(B, T) bool: the tokens the update trains on — the response mask, narrowed to the tokens a
     rejecting correction keeps."""
     kl_penalty: float | None = None
-    pre_update_log_prob: torch.Tensor | None = None
-    """(B, T) float32, filled by the update's forwards before its first optimizer step when a
-    listener takes the step's samples and no old-log-prob forward ran (NaN: a row not reached
-    before that step)."""
     """The KL controller's measure when it is the [kl] penalty's (``kl_measure = penalty_row_mean``,
     KL in the reward): verl's mean over rows of each row's masked mean. None: the step measures
     ``old − ref`` per token instead."""
+    pre_update_log_prob: torch.Tensor | None = None
+    """(B, T) float32, filled by the update's forwards before its first optimizer step when no
+    old-log-prob forward ran: the policy before the update, for the step's samples (NaN: a row
+    not reached before that step)."""
+    inputs: Inputs | None = None
+    """The step's optional inputs (:data:`PROVIDERS`), made once each; None: made afresh from ``batch``."""
     teacher_log_prob: torch.Tensor | None = None
     """(B, T) a teacher's log-probs of the sampled tokens (on-policy distillation); None: no teacher."""
     teacher_topk: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -125,6 +135,64 @@ def _values(ctx: RunContext, batch, rows=None):
         return ctx.critic.values(ids, attn, batch.response_length).float()
 
 
+def _old_log_prob(ctx: RunContext, inputs: Inputs) -> torch.Tensor:
+    with torch.no_grad():
+        return _logprobs(ctx, ctx.policy, inputs.batch)
+
+
+def _ref_log_prob(ctx: RunContext, inputs: Inputs) -> torch.Tensor | None:
+    with torch.no_grad():
+        return _logprobs(ctx, ctx.reference, inputs.batch) if ctx.reference is not None else None
+
+
+def _critic_values(ctx: RunContext, inputs: Inputs) -> torch.Tensor | None:
+    with torch.no_grad():
+        return _values(ctx, inputs.batch) if ctx.critic is not None else None
+
+
+def _greedy_baselines(ctx: RunContext, inputs: Inputs) -> torch.Tensor:
+    """(B,) the reward of one greedy completion of each row's prompt (ReMax)."""
+    if inputs.rollouts is None:
+        raise rllab.RllabError("reward_baselines are the rewards of greedy rollouts of the step's prompts: pass the "
+                               "step's rollouts with its batch (Inputs(..., rollouts=...))")
+    greedy = ctx.rollout.greedy_rewards(inputs.rollouts.examples)
+    inputs.metrics["rollout/greedy_reward"] = greedy.mean().item()
+    return greedy.to(inputs.batch.index.device)[inputs.batch.index]
+
+
+def _sum_pi_squared(ctx: RunContext, inputs: Inputs) -> torch.Tensor:
+    """(B, T) Σ_v π_v² of the rollout-time policy at each response token (optimal-token baselines)."""
+    b = inputs.batch
+    with ctx.autocast():
+        lss = response_log_sum_sq_probs(ctx.policy, b.input_ids, b.attention_mask, b.response_length,
+                                        temperature=ctx.config.rollout.temperature)
+    return torch.where(b.response_mask, lss.exp(), torch.zeros_like(lss))
+
+
+def _reward_components(ctx: RunContext, inputs: Inputs) -> torch.Tensor:
+    """(B, K) one column per named reward component of the task."""
+    if inputs.batch.reward_components is None:
+        raise rllab.RllabError(
+            f"advantage {ctx.components['advantage'].name!r} normalises each reward component on its own, but the batch has "
+            f"none: the task declares no reward_components (see rllab.types.Task)"
+        )
+    return inputs.batch.reward_components
+
+
+PROVIDERS: dict[str, Provider] = {
+    "old_log_prob": Provider(fn=_old_log_prob, before_update=True),
+    "ref_log_prob": Provider(fn=_ref_log_prob),
+    "values": Provider(fn=_critic_values, model="critic"),
+    "reward_baselines": Provider(fn=_greedy_baselines),
+    "sum_pi_squared": Provider(fn=_sum_pi_squared, before_update=True),
+    "reward_components": Provider(fn=_reward_components),
+    "rollout_log_prob": Provider(fn=lambda ctx, inputs: inputs.batch.rollout_log_prob),
+    "global_rows": Provider(fn=lambda ctx, inputs: ctx.reducer.sum(inputs.size), per_rows=True),
+}
+"""The step's optional inputs by name, each a function of (context, inputs): what a component's
+``requires=(...)`` may name (those in :attr:`RL.provides`), and the forwards ``prepare`` runs."""
+
+
 def _to(batch: rllab.RolloutBatch, device: torch.device) -> rllab.RolloutBatch:
     if device.type == "cpu":
         return batch
@@ -157,15 +225,13 @@ class RL:
         return None
 
     def needs(self, ctx: RunContext) -> set[str]:
-        if _bypass(ctx) and ctx.components["correction"].name != "none":
+        if _bypass(ctx) and not ctx.components["correction"].trait("identity"):
             raise rllab.RllabError(
                 f"policy_loss {ctx.components['policy_loss'].name!r} corrects for the sampler itself (bypass mode): "
                 f"set correction = \"none\" (got {ctx.components['correction'].name!r}, which would be applied on top)"
             )
         check_token_count(self.config, ctx.components["aggregation"])
-        out = set()
-        if "values" in ctx.components["advantage"].spec.requires:
-            out.add("critic")
+        out = models(PROVIDERS, ctx.components, self.provides)  # "critic" for the values a component requires
         if self.config.kl_in != "none" and ctx.kl_coef > 0:
             out.add("reference")
         return out
@@ -181,8 +247,8 @@ class RL:
         c = self.config
         if _bypass(ctx):
             return True
-        if {"old_log_prob", "sum_pi_squared"} & set(ctx.components["advantage"].spec.requires):
-            return False  # the estimator reads the rollout-time policy before the update
+        if before_update(PROVIDERS, ctx.components, self.provides):
+            return False  # a component reads the rollout-time policy before the update
         if _narrows(ctx) is not None:
             return False  # the keep mask sets the minibatches' global counts before the update
         return c.epochs == 1 and c.minibatches == 1 and not (c.kl_in == "reward" and ctx.reference is not None)
@@ -192,40 +258,24 @@ class RL:
     def step(self, ctx: RunContext):
         rollouts = ctx.rollout.sample(ctx.step)
         metrics = dict(rollouts.metrics)
-        t_batch = time.perf_counter()  # time/batch: the episodes to the device batch (ReMax's greedy rollouts too)
-        batch = ctx.rollout.to_batch(rollouts)
+        t_batch = time.perf_counter()  # time/batch: the episodes to the device batch
+        batch = rollout_batch(ctx, rollouts)  # on_rollout_end
         if batch is None:
             metrics["train/skipped"] = 1.0
             return metrics
-        ctx.hook.on_rollout_end(step=ctx.step + 1, batch=batch, metrics=dict(metrics))
-        extra = {}
-        if "reward_baselines" in ctx.components["advantage"].spec.requires:  # ReMax: a greedy rollout per prompt
-            greedy = ctx.rollout.greedy_rewards(rollouts.examples)
-            metrics["rollout/greedy_reward"] = greedy.mean().item()
-            extra["reward_baselines"] = greedy[batch.index].to(ctx.device)
         batch = _to(batch, ctx.device)
         metrics["time/batch"] = time.perf_counter() - t_batch
-        prepared, prep_metrics = self.prepare(ctx, batch, extra)
+        prepared, prep_metrics = self.prepare(ctx, batch, Inputs(ctx, batch, PROVIDERS, rollouts=rollouts))
         metrics.update(prep_metrics)
-        kept = [e for e in rollouts.episodes if e.keep]
-        # per-sample traces: only where this rank has a listener (rank 0's loggers), and never at the
-        # cost of a forward of their own. A forward here would be an FSDP collective behind a
-        # rank-local condition (a deadlock); on-policy, the update's own first forwards are recorded
-        traced = _traced(ctx.hook) and len(kept) == batch.input_ids.shape[0]
-        if traced and prepared.old_log_prob is None:
+        if prepared.old_log_prob is None:  # the update's first forwards record the policy before it, for the samples
             prepared = attrs.evolve(prepared, pre_update_log_prob=torch.full(
                 batch.response_mask.shape, float("nan"), device=batch.response_mask.device))
         updated = yield from self.update(ctx, prepared)
         metrics.update(updated.metrics)
-        if traced:
-            t0 = time.perf_counter()
-            trainer = prepared.old_log_prob
-            if trainer is None and not bool(prepared.pre_update_log_prob.isnan().any()):
-                trainer = prepared.pre_update_log_prob
-            # None: a later minibatch's rows were only reached after an optimizer step (bypass mode)
-            ctx.hook.on_step_samples(step=ctx.step + 1, episodes=kept, batch=batch, advantages=prepared.advantages,
-                                     trainer_log_prob=trainer, tokenizer=ctx.rollout.tokenizer, run_dir=ctx.run_dir)
-            metrics["time/samples"] = time.perf_counter() - t0
+        # on_step_samples: only rank 0 listens, so nothing here runs a forward (NaN, a row reached only
+        # after an optimizer step in bypass mode: no trainer log-probs)
+        trainer = prepared.old_log_prob if prepared.old_log_prob is not None else prepared.pre_update_log_prob
+        metrics.update(report_samples(ctx, rollouts, batch, advantages=prepared.advantages, trainer_log_prob=trainer))
         policy_ref = updated.policy_ref_kl
         if prepared.ref_log_prob is not None and prepared.old_log_prob is not None:
             policy_ref = ops.masked_mean(prepared.old_log_prob - prepared.ref_log_prob, batch.response_mask).item()
@@ -237,21 +287,22 @@ class RL:
         kl = prepared.kl_penalty if prepared.kl_penalty is not None else policy_ref
         return rllab.StepReport(metrics=metrics, kl=None if kl is None else rllab.KLSample(value=kl, samples=rows))
 
-    def prepare(self, ctx: RunContext, batch: rllab.RolloutBatch, extra: dict | None = None) -> tuple[Prepared, dict]:
+    def prepare(self, ctx: RunContext, batch: rllab.RolloutBatch, extra: Inputs | dict | None = None) -> tuple[Prepared, dict]:
         """The no-grad forwards, KL in the reward, advantages and importance weights.
 
-        ``extra``: optional estimator inputs the step produced (``reward_baselines`` for ReMax).
+        ``extra``: the step's :class:`Inputs` over ``batch`` (with its rollouts, for ReMax's greedy
+        baselines), or inputs the caller already has, by name; the others are made here.
         """
         import time
 
         comps = ctx.components
         mask = batch.response_mask
         metrics: dict[str, float] = {}
+        inputs = extra if isinstance(extra, Inputs) else Inputs(ctx, batch, PROVIDERS, given=extra)
         t0 = time.perf_counter()
-        with torch.no_grad():
-            old = None if self.on_policy(ctx) else _logprobs(ctx, ctx.policy, batch)
-            ref = _logprobs(ctx, ctx.reference, batch) if ctx.reference is not None else None
-            values = _values(ctx, batch) if ctx.critic is not None else None
+        old = None if self.on_policy(ctx) else inputs["old_log_prob"]
+        ref = inputs["ref_log_prob"]
+        values = inputs["values"]
         t1 = time.perf_counter()
         token_rewards = batch.token_rewards
         beta = float(ctx.kl_coef)
@@ -274,26 +325,9 @@ class RL:
             if narrow == "before_advantage":
                 adv_mask = train_mask
             metrics["train/kept_token_frac"] = ops.masked_mean(train_mask.float(), mask).item()
-        extra = dict(extra or {})
-        estimator = comps["advantage"]
-        requires = estimator.spec.requires
-        if "reward_components" in requires:
-            if batch.reward_components is None:
-                raise rllab.RllabError(
-                    f"advantage {estimator.name!r} normalises each reward component on its own, but the batch has none: "
-                    f"the task declares no reward_components (see rllab.types.Task)"
-                )
-            extra["reward_components"] = batch.reward_components  # (B, K), one column per named component
-            estimator = _task_weighted(estimator, batch)
-        if "old_log_prob" in requires:
-            extra["old_log_prob"] = old
-        if "sum_pi_squared" in requires:  # Σ_v π_v² of the rollout-time policy (optimal-token baselines)
-            with ctx.autocast():
-                lss = response_log_sum_sq_probs(
-                    ctx.policy, batch.input_ids, batch.attention_mask, batch.response_length, temperature=ctx.config.rollout.temperature
-                )
-            extra["sum_pi_squared"] = torch.where(mask, lss.exp(), torch.zeros_like(lss))
-        advantages, returns = estimator(token_rewards=token_rewards, mask=adv_mask, index=batch.index, values=values, **extra)
+        estimator = _task_weighted(comps["advantage"], batch)
+        advantages, returns = inputs.call(estimator, token_rewards=token_rewards, mask=adv_mask, index=batch.index)
+        metrics.update(inputs.metrics)
         weights = None
         if old is not None:  # else measured / computed per micro-batch from the update's forward
             metrics.update({k: float(v) for k, v in ops.log_prob_gap(old, batch.rollout_log_prob, mask).items()})
@@ -306,7 +340,7 @@ class RL:
         metrics["time/advantage"] = time.perf_counter() - t1
         prepared = Prepared(
             batch=batch, old_log_prob=old, ref_log_prob=ref, values=values, advantages=advantages, returns=returns, weights=weights,
-            beta=beta, mask=train_mask, kl_penalty=kl_penalty,
+            beta=beta, mask=train_mask, kl_penalty=kl_penalty, inputs=inputs,
         )
         return prepared, metrics
 
@@ -320,6 +354,7 @@ class RL:
         B = batch.input_ids.shape[0]
         gen = torch.Generator().manual_seed(seed_for(ctx.seed, ctx.step, 2))
         aggregation = ctx.components["aggregation"]
+        inputs = _inputs(ctx, p)
         red = ctx.reducer
         sums: dict[str, list[float]] = {}
         kl_sums: list[float] = []  # the typed twin of the kl/policy_ref metric, aggregated alike
@@ -337,9 +372,7 @@ class RL:
                 # counts of the minibatch over every data-parallel rank (ctx.reducer: identity in one process)
                 own_tokens = red.sum(int(mb_mask.sum()))
                 counts = {"global_tokens": own_tokens if batch_mean is None else batch_mean,
-                          "global_seqs": red.sum(int(mb_mask.any(-1).sum()))}
-                if "global_rows" in aggregation.spec.requires:
-                    counts["global_rows"] = red.sum(int(mb_mask.shape[0]))
+                          "global_seqs": red.sum(int(mb_mask.any(-1).sum())), **inputs.rows(mb).required(aggregation)}
                 agg = partial(_aggregate, aggregation, **counts)
                 micro = c.micro_batch_size or mb.numel()
                 mb_tokens = max(1, own_tokens)
@@ -399,7 +432,7 @@ class RL:
         elif p.old_log_prob is None:  # on-policy: this forward is the rollout-time policy
             old = log_prob.detach()
             w = None
-            if correction.name != "none":
+            if not correction.trait("identity"):
                 w, corr_metrics = correction(old_log_prob=old, rollout_log_prob=batch.rollout_log_prob[rows], mask=mask)
                 out.update({k: float(v) for k, v in corr_metrics.items()})
             if p.ref_log_prob is not None:
@@ -409,15 +442,14 @@ class RL:
             old = p.old_log_prob[rows]
             w = p.weights[rows] if p.weights is not None else None
         policy_loss = comps["policy_loss"]
-        extra = {"rollout_log_prob": batch.rollout_log_prob[rows]} if "rollout_log_prob" in policy_loss.spec.requires else {}
-        pg_loss, pg_metrics = policy_loss(
+        pg_loss, pg_metrics = _inputs(ctx, p).rows(rows).call(
+            policy_loss,
             log_prob=log_prob,
             old_log_prob=old,
             advantages=p.advantages[rows],
             mask=mask,
             aggregate=agg,
-            weights=None if correction.name == "none" else w,
-            **extra,
+            weights=None if correction.trait("identity") else w,
         )
         loss = checked_loss(pg_loss, ctx, "policy_loss")
         if policy_loss.trait("aggregation") == "seq-mean":
@@ -485,7 +517,8 @@ def _token_mean(loss_mat, mask, *, tokens: int):
 
 
 def _task_weighted(estimator, batch: rllab.RolloutBatch):
-    """The estimator with ``reward_weights`` defaulting to the batch's ``reward_component_weights``
+    """The estimator (one that reads the reward components has a ``reward_weights`` knob; others are
+    returned as they are) with ``reward_weights`` defaulting to the batch's ``reward_component_weights``
     (the task's, ``Σ_k w_k·r_k`` of its scalar reward, e.g. ``(1, format_weight)``), as TRL's one
     ``reward_weights`` serves both aggregations; an explicit ``reward_weights`` knob wins (``[1, 1]``
     is verl's equal weighting)."""
@@ -496,6 +529,11 @@ def _task_weighted(estimator, batch: rllab.RolloutBatch):
     if not weights:
         return estimator
     return attrs.evolve(estimator, config=attrs.evolve(config, reward_weights=tuple(weights)))
+
+
+def _inputs(ctx: RunContext, p: Prepared) -> Inputs:
+    """The step's inputs (a Prepared built by hand has none: made afresh from its batch)."""
+    return p.inputs if p.inputs is not None else Inputs(ctx, p.batch, PROVIDERS)
 
 
 def _narrows(ctx: RunContext) -> str | None:
@@ -512,8 +550,3 @@ def rl(*, config: RLConfig) -> RL:
     """Policy-gradient RL: rollouts, advantages, clipped/corrected policy loss, optional KL and critic."""
     return RL(config=config)
 
-
-def _traced(hook) -> bool:
-    """Whether a listener takes the step's samples (``on_step_samples``; a silent rank's hooks take none)."""
-    impls = getattr(getattr(hook, "on_step_samples", None), "get_hookimpls", None)
-    return bool(impls and impls())

@@ -18,13 +18,15 @@ and:
 - ``reward``, ``components`` (name -> value, a task with several reward components), ``turns``,
   ``length`` (model tokens), ``finish_reason``, ``staleness`` (weight versions behind the trainer,
   asynchronous rollouts; null when synchronous) and ``token_versions`` (partial rollouts);
-- ``advantages``: the advantage of each token the update trains on (0 elsewhere);
+- ``advantages``: the advantage of each token the update trains on (0 elsewhere, and everywhere for
+  an algorithm without advantages, as ``online_dpo``);
 - ``sampler_logprobs`` and ``trainer_logprobs``: the log-probs of each sampled token under the
   sampler and under the trainer's policy before the update, and ``mismatch``: per model turn, the
   sum over its tokens of sampler − trainer. On an on-policy step (one minibatch, no correction
-  reading them) the trainer's log-probs are otherwise computed only inside the update, so with this
-  logger on such a step runs one more no-grad forward of its batch. ``trainer_logprobs`` and
-  ``mismatch`` are null only for an algorithm that gives no trainer log-probs.
+  reading them) the trainer's log-probs are those of the update's own first forward, before its
+  optimizer step (no forward of their own). ``trainer_logprobs`` and ``mismatch`` are null for an
+  algorithm that gives no trainer log-probs (``online_dpo``), and on a step whose forwards reached
+  some rows only after an optimizer step (bypass mode with several minibatches).
 
 ``rllab traces RUN`` reads the file (:mod:`rllab_loggers.traces_view`).
 """
@@ -104,7 +106,8 @@ def record(step: int, group: int, episode: Any, row: int, batch: Any, advantages
         for i in range(n):
             if model[i]:
                 mismatch[turn[i] - 1] += sampler[i] - trainer[i]
-    adv = [float(x) for x in (advantages[row, :cols] * batch.response_mask[row, :cols]).detach().float().cpu()] + [0.0] * (n - cols)
+    adv = [0.0] * n if advantages is None else (
+        [float(x) for x in (advantages[row, :cols] * batch.response_mask[row, :cols]).detach().float().cpu()] + [0.0] * (n - cols))
     staleness = getattr(episode, "staleness", None)
     return {
         "kind": "train", "step": int(step), "group": int(group), "prompt": tokenizer.decode(list(c.prompt_ids), skip_special_tokens=True),

@@ -402,7 +402,7 @@ def cmd_replay(args) -> int:
         raise rllab.RllabError(f"variant {repeated[0]!r} is given twice: each variant is replayed once (compare different ones)")
     for item in args.variants:
         pairs = parse_overrides([p for p in item.split(",") if p.strip()])
-        check_replay_overrides(item, pairs)
+        check_replay_overrides(item, pairs, args.lab)
         pending.append((item, pairs))
     data = open_record(Path(args.file))
     configs = []

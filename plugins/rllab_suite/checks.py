@@ -118,12 +118,17 @@ def open_record(path: Path) -> dict:
         raise RllabError(f"{path} is truncated or corrupt ({reason}); record it again. {_HOW}") from None
 
 
-def check_replay_overrides(variant: str, pairs: list[tuple[str, object]]) -> None:
+def check_replay_overrides(variant: str, pairs: list[tuple[str, object]], lab=None) -> None:
     """Refuse overrides of ``variant`` that a replay cannot honour, naming them and what it can vary.
 
-    ``algorithm=NAME`` other than ``rl`` is refused on its own: replay runs the ``rl`` algorithm's
-    step. Keys outside every known section are left to the config loader's own error.
+    ``algorithm=NAME`` of an algorithm that does not declare the trait replayable is refused on its
+    own: replay runs such an algorithm's step. Keys outside every known section are left to the
+    config loader's own error.
     """
+    if lab is None:
+        from rllab import Lab
+
+        lab = Lab()
     known = set(COMPONENT_SECTIONS) | set(PLAIN_SECTIONS) | {"name", "output_dir", "loggers", "schedule"}
     seen: dict[str, str] = {}
     for key, value in pairs:
@@ -139,10 +144,12 @@ def check_replay_overrides(variant: str, pairs: list[tuple[str, object]]) -> Non
     for key, value in pairs:
         parts = key.split(".")
         head = parts[0]
-        if head == "algorithm" and (len(parts) == 1 or parts[1:] == ["name"]) and value != "rl":
+        if head == "algorithm" and (len(parts) == 1 or parts[1:] == ["name"]) and not lab.spec("algorithm", str(value)).trait("replayable"):
+            able = ", ".join(repr(n) for n in lab.names("algorithm") if lab.spec("algorithm", n).trait("replayable"))
             raise RllabError(
-                f"variant {variant!r}: {key}={value!r} — rllab replay supports the rl algorithm only (a recording holds "
-                f"policy-gradient rollouts and replays the rl update); vary its knobs instead, e.g. algorithm.minibatches=4"
+                f"variant {variant!r}: {key}={value!r} — rllab replay supports only the algorithms that declare the trait "
+                f"replayable ({able}: a recording holds policy-gradient rollouts and replays their update); vary its knobs "
+                f"instead, e.g. algorithm.minibatches=4"
             )
         if head == "algorithm" or head in REPLAY_VARIES or key in REPLAY_VARIES or head not in known:
             continue

@@ -92,8 +92,14 @@ def _prebuild_models(cells: list[Cell], *, lab, console=None) -> None:
         tinymodel.get_or_build(tinymodel.TinyModelConfig(**cfg.model.tiny), task, ref.to_dict(), tinymodel.WarmStartConfig(**cfg.model.warm_start), progress=False, system_prompt=cfg.rollout.system_prompt)
 
 
+def replays(lab, config: dict) -> bool:
+    """Whether the resolved config's algorithm declares the trait replayable (``rllab replay`` runs its step)."""
+    name = config.get("algorithm", {}).get("name")
+    return name is not None and bool(lab.spec("algorithm", name).trait("replayable"))
+
+
 def identical_variants(cells: list[Cell], *, lab, out_dir: Path, console=None) -> list[dict]:
-    """Per task, record one batch from the first cell's config and replay every ``rl`` variant's
+    """Per task, record one batch from the first cell's config and replay every replayable variant's
     config (seed of that cell) on it; the pairs with the same gradients, as report notes."""
     from rllab_suite import replay
 
@@ -102,7 +108,7 @@ def identical_variants(cells: list[Cell], *, lab, out_dir: Path, console=None) -
     for task in tasks:
         first_seed = min(c.seed for c in cells if c.task == task)
         failed = {c.variant for c in cells if (out_dir / "runs" / c.slug / "error.txt").is_file()}
-        group = [c for c in cells if c.task == task and c.seed == first_seed and c.config.get("algorithm", {}).get("name") == "rl" and c.variant not in failed]
+        group = [c for c in cells if c.task == task and c.seed == first_seed and replays(lab, c.config) and c.variant not in failed]
         if len(group) < 2:
             continue
         rec_path = out_dir / "replay" / f"{_slug(task)}-{config_key(group[0].config)[:12]}.pt"  # a changed config records afresh

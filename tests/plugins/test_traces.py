@@ -167,3 +167,32 @@ def test_the_page_opens_in_a_headless_browser_and_filters(traced_run, tmp_path):
         assert page.locator(".sample").count() == sum(1 for r in read_traces(traced_run / "traced" / "traces.jsonl")
                                                       if r["kind"] == "eval" and r["reward"] >= 1)
         browser.close()
+
+
+def test_an_online_dpo_run_writes_traces_and_tells_rollout_listeners(model_cache, tmp_path):
+    """Class: rollout events fired by one algorithm only — an online_dpo run with the traces logger
+    wrote no training samples, and its rollouts never reached on_rollout_end listeners."""
+    from rllab.hookspecs import hookimpl
+    from rllab.lab import Lab
+    from rllab.training.trainer import run_experiment
+
+    ended = []
+
+    class Listener:
+        @hookimpl
+        def on_rollout_end(self, step, batch, metrics):
+            ended.append((step, int(batch.input_ids.shape[0])))
+
+    lab = Lab()
+    lab.pm.register(Listener(), name="test-rollout-listener")
+    args = [*overrides(TINY), "train.steps=2", "task.digits=1", "task.format_weight=0.5", "algorithm=online_dpo",
+            "train.eval_every=0", TRACES]
+    run_experiment(load_config(None, args, lab=lab), lab=lab, run_dir=tmp_path / "dpo", progress=False)
+    recs = [r for r in read_traces(tmp_path / "dpo" / "traces.jsonl") if r["kind"] == "train"]
+    assert [r["step"] for r in recs] == [1, 1, 1, 2, 2, 2]
+    assert ended == [(1, 16), (2, 16)]  # 4 prompts × 4 samples, every one kept
+    for r in recs:
+        n = len(r["tokens"])
+        assert len(r["sampler_logprobs"]) == len(r["advantages"]) == n
+        # no advantages and no trainer log-probs of the sampled rows: DPO's forwards are of its pairs alone
+        assert set(r["advantages"]) <= {0.0} and r["trainer_logprobs"] is None and r["mismatch"] is None
