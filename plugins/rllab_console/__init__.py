@@ -234,7 +234,13 @@ def next_steps(run_dir: Path) -> str:
     items = []
     if (run_dir / "curves.png").is_file():
         items.append(f"the curves {run_dir / 'curves.png'}")
-    if (run_dir / "traces.jsonl").is_file():
+    try:
+        from rllab_loggers.traces_view import traces_path
+
+        traced = traces_path(run_dir).is_file()  # the file the run's traces logger names
+    except Exception:  # noqa: BLE001  (no traces, or no loggers plugin: nothing to point at)
+        traced = False
+    if traced:
         items.append(f"the samples: rllab traces {run_dir}")
     items.append(f"score the model: rllab eval {run_dir}")
     if (run_dir / "model").is_dir():

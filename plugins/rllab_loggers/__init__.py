@@ -20,7 +20,7 @@ import attrs
 
 import rllab
 from rllab_loggers.mlflow_logger import MlflowConfig, mlflow
-from rllab_loggers.traces import TracesConfig, read_json_lines, read_traces, traces, truncate_traces
+from rllab_loggers.traces import TracesConfig, inside_run_dir, read_json_lines, read_traces, traces, truncate_traces
 
 __all__ = [
     "JsonlConfig", "TensorBoardConfig", "TracesConfig", "jsonl", "read_jsonl", "read_traces", "tensorboard", "trace_panels",
@@ -34,7 +34,7 @@ from rllab_loggers.wandb_logger import WandbConfig, wandb
 class JsonlConfig:
     """Knobs of the JSONL logger."""
 
-    filename: str = rllab.knob("metrics.jsonl", help="file inside the run directory")
+    filename: str = rllab.knob("metrics.jsonl", help="file inside the run directory", validator=inside_run_dir)
 
 
 class JsonlLogger:

@@ -50,6 +50,16 @@ def _positive(inst, attribute, value) -> None:
         raise ValueError(f"traces: {attribute.name} = {value!r} must be at least 1 (samples written per step)")
 
 
+def inside_run_dir(inst, attribute, value) -> None:
+    """A knob naming a file inside the run directory: a relative path that stays there."""
+    from pathlib import PurePath
+
+    p = PurePath(value)
+    if not value.strip() or value.endswith(("/", "\\")) or p.is_absolute() or ".." in p.parts:
+        raise ValueError(f"{attribute.name} = {value!r} must name a file inside the run directory (a relative path such as "
+                         f"'samples.jsonl' or 'logs/samples.jsonl')")
+
+
 @attrs.frozen
 class TracesConfig:
     """Knobs of the traces logger."""
@@ -59,7 +69,7 @@ class TracesConfig:
         8, help="greedy held-out answers written per evaluation (kind 'eval'; a different slice of the held-out set each "
         "time); 0: none", ge=0,
     )
-    filename: str = rllab.knob(FILENAME, help="file inside the run directory")
+    filename: str = rllab.knob(FILENAME, help="file inside the run directory", validator=inside_run_dir)
 
 
 def pick_rows(groups: list[list[int]], n: int, step: int) -> list[int]:
@@ -230,7 +240,7 @@ def warn_cut(path: Path, lineno: int) -> None:
     """The default report of a cut-off last line: a warning naming the file and the line."""
     import warnings
 
-    warnings.warn(f"{path}: line {lineno}, the last, is cut off (a run stopped while writing it); read the lines before it",
+    warnings.warn(f"{path}: line {lineno}, the last, is cut off (a run stopped while writing it, or is writing it now); read the lines before it",
                   stacklevel=3)
 
 

@@ -354,7 +354,7 @@ def cmd_traces(args) -> int:
     from rllab_loggers.traces import BadLineError
 
     def cut(path, lineno):
-        print(f"warning: {path}: line {lineno}, the last, is cut off (the run stopped while writing it); "
+        print(f"warning: {path}: line {lineno}, the last, is cut off (the run stopped while writing it, or is writing it now); "
               "showing the lines before it", file=sys.stderr)
 
     if args.limit is not None and args.limit < 1:

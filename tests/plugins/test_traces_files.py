@@ -222,3 +222,23 @@ def test_a_step_with_only_the_other_kind_says_how_to_see_it(tmp_path, capsys):
     assert "step 2 has only training samples: show them with no --eval" in capsys.readouterr().err
     assert main(["traces", str(f), "--step", "5"]) == 2
     assert "no samples of step 5; traced steps: 1, 2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", ["", "sub/", "/tmp/abs.jsonl", "../out.jsonl"])
+@pytest.mark.parametrize("logger", ["traces", "jsonl"])
+def test_a_log_file_outside_the_run_directory_is_refused(logger, bad):
+    from rllab.config import load_config
+    from rllab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"logger '{logger}' .*filename = {bad!r} must name a file inside the run directory"):
+        load_config(None, [f'loggers=[{{name="{logger}", filename="{bad}"}}]'])
+
+
+def test_the_done_line_points_at_the_traces_the_logger_wrote(tmp_path):
+    from rllab_console import next_steps
+
+    (tmp_path / "config.toml").write_text('loggers = [{ name = "traces", filename = "tr/t.jsonl" }]\n')
+    assert "rllab traces" not in next_steps(tmp_path)
+    (tmp_path / "tr").mkdir()
+    write(tmp_path / "tr" / "t.jsonl", [rec(1)])
+    assert f"the samples: rllab traces {tmp_path}" in next_steps(tmp_path)
