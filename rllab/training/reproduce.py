@@ -32,7 +32,7 @@ import torch
 
 from rllab import provenance
 from rllab.config import load_config
-from rllab.errors import ConfigError, RllabError
+from rllab.errors import RllabError
 from rllab.lab import Lab
 from rllab.models import tiny as tinymodel
 from rllab.training.rundir import CONFIG_FILE
@@ -213,10 +213,3 @@ def reproduce_run(result: str | os.PathLike, *, lab: Lab | None = None, run_dir:
         start_eval = at_start is None
     return Outcome(PROVENANCE_DIFFERS, out, fields, first, start_eval, n)
 
-
-def check_reproducible(result: str | os.PathLike) -> None:
-    """Refuse a directory :func:`reproduce_run` cannot rerun, before anything runs."""
-    result = Path(result)
-    if not (result / CONFIG_FILE).is_file():
-        raise ConfigError(f"{result} is not a run directory (no {CONFIG_FILE})")
-    provenance.read(result)
