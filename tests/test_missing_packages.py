@@ -35,6 +35,8 @@ CASES = [
     ("math_verify", ["math_verify"], ["task=dataset", "task.path=DATA", 'task.rewards="math_verify"'], "math"),
     # not a sample's failure to skip: every sample would fail alike
     ("math_verify_skip", ["math_verify"], ["task=dataset", "task.path=DATA", 'task.rewards="math_verify"', "rollout.reward_errors=skip"], "math"),
+    ("remote_reward", ["requests"], ["task=dataset", "task.path=DATA", 'task.rewards="remote"',
+                                     """task.reward_knobs='{"remote": {"url": "http://127.0.0.1:9/score"}}'"""], "remote"),
     ("peft", ["peft"], ["model.lora.r=4"], "lora"),
     ("tensorboard", ["torch.utils.tensorboard"], ['loggers=["tensorboard"]'], "tensorboard"),
     ("wandb", ["wandb"], ['loggers=["wandb"]'], "wandb"),
