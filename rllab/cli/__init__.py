@@ -56,40 +56,41 @@ def _problems(lab: Lab) -> None:
 
 def cmd_plugins(args) -> int:
     lab = _lab(args, strict=False)
-    if err_console.is_terminal:  # loading the components (and torch) takes seconds: say so meanwhile
-        with err_console.status("loading the plugins' components…", spinner="dots"):
-            lab.register_components()
+    if args.action != "show" and args.action is not None:
+        name = args.name or args.action  # `plugins shwo NAME` (a typo of show) or `plugins NAME` (show left out)
+        err_console.print(f"[red]error:[/] unknown action {args.action!r}: the only action is 'show' (did you mean 'rllab plugins show {name}'?)")
+        return 2
+    # loading the components (and torch) takes seconds: a spinner meanwhile, on a terminal
+    status = err_console.status("loading the plugins' components…", spinner="dots") if err_console.is_terminal else None
     if args.action == "show":
         if not args.name:
             err_console.print("[red]error:[/] usage: rllab plugins show NAME")
             return 2
+        if status is not None:
+            with status:
+                lab.register_components()
         return _show(lab, args.name, args.kind, doc=args.doc)
-    if args.action is not None:
-        name = args.name or args.action  # `plugins shwo NAME` (a typo of show) or `plugins NAME` (show left out)
-        err_console.print(f"[red]error:[/] unknown action {args.action!r}: the only action is 'show' (did you mean 'rllab plugins show {name}'?)")
-        return 2
+    from rllab.cli.listing import listing
+
+    data = listing(lab, status=status)  # kept between calls while no plugin, version or rllab file changes
     kinds = [args.kind] if args.kind else list(KINDS)
     table = Table(box=box.SIMPLE_HEAVY, title="rllab components")
     for col in ("kind", "name", "provider", "knobs (default)", "summary"):
         table.add_column(col, overflow="fold")
     for kind in kinds:
-        for spec in lab.specs(kind):
-            name = spec.name + (f" ({', '.join(spec.aliases)})" if spec.aliases else "")
-            provider = spec.provider + (f" [dim]({spec.distribution})[/]" if spec.distribution and spec.distribution != spec.provider else "")
-            knobs = ", ".join(f"{k.name}={k.default!r}" for k in spec.knobs())
-            table.add_row(kind, escape(name), provider, escape(knobs), escape(spec.summary))
+        for row in (r for r in data["rows"] if r["kind"] == kind):
+            provider = row["provider"] + (f" [dim]({row['distribution']})[/]" if row["distribution"] else "")
+            table.add_row(kind, escape(row["name"]), provider, escape(row["knobs"]), escape(row["summary"]))
     console.print(table)
-    broken = [p for p in lab.plugins if not p.ok]
-    if broken:
+    if data["broken"]:
         t = Table(box=box.SIMPLE, title="[red]broken plugins[/]")
         t.add_column("plugin")
         t.add_column("error", overflow="fold")
-        for p in broken:
-            t.add_row(p.name, escape(p.error or ""))
+        for name, error in data["broken"]:
+            t.add_row(name, escape(error))
         console.print(t)
-    for msg in lab.problems:
-        if "registered twice" in msg:
-            console.print(f"[red]conflict:[/] {escape(msg)}")
+    for msg in data["conflicts"]:
+        console.print(f"[red]conflict:[/] {escape(msg)}")
     return 0
 
 
