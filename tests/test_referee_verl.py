@@ -313,3 +313,19 @@ def test_a_recipe_with_a_hydra_defaults_header(tmp_path):
     recipe.write_text(recipe.read_text().replace("  - ppo_trainer\n", "  - ppo_megatron_trainer\n"))
     with pytest.raises(ConfigError, match="defaults = .*ppo_megatron_trainer.*ppo_trainer defaults only"):
         verl.translate(read_config_file(str(recipe), what="verl config")).finish()
+
+
+def test_the_recipes_earlier_overlong_spelling_and_a_null_metric():
+    # the DAPO recipe's own defaults: overlong_buffer under reward_model, filter_groups.metric null (both off)
+    t = verl.translate({"reward_model": {"reward_manager": "dapo", "overlong_buffer": {"enable": False, "len": 0, "penalty_factor": 0.0,
+                                                                                       "log": False}},
+                        "algorithm": {"filter_groups": {"enable": False, "metric": None, "max_num_gen_batches": 0}}})
+    t.finish()
+    assert ("rollout", "overlong_buffer") not in t.values and ("rollout", "dynamic_sampling") not in t.values
+    t = verl.translate({}, ["data.max_response_length=16", "+reward_model.overlong_buffer.enable=true", "+reward_model.overlong_buffer.len=4",
+                            "+reward_model.overlong_buffer.log=true"])
+    t.finish()
+    assert t.values["rollout", "overlong_buffer"][0] == 4 and t.ignored["reward_model.overlong_buffer.log"] == "logging"
+    assert "# reward_model.overlong_buffer.enable = true, reward_model.overlong_buffer.len = 4" in t.toml()
+    with pytest.raises(ConfigError, match="metric = null: verl 0.9.1 refuses group filtering without a metric"):
+        imported({}, "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=null")

@@ -67,7 +67,7 @@ DEFAULTS: dict[str, Any] = {
     "actor_rollout_ref.model.path": None, "actor_rollout_ref.model.lora_rank": 0, "actor_rollout_ref.model.lora_alpha": 16,
     "actor_rollout_ref.model.target_modules": "all-linear",
     "custom_reward_function.overlong_buffer.enable": False, "custom_reward_function.overlong_buffer.len": 0,
-    "custom_reward_function.overlong_buffer.penalty_factor": 1.0,
+    "custom_reward_function.overlong_buffer.penalty_factor": 1.0, "custom_reward_function.overlong_buffer.log": False,
     OB + "enable": False, OB + "len": 0, OB + "penalty_factor": 1.0, OB + "log": False, RK + "max_resp_len": None,
     "reward_model.enable": None,
 }  # fmt: skip
@@ -211,7 +211,7 @@ def _type_problem(key: str, value: Any) -> str | None:
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if default is None or key.endswith("threshold"):  # verl's thresholds are numbers or "lower_upper" strings
         return None
-    if value is None and key in (A + "clip_ratio_low", A + "clip_ratio_high", A + "optim.lr_warmup_steps"):
+    if value is None and key in (A + "clip_ratio_low", A + "clip_ratio_high", A + "optim.lr_warmup_steps", ALG + "filter_groups.metric"):
         return None  # null: fall back on clip_ratio / the warm-up ratio, as verl does
     if isinstance(default, bool):
         return None if isinstance(value, bool) else f"expected true or false, got {value!r}"
@@ -614,6 +614,8 @@ def _shaping(t: Translation, c: dict) -> None:
     elif c[ob + "enable"]:
         t.set("rollout", "overlong_buffer", int(c[ob + "len"]), ob + "enable", ob + "len")
         t.set("rollout", "overlong_penalty", float(c[ob + "penalty_factor"]), ob + "penalty_factor")
+        if ob + "log" in t.given or t._name(ob + "log") in t.given:
+            t.ignore(ob + "log", "logging")
     if c[ALG + "filter_groups.enable"]:
         _filter_metric(t, c, overlong=kw or bool(c[ob + "enable"]))
     if c["reward_model.enable"]:
@@ -630,9 +632,11 @@ def _shaping(t: Translation, c: dict) -> None:
 def _filter_metric(t: Translation, c: dict, *, overlong: bool) -> None:
     """``algorithm.filter_groups.metric``: rllab keeps the groups whose scores (reward + the overlong penalty) differ."""
     metric, key = c[ALG + "filter_groups.metric"], ALG + "filter_groups.metric"
-    if metric in ("reward", "seq_reward"):
+    if metric is None:
+        t.refuse(key, "verl 0.9.1 refuses group filtering without a metric")
+    elif metric in ("reward", "seq_reward"):
         return  # verl's reward before any KL penalty, its token-level scores summed: with the overlong penalty, rllab's score
-    if metric == "seq_final_reward":
+    elif metric == "seq_final_reward":
         if c[ALG + "use_kl_in_reward"]:
             t.differ(key, "verl filters on the reward after the KL penalty; rllab on the reward before it")
     elif metric in ("acc", "score"):
