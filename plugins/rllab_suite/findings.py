@@ -178,8 +178,10 @@ class Findings:
         if not rows:
             raise FindingsError(f"passk {name}: results/{name}/summary.json has no pass@k gains")
         ks = sorted({int(k) for r in rows for k in r["pass_at"]["gain"]})
+        levels = ("held-out problems and seeds (each problem paired with itself)" if all(r["pass_at"].get("gain_levels") for r in rows)
+                  else "seeds")
         out = [f"From `results/{name}/summary.json`: pass@k gain after − before in points, each seed against its own first "
-               f"evaluation, mean over seeds with a 95% bootstrap CI over seeds; {verdicts_.resolution(self.eval_size(name))}.", "",
+               f"evaluation, mean over seeds with a 95% bootstrap CI over {levels}; {verdicts_.resolution(self.eval_size(name))}.", "",
                "| arm | " + " | ".join(f"pass@{k}" for k in ks) + " | crossover |", "|---|" + "---|" * (len(ks) + 1)]
         for r in rows:
             g = {int(k): tuple(v) for k, v in r["pass_at"]["gain"].items()}

@@ -297,6 +297,8 @@ def markdown_lines(entries: list[dict], *, eval_size: int | None = None, explain
 
 
 def _levels(entries: list[dict]) -> str:
+    if entries and all(is_track(e["metric"]) for e in entries):
+        return "seeds (a training metric has no per-problem values)"
     levels = {e["diff"]["levels"] for e in entries if e["diff"]}
     if levels == {"problems and seeds"}:
         return "held-out problems and seeds (two-level, problems paired across arms)"
