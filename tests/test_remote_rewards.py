@@ -353,7 +353,7 @@ class CountingTask:
 
 
 def test_a_probe_scores_its_answers_in_one_batch_and_only_those_that_changed():
-    from rllab.models.supervised import probe_rewards
+    from rllab.models.supervised import probe_rewards, solved_rates
     from rllab.types import Example
 
     examples = [Example(prompt=f"{i}+1=", answer=str(i + 1)) for i in range(4)]
@@ -362,6 +362,9 @@ def test_a_probe_scores_its_answers_in_one_batch_and_only_those_that_changed():
     assert probe_rewards(task, examples, ["1", "2", "3", "0"], scored) == [1.0, 1.0, 1.0, 0.0]
     assert task.batches == [["1", "0", "3", "0"], ["2"]] and task.alone == []  # the second probe: row 1's new answer only
     assert probe_rewards(task, examples, ["1", "2", "3", "0"], scored) == [1.0, 1.0, 1.0, 0.0] and len(task.batches) == 2
+    task = CountingTask()  # probes taken while others were scored: scored together, each (example, answer) once
+    assert solved_rates(task, examples, [["1", "0", "3", "0"], ["1", "2", "3", "0"], 0.5]) == [0.5, 0.75, 0.5]
+    assert task.batches == [["1", "0", "3", "0", "2"]]
     task = CountingTask(fail_batch=True)  # the batch call raises: each answer alone, a failure its own
     out = probe_rewards(task, examples, ["1", "boom", "3", "0"])
     assert out[0::2] == [1.0, 1.0] and out[3] == 0.0 and isinstance(out[1], RuntimeError)

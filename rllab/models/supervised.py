@@ -101,22 +101,31 @@ def greedy_accuracy(model, tokenizer, task, examples, max_new_tokens: int, rende
     episodes, :func:`rllab.rollout.demonstrations.episode_accuracy`). The answers are scored as
     :func:`probe_rewards` says; ``scored``, kept between calls on the same ``examples``, remembers
     each (example, answer)'s reward, so that a probe scores only the answers that changed."""
-    return greedy_probe(model, tokenizer, task, examples, max_new_tokens, renderer, scored=scored)()
+    answers = greedy_answers(model, tokenizer, task, examples, max_new_tokens, renderer)
+    return solved_rates(task, examples, [answers], scored, renderer)[0]
 
 
-def greedy_probe(model, tokenizer, task, examples, max_new_tokens: int, renderer: PromptRenderer | None = None, *,
-                 scored: dict | None = None):
-    """:func:`greedy_accuracy` in two parts: the model's greedy answers are taken now, and the
-    function returned scores them (it no longer needs the model, which may train meanwhile). For
-    an environment, whose episodes score each turn as they are played, everything happens now."""
+def greedy_answers(model, tokenizer, task, examples, max_new_tokens: int, renderer: PromptRenderer | None = None):
+    """The model's greedy answers to ``examples`` (texts, which :func:`solved_rates` scores without
+    the model: it may train meanwhile); for an environment, whose episodes score each turn as they
+    are played, the solved rate itself."""
     if is_environment(task):
-        acc = episode_accuracy(model, tokenizer, task, examples, max_new_tokens, renderer or PromptRenderer(tokenizer))
-        return lambda: acc
+        return episode_accuracy(model, tokenizer, task, examples, max_new_tokens, renderer or PromptRenderer(tokenizer))
     was_training = model.training
     model.eval()
     texts = greedy_completions(model, tokenizer, [e.prompt for e in examples], max_new_tokens, renderer=renderer)
     model.train(was_training)
-    return lambda: _solved_rate(task, examples, texts, scored, renderer)
+    return texts
+
+
+def solved_rates(task, examples, answers: list, scored: dict | None = None, renderer: PromptRenderer | None = None) -> list[float]:
+    """The solved rate of each of several probes of ``examples`` (``answers[k]``: probe k's texts,
+    or an environment's solved rate, kept as it is). Every answer not yet in ``scored`` is scored
+    in one call for all the probes (:func:`probe_rewards`: the same answer to the same example
+    once), and a probe whose every answer failed raises :class:`~rllab.errors.RewardError`."""
+    scored = {} if scored is None else scored
+    _score_pairs(task, examples, [(i, t) for a in answers if isinstance(a, list) for i, t in enumerate(a)], scored)
+    return [_solved_rate(task, examples, a, scored, renderer) if isinstance(a, list) else a for a in answers]
 
 
 def _solved_rate(task, examples, texts: list[str], scored: dict | None, renderer: PromptRenderer | None) -> float:
@@ -148,9 +157,13 @@ def probe_rewards(task, examples: list, texts: list[str], scored: dict | None = 
     one once), each answer alone when that call raises. ``scored`` maps ``(index, text)`` to a
     reward already known (a probe of the same examples before): those are not scored again, and
     the new ones are added."""
-    scored = {} if scored is None else scored
-    keys = list(enumerate(texts))
-    todo = [k for k in keys if k not in scored]
+    return _score_pairs(task, examples, list(enumerate(texts)), {} if scored is None else scored)
+
+
+def _score_pairs(task, examples: list, pairs: list[tuple[int, str]], scored: dict) -> list:
+    """Per ``(index, text)`` of ``pairs``, its reward (see :func:`probe_rewards`), each distinct
+    pair not in ``scored`` scored in one call and added to it."""
+    todo = [k for k in dict.fromkeys(pairs) if k not in scored]
     batch = member(task, "task", "reward_batch") if todo else None
     got = None
     if batch is not None:
@@ -163,7 +176,7 @@ def probe_rewards(task, examples: list, texts: list[str], scored: dict | None = 
     if got is None:
         got = [_probe_reward(task, examples[i], t) for i, t in todo]
     scored.update(zip(todo, got))
-    return [scored[k] for k in keys]
+    return [scored[k] for k in pairs]
 
 
 def _probe_reward(task, example, text: str):

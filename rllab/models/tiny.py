@@ -42,8 +42,8 @@ from rllab import provenance
 from rllab.rollout.chat import PromptRenderer
 from rllab.members import member
 from rllab.models.supervised import (  # noqa: F401  (re-exported: the warm start's building blocks)
-    demonstration_loss, encode_demonstrations, evaluate_greedy, greedy_accuracy, greedy_completions, greedy_probe,
-    is_environment,
+    demonstration_loss, encode_demonstrations, evaluate_greedy, greedy_accuracy, greedy_answers, greedy_completions,
+    is_environment, solved_rates,
 )
 from rllab.models.tinyconfig import TinyModelConfig, WarmStartConfig  # noqa: F401  (re-exported: the model's and warm start's knobs)
 from rllab.models.progress import warm_start_progress
@@ -159,17 +159,17 @@ def warm_start(
         return _warm_start(model, tokenizer, task, config, progress, renderer or PromptRenderer(tokenizer))
 
 
-PROBES_AHEAD = 1
-"""Probes whose answers the warm start may hold, taken and waiting to be scored, besides the one
-being scored, while it trains towards the next: at most ``PROBES_AHEAD + 1`` probe intervals are
-trained ahead, and undone when a probe ends the warm start."""
+PROBES_AHEAD = 3
+"""Probes whose answers the warm start may hold, taken and waiting to be scored (then together),
+besides those being scored, while it trains towards the next: at most ``PROBES_AHEAD + 1`` probe
+intervals are trained ahead, and undone when a probe ends the warm start."""
 
 
 class TrainAhead:
-    """Iterates a generator in a thread of its own, at most ``depth`` items ahead of the
-    consumer: the warm start trains on (and takes its next probes' answers) while the caller
-    scores a probe. :meth:`stop` ends the thread at its next item; an error in it is raised to
-    the caller where the item would have come."""
+    """Runs a generator in a thread of its own, at most ``depth`` items ahead of the consumer
+    (:meth:`batches`): the warm start trains on (and takes its next probes' answers) while the
+    caller scores probes. :meth:`stop` ends the thread at its next item; an error in it is raised
+    to the caller after the items before it."""
 
     def __init__(self, items, depth: int):
         import queue
@@ -190,22 +190,34 @@ class TrainAhead:
                     if self.halt.is_set():
                         return
                 self.queue.put(("end", None))
-            except BaseException as e:  # raised in the caller's thread by __iter__
+            except BaseException as e:  # raised in the caller's thread by batches()
                 self.queue.put(("error", e))
 
         self.thread = threading.Thread(target=run, name="warm-start", daemon=True)
         self.thread.start()
 
-    def __iter__(self):
-        while True:
+    def batches(self):
+        """Lists of the items ready: the next one (waited for) and every other already there."""
+        import queue
+
+        done = None
+        while done is None:
             kind, value = self.queue.get()
-            if kind == "end":
-                self.thread.join()
-                return
-            if kind == "error":
-                self.thread.join()
-                raise value
-            yield value
+            items = []
+            while True:
+                if kind != "item":
+                    done = kind, value
+                    break
+                items.append(value)
+                try:
+                    kind, value = self.queue.get_nowait()
+                except queue.Empty:
+                    break
+            if items:
+                yield items
+        self.thread.join()
+        if done[0] == "error":
+            raise done[1]
 
     def stop(self) -> None:
         """End the thread (what it is doing finishes first) and wait for it."""
@@ -256,30 +268,38 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
 
         def probes():
             """Train, and at each probe step take the probe's greedy answers: yields (step, the
-            function that scores them, the weights then, or None at the last step)."""
+            answers, the weights then, or None at the last step)."""
             for step in range(1, config.steps + 1):
                 train_step(step)
                 if step % config.check_every == 0 or step == config.steps:
-                    score = greedy_probe(model, tokenizer, task, probe, config.eval_max_new_tokens, renderer, scored=scored)
+                    answers = greedy_answers(model, tokenizer, task, probe, config.eval_max_new_tokens, renderer)
                     saved = {k: v.detach().clone() for k, v in model.state_dict().items()} if step < config.steps else None
-                    yield step, score, saved
+                    yield step, answers, saved
                 else:
                     advance(step, losses[-1], None)
 
         with warm_start_progress(progress, config.steps, config.target_accuracy) as advance:
             ahead = TrainAhead(probes(), depth=PROBES_AHEAD)
             try:
-                for step, score, saved in ahead:
-                    acc = score()  # while a reward service scores this probe, the next steps train
-                    metrics["warm/steps"], metrics["warm/probe_accuracy"] = step, acc
-                    if config.target_accuracy is not None and acc >= config.target_accuracy:
+                for taken in ahead.batches():
+                    # the probes taken so far, scored together while the next steps train (a reward
+                    # service's answers then cost no training time, and their waits overlap)
+                    accs = solved_rates(task, probe, [answers for _, answers, _ in taken], scored, renderer)
+                    reached = None
+                    for (step, _, saved), acc in zip(taken, accs):
+                        metrics["warm/steps"], metrics["warm/probe_accuracy"] = step, acc
+                        if config.target_accuracy is not None and acc >= config.target_accuracy:
+                            reached = step, saved, acc
+                            break
+                    if reached is not None:
+                        step, saved, acc = reached
                         ahead.stop()
                         if saved is not None:  # the steps trained ahead are undone: the model is the one probed
                             model.load_state_dict(saved)
                             del losses[step:]
                         advance(step, losses[-1], acc)
                         break
-                    advance(len(losses), losses[-1], acc)
+                    advance(len(losses), losses[-1], accs[-1])
             finally:
                 ahead.stop()
         model.eval()
