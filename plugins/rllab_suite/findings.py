@@ -4,6 +4,7 @@ The page's numbers live in generated blocks, each rebuilt from a suite's committ
 (``benchmarks/suites/NAME.toml`` and ``benchmarks/suites/results/NAME/``)::
 
     <!-- findings: verdicts NAME [CLAIM …] -->  the suite file's [claims] (or those named), decided on runs.csv
+                                                (over problems and seeds where problems.csv is committed)
     <!-- findings: arms NAME [track:METRIC …] --> per arm: final and AUC accuracy (summary.csv), tracked metrics
     <!-- findings: passk NAME -->               pass@k gains after − before (summary.json)
     <!-- findings: law NAME -->                 the entropy–performance law per arm (summary.json)
