@@ -363,3 +363,13 @@ def test_masked_truncated_completions_agree(capsys, tmp_path):
     # completions cut at 4 tokens are out of TRL's loss and token count; the rows stay in their groups
     _agrees(capsys, tmp_path, "loss_type: dapo\nmask_truncated_completions: true\nper_device_train_batch_size: 16\nnum_generations: 8\n"
             "max_completion_length: 4\nlearning_rate: 1.0e-5\n", 2)
+
+
+@needs_trl
+def test_a_check_only_trl_makes_is_reported_without_a_traceback(capsys, tmp_path):
+    # the importer ignores the Hub repository (logging); TRL's GRPOConfig refuses it without log_completions
+    src = tmp_path / "hub.yaml"
+    src.write_text("log_completions_hub_repo: me/x\nmax_completion_length: 8\n")
+    code, out, err = run(capsys, "crosscheck", "trl", str(src), "--steps", "1")
+    assert code != 0 and "TRL's GRPOConfig refuses this config: log_completions_hub_repo is set" in err
+    assert "Traceback" not in err

@@ -107,7 +107,12 @@ def run_trl(raw: Mapping[str, Any], *, model_dir: str, examples: Sequence[Any], 
     k, per_step = layout(raw)
     # max_steps: the generations asked for; seed: the crosscheck's (the config's own unless it seeks another)
     knobs = {k: v for k, v in raw.items() if k not in FORCED and k not in ("output_dir", "max_steps", "seed")}
-    config = GRPOConfig(output_dir=out, max_steps=generations // k * per_step, seed=seed, **knobs, **FORCED)
+    try:
+        config = GRPOConfig(output_dir=out, max_steps=generations // k * per_step, seed=seed, **knobs, **FORCED)
+    except (TypeError, ValueError) as e:  # a check of TRL's own that the importer does not make (a logging knob, …)
+        from rllab import ConfigError
+
+        raise ConfigError(f"TRL's GRPOConfig refuses this config: {e}") from None
     rows = [{"prompt": ex.prompt, "row": i} for i, ex in enumerate(examples)]
     dataset = datasets.Dataset.from_list(rows)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
