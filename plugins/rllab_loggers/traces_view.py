@@ -185,7 +185,7 @@ def panel(r: dict, color: str):
     adv_s = "" if adv is None else f" · advantage {adv:+.4g}"
     title = (f"step {r['step']} · {where} · reward {_value(r['reward']):g}{(' (' + comps + ')') if comps else ''}{adv_s} · "
              f"{r['length']} tokens · {r['turns']} turn(s) · {r['finish_reason']}{stale}{mism}")
-    return Panel(body, title=title, title_align="left")
+    return Panel(body, title=Text(title), title_align="left")  # as text: a component's name is not rich markup
 
 
 def show(recs: list[dict], *, color: str, console=None) -> None:

@@ -242,3 +242,11 @@ def test_the_done_line_points_at_the_traces_the_logger_wrote(tmp_path):
     (tmp_path / "tr").mkdir()
     write(tmp_path / "tr" / "t.jsonl", [rec(1)])
     assert f"the samples: rllab traces {tmp_path}" in next_steps(tmp_path)
+
+
+def test_markup_in_a_component_name_is_shown_as_text(capsys):
+    r = rec(1)
+    r["components"] = {"fmt[/]": 1.0, "[bold]x": 0.0}
+    traces_view.show([r], color="advantage")
+    out = capsys.readouterr().out
+    assert "fmt[/]=1" in out and "[bold]x=0" in out
