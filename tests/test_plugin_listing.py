@@ -82,3 +82,23 @@ def test_a_plugin_without_a_file_is_never_cached():
     lab = rllab.Lab(plugins=[Obj()], defer=True)
     assert listing.fingerprint(lab) is None
     assert listing.fingerprint(rllab.Lab(defer=True)) is not None
+
+
+def test_a_repeated_show_prints_the_same_without_loading_the_components(tmp_path):
+    first, imported = _plugins(tmp_path, "show", "ppo_dual_clip")
+    assert imported == "torch imported: True" and "ppo_dual_clip — policy_loss" in first and "clip_c " in first
+    for _ in range(3):  # as above: a file edited meanwhile is a new key
+        second, imported = _plugins(tmp_path, "show", "ppo_dual_clip")
+        if imported == "torch imported: False":
+            break
+    assert imported == "torch imported: False" and second == first
+    doc, _ = _plugins(tmp_path, "show", "ppo_dual_clip", "--doc")  # another rendering: kept apart
+    assert "module notes" in doc and doc != first
+
+
+def test_an_unknown_name_is_not_kept(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("RLLAB_CACHE", str(tmp_path))
+    assert main(["plugins", "show", "grop"]) == 1
+    assert "Did you mean 'grpo'" in capsys.readouterr().err
+    kept = list(tmp_path.glob("plugin-shows-*.json"))
+    assert all("grop" not in p.read_text() for p in kept)

@@ -66,10 +66,7 @@ def cmd_plugins(args) -> int:
         if not args.name:
             err_console.print("[red]error:[/] usage: rllab plugins show NAME")
             return 2
-        if status is not None:
-            with status:
-                lab.register_components()
-        return _show(lab, args.name, args.kind, doc=args.doc)
+        return _show_kept(lab, args, status)
     from rllab.cli.listing import listing
 
     data = listing(lab, status=status)  # kept between calls while no plugin, version or rllab file changes
@@ -91,6 +88,35 @@ def cmd_plugins(args) -> int:
         console.print(t)
     for msg in data["conflicts"]:
         console.print(f"[red]conflict:[/] {escape(msg)}")
+    return 0
+
+
+def _show_kept(lab: Lab, args, status) -> int:
+    """``plugins show``, printed from what an earlier call printed when nothing it reads changed
+    (:func:`rllab.cli.listing.shown`), else rendered on a recording console and kept."""
+    import io
+
+    from rllab.cli import listing
+
+    global console
+
+    def render() -> str:
+        global console
+        shown_on = console
+        console = Console(file=io.StringIO(), record=True, width=shown_on.width, force_terminal=shown_on.is_terminal,
+                          color_system=shown_on.color_system, soft_wrap=shown_on.soft_wrap)
+        try:
+            if status is not None:
+                with status:
+                    lab.register_components()
+            _show(lab, args.name, args.kind, doc=args.doc)
+            return console.export_text(styles=shown_on.is_terminal)
+        finally:
+            console = shown_on
+
+    key = [args.name, args.kind, bool(args.doc), console.width, console.is_terminal, console.color_system]
+    console.file.write(listing.shown(lab, key, render))
+    console.file.flush()
     return 0
 
 

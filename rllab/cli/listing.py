@@ -1,4 +1,5 @@
-"""``rllab plugins``' table, kept between calls so that listing needs no component (nor torch).
+"""``rllab plugins``' table (and what ``plugins show NAME`` prints), kept between calls so that
+listing needs no component (nor torch).
 
 Listing the components runs every plugin's registration hook, which imports the components'
 modules and with them torch: seconds on a small machine. The table's rows (:func:`collect`) are
@@ -114,6 +115,37 @@ def store(key: str | None, data: dict) -> None:
         os.replace(tmp, root / f"plugin-listing-{key}.json")
     except OSError:
         pass
+
+
+def shown(lab: Any, key_parts: list, render) -> str:
+    """What ``rllab plugins show`` prints for ``key_parts`` (the name, kind, ``--doc`` and the
+    console's width and colours): kept beside the listing under the same key, else ``render()``'s
+    text, kept. A name that does not resolve raises in ``render`` and is not kept."""
+    key = fingerprint(lab)
+    path = cache_dir() / f"plugin-shows-{key}.json" if key is not None else None
+    sub = json.dumps(key_parts, default=str)
+    try:
+        kept = json.loads(path.read_text(encoding="utf-8")) if path is not None else {}
+    except (OSError, ValueError):
+        kept = {}
+    if not isinstance(kept, dict):
+        kept = {}
+    if sub in kept:
+        return kept[sub]
+    text = render()
+    if path is not None:
+        kept[sub] = text
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            for old in path.parent.glob("plugin-shows-*.json"):
+                if old != path:
+                    old.unlink(missing_ok=True)
+            tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps(kept), encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    return text
 
 
 def listing(lab: Any, *, status=None) -> dict:
