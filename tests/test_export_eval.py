@@ -244,3 +244,9 @@ def test_lora_run_exports_merged_weights_that_score_its_final_accuracy(run_dir, 
     assert any(not torch.equal(base[k], v) for k, v in merged.items())  # the adapters are in the weights
     final = json.loads((lora_run / "final.json").read_text())
     assert _eval_json(capsys, str(out))["metrics"]["eval/accuracy"] == final["final/accuracy"]
+    # a base that is not the one the adapters trained on (its recorded hash differs) is refused
+    record = json.loads((lora_run / "provenance.json").read_text())
+    record["hashes"]["start"]["sha256"] = "0" * 64
+    (lora_run / "provenance.json").write_text(json.dumps(record))
+    code, _, err = cli(capsys, "export", str(lora_run), "--out", str(tmp_path / "other"))
+    assert code == 1 and "trained LoRA adapters on a base model of sha256 000000000000" in " ".join(err.split())

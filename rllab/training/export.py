@@ -129,6 +129,8 @@ def load_run_policy(run_dir: Path, *, step: int | None = None, lab: Any = None, 
     cfg = run_config(Path(run_dir), lab=lab, step=at)
     source = build_source(cfg, lab)
     model_dir = base_model_dir(cfg, source, progress=progress)
+    if cfg.model.lora:  # the adapters are the run's; the base they merge into must be the one they trained on
+        _check_start(Path(run_dir), model_dir)
     with transformers_progress_bars_off():
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     handle = parts.policy_handle(model, cfg.model)  # LoRA: the adapters attached, then their weights loaded
@@ -136,6 +138,25 @@ def load_run_policy(run_dir: Path, *, step: int | None = None, lab: Any = None, 
     policy = handle.sampler_module()  # LoRA: a plain model with the adapters merged
     tokenizer = load_tokenizer(model_dir)
     return policy.eval(), tokenizer, cfg, at, source
+
+
+def _check_start(run_dir: Path, model_dir: Path) -> None:
+    """Refuse a base model whose content differs from the start the run recorded (``provenance.json``)."""
+    import json
+
+    from rllab import provenance
+
+    record = run_dir / provenance.PROVENANCE_FILE
+    try:
+        recorded = ((json.loads(record.read_text(encoding="utf-8")).get("hashes") or {}).get("start") or {}).get("sha256")
+    except (OSError, ValueError):
+        return  # a run from before runs recorded their start: nothing to compare with
+    if recorded and provenance.model_sha256(model_dir) != recorded:
+        raise RllabError(
+            f"{run_dir} trained LoRA adapters on a base model of sha256 {recorded[:12]}…, and {model_dir} (its base now) is "
+            f"{provenance.model_sha256(model_dir)[:12]}…: a warm start rebuilt on another machine, or a changed model.path. "
+            f"Merged into it the adapters would make another model; export where the original base is (rllab provenance "
+            f"{run_dir} --export-start DIR copies it, and model.path=DIR with model.sha256 pins it)")
 
 
 def export_run(run_dir: Path, out: Path, *, step: int | None = None, lab: Any = None, overwrite: bool = False,
