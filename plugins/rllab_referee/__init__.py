@@ -4,7 +4,8 @@ Commands (added through ``register_commands``)::
 
     rllab import trl CONFIG.yaml|json [--out run.toml] [--processes N] [--strict]
     rllab import verl CONFIG.yaml [key=value …] [--out run.toml] [--strict]
-    rllab crosscheck trl CONFIG.yaml [--steps K] [--seeds N --curve-steps S] [--install-trl]
+    rllab crosscheck trl CONFIG.yaml [--steps K] [--tries T] [--seeds N --curve-steps S] [--install-trl]
+    rllab crosscheck verl CONFIG.yaml [key=value …] [--batches B]
 
 Every knob of the source config is mapped to rllab settings (each written with a comment naming
 the knob it came from), ignored because it only moves hardware, logging, data loading or
@@ -16,7 +17,8 @@ step, …) are listed as such, and refused with ``--strict``. The written TOML i
 Modules: :mod:`rllab_referee.trl` (TRL ``GRPOConfig``, field table in
 :mod:`rllab_referee.trl_fields`), :mod:`rllab_referee.verl` (verl ``ppo_trainer``),
 :mod:`rllab_referee.result` (the :class:`~rllab_referee.result.Translation` both fill),
-:mod:`rllab_referee.source` (reading the file, importing it); ``rllab crosscheck``: :mod:`rllab_referee.crosscheck`. The
+:mod:`rllab_referee.source` (reading the file, importing it); ``rllab crosscheck``: :mod:`rllab_referee.crosscheck` (TRL) and
+:mod:`rllab_referee.verl_check` (verl's functions, loaded by :mod:`rllab_referee.verl_reference`). The
 mapping in both directions is docs/frameworks.md.
 """
 
