@@ -172,20 +172,19 @@ def test_warm_start_stops_at_target_accuracy():
 
 
 def test_the_warm_start_trains_on_while_a_probe_is_scored_and_ends_on_the_probed_weights():
-    import threading
-
     class SlowJudge(CopyTask):
         """Every answer right, after a wait (a reward service): the first probe already stops."""
 
         def __init__(self):
             super().__init__()
-            self.draws, self.scoring = 0, threading.Event()
+            self.draws, self.scored = 0, []
 
         def train_examples(self, n, rng):
             self.draws += 1
             return super().train_examples(n, rng)
 
         def reward_batch(self, examples, completions, *, completion_ids=None):
+            self.scored.append(len(completions))
             deadline = time.monotonic() + 30
             while self.draws < AHEAD and time.monotonic() < deadline:  # until it has trained as far ahead as it may
                 time.sleep(0.01)
@@ -202,6 +201,7 @@ def test_the_warm_start_trains_on_while_a_probe_is_scored_and_ends_on_the_probed
     m = warm_start(model, tok, task, cfg)
     time.sleep(0.2)
     assert task.draws == AHEAD  # the steps after the probe were trained while it was scored, and no further …
+    assert task.scored == [16]  # … the probes taken ahead were never scored …
     assert m["warm/steps"] == 4 and m["warm/probe_accuracy"] == 1.0
     plain, tok = build_tiny_model(SMALL)
     m2 = warm_start(plain, tok, CopyTask(), attrs.evolve(cfg, steps=4, target_accuracy=None))

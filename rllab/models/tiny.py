@@ -160,16 +160,16 @@ def warm_start(
 
 
 PROBES_AHEAD = 3
-"""Probes whose answers the warm start may hold, taken and waiting to be scored (then together),
-besides those being scored, while it trains towards the next: at most ``PROBES_AHEAD + 1`` probe
-intervals are trained ahead, and undone when a probe ends the warm start."""
+"""Probes whose answers the warm start may hold, taken and waiting to be scored, besides the one
+being scored, while it trains towards the next: at most ``PROBES_AHEAD + 1`` probe intervals are
+trained ahead, and undone when a probe ends the warm start (their answers are never scored)."""
 
 
 class TrainAhead:
-    """Runs a generator in a thread of its own, at most ``depth`` items ahead of the consumer
-    (:meth:`batches`): the warm start trains on (and takes its next probes' answers) while the
-    caller scores probes. :meth:`stop` ends the thread at its next item; an error in it is raised
-    to the caller after the items before it."""
+    """Iterates a generator in a thread of its own, at most ``depth`` items ahead of the
+    consumer: the warm start trains on (and takes its next probes' answers) while the caller
+    scores a probe. :meth:`stop` ends the thread at its next item; an error in it is raised to
+    the caller where the item would have come."""
 
     def __init__(self, items, depth: int):
         import queue
@@ -190,34 +190,22 @@ class TrainAhead:
                     if self.halt.is_set():
                         return
                 self.queue.put(("end", None))
-            except BaseException as e:  # raised in the caller's thread by batches()
+            except BaseException as e:  # raised in the caller's thread by __iter__
                 self.queue.put(("error", e))
 
         self.thread = threading.Thread(target=run, name="warm-start", daemon=True)
         self.thread.start()
 
-    def batches(self):
-        """Lists of the items ready: the next one (waited for) and every other already there."""
-        import queue
-
-        done = None
-        while done is None:
+    def __iter__(self):
+        while True:
             kind, value = self.queue.get()
-            items = []
-            while True:
-                if kind != "item":
-                    done = kind, value
-                    break
-                items.append(value)
-                try:
-                    kind, value = self.queue.get_nowait()
-                except queue.Empty:
-                    break
-            if items:
-                yield items
-        self.thread.join()
-        if done[0] == "error":
-            raise done[1]
+            if kind == "end":
+                self.thread.join()
+                return
+            if kind == "error":
+                self.thread.join()
+                raise value
+            yield value
 
     def stop(self) -> None:
         """End the thread (what it is doing finishes first) and wait for it."""
@@ -281,25 +269,20 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
         with warm_start_progress(progress, config.steps, config.target_accuracy) as advance:
             ahead = TrainAhead(probes(), depth=PROBES_AHEAD)
             try:
-                for taken in ahead.batches():
-                    # the probes taken so far, scored together while the next steps train (a reward
-                    # service's answers then cost no training time, and their waits overlap)
-                    accs = solved_rates(task, probe, [answers for _, answers, _ in taken], scored, renderer)
-                    reached = None
-                    for (step, _, saved), acc in zip(taken, accs):
-                        metrics["warm/steps"], metrics["warm/probe_accuracy"] = step, acc
-                        if config.target_accuracy is not None and acc >= config.target_accuracy:
-                            reached = step, saved, acc
-                            break
-                    if reached is not None:
-                        step, saved, acc = reached
+                for step, answers, saved in ahead:
+                    # scored while the next steps train (a reward service's answers then cost no
+                    # training time); one probe at a time, so that no answer of a probe after the
+                    # one that ends the warm start is ever sent
+                    acc = solved_rates(task, probe, [answers], scored, renderer)[0]
+                    metrics["warm/steps"], metrics["warm/probe_accuracy"] = step, acc
+                    if config.target_accuracy is not None and acc >= config.target_accuracy:
                         ahead.stop()
                         if saved is not None:  # the steps trained ahead are undone: the model is the one probed
                             model.load_state_dict(saved)
                             del losses[step:]
                         advance(step, losses[-1], acc)
                         break
-                    advance(len(losses), losses[-1], accs[-1])
+                    advance(len(losses), losses[-1], acc)
             finally:
                 ahead.stop()
         model.eval()
