@@ -1,0 +1,174 @@
+"""The README's reward-service run against a stand-in grader: healthy, failing 1 request in 7 with
+503, and answering 1 in 7 with 429 and ``Retry-After``.
+
+The stand-in (tests/reward_standin.py, a thread of this process) grades exact matches after
+``--latency-ms`` per request; with ``flaky`` every 7th request it receives (retries included) is
+answered 503, or 429 with ``Retry-After: 1`` (a whole second, as servers write it). Each run is
+``rllab run`` in this process (imports paid once) of the README's command:
+
+    task=dataset task.path=examples/data/sums_trl.jsonl model.tiny.tokenizer=chat task.rewards=remote
+    task.reward_knobs={"remote": {"url": ...}} --steps 2
+
+with every client knob at its default (``max_concurrency`` 8, ``backoff_s`` 0.5, ``jitter`` 0.5,
+``cache_size``). Two tables:
+
+- from scratch (the README command run for the first time): each run warm-starts the tiny model in a fresh model
+  cache (its probes and held-out evaluation call the service too), then trains 2 steps, each
+  evaluated; ``--cold-repeats`` rounds of the three services (0: only the healthy run, for the
+  calls). The healthy run also says how many requests the service got, how many distinct bodies
+  among them, and how many rows the run asked a score for (before identical ones are merged);
+- from the cached model: ``--repeats`` rounds of the three services, each run starting from the
+  model the first healthy run warm-started (2 steps and the evaluations: 4 scoring calls).
+
+Per service: the run's wall time, median and min–max, the ratio of medians to the healthy one,
+and the requests the service got (median). The load average (os.getloadavg) is printed before and after.
+
+    python benchmarks/bench_reward_service.py                    # 1 round from scratch, 3 from the cached model
+    python benchmarks/bench_reward_service.py --cold-repeats 3 --repeats 5 --latency-ms 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.reward_standin import RewardStandIn  # noqa: E402
+
+SERVICES = {
+    "healthy": None,
+    "503 1 in 7": (7, 503, {}),
+    "429 1 in 7, Retry-After 1": (7, 429, {"Retry-After": "1"}),
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+PORT = free_port()
+"""Every stand-in listens here: the URL is part of the task's config, and so of the warm-started
+model's cache key."""
+
+
+def rotated(names: list[str], k: int) -> list[str]:
+    k %= len(names)
+    return names[k:] + names[:k]
+
+
+def one_run(service: tuple | None, latency_s: float, work: Path, name: str, *more: str) -> dict:
+    """One ``rllab run`` against a fresh stand-in (warm-starting the tiny model unless $RLLAB_CACHE
+    holds it); its wall time and what the service saw."""
+    from rllab.cli import main
+    from rllab_tasks.reward_service import forget
+
+    forget()  # nothing remembered from the run before (each stand-in has its own URL anyway)
+    with RewardStandIn(flaky=service, latency_s=latency_s, port=PORT) as s:
+        knobs = json.dumps({"remote": {"url": s.url + "/score"}})
+        args = ["run", "task=dataset", f"task.path={ROOT / 'examples/data/sums_trl.jsonl'}", "model.tiny.tokenizer=chat",
+                "task.rewards=remote", f"task.reward_knobs={knobs}", "--steps", "2", "train.checkpoint_every=0",
+                "--run-dir", str(work / name), "-q", *more]
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+            rc = main(args)
+        wall = time.perf_counter() - t0
+        if rc != 0:
+            raise SystemExit(f"{name}: rllab run exited {rc}:\n{err.getvalue()[-2000:]}")
+        bodies = [json.dumps(b, sort_keys=True) for b in s.bodies]
+        failed = s.failed
+    return {"wall": wall, "calls": len(bodies), "distinct": len(set(bodies)), "failed": failed}
+
+
+@contextlib.contextmanager
+def counting_rows():
+    """Count the rows the run asks the remote reward to score (before any is found identical or
+    remembered): yields a one-item list holding the count."""
+    import rllab_tasks.remote_rewards as rr
+
+    rows, plain = [0], rr.score_unique
+
+    def counted(keys, ask, config):
+        rows[0] += len(keys)
+        return plain(keys, ask, config)
+
+    rr.score_unique = counted
+    try:
+        yield rows
+    finally:
+        rr.score_unique = plain
+
+
+def table(title: str, runs: dict[str, list[dict]]) -> None:
+    base = statistics.median(r["wall"] for r in runs["healthy"])
+    print(f"\n{title}")
+    print("service                       runs  median s   min–max s     × healthy   requests  distinct  failed")
+    for name, rs in runs.items():
+        w = [r["wall"] for r in rs]
+        med = statistics.median(w)
+        print(f"{name:28s} {len(w):4d}  {med:8.1f}   {min(w):5.1f}–{max(w):5.1f}   {med / base:8.2f}   "
+              f"{statistics.median(r['calls'] for r in rs):8.0f}  {statistics.median(r['distinct'] for r in rs):8.0f}  "
+              f"{statistics.median(r['failed'] for r in rs):6.0f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cold-repeats", type=int, default=1,
+                    help="rounds of the three services from scratch (warm start included: the issue's run)")
+    ap.add_argument("--repeats", type=int, default=3, help="rounds of the three services from the cached model")
+    ap.add_argument("--latency-ms", type=float, default=20.0, help="the stand-in's time to grade one request")
+    args = ap.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    latency = args.latency_ms / 1000
+    cold: dict[str, list[dict]] = {k: [] for k in SERVICES}
+    warm: dict[str, list[dict]] = {k: [] for k in SERVICES}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        os.environ["RLLAB_CACHE"] = str(work / "models-untimed")
+        one_run(None, latency, work, "untimed", "model.warm_start.steps=0", "train.eval_size=4")  # imports, first calls
+        for rep in range(max(1, args.cold_repeats)):
+            for name in rotated(list(SERVICES), rep):  # a different service first each round
+                service = SERVICES[name]
+                key = name.split()[0]
+                os.environ["RLLAB_CACHE"] = str(work / f"models-{rep}-{key}")  # a fresh model cache: it warm-starts
+                with counting_rows() as rows:
+                    r = one_run(service, latency, work, f"cold-{rep}-{key}")
+                r["rows"] = rows[0]
+                cold[name].append(r)
+                print(f"from scratch, round {rep}: {name:28s} {r['wall']:6.1f} s  requests {r['calls']:4d} "
+                      f"(distinct {r['distinct']}, failed {r['failed']}, rows asked {r['rows']})", flush=True)
+                if args.cold_repeats < 1:
+                    break  # only the healthy run, which warm-starts the cache for the runs below
+        os.environ["RLLAB_CACHE"] = str(work / "models-0-healthy")
+        for rep in range(args.repeats):
+            for name in rotated(list(SERVICES), rep):
+                service = SERVICES[name]
+                r = one_run(service, latency, work, f"{rep}-{name.split()[0]}")
+                warm[name].append(r)
+                print(f"cached model, round {rep}: {name:28s} {r['wall']:6.1f} s  requests {r['calls']:4d} "
+                      f"(distinct {r['distinct']}, failed {r['failed']})", flush=True)
+    h = cold["healthy"][0]
+    print(f"\ncalls, healthy, from scratch: {h['calls']} requests for {h['distinct']} distinct bodies "
+          f"({h['calls'] / max(1, h['distinct']):.2f} per distinct body) out of {h['rows']} rows asked a score")
+    if args.cold_repeats >= 1:
+        table("from scratch: warm start (probes, held-out evaluation) + 2 steps + 2 evaluations", cold)
+    if args.repeats >= 1:
+        table("from the cached warm-started model: 2 steps + 2 evaluations", warm)
+    print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
