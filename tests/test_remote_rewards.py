@@ -273,10 +273,15 @@ def test_a_small_cache_forgets_the_least_recently_used(server):
     assert [b["response"] for b in server.bodies] == ["1", "2", "3", "2"]
 
 
-def test_identical_judge_questions_are_asked_once():
+def test_identical_judge_questions_are_asked_once_a_call_and_remembered_only_when_asked():
     with judge_server(["Score: 7"]) as s:
         out = score("llm_judge", {"url": s.url, **FAST}, ["a", "b", "a", "a"], ["1"] * 4, ["q"] * 4)
-    assert out == [pytest.approx(0.7)] * 4 and sorted(b["text"].split("Response: ")[1][0] for b in s.bodies) == ["a", "b"]
+        assert out == [pytest.approx(0.7)] * 4 and sorted(b["text"].split("Response: ")[1][0] for b in s.bodies) == ["a", "b"]
+        score("llm_judge", {"url": s.url, **FAST}, ["a"], ["1"], ["q"])  # a judge may change: asked again
+        assert len(s.bodies) == 3
+        for _ in range(2):
+            score("llm_judge", {"url": s.url, "cache_size": 10, **FAST}, ["a"], ["1"], ["q"])
+        assert len(s.bodies) == 4  # remembered when cache_size is set
 
 
 def test_a_malformed_answer_is_remembered_so_the_row_by_row_reask_sends_nothing(server):

@@ -19,8 +19,8 @@ and decode the answer.
 Both share :class:`~rllab_tasks.reward_service.HttpKnobs` (timeout, retries with exponential
 backoff and jitter, each request on its own, a process-wide rate limit per URL, concurrency,
 headers, the remembered scores). Identical requests of a call are sent once and their score given
-to every row that asked it; a request the process has scored before (``cache_size``) is not sent
-again. An answer without a usable score raises, naming the function, the URL and the answer, and
+to every row that asked it; a request the process has scored before (``cache_size``; by default
+``remote`` remembers, ``llm_judge`` does not) is not sent again. An answer without a usable score raises, naming the function, the URL and the answer, and
 counts as a reward error under ``rollout.reward_errors``.
 """
 
@@ -206,6 +206,11 @@ class JudgeConfig(HttpKnobs):
     tokenizer: str | None = rllab.knob(
         None, help="a model directory whose tokenizer encodes the question and decodes the answer, for a server that "
         "takes token ids (--skip-tokenizer-init, as the policy's own server); None: send and read text", validator=check_tokenizer,
+    )
+    cache_size: int = rllab.knob(
+        0, help="distinct questions whose grades the process remembers across calls; 0 (the default): none, for a "
+        "judge may change (the policy judging itself) or sample (temperature > 0); a fixed greedy judge may set it "
+        "(identical questions within one call are always asked once)", ge=0,
     )
 
     def __attrs_post_init__(self):
