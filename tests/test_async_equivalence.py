@@ -44,7 +44,11 @@ def test_async_without_run_ahead_equals_sync_and_with_run_ahead_differs(tmp_path
         assert key in sync[0], key
     assert fresh == sync  # exact equality: losses, rewards, gradient norms, every other value
     assert all(torch.equal(w_sync[k], w_fresh[k]) for k in w_sync)
-    assert ahead[0] == sync[0]  # step 0 is sampled with W(0) either way
+    # step 0 is sampled with W(0) either way; the trainer ran on half the torch threads while the
+    # producer sampled ahead, and a thread count may move float reductions (docs/reproducibility.md)
+    assert ahead[0].keys() == sync[0].keys()
+    assert {k: v for k, v in ahead[0].items() if k.startswith("rollout/")} == {k: v for k, v in sync[0].items() if k.startswith("rollout/")}
+    assert ahead[0] == pytest.approx(sync[0], rel=1e-5, abs=1e-6)
     assert ahead[1:] != sync[1:]  # batches sampled ahead: the comparison can tell
 
 
