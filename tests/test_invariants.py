@@ -42,10 +42,13 @@ PUBLIC_MODULES = {
     "rllab.rollout.rewards", "rllab.rollout.chat", "rllab.models.hfcompat", "rllab.rollout.environment", "rllab.rollout.tools", "rllab.members",
     "rllab.rollout.accuracy", "rllab.training.runlock", "rllab.training.parts", "rllab.errors", "rllab.models.modeldir",
     "rllab.sampling", "rllab.training.optimizer",
+    # the suite plugin's records and reproductions: the provenance record, rllab reproduce, pass@k
+    "rllab.provenance", "rllab.training.reproduce", "rllab.rollout.evalmetrics",
 }  # fmt: skip
 # A plugin may build on another only where declared here (a front end of a command plugin; the referee's
 # learning-curve comparison uses the suite's statistics).
-PLUGIN_DEPENDENCIES = {"rllab_tui": {"rllab_suite", "rllab_loggers"}, "rllab_referee": {"rllab_suite"}}
+PLUGIN_DEPENDENCIES = {"rllab_tui": {"rllab_suite", "rllab_loggers"}, "rllab_referee": {"rllab_suite"},
+                       "rllab_console": {"rllab_loggers"}}  # the done line points at the run's traces file
 
 
 def _is_module(name: str) -> bool:

@@ -235,7 +235,7 @@ def next_steps(run_dir: Path) -> str:
     if (run_dir / "curves.png").is_file():
         items.append(f"the curves {run_dir / 'curves.png'}")
     try:
-        from rllab_loggers.traces_view import traces_path
+        from rllab_loggers import traces_path
 
         traced = traces_path(run_dir).is_file()  # the file the run's traces logger names
     except Exception:  # noqa: BLE001  (no traces, or no loggers plugin: nothing to point at)

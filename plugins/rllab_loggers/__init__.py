@@ -24,7 +24,7 @@ from rllab_loggers.traces import TracesConfig, inside_run_dir, read_json_lines, 
 
 __all__ = [
     "JsonlConfig", "TensorBoardConfig", "TracesConfig", "jsonl", "read_jsonl", "read_traces", "tensorboard", "trace_panels",
-    "traces", "truncate_jsonl",
+    "traces", "traces_path", "truncate_jsonl",
 ]  # fmt: skip
 from rllab_loggers.trackio_logger import TrackioConfig, trackio
 from rllab_loggers.wandb_logger import WandbConfig, wandb
@@ -122,6 +122,14 @@ def register_loggers(register):
     register("mlflow", mlflow, config=MlflowConfig)
     register("trackio", trackio, config=TrackioConfig)
     register("traces", traces, config=TracesConfig, truncate=truncate_traces)
+
+
+def traces_path(run_dir):
+    """The traces file a run's traces logger writes (its ``filename`` knob, read from the run's
+    config.toml); raises :class:`rllab_loggers.traces_view.TracesError` when the run has none."""
+    from rllab_loggers import traces_view
+
+    return traces_view.traces_path(run_dir)
 
 
 def trace_panels(run_dir, *, step: int | None = None, color: str = "advantage", limit: int | None = None) -> list:

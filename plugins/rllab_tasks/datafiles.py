@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from rllab.errors import MissingExtraError
-from rllab.provenance import note_data_file
+from rllab import note_data_file
 
 BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 EVAL_SPLITS = ("eval", "test", "validation")

@@ -17,7 +17,7 @@ import attrs
 import torch
 
 import rllab
-from rllab.provenance import note_data_file
+from rllab import note_data_file
 from rllab.rollout.chat import check_prompt
 from rllab.types import Example
 

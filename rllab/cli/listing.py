@@ -87,7 +87,7 @@ def collect(lab: Any) -> dict:
             })
     broken = [[p.name, p.error or ""] for p in lab.plugins if not p.ok]
     conflicts = [msg for msg in lab.problems if "registered twice" in msg]
-    return {"format": FORMAT, "rows": rows, "broken": broken, "conflicts": conflicts}
+    return {"schema": FORMAT, "rows": rows, "broken": broken, "conflicts": conflicts}
 
 
 def load(key: str | None) -> dict | None:
@@ -98,7 +98,7 @@ def load(key: str | None) -> dict | None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+    return data if isinstance(data, dict) and data.get("schema") == FORMAT else None
 
 
 def store(key: str | None, data: dict) -> None:

@@ -92,7 +92,7 @@ def write_model_dir(model: torch.nn.Module, tokenizer: Any, out: Path, *, state_
     try:
         with transformers_progress_bars_off():  # rllab shows its own progress
             model.save_pretrained(tmp, **({"state_dict": dict(state_dict)} if state_dict is not None else {}))
-        hf_tokenizer(tokenizer, getattr(model.config, "model_type", "")).save_pretrained(tmp)
+        hf_tokenizer(tokenizer, model.config.model_type).save_pretrained(tmp)
         if config_text is not None:
             (tmp / CONFIG_NAME).write_text(config_text, encoding="utf-8")
         check_tokenizer(tmp, tokenizer, list(check_texts))
