@@ -313,9 +313,13 @@ def build_config(spec: ComponentSpec, values: Mapping[str, Any], *, section: str
         except Exception as e:  # cattrs raises several kinds; all mean a wrong type
             allowed = f.metadata.get("allowed", "")
             extra = f" ({allowed})" if allowed else ""
+            quote = ""
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and "str" in _type_name(f.type):
+                # e.g. a hash of digits alone, read as a number on the command line (leading zeros already lost)
+                quote = f"; text of digits alone is read as a number: quote it ({key}='\"...\"' on the command line, \"...\" in TOML)"
             raise ConfigError(
                 f"{who}: knob {key} = {value!r} has the wrong type: expected {_type_name(f.type)}{extra}"
-                f" [{_flatten(e)}]",
+                f" [{_flatten(e)}]{quote}",
                 key=key,
             ) from None
     missing = [k for k, f in fields.items() if f.default is attrs.NOTHING and f.init and k not in kwargs]

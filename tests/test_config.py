@@ -147,3 +147,12 @@ def test_a_schedule_entry_that_would_do_nothing_is_refused(lab, schedule, match)
         load_config({"schedule": schedule}, ["train.steps=10"], lab=lab)
     ok = [{"step": 2, "set": {"policy_loss": "cispo"}}, {"step": 2, "set": {"train.lr": 1e-5}}, {"step": 9, "set": {"train.lr": 2e-5}}]
     assert len(load_config({"schedule": ok}, ["train.steps=10"], lab=lab).schedule) == 3
+
+
+def test_digits_for_a_text_knob_are_refused_with_how_to_quote_them():
+    from rllab.config import load_config
+    from rllab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"sha256 = 12345678 has the wrong type.*read as a number: quote it \(sha256='\"...\"'"):
+        load_config(None, ["model.sha256=12345678"])
+    assert load_config(None, ['model.sha256="12345678"']).model.sha256 == "12345678"
