@@ -21,10 +21,7 @@ def _cache(model_cache):
     yield
 
 
-@pytest.fixture(autouse=True)
-def _fixed_checkout(monkeypatch):
-    """The working tree may change while a test runs (edits, commits): each test sees one state."""
-    monkeypatch.setattr(provenance, "git_state", lambda where=None: {"commit": "c0ffee", "diff_sha256": "0" * 64, "dirty": False})
+pytestmark = pytest.mark.usefixtures("fixed_checkout")
 
 
 def _model_dir(root, weights=b"\x01\x02", config='{"a": 1}'):

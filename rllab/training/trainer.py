@@ -43,14 +43,13 @@ from rllab.parallel import checkpoint
 from rllab.parallel import distributed
 from rllab.training import memory
 from rllab.training import parts
-from rllab.rollout import rewards
 from rllab.algorithm import RunContext
 from rllab.config import COMPONENT_SECTIONS, ExperimentConfig, apply_schedule, dump_toml, validate
 from rllab.errors import ConfigError, NonFiniteError, RewardError, RllabError  # noqa: F401  (RewardError: re-exported)
 from rllab.lab import Lab
 from rllab.training.listeners import RunLoggers
 from rllab.members import member
-from rllab.training.export import base_model_dir
+from rllab.training.export import base_model_dir, build_source
 from rllab.models.forward import enable_checkpointing, transformers_progress_bars_off
 from rllab.training.optimizer import Optimizers, StepOutcome, advance_per_step, lr_factor, lr_scheduler
 from rllab.rollout.prompt_limits import PromptLimits
@@ -109,18 +108,8 @@ class Trainer:
         placement.check_data_parallel(cfg, self.lab, self.placement.reducer.world_size)
         self.device = self.placement.device
         self.hook = self.placement.quiet(self.lab.hook)  # one console: ranks other than 0 announce nothing
-        with rewards.resolving_with(self.lab):  # reward functions named in the task's knobs: this run's plugins
-            try:
-                with provenance.recording_data() as read:  # the data files the task reads, hashed by content
-                    source = self._component(cfg.source)()
-            except RllabError:
-                raise
-            except (ValueError, OSError) as e:  # a task refusing its knobs or data (a missing file, a bad row)
-                raise ConfigError(str(e)) from e
-            except ImportError as e:  # a task or environment whose optional package is missing says which extra installs it
-                if "pip install" not in str(e):
-                    raise
-                raise ConfigError(str(e)) from e
+        with provenance.recording_data() as read:  # the data files the task reads, hashed by content
+            source = build_source(cfg, self.lab)
         self.source = source  # the task, or the environment (cfg.source names which)
         self.data_files = provenance.data_hashes(dict.fromkeys([*read, *provenance.config_files(cfg.component(cfg.source).to_dict())]))
         """``{path: sha256}`` of every data file the run read (provenance.json)."""
