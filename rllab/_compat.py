@@ -25,6 +25,8 @@ FORMER_MODULES = {
     "rllab.lora": "rllab.models.lora",
     "rllab.optimizer": "rllab.training.optimizer",
     "rllab.parts": "rllab.training.parts",
+    "rllab.placement": "rllab.parallel.placement",
+    "rllab.reducer": "rllab.parallel.reducer",
     "rllab.rewards": "rllab.rollout.rewards",
     "rllab.runs": "rllab.training.runs",
     "rllab.tinymodel": "rllab.models.tiny",

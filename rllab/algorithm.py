@@ -48,7 +48,7 @@ import attrs
 import torch
 
 from rllab.errors import NonFiniteError, RllabError
-from rllab.reducer import SINGLE, Reducer, current_reducer, reducing  # noqa: F401  (re-exported: ctx.reducer's type)
+from rllab.parallel.reducer import SINGLE, Reducer, current_reducer, reducing  # noqa: F401  (re-exported: ctx.reducer's type)
 
 if TYPE_CHECKING:
     from rllab.types import Completion, Example, RolloutBatch, SamplingParams

@@ -87,7 +87,7 @@ def check_launcher(model: Any, text: str, where: str) -> None:
     """Refuse ``WORLD_SIZE > 1`` with a single-process strategy: every process would build and
     train its own identical model and write the same run directory (each metric row twice, a
     race on every checkpoint). Checked at load, before any model is built."""
-    from rllab import placement
+    from rllab.parallel import placement
 
     _, world, _ = launcher_env()
     if world == 1 or placement.strategy(model.strategy).data_parallel:

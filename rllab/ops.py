@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from rllab.reducer import current_reducer
+from rllab.parallel.reducer import current_reducer
 
 __all__ = [
     "scalar_zero",
@@ -217,7 +217,7 @@ def masked_whiten(
     With fewer than two valid entries the variance is undefined (verl raises): the result is
     then only centred (scale 1), so a lone valid entry gets 0 and no masked position is blown up
     by ``rsqrt(eps)``. No gradient flows through it (a batch statistic applied to advantages).
-    Under data parallelism the moments are summed over ranks (:func:`rllab.reducer.current_reducer`).
+    Under data parallelism the moments are summed over ranks (:func:`rllab.parallel.reducer.current_reducer`).
     """
     reducer = current_reducer()  # data parallel: the moments of the whole batch, over every rank
     with torch.no_grad():

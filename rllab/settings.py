@@ -11,7 +11,7 @@ import re
 
 import attrs
 
-from rllab.placement import STRATEGIES, names as strategy_names
+from rllab.parallel.placement import STRATEGIES, names as strategy_names
 from rllab.specs import knob
 
 
@@ -50,7 +50,7 @@ class ModelConfig:
     )
     strategy: str = knob(
         "single",
-        help="where the models live (rllab.placement): single (one device) or fsdp2 (FSDP2 data parallel, one "
+        help="where the models live (rllab.parallel.placement): single (one device) or fsdp2 (FSDP2 data parallel, one "
         "process per device under torchrun)",
         choices=tuple(STRATEGIES),
     )
@@ -73,7 +73,7 @@ class ModelConfig:
 
 
 def _only_with(inst, name: str, value, default, trait: str) -> None:
-    """A knob of the strategies with ``trait`` (:data:`rllab.placement.STRATEGIES`) refused elsewhere."""
+    """A knob of the strategies with ``trait`` (:data:`rllab.parallel.placement.STRATEGIES`) refused elsewhere."""
     row = STRATEGIES.get(inst.strategy)
     if value != default and row is not None and not getattr(row, trait):
         fit = " or ".join(repr(n) for n in strategy_names(**{trait: True}))

@@ -191,7 +191,7 @@ class RolloutBackend(Structural):
 
     - ``follow_weights() -> Mapping[str, float] | None`` (default None): servers every
       data-parallel rank shares; another rank pushed the weights
-      (:meth:`rllab.placement.FSDP2.sync_weights`), count them. None: each rank's backend takes
+      (:meth:`rllab.parallel.placement.FSDP2.sync_weights`), count them. None: each rank's backend takes
       the weights itself.
     - ``pushes_in_flight`` (bool, default False): a weight sync need not wait for the batch being
       sampled (asynchronous rollouts overlap them).

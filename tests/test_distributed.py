@@ -24,7 +24,7 @@ import attrs
 import pytest
 import torch
 
-from rllab import placement
+from rllab.parallel import placement
 from rllab.parallel import distributed
 from rllab.training import parts
 from rllab.parallel.fsdp2 import FSDP2

@@ -104,7 +104,7 @@ def test_async_rollouts_on_two_ranks_are_refused_by_every_rank_not_left_waiting(
 SKIPPER = '''
 """Rank 1 skips the all-reduce of the second step's update, as a rank-local condition would."""
 import os
-from rllab.reducer import Reducer
+from rllab.parallel.reducer import Reducer
 
 _sum = Reducer.sum
 _calls = {"n": 0}
@@ -219,7 +219,7 @@ def test_a_traced_step_reuses_the_updates_forward_and_records_the_policy_before_
 def test_only_a_collective_that_timed_out_or_lost_its_peer_is_explained():
     from rllab.errors import RllabError
     from rllab.parallel import distributed
-    from rllab.reducer import Reducer
+    from rllab.parallel.reducer import Reducer
 
     two = Reducer(rank=1, world_size=2)
 

@@ -243,10 +243,16 @@ def test_a_cycle_is_reported_with_its_lines(tmp_path):
 
 FLOORS = {
     "rllab": 0,  # the kernel: the contracts a plugin author reads (every top-level module not named below)
+    "rllab.parallel": 0,  # the placement protocol and the reductions, contracts the kernel hands to components
     "rllab.kernels": 1,
     "rllab.rollout": 1,
     "rllab.models": 2,
-    "rllab.parallel": 3,
+    "rllab.parallel.checkpoint": 3,  # the strategies and what they stand on: the models, processes, checkpoints
+    "rllab.parallel.dcp": 3,
+    "rllab.parallel.distributed": 3,
+    "rllab.parallel.fsdp2": 3,
+    "rllab.parallel.launcher": 3,
+    "rllab.parallel.single": 3,
     "rllab.config": 4,
     "rllab.config_checks": 4,
     "rllab.training": 5,

@@ -187,7 +187,7 @@ def _algorithm_plugin(**traits):
 
 @pytest.mark.parametrize("declared", [True, False])
 def test_data_parallel_is_the_algorithms_declaration_not_its_name(declared):
-    from rllab import placement
+    from rllab.parallel import placement
     from rllab.config import validate
 
     lab = Lab([_algorithm_plugin(data_parallel=declared)])

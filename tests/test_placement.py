@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rllab import placement
+from rllab.parallel import placement
 from rllab.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,7 +83,7 @@ def test_no_module_but_the_table_compares_a_strategy_name():
 
 
 def test_no_placement_knows_of_adapters_and_the_trainer_has_no_lora_branch():
-    for name in ("rllab/placement.py", "rllab/parallel/single.py", "rllab/parallel/fsdp2.py", "rllab/parallel/dcp.py", "rllab/training/trainer.py"):
+    for name in ("rllab/parallel/placement.py", "rllab/parallel/single.py", "rllab/parallel/fsdp2.py", "rllab/parallel/dcp.py", "rllab/training/trainer.py"):
         code = _names(ROOT / name)
         assert not {n for n in code if "lora" in n.lower() or "adapter" in n.lower()}, name
 

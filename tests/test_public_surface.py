@@ -154,6 +154,8 @@ MOVED = [
     ("rllab.chat", "PromptRenderer", "from rllab.rollout.chat import PromptRenderer"),
     ("rllab.distributed", "current", "from rllab.parallel.distributed import current"),
     ("rllab.rollout", "episode_batch", "from rllab.rollout.stage import episode_batch"),
+    ("rllab.reducer", "current_reducer", "from rllab.parallel.reducer import current_reducer"),
+    ("rllab.placement", "STRATEGIES", "from rllab.parallel.placement import STRATEGIES"),
 ]
 """Every ``from rllab.x import y`` / ``import rllab.x`` documented in an earlier release whose
 module has moved (README.md, CONTRIBUTING.md, docs/ and examples/ through their history)."""
@@ -164,7 +166,7 @@ STILL_THERE = [
     ("rllab.training.trainer", "Trainer"), ("rllab.training.trainer", "run_experiment"),
     ("rllab.training.runs", "resume_run"), ("rllab.training.parts", "build_parts"),
     ("rllab.models.forward", "grouped_response_logprobs"), ("rllab.models.forward", "response_log_sum_sq_probs"),
-    ("rllab.algorithm", "checked_loss"), ("rllab.algorithm", "current_reducer"), ("rllab.reducer", "current_reducer"),
+    ("rllab.algorithm", "checked_loss"), ("rllab.algorithm", "current_reducer"), ("rllab.parallel.reducer", "current_reducer"),
     ("rllab.members", "member"), ("rllab.members", "MEMBERS"), ("rllab.ops", "masked_mean"),
     ("rllab.ops", "check_finite"), ("rllab.rollout.stage", "episode_batch"), ("rllab.rollout.episodes", "EpisodeResult"),
 ]  # fmt: skip

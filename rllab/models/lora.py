@@ -5,7 +5,7 @@ With ``model.lora`` set, the policy's targeted linear layers get low-rank adapte
 adapters train; the base weights are frozen and never change. :class:`LoraPolicy` owns what that
 changes in a run: it is the trainer's policy handle (:class:`rllab.training.parts.PolicyHandle`; without
 LoRA, :class:`rllab.training.parts.FullPolicy` answers the same questions), so the trainer has no LoRA
-branch and the placement (:mod:`rllab.placement`) knows nothing of adapters:
+branch and the placement (:mod:`rllab.parallel.placement`) knows nothing of adapters:
 
 - **the policy** stays the transformers model (its linear layers replaced by peft's LoRA layers
   in place), so every forward path of :mod:`rllab.models.forward` runs unchanged; the optimizer gets only
@@ -21,7 +21,7 @@ branch and the placement (:mod:`rllab.placement`) knows nothing of adapters:
   policy and holds its own copy of the targeted ones only, refreshed at every weight sync. The
   ``hf`` backend copies or shares it like any policy; the ``sglang`` backend saves it
   (``save_pretrained``) or sends its tensors. A sharded policy's full state dict (gathered by
-  :mod:`rllab.placement`) is merged by :meth:`LoraPolicy.merge_state_dict` instead.
+  :mod:`rllab.parallel.placement`) is merged by :meth:`LoraPolicy.merge_state_dict` instead.
 - **the critic** (:meth:`LoraPolicy.critic`, PPO/GAE) trains all of its parameters, as without
   LoRA, initialised from the policy's merged weights.
 - **checkpoints** (:meth:`LoraPolicy.state_dict`) hold the adapter weights only (and the optimizer
@@ -282,7 +282,7 @@ class LoraPolicy:
         through ``placement`` (``cpu``: on rank 0's CPU only, ``{}`` on the other ranks).
 
         The first sync through a placement and route gathers the full state dict and keeps its
-        frozen base tensors where :meth:`~rllab.placement.Placement.keeps_full_copy` says that is
+        frozen base tensors where :meth:`~rllab.parallel.placement.Placement.keeps_full_copy` says that is
         cheap; later ones gather the adapters only (one all-gather) and merge them into the kept
         base: the same tensors a full gather gives (the base never trains, and a checkpoint loads
         the adapters only). A resumed run is a new process: its first sync gathers in full."""

@@ -1,1 +1,1 @@
-"""Where the models live: placement strategies, data-parallel processes, sharded checkpoints."""
+"""Where the models live: the placement protocol and its strategies, data-parallel reductions and processes, sharded checkpoints."""

@@ -24,7 +24,7 @@ import torch
 
 from rllab.parallel import checkpoint
 from rllab.parallel.checkpoint import CHECKPOINTS
-from rllab.reducer import Reducer
+from rllab.parallel.reducer import Reducer
 from rllab.errors import NonFiniteError, RllabError
 
 _MODELS = ("policy", "optimizer", "critic", "critic_optimizer")
@@ -101,8 +101,8 @@ def load(path: Path, *, reducer: Reducer) -> dict:
 
 def load_models(path: Path, state: dict, *, reducer: Reducer, policy, optimizer, critic, critic_optimizer) -> None:
     """Load this rank's shards of the models and optimizers from a checkpoint read by :func:`load`.
-    ``policy`` is a policy handle (:class:`rllab.placement.PolicyWeights`): its module, of whose
-    state dict the checkpoint holds :meth:`~rllab.placement.PolicyWeights.state_keys` (None: all)."""
+    ``policy`` is a policy handle (:class:`rllab.parallel.placement.PolicyWeights`): its module, of whose
+    state dict the checkpoint holds :meth:`~rllab.parallel.placement.PolicyWeights.state_keys` (None: all)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 

@@ -1,8 +1,8 @@
 """Data-parallel processes: the ``torchrun`` process group, each rank's console, the device.
 
-The reductions themselves (:class:`rllab.reducer.Reducer`, :data:`~rllab.reducer.SINGLE`,
-:func:`~rllab.reducer.current_reducer`, :func:`~rllab.reducer.reducing`) are part of what an
-algorithm and its components see and live in the kernel (:mod:`rllab.reducer`); they are
+The reductions themselves (:class:`rllab.parallel.reducer.Reducer`, :data:`~rllab.parallel.reducer.SINGLE`,
+:func:`~rllab.parallel.reducer.current_reducer`, :func:`~rllab.parallel.reducer.reducing`) are part of what an
+algorithm and its components see and live in the kernel (:mod:`rllab.parallel.reducer`); they are
 importable from here too.
 
 Process groups come from ``torchrun``'s environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
@@ -17,13 +17,13 @@ from typing import Any
 
 import torch
 
-from rllab.reducer import SINGLE, Reducer, current_reducer, reducing  # noqa: F401  (re-exported: where they were)
+from rllab.parallel.reducer import SINGLE, Reducer, current_reducer, reducing  # noqa: F401  (re-exported: where they were)
 from rllab.errors import RllabError
 from rllab.parallel.launcher import launcher_env
 from rllab.models.forward import is_sharded  # noqa: F401  (re-exported: where it was)
 
 current = current_reducer
-"""The reducer of the step being run (:func:`rllab.reducer.current_reducer`)."""
+"""The reducer of the step being run (:func:`rllab.parallel.reducer.current_reducer`)."""
 
 
 def name_rank(error: BaseException, reducer: Reducer) -> None:
@@ -169,7 +169,7 @@ def init_from_env(*, device_type: str, expected: int | None = None, timeout_s: f
         )
     slow = None
     if world > 1:  # a gloo group for the waits on rank 0's one-time work (every rank creates it, in the same order)
-        from rllab.reducer import SLOW_WAIT_S
+        from rllab.parallel.reducer import SLOW_WAIT_S
 
         slow = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=max(SLOW_WAIT_S, timeout_s or 0.0)))
     reducer = Reducer(rank=rank, world_size=world, slow_group=slow)

@@ -1,5 +1,5 @@
 """The ``fsdp2`` placement: one process per device under ``torchrun`` (a row of
-:data:`rllab.placement.STRATEGIES`): PyTorch's FSDP2 (``torch.distributed.fsdp.fully_shard``) on
+:data:`rllab.parallel.placement.STRATEGIES`): PyTorch's FSDP2 (``torch.distributed.fsdp.fully_shard``) on
 every decoder layer and at the root, data parallel over whole prompt groups
 (:mod:`rllab.parallel.distributed`), sharded checkpoints through ``torch.distributed.checkpoint``
 (:mod:`rllab.parallel.dcp`).
@@ -21,7 +21,7 @@ every decoder layer and at the root, data parallel over whole prompt groups
   outside the model's forward, where FSDP2 holds only a shard: sharded models take the model's
   own forward instead (:func:`rllab.models.forward.supports_hidden_path`).
 * Weights to the rollout side (:meth:`FSDP2.sync_weights`): the policy handle gives a plain
-  model's full state dict (:meth:`rllab.placement.PolicyWeights.sampler_state`), gathered through
+  model's full state dict (:meth:`rllab.parallel.placement.PolicyWeights.sampler_state`), gathered through
   :meth:`FSDP2.full_state_dict` / :meth:`FSDP2.gather_full`. The ``hf`` backend on each rank
   samples that rank's prompts from a full copy of the weights, gathered after every update. A
   backend whose servers every rank shares (one with a ``follow_weights`` method: ``sglang``)
@@ -179,7 +179,7 @@ class FSDP2:
 
     def sync_weights(self, backend: Any, policy: Any) -> Any:
         """Full (gathered) weights to the backend: the policy handle's
-        :meth:`~rllab.placement.PolicyWeights.sampler_state`; its metrics (rank 0's).
+        :meth:`~rllab.parallel.placement.PolicyWeights.sampler_state`; its metrics (rank 0's).
 
         Every rank calls it. A backend of its own on each rank (``hf``) gets a plain module the
         first time, a state dict after. A backend with ``follow_weights`` (shared servers) gets a
@@ -263,7 +263,7 @@ class FSDP2:
         return [] if cpu and not self.reducer.is_main else out
 
     def model_states(self, *, policy: Any, optimizer: Any, critic: Any, critic_optimizer: Any) -> dict[str, Any]:
-        """Sharded state dicts: the policy handle's :meth:`~rllab.placement.PolicyWeights.state_keys`
+        """Sharded state dicts: the policy handle's :meth:`~rllab.parallel.placement.PolicyWeights.state_keys`
         of its module's, the critic's whole (None stays None), and their optimizers'."""
         from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 

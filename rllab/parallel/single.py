@@ -1,8 +1,8 @@
-"""The ``single`` placement: one process, one device (a row of :data:`rllab.placement.STRATEGIES`).
+"""The ``single`` placement: one process, one device (a row of :data:`rllab.parallel.placement.STRATEGIES`).
 
 Models are moved to ``model.device``, gradients clipped by ``clip_grad_norm_`` over plain
 gradients, checkpoints are ``state.pt`` files (:mod:`rllab.parallel.checkpoint`), and the rollout backend
-gets the policy's sampler module itself (:meth:`rllab.placement.PolicyWeights.sampler_module`).
+gets the policy's sampler module itself (:meth:`rllab.parallel.placement.PolicyWeights.sampler_module`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def _same(model: torch.nn.Module) -> torch.nn.Module:
 
 
 class Single:
-    """One process, one device (see the module docstring); implements :class:`rllab.placement.Placement`."""
+    """One process, one device (see the module docstring); implements :class:`rllab.parallel.placement.Placement`."""
 
     name = "single"
     data_parallel = False

@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import attrs
 import torch
 
-from rllab import placement
+from rllab.parallel import placement
 from rllab.algorithm import ROLLOUT_MEMBERS
 from rllab.errors import ConfigError
 from rllab.members import member

@@ -38,7 +38,7 @@ import torch
 from rllab import ops, sampling
 from rllab.algorithm import seed_for
 from rllab.rollout.chat import Messages, PromptRenderer
-from rllab.reducer import SINGLE, Reducer
+from rllab.parallel.reducer import SINGLE, Reducer
 from rllab.rollout.episodes import EpisodeResult, EpisodeRunner
 from rllab.errors import RewardError, RllabError
 from rllab.rollout.evalmetrics import sampled_metrics

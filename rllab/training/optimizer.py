@@ -68,7 +68,7 @@ class Optimizers:
     observe: Callable[[OptimizerStep], None] | None = None
     clip: Callable[[list, float], float] | None = None
     """``clip(params, limit)``: the gradients' L2 norm before clipping them to ``limit`` — the
-    run's placement's (sharded gradients under ``fsdp2``, :mod:`rllab.placement`); None:
+    run's placement's (sharded gradients under ``fsdp2``, :mod:`rllab.parallel.placement`); None:
     ``torch.nn.utils.clip_grad_norm_``."""
 
     def zero_grad(self) -> None:

@@ -25,7 +25,7 @@ import torch
 from rllab.models import lora
 from rllab.algorithm import RunContext
 from rllab.config import COMPONENT_SECTIONS, ExperimentConfig
-from rllab.reducer import SINGLE, Reducer
+from rllab.parallel.reducer import SINGLE, Reducer
 from rllab.training.optimizer import Optimizers
 from rllab.specs import Component
 
@@ -110,7 +110,7 @@ def optimizers(cfg: ExperimentConfig, *, policy: torch.nn.Module, optimizer, cri
 class PolicyHandle(Protocol):
     """The trainer's one view of its policy: :class:`FullPolicy` (every weight trains) or
     :class:`rllab.models.lora.LoraPolicy` (adapters through peft). Besides what a placement asks of it
-    (:class:`rllab.placement.PolicyWeights`: the module, its checkpoint state, the weights the
+    (:class:`rllab.parallel.placement.PolicyWeights`: the module, its checkpoint state, the weights the
     rollout side samples from), it owns the trainable parameters, the reference, the critic's
     starting weights and what the run reports and writes at its end."""
 
@@ -128,7 +128,7 @@ class PolicyHandle(Protocol):
     def build_reference(self, placement: Any, load: Callable[[], torch.nn.Module], device: torch.device) -> torch.nn.Module: ...
 
     def critic(self) -> torch.nn.Module:
-        """A critic from the policy's weights now (:meth:`rllab.placement.Placement.build_critic`'s ``current``)."""
+        """A critic from the policy's weights now (:meth:`rllab.parallel.placement.Placement.build_critic`'s ``current``)."""
 
     def state_keys(self) -> list[str] | None: ...
 

@@ -199,7 +199,7 @@ def default_run_dir(cfg) -> Path:
 def start_run(cfg, reducer, make_trainer: Callable[[Path], Any], *, run_dir: Path | None = None, overwrite: bool = False) -> dict:
     """Claim a run directory for a new run of ``cfg``, build its trainer there
     (``make_trainer(run_dir)``) and run it; the summary ``trainer.run()`` returns. ``reducer``:
-    the process group the placement started (:func:`rllab.placement.start`).
+    the process group the placement started (:func:`rllab.parallel.placement.start`).
 
     A ``run_dir`` that already holds a run is refused (continue it with
     :func:`rllab.training.runs.resume_run`), or with ``overwrite=True`` replaced: see

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from rllab import placement
+from rllab.parallel import placement
 from rllab.parallel import checkpoint
 from rllab.training import runlock
 from rllab.config import load_config, parse_overrides
