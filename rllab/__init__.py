@@ -54,7 +54,7 @@ _ON_FIRST_USE = {
     "rllab.training.optimizer": ("Optimizers", "StepOutcome"),
     "rllab.rollout.recorded": ("RecordedRollout",),
     "rllab.sampling": ("Sampler",),
-    "rllab.provenance": ("note_data_file",),
+    "rllab.records.provenance": ("note_data_file",),
     "rllab.types": (
         "Completion", "Example", "PreferencePair", "RolloutBackend", "RolloutBatch", "SamplingParams", "Task",
         "check_mask", "check_same_shape", "check_tensor",
@@ -74,7 +74,7 @@ if _TYPE_CHECKING:
     from rllab.training.optimizer import Optimizers, StepOutcome
     from rllab.rollout.recorded import RecordedRollout
     from rllab.sampling import Sampler
-    from rllab.provenance import note_data_file
+    from rllab.records.provenance import note_data_file
     from rllab.types import (
         Completion,
         Example,

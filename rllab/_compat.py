@@ -26,10 +26,12 @@ FORMER_MODULES = {
     "rllab.optimizer": "rllab.training.optimizer",
     "rllab.parts": "rllab.training.parts",
     "rllab.placement": "rllab.parallel.placement",
+    "rllab.provenance": "rllab.records.provenance",
     "rllab.reducer": "rllab.parallel.reducer",
     "rllab.rewards": "rllab.rollout.rewards",
     "rllab.runs": "rllab.training.runs",
     "rllab.tinymodel": "rllab.models.tiny",
+    "rllab.tomlio": "rllab.records.tomlio",
     "rllab.tools": "rllab.rollout.tools",
     "rllab.trainer": "rllab.training.trainer",
 }

@@ -56,7 +56,7 @@ from rllab.errors import ConfigError
 from rllab.lab import Lab
 from rllab.settings import MOVED_TRAIN_SETTINGS, ModelConfig, RolloutConfig, TrainConfig
 from rllab.specs import SELECTOR_KEY, ComponentSpec, build_config
-from rllab.tomlio import dump_toml, line_of, parse_value  # noqa: F401  (dump_toml, parse_value: re-exported)
+from rllab.records.tomlio import dump_toml, line_of, parse_value  # noqa: F401  (dump_toml, parse_value: re-exported)
 
 # section name -> (component kind, default component name): the one map from config sections to
 # registries; the trainer, `rllab settings` and the schedule all read it. A section whose default

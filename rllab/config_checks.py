@@ -39,7 +39,7 @@ from rllab.parallel.launcher import launcher_env  # noqa: F401  (re-exported: re
 from rllab.members import member
 from rllab.specs import ComponentSpec, build_config
 from rllab.models.tinyconfig import TinyModelConfig, WarmStartConfig
-from rllab.tomlio import line_of
+from rllab.records.tomlio import line_of
 
 
 def check_config_only(lab: Lab, components: Mapping[str, Any], model: Any, *, unused: frozenset, text: str, where: str) -> None:
@@ -125,7 +125,7 @@ def _section_knobs(value: Any) -> dict:
 
 def _settings(sec: str, knobs: Mapping) -> str:
     """``knobs`` as the command line writes them: ``task.digits=3 task.seed=1``."""
-    from rllab.tomlio import dump_toml
+    from rllab.records.tomlio import dump_toml
 
     return " ".join(f"{sec}.{k}={dump_toml({'v': v}).strip()[len('v = '):]}" for k, v in knobs.items())
 

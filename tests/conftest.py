@@ -31,6 +31,6 @@ def model_cache(tmp_path_factory):
 @pytest.fixture
 def fixed_checkout(monkeypatch):
     """The working tree may change while a test runs (edits, commits): provenance sees one git state."""
-    from rllab import provenance
+    from rllab.records import provenance
 
     monkeypatch.setattr(provenance, "git_state", lambda where=None: {"commit": "c0ffee", "diff_sha256": "0" * 64, "dirty": False})

@@ -22,7 +22,7 @@ from rllab.config import COMPONENT_SECTIONS, _component, load_config
 from rllab.errors import ConfigError
 from rllab.lab import Lab
 from rllab.specs import SELECTOR_KEY, build_config
-from rllab.tomlio import dump_toml
+from rllab.records.tomlio import dump_toml
 
 KINDS = [(sec, kind) for sec, (kind, _) in COMPONENT_SECTIONS.items()] + [("loggers", "logger")]
 

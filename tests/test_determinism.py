@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rllab import provenance
+from rllab.records import provenance
 from rllab.config import load_config
 from rllab.training.reproduce import UNCOMPARED
 

@@ -246,6 +246,7 @@ FLOORS = {
     "rllab.parallel": 0,  # the placement protocol and the reductions, contracts the kernel hands to components
     "rllab.kernels": 1,
     "rllab.rollout": 1,
+    "rllab.records": 1,
     "rllab.models": 2,
     "rllab.parallel.checkpoint": 3,  # the strategies and what they stand on: the models, processes, checkpoints
     "rllab.parallel.dcp": 3,

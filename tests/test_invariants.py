@@ -38,12 +38,12 @@ def test_no_kernel_file_imports_a_plugin():
 # command plugins drive (configs, the trainer, run directories, checkpoints, TOML).
 PUBLIC_MODULES = {
     "rllab", "rllab.ops", "rllab.types", "rllab.testing", "rllab.models.forward", "rllab.kernels.chunked", "rllab.models.tiny",
-    "rllab.algorithm", "rllab.config", "rllab.training.trainer", "rllab.training.runs", "rllab.training.rundir", "rllab.parallel.checkpoint", "rllab.tomlio",
+    "rllab.algorithm", "rllab.config", "rllab.training.trainer", "rllab.training.runs", "rllab.training.rundir", "rllab.parallel.checkpoint", "rllab.records.tomlio",
     "rllab.rollout.rewards", "rllab.rollout.chat", "rllab.models.hfcompat", "rllab.rollout.environment", "rllab.rollout.tools", "rllab.members",
     "rllab.rollout.accuracy", "rllab.training.runlock", "rllab.training.parts", "rllab.errors", "rllab.models.modeldir",
     "rllab.sampling", "rllab.training.optimizer",
     # the suite plugin's records and reproductions: the provenance record, rllab reproduce, pass@k
-    "rllab.provenance", "rllab.training.reproduce", "rllab.rollout.evalmetrics",
+    "rllab.records.provenance", "rllab.training.reproduce", "rllab.rollout.evalmetrics",
 }  # fmt: skip
 # A plugin may build on another only where declared here (a front end of a command plugin; the referee's
 # learning-curve comparison uses the suite's statistics).

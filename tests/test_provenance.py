@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from rllab import provenance
+from rllab.records import provenance
 from rllab.config import load_config
 from rllab.errors import ConfigError
 

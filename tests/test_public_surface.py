@@ -156,6 +156,8 @@ MOVED = [
     ("rllab.rollout", "episode_batch", "from rllab.rollout.stage import episode_batch"),
     ("rllab.reducer", "current_reducer", "from rllab.parallel.reducer import current_reducer"),
     ("rllab.placement", "STRATEGIES", "from rllab.parallel.placement import STRATEGIES"),
+    ("rllab.tomlio", "dump_toml", "from rllab.records.tomlio import dump_toml"),
+    ("rllab.provenance", "differences", "from rllab.records.provenance import differences"),
 ]
 """Every ``from rllab.x import y`` / ``import rllab.x`` documented in an earlier release whose
 module has moved (README.md, CONTRIBUTING.md, docs/ and examples/ through their history)."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rllab import provenance
+from rllab.records import provenance
 from rllab.cli import main
 from rllab.config import load_config
 from rllab.training.reproduce import Difference, first_difference

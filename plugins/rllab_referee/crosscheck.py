@@ -246,7 +246,7 @@ def curves(raw: dict, name: str, lab, task, model_dir: str, *, seeds: int, steps
     """Reward curves and throughput over ``seeds`` seeds (see the module docstring); a markdown report."""
     from rllab_suite import mean_ci, prob_improvement
 
-    from rllab.tomlio import dump_toml
+    from rllab.records.tomlio import dump_toml
     from rllab_referee.trl_capture import run_trl
 
     data, cfg = _imported(raw, name, lab, steps)  # this length's schedule

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 import attrs
 
 from rllab import ConfigError
-from rllab.tomlio import dump_toml
+from rllab.records.tomlio import dump_toml
 
 SECTION_ORDER = ("", "algorithm", "rollout", "train", "model", "advantage", "policy_loss", "aggregation", "kl",
                  "kl_controller", "correction", "value_loss")  # fmt: skip
@@ -153,7 +153,7 @@ def _order(item) -> tuple:
 
 
 def _value(value: Any) -> str:
-    """One TOML value as :func:`rllab.tomlio.dump_toml` writes it (a mapping as an inline table)."""
+    """One TOML value as :func:`rllab.records.tomlio.dump_toml` writes it (a mapping as an inline table)."""
     if isinstance(value, Mapping):
         return "{ " + ", ".join(f"{k} = {_value(v)}" for k, v in value.items()) + " }"
     try:

@@ -9,7 +9,8 @@ import shutil
 import time
 from pathlib import Path
 
-from rllab import RllabError, provenance
+from rllab import RllabError
+from rllab.records import provenance
 from rllab.training import runlock
 from rllab_suite import executor, verdicts  # replay (torch) and report (scipy) are imported where used
 from rllab_suite.spec import MANIFEST, Cell, Suite, SuiteError, _slug, config_key, expand, parse_suite

@@ -20,7 +20,7 @@ from textual.widgets import DataTable, Input, Label, Static, Tree
 from rllab import RllabError
 from rllab_tui import state
 from rllab.config import preset_names
-from rllab.tomlio import dump_toml
+from rllab.records.tomlio import dump_toml
 from rllab_suite import expand, parse_suite
 
 

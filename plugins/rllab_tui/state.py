@@ -24,7 +24,7 @@ import attrs
 
 from rllab import RllabError
 from rllab.config import COMPONENT_SECTIONS, load_config, parse_value
-from rllab.tomlio import dump_toml
+from rllab.records.tomlio import dump_toml
 from rllab_suite import MANIFEST, expand, parse_suite, read_run, suite_dir_for, summarize, write_all
 
 DEFAULT_STEP_SECONDS = 0.05

@@ -2,7 +2,7 @@
 
 The plain version reads installed distributions' metadata only (nothing heavy is imported); the
 summary is the environment part of the provenance record every run writes
-(:func:`rllab.provenance.environment`; it imports torch to say which CPU kernels it uses).
+(:func:`rllab.records.provenance.environment`; it imports torch to say which CPU kernels it uses).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ def version_line() -> str:
 
 
 def summary() -> list[tuple[str, str]]:
-    """``(field, value)`` rows from the provenance record a run writes (:func:`rllab.provenance.environment`):
+    """``(field, value)`` rows from the provenance record a run writes (:func:`rllab.records.provenance.environment`):
     rllab and its git state, python, torch (its CPU kernels, threads, CUDA), transformers, the CPU
     (model, cores, vector ISA), the platform and the installed distributions' hash."""
-    from rllab import provenance
+    from rllab.records import provenance
 
     env = provenance.environment()
     git = env["code"].get("git")

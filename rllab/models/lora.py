@@ -93,7 +93,7 @@ def check_settings(model: Any, *, text: str = "", where: str = "<config>") -> No
     ``target_modules`` against the linear layers of the model the config names (built on the
     meta device from ``[model] tiny`` or the model directory's ``config.json``: no weights are
     read), and the settings it cannot honour."""
-    from rllab.tomlio import line_of
+    from rllab.records.tomlio import line_of
 
     targets = (model.lora or {}).get("target_modules")
     if isinstance(targets, str):  # a string would be read as a list of its characters

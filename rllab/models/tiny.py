@@ -38,7 +38,7 @@ from typing import Any, Collection, Mapping
 import attrs
 import torch
 
-from rllab import provenance
+from rllab.records import provenance
 from rllab.rollout.chat import PromptRenderer
 from rllab.members import member
 from rllab.models.supervised import (  # noqa: F401  (re-exported: the warm start's building blocks)
@@ -397,7 +397,7 @@ def get_or_build(
     :param task_config: what identifies ``task`` in the cache key — its name and knobs, e.g.
         ``{"name": "addition", "digits": 2, "eval_fraction": 0.1, ...}``; a knob that names an
         existing file (a data set) counts by the file's sha256, not its path
-        (:func:`rllab.provenance.content_keyed`).
+        (:func:`rllab.records.provenance.content_keyed`).
     :param cache_dir: overrides :func:`cache_root`.
     :param system_prompt: the run's ``rollout.system_prompt``, so the demonstrations are rendered
         as the rollouts will be (part of the cache key when set).

@@ -144,7 +144,7 @@ def _check_start(run_dir: Path, model_dir: Path) -> None:
     """Refuse a base model whose content differs from the start the run recorded (``provenance.json``)."""
     import json
 
-    from rllab import provenance
+    from rllab.records import provenance
 
     record = run_dir / provenance.PROVENANCE_FILE
     try:

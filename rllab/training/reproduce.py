@@ -4,7 +4,7 @@
 starting model its ``provenance.json`` names (``model.sha256``; with ``start``, that exported
 model is used in a private cache), under the torch thread count it recorded, and then:
 
-- when the new run's provenance matches the recorded one (:func:`rllab.provenance.differences`
+- when the new run's provenance matches the recorded one (:func:`rllab.records.provenance.differences`
   finds nothing), it compares every logged metric value for value, step by step
   (:func:`first_difference`; timings and memory, :data:`UNCOMPARED`, are left out): the verdict is
   ``identical``, or the first step and metric that differ;
@@ -30,7 +30,7 @@ from typing import Any, Iterator
 import attrs
 import torch
 
-from rllab import provenance
+from rllab.records import provenance
 from rllab.config import load_config
 from rllab.errors import RllabError
 from rllab.lab import Lab

@@ -199,7 +199,7 @@ def record_deployment_changes(run_dir: Path, step: int, changes: dict[str, dict]
     """Print each change, append it to ``RUN_DIR/resumes.jsonl`` and write the new values into
     ``config.toml`` (the rest of it, provenance included, as it was), so a later ``--resume``
     starts from them."""
-    from rllab.tomlio import dump_toml
+    from rllab.records.tomlio import dump_toml
 
     for key, c in changes.items():
         print(f"resume at step {step}: {key} changed from {c['from']!r} to {c['to']!r} (recorded in {run_dir / RESUME_LOG})")

@@ -36,11 +36,12 @@ from typing import Any
 import attrs
 import torch
 
-from rllab import provenance, sampling
+from rllab import sampling
 from rllab.rollout import asynchronous as asyncrollout
 from rllab.rollout import partial as partial_rollouts
 from rllab.parallel import checkpoint
 from rllab.parallel import placement
+from rllab.records import provenance
 from rllab.parallel import distributed
 from rllab.training import memory
 from rllab.training import parts

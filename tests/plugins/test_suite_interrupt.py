@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from rllab.tomlio import dump_toml
+from rllab.records.tomlio import dump_toml
 from rllab_suite import executor
 from tests.tiny import TINY
 

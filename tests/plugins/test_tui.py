@@ -19,7 +19,7 @@ from tests.tiny import TINY
 from rllab_suite.spec import expand, parse_suite  # noqa: E402
 from rllab_tui import state  # noqa: E402
 from rllab_tui.app import SuiteApp  # noqa: E402
-from rllab.tomlio import dump_toml  # noqa: E402
+from rllab.records.tomlio import dump_toml  # noqa: E402
 
 SMALL = {**TINY, "train.eval_every": 1}
 
