@@ -132,7 +132,7 @@ def test_versioned_backend_counts_syncs_and_keeps_each_threads_metrics():
 def test_k0_is_the_synchronous_loop_untouched(tmp_path):
     tr = Trainer(cfg("rollout.max_staleness=0"), run_dir=tmp_path, progress=False)
     try:
-        assert tr.prefetch is None and type(tr.rollout) is RolloutStage and type(tr.context().rollout) is RolloutStage
+        assert not tr.rollout.samples_ahead and type(tr.rollout) is RolloutStage and type(tr.context().rollout) is RolloutStage
         assert not isinstance(tr.backend, asyncrollout.VersionedBackend)
         m = tr.train_step()
         assert not any(k.startswith("async/") for k in m) and "time/rollout_wait" not in m
@@ -210,8 +210,8 @@ def test_a_batch_the_checkpoint_cannot_hold_is_sampled_again_and_counted(tmp_pat
     tr = Trainer(cfg("rollout.max_staleness=1"), run_dir=tmp_path / "a", progress=False)
     try:
         tr.train_step()
-        scored, at = tr.prefetch.futures[1].result()
-        tr.prefetch.futures[1] = _done((attrs.evolve(scored, metrics={**scored.metrics, "x": lambda: 0}), at))
+        scored, at = tr.rollout.futures[1].result()
+        tr.rollout.futures[1] = _done((attrs.evolve(scored, metrics={**scored.metrics, "x": lambda: 0}), at))
         ckpt = tr.save_checkpoint()
     finally:
         tr.close()

@@ -32,14 +32,14 @@ def test_the_member_list_is_the_protocols():
 def test_the_stage_and_the_async_wrapper_implement_the_protocol(tmp_path):
     tr = Trainer(load_config(None, [*SMALL, "rollout.max_staleness=1"]), run_dir=tmp_path, progress=False)
     try:
-        assert isinstance(tr.rollout, rllab.Rollout) and isinstance(tr.prefetch, rllab.Rollout)
-        assert tr.context().rollout is tr.prefetch
-        ar = tr.prefetch
-        assert ar.tokenizer is tr.rollout.tokenizer and ar.task is tr.rollout.task
-        assert ar.encode("1+1=") == tr.rollout.encode("1+1=")
-        assert ar.sampling_params(0, n=2) == tr.rollout.sampling_params(0, n=2)
+        ar, stage = tr.rollout, tr.rollout.stage
+        assert isinstance(stage, rllab.Rollout) and isinstance(ar, rllab.Rollout) and ar.samples_ahead
+        assert tr.context().rollout is ar
+        assert ar.tokenizer is stage.tokenizer and ar.task is stage.task
+        assert ar.encode("1+1=") == stage.encode("1+1=")
+        assert ar.sampling_params(0, n=2) == stage.sampling_params(0, n=2)
         # members of the stage outside the protocol are not forwarded
-        assert hasattr(tr.rollout, "component_names") and hasattr(tr.rollout, "runner")
+        assert hasattr(stage, "component_names") and hasattr(stage, "runner")
         for name in ("component_names", "runner", "decode", "no_such_member"):
             with pytest.raises(AttributeError, match=f"no member '{name}'.*members of rllab.Rollout only"):
                 getattr(ar, name)

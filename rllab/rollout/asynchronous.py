@@ -65,12 +65,13 @@ import torch
 
 from rllab.parallel import placement
 from rllab.algorithm import ROLLOUT_MEMBERS
-from rllab.errors import ConfigError
+from rllab.errors import ConfigError, RllabError
 from rllab.members import member
 from rllab.rollout.stage import Rollouts, RolloutStage
 
 if TYPE_CHECKING:
     from rllab.rollout.episodes import EpisodeResult
+    from rllab.settings import RolloutConfig
     from rllab.types import Completion, Example, RolloutBatch, SamplingParams
 
 
@@ -300,6 +301,20 @@ class AsyncRollout:
     def response_ids(self, text: str, *, prompt: Any = None) -> list[int]:
         return self.stage.response_ids(text, prompt=prompt)
 
+    @property
+    def solved_rule(self) -> str:
+        return self.stage.solved_rule
+
+    # -- the run's rollout state (RolloutStage's, with the batches sampled ahead)
+
+    samples_ahead = True
+
+    def succeeded_by(self, stage: RolloutStage) -> AsyncRollout:
+        """This rollout itself: the [rollout] settings cannot change while batches are sampled ahead."""
+        if stage.config != self.stage.config:
+            raise RllabError("[rollout] cannot change during a run with rollout.max_staleness > 0 (batches are sampled ahead)")
+        return self
+
     # -- the producer
 
     def _produce(self, step: int) -> tuple[Rollouts, int]:
@@ -339,17 +354,18 @@ class AsyncRollout:
             out.metrics["async/regenerated"] = 1.0
         return out
 
-    def settle(self, step: int) -> float:
+    def settle(self, step: int, metrics: Mapping[str, float]) -> dict[str, float]:
         """Wait until the producer has sampled every batch up to ``step + k`` (before the weight
-        sync that follows step ``step``); returns the seconds waited. A backend whose pushes
-        leave its requests in flight (``overlap``) is not waited for: 0."""
-        if self.backend.overlap:
-            return 0.0
+        sync that follows step ``step``); returns the step's metrics with the seconds waited
+        (``time/push_wait``, also counted in ``time/rollout_wait``). A backend whose pushes leave
+        its requests in flight (``overlap``) is not waited for: 0."""
         t0 = time.perf_counter()
-        for s in sorted(self.futures):
-            if s <= step + self.k:
-                self.futures[s].result()
-        return time.perf_counter() - t0
+        if not self.backend.overlap:
+            for s in sorted(self.futures):
+                if s <= step + self.k:
+                    self.futures[s].result()
+        waited = 0.0 if self.backend.overlap else time.perf_counter() - t0
+        return {"time/push_wait": waited, "time/rollout_wait": metrics.get("time/rollout_wait", 0.0) + waited}
 
     def advance(self, step: int) -> None:
         """Step ``step`` is next: queue batch ``step + k`` (``step`` with ``run_ahead = false``),
@@ -373,7 +389,8 @@ class AsyncRollout:
     # -- checkpoints
 
     def state_dict(self, step: int) -> dict:
-        """The batches already sampled for steps ``step …`` (settled), each with its samples' ages
+        """The stage's state (:meth:`RolloutStage.state_dict`) and, under ``rollout_ahead``, the
+        batches already sampled for steps ``step …`` (settled), each with its samples' ages
         (versions behind the current weights), so that a resumed run trains on the same data.
         A batch that does not pickle (an environment's episode objects), or that is still being
         sampled (syncs that do not wait, ``overlap``), is listed under ``regenerate`` instead: a
@@ -393,11 +410,13 @@ class AsyncRollout:
                 regenerate.append(s)
                 continue
             batches[s] = {"rollouts": rollouts, "ages": ages}
-        return {"max_staleness": self.k, "batches": batches, "regenerate": regenerate}
+        return {**self.stage.state_dict(step), "rollout_ahead": {"max_staleness": self.k, "batches": batches, "regenerate": regenerate}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Put back the batches of :meth:`state_dict`, their versions rebased on this process's
-        weight counter (the checkpoint's weights were just synced)."""
+        """Set back :meth:`state_dict`: the stage's part, then the batches sampled ahead, their
+        versions rebased on this process's weight counter (the checkpoint's weights were just synced)."""
+        self.stage.load_state_dict(state)
+        state = state.get("rollout_ahead") or {}
         for s, item in state.get("batches", {}).items():
             rollouts, ages = item["rollouts"], item["ages"]
             versions = self.backend.version - ages
@@ -429,4 +448,17 @@ def is_async(cfg: Any) -> bool:
     return cfg.rollout.max_staleness > 0
 
 
-__all__ = ["AsyncRollout", "VersionedBackend", "apply_staleness", "check_algorithm", "check_settings", "is_async", "sample_versions"]
+def versioned(backend: Any, config: RolloutConfig) -> Any:
+    """The run's rollout backend, behind a :class:`VersionedBackend` when batches are sampled
+    ahead (``max_staleness > 0``: syncs counted, and never in the middle of a batch)."""
+    return VersionedBackend(backend) if config.max_staleness > 0 else backend
+
+
+def ahead(stage: RolloutStage, *, limit: Callable[[], int], cpu: bool) -> RolloutStage | AsyncRollout:
+    """What a run samples from: ``stage`` itself, or with ``max_staleness > 0`` an
+    :class:`AsyncRollout` sampling ahead over it (its backend :func:`versioned`)."""
+    return AsyncRollout(stage, limit=limit, cpu=cpu) if stage.config.max_staleness > 0 else stage
+
+
+__all__ = ["AsyncRollout", "VersionedBackend", "ahead", "apply_staleness", "check_algorithm", "check_settings", "is_async",
+           "sample_versions", "versioned"]

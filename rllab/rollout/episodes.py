@@ -231,7 +231,9 @@ class EpisodeRunner:
         self.limits = limits
         self.on_error = on_error
         self.kind = kind
-        self.timings = {"generate": 0.0, "step": 0.0}
+        self.timings = {"generate": 0.0, "step": 0.0, "rollout": 0.0}
+        """The last :meth:`play`'s seconds: ``generate`` (the backend's calls), ``step`` (the
+        environment's steps: scoring) and ``rollout`` (the rest of the play: sampling, decoding)."""
         self.backend_metrics: dict = {}
 
     # -- the loop
@@ -240,6 +242,7 @@ class EpisodeRunner:
         """Play ``params.n`` episodes per example, prompt-major (example 0's first); the first
         turn samples with ``params`` (its cap lowered to the token budget), later turns with
         ``n = 1`` and a seed derived from ``params.seed`` and the turn."""
+        t_play = time.perf_counter()
         self.timings = {"generate": 0.0, "step": 0.0}
         self.backend_metrics = {}
         lim = self.limits
@@ -301,6 +304,7 @@ class EpisodeRunner:
             self._collect_metrics()
             cap_of = {id(s): cap for s, cap in zip(live, caps)}
             pairs = [(s, self._cut(c, cap_of[id(s)])) for s, c in self._match([[s] for s in live], comps)]
+        self.timings["rollout"] = time.perf_counter() - t_play - self.timings["step"]  # the play but the environment's steps
         return [self._result(s) for s in states if not s.dropped]
 
     @staticmethod

@@ -74,6 +74,87 @@ class Rollouts:
         return _shaped(self.episodes)
 
 
+@attrs.define(kw_only=True, eq=False)
+class StepEpisodes:
+    """One step's episodes between the phases of :meth:`RolloutStage.sample`: drawn
+    (``examples``), played (``episodes``, with each one's outcome as played: ``raw``, ``comps``,
+    ``solved``), shaped (``rewards``, ``shaping``), filtered (``keep``) and measured (``metrics``)."""
+
+    step: int
+    prompts: int
+    """The step's prompt count (over all data-parallel ranks)."""
+    examples: list[Example]
+    partial: Any = None
+    """Partial rollouts: the step's stand-in backend (:mod:`rllab.rollout.partial`), else None."""
+    params: SamplingParams | None = None
+    episodes: list[EpisodeResult] = attrs.Factory(list)
+    gated: Any = None
+    """The sampler's gate's :class:`~rllab.rollout.gate.GateResult`, else None."""
+    timings: dict = attrs.Factory(dict)
+    """The episode loop's own seconds: ``rollout`` (sampling) and ``step`` (the environment's steps)."""
+    backend_metrics: dict = attrs.Factory(dict)
+    raw: list[float] = attrs.Factory(list)
+    """Each episode's reward as played."""
+    comps: list[list[float]] = attrs.Factory(list)
+    """Each episode's reward components as played (zeros for a failed one)."""
+    solved: list[bool] = attrs.Factory(list)
+    rewards: torch.Tensor | None = None
+    """(N,) float32 the rewards training sees (``rollout.random_reward``: the draws)."""
+    shaping: torch.Tensor | None = None
+    """(N,) float32 added to ``rewards`` (the overlong penalty; zeros without it)."""
+    keep: torch.Tensor | None = None
+    """(N,) bool the episodes the batch takes."""
+    metrics: dict = attrs.Factory(dict)
+
+    @property
+    def completions(self) -> list[Completion]:
+        return [e.completion for e in self.episodes]
+
+    @property
+    def scores(self) -> torch.Tensor:
+        """(N,) float32 ``rewards + shaping``."""
+        return self.rewards + self.shaping
+
+    @property
+    def index(self) -> torch.Tensor:
+        """(N,) int64 each episode's prompt index."""
+        return torch.tensor([e.completion.prompt_index for e in self.episodes])
+
+    def played(self, names: Sequence[str], solved: Any, *, zero_failed: bool) -> None:
+        """Record each episode's outcome as played; a failed one is kept only when it scores 0 (``zero_failed``)."""
+        self.raw = [e.reward for e in self.episodes]
+        self.comps = [list(e.score) or [0.0] * len(names) for e in self.episodes]
+        self.solved = [e.error is None and solved(self.examples[e.completion.prompt_index], x, k)
+                       for e, x, k in zip(self.episodes, self.raw, self.comps)]
+        self.rewards = torch.tensor(self.raw, dtype=torch.float32)
+        self.shaping = torch.zeros(len(self.raw), dtype=torch.float32)
+        self.keep = torch.tensor([e.error is None or zero_failed for e in self.episodes], dtype=torch.bool)
+
+    def final_episodes(self) -> list[EpisodeResult]:
+        """The episodes with their ``shaping`` and ``keep`` (evolved only where they change, ~13 µs each)."""
+        return [e if (x, k) == (e.shaping, e.keep) else attrs.evolve(e, shaping=x, keep=k)
+                for e, x, k in zip(self.episodes, self.shaping.tolist(), self.keep.tolist())]
+
+
+def _skip_failed_groups(s: StepEpisodes) -> None:
+    """``reward_errors = "skip"``: drop the whole group of a failed sample."""
+    if not s.keep.all():
+        index = s.index
+        s.keep &= ~torch.isin(index, index[~s.keep].unique())
+
+
+def _drop_flat_groups(s: StepEpisodes) -> None:
+    """``rollout.dynamic_sampling``: drop the groups (of more than one sample) whose scores are all equal."""
+    count, _, std = ops.group_stats(s.scores, s.index)
+    s.keep &= ~((std == 0) & (count > 1))
+
+
+def _component_metrics(s: StepEpisodes, names: Sequence[str]) -> dict:
+    """``reward/<name>``: each reward component's mean as played (the task's, whatever trains)."""
+    comps = torch.tensor(s.comps, dtype=torch.float32).reshape(len(s.comps), len(names))
+    return {f"reward/{name}": comps[:, k].mean().item() for k, name in enumerate(names)}
+
+
 def _shaped(episodes: Sequence[EpisodeResult]) -> torch.Tensor:
     return torch.tensor([e.reward for e in episodes], dtype=torch.float32) + torch.tensor(
         [e.shaping for e in episodes], dtype=torch.float32)
@@ -184,6 +265,12 @@ class RolloutStage:
         """Partial rollouts (``rollout.over_sample > 0``, :mod:`rllab.rollout.partial`): their state, else None."""
         if getattr(config, "over_sample", 0) > 0:
             self.partial = for_stage(backend, config, multi_turn=self.source.multi_turn, world=self.shard[1], name=self.task_name)
+        self.shapers = self._shapers()
+        """The shape phase's steps, chosen from ``[rollout]`` (:meth:`sample`)."""
+        self.filters = self._filters()
+        """The filter phase's steps, chosen from ``[rollout]``."""
+        self.measures = self._measures()
+        """The measure phase's steps: the step's metrics, then each feature's in use."""
 
     def draw(self, step: int, n: int, rng: torch.Generator) -> list[Example]:
         """``n`` training examples for ``step``: the sampler's, else the source's own draw with ``rng``."""
@@ -215,6 +302,41 @@ class RolloutStage:
     def play(self, examples: Sequence[Example], params: SamplingParams) -> list[EpisodeResult]:
         """``params.n`` episodes per example (prompt-major) through the episode loop."""
         return self.runner().play(examples, params)
+
+    # -- the run's rollout state (what the trainer checkpoints and carries across a reconfiguration)
+
+    samples_ahead = False
+    """Whether batches are sampled ahead of the step that trains on them (:class:`rllab.rollout.asynchronous.AsyncRollout`)."""
+
+    def state_dict(self, step: int) -> dict:
+        """What a checkpoint after ``step`` holds of the rollout side: the sampler's state
+        (:func:`rllab.sampling.state`) and the groups carried into the next step (partial rollouts)."""
+        return {"sampler": sampling.state(self.sampler),
+                "partial_rollouts": self.partial.state_dict() if self.partial is not None else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Set back :meth:`state_dict` (a checkpoint's; keys it lacks leave their part as it is)."""
+        sampling.restore(self.sampler, state.get("sampler"))
+        if state.get("partial_rollouts") and self.partial is not None:
+            self.partial.load_state_dict(state["partial_rollouts"])
+
+    def succeeded_by(self, stage: RolloutStage) -> RolloutStage:
+        """``stage`` (this run's stage rebuilt for a changed config) with this stage's sampler and
+        the groups it carries into the next step."""
+        stage.sampler = self.sampler
+        if self.partial is not None and stage.partial is not None:
+            stage.partial.carried = self.partial.carried
+        return stage
+
+    def settle(self, step: int, metrics: dict) -> dict:
+        """Before the weight sync that follows ``step``: nothing to wait for (metrics to add: none)."""
+        return {}
+
+    def advance(self, step: int) -> None:
+        """Step ``step`` is next (nothing is sampled ahead)."""
+
+    def close(self) -> None:
+        """Nothing to release (the backend is the trainer's)."""
 
     # -- text
 
@@ -318,106 +440,137 @@ class RolloutStage:
         return -((lengths - expected).clamp(min=0) / r.overlong_buffer) * r.overlong_penalty
 
     def sample(self, step: int, *, prompts: int | None = None, group_size: int | None = None) -> Rollouts:
-        """Draw a step's prompts, play a group of episodes for each, shape and filter them."""
-        r = self.config
-        P = prompts or r.prompts_per_step
-        G = group_size or r.group_size
-        t0 = time.perf_counter()
+        """A step's episodes through the named phases draw → play → shape → filter → measure: the
+        prompts drawn (:meth:`draw_step`), a group of episodes played for each (:meth:`play_step`),
+        then the shapers, filters and measures chosen from ``[rollout]`` when the stage was built
+        (:attr:`shapers`, :attr:`filters`, :attr:`measures`), each a function of the step's
+        :class:`StepEpisodes`."""
+        s = self.draw_step(step, prompts or self.config.prompts_per_step)
+        self.play_step(s, group_size or self.config.group_size)
+        for shape in self.shapers:
+            shape(s)
+        for keep in self.filters:
+            keep(s)
+        for measure in self.measures:
+            s.metrics.update(measure(s))
+        return Rollouts(examples=s.examples, episodes=s.final_episodes(), metrics=s.metrics)
+
+    # -- the phases of a step (sample)
+
+    def draw_step(self, step: int, prompts: int) -> StepEpisodes:
+        """draw: the step's examples (partial rollouts: over-sampled, the carried groups first, and
+        the step's stand-in backend; data parallel: this rank's contiguous share, whole groups)."""
         gen = torch.Generator().manual_seed(seed_for(self.seed, step, 0))
+        if self.partial is not None:  # rllab.rollout.partial
+            examples, carried = self.partial.examples(prompts, lambda k: self.draw(step, k, gen))
+            return StepEpisodes(step=step, prompts=prompts, examples=examples, partial=self.partial.step_backend(step, prompts, carried))
         rank, world = self.shard
-        if self.partial is None:
-            examples = self.draw(step, P, gen)
-            if world > 1:  # data parallel: this rank's contiguous share of the step's prompts (whole groups)
-                examples = examples[rank * P // world:(rank + 1) * P // world]
-            runner = self.runner()
-        else:  # partial rollouts: over-sampled, stopped once P groups are complete (rllab.rollout.partial)
-            examples, carried = self.partial.examples(P, lambda k: self.draw(step, k, gen))
-            runner = self.runner()
-            runner.backend = partial_step = self.partial.step_backend(step, P, carried)
-        params = self.sampling_params(step, n=G)
-        episodes = runner.play(examples, params)
-        if self.partial is not None:
-            partial_step.keep(examples)
-            episodes = [attrs.evolve(e, token_versions=partial_step.versions.get(id(e.completion))) for e in episodes]
-        backend_metrics = runner.backend_metrics
-        gated = None
-        if self.gate_retries:  # the sampler's gate: flat groups replaced (rllab.rollout.gate)
-            gated = gate(examples=examples, episodes=episodes, retries=self.gate_retries, step=step, seed=self.seed,
-                         params=params, draw=lambda n, rng: self.draw(step, n, rng), play=self.runner().play,
-                         score=lambda eps: (_shaped(eps) + self.overlong_penalty([e.completion for e in eps])).tolist())
-            examples, episodes = gated.examples, gated.episodes
-        completions = [e.completion for e in episodes]
-        t_step = runner.timings["step"]
-        t1 = time.perf_counter() - t_step
-        t2 = t1 + t_step
-        names = self.component_names
-        raw = [e.reward for e in episodes]
-        errors = sum(e.error is not None for e in episodes)
-        keep = [e.error is None or r.reward_errors == "zero" for e in episodes]
-        comps = [list(e.score) or [0.0] * len(names) for e in episodes]  # a failed episode has no score: zeros
-        rewards = torch.tensor(raw, dtype=torch.float32)
-        components = torch.tensor(comps, dtype=torch.float32).reshape(len(raw), len(names)) if names else None  # logged: the task's, whatever trains
-        solved_fn = self.solver()
-        solved = [e.error is None and solved_fn(examples[c.prompt_index], x, k)
-                  for e, c, x, k in zip(episodes, completions, raw, comps)]
-        if r.random_reward != "off":  # the spurious-rewards control: training sees draws blind to the answers
-            true_reward = rewards.mean().item()
-            # an environment's base rate is its solved fraction (its rewards are per turn, of any scale)
-            rate = solved if self.source.multi_turn else raw
-            rewards = self.random_rewards(step, completions, rate, keep, rank * P // world)
-            episodes = [attrs.evolve(e, reward=x, score=(), token_rewards=on_last_model_token(e, x))
-                        for e, x in zip(episodes, rewards.tolist())]
-        shaping = self.overlong_penalty(completions)
-        scores = rewards + shaping
-        index = torch.tensor([c.prompt_index for c in completions])
-        keep_t = torch.tensor(keep, dtype=torch.bool)
-        if errors and r.reward_errors == "skip":  # drop the whole group of a failed sample
-            keep_t &= ~torch.isin(index, index[~keep_t].unique())
+        examples = self.draw(step, prompts, gen)
+        if world > 1:
+            examples = examples[rank * prompts // world:(rank + 1) * prompts // world]
+        return StepEpisodes(step=step, prompts=prompts, examples=examples)
+
+    def play_step(self, s: StepEpisodes, group_size: int) -> None:
+        """play: ``group_size`` episodes per example through the episode loop (partial rollouts:
+        through the step's backend, each token's step recorded), the sampler's gate replacing flat
+        groups (:mod:`rllab.rollout.gate`); then each episode's outcome as played."""
+        s.params = self.sampling_params(s.step, n=group_size)
+        runner = self.runner()
+        if s.partial is not None:
+            runner.backend = s.partial
+        s.episodes = runner.play(s.examples, s.params)
+        s.backend_metrics, s.timings = runner.backend_metrics, {k: runner.timings[k] for k in ("rollout", "step")}
+        if s.partial is not None:
+            s.partial.keep(s.examples)
+            s.episodes = [attrs.evolve(e, token_versions=s.partial.versions.get(id(e.completion))) for e in s.episodes]
+        if self.gate_retries:
+            self._gate(s)
+        s.played(self.component_names, self.solver(), zero_failed=self.config.reward_errors == "zero")
+
+    def _gate(self, s: StepEpisodes) -> None:
+        runner = self.runner()
+
+        def play(examples: Sequence[Example], params: SamplingParams) -> list[EpisodeResult]:
+            out = runner.play(examples, params)
+            for k in s.timings:  # the replacements' time is the step's
+                s.timings[k] += runner.timings[k]
+            return out
+
+        s.gated = gate(examples=s.examples, episodes=s.episodes, retries=self.gate_retries, step=s.step, seed=self.seed,
+                       params=s.params, draw=lambda n, rng: self.draw(s.step, n, rng), play=play,
+                       score=lambda eps: (_shaped(eps) + self.overlong_penalty([e.completion for e in eps])).tolist())
+        s.examples, s.episodes = s.gated.examples, s.gated.episodes
+
+    def _shapers(self) -> list:
+        """shape: ``rollout.random_reward`` (the spurious-rewards control: training sees draws blind
+        to the answers), then DAPO's overlong penalty (``rollout.overlong_buffer``)."""
+        r = self.config
+        return [f for on, f in ((r.random_reward != "off", self._random_reward), (r.overlong_buffer > 0, self._overlong)) if on]
+
+    def _random_reward(self, s: StepEpisodes) -> None:
+        rank, world = self.shard
+        rate = s.solved if self.source.multi_turn else s.raw  # an environment's base rate: its solved fraction
+        s.rewards = self.random_rewards(s.step, s.completions, rate, s.keep.tolist(), rank * s.prompts // world)
+        s.episodes = [attrs.evolve(e, reward=x, score=(), token_rewards=on_last_model_token(e, x))
+                      for e, x in zip(s.episodes, s.rewards.tolist())]
+
+    def _overlong(self, s: StepEpisodes) -> None:
+        s.shaping = self.overlong_penalty(s.completions)
+
+    def _filters(self) -> list:
+        """filter (after the failed samples, left out unless ``reward_errors = "zero"``):
+        ``reward_errors = "skip"`` drops a failed sample's whole group; ``rollout.dynamic_sampling``
+        the groups whose scores are all equal (DAPO)."""
+        r = self.config
+        return [f for on, f in ((r.reward_errors == "skip", _skip_failed_groups), (r.dynamic_sampling, _drop_flat_groups)) if on]
+
+    def _measures(self) -> list:
+        """measure: the step's ``rollout/*`` metrics, then those of the features in use."""
+        r = self.config
+        return [f for on, f in (
+            (True, self._measure),
+            (r.random_reward != "off", lambda s: {"rollout/true_reward": torch.tensor(s.raw, dtype=torch.float32).mean().item()}),
+            (self.partial is not None, lambda s: s.partial.token_metrics(s.completions)),
+            (bool(self.component_names), lambda s: _component_metrics(s, self.component_names)),
+            (self.source.multi_turn, lambda s: episode_metrics(s.episodes)),
+            (self.sampler is not None, self._feed_sampler),
+            (True, lambda s: {"rollout/kept_frac": s.keep.float().mean().item()}),
+        ) if on]
+
+    def _measure(self, s: StepEpisodes) -> dict:
+        """The ``rollout/*``, ``time/*`` and backend metrics of a step."""
+        completions, episodes, world = s.completions, s.episodes, self.shard[1]
         lengths = torch.tensor([c.model_tokens for c in completions], dtype=torch.float32)
-        count, _, std = ops.group_stats(scores, index)
-        all_equal = (std == 0) & (count > 1)
-        health = check_step(episodes, kind=self.kind, name=self.task_name, policy=r.reward_errors, limits=self.limits,
+        count, _, std = ops.group_stats(s.scores, torch.tensor([c.prompt_index for c in completions]))
+        health = check_step(episodes, kind=self.kind, name=self.task_name, policy=self.config.reward_errors, limits=self.limits,
                             total=self.reducer.sum if world > 1 else None)
-        metrics = {
-            "rollout/reward": rewards.mean().item(),
-            "rollout/score": scores.mean().item(),
-            "rollout/accuracy": sum(solved) / len(solved),
+        return {
+            "rollout/reward": s.rewards.mean().item(),
+            "rollout/score": s.scores.mean().item(),
+            "rollout/accuracy": sum(s.solved) / len(s.solved),
             "rollout/response_length": lengths.mean().item(),
             "rollout/tokens": lengths.sum().item(),
-            **_lengths_by_outcome(lengths, solved),
+            **_lengths_by_outcome(lengths, s.solved),
             "rollout/empty_frac": (lengths == 0).float().mean().item(),
             "rollout/stop_frac": sum(c.finish_reason == "stop" for c in completions) / len(completions),
             "rollout/truncated_frac": sum(truncated(e) for e in episodes) / len(episodes),
-            "rollout/reward_errors": float(errors),
+            "rollout/reward_errors": float(sum(e.error is not None for e in episodes)),
             **health,
-            "rollout/groups_all_equal": all_equal.float().sum().item() / max(1, G),
-            "time/rollout": t1 - t0,
-            "time/reward": t2 - t1,
-            "perf/completions_per_s": len(completions) / max(t1 - t0, 1e-9),
-            **{k: float(v) for k, v in backend_metrics.items()},
+            "rollout/groups_all_equal": ((std == 0) & (count > 1)).float().sum().item() / max(1, s.params.n),
+            "time/rollout": s.timings["rollout"],
+            "time/reward": s.timings["step"],
+            "perf/completions_per_s": len(completions) / max(s.timings["rollout"], 1e-9),
+            **{k: float(v) for k, v in s.backend_metrics.items()},
         }
-        if r.random_reward != "off":
-            metrics["rollout/true_reward"] = true_reward
-        if self.partial is not None:
-            metrics.update(partial_step.token_metrics(completions))
-        for k, name in enumerate(names):
-            metrics[f"reward/{name}"] = components[:, k].mean().item()
-        if self.source.multi_turn:
-            metrics.update(episode_metrics(episodes))
-        if self.sampler is not None:  # its feedback: each prompt's mean task reward (the gate's replacements too)
-            fed, means = list(examples), group_means(episodes, len(examples))
-            if gated is not None:
-                more, more_means = played_feedback(gated.played)
-                fed, means = fed + more, means + more_means
-            sampling.feedback(self.sampler, step=step, examples=fed, rewards=means)
-            metrics.update(gated.metrics if gated is not None else {})
-            metrics.update(sampling.metrics(self.sampler, name=self.sampler_name))
-        if r.dynamic_sampling:
-            keep_t &= ~all_equal
-        metrics["rollout/kept_frac"] = keep_t.float().mean().item()
-        episodes = [e if (x, k) == (e.shaping, e.keep) else attrs.evolve(e, shaping=x, keep=k)  # evolve only what changes (~13 µs each)
-                    for e, x, k in zip(episodes, shaping.tolist(), keep_t.tolist())]
-        return Rollouts(examples=examples, episodes=episodes, metrics=metrics)
+
+    def _feed_sampler(self, s: StepEpisodes) -> dict:
+        """The sampler's feedback (each prompt's mean reward, the gate's replacements too) and metrics."""
+        fed, means = list(s.examples), group_means(s.episodes, len(s.examples))
+        if s.gated is not None:
+            more, more_means = played_feedback(s.gated.played)
+            fed, means = fed + more, means + more_means
+        sampling.feedback(self.sampler, step=s.step, examples=fed, rewards=means)
+        return {**(s.gated.metrics if s.gated is not None else {}), **sampling.metrics(self.sampler, name=self.sampler_name)}
 
     def random_rewards(self, step: int, completions: Sequence[Completion], raw: Sequence[float], keep: Sequence[bool], offset: int) -> torch.Tensor:
         """(N,) float32: ``rollout.random_reward``'s Bernoulli draws (:func:`rllab.rollout.rewards.random_rewards`),

@@ -120,11 +120,7 @@ class Trainer:
         self.algorithm, self.kl_controller, self.components = built.algorithm, built.kl_controller, built.components
         asyncrollout.check_algorithm(cfg, self.algorithm, self.components)
         sampling.check_settings(cfg, self.lab, world_size=self.placement.reducer.world_size)
-        self.sampler = self._component("sampler")()
-        """The run's prompt sampler (:mod:`rllab.sampling`), built once; its state is checkpointed."""
         partial_rollouts.check_algorithm(cfg, self.algorithm)
-        self.prefetch: asyncrollout.AsyncRollout | None = None
-        """The batches sampled ahead (``rollout.max_staleness > 0``), else None."""
         self.prompt_limits: PromptLimits | None = None
         try:
             with transformers_progress_bars_off():  # rllab shows its own progress
@@ -148,7 +144,7 @@ class Trainer:
     def context(self) -> RunContext:
         """What the algorithm sees this step."""
         return parts.run_context(
-            self.cfg, self.components, step=self.step, rollout=getattr(self, "prefetch", None) or getattr(self, "rollout", None),
+            self.cfg, self.components, step=self.step, rollout=getattr(self, "rollout", None),
             policy=self.policy, reference=self.reference, critic=self.critic, device=self.device, autocast_dtype=self.autocast_dtype,
             hook=self.hook, reducer=self.placement.reducer, run_dir=self.run_dir,
         )
@@ -195,12 +191,11 @@ class Trainer:
                 f"rollout backend {backend.name!r} (plugin {backend.spec.provider}) has no {', '.join(m + '()' for m in missing)}; "
                 f"subclass rllab.RolloutBackend, whose last_metrics() returns {{}} and close() does nothing until overridden"
             )
-        if asyncrollout.is_async(self.cfg):  # syncs counted, and never in the middle of a batch
-            self.backend = asyncrollout.VersionedBackend(self.backend)
-        self.rollout = self._rollout_stage()
+        self.backend = asyncrollout.versioned(self.backend, self.cfg.rollout)  # max_staleness > 0: syncs counted
+        stage = self._rollout_stage()
         self._sync_weights()
-        if asyncrollout.is_async(self.cfg):
-            self.prefetch = asyncrollout.AsyncRollout(self.rollout, limit=lambda: self.cfg.train.steps, cpu=self.device.type == "cpu")
+        self.rollout = asyncrollout.ahead(stage, limit=lambda: self.cfg.train.steps, cpu=self.device.type == "cpu")
+        """What the run samples from: the rollout stage, or (max_staleness > 0) the batches sampled ahead over it."""
 
     def _ensure_models(self) -> None:
         """Build the reference / critic the algorithm needs now (a schedule may add one later)."""
@@ -227,7 +222,7 @@ class Trainer:
                                 name=name, config=self.cfg.rollout, tokenizer=self.tokenizer, context_tokens=context)
         sampler = self._component("sampler")
         return RolloutStage(source, backend=self.backend, tokenizer=self.tokenizer, config=self.cfg.rollout, seed=self.cfg.train.seed,
-                            model_name=model_name, reducer=self.placement.reducer, sampler=self.sampler, sampler_name=sampler.name,
+                            model_name=model_name, reducer=self.placement.reducer, sampler=sampler(), sampler_name=sampler.name,
                             gate_retries=sampler.trait("gate_retries") or 0)
 
     def _build_optimizers(self) -> None:
@@ -261,8 +256,6 @@ class Trainer:
             raise RllabError("the algorithm cannot change during a run (its knobs can)")
         if new.train.seed != old.train.seed:
             raise RllabError("train.seed cannot change during a run")
-        if getattr(self, "prefetch", None) is not None and new.rollout != old.rollout:
-            raise RllabError("[rollout] cannot change during a run with rollout.max_staleness > 0 (batches are sampled ahead)")
         placement.check_data_parallel(new, self.lab, self.placement.reducer.world_size)  # a schedule entry too
         sampling.check_settings(new, self.lab, world_size=self.placement.reducer.world_size)
         if new.component("algorithm") != old.component("algorithm"):
@@ -274,10 +267,7 @@ class Trainer:
         if new.component("kl_controller") != old.component("kl_controller"):
             self.kl_controller = self._component("kl_controller")()
         self.components = parts.build_components(new, self.lab, kl_controller=self.kl_controller)
-        carried = self.rollout.partial.carried if self.rollout.partial is not None else []
-        self.rollout = self._rollout_stage()
-        if self.rollout.partial is not None:  # a schedule entry or a swap keeps the groups carried into the next step
-            self.rollout.partial.carried = carried
+        self.rollout = self.rollout.succeeded_by(self._rollout_stage())  # the sampler, the groups carried into the next step
         with transformers_progress_bars_off():
             self._ensure_models()
         t = new.train
@@ -314,9 +304,7 @@ class Trainer:
         outcome = self._run_algorithm(self.context())
         metrics = outcome.metrics
         self._scheduler_step()
-        if self.prefetch is not None:  # the batches sampled ahead with the weights this step trained
-            metrics["time/push_wait"] = self.prefetch.settle(self.step)
-            metrics["time/rollout_wait"] = metrics.get("time/rollout_wait", 0.0) + metrics["time/push_wait"]
+        metrics.update(self.rollout.settle(self.step, metrics))  # the batches sampled ahead with the weights this step trained
         if outcome.stepped:
             t0 = time.perf_counter()
             metrics.update(self._sync_weights())  # the sync after this step's update belongs to this step
@@ -325,7 +313,7 @@ class Trainer:
             self.kl_controller.update(current_kl=outcome.kl.value, n_steps=outcome.kl.samples)
         metrics["time/step"] = time.perf_counter() - t_start
         # what no named phase covers (schedules, reductions, bookkeeping), so the phases add up to the step
-        phases = ASYNC_STEP_PHASES if self.prefetch is not None else STEP_PHASES
+        phases = ASYNC_STEP_PHASES if self.rollout.samples_ahead else STEP_PHASES
         metrics["time/other"] = max(0.0, metrics["time/step"] - sum(metrics.get(f"time/{p}", 0.0) for p in phases))
         metrics["perf/peak_rss_mb"] = memory.peak_rss_mb()
         if self.device.type == "cuda":
@@ -336,8 +324,7 @@ class Trainer:
             metrics["schedule/changed"] = 1.0
         self.step += 1
         self._in_step = False
-        if self.prefetch is not None:
-            self.prefetch.advance(self.step)
+        self.rollout.advance(self.step)
         self.history.append({"step": self.step, **metrics})
         self.hook.on_step_end(step=self.step, metrics=dict(metrics), run_dir=self.run_dir)
         return metrics
@@ -368,7 +355,7 @@ class Trainer:
     def evaluate(self) -> dict:
         """Greedy accuracy and mean reward on the task's held-out split (and mean@n / pass@k with
         ``train.eval_samples``); logged and announced."""
-        rollout = self.prefetch or self.rollout
+        rollout = self.rollout
         metrics = rollout.evaluate(self.cfg.train.eval_size, samples=self.cfg.train.eval_samples)
         self.history.append({"step": self.step, **metrics})
         problems = getattr(rollout, "eval_problems", None)
@@ -396,13 +383,11 @@ class Trainer:
             ),
             "scheduler": self.scheduler.state_dict(),
             "kl_controller": checkpoint.plain_state(self.kl_controller),
-            "sampler": sampling.state(self.sampler),
-            "partial_rollouts": self.rollout.partial.state_dict() if self.rollout.partial is not None else None,
+            **self.rollout.state_dict(self.step),  # the sampler, the groups carried, the batches sampled ahead
             "algorithm": self.algorithm.state_dict() if hasattr(self.algorithm, "state_dict") else None,
             "config": self.cfg.to_dict(),
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
             "history": self.history,
-            **({"rollout_ahead": self.prefetch.state_dict(self.step)} if self.prefetch is not None else {}),
         }
         path = self.placement.save(self.run_dir, self.step, state)
         self.hook.on_checkpoint_saved(step=self.step, path=path)
@@ -419,9 +404,6 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.scheduler.lr_lambdas = [partial(lr_factor, self.cfg.train)]
         checkpoint.restore_plain_state(self.kl_controller, state["kl_controller"])
-        sampling.restore(self.sampler, state.get("sampler"))
-        if state.get("partial_rollouts") and self.rollout.partial is not None:  # the groups carried into the next step
-            self.rollout.partial.load_state_dict(state["partial_rollouts"])
         if state.get("algorithm") is not None:
             self.algorithm.load_state_dict(state["algorithm"])
         torch.set_rng_state(state["rng"]["torch"])
@@ -429,8 +411,7 @@ class Trainer:
         self.history = list(state.get("history", []))
         self.step = state["step"]
         self._sync_weights()
-        if self.prefetch is not None and state.get("rollout_ahead"):
-            self.prefetch.load_state_dict(state["rollout_ahead"])
+        self.rollout.load_state_dict(state)  # after the sync: batches sampled ahead count their age from its weights
 
     def provenance_record(self) -> dict:
         """What produced this run (``RUN_DIR/provenance.json``, :mod:`rllab.provenance`)."""
@@ -439,8 +420,7 @@ class Trainer:
 
     def close(self) -> None:
         try:
-            if self.prefetch is not None:
-                self.prefetch.close()
+            self.rollout.close()
             self.loggers.close()
         finally:
             self.backend.close()  # whatever the loggers raise: a backend may hold servers and snapshots

@@ -262,6 +262,9 @@ class _Stage:
         self.backend = backend
         self.config = types.SimpleNamespace(max_staleness=k, stale="drop", run_ahead=True)
 
+    def state_dict(self, step):
+        return {}
+
     def sample(self, step):  # a stand-in for Rollouts: its episodes' completions
         comps = self.backend.generate([(1, 2)], SamplingParams(n=2, max_new_tokens=16))
         return types.SimpleNamespace(completions=comps, episodes=[types.SimpleNamespace(completion=c) for c in comps])
@@ -278,11 +281,11 @@ def test_async_sync_does_not_wait_for_the_batch_in_flight(lab, tmp_path, push):
             while not server.running:
                 time.sleep(0.005)
             t0 = time.perf_counter()
-            waited = ar.settle(0)
+            waited = ar.settle(0, {})["time/push_wait"]
             backend.update_weights(str(tmp_path))
             sync_s = time.perf_counter() - t0
             in_flight = server.running  # requests still decoding when the sync returned
-            state = ar.state_dict(1)  # a checkpoint now: batch 1 is not sampled yet
+            state = ar.state_dict(1)["rollout_ahead"]  # a checkpoint now: batch 1 is not sampled yet
             c0, c1 = (ar.futures[s].result()[0].completions for s in (0, 1))
         finally:
             ar.close()
@@ -336,7 +339,7 @@ def test_a_checkpoint_with_a_batch_in_flight_resumes_by_sampling_it_again(tmp_pa
         tr = Trainer(cfg, run_dir=tmp_path / "a", progress=False)
         try:
             tr.train_step()
-            assert not tr.prefetch.futures[1].done()
+            assert not tr.rollout.futures[1].done()
             ckpt = tr.save_checkpoint()
         finally:
             tr.close()
