@@ -22,6 +22,7 @@ FORMER_MODULES = {
     "rllab.distributed": "rllab.parallel.distributed",
     "rllab.environment": "rllab.rollout.environment",
     "rllab.episodes": "rllab.rollout.episodes",
+    "rllab.events": "rllab.hookspecs",
     "rllab.lora": "rllab.models.lora",
     "rllab.optimizer": "rllab.training.optimizer",
     "rllab.parts": "rllab.training.parts",

@@ -158,6 +158,7 @@ MOVED = [
     ("rllab.placement", "STRATEGIES", "from rllab.parallel.placement import STRATEGIES"),
     ("rllab.tomlio", "dump_toml", "from rllab.records.tomlio import dump_toml"),
     ("rllab.provenance", "differences", "from rllab.records.provenance import differences"),
+    ("rllab.events", "on_step_end", "from rllab.hookspecs import on_step_end"),
 ]
 """Every ``from rllab.x import y`` / ``import rllab.x`` documented in an earlier release whose
 module has moved (README.md, CONTRIBUTING.md, docs/ and examples/ through their history)."""
