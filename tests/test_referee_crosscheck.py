@@ -82,7 +82,7 @@ def test_missing_config_and_a_verl_config_are_refused_by_name(capsys, tmp_path):
     assert code != 0 and "looks like a verl config" in err and "rllab import verl" in err
 
 
-@pytest.mark.parametrize("seeds, words", [("x", "not a whole number of seeds"), ("-2", "cannot be negative")])
+@pytest.mark.parametrize("seeds, words", [("x", "not a whole number of seeds"), ("-2", "-2: the number of seeds must be at least 0")])
 def test_bad_seeds_are_refused_by_the_parser(capsys, seeds, words):
     with pytest.raises(SystemExit):
         run(capsys, "crosscheck", "trl", str(EXAMPLES / "trl_grpo.yaml"), "--seeds", seeds)

@@ -54,28 +54,18 @@ def cmd_import(args) -> int:
 
 @rllab.hookimpl
 def register_commands(subparsers):
+    from rllab_suite import whole_number
+
     p = subparsers.add_parser("import", help="write the rllab TOML of a TRL GRPOConfig or a verl ppo_trainer config, knob by knob")
     p.add_argument("framework", choices=("trl", "verl"), help="whose config: trl (GRPOConfig YAML/JSON) or verl (ppo_trainer YAML)")
     p.add_argument("config", metavar="CONFIG", help="the config file (YAML, or JSON for TRL)")
     p.add_argument("overrides", nargs="*", default=[], metavar="key=value", help="verl: dotted overrides, as on verl's command line")
     p.add_argument("--out", default=None, help="the TOML to write (default: print it)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
-    p.add_argument("--processes", type=_at_least_one, default=1,
+    p.add_argument("--processes", type=whole_number(1), default=1,
                    help="trl: the number of training processes TRL ran with (sizes its generation batch; default 1)")
     p.add_argument("--strict", action="store_true", help="refuse the knobs rllab follows only up to a stated difference")
     p.set_defaults(func=cmd_import)
     from rllab_referee.crosscheck import add_parser
 
-    add_parser(subparsers, _at_least_one)
-
-
-def _at_least_one(text: str) -> int:
-    import argparse
-
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{n} must be at least 1")
-    return n
+    add_parser(subparsers)

@@ -347,19 +347,10 @@ def _shown(rows):
     return rows if bad is None else [r for r in rows if r.step <= bad.step]
 
 
-def _seeds(text: str) -> int:
-    import argparse
+def add_parser(subparsers) -> None:
+    from rllab_suite import whole_number
 
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seeds") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"{n}: the number of seeds cannot be negative")
-    return n
-
-
-def add_parser(subparsers, positive) -> None:
+    positive = whole_number(1)
     p = subparsers.add_parser("crosscheck", help="check rllab against TRL's GRPOTrainer (step for step, learning curves) or "
                               "verl's core_algos functions, on one config")
     p.add_argument("framework", choices=("trl", "verl"), help="the framework to check against")
@@ -369,7 +360,7 @@ def add_parser(subparsers, positive) -> None:
     p.add_argument("--prompts", type=positive, default=4, help="verl: prompts per batch (default 4)")
     p.add_argument("--width", type=positive, default=16, help="verl: response tokens per row at most (default 16)")
     p.add_argument("--steps", type=positive, default=2, help="generation batches compared step for step (default 2)")
-    p.add_argument("--seeds", type=_seeds, default=0, help="learning curves over this many seeds (0: none; 5 recommended)")
+    p.add_argument("--seeds", type=whole_number(0, of="seeds"), default=0, help="learning curves over this many seeds (0: none; 5 recommended)")
     p.add_argument("--curve-steps", type=positive, default=20, help="steps of each learning-curve run (default 20)")
     p.add_argument("--threads", type=positive, default=1, help="torch threads for both frameworks (default 1)")
     p.add_argument("--tries", type=positive, default=3,

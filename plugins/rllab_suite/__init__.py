@@ -66,6 +66,7 @@ __all__ = [
     "parse_suite",
     "prob_improvement",
     "read_run",
+    "whole_number",
     "suite_dir_for",
     "summarize",
     "write_all",
@@ -439,15 +440,15 @@ def register_commands(subparsers):
     p.add_argument("target", metavar="SUITE.toml|DIR|report", help="the suite file, a suite directory (runs the suite.toml it keeps), or 'report'")
     p.add_argument("dir_positional", nargs="?", metavar="DIR", help="with 'report': the suite directory")
     p.add_argument("--executor", choices=EXECUTORS, default="local", help="local process pool (default) or Ray")
-    p.add_argument("--workers", type=_at_least_one, default=None, help="runs at a time, at least 1 (default: one per core)")
+    p.add_argument("--workers", type=whole_number(1), default=None, help="runs at a time, at least 1 (default: one per core)")
     p.add_argument("--address", default=None, help="Ray cluster address for --executor ray (default: start a local instance)")
     p.add_argument("--dir", default=None, help="the suite directory (default: suites/NAME, or the directory of a kept DIR/suite.toml)")
     p.add_argument("--replace", action="store_true", help="let the suite take over a --dir that holds another suite (refused otherwise)")
     p.add_argument("-q", "--quiet", action="store_true", help="no live progress display")
     p.add_argument("--no-identical-check", action="store_true", help="skip replaying the variants on a recorded batch")
     p.add_argument("--dry-run", action="store_true", help="validate and list the cells (and which are done) without running anything")
-    p.add_argument("--steps", type=_at_least_one, default=None, metavar="N", help="to try the suite: N training steps per run (a suite NAME-try of its own)")
-    p.add_argument("--seeds", type=_at_least_one, default=None, metavar="K", help="to try the suite: its first K seeds only (a suite NAME-try of its own)")
+    p.add_argument("--steps", type=whole_number(1), default=None, metavar="N", help="to try the suite: N training steps per run (a suite NAME-try of its own)")
+    p.add_argument("--seeds", type=whole_number(1), default=None, metavar="K", help="to try the suite: its first K seeds only (a suite NAME-try of its own)")
     p.set_defaults(func=_suite_entry)
 
     p = subparsers.add_parser("compare", help="compare loose run directories (grouped by their differing settings) with statistics")
@@ -473,7 +474,7 @@ def register_commands(subparsers):
 
     p = subparsers.add_parser("record", help="save rollout batches and the checkpoint they came from, for rllab replay")
     p.add_argument("items", nargs="*", metavar="RUN_DIR_or_config|key=value", help="a run directory or config file (optional), then overrides")
-    p.add_argument("--steps", type=_at_least_one, default=1, help="batches to record, at least 1 (no training between them)")
+    p.add_argument("--steps", type=whole_number(1), default=1, help="batches to record, at least 1 (no training between them)")
     p.add_argument("--out", required=True, help="the recording file")
     p.add_argument("--preset", default=None, help="start from a preset when no file is given")
     p.add_argument("-q", "--quiet", action="store_true")
@@ -493,17 +494,24 @@ def register_commands(subparsers):
     p.set_defaults(func=_findings_entry)
 
 
-def _at_least_one(text: str) -> int:
-    """An argparse type: a whole number ≥ 1 (``--workers 0`` is refused, not read as "auto")."""
+def whole_number(least: int = 1, *, of: str = ""):
+    """An argparse type: a whole number ≥ ``least`` (``--workers 0`` is refused, not read as
+    "auto"); ``of`` names what is counted (``"seeds"``) in the error."""
     import argparse
 
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
-    return n
+    counted = f" of {of}" if of else ""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number{counted}") from None
+        if n < least:
+            raise argparse.ArgumentTypeError(f"{n}: the number{counted} must be at least {least}")
+        return n
+
+    return parse
+
 
 
 def _suite_entry(args) -> int:

@@ -519,10 +519,11 @@ def test_suite_workers_must_be_at_least_one(tmp_path, lab, capsys):
     without a word; --address without the Ray executor was ignored."""
     from rllab.cli import main
 
-    for n in ("0", "-2", "two"):
+    for n, words in (("0", "0: the number must be at least 1"), ("-2", "-2: the number must be at least 1"), ("two", "'two' is not a whole number")):
         with pytest.raises(SystemExit) as e:
             main(["suite", "s.toml", "--workers", n])
-        assert e.value.code == 2 and "--workers" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and "--workers" in err and words in err
     with pytest.raises(rllab.RllabError, match="workers must be a whole number of at least 1"):
         run_suite(suite(), directory=tmp_path / "s", workers=0, lab=lab, progress=False)
     with pytest.raises(rllab.RllabError, match="needs --executor ray"):
