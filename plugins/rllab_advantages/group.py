@@ -92,6 +92,20 @@ def _scores(where: str, token_rewards, mask, index, mask_scores: bool):
     return scores, counted, dtype
 
 
+def _group_scores(name: str, token_rewards, mask, index, mask_scores: bool):
+    """:func:`_scores` of the estimator ``name``, and the group statistics of its counted rows
+    (:func:`rllab.ops.group_stats`): ``(scores, counted, dtype, count, mean, std)``."""
+    scores, counted, dtype = _scores(f"advantage_estimator {name!r}", token_rewards, mask, index, mask_scores)
+    with torch.no_grad():
+        count, mean, std = ops.group_stats(scores, index.to(scores.device), valid=counted)
+    return scores, counted, dtype, count, mean, std
+
+
+def _centred(scores: torch.Tensor, count: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
+    """``s_i − mean_g`` (B,); a group of one has baseline 0."""
+    return scores - torch.where(count <= 1, ops.scalar_zero(scores), mean)
+
+
 def _group_ids(index: torch.Tensor, device: torch.device):
     """Contiguous group ids 0..n−1 for arbitrary integer ids: ``(inverse (B,), n)``."""
     _, inverse = torch.unique(index.to(device), return_inverse=True)
@@ -155,10 +169,8 @@ def grpo(*, token_rewards, mask, index, values=None, config: GRPOConfig):
     :param token_rewards: (B, T) float; :param mask: (B, T) bool; :param index: (B,) int group ids.
     :returns: ``(advantages, returns)``, both (B, T) and equal.
     """
-    where = "advantage_estimator 'grpo'"
-    scores, counted, _ = _scores(where, token_rewards, mask, index, config.mask_scores)
+    scores, counted, _, count, mean, std = _group_scores("grpo", token_rewards, mask, index, config.mask_scores)
     with torch.no_grad():
-        count, mean, std = ops.group_stats(scores, index.to(scores.device), valid=counted)
         single = count <= 1
         baseline = torch.where(single, scores if config.singleton == "zero" else ops.scalar_zero(scores), mean)
         advantage = scores - baseline
@@ -195,10 +207,8 @@ def rloo(*, token_rewards, mask, index, values=None, config: RLOOConfig):
     :param token_rewards: (B, T) float; :param mask: (B, T) bool; :param index: (B,) int group ids.
     :returns: ``(advantages, returns)``, both (B, T) and equal.
     """
-    where = "advantage_estimator 'rloo'"
-    scores, counted, _ = _scores(where, token_rewards, mask, index, config.mask_scores)
+    scores, _, _, count, mean, _ = _group_scores("rloo", token_rewards, mask, index, config.mask_scores)
     with torch.no_grad():
-        count, mean, _ = ops.group_stats(scores, index.to(scores.device), valid=counted)
         single = count <= 1
         loo = count / (count - 1).clamp(min=1) * (scores - mean)
         alone = scores if config.singleton == "score" else torch.zeros_like(scores)
@@ -227,12 +237,9 @@ def reinforce_plus_plus_baseline(*, token_rewards, mask, index, values=None, con
     :param token_rewards: (B, T) float; :param mask: (B, T) bool; :param index: (B,) int group ids.
     :returns: ``(advantages, returns)``, both (B, T) and equal.
     """
-    where = "advantage_estimator 'reinforce_plus_plus_baseline'"
-    scores, counted, _ = _scores(where, token_rewards, mask, index, config.mask_scores)
+    scores, _, _, count, mean, _ = _group_scores("reinforce_plus_plus_baseline", token_rewards, mask, index, config.mask_scores)
     with torch.no_grad():
-        count, mean, _ = ops.group_stats(scores, index.to(scores.device), valid=counted)
-        centred = scores - torch.where(count <= 1, ops.scalar_zero(scores), mean)
-        tokens, _ = _broadcast(centred, mask)
+        tokens, _ = _broadcast(_centred(scores, count, mean), mask)
         advantages = torch.where(mask, ops.masked_whiten(tokens, mask), ops.scalar_zero(tokens))
         return advantages, advantages.clone()
 
@@ -250,8 +257,7 @@ def opo(*, token_rewards, mask, index, values=None, config: MaskScoresConfig):
     :param token_rewards: (B, T) float; :param mask: (B, T) bool; :param index: (B,) int group ids.
     :returns: ``(advantages, returns)``, both (B, T) and equal.
     """
-    where = "advantage_estimator 'opo'"
-    scores, counted, dtype = _scores(where, token_rewards, mask, index, config.mask_scores)
+    scores, counted, dtype = _scores("advantage_estimator 'opo'", token_rewards, mask, index, config.mask_scores)
     with torch.no_grad():
         inverse, n = _group_ids(index, scores.device)
         length = mask.sum(dim=1).to(dtype)
@@ -282,15 +288,12 @@ def gpg(*, token_rewards, mask, index, values=None, config: GPGConfig):
     :param token_rewards: (B, T) float; :param mask: (B, T) bool; :param index: (B,) int group ids.
     :returns: ``(advantages, returns)``, both (B, T) and equal.
     """
-    where = "advantage_estimator 'gpg'"
-    scores, counted, dtype = _scores(where, token_rewards, mask, index, config.mask_scores)
+    scores, counted, dtype, count, mean, _ = _group_scores("gpg", token_rewards, mask, index, config.mask_scores)
     with torch.no_grad():
-        count, mean, _ = ops.group_stats(scores, index.to(scores.device), valid=counted)
         rows = counted.sum().to(dtype)
         nonzero = (counted & (scores != 0)).sum().to(dtype)
         alpha = rows / nonzero.clamp(min=1)
-        centred = scores - torch.where(count <= 1, ops.scalar_zero(scores), mean)
-        return _broadcast(alpha * centred / config.f_norm, mask)
+        return _broadcast(alpha * _centred(scores, count, mean) / config.f_norm, mask)
 
 
 # --------------------------------------------------------------------------- grpo pass@k
@@ -317,11 +320,9 @@ def grpo_passk(*, token_rewards, mask, index, values=None, config: PassKConfig):
     :param token_rewards: (B, T) float; :param mask: (B, T) bool; :param index: (B,) int group ids.
     :returns: ``(advantages, returns)``, both (B, T) and equal.
     """
-    where = "advantage_estimator 'grpo_passk'"
-    scores, counted, _ = _scores(where, token_rewards, mask, index, config.mask_scores)
+    scores, counted, _, count, _, std = _group_scores("grpo_passk", token_rewards, mask, index, config.mask_scores)
     with torch.no_grad():
         inverse, n = _group_ids(index, scores.device)
-        count, _, std = ops.group_stats(scores, index.to(scores.device), valid=counted)
         neg_inf = torch.tensor(float("-inf"), dtype=scores.dtype, device=scores.device)
         lowest = neg_inf.expand(n)
         candidates = torch.where(counted, scores, neg_inf)
