@@ -100,9 +100,9 @@ def counting_rows():
 
     rows, plain = [0], rr.score_unique
 
-    def counted(keys, ask, config):
+    def counted(keys, ask, config, report=None):
         rows[0] += len(keys)
-        return plain(keys, ask, config)
+        return plain(keys, ask, config, report)
 
     rr.score_unique = counted
     try:

@@ -648,3 +648,187 @@ def test_bad_judge_knobs_are_refused_naming_the_knob(knobs, key):
     with pytest.raises(ConfigError) as e:
         load_reward_function("llm_judge", knobs=knobs)
     assert e.value.key == key and key in str(e.value)
+
+
+# --------------------------------------------------------------------------- scores said as they come
+
+
+def test_each_rows_score_is_said_as_its_answer_comes_and_equals_what_the_call_returns():
+    import threading
+
+    from rllab.rollout.rewards import scores_as_known
+
+    prompts, answers, completions, want = _rows(12, distinct=6)
+    release = threading.Event()
+
+    def answer(path, body):
+        if body["response"] == "x" and body["label"] == "2":  # one slow row (rows 1 and 7 ask it)
+            release.wait(5)
+        return default_answer(path, body)
+
+    heard: dict = {}
+    with RewardStandIn(answer) as s:
+        fn = load_reward_function("remote", knobs={"url": s.url, **FAST})
+
+        def listen(row, value):
+            heard[row] = value
+            if len(heard) == 10:  # every row but the slow one's two, while its call is still out
+                release.set()
+
+        with scores_as_known(listen):
+            out = fn.batch(prompts=prompts, completions=completions, ground_truth=answers, columns=[{}] * 12,
+                           rows=[f"row {i}" for i in range(12)])
+    assert release.is_set() and out == want and heard == dict(enumerate(want))
+    assert len(s.bodies) == 6  # each distinct request once
+
+
+def test_a_reward_set_says_a_rows_weighted_or_combined_score_once_every_function_has_it(server):
+    from rllab.rollout.rewards import RewardSet, scores_as_known
+
+    server_url = server.url
+    kw = dict(prompts=["1+1=", "1+2="], completions=["2", "5"], ground_truth=["2", "3"], columns=[{}, {}], rows=["r0", "r1"])
+    one = RewardSet.load(["remote"], [0.5], knobs={"remote": {"url": server_url, **FAST}})
+    heard: list = []
+    with scores_as_known(lambda i, v: heard.append((i, v))):
+        out = one.score(**kw)
+    assert out == [0.5, 0.0] and sorted(heard) == [(0, 0.5), (1, 0.0)]
+    forget()
+    two = RewardSet.load(["exact", "remote"], knobs={"remote": {"url": server_url, **FAST}})
+    heard.clear()
+    with scores_as_known(lambda i, v: heard.append((i, v))):
+        out = two.score(**kw)
+    assert out == [{"exact": 1.0, "remote": 1.0}, {"exact": 0.0, "remote": 0.0}]
+    assert sorted(heard, key=lambda x: x[0]) == list(enumerate(out))  # each row once, as returned
+
+
+def test_a_request_another_thread_is_asking_is_waited_for_not_sent_again():
+    import threading
+
+    prompts, answers, completions, want = _rows(8)
+    with RewardStandIn(latency_s=0.2) as s:
+        knobs = {"url": s.url, **FAST}
+        outs: dict = {}
+
+        def call(name, rows):
+            outs[name] = score("remote", knobs, [completions[i] for i in rows], [answers[i] for i in rows],
+                               [prompts[i] for i in rows])
+
+        a = threading.Thread(target=call, args=("a", range(0, 6)))
+        a.start()
+        time.sleep(0.05)  # a's requests are out
+        call("b", range(3, 8))  # 3, 4, 5 are a's: b sends 6 and 7 only
+        a.join()
+    assert outs["a"] == want[0:6] and outs["b"] == want[3:8]
+    assert sorted(s.calls.values()) == [1] * 8
+
+
+class SlowTask:
+    """Answers right when equal to the example's; says each score as it goes, the answers in
+    ``slow`` only once ``release`` is set (a reward service's slowest answers)."""
+
+    def __init__(self, slow=()):
+        import threading
+
+        self.slow, self.release, self.batches = set(slow), threading.Event(), []
+
+    def reward_batch(self, examples, completions, *, completion_ids=None):
+        from rllab.rollout.rewards import report_score
+
+        self.batches.append(list(completions))
+        out = [1.0 if c == e.answer else 0.0 for e, c in zip(examples, completions)]
+        for i, c in enumerate(completions):
+            if c not in self.slow:
+                report_score(i, out[i])
+        assert self.release.wait(5)
+        return out
+
+
+def test_a_probe_is_known_below_or_at_the_target_before_its_slowest_answer_comes():
+    from rllab.models.supervised import ProbeScores, solved_rates
+    from rllab.types import Example
+
+    examples = [Example(prompt=f"{i}+1=", answer=str(i + 1)) for i in range(4)]
+    task = SlowTask(slow={"slow"})
+    scores = ProbeScores(task, examples)
+    first = scores.submit(["1", "0", "0", "slow"])  # 1 solved, 2 not, 1 out: at most 2/4
+    assert first.verdict(0.75) == "below" and not task.release.is_set()
+    second = scores.submit(["1", "2", "3", "slow"])  # 3 solved already: reached, whatever the slow one says
+    assert second.verdict(0.5) == "reached"
+    assert task.batches == [["1", "0", "0", "slow"], ["2", "3"]]  # "slow" (row 3) is out already: not asked again
+    task.release.set()
+    assert [first.accuracy(), second.accuracy()] == [0.25, 0.75]
+    assert first.verdict(0.75) == "done"
+    # the same rates and answers as one probe at a time
+    again = SlowTask(slow={"slow"})
+    again.release.set()
+    assert solved_rates(again, examples, [["1", "0", "0", "slow"]], scored := {}) + solved_rates(
+        again, examples, [["1", "2", "3", "slow"]], scored) == [0.25, 0.75]
+    assert again.batches == task.batches
+
+
+def test_a_probe_with_no_answer_yet_waits_and_one_whose_every_answer_fails_raises():
+    from rllab.errors import RewardError
+    from rllab.models.supervised import ProbeScores
+    from rllab.types import Example
+
+    examples = [Example(prompt=f"{i}+1=", answer=str(i + 1)) for i in range(2)]
+    task = SlowTask(slow={"a", "b"})
+    probe = ProbeScores(task, examples).submit(["a", "b"])
+    import threading
+
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(probe.verdict(0.5)))
+    t.start()
+    t.join(0.3)
+    assert t.is_alive() and not seen  # nothing known: no verdict
+    task.release.set()
+    t.join(5)
+    assert seen == ["done"] and probe.accuracy() == 0.0
+
+    class Broken:
+        def reward_batch(self, examples, completions, *, completion_ids=None):
+            raise RuntimeError("down")
+
+        def reward(self, example, completion):
+            raise RuntimeError("down")
+
+    probe = ProbeScores(Broken(), examples).submit(["1", "2"])
+    assert probe.verdict(0.5) == "done"  # never "below": a probe whose every answer fails ends the warm start
+    with pytest.raises(RewardError, match="failed on every one of the 2 examples"):
+        probe.accuracy()
+
+
+@pytest.mark.parametrize("target", [None, 0.3])
+def test_the_warm_start_against_a_flaky_service_is_the_one_against_a_healthy_one(tmp_path, target):
+    """Same model, same metrics, the same requests (and only the failed ones again): probes
+    scored while others are out change nothing, with a target reached early or none."""
+    pytest.importorskip("datasets")
+    import hashlib
+
+    import torch
+
+    from rllab.models.tiny import TinyModelConfig, WarmStartConfig, build_tiny_model, warm_start
+    from rllab_tasks.dataset import DatasetConfig, DatasetTask
+
+    def answer(path, body):  # about half the answers right, whatever the model says
+        return 200, float(hashlib.md5(json.dumps(body, sort_keys=True).encode()).digest()[0] % 2)
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(40)))
+    runs = []
+    for flaky in (None, (3, 503, {})):
+        forget()
+        model, tok = build_tiny_model(TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1))
+        with RewardStandIn(answer, flaky=flaky) as s:
+            task = DatasetTask(DatasetConfig(path=str(data), rewards=("remote",), eval_fraction=0.2,
+                                             reward_knobs=json.dumps({"remote": {"url": s.url, **FAST}})))
+            config = WarmStartConfig(steps=8, batch_size=8, check_every=2, probe_size=16, target_accuracy=target,
+                                     eval_limit=8, eval_max_new_tokens=3)
+            metrics = warm_start(model, tok, task, config)
+        runs.append((metrics, model.state_dict(), s))
+    (m0, w0, healthy), (m1, w1, flaky) = runs
+    assert m0["warm/steps"] == (8 if target is None else 2)  # 0.3: the first probe (about half right) reaches it
+    assert {k: v for k, v in m0.items() if "seconds" not in k} == {k: v for k, v in m1.items() if "seconds" not in k}
+    assert all(torch.equal(w0[k], w1[k]) for k in w0)
+    assert set(flaky.calls) == set(healthy.calls) and set(healthy.calls.values()) == {1}
+    assert flaky.failed > 0 and sum(flaky.calls.values()) == len(healthy.calls) + flaky.failed

@@ -20,7 +20,9 @@ Both share :class:`~rllab_tasks.reward_service.HttpKnobs` (timeout, retries with
 backoff and jitter, each request on its own, a process-wide rate limit per URL, concurrency,
 headers, the remembered scores). Identical requests of a call are sent once and their score given
 to every row that asked it; a request the process has scored before (``cache_size``; by default
-``remote`` remembers, ``llm_judge`` does not) is not sent again. An answer without a usable score raises, naming the function, the URL and the answer, and
+``remote`` remembers, ``llm_judge`` does not), or that another thread is asking at that moment
+(when it remembers), is not sent again. Each row's score is said as soon as its answer is in
+(:func:`rllab.rollout.rewards.report_score`), to a caller that listens. An answer without a usable score raises, naming the function, the URL and the answer, and
 counts as a reward error under ``rollout.reward_errors``.
 """
 
@@ -37,6 +39,8 @@ from typing import Any, Sequence
 import attrs
 
 import rllab
+
+from rllab.rollout.rewards import report_score
 
 from .reward_service import HttpKnobs, RewardServiceError, ask_all, check_url, score_unique
 from .rewards import text_of
@@ -123,12 +127,21 @@ def remote(*, prompts, completions, ground_truth, config: RemoteConfig, **column
             raise RewardServiceError(f"{where}: {len(rows)} completions were sent in one POST (batching = {config.batching!r}) but the answer is {got}, not a list of {len(rows)} scores")
         return [_pick(a, config.score_key, where) for a in answer]
 
-    def ask(indices: list[int]) -> list[Any]:
-        answers = ask_all(config.url, [bodies[j] for j in indices], config, who="remote reward")
-        return [a if isinstance(a, RewardServiceError) else _parsed(scores, groups[j], a) for j, a in zip(indices, answers)]
+    def ask(indices: list[int], answered) -> list[Any]:
+        def parsed(k: int, answer: Any) -> Any:
+            return answer if isinstance(answer, RewardServiceError) else _parsed(scores, groups[indices[k]], answer)
+
+        answers = ask_all(config.url, [bodies[j] for j in indices], config, who="remote reward",
+                          on_answer=lambda k, answer: answered(k, parsed(k, answer)))
+        return [parsed(k, a) for k, a in enumerate(answers)]
+
+    def said(j: int, got: Any) -> None:  # a request's scores, as soon as known, to a caller that listens
+        if not isinstance(got, RewardServiceError):
+            for i, x in zip(groups[j], got):
+                report_score(i, x)
 
     out = [0.0] * len(items)
-    for rows, got in zip(groups, score_unique([_key(b) for b in bodies], ask, config)):
+    for rows, got in zip(groups, score_unique([_key(b) for b in bodies], ask, config, report=said)):
         if isinstance(got, RewardServiceError):
             raise got
         for i, s in zip(rows, got):
@@ -282,11 +295,16 @@ def llm_judge(*, prompts, completions, ground_truth, config: JudgeConfig, **colu
             raise RewardServiceError(f"{where}: the answer {_short(answer)} has no {need}{hint}")
         return judge_score(text, config, where)
 
-    def ask(indices: list[int]) -> list[Any]:
-        answers = ask_all(url, [body(questions[j]) for j in indices], config, who="llm_judge reward")
-        return [a if isinstance(a, RewardServiceError) else _parsed(score, a) for a in answers]
+    def ask(indices: list[int], answered) -> list[Any]:
+        def parsed(answer: Any) -> Any:
+            return answer if isinstance(answer, RewardServiceError) else _parsed(score, answer)
 
-    out = score_unique(questions, ask, config)
+        answers = ask_all(url, [body(questions[j]) for j in indices], config, who="llm_judge reward",
+                          on_answer=lambda k, answer: answered(k, parsed(answer)))
+        return [parsed(a) for a in answers]
+
+    out = score_unique(questions, ask, config,
+                       report=lambda i, got: None if isinstance(got, RewardServiceError) else report_score(i, got))
     for got in out:
         if isinstance(got, RewardServiceError):
             raise got

@@ -267,7 +267,7 @@ def failing_streak(knobs: HttpKnobs) -> float:
 
 def ask_all(url: str, bodies: Sequence[Any], knobs: HttpKnobs, *, who: str, sleep: Callable[[float], None] = time.sleep,
             clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None,
-            waits: list | None = None) -> list[Any]:
+            waits: list | None = None, on_answer: Callable[[int, Any], None] | None = None) -> list[Any]:
     """POST each of ``bodies`` to ``url``; per body its decoded JSON answer, or the
     :class:`RewardServiceError` it ended in (returned, not raised: every body is seen through).
 
@@ -278,7 +278,8 @@ def ask_all(url: str, bodies: Sequence[Any], knobs: HttpKnobs, *, who: str, slee
     an answer, so that an outage costs a few requests' retries rather than every row's. A request
     that used up its ``retries`` marks the URL down for ``cooldown_s``, and the requests not yet
     answered then fail at once. ``waits``, when given, receives ``(index, attempt, seconds)``
-    for each wait scheduled."""
+    for each wait scheduled; ``on_answer(index, answer)``, when given, hears each body's answer
+    (or the error it ended in) as soon as it has it, in the calling thread."""
     n = len(bodies)
     out: list[Any] = [None] * n
     down = _down(url, knobs, clock)
@@ -300,6 +301,8 @@ def ask_all(url: str, bodies: Sequence[Any], knobs: HttpKnobs, *, who: str, slee
         if kind != "retry":  # an answer, good or bad: the server is there
             out[i] = value
             streak = 0
+            if on_answer is not None:
+                on_answer(i, value)
             return
         streak += 1
         if attempt < knobs.retries:
@@ -370,12 +373,15 @@ def post_json(url: str, body: Any, knobs: HttpKnobs, *, who: str, sleep: Callabl
 
 class ScoreCache:
     """What the process remembers of a reward function's requests: key → score (or the error a
-    request ended in that asking again would not change), the ``size`` most recently used."""
+    request ended in that asking again would not change), the ``size`` most recently used; and,
+    with ``size`` > 0, the requests being asked now (``pending``: key → :class:`Asking`), which
+    another call (another thread) waits for rather than sends again."""
 
     def __init__(self, size: int):
         self.size = size
         self.data: OrderedDict = OrderedDict()
         self.lock = threading.Lock()
+        self.pending: dict[Any, Asking] = {}
 
     def get(self, key: Any) -> Any:
         with self.lock:
@@ -392,6 +398,22 @@ class ScoreCache:
             self.data.move_to_end(key)
             while len(self.data) > self.size:
                 self.data.popitem(last=False)
+
+
+class Asking:
+    """A request one call is asking: another call waits for its :attr:`value` (:meth:`wait`)."""
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.value: Any = None
+
+    def settle(self, value: Any) -> None:
+        self.value = value
+        self.done.set()
+
+    def wait(self) -> Any:
+        self.done.wait()
+        return self.value
 
 
 _CACHES: dict[Any, ScoreCache] = {}
@@ -413,20 +435,63 @@ def forget() -> None:
         _DOWN.clear()
 
 
-def score_unique(keys: Sequence[str], ask: Callable[[list[int]], list[Any]], config: Any) -> list[Any]:
+def score_unique(keys: Sequence[str], ask: Callable[[list[int], Callable[[int, Any], None]], list[Any]], config: Any,
+                 report: Callable[[int, Any], None] | None = None) -> list[Any]:
     """Per row, its score (or the error it ended in), ``keys[i]`` naming row i's request: each
-    distinct request is asked once — ``ask(indices)`` asks for the rows ``indices``, one row per
-    distinct request, and returns their results in order — and those the process remembers
-    (``config.cache_size``; a transient error is not remembered) not at all."""
+    distinct request is asked once — ``ask(indices, answered)`` asks for the rows ``indices``, one
+    row per distinct request, returns their results in order, and may call ``answered(k, result)``
+    as soon as the k-th is known — and those the process remembers (``config.cache_size``; a
+    transient error is not remembered) not at all. With ``cache_size`` > 0 a request that another
+    call is asking at this moment (another thread) is not sent again: this call waits for that
+    answer, whatever it is, as it would have found it remembered had the other call ended first.
+    ``report(i, result)``, when given, hears each row's result as soon as it is known (in the
+    calling thread), once."""
     cache = cache_for(config)
     keys = [hashlib.blake2b(k.encode(), digest_size=16).digest() for k in keys]  # 16 bytes a request, however long
-    first: dict[bytes, int] = {}
+    rows: dict[bytes, list[int]] = {}
     for i, k in enumerate(keys):
-        first.setdefault(k, i)
-    known = {k: cache.get(k) for k in first}
-    todo = [k for k in first if known[k] is None]
-    for k, value in zip(todo, ask([first[k] for k in todo]) if todo else []):
-        known[k] = value
-        if not (isinstance(value, RewardServiceError) and value.transient):
-            cache.put(k, value)
+        rows.setdefault(k, []).append(i)
+    known: dict[bytes, Any] = {}
+    todo: list[bytes] = []
+    elsewhere: dict[bytes, Asking] = {}  # asked by another call now
+    with cache.lock:
+        for k in rows:
+            if k in cache.data:
+                cache.data.move_to_end(k)
+                known[k] = cache.data[k]
+            elif k in cache.pending:
+                elsewhere[k] = cache.pending[k]
+            else:
+                todo.append(k)
+                if cache.size > 0:
+                    cache.pending[k] = Asking()
+    told: set[bytes] = set()
+
+    def tell(k: bytes, value: Any) -> None:
+        if report is not None and k not in told:
+            told.add(k)
+            for i in rows[k]:
+                report(i, value)
+
+    for k, value in known.items():
+        tell(k, value)
+    got: list[Any] = []
+    try:
+        got = ask([rows[k][0] for k in todo], lambda j, value: tell(todo[j], value)) if todo else []
+    finally:
+        for k, value in zip(todo, got):
+            known[k] = value
+            if not (isinstance(value, RewardServiceError) and value.transient):
+                cache.put(k, value)
+        with cache.lock:
+            for j, k in enumerate(todo):
+                asking = cache.pending.pop(k, None)
+                if asking is not None:  # a call waiting for it hears the answer, or why there is none
+                    asking.settle(got[j] if j < len(got) else RewardServiceError(
+                        "the call that was asking this request stopped before its answer", transient=True))
+    for k in todo:
+        tell(k, known[k])
+    for k, asking in elsewhere.items():
+        known[k] = asking.wait()
+        tell(k, known[k])
     return [known[k] for k in keys]

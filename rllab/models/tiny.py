@@ -26,6 +26,7 @@ existing local HF model directory works the same way::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -42,8 +43,8 @@ from rllab.records import provenance
 from rllab.rollout.chat import PromptRenderer
 from rllab.members import member
 from rllab.models.supervised import (  # noqa: F401  (re-exported: the warm start's building blocks)
-    demonstration_loss, encode_demonstrations, evaluate_greedy, greedy_accuracy, greedy_answers, greedy_completions,
-    is_environment, solved_rates,
+    ProbeScores, demonstration_loss, encode_demonstrations, evaluate_greedy, greedy_accuracy, greedy_answers,
+    greedy_completions, is_environment, solved_rates,
 )
 from rllab.models.tinyconfig import TinyModelConfig, WarmStartConfig  # noqa: F401  (re-exported: the model's and warm start's knobs)
 from rllab.models.progress import warm_start_progress
@@ -226,7 +227,9 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
     rng = torch.Generator().manual_seed(config.seed)
     probe = task.train_examples(config.probe_size, torch.Generator().manual_seed(config.seed + 1))
     losses: list[float] = []
-    scored: dict = {}  # the probe's rewards so far: an answer that did not change is not scored again
+    scores = ProbeScores(task, probe, renderer)  # the probes' rewards: an answer that did not change is not scored again
+    last = None  # the last probe taken: (its step, its ProbeScores.Probe)
+    bar = contextlib.ExitStack()  # the progress bar, open until the last probe's accuracy is in
     if config.steps > 0:
         model.train()
         opt = torch.optim.AdamW(
@@ -266,34 +269,51 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
                 else:
                     advance(step, losses[-1], None)
 
-        with warm_start_progress(progress, config.steps, config.target_accuracy) as advance:
-            ahead = TrainAhead(probes(), depth=PROBES_AHEAD)
-            try:
-                for step, answers, saved in ahead:
-                    # scored while the next steps train (a reward service's answers then cost no
-                    # training time); one probe at a time, so that no answer of a probe after the
-                    # one that ends the warm start is ever sent
-                    acc = solved_rates(task, probe, [answers], scored, renderer)[0]
-                    metrics["warm/steps"], metrics["warm/probe_accuracy"] = step, acc
-                    if config.target_accuracy is not None and acc >= config.target_accuracy:
-                        ahead.stop()
-                        if saved is not None:  # the steps trained ahead are undone: the model is the one probed
-                            model.load_state_dict(saved)
-                            del losses[step:]
-                        advance(step, losses[-1], acc)
-                        break
-                    advance(len(losses), losses[-1], acc)
-            finally:
-                ahead.stop()
+        advance = bar.enter_context(warm_start_progress(progress, config.steps, config.target_accuracy))
+        shown: list = []  # probes taken whose accuracy the bar has not shown: (steps trained then, the loss then, the probe)
+
+        def show(every: bool) -> None:
+            """The probes' accuracies on the bar, in order, as far as they are scored (``every``: waiting for them)."""
+            while shown and (every or shown[0][2].finished):
+                at, loss, p = shown.pop(0)
+                advance(at, loss, p.accuracy())
+
+        ahead = TrainAhead(probes(), depth=PROBES_AHEAD)
+        try:
+            for step, answers, saved in ahead:
+                # scored in a thread of its own while the next steps train (a reward service's
+                # answers then cost no training time); the next probe's answers are sent as soon as
+                # this one is sure to stay below the target, its slowest answers still out, and none
+                # of a probe after the one that ends the warm start
+                p = scores.submit(answers)
+                last = (step, p)
+                verdict = p.verdict(config.target_accuracy)
+                if verdict == "done" and config.target_accuracy is not None:
+                    verdict = "reached" if p.accuracy() >= config.target_accuracy else "below"
+                if verdict == "reached":
+                    ahead.stop()
+                    if saved is not None:  # the steps trained ahead are undone: the model is the one probed
+                        model.load_state_dict(saved)
+                        del losses[step:]
+                    shown.append((step, losses[-1], p))
+                    break
+                shown.append((len(losses), losses[-1], p))
+                show(every=False)
+        finally:
+            ahead.stop()
         model.eval()
         tail = losses[-config.check_every :]
         metrics["warm/loss_first"] = losses[0]
         metrics["warm/loss"] = sum(tail) / len(tail)
-    metrics["warm/train_seconds"] = time.perf_counter() - t0
-    if config.eval_limit > 0:
-        metrics["warm/eval_accuracy"] = evaluate_greedy(
-            model, tokenizer, task, limit=config.eval_limit, max_new_tokens=config.eval_max_new_tokens, renderer=renderer
-        )
+    with bar:
+        metrics["warm/train_seconds"] = time.perf_counter() - t0
+        if config.eval_limit > 0:  # while the last probe's slowest answers are still out
+            metrics["warm/eval_accuracy"] = evaluate_greedy(
+                model, tokenizer, task, limit=config.eval_limit, max_new_tokens=config.eval_max_new_tokens, renderer=renderer
+            )
+        if last is not None:
+            show(every=True)
+            metrics["warm/steps"], metrics["warm/probe_accuracy"] = last[0], last[1].accuracy()
     metrics["warm/seconds"] = time.perf_counter() - t0
     return metrics
 

@@ -29,6 +29,11 @@ rollout stage sums as ``Σ_k w_k·r_k`` and that ``gdpo`` / ``normalize_then_sum
 one. A function that raises, returns NaN/inf, the wrong number of values or a value that is not a
 number raises :class:`RewardFunctionError`, naming the function and the row; the rollout stage
 then follows ``rollout.reward_errors``.
+
+A reward function that learns its rows' scores one at a time (one that asks a service, row by
+row) may say each as it comes with :func:`report_score`; a caller that listens
+(:func:`scores_as_known`, e.g. the warm start, which may send its next probe once this one cannot
+end it) hears it before the call returns. What is said must be what the call returns for that row.
 """
 
 from __future__ import annotations
@@ -62,6 +67,31 @@ def resolving_with(lab: Any):
         yield
     finally:
         _LAB.reset(token)
+
+
+_SCORES: contextvars.ContextVar = contextvars.ContextVar("rllab_reward_scores", default=None)
+
+
+@contextlib.contextmanager
+def scores_as_known(listener: Callable[[int, Any], None] | None):
+    """Within the block, ``listener(row, score)`` hears each score a reward function says with
+    :func:`report_score` as soon as it is known (``row``: its index in the call, the score the one
+    the call will return for it); a row may be said nothing, its score then comes with the call's
+    return. None: nobody listens (within a listening block too)."""
+    token = _SCORES.set(listener)
+    try:
+        yield
+    finally:
+        _SCORES.reset(token)
+
+
+def report_score(row: int, score: Any) -> None:
+    """Say row ``row``'s score (its index in this call of the reward function) before the call
+    returns, to a caller that listens (:func:`scores_as_known`); nothing when none does. Say only
+    the score the call will return for that row."""
+    listener = _SCORES.get()
+    if listener is not None:
+        listener(row, score)
 
 
 class RewardFunctionError(RllabError, ValueError):
@@ -144,7 +174,8 @@ class RewardFunction:
         """
         n = len(completions)
         if self.style == "verl":
-            return [self._verl(prompts[i], completions[i], ground_truth[i], columns[i], rows[i]) for i in range(n)]
+            with scores_as_known(None):  # one row a call: its row 0 is not the batch's
+                return [self._verl(prompts[i], completions[i], ground_truth[i], columns[i], rows[i]) for i in range(n)]
         chat = [not isinstance(p, str) for p in prompts]
         kwargs: dict[str, Any] = {
             "prompts": [[dict(m) for m in p] if c else p for p, c in zip(prompts, chat)],
@@ -165,10 +196,11 @@ class RewardFunction:
         except Exception as e:
             if n == 1:
                 raise RewardFunctionError(f"{where} raised on {rows[0]}: {type(e).__name__}: {e}") from e
-            for i in range(n):  # find the row: score each alone
+            for i in range(n):  # find the row: score each alone (what it says of its row 0 is not row 0's)
                 one = {k: v[i : i + 1] if isinstance(v, list) else v for k, v in kwargs.items()}
                 try:
-                    self.fn(**self._kwargs(one))
+                    with scores_as_known(None):
+                        self.fn(**self._kwargs(one))
                 except Exception as e1:
                     raise RewardFunctionError(f"{where} raised on {rows[i]}: {type(e1).__name__}: {e1}") from e1
             raise RewardFunctionError(f"{where} raised on a batch of {n} rows: {type(e).__name__}: {e}") from e
@@ -339,17 +371,36 @@ class RewardSet:
         self, *, prompts: Sequence[Any], completions: Sequence[str], ground_truth: Sequence[Any],
         columns: Sequence[Mapping[str, Any]], rows: Sequence[str], completion_ids: Sequence[Sequence[int]] | None = None,
     ) -> list[float | dict[str, float]]:
-        """Per completion: ``w·r`` with one function, else a dict name → r (None scored 0)."""
-        per_fn = [
-            f.batch(prompts=prompts, completions=completions, ground_truth=ground_truth, columns=columns, rows=rows,
-                    completion_ids=completion_ids)
-            for f in self.functions
-        ]
-        out: list[float | dict[str, float]] = []
-        for i in range(len(completions)):
-            values = [0.0 if col[i] is None else col[i] for col in per_fn]
-            out.append(self.weights[0] * values[0] if len(values) == 1 else dict(zip(self.names, values)))
-        return out
+        """Per completion: ``w·r`` with one function, else a dict name → r (None scored 0).
+
+        A caller that listens (:func:`scores_as_known`) hears each completion's score as soon as
+        every function's value for it is known (said by the function, or returned by it)."""
+        listener = _SCORES.get()
+        known: list[dict[int, float | None]] = [{} for _ in completions]
+
+        def tell(k: int, i: int, value: Any) -> None:
+            if listener is None or not 0 <= i < len(known) or k in known[i]:
+                return
+            try:
+                known[i][k] = _number(value, "", "")
+            except RewardFunctionError:
+                return  # not a score: the call's return says what it is
+            if len(known[i]) == len(self.functions):
+                listener(i, self._combined([known[i][j] for j in range(len(self.functions))]))
+
+        per_fn = []
+        for k, f in enumerate(self.functions):
+            with scores_as_known(None if listener is None else lambda i, value, k=k: tell(k, i, value)):
+                per_fn.append(f.batch(prompts=prompts, completions=completions, ground_truth=ground_truth, columns=columns,
+                                      rows=rows, completion_ids=completion_ids))
+            for i, value in enumerate(per_fn[-1]):  # what it did not say: its return
+                tell(k, i, value)
+        return [self._combined([col[i] for col in per_fn]) for i in range(len(completions))]
+
+    def _combined(self, values: Sequence[float | None]) -> float | dict[str, float]:
+        """One completion's score from its K functions' values (None scored 0)."""
+        values = [0.0 if v is None else v for v in values]
+        return self.weights[0] * values[0] if len(values) == 1 else dict(zip(self.names, values))
 
 
 def on_last_model_token(episode, reward: float) -> tuple[float, ...]:
