@@ -23,7 +23,7 @@ from pathlib import Path
 import attrs
 
 import rllab
-from rllab_loggers.trackers import final_model, flatten, numbers, require
+from rllab_loggers.trackers import final_model, flatten, numbers, require, run_directory, trace_rows, traces_knob
 
 RUN_ID_FILE = "mlflow_run_id"
 """The file in the run directory that keeps the MLflow run id, so a resumed run continues it."""
@@ -44,10 +44,7 @@ class MlflowConfig:
     experiment: str = rllab.knob("rllab", help="the MLflow experiment (created when missing)")
     run_name: str = rllab.knob("", help="the run's name ('' = the run directory's name)")
     log_model: bool = rllab.knob(False, help="copy the final model's files (adapter or checkpoint) into the run's artifacts under model/")
-    traces: int = rllab.knob(
-        4, help="samples of each training step added to the run's artifact traces.json, a table in MLflow's "
-        "{columns, data} form (round-robin over the step's groups, as the traces logger); 0: none", ge=0,
-    )
+    traces: int = traces_knob("added to the run's artifact traces.json, a table in MLflow's {columns, data} form")
 
 
 class MlflowLogger:
@@ -59,8 +56,7 @@ class MlflowLogger:
         from mlflow.tracking import MlflowClient
 
         self.config = config
-        self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir = run_directory(run_dir)
         uri = config.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or (self.run_dir / "mlruns").resolve().as_uri()
         if uri.startswith("file:") or "://" not in uri:
             os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # see the module's docstring
@@ -107,7 +103,7 @@ class MlflowLogger:
         import json
         import tempfile
 
-        from rllab_loggers.traces import TABLE_COLUMNS, step_records, table_row
+        from rllab_loggers.traces import TABLE_COLUMNS
 
         if self._trace_rows is None:  # first call: what an earlier part of this run logged, up to this step
             self._trace_rows = []
@@ -117,9 +113,8 @@ class MlflowLogger:
                 self._trace_rows = [r for r in old["data"] if r[0] < step]
             except Exception:  # noqa: BLE001  (no such artifact yet: a new run)
                 pass
-        self._trace_rows += [table_row(rec) for rec in step_records(
-            step=step, episodes=episodes, batch=batch, advantages=advantages, trainer_log_prob=trainer_log_prob,
-            tokenizer=tokenizer, n=self.config.traces)]
+        self._trace_rows += trace_rows(self.config.traces, step=step, episodes=episodes, batch=batch, advantages=advantages,
+                                       trainer_log_prob=trainer_log_prob, tokenizer=tokenizer)
         self.client.log_dict(self.run_id, {"columns": list(TABLE_COLUMNS), "data": self._trace_rows}, "traces.json")
 
     def close(self) -> None:

@@ -1,5 +1,6 @@
-"""What the experiment trackers (Weights & Biases, MLflow) share: importing the optional library,
-flattening the config into parameters, and finding the run's final model at the end.
+"""What the experiment trackers (Weights & Biases, MLflow, Trackio) share: importing the optional
+library, the run directory, flattening the config into parameters, the ``traces`` knob and its
+table rows, and finding the run's final model at the end.
 
 A run writes ``final.json`` and its last checkpoint (and, with LoRA, ``adapter/``) before its
 loggers close, so a tracker's ``close`` tells a finished run (those files present) from one that
@@ -28,6 +29,30 @@ def require(module: str, *, logger: str, extra: str):
             f"the {logger!r} logger needs the {module} package, which is not installed: pip install 'rllab[{extra}]' "
             f"(or remove {logger!r} from loggers)"
         ) from e
+
+
+def run_directory(run_dir) -> Path:
+    """``run_dir``, absolute (the paths a tracker keeps must not depend on the working directory, and
+    a tracker's service process has one of its own), created if missing."""
+    path = Path(run_dir).absolute()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def traces_knob(kept: str):
+    """The ``traces`` knob of a tracker: how many of each training step's samples it keeps, and
+    ``kept`` says where (``"added to the run's 'traces' table"``)."""
+    return rllab.knob(
+        4, help=f"samples of each training step {kept} (round-robin over the step's groups, as the traces logger); 0: none", ge=0,
+    )
+
+
+def trace_rows(n: int, **samples) -> list[list]:
+    """The table rows (columns :data:`rllab_loggers.traces.TABLE_COLUMNS`) of ``n`` of a step's
+    samples, given as ``on_step_samples`` gives them (but ``run_dir``), picked as the traces logger picks."""
+    from rllab_loggers.traces import step_records, table_row
+
+    return [list(table_row(rec)) for rec in step_records(**samples, n=n)]
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:

@@ -21,7 +21,7 @@ from pathlib import Path
 import attrs
 
 import rllab
-from rllab_loggers.trackers import final_model, flatten, numbers, require
+from rllab_loggers.trackers import final_model, flatten, numbers, require, run_directory, trace_rows, traces_knob
 
 RUN_NAME_FILE = "trackio_run"
 """The file in the run directory that keeps the Trackio run's name, so a resumed run continues it."""
@@ -34,10 +34,7 @@ class TrackioConfig:
     project: str = rllab.knob("rllab", help="the Trackio project (one SQLite file in Trackio's directory)")
     run_name: str = rllab.knob("", help="the run's name ('' = the run directory's name and a short id)")
     group: str = rllab.knob("", help="the run group ('' = none)")
-    traces: int = rllab.knob(
-        4, help="samples of each training step logged as its 'traces' table (round-robin over the step's groups, as the "
-        "traces logger); 0: none", ge=0,
-    )
+    traces: int = traces_knob("logged as its 'traces' table")
 
 
 class TrackioLogger:
@@ -46,8 +43,7 @@ class TrackioLogger:
     def __init__(self, config: TrackioConfig, run_dir: Path):
         self.trackio = require("trackio", logger="trackio", extra="trackio")
         self.config = config
-        self.run_dir = Path(run_dir).absolute()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir = run_directory(run_dir)
         name_file = self.run_dir / RUN_NAME_FILE
         if name_file.is_file():
             self.name = name_file.read_text().strip()
@@ -79,11 +75,10 @@ class TrackioLogger:
         """With ``traces > 0``: that many of the step's samples as the step's ``traces`` table."""
         if not self.config.traces:
             return
-        from rllab_loggers.traces import TABLE_COLUMNS, step_records, table_row
+        from rllab_loggers.traces import TABLE_COLUMNS
 
-        rows = [list(table_row(rec)) for rec in step_records(step=step, episodes=episodes, batch=batch, advantages=advantages,
-                                                             trainer_log_prob=trainer_log_prob, tokenizer=tokenizer,
-                                                             n=self.config.traces)]
+        rows = trace_rows(self.config.traces, step=step, episodes=episodes, batch=batch, advantages=advantages,
+                          trainer_log_prob=trainer_log_prob, tokenizer=tokenizer)
         self._started().log({"traces": self.trackio.Table(columns=list(TABLE_COLUMNS), data=rows)}, step=int(step))
 
     def close(self) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import attrs
 
 import rllab
-from rllab_loggers.trackers import final_model, require
+from rllab_loggers.trackers import final_model, require, run_directory, trace_rows, traces_knob
 
 RUN_ID_FILE = "wandb_run_id"
 """The file in the run directory that keeps the wandb run id, so a resumed run continues it."""
@@ -40,10 +40,7 @@ class WandbConfig:
         "'disabled': log nothing", choices=("offline", "online", "disabled"),
     )
     log_model: bool = rllab.knob(False, help="store the final model's files (adapter or checkpoint) as a 'model' artifact")
-    traces: int = rllab.knob(
-        4, help="samples of each training step added to the run's 'traces' table (an incremental wandb.Table that keeps "
-        "every step's rows; round-robin over the step's groups, as the traces logger); 0: none", ge=0,
-    )
+    traces: int = traces_knob("added to the run's 'traces' table, an incremental wandb.Table that keeps every step's rows")
 
 
 class WandbLogger:
@@ -52,8 +49,7 @@ class WandbLogger:
     def __init__(self, config: WandbConfig, run_dir: Path):
         self.wandb = require("wandb", logger="wandb", extra="wandb")
         self.config = config
-        self.run_dir = Path(run_dir).absolute()  # wandb's service process has a working directory of its own
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir = run_directory(run_dir)
         id_file = self.run_dir / RUN_ID_FILE
         run_id = id_file.read_text().strip() if id_file.is_file() else uuid.uuid4().hex[:12]
         if config.mode == "offline":
@@ -81,13 +77,13 @@ class WandbLogger:
         """With ``traces > 0``: that many of the step's samples as rows of the incremental ``traces`` table."""
         if not self.config.traces:
             return
-        from rllab_loggers.traces import TABLE_COLUMNS, step_records, table_row
+        from rllab_loggers.traces import TABLE_COLUMNS
 
         if self._table is None:
             self._table = self.wandb.Table(columns=list(TABLE_COLUMNS), log_mode="INCREMENTAL")
-        for rec in step_records(step=step, episodes=episodes, batch=batch, advantages=advantages,
-                                trainer_log_prob=trainer_log_prob, tokenizer=tokenizer, n=self.config.traces):
-            self._table.add_data(*table_row(rec))
+        for row in trace_rows(self.config.traces, step=step, episodes=episodes, batch=batch, advantages=advantages,
+                              trainer_log_prob=trainer_log_prob, tokenizer=tokenizer):
+            self._table.add_data(*row)
         self.run.log({"traces": self._table}, step=int(step))
 
     def close(self) -> None:
