@@ -4,8 +4,10 @@ The page's numbers live in generated blocks, each rebuilt from a suite's committ
 (``benchmarks/suites/NAME.toml`` and ``benchmarks/suites/results/NAME/``)::
 
     <!-- findings: verdicts NAME [CLAIM …] -->  the suite file's [claims] (or those named), decided on runs.csv
-                                                (over problems and seeds where problems.csv is committed)
-    <!-- findings: arms NAME [track:METRIC …] --> per arm: final and AUC accuracy (summary.csv), tracked metrics
+                                                (over problems and seeds where problems.csv is committed;
+                                                per start and over all starts when the runs came from several)
+    <!-- findings: arms NAME [track:METRIC …] --> per arm: final and AUC accuracy (summary.csv), tracked metrics;
+                                                per start too (summary.json) for runs from several starts
     <!-- findings: passk NAME -->               pass@k gains after − before (summary.json)
     <!-- findings: law NAME -->                 the entropy–performance law per arm (summary.json)
     <!-- findings: index -->                    one row per finding: its suites and computed verdicts
@@ -52,6 +54,9 @@ class CsvRun:
     values: dict
     problems: dict = attrs.field(factory=dict)
     """metric -> per-problem values, from the committed ``problems.csv`` (absent for older results)."""
+    start: int | None = None
+    """The warm-start seed the run began from (runs.csv's ``start``, for a suite with several starts)."""
+    start_sha256: str | None = None
 
     def metric_value(self, metric: str) -> float:
         if metric in self.problems:
@@ -68,14 +73,18 @@ class CsvRun:
 
 def read_runs_csv(path: Path) -> list[CsvRun]:
     """A committed ``runs.csv``, with each run's per-problem values from ``problems.csv`` beside it when present."""
+    def start(r: dict) -> int | None:
+        return int(r["start"]) if r.get("start") not in (None, "") else None
+
     per: dict[tuple, dict] = {}
     if (path.parent / "problems.csv").is_file():
         with (path.parent / "problems.csv").open(newline="") as f:
             for r in csv.DictReader(f):
-                per.setdefault((r["variant"], r["task"], int(r["seed"])), {})[r["metric"]] = [float(v) for v in r["values"].split()]
+                per.setdefault((r["variant"], r["task"], int(r["seed"]), start(r)), {})[r["metric"]] = [float(v) for v in r["values"].split()]
     with path.open(newline="") as f:
         return [CsvRun(variant=r["variant"], task=r["task"], seed=int(r["seed"]), status=r["status"], values=r,
-                       problems=per.get((r["variant"], r["task"], int(r["seed"])), {})) for r in csv.DictReader(f)]
+                       problems=per.get((r["variant"], r["task"], int(r["seed"]), start(r)), {}), start=start(r),
+                       start_sha256=r.get("start_sha256") or None) for r in csv.DictReader(f)]
 
 
 def read_summary_csv(path: Path) -> list[dict]:
@@ -169,6 +178,22 @@ class Findings:
             cells = [r["variant"], r["runs"], _stat(r, "final_accuracy", 100, ".1f"), _stat(r, "auc_accuracy", 100, ".1f")]
             cells += [_stat(r, f"last {m[6:]}", 1, ".3g", sep=" ") for m in extra]
             out.append("| " + " | ".join(cells) + " |")
+        path = self.files(name) / "summary.json"
+        starts = (json.loads(path.read_text()).get("starts") or []) if path.is_file() else []
+        if starts:
+            from rllab_suite.report import format_percent
+
+            out[0] = out[0].replace("over held-out problems and seeds", "over starts, held-out problems and seeds (the runs of "
+                                    f"{len(starts)} starting models pooled)")
+            out += ["", f"Per start, from `results/{name}/summary.json`: each starting model's runs alone (warm-start seed and sha256), "
+                    "95% CI over its problems and seeds.", "",
+                    "| start | sha256 | arm | seeds | initial acc % | final acc % [95% CI] | AUC acc % [95% CI] |", "|---|---|---|---|---|---|---|"]
+            for st in starts:
+                for r in st["rows"]:
+                    init = r.get("initial_accuracy")
+                    init = f"{100 * init:.1f}" if isinstance(init, (int, float)) and math.isfinite(init) else "—"
+                    out.append(f"| {st['start']} | {(st.get('sha256') or '—')[:16]} | {r['variant']} | {r['runs']} | {init} | "
+                               f"{format_percent(r['final_accuracy'])} | {format_percent(r['auc_accuracy'])} |")
         return "\n".join(out) + "\n"
 
     def passk(self, name: str) -> str:
@@ -216,9 +241,19 @@ class Findings:
         for num, title, body in sections(text):
             names = list(dict.fromkeys(m.group("spec").split()[1] for m in BLOCK.finditer(body) if m.group("spec").split()[0] != "index"))
             decided = [e for m in BLOCK.finditer(body) for e in self.decided.get(m.group("spec").strip(), [])]
-            said = "; ".join(f"{e['suite'] + '/' if len(names) > 1 else ''}{e['claim']}: **{e['verdict']}**" for e in decided) or "no claim decided here"
+            said = "; ".join(f"{e['suite'] + '/' if len(names) > 1 else ''}{e['claim']}: **{e['verdict']}**" + _over_starts(e) for e in decided) or "no claim decided here"
             out.append(f"| {num} | {title} | {', '.join(f'`{n}`' for n in names) or '—'} | {said} |")
         return "\n".join(out) + "\n"
+
+
+def _over_starts(e: dict) -> str:
+    """How an index entry's verdict stands across starts: "" for one start."""
+    per = e.get("per_start")
+    if not per:
+        return ""
+    if e.get("differs"):
+        return " over " + f"{len(per)} starts, differing between them (" + ", ".join(p["verdict"] for p in per) + ")"
+    return f" from each of {len(per)} starts"
 
 
 def _stat(r: dict, key: str, k: float, fmt: str, sep: str = "_") -> str:

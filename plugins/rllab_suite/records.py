@@ -42,6 +42,10 @@ class RunRecord:
     """Sampled evaluation (``train.eval_samples``): eval step -> {k: pass@k}, pass@1 being ``eval/mean@n``."""
     eval_n: int | None = None
     """Held-out problems per evaluation (``eval/n``): one problem is worth 1/eval_n of the accuracy."""
+    start: int | None = None
+    """The warm-start seed of the run's starting model, in a suite with several starts (None: one start)."""
+    start_sha256: str | None = None
+    """The starting model's hash, from the run's ``provenance.json`` (None where it kept none)."""
     problems: dict = attrs.field(factory=dict)
     """Per held-out problem (``eval_problems.jsonl``; empty for runs that predate it): eval step ->
     {"solved": [0/1 …], "reward": […], and with samples "sampled_correct": [counts], "samples": n}."""
@@ -114,7 +118,7 @@ class RunRecord:
         return float(sum(inside) / len(inside)) if self.status == "done" and inside else math.nan
 
 
-def read_run(run_dir: Path, *, variant: str = "", task: str = "", seed: int | None = None, track: tuple = ()) -> RunRecord:
+def read_run(run_dir: Path, *, variant: str = "", task: str = "", seed: int | None = None, track: tuple = (), start: int | None = None) -> RunRecord:
     """One run's record; ``track`` names training metrics to keep per step (a step logged twice,
     as after a resume, keeps its last value)."""
     run_dir = Path(run_dir)
@@ -173,5 +177,13 @@ def read_run(run_dir: Path, *, variant: str = "", task: str = "", seed: int | No
         run_dir=str(run_dir), variant=variant, task=task, seed=seed, status=status, steps=steps, accuracy=acc, reward=rew,
         train_reward_max=train_max if train_max > -math.inf else math.nan, error=error.strip().splitlines()[-1] if error.strip() else "",
         train={m: (sorted(d), [d[k] for k in sorted(d)]) for m, d in tracked.items() if d}, cost=cost, pass_at=pass_at,
-        problems=problems, eval_n=eval_n,
+        problems=problems, eval_n=eval_n, start=start, start_sha256=_start_sha256(run_dir),
     )
+
+
+def _start_sha256(run_dir: Path) -> str | None:
+    try:
+        record = json.loads((run_dir / "provenance.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return (((record.get("hashes") or {}).get("start")) or {}).get("sha256")

@@ -132,13 +132,7 @@ def summarize(records: list[RunRecord], *, baseline: str | None = None, variants
             row = {"task": task, "variant": v, "runs": len(done), "failed": sum(r.status == "failed" for r in rs), "pending": sum(r.status in ("running", "missing") for r in rs)}
             for metric, _ in METRICS:
                 for kind in ("final", "auc"):
-                    vals = [getattr(r, kind)(metric) for r in done]
-                    m, lo, hi = stats.mean_ci(vals)
-                    row[f"{kind}_{metric}"] = {"mean": m, "low": lo, "high": hi, "levels": "seeds"}
-                    per = [r.problem_values(f"{kind}_{metric}") for r in done]
-                    if per and all(p is not None for p in per) and len({len(p) for p in per}) == 1 and (len(per) > 1 or len(per[0]) > 1):
-                        m, lo, hi = verdicts_.two_level_ci(per)  # over held-out problems and seeds
-                        row[f"{kind}_{metric}"] = {"mean": m, "low": lo, "high": hi, "levels": "problems and seeds"}
+                    row[f"{kind}_{metric}"] = arm_stat(done, kind, metric)
             row["initial_accuracy"] = stats.mean_ci([r.accuracy[0] for r in done if r.accuracy])[0]
             row["pass_at"] = _pass_at(done)
             row["no_signal"] = sum(1 for r in rs if r.train_reward_max == 0.0)
@@ -167,7 +161,8 @@ def summarize(records: list[RunRecord], *, baseline: str | None = None, variants
             if poi is not None:
                 entry["p_improvement"] = {"mean": poi[0], "low": poi[1], "high": poi[2]}
         overall.append(entry)
-    failed = [{"variant": r.variant, "task": r.task, "seed": r.seed, "run_dir": r.run_dir, "error": r.error} for r in records if r.status == "failed"]
+    failed = [{"variant": r.variant, "task": r.task, "seed": r.seed, "run_dir": r.run_dir, "error": r.error, **({} if r.start is None else {"start": r.start})}
+              for r in records if r.status == "failed"]
     seeds = [row["runs"] for row in rows if row["runs"]]
     sizes = sorted({r.eval_n for r in records if r.eval_n})
     return {
@@ -180,7 +175,69 @@ def summarize(records: list[RunRecord], *, baseline: str | None = None, variants
         "baseline": baseline, "variants": variants, "tasks": tasks, "rows": rows, "overall": overall, "failed": failed,
         "confidence": stats.CONFIDENCE, "min_iqm_runs": stats.MIN_IQM_RUNS, "min_poi_seeds": stats.MIN_POI_SEEDS,
         "track": list(track), "track_missing": [m for m in track if not any(m in r.train for r in records)], "last_fraction": LAST_FRACTION,
+        "starts": per_start(records, tasks=tasks, variants=variants),
     }
+
+
+def arm_stat(done: list[RunRecord], kind: str, metric: str) -> dict:
+    """An arm's ``final``/``auc`` accuracy or reward: mean with its 95% CI over seeds, over held-out
+    problems and seeds where every run recorded them (two-level), and over starts too when the runs
+    come from several starts (three levels: :func:`rllab_suite.verdicts.three_level_ci`)."""
+    per = [r.problem_values(f"{kind}_{metric}") for r in done]
+    has_per = bool(per) and all(p is not None for p in per) and len({len(p) for p in per}) == 1
+    starts = verdicts_.starts_of(done)
+    if len(starts) > 1:
+        rows = [(r.start, p if has_per else [getattr(r, kind)(metric)]) for r, p in zip(done, per)]
+        groups = [[row for s_, row in rows if s_ == s and all(math.isfinite(v) for v in row)] for s in starts]
+        groups = [g for g in groups if g]
+        if groups:
+            m, lo, hi = verdicts_.three_level_ci(groups)
+            return {"mean": m, "low": lo, "high": hi, "levels": "starts, problems and seeds" if has_per else "starts and seeds"}
+    if has_per and (len(per) > 1 or len(per[0]) > 1):
+        m, lo, hi = verdicts_.two_level_ci(per)  # over held-out problems and seeds
+        return {"mean": m, "low": lo, "high": hi, "levels": "problems and seeds"}
+    m, lo, hi = stats.mean_ci([getattr(r, kind)(metric) for r in done])
+    return {"mean": m, "low": lo, "high": hi, "levels": "seeds"}
+
+
+def per_start(records: list[RunRecord], *, tasks: list, variants: list) -> list[dict]:
+    """For runs from several starts: per start (its warm-start seed and hash), per task and arm, the
+    runs, the initial accuracy and the final and AUC accuracy (mean, 95% CI over that start's problems
+    and seeds); [] for runs of one start."""
+    starts = verdicts_.starts_of(records)
+    if len(starts) < 2:
+        return []
+    out = []
+    for s in starts:
+        mine = [r for r in records if r.start == s]
+        rows = []
+        for task in tasks:
+            for v in variants:
+                done = [r for r in mine if r.task == task and r.variant == v and r.status == "done"]
+                rows.append({"task": task, "variant": v, "runs": len(done),
+                             "initial_accuracy": stats.mean_ci([r.accuracy[0] for r in done if r.accuracy])[0],
+                             "final_accuracy": arm_stat(done, "final", "accuracy") if done else None,
+                             "auc_accuracy": arm_stat(done, "auc", "accuracy") if done else None})
+        out.append({"start": s, "sha256": next((r.start_sha256 for r in mine if r.start_sha256), None), "rows": rows})
+    return out
+
+
+def starts_lines(summary: dict) -> list[str]:
+    """The per-start table of a report (runs from several starts)."""
+    starts = summary.get("starts") or []
+    if not starts:
+        return []
+    lines = ["## per start", "",
+             f"The same arms from each of the {len(starts)} starting models alone (warm-start seed, its sha256's first 16 hex digits): "
+             "mean over that start's seeds, 95% CI over its problems and seeds. The tables above pool the starts (their intervals "
+             "resample starts as well).", "",
+             "| start | sha256 | task | variant | runs | initial acc % | final acc % [95% CI] | AUC acc % [95% CI] |", "|---|---|---|---|---|---|---|---|"]
+    for st_ in starts:
+        for r in st_["rows"]:
+            init = "—" if not math.isfinite(r["initial_accuracy"]) else f"{100 * r['initial_accuracy']:.1f}"
+            lines.append(f"| {st_['start']} | {(st_['sha256'] or '—')[:16]} | {r['task']} | {r['variant']} | {r['runs']} | {init} | "
+                         f"{format_percent(r['final_accuracy'])} | {format_percent(r['auc_accuracy'])} |")
+    return lines + [""]
 
 
 def _pass_at(done: list[RunRecord]) -> dict:
@@ -322,6 +379,9 @@ def notes(summary: dict, identical: list | None = None) -> list[str]:
     if size and 100 / size >= 1:
         out.append(f"COARSE EVALUATION: {verdicts_.resolution(size)}; a difference of one problem is {100 / size:.3g} points, so effects "
                    f"of that size cannot be resolved however many seeds run — evaluate more problems (train.eval_size), or say why not")
+    if summary.get("starts"):
+        out.append(f"STARTS: every arm ran from {len(summary['starts'])} starting models; the verdicts and the arm tables are given per start "
+                   "and over all starts, while P(improvement), the controls table, the fitted curves and pass@k pool the runs of every start as seeds")
     if not any(o["iqm_final_accuracy"] for o in summary["overall"]):
         out.append(f"IQM needs at least {summary['min_iqm_runs']} runs per variant; not reported.")
     if summary["baseline"] and not any(o["p_improvement"] for o in summary["overall"]):
@@ -385,10 +445,14 @@ def _print_markdown_block(lines: list[str], console) -> None:
 
 def markdown(summary: dict, *, title: str = "", identical: list | None = None, images: tuple = ()) -> str:
     lines = [f"# {title}" if title else "# comparison", ""]
-    two = any(r[f"{k}_{m}"].get("levels") == "problems and seeds" for r in summary["rows"] for k in ("final", "auc") for m, _ in METRICS)
+    levels = {r[f"{k}_{m}"].get("levels") for r in summary["rows"] for k in ("final", "auc") for m, _ in METRICS}
+    two = "problems and seeds" in levels
+    three = any(str(lv).startswith("starts") for lv in levels)
     lines.append(
         f"Mean over seeds with a {int(100 * summary['confidence'])}% percentile-bootstrap CI "
-        + ("over held-out problems and seeds (two-level: runs that recorded per-problem results resample both); " if two else "over seeds (scipy.stats.bootstrap); ")
+        + (f"over starts, held-out problems and seeds (the runs of {len(summary.get('starts') or [])} starting models pooled: each resample "
+           "draws starts, then seeds within them, then problems; per start below); " if three else
+           "over held-out problems and seeds (two-level: runs that recorded per-problem results resample both); " if two else "over seeds (scipy.stats.bootstrap); ")
         + "AUC is the mean height of the held-out curve over the run (trapezoid rule, normalised by steps). "
         f"Resolution: {verdicts_.resolution(summary.get('eval_size'))}."
     )
@@ -415,6 +479,7 @@ def markdown(summary: dict, *, title: str = "", identical: list | None = None, i
         if summary.get("fits"):
             lines += fits_.markdown_lines(summary["fits"], task)
         lines += entropy_law.markdown_lines(summary.get("entropy_law"), task)
+    lines += starts_lines(summary)
     base = summary["baseline"]
     lines += ["## over tasks (final accuracy)", "", f"| variant | runs | IQM % [95% CI] | P(> {base or 'baseline'}) [95% CI] |", "|---|---|---|---|"]
     for o in summary["overall"]:
@@ -516,11 +581,12 @@ def write_problems(records: list[RunRecord], path: Path) -> None:
         if path.is_file():
             path.unlink()  # a stale file would pair these runs with another suite's problems
         return
+    several = any(r.start is not None for r, _ in rows)
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["variant", "task", "seed", "metric", "values"])
+        w.writerow(["variant", "task", "seed", "metric", "values"] + ["start"] * several)
         for r, m in rows:
-            w.writerow([r.variant, r.task, r.seed, m, " ".join(f"{v:.6g}" for v in r.problem_values(m))])
+            w.writerow([r.variant, r.task, r.seed, m, " ".join(f"{v:.6g}" for v in r.problem_values(m))] + [r.start] * several)
 
 
 def write_all(records: list[RunRecord], out_dir: Path, *, title: str, baseline: str | None, variants: list[str] | None = None, identical: list | None = None, console=None,
@@ -543,9 +609,12 @@ def write_all(records: list[RunRecord], out_dir: Path, *, title: str, baseline: 
     write_csv(summary, out_dir / "summary.csv")
     with (out_dir / "runs.csv").open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["variant", "task", "seed", "status", "final_accuracy", "auc_accuracy", "final_reward", "auc_reward", "run_dir", "error"] + [f"last {m}" for m in track])
+        several = any(r.start is not None for r in records)  # a suite with starts: which start each run began from
+        w.writerow(["variant", "task", "seed", "status", "final_accuracy", "auc_accuracy", "final_reward", "auc_reward", "run_dir", "error"] + [f"last {m}" for m in track]
+                   + ["start", "start_sha256"] * several)
         for r in records:
-            w.writerow([r.variant, r.task, r.seed, r.status, r.final("accuracy"), r.auc("accuracy"), r.final("reward"), r.auc("reward"), r.run_dir, r.error] + [r.last(m) for m in track])
+            w.writerow([r.variant, r.task, r.seed, r.status, r.final("accuracy"), r.auc("accuracy"), r.final("reward"), r.auc("reward"), r.run_dir, r.error] + [r.last(m) for m in track]
+                       + [r.start, r.start_sha256 or ""] * several)
     write_problems(records, out_dir / PROBLEMS_FILE)
     (out_dir / "report.md").write_text(markdown(summary, title=title, identical=identical, images=images))
     if console is not None:

@@ -2,7 +2,7 @@
 the same again.
 
 ``rllab provenance RUN`` prints a run's (or a suite result's) ``provenance.json``
-(:mod:`rllab.records.provenance`); ``rllab provenance A B`` lists the fields in which two records differ;
+(:mod:`rllab.provenance`); ``rllab provenance A B`` lists the fields in which two records differ;
 ``--export-start DIR`` copies the run's starting model to ``DIR/start-SHA`` (stored once per
 hash) and prints the settings that pin it.
 
@@ -24,7 +24,7 @@ import json
 import shutil
 from pathlib import Path
 
-from rllab.records import provenance
+from rllab import provenance
 from rllab.errors import RllabError
 
 from .spec import MANIFEST
@@ -225,6 +225,23 @@ def compare_notes(run_dirs: list[Path]) -> list[str]:
 # --------------------------------------------------------------------------- commands
 
 
+def export_start(src: Path, sha256: str, directory: Path) -> tuple[Path, bool]:
+    """Copy the starting model ``src`` (which hashes to ``sha256``) to ``directory/start-<16 hex
+    digits>``, once per hash: ``(its directory, whether it was copied now)``; a copy already there is
+    checked against the hash."""
+    dest = Path(directory) / f"start-{sha256[:16]}"
+    if dest.is_dir():
+        provenance.check_start(dest, sha256, setting=f"the start already exported to {dest}")
+        return dest, False
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp)
+    provenance.check_start(tmp, sha256, setting="the exported copy")
+    tmp.rename(dest)
+    return dest, True
+
+
 def cmd_provenance(args) -> int:
     from rich.console import Console
     import sys
@@ -246,16 +263,10 @@ def cmd_provenance(args) -> int:
         if not src.is_dir():
             raise RllabError(f"{args.result}: its starting model {src} is not on this machine any more; export it where the run ran")
         provenance.check_start(src, start["sha256"], setting=f"the start of {args.result}")
-        dest = Path(args.export_start) / f"start-{start['sha256'][:16]}"
-        if dest.is_dir():
-            provenance.check_start(dest, start["sha256"], setting=f"the start already exported to {dest}")
+        dest, copied = export_start(src, start["sha256"], Path(args.export_start))
+        if not copied:
             console.print(f"{dest} already holds this start (sha256 {start['sha256']})", highlight=False)
         else:
-            tmp = dest.with_name(f".{dest.name}.tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(src, tmp)
-            provenance.check_start(tmp, start["sha256"], setting="the exported copy")
-            tmp.rename(dest)
             console.print(f"exported the start (sha256 {start['sha256']}) to {dest}", highlight=False)
         if start.get("kind") == "warm_start":
             console.print(f"rerun from it: rllab reproduce {args.result} --start {dest}", highlight=False)

@@ -11,6 +11,9 @@
     track = ["rollout/response_length"]  # optional: training metrics the report follows over the run
     controls = ["random_reward", "no_rl"]  # optional: control arms added to every task
     compute = "tokens"                   # the report's curves are fitted against tokens or seconds
+    starts = 3                           # optional: every cell from 3 starting models, warm-start seeds 0, 1, 2
+    # starts = [{ seed = 0, sha256 = "04908f32…" }, 1, 2]   # seeds, each optionally pinned by hash
+    starts_dir = "starts"                # optional: where the starts are exported (start-<hash>) and looked up
 
     [claims.dr_grpo_shorter_wrong]       # optional: what a paper claims; the report decides the verdict
     statement = "Dr.GRPO ends above GRPO"  # (rllab_suite.verdicts)
@@ -32,7 +35,11 @@
     [axes]                               # a grid, crossed with every variant
     "policy_loss.clip_high" = [0.2, 0.28]
 
-A cell is (variant × task × seed); its config is validated with :func:`rllab.config.load_config`
+A cell is (variant × task × seed), or (variant × task × start × seed) with ``starts``: start ``s``
+sets ``model.tiny.seed`` (the initialisation) and ``model.warm_start.seed`` (the demonstrations
+drawn and the probe) to ``s``, so each start is an independently trained warm start, and a start
+given with ``sha256`` is pinned (``model.sha256``: the run refuses a start that hashes otherwise).
+Its config is validated with :func:`rllab.config.load_config`
 and its run directory is keyed by a hash of the resolved config, so a suite that is run again
 finds the cells it already has.
 """
@@ -56,7 +63,7 @@ from rllab_suite.verdicts import ClaimError, parse_claims
 MANIFEST = "suite.json"
 """A suite directory's manifest: its name, cells and where its suite file came from."""
 SUITE_KEYS = {"name", "preset", "config", "steps", "seeds", "tasks", "baseline", "overrides", "variants", "axes", "track", "description",
-              "controls", "compute", "claims"}
+              "controls", "compute", "claims", "starts", "starts_dir"}
 CONTROLS = ("random_reward", "no_rl")
 """Control arms a suite can add (``controls = [...]``): the baseline (or the base config) trained on a
 random reward (``rollout.random_reward``), and the warm start alone (0 steps), evaluated alike."""
@@ -64,9 +71,13 @@ COMPUTE = ("tokens", "seconds")
 """What the report fits curves against: sampled response tokens (``rollout/tokens``) or training seconds (``time/step``)."""
 VARIANT_KEYS = {"preset", "config"}
 HASH_EXCLUDE = ("name", "output_dir", "provenance")
+"""Config keys that do not change the computation and stay out of a cell's hash (``model.sha256``
+too: it only checks the start, so a suite pinned after it ran finds its cells)."""
 SUITE_OWNED = {"train.seed": "seeds", "train.steps": "steps"}
 """Config keys a suite sets in every cell itself (from ``seeds`` / ``steps``), never from overrides."""
-"""Config keys that do not change the computation and stay out of a cell's hash."""
+START_OWNED = ("model.tiny.seed", "model.warm_start.seed", "model.sha256", "model.path")
+"""Config keys a suite with ``starts`` sets in every cell itself (or, ``model.path``, cannot honour)."""
+SHA256 = re.compile(r"[0-9a-f]{8,64}")
 
 
 class SuiteError(RllabError):
@@ -96,12 +107,28 @@ class Cell:
     key: str
     """Hash of the resolved config (its name and output directory excluded)."""
 
+    start: int | None = None
+    """The warm-start seed of a suite with ``starts`` (None: the suite has one start, the config's)."""
+
     @property
     def slug(self) -> str:
-        return _slug(f"{self.variant}-{self.task}-s{self.seed}") + f"-{self.key[:10]}"
+        where = "" if self.start is None else f"-w{self.start}"
+        return _slug(f"{self.variant}-{self.task}{where}-s{self.seed}") + f"-{self.key[:10]}"
 
     def to_dict(self) -> dict:
-        return {"variant": self.variant, "task": self.task, "seed": self.seed, "key": self.key, "run": self.slug}
+        return {"variant": self.variant, "task": self.task, "seed": self.seed, "key": self.key, "run": self.slug,
+                **({} if self.start is None else {"start": self.start})}
+
+
+@attrs.frozen(kw_only=True)
+class Start:
+    """One starting model of a suite with ``starts``: its warm-start seed, and the hash that pins it."""
+
+    seed: int
+    sha256: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"seed": self.seed, **({} if self.sha256 is None else {"sha256": self.sha256})}
 
 
 @attrs.frozen(kw_only=True)
@@ -126,6 +153,11 @@ class Suite:
     """The compute axis of the report's fitted curves (:data:`COMPUTE`)."""
     claims: tuple = ()
     """What the papers claim (``[claims.NAME]``, :class:`rllab_suite.verdicts.Claim`): the report decides each one's verdict."""
+    starts: tuple = ()
+    """The starting models (:class:`Start`) every cell runs from, one cell each; () for the config's own start."""
+    starts_dir: Path | None = None
+    """Where the suite exports each start it builds (``start-<16 hex digits>``, once per hash) and
+    where a pinned start is looked up (put before ``$RLLAB_STARTS``)."""
     base_dir: Path | None = None
     """Where a relative ``config`` is looked for after the suite file's own directory: the original
     suite file's directory, for the copy a suite directory keeps (recorded in its manifest)."""
@@ -147,6 +179,8 @@ def _slug(text: str) -> str:
 def config_key(config: dict) -> str:
     """A stable hash of a resolved config: equal computations, equal keys."""
     data = {k: v for k, v in config.items() if k not in HASH_EXCLUDE}
+    if isinstance(data.get("model"), dict) and "sha256" in data["model"]:
+        data["model"] = {k: v for k, v in data["model"].items() if k != "sha256"}
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -284,6 +318,19 @@ def parse_suite(source: str | Path | dict) -> Suite:
     for c in claims:
         if c.metric.startswith("track:") and c.metric[6:] not in track:
             raise SuiteError(f"{where}: claim {c.name!r}: metric = {c.metric!r}, but {c.metric[6:]!r} is not in the suite's track; add it there")
+    starts = _starts(data.get("starts"), where)
+    if starts:
+        for what, key in owned:
+            if key in START_OWNED or key in ("model.tiny", "model.warm_start"):
+                raise SuiteError(f"{where}: {what} sets {key}, which the suite sets in every cell from its 'starts' "
+                                 "(seed s sets model.tiny.seed and model.warm_start.seed; sha256 pins model.sha256); drop it, or drop 'starts'")
+    starts_dir = data.get("starts_dir")
+    if starts_dir is not None and (not isinstance(starts_dir, str) or not starts_dir.strip()):
+        raise SuiteError(f"{where}: starts_dir = {starts_dir!r}: give a directory (relative to the suite file) for the exported starts")
+    if starts_dir is not None:
+        starts_dir = Path(starts_dir).expanduser()
+        if not starts_dir.is_absolute() and path is not None:
+            starts_dir = path.resolve().parent / starts_dir
     return Suite(
         name=data.get("name") or (path.stem if path else "suite"),
         path=path,
@@ -299,8 +346,38 @@ def parse_suite(source: str | Path | dict) -> Suite:
         track=tuple(track),
         compute=compute,
         claims=claims,
+        starts=starts,
+        starts_dir=starts_dir,
         base_dir=_kept_copy_source(path),
     )
+
+
+def _starts(raw: Any, where: str) -> tuple[Start, ...]:
+    """``starts = N`` (warm-start seeds 0 … N−1), or a list of seeds and ``{ seed = S, sha256 = "…" }`` tables."""
+    if raw is None:
+        return ()
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        if raw < 1:
+            raise SuiteError(f"{where}: starts = {raw}: need at least one start (a count, or a list of warm-start seeds)")
+        return tuple(Start(seed=s) for s in range(raw))
+    if not isinstance(raw, list) or not raw:
+        raise SuiteError(f"{where}: starts must be a count or a non-empty list of warm-start seeds "
+                         f"(an integer, or {{ seed = S, sha256 = \"…\" }} to pin it), got {raw!r}")
+    out = []
+    for item in raw:
+        if isinstance(item, int) and not isinstance(item, bool):
+            out.append(Start(seed=item))
+            continue
+        if not isinstance(item, dict) or set(item) - {"seed", "sha256"} or not isinstance(item.get("seed"), int) or isinstance(item.get("seed"), bool):
+            raise SuiteError(f"{where}: starts: {item!r} is not a start; give a warm-start seed (an integer) or {{ seed = S, sha256 = \"…\" }}")
+        sha = item.get("sha256")
+        if sha is not None and (not isinstance(sha, str) or not SHA256.fullmatch(sha.strip().lower().removeprefix("sha256:"))):
+            raise SuiteError(f"{where}: starts: seed {item['seed']}: sha256 = {sha!r}; give the start's sha256 (64 hex digits, or a prefix of at least 8)")
+        out.append(Start(seed=item["seed"], sha256=None if sha is None else sha.strip().lower().removeprefix("sha256:")))
+    repeated = _repeated([s.seed for s in out])
+    if repeated:
+        raise SuiteError(f"{where}: starts repeat the warm-start seed(s) {', '.join(map(str, repeated))}; give each start once")
+    return tuple(out)
 
 
 def _controls(raw: Any, baseline: Variant | None, names: list[str], where: str) -> list[Variant]:
@@ -386,9 +463,10 @@ def _resolve(path: str | None, suite: Suite) -> str | None:
     return str(p)
 
 
-def cell_overrides(suite: Suite, variant: Variant, task: tuple, seed: int, environments=()) -> list[tuple[str, Any]]:
+def cell_overrides(suite: Suite, variant: Variant, task: tuple, seed: int, environments=(), start: Start | None = None) -> list[tuple[str, Any]]:
     """A cell's overrides, in order. A ``tasks`` entry that names one of ``environments`` (the
-    registered environment names) selects ``env`` instead of ``task``, its knobs as ``env.KNOB``."""
+    registered environment names) selects ``env`` instead of ``task``, its knobs as ``env.KNOB``;
+    ``start`` sets the warm start's seeds (and pins its hash)."""
     name, knobs = task
     pairs = list(suite.overrides)
     if name in environments:
@@ -396,6 +474,9 @@ def cell_overrides(suite: Suite, variant: Variant, task: tuple, seed: int, envir
     elif name:
         pairs += [("task", name), *knobs]
     pairs += list(variant.overrides)
+    if start is not None:
+        pairs += [("model.tiny.seed", start.seed), ("model.warm_start.seed", start.seed)]
+        pairs += [("model.sha256", start.sha256)] if start.sha256 else []
     pairs += [("train.seed", seed)]
     if variant.control == "no_rl":
         pairs.append(("train.steps", 0))  # the warm start alone, evaluated like every other arm
@@ -415,17 +496,23 @@ def expand(suite: Suite, *, lab=None) -> list[Cell]:
     environments = frozenset(lab.names("environment"))
     for v in suite.variants:
         for task, label in zip(suite.tasks, suite.task_labels):
-            for seed in suite.seeds:
-                preset = v.preset or (None if v.config else suite.base_preset)
-                source = _resolve(v.config or (None if v.preset else suite.base_config), suite)
-                try:
-                    cfg = load_config(source, cell_overrides(suite, v, task, seed, environments), lab=lab, preset=preset)
-                except RllabError as e:
-                    problems.setdefault(v.name, str(e))
-                    continue
-                data = cfg.to_dict()
-                data["name"] = _slug(f"{suite.name}-{v.name}")
-                cells.append(Cell(variant=v.name, task=label or cfg.component(cfg.source).name, seed=seed, config=data, key=config_key(data)))
+            for start in suite.starts or (None,):
+                for seed in suite.seeds:
+                    preset = v.preset or (None if v.config else suite.base_preset)
+                    source = _resolve(v.config or (None if v.preset else suite.base_config), suite)
+                    try:
+                        cfg = load_config(source, cell_overrides(suite, v, task, seed, environments, start), lab=lab, preset=preset)
+                    except RllabError as e:
+                        problems.setdefault(v.name, str(e))
+                        continue
+                    data = cfg.to_dict()
+                    data["name"] = _slug(f"{suite.name}-{v.name}")
+                    if start is not None and data["model"].get("path"):
+                        problems.setdefault(v.name, f"model.path = {data['model']['path']!r}: a suite with 'starts' trains its own warm starts; "
+                                                    "drop model.path, or drop 'starts' (pin one start with model.sha256)")
+                        continue
+                    cells.append(Cell(variant=v.name, task=label or cfg.component(cfg.source).name, seed=seed, config=data, key=config_key(data),
+                                      start=None if start is None else start.seed))
     if problems:
         lines = "\n".join(f"  variant {name!r}: {msg}" for name, msg in problems.items())
         raise SuiteError(f"suite {suite.name!r}: {len(problems)} variant(s) do not validate (nothing was run):\n{lines}")

@@ -62,35 +62,60 @@ def check_directory(suite: Suite, out: Path, *, replace: bool = False) -> dict:
     return {}
 
 
-def prebuild_models(cells: list[Cell], *, lab, console=None) -> None:
-    """Build each distinct warm-started tiny model once, before the workers start."""
+def prebuild_models(cells: list[Cell], *, lab, console=None, starts_dir: Path | None = None) -> dict[int, str]:
+    """Build each distinct warm-started tiny model once, before the workers start. A pinned start
+    (``model.sha256``) found exported (``$RLLAB_STARTS``) is not built; one that is built is checked
+    against its pin here, before any cell runs. Returns ``{warm-start seed: sha256}`` of the cells'
+    starts (a suite with ``starts``); each built start is exported to ``starts_dir`` once per hash."""
     from rllab.models.forward import transformers_progress_bars_off
 
     with transformers_progress_bars_off():
-        _prebuild_models(cells, lab=lab, console=console)
+        return _prebuild_models(cells, lab=lab, console=console, starts_dir=starts_dir)
 
 
-def _prebuild_models(cells: list[Cell], *, lab, console=None) -> None:
+def _prebuild_models(cells: list[Cell], *, lab, console=None, starts_dir: Path | None = None) -> dict[int, str]:
     from rllab import Component
     from rllab.models import tiny as tinymodel
     from rllab.config import COMPONENT_SECTIONS, load_config
+    from rllab_suite.reproduce import export_start
 
-    seen = set()
+    seen: dict[str, Path] = {}
+    exported: dict[str, Path | None] = {}
+    hashes: dict[int, str] = {}
     for c in cells:
         m = c.config["model"]
         if m.get("path"):
             continue
+        pin = m.get("sha256")
+        if pin and pin not in exported:
+            exported[pin] = provenance.find_start(pin)
+        if pin and exported[pin] is not None:  # shipped: the run begins from it, nothing to build
+            if c.start is not None:
+                hashes[c.start] = provenance.model_sha256(exported[pin])
+            continue
         source = "env" if "env" in c.config else "task"
         key = json.dumps([m.get("tiny"), m.get("warm_start"), source, c.config[source], c.config.get("rollout", {}).get("system_prompt")], sort_keys=True, default=str)
-        if key in seen:
+        if key not in seen:
+            cfg = load_config(c.config, lab=lab)
+            ref = cfg.component(source)
+            task = Component(spec=lab.spec(COMPONENT_SECTIONS[source][0], ref.name), config=ref.config)()
+            if console is not None:
+                which = "" if c.start is None else f", start {c.start} (warm-start seed {c.start})"
+                console.print(f"[dim]warm start for task {c.task}{which} (cached after the first build)…[/]", highlight=False)
+            seen[key] = tinymodel.get_or_build(tinymodel.TinyModelConfig(**cfg.model.tiny), task, ref.to_dict(), tinymodel.WarmStartConfig(**cfg.model.warm_start),
+                                               progress=False, system_prompt=cfg.rollout.system_prompt)
+        if c.start is None and not pin:
             continue
-        seen.add(key)
-        cfg = load_config(c.config, lab=lab)
-        ref = cfg.component(source)
-        task = Component(spec=lab.spec(COMPONENT_SECTIONS[source][0], ref.name), config=ref.config)()
-        if console is not None:
-            console.print(f"[dim]warm start for task {c.task} (cached after the first build)…[/]", highlight=False)
-        tinymodel.get_or_build(tinymodel.TinyModelConfig(**cfg.model.tiny), task, ref.to_dict(), tinymodel.WarmStartConfig(**cfg.model.warm_start), progress=False, system_prompt=cfg.rollout.system_prompt)
+        where = f"starts: seed {c.start}, sha256" if c.start is not None else "model.sha256"
+        sha = provenance.check_start(seen[key], pin, setting=where)  # a pin that does not hold is refused before any cell runs
+        if c.start is None:
+            continue
+        hashes[c.start] = sha
+        if starts_dir is not None:
+            dest, copied = export_start(seen[key], sha, starts_dir)
+            if copied and console is not None:
+                console.print(f"start {c.start}: sha256 {sha} exported to {dest}", highlight=False)
+    return hashes
 
 
 def replays(lab, config: dict) -> bool:
@@ -108,8 +133,9 @@ def identical_variants(cells: list[Cell], *, lab, out_dir: Path, console=None) -
     tasks = list(dict.fromkeys(c.task for c in cells))
     for task in tasks:
         first_seed = min(c.seed for c in cells if c.task == task)
+        first_start = next(c.start for c in cells if c.task == task)  # with several starts, the check runs from the first
         failed = {c.variant for c in cells if (out_dir / "runs" / c.slug / "error.txt").is_file()}
-        group = [c for c in cells if c.task == task and c.seed == first_seed and replays(lab, c.config) and c.variant not in failed]
+        group = [c for c in cells if c.task == task and c.seed == first_seed and c.start == first_start and replays(lab, c.config) and c.variant not in failed]
         if len(group) < 2:
             continue
         rec_path = out_dir / "replay" / f"{_slug(task)}-{config_key(group[0].config)[:12]}.pt"  # a changed config records afresh
@@ -182,9 +208,30 @@ def write_suite_provenance(out: Path, manifest: dict) -> Path:
         cells.append(entry)
         if start:
             starts.setdefault(start, []).append(c["run"])
+        if c.get("start") is not None:
+            entry["start_seed"] = c["start"]
+    seeds = start_hashes(manifest, cells)
     record = {"format": provenance.FORMAT, "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **provenance.environment(),
-              "starts": starts, "cells": cells}
+              "starts": starts, **({"start_seeds": seeds} if manifest.get("starts") else {}), "cells": cells}
     return provenance.write(out, record)
+
+
+def start_hashes(manifest: dict, cells: list[dict]) -> dict[str, list[str]]:
+    """Per warm-start seed of a suite with ``starts``, the hashes its cells began from (one, unless
+    a start was rebuilt differently, e.g. on another machine, between runs of the suite)."""
+    out: dict[str, list[str]] = {str(s["seed"]): [] for s in manifest.get("starts", ())}
+    for e in cells:
+        if e.get("start_seed") is not None and e.get("start") and e["start"] not in out.setdefault(str(e["start_seed"]), []):
+            out[str(e["start_seed"])].append(e["start"])
+    return out
+
+
+def pin_line(suite: Suite, hashes: dict[int, str]) -> str | None:
+    """The ``starts = [...]`` line that pins a suite's unpinned starts to the hashes they were built with."""
+    if not suite.starts or all(s.sha256 for s in suite.starts) or not all(s.seed in hashes for s in suite.starts):
+        return None
+    items = ", ".join(f'{{ seed = {s.seed}, sha256 = "{s.sha256 or hashes[s.seed]}" }}' for s in suite.starts)
+    return f"starts = [{items}]"
 
 
 def run_suite(source, *, directory=None, executor_name: str = "local", workers: int | None = None, address: str | None = None, replace: bool = False,
@@ -207,6 +254,34 @@ def run_suite(source, *, directory=None, executor_name: str = "local", workers: 
     console = console or Console()
     lab = lab or Lab()
     suite = shrink(parse_suite(source), steps=steps, seeds=seeds)
+    with _starts_searched(suite.starts_dir):
+        return _run_suite(suite, directory=directory, executor_name=executor_name, workers=workers, address=address, replace=replace, lab=lab,
+                          console=console, progress=progress, check_identical=check_identical)
+
+
+class _starts_searched:
+    """``$RLLAB_STARTS`` with ``directory`` first, while a suite runs (its workers inherit it): a
+    pinned start exported there is where the cells begin."""
+
+    def __init__(self, directory: Path | None):
+        self.directory = directory
+
+    def __enter__(self):
+        self.before = os.environ.get(provenance.STARTS_ENV)
+        if self.directory is not None:
+            os.environ[provenance.STARTS_ENV] = os.pathsep.join([str(self.directory), *([self.before] if self.before else [])])
+
+    def __exit__(self, *exc):
+        if self.directory is None:
+            return
+        if self.before is None:
+            os.environ.pop(provenance.STARTS_ENV, None)
+        else:
+            os.environ[provenance.STARTS_ENV] = self.before
+
+
+def _run_suite(suite: Suite, *, directory, executor_name: str, workers, address, replace: bool, lab, console, progress: bool,
+               check_identical: bool) -> dict:
     cells = expand(suite, lab=lab)  # every cell validated before anything runs
     out = suite_dir_for(suite, directory)
     if out.exists() and not out.is_dir():
@@ -219,6 +294,7 @@ def run_suite(source, *, directory=None, executor_name: str = "local", workers: 
         (out / "runs").mkdir(parents=True, exist_ok=True)
         manifest = {"name": suite.name, "baseline": suite.baseline, "variants": suite.variant_names, "track": list(suite.track),
                     "controls": suite.controls, "compute": suite.compute, "claims": [c.to_dict() for c in suite.claims],
+                    **({"starts": [s.to_dict() for s in suite.starts]} if suite.starts else {}),
                     "cells": [c.to_dict() for c in cells]}
         if suite.path is not None and suite.path.resolve() != (out / "suite.toml").resolve():
             shutil.copyfile(suite.path, out / "suite.toml")
@@ -229,14 +305,19 @@ def run_suite(source, *, directory=None, executor_name: str = "local", workers: 
         (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         todo = [c for c in cells if not (out / "runs" / c.slug / "final.json").is_file()]
         console.print(
-            f"suite [bold]{suite.name}[/]: {len(suite.variants)} variants × {len(suite.tasks)} tasks × {len(suite.seeds)} seeds = "
+            f"suite [bold]{suite.name}[/]: {len(suite.variants)} variants × {len(suite.tasks)} tasks × "
+            + (f"{len(suite.starts)} starts × " if suite.starts else "") + f"{len(suite.seeds)} seeds = "
             f"{len(cells)} cells, {len(cells) - len(todo)} already done, {len(todo)} to run → {out}",
             highlight=False,
         )
         if todo:
             load_start = os.getloadavg()
             console.print(f"load average (1, 5, 15 min) at the start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} on {executor.cores()} cores", highlight=False)
-            prebuild_models(todo, lab=lab, console=console)
+            hashes = prebuild_models(todo, lab=lab, console=console, starts_dir=suite.starts_dir)
+            line = pin_line(suite, hashes)
+            if line:
+                console.print(f"to start every rerun from these same weights, pin them in {suite.path or 'the suite file'}"
+                              + (f" (with starts_dir, where they were exported)" if suite.starts_dir else "") + f":\n  {line}", highlight=False)
             n, threads = executor.plan_workers(workers, len(todo))
             if executor_name == "ray":
                 console.print(f"executor ray ({address or 'a local instance'}), torch threads per run {threads}", highlight=False)
@@ -301,7 +382,8 @@ def report_suite(directory, *, console=None) -> dict:
 
     track = tuple(manifest.get("track", ()))
     records = [
-        report.read_run(out / "runs" / c["run"], variant=c["variant"], task=c["task"], seed=c["seed"], track=track) for c in manifest["cells"]
+        report.read_run(out / "runs" / c["run"], variant=c["variant"], task=c["task"], seed=c["seed"], track=track, start=c.get("start"))
+        for c in manifest["cells"]
     ]
     identical = json.loads((out / "identical.json").read_text()) if (out / "identical.json").is_file() else []
     loads = [

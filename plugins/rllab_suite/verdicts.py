@@ -25,6 +25,15 @@ evaluated on the same problems) — the two-level interval. The verdict, one of 
   (−m, +m);
 - ``not separable at this budget`` — none of these.
 
+**Several starting models** (a suite's ``starts``: independently warm-started models, every arm run
+from each): each claim is decided per start, as above on that start's runs, and over all of them.
+The overall effect is the mean of the starts' effects, and its interval resamples three levels
+(:func:`bootstrap_over_starts`): the starts, then the seeds within each start drawn, then the
+held-out problems — so a verdict over starts holds only if the effect is steady across starting
+models, not only across seeds. With 3 starts the start level has few distinct resamples (10); the
+per-start verdicts are reported beside it, and a claim whose verdict is not the same from every
+start says so (``differs``).
+
 Only an ``equal`` claim (and only its ``equivalent`` verdict) may be stated as "recovers",
 "equal", "matches", "parity" or "no cost" (:func:`claims_equivalence`).
 """
@@ -146,6 +155,55 @@ def bootstrap_difference(x, y, *, x_seeds=None, y_seeds=None, n_boot: int = N_BO
     return out
 
 
+def bootstrap_over_starts(groups, *, n_boot: int = N_BOOT, seed: int = 0) -> dict:
+    """:func:`bootstrap_difference` over several starting models: ``groups`` holds one ``(x, y,
+    x_seeds, y_seeds)`` per start, each as :func:`bootstrap_difference` takes them (every start's
+    rows on the same problems). The effect is the mean over starts of ``mean(x) − mean(y)``; each
+    resample draws as many starts with replacement, then, for each start drawn, its seeds (paired
+    across arms as in :func:`bootstrap_difference`) and one problem draw shared by all. One start:
+    :func:`bootstrap_difference` itself."""
+    import numpy as np
+
+    gs = [(_rows(x), _rows(y), xs, ys) for x, y, xs, ys in groups]
+    if not gs:
+        raise ValueError("no starts to compare")
+    if len(gs) == 1:
+        x, y, xs, ys = gs[0]
+        return {**bootstrap_difference(x, y, x_seeds=xs, y_seeds=ys, n_boot=n_boot, seed=seed), "starts": 1}
+    P = gs[0][0].shape[1]
+    if any(x.shape[1] != P or y.shape[1] != P for x, y, _, _ in gs):
+        raise ValueError("the starts' runs were evaluated on different numbers of problems; per-problem rows must be the same problems")
+    S = len(gs)
+    effect = float(np.mean([x.mean() - y.mean() for x, y, _, _ in gs]))
+    out = {"effect": effect, "problems": P, "seeds": (sum(x.shape[0] for x, *_ in gs), sum(y.shape[0] for _, y, *_ in gs)), "starts": S,
+           "levels": "starts, problems and seeds" if P > 1 else "starts and seeds"}
+    rng = np.random.default_rng(seed)
+    W = rng.multinomial(P, np.full(P, 1.0 / P), size=n_boot) / P if P > 1 else np.ones((n_boot, 1))
+    cols = np.arange(n_boot)[:, None]
+    weighted = [(x @ W.T, y @ W.T, xs is not None and ys is not None and list(xs) == list(ys)) for x, y, xs, ys in gs]
+    drawn = rng.integers(0, S, size=(n_boot, S))
+    total = np.zeros(n_boot)
+    for slot in range(S):  # each slot's start drawn, then its seeds drawn afresh
+        per = np.empty((S, n_boot))
+        for k, (xw, yw, paired) in enumerate(weighted):
+            ix = rng.integers(0, xw.shape[0], size=(n_boot, xw.shape[0]))
+            iy = ix if paired else rng.integers(0, yw.shape[0], size=(n_boot, yw.shape[0]))
+            per[k] = xw[ix, cols].mean(axis=1) - yw[iy, cols].mean(axis=1)
+        total += per[drawn[:, slot], np.arange(n_boot)]
+    diffs = total / S
+    out["ci95"] = tuple(float(v) for v in np.percentile(diffs, [2.5, 97.5]))
+    out["ci90"] = tuple(float(v) for v in np.percentile(diffs, [5.0, 95.0]))
+    return out
+
+
+def three_level_ci(groups, *, n_boot: int = N_BOOT, seed: int = 0) -> tuple[float, float, float]:
+    """(mean, low, high) over several starts: ``groups`` holds each start's per-problem rows (seeds ×
+    problems); the mean is the mean of the starts' means, the 95% CI resamples starts, seeds and
+    problems (:func:`bootstrap_over_starts` against nothing)."""
+    d = bootstrap_over_starts([(g, [[0.0] * len(g[0])], None, None) for g in groups], n_boot=n_boot, seed=seed)
+    return (d["effect"], *d["ci95"])
+
+
 def two_level_ci(rows, *, n_boot: int = N_BOOT, seed: int = 0) -> tuple[float, float, float]:
     """(mean, low, high) of per-problem rows (seeds × problems): the 95% CI resamples seeds and
     problems (:func:`bootstrap_difference` against nothing)."""
@@ -230,28 +288,74 @@ def metric_rows(records, arm: str, task: str, metric: str) -> tuple[list[int], l
     return [r.seed for r in runs], [[r.metric_value(metric)] for r in runs], False
 
 
+def starts_of(records) -> list:
+    """The warm-start seeds of the runs (``record.start``), in order of first appearance; [None] for runs of one start."""
+    return list(dict.fromkeys(getattr(r, "start", None) for r in records)) or [None]
+
+
+def _claim_rows(records, c: Claim, task: str) -> tuple | str:
+    """``(xs, x, ys, y)`` for ``c`` on ``task`` (per-problem rows where both arms have them, else
+    run means; a run without the metric dropped with its seed), or why there are none."""
+    xs, x, px = metric_rows(records, c.arm, task, c.metric)
+    ys, y, py = metric_rows(records, c.against, task, c.metric)
+    if not x or not y:
+        return "no finished runs on one side"
+    if not (px and py and len(x[0]) == len(y[0])):
+        x, y = [[sum(r) / len(r)] for r in x], [[sum(r) / len(r)] for r in y]
+    xs, x = _finite_rows(xs, x)
+    ys, y = _finite_rows(ys, y)
+    if not x or not y:
+        return f"{c.metric} not recorded"
+    return xs, x, ys, y
+
+
 def evaluate_claims(records, claims: tuple[Claim, ...], *, tasks: list, n_boot: int = N_BOOT) -> list[dict]:
-    """Every claim's verdict per task, with the statistics it came from."""
+    """Every claim's verdict per task, with the statistics it came from. Runs from several starts
+    (``record.start``): the verdict over starts (:func:`bootstrap_over_starts`), with each start's
+    own under ``per_start`` and ``differs`` when they are not all the same."""
+    starts = starts_of(records)
     out = []
     for c in claims:
         for task in tasks:
-            xs, x, px = metric_rows(records, c.arm, task, c.metric)
-            ys, y, py = metric_rows(records, c.against, task, c.metric)
             entry = {**c.to_dict(), "claim": c.name, "task": task}
-            if not x or not y:
-                out.append({**entry, "verdict": NOT_SEPARABLE, "why": "no finished runs on one side", "diff": None})
+            if len(starts) < 2:
+                rows = _claim_rows(records, c, task)
+                if isinstance(rows, str):
+                    out.append({**entry, "verdict": NOT_SEPARABLE, "why": rows, "diff": None})
+                    continue
+                diff = bootstrap_difference(rows[1], rows[3], x_seeds=rows[0], y_seeds=rows[2], n_boot=n_boot)
+                verdict, why = decide(c, diff)
+                out.append({**entry, "verdict": verdict, "why": why, "diff": diff})
                 continue
-            if not (px and py and len(x[0]) == len(y[0])):
-                x, y = [[sum(r) / len(r)] for r in x], [[sum(r) / len(r)] for r in y]
-            xs, x = _finite_rows(xs, x)  # a run without the metric drops out with its seed
-            ys, y = _finite_rows(ys, y)
-            if not x or not y:
-                out.append({**entry, "verdict": NOT_SEPARABLE, "why": f"{c.metric} not recorded", "diff": None})
+            per_start, groups = [], []
+            for s in starts:
+                mine = [r for r in records if getattr(r, "start", None) == s]
+                sha = next((r.start_sha256 for r in mine if getattr(r, "start_sha256", None)), None)
+                rows = _claim_rows(mine, c, task)
+                if isinstance(rows, str):
+                    per_start.append({"start": s, "sha256": sha, "verdict": NOT_SEPARABLE, "why": rows, "diff": None})
+                    continue
+                diff = bootstrap_difference(rows[1], rows[3], x_seeds=rows[0], y_seeds=rows[2], n_boot=n_boot)
+                verdict, why = decide(c, diff)
+                per_start.append({"start": s, "sha256": sha, "verdict": verdict, "why": why, "diff": diff})
+                groups.append(rows)
+            if len({len(g[1][0]) for g in groups} | {len(g[3][0]) for g in groups}) > 1:  # per problem in some starts only: run means
+                groups = [(xs, [[sum(r) / len(r)] for r in x], ys, [[sum(r) / len(r)] for r in y]) for xs, x, ys, y in groups]
+            differs = len({p["verdict"] for p in per_start}) > 1
+            if not groups:
+                out.append({**entry, "verdict": NOT_SEPARABLE, "why": per_start[0]["why"], "diff": None, "per_start": per_start, "differs": differs})
                 continue
-            diff = bootstrap_difference(x, y, x_seeds=xs, y_seeds=ys, n_boot=n_boot)
+            diff = bootstrap_over_starts([(x, y, xs, ys) for xs, x, ys, y in groups], n_boot=n_boot)
             verdict, why = decide(c, diff)
-            out.append({**entry, "verdict": verdict, "why": why, "diff": diff})
+            if len(groups) < len(starts):
+                why += f"; over the {len(groups)} of {len(starts)} starts with finished runs on both sides"
+            out.append({**entry, "verdict": verdict, "why": why, "diff": diff, "per_start": per_start, "differs": differs})
     return out
+
+
+def start_label(start, sha256: str | None = None) -> str:
+    """``start 1 (3f2a9c01)``: a start's warm-start seed and its hash's first 8 hex digits."""
+    return f"start {start}" + (f" ({sha256[:8]})" if sha256 else "")
 
 
 def _finite_rows(seeds: list, rows: list) -> tuple[list, list]:
@@ -281,25 +385,58 @@ def markdown_lines(entries: list[dict], *, eval_size: int | None = None, explain
              f"Intervals: percentile bootstrap over {_levels(entries)}; {resolution(eval_size)}.", ""]
     else:
         lines += [f"Intervals over {_levels(entries)}; {resolution(eval_size)}.", ""]
+    several = any(e.get("per_start") for e in entries)
+    if several:
+        n = max(len(e["per_start"]) for e in entries if e.get("per_start"))
+        lines += [f"Over all {n} starts: the effect is the mean of the starts' effects, its interval resamples the starts, then the seeds of each "
+                  "start drawn, then the problems (three levels); each start's own verdict follows in the next table.", ""]
     lines += ["| claim | task | arm − against | metric | effect [95% CI] | 90% CI | min effect | margin | resampled | verdict |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for e in entries:
-        d = e["diff"]
         k = scale(e["metric"]) if not is_track(e["metric"]) else _decimals(e["margin"])
-        eff = "—" if d is None else f"{_pts(d['effect'], k)} [{_pts(d['ci95'][0], k)}, {_pts(d['ci95'][1], k)}]"
-        c90 = "—" if d is None or not math.isfinite(d["ci90"][0]) else f"[{_pts(d['ci90'][0], k)}, {_pts(d['ci90'][1], k)}]"
-        lev = "—" if d is None else (f"{d['seeds'][0]}/{d['seeds'][1]} seeds" + (f" × {d['problems']} problems" if d["problems"] > 1 else ""))
+        eff, c90, lev = _diff_cells(e["diff"], k)
         lines.append(f"| {e['claim']} | {e['task']} | {e['arm']} − {e['against']} ({e['direction']}) | {e['metric']} | {eff} | {c90} | "
                      f"{scale(e['metric']) * e['min_effect']:.3g} | ±{scale(e['metric']) * e['margin']:.3g} | {lev} | **{e['verdict']}** |")
     lines.append("")
-    lines += [f"- {e['claim']} ({e['task']}): {e['statement']} — {e['verdict']}: {e['why']}." for e in entries]
+    lines += [f"- {e['claim']} ({e['task']}): {e['statement']} — {e['verdict']}{' over all starts' if e.get('per_start') else ''}: {e['why']}." for e in entries]
+    if several:
+        lines += ["", "Per start (each start's runs alone, intervals over its problems and seeds):", "",
+                  "| claim | task | start | effect [95% CI] | 90% CI | resampled | verdict |", "|---|---|---|---|---|---|---|"]
+        for e in entries:
+            k = scale(e["metric"]) if not is_track(e["metric"]) else _decimals(e["margin"])
+            for p in e.get("per_start") or ():
+                eff, c90, lev = _diff_cells(p["diff"], k)
+                lines.append(f"| {e['claim']} | {e['task']} | {start_label(p['start'], p.get('sha256'))} | {eff} | {c90} | {lev} | **{p['verdict']}** |")
+        lines.append("")
+        lines += [flip_line(e) for e in entries if e.get("per_start")]
     return lines + [""]
+
+
+def flip_line(e: dict) -> str:
+    """Whether a claim's verdict is the same from every start, as a bullet."""
+    per = e["per_start"]
+    if not e.get("differs"):
+        return f"- {e['claim']} ({e['task']}): **{per[0]['verdict']}** from every start ({len(per)})."
+    said = "; ".join(f"{start_label(p['start'], p.get('sha256'))} {p['verdict']}" for p in per)
+    return f"- **VERDICT DIFFERS BETWEEN STARTS** — {e['claim']} ({e['task']}): {said}; over all starts {e['verdict']}."
+
+
+def _diff_cells(d: dict | None, k) -> tuple[str, str, str]:
+    """(effect [95% CI], 90% CI, what was resampled) of a difference, as table cells."""
+    if d is None:
+        return "—", "—", "—"
+    eff = f"{_pts(d['effect'], k)} [{_pts(d['ci95'][0], k)}, {_pts(d['ci95'][1], k)}]"
+    c90 = "—" if not math.isfinite(d["ci90"][0]) else f"[{_pts(d['ci90'][0], k)}, {_pts(d['ci90'][1], k)}]"
+    lev = (f"{d['starts']} starts × " if d.get("starts", 1) > 1 else "") + f"{d['seeds'][0]}/{d['seeds'][1]} seeds"
+    return eff, c90, lev + (f" × {d['problems']} problems" if d["problems"] > 1 else "")
 
 
 def _levels(entries: list[dict]) -> str:
     if entries and all(is_track(e["metric"]) for e in entries):
         return "seeds (a training metric has no per-problem values)"
     levels = {e["diff"]["levels"] for e in entries if e["diff"]}
+    if levels == {"starts, problems and seeds"}:
+        return "starts, held-out problems and seeds (three levels over all starts, problems paired across arms; each start alone: problems and seeds)"
     if levels == {"problems and seeds"}:
         return "held-out problems and seeds (two-level, problems paired across arms)"
     if levels == {"seeds"}:

@@ -51,7 +51,7 @@ def test_every_shipped_suite_expands_into_validated_cells(path, tmp_path, monkey
             shutil.copytree(model_dir, Path(t).expanduser())
     suite = parse_suite(path)
     expanded = expand(suite)  # validates every cell's config
-    assert len(expanded) == len(suite.variants) * len(suite.tasks) * len(suite.seeds)
+    assert len(expanded) == len(suite.variants) * len(suite.tasks) * max(1, len(suite.starts)) * len(suite.seeds)
     assert len({c.key for c in expanded}) == len(expanded)
 
 
