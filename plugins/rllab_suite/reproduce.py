@@ -2,7 +2,7 @@
 the same again.
 
 ``rllab provenance RUN`` prints a run's (or a suite result's) ``provenance.json``
-(:mod:`rllab.provenance`); ``rllab provenance A B`` lists the fields in which two records differ;
+(:mod:`rllab.records.provenance`); ``rllab provenance A B`` lists the fields in which two records differ;
 ``--export-start DIR`` copies the run's starting model to ``DIR/start-SHA`` (stored once per
 hash) and prints the settings that pin it.
 
@@ -24,7 +24,7 @@ import json
 import shutil
 from pathlib import Path
 
-from rllab import provenance
+from rllab.records import provenance
 from rllab.errors import RllabError
 
 from .spec import MANIFEST
