@@ -66,6 +66,9 @@ def resolve_cell(result: Path, cell: str) -> Path:
     if len({c["task"] for c in matches}) > 1:
         raise RllabError(f"--cell {cell}: variant {name!r} ran on several tasks; name the cell by its run directory: "
                          f"{', '.join(c['run'] for c in matches)}")
+    if len({c.get("start") for c in matches}) > 1:
+        raise RllabError(f"--cell {cell}: variant {name!r} ran from several starts; name the cell by its run directory: "
+                         f"{', '.join(c['run'] for c in matches)}")
     return result / "runs" / matches[0]["run"]
 
 

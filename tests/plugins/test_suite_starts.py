@@ -288,3 +288,14 @@ def test_a_two_start_suite_builds_pins_exports_and_reports_each_start(tmp_path, 
     with pytest.raises(Exception, match="starts: seed 0, sha256"):
         run_suite(wrong, directory=tmp_path / "s3", workers=1, lab=lab, progress=False, check_identical=False)
     assert not any((tmp_path / "s3" / "runs").glob("*/final.json"))
+
+
+def test_reproduce_names_a_cell_of_one_start_by_its_run_directory(tmp_path):
+    from rllab import RllabError
+    from rllab_suite.reproduce import resolve_cell
+
+    cells = [{"variant": "no_rl", "task": "addition", "seed": 0, "start": s, "run": f"no_rl-addition-w{s}-s0-abc"} for s in (0, 1)]
+    (tmp_path / "suite.json").write_text(json.dumps({"variants": ["no_rl"], "cells": cells}))
+    with pytest.raises(RllabError, match="ran from several starts; name the cell by its run directory: no_rl-addition-w0-s0-abc, no_rl-addition-w1-s0-abc"):
+        resolve_cell(tmp_path, "no_rl/0")
+    assert resolve_cell(tmp_path, "no_rl-addition-w1-s0-abc") == tmp_path / "runs" / "no_rl-addition-w1-s0-abc"
