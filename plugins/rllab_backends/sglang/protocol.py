@@ -239,6 +239,22 @@ def _sampling_log_probs(values: Any, n: int, where: str) -> tuple[float, ...]:
     return out
 
 
+def answer_rows(raw: bytes, n: int, where: str, asked: str) -> list:
+    """The ``n`` results of a ``/generate`` answer from ``where`` (one result alone, a JSON
+    object, is a list of one); otherwise an :class:`SGLangProtocolError` naming ``where`` and what
+    was ``asked`` (``"2 samples"``)."""
+    try:
+        data = decode(raw)
+    except ValueError as e:
+        raise SGLangProtocolError(f"sglang: {where} answered with invalid JSON: {e}") from None
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list) or len(data) != n:
+        got = len(data) if isinstance(data, list) else type(data).__name__
+        raise SGLangProtocolError(f"sglang: {where} returned {got} results for {asked}")
+    return data
+
+
 def parse_rows(raw: bytes, prompts: Sequence[tuple[int, ...]], rows: Sequence[int], first_index: int, where: str,
                sampled: bool = False, *, oldest: bool = False, submitted: str | None = None,
                mixed: list[int] | None = None) -> tuple[list[Completion], list[tuple[int, str, int | None]]]:
@@ -247,15 +263,7 @@ def parse_rows(raw: bytes, prompts: Sequence[tuple[int, ...]], rows: Sequence[in
     ``first_index + rows[j]``) and the ``(row j, message, status)`` of every aborted one.
     ``oldest``, ``submitted``: each completion's version is its oldest (:func:`_row_fields`);
     ``mixed``: the rows j (not aborted) whose tokens span a weight update are appended to it."""
-    try:
-        data = decode(raw)
-    except ValueError as e:
-        raise SGLangProtocolError(f"sglang: {where} answered with invalid JSON: {e}") from None
-    if isinstance(data, dict):
-        data = [data]
-    if not isinstance(data, list) or len(data) != len(rows):
-        got = len(data) if isinstance(data, list) else type(data).__name__
-        raise SGLangProtocolError(f"sglang: {where} returned {got} results for {len(rows)} samples")
+    data = answer_rows(raw, len(rows), where, f"{len(rows)} samples")
     fields = [_row_fields(row, f"{where} result", sampled, oldest, submitted) for row in data]
     ids, log_probs, kinds, versions, abort_msgs, abort_statuses, spans = zip(*fields) if fields else ((),) * 7
     if mixed is not None:

@@ -14,10 +14,10 @@ token id is checked against the sequence sent, and the call is retried as ``/gen
 from __future__ import annotations
 
 import uuid
-from typing import Any, Sequence
+from typing import Sequence
 
 from .errors import RETRYABLE_STATUS, Retry, SGLangProtocolError, SGLangRequestError
-from .protocol import decode, error_message
+from .protocol import answer_rows, error_message
 
 
 def score_body(sequences: list[list[int]], first: list[int]) -> dict:
@@ -33,15 +33,7 @@ def score_body(sequences: list[list[int]], first: list[int]) -> dict:
 
 def parse_scores(raw: bytes, sequences: list[list[int]], first: list[int], where: str) -> list[list[float]]:
     """The log-probs of ``sequences[i][first[i]:]`` from a ``/generate`` answer (module docstring)."""
-    try:
-        rows: Any = decode(raw)
-    except ValueError as e:
-        raise SGLangProtocolError(f"{where}: the answer is not JSON ({e})") from None
-    if isinstance(rows, dict):
-        rows = [rows]
-    if not isinstance(rows, list) or len(rows) != len(sequences):
-        got = len(rows) if isinstance(rows, list) else type(rows).__name__
-        raise SGLangProtocolError(f"{where}: asked to score {len(sequences)} sequences, got {got} rows")
+    rows = answer_rows(raw, len(sequences), where, f"{len(sequences)} sequences to score")
     out = []
     for i, (row, seq, f) in enumerate(zip(rows, sequences, first)):
         meta = row.get("meta_info") if isinstance(row, dict) else None
