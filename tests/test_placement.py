@@ -75,7 +75,7 @@ def test_no_module_but_the_table_compares_a_strategy_name():
     pattern = re.compile(r"strategy\s*(==|!=|\bin\b|\bnot in\b)\s*[\"'(]")
     offenders = []
     for path in sorted([*(ROOT / "rllab").rglob("*.py"), *(ROOT / "plugins").rglob("*.py")]):
-        if path == ROOT / "rllab" / "placement.py":
+        if path == ROOT / "rllab" / "parallel" / "placement.py":
             continue
         code = "\n".join(line for line in path.read_text(encoding="utf-8").splitlines() if not line.lstrip().startswith(("#", "\"", "'", "f\"")))
         offenders += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in pattern.finditer(code)]

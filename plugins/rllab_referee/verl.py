@@ -23,6 +23,7 @@ import re
 from typing import Any, Mapping
 
 from rllab import ConfigError
+from rllab.records.provenance import flatten
 from rllab_referee.result import Translation
 from rllab_referee.verl_fields import GENERATED, VERL_VERSION
 
@@ -137,18 +138,6 @@ LOSS_MODES = {"vanilla": "ppo_dual_clip", "gspo": "gspo", "cispo": "cispo", "cli
               "geo_mean": "geo_mean", "reinforce": "vanilla_pg", "dppo_tv": "dppo_tv", "dppo_kl": "dppo_kl"}  # fmt: skip
 AGGREGATIONS = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
-
-
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mappings → ``{"a.b.c": value}``; an empty mapping is a value of its own."""
-    out: dict[str, Any] = {}
-    for k, v in tree.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, Mapping) and v:
-            out.update(flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
 
 
 def apply_overrides(flat: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -260,7 +260,7 @@ def content_keyed(section: Mapping[str, Any], hashes: Mapping[str, str]) -> dict
 
 def git_state(where: str | os.PathLike | None = None) -> dict | None:
     """``{"commit", "diff_sha256", "dirty"}`` of the git checkout rllab runs from, else None."""
-    root = Path(where) if where is not None else Path(__file__).resolve().parent.parent
+    root = Path(where) if where is not None else Path(__file__).resolve().parents[2]  # rllab/records/provenance.py → the checkout
     if not (root / ".git").exists():
         return None
     try:
@@ -511,6 +511,7 @@ def comparable(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings → ``{"a.b.c": value}`` (keys after ``prefix``); an empty mapping is a value of its own."""
     out = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
