@@ -693,12 +693,17 @@ def test_a_reward_set_says_a_rows_weighted_or_combined_score_once_every_function
         out = one.score(**kw)
     assert out == [0.5, 0.0] and sorted(heard) == [(0, 0.5), (1, 0.0)]
     forget()
-    two = RewardSet.load(["exact", "remote"], knobs={"remote": {"url": server_url, **FAST}})
+    two = RewardSet.load(["remote", "remote"], knobs={"remote": {"url": server_url, **FAST}, "remote_2": {"url": server_url}})
     heard.clear()
     with scores_as_known(lambda i, v: heard.append((i, v))):
         out = two.score(**kw)
-    assert out == [{"exact": 1.0, "remote": 1.0}, {"exact": 0.0, "remote": 0.0}]
+    assert out == [{"remote": 1.0, "remote_2": 1.0}, {"remote": 0.0, "remote_2": 0.0}]
     assert sorted(heard, key=lambda x: x[0]) == list(enumerate(out))  # each row once, as returned
+    mixed = RewardSet.load(["exact", "remote"], knobs={"remote": {"url": server_url, **FAST}})
+    heard.clear()
+    with scores_as_known(lambda i, v: heard.append((i, v))):
+        mixed.score(**kw)
+    assert heard == []  # exact says nothing: nothing is heard (its caller keeps to its own thread)
 
 
 def test_a_request_another_thread_is_asking_is_waited_for_not_sent_again():
@@ -739,7 +744,7 @@ class SlowTask:
         for i, c in enumerate(completions):
             if c not in self.slow:
                 report_score(i, out[i])
-        assert self.release.wait(5)
+        assert self.release.wait(5) if self.slow & set(completions) else True
         return out
 
 
@@ -750,20 +755,43 @@ def test_a_probe_is_known_below_or_at_the_target_before_its_slowest_answer_comes
     examples = [Example(prompt=f"{i}+1=", answer=str(i + 1)) for i in range(4)]
     task = SlowTask(slow={"slow"})
     scores = ProbeScores(task, examples)
-    first = scores.submit(["1", "0", "0", "slow"])  # 1 solved, 2 not, 1 out: at most 2/4
+    probes = [["0", "0", "0", "0"], ["1", "0", "0", "slow"], ["1", "2", "3", "slow"]]
+    start = scores.submit(probes[0])  # scored in this thread (nothing said yet), saying its rewards
+    assert start.thread is None and start.verdict(0.75) == "done" and start.accuracy() == 0.0
+    first = scores.submit(probes[1])  # 1 solved, 2 not, 1 out: at most 2/4
     assert first.verdict(0.75) == "below" and not task.release.is_set()
-    second = scores.submit(["1", "2", "3", "slow"])  # 3 solved already: reached, whatever the slow one says
+    second = scores.submit(probes[2])  # 3 solved already: reached, whatever the slow one says
     assert second.verdict(0.5) == "reached"
-    assert task.batches == [["1", "0", "0", "slow"], ["2", "3"]]  # "slow" (row 3) is out already: not asked again
+    assert task.batches == [["0", "0", "0", "0"], ["1", "slow"], ["2", "3"]]  # "slow" (row 3) is out: not asked again
     task.release.set()
     assert [first.accuracy(), second.accuracy()] == [0.25, 0.75]
     assert first.verdict(0.75) == "done"
     # the same rates and answers as one probe at a time
     again = SlowTask(slow={"slow"})
     again.release.set()
-    assert solved_rates(again, examples, [["1", "0", "0", "slow"]], scored := {}) + solved_rates(
-        again, examples, [["1", "2", "3", "slow"]], scored) == [0.25, 0.75]
+    scored: dict = {}
+    assert [solved_rates(again, examples, [p], scored)[0] for p in probes] == [0.0, 0.25, 0.75]
     assert again.batches == task.batches
+
+
+def test_a_reward_that_says_nothing_is_scored_in_the_callers_thread():
+    import threading
+
+    from rllab.models.supervised import ProbeScores
+    from rllab.types import Example
+
+    class MainThreadOnly(CountingTask):  # a timeout by signal works in the main thread only
+        def reward_batch(self, examples, completions, *, completion_ids=None):
+            assert threading.current_thread() is threading.main_thread()
+            return super().reward_batch(examples, completions, completion_ids=completion_ids)
+
+    examples = [Example(prompt=f"{i}+1=", answer=str(i + 1)) for i in range(2)]
+    task = MainThreadOnly()
+    scores = ProbeScores(task, examples)
+    for answers, want in ((["1", "0"], 0.5), (["1", "2"], 1.0), (["0", "2"], 0.5)):
+        probe = scores.submit(answers)
+        assert probe.thread is None and probe.verdict(0.9) == "done" and probe.accuracy() == want
+    assert task.batches == [["1", "0"], ["2"], ["0"]]
 
 
 def test_a_probe_with_no_answer_yet_waits_and_one_whose_every_answer_fails_raises():
@@ -773,7 +801,9 @@ def test_a_probe_with_no_answer_yet_waits_and_one_whose_every_answer_fails_raise
 
     examples = [Example(prompt=f"{i}+1=", answer=str(i + 1)) for i in range(2)]
     task = SlowTask(slow={"a", "b"})
-    probe = ProbeScores(task, examples).submit(["a", "b"])
+    scores = ProbeScores(task, examples)
+    assert scores.submit(["1", "0"]).accuracy() == 0.5  # its rewards said: the next probes in threads of their own
+    probe = scores.submit(["a", "b"])
     import threading
 
     seen = []

@@ -198,7 +198,11 @@ class ProbeScores:
     service says each as its answer comes, :func:`rllab.rollout.rewards.report_score`), that the
     probe's solved rate is below the target or reaches it — so that the next probe's answers can be
     sent while this one's slowest are still out, and none is sent of a probe after the one that ends
-    the warm start. Each probe's rate is the one :func:`solved_rates` gives it."""
+    the warm start. Each probe's rate is the one :func:`solved_rates` gives it.
+
+    A probe is scored in the caller's thread, one at a time, until a reward has been said: a
+    reward that says nothing gains nothing from a thread, and may need the main one (a timeout by
+    signal, as math-verify's)."""
 
     def __init__(self, task, examples: list, renderer: PromptRenderer | None = None):
         self.task, self.examples, self.renderer = task, examples, renderer
@@ -225,7 +229,11 @@ class Probe:
             self.todo = [k for k in dict.fromkeys(self.pairs) if k not in scores.scored and k not in scores.asking]
             scores.asking.update(self.todo)
         self.thread = None
-        if self.todo:
+        if self.todo and not scores.said:  # nothing said yet: in this thread
+            self._score()
+            if self.error is not None and not isinstance(self.error, Exception):
+                raise self.error  # an interruption: at once
+        elif self.todo:
             context = contextvars.copy_context()
             self.thread = threading.Thread(target=context.run, args=(self._score,), name="warm-start-probe", daemon=True)
             self.thread.start()

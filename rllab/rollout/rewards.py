@@ -373,13 +373,15 @@ class RewardSet:
     ) -> list[float | dict[str, float]]:
         """Per completion: ``w·r`` with one function, else a dict name → r (None scored 0).
 
-        A caller that listens (:func:`scores_as_known`) hears each completion's score as soon as
-        every function's value for it is known (said by the function, or returned by it)."""
+        A caller that listens (:func:`scores_as_known`) hears a completion's score as soon as
+        every function has said its value for it (:func:`report_score`); with a function that
+        says nothing, nothing is heard: the scores come with the return, and a caller hearing
+        none keeps to its own thread (what a reward function may need, e.g. a timeout by signal)."""
         listener = _SCORES.get()
         known: list[dict[int, float | None]] = [{} for _ in completions]
 
         def tell(k: int, i: int, value: Any) -> None:
-            if listener is None or not 0 <= i < len(known) or k in known[i]:
+            if not 0 <= i < len(known) or k in known[i]:
                 return
             try:
                 known[i][k] = _number(value, "", "")
@@ -393,8 +395,6 @@ class RewardSet:
             with scores_as_known(None if listener is None else lambda i, value, k=k: tell(k, i, value)):
                 per_fn.append(f.batch(prompts=prompts, completions=completions, ground_truth=ground_truth, columns=columns,
                                       rows=rows, completion_ids=completion_ids))
-            for i, value in enumerate(per_fn[-1]):  # what it did not say: its return
-                tell(k, i, value)
         return [self._combined([col[i] for col in per_fn]) for i in range(len(completions))]
 
     def _combined(self, values: Sequence[float | None]) -> float | dict[str, float]:
