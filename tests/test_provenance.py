@@ -250,3 +250,19 @@ def test_a_large_models_hash_is_remembered_until_a_file_changes(tmp_path, monkey
     monkeypatch.setattr(provenance, "sha256_tree", real)
     (d / "model.safetensors").write_bytes(b"\x01\x02\x03")  # rewritten: another size (and time)
     assert provenance.model_sha256(d) != h
+
+
+_GIT_STATE = provenance.git_state  # the real one: this module's tests see a fixed checkout
+
+
+def test_git_state_by_default_is_the_checkout_rllab_runs_from():
+    from pathlib import Path
+
+    import rllab
+
+    root = Path(rllab.__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        pytest.skip("rllab is not running from a git checkout")
+    state = _GIT_STATE()
+    assert state is not None and len(state["commit"]) == 40
+    assert state["commit"] == _GIT_STATE(root)["commit"]
