@@ -424,13 +424,21 @@ def _optimizer(t: Translation, c: dict) -> None:
         t.set("train", "lr_warmup", "then_decay", style_key, how="verl's rate rises as step/warmup_steps, then decays over the rest")
 
 
+def _pick(t: Translation, key: str, section: str, name: str | None, refusal: str) -> str | None:
+    """``[section] name = name``, read from verl's ``key``; ``name`` None (verl's value has no
+    counterpart): ``key`` refused with ``refusal``, and None."""
+    if name is None:
+        t.refuse(key, refusal)
+        return None
+    t.set(section, "name", name, key)
+    return name
+
+
 def _advantage(t: Translation, c: dict) -> None:
     est = c[ALG + "adv_estimator"]
-    if est not in ESTIMATORS:
-        t.refuse(ALG + "adv_estimator", f"rllab has no counterpart; mapped: {sorted(ESTIMATORS)}")
+    name = _pick(t, ALG + "adv_estimator", "advantage", ESTIMATORS.get(est), f"rllab has no counterpart; mapped: {sorted(ESTIMATORS)}")
+    if name is None:
         return
-    name = ESTIMATORS[est]
-    t.set("advantage", "name", name, ALG + "adv_estimator")
     if name in MASK_SCORES:
         t.set("advantage", "mask_scores", False, how="verl sums a row's rewards over every position")
     if est == "rloo_vectorized":
@@ -453,12 +461,10 @@ def _advantage(t: Translation, c: dict) -> None:
 
 
 def _loss(t: Translation, c: dict) -> None:
-    mode = c[A + "policy_loss.loss_mode"]
-    if mode not in LOSS_MODES:
-        t.refuse(A + "policy_loss.loss_mode", f"not mapped by the importer; mapped: {sorted(LOSS_MODES)}")
+    name = _pick(t, A + "policy_loss.loss_mode", "policy_loss", LOSS_MODES.get(c[A + "policy_loss.loss_mode"]),
+                 f"not mapped by the importer; mapped: {sorted(LOSS_MODES)}")
+    if name is None:
         return
-    name = LOSS_MODES[mode]
-    t.set("policy_loss", "name", name, A + "policy_loss.loss_mode")
     low_key = A + "clip_ratio_low" if c[A + "clip_ratio_low"] is not None else A + "clip_ratio"
     high_key = A + "clip_ratio_high" if c[A + "clip_ratio_high"] is not None else A + "clip_ratio"
     if name in ("ppo_dual_clip", "gspo", "clip_cov", "geo_mean", "dppo_tv", "dppo_kl", "cispo"):
@@ -478,11 +484,10 @@ def _loss(t: Translation, c: dict) -> None:
             t.set("policy_loss", k, c[A + "policy_loss." + k], A + "policy_loss." + k)
     if name == "geo_mean":
         t.set("policy_loss", "count_empty_rows", True, how="verl's mean over all rows")
-    agg = c[A + "loss_agg_mode"]
-    if agg not in AGGREGATIONS:
-        t.refuse(A + "loss_agg_mode", f"verl's modes are {list(AGGREGATIONS)}")
+    agg = _pick(t, A + "loss_agg_mode", "aggregation", c[A + "loss_agg_mode"] if c[A + "loss_agg_mode"] in AGGREGATIONS else None,
+                f"verl's modes are {list(AGGREGATIONS)}")
+    if agg is None:
         return
-    t.set("aggregation", "name", agg, A + "loss_agg_mode")
     if agg == "seq-mean-token-sum-norm" and c[A + "loss_scale_factor"] is not None:
         t.set("aggregation", "horizon", c[A + "loss_scale_factor"], A + "loss_scale_factor", how="verl's constant divisor")
     elif agg == "seq-mean-token-sum-norm":
@@ -501,11 +506,8 @@ def _kl(t: Translation, c: dict) -> None:
         return
     kind_key = ALG + "kl_penalty" if in_reward else A + "kl_loss_type"
     kind = str(c[kind_key])
-    base = kind.rstrip("+")
-    if base not in KL_TYPES:
-        t.refuse(kind_key, f"verl's estimators are {list(KL_TYPES)} (and their '+' forms)")
+    if _pick(t, kind_key, "kl", kind if kind.rstrip("+") in KL_TYPES else None, f"verl's estimators are {list(KL_TYPES)} (and their '+' forms)") is None:
         return
-    t.set("kl", "name", kind, kind_key)
     if in_reward:
         t.set("algorithm", "kl_in", "reward", ALG + "use_kl_in_reward")
         t.set("algorithm", "kl_measure", "penalty_row_mean", how="the KL verl's controller adapts to")
