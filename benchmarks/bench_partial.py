@@ -42,7 +42,7 @@ MODES = {"off": [], "drop": ["rollout.over_sample=0.5"], "continue": ["rollout.o
 
 def tailed_reverse(*, config):
     """Reverse a digit string; lengths long-tailed (see the module docstring)."""
-    from rllab_tasks.strings import _ALPHABETS, ReverseTask
+    from rllab_tasks.tasks.strings import _ALPHABETS, ReverseTask
     from rllab.types import Example
 
     class TailedReverse(ReverseTask):
@@ -66,7 +66,7 @@ def tailed_reverse(*, config):
 
 @rllab.hookimpl
 def register_tasks(register):
-    from rllab_tasks.strings import StringTaskConfig
+    from rllab_tasks.tasks.strings import StringTaskConfig
 
     register("tailed_reverse", tailed_reverse, config=StringTaskConfig, reward_components=())
 

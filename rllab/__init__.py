@@ -46,6 +46,7 @@ from rllab.specs import FloatOrFloats, FloatOrFloatsOrNone, StrOrStrs, StrOrStrs
 _ON_FIRST_USE = {
     "rllab.algorithm": ("Algorithm", "KLSample", "OptimizerStep", "Rollout", "RunContext", "StepReport"),
     "rllab.rollout.environment": ("Environment", "Episode", "Step"),
+    "rllab.rollout.single_turn": ("SingleTurn",),
     "rllab.rollout.tools": ("Tool", "tool", "tool_step"),
     "rllab.config": ("load_config",),
     "rllab.training.trainer": ("Trainer",),
@@ -66,6 +67,7 @@ if _TYPE_CHECKING:
     from rllab import algorithm, ops
     from rllab.algorithm import Algorithm, KLSample, OptimizerStep, Rollout, RunContext, StepReport
     from rllab.rollout.environment import Environment, Episode, Step
+    from rllab.rollout.single_turn import SingleTurn
     from rllab.rollout.tools import Tool, tool, tool_step
     from rllab.config import load_config
     from rllab.training.trainer import Trainer
@@ -143,6 +145,7 @@ __all__ = [
     "RowError",
     "SamplingParams",
     "Sampler",
+    "SingleTurn",
     "Step",
     "StrOrStrs",
     "StrOrStrsOrNone",

@@ -71,6 +71,15 @@ MEMBERS: dict[str, dict[str, Member]] = {
         ),
         "tools": Member(help="the tools the environment exposes (rllab.rollout.tools), listed by `rllab plugins show NAME`",
                         default=()),
+        "reward_components": Member(help="the names of the reward components (K ≥ 2) each Step.score gives, in order; "
+                                    "empty: one reward", default=()),
+        "reward_weights": Member(help="K floats w_k: the step's reward is Σ_k w_k·r_k of its score; None: all 1"),
+        "correct_component": Member(help="the component that says whether an episode is solved; None: the first"),
+        "multi_turn": Member(
+            help="whether its episodes are reported as episodes of turns: env/* counters with each step, eval/turns with "
+            "each evaluation, the random-reward control drawn at its solved rate (per-turn rewards are of any scale), "
+            "and partial rollouts refused; rllab.SingleTurn sets False", default=True,
+        ),
         **_KNOB_DEFAULTS,
     },
     "episode": {

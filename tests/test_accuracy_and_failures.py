@@ -139,7 +139,7 @@ def test_is_solved_never_falls_back_to_the_weighted_sum():
 
 def test_the_dataset_tasks_correct_component_knob(tmp_path):
     pytest.importorskip("datasets")
-    from rllab_tasks.dataset import DatasetConfig, DatasetTask
+    from rllab_tasks.tasks.dataset import DatasetConfig, DatasetTask
 
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1)}) + "\n" for i in range(6)))

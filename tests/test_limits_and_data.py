@@ -61,7 +61,7 @@ def test_a_prompt_longer_than_the_context_is_refused_at_load_naming_row_length_a
     limits, cfg = _limits(task, char)
     with pytest.raises(PromptError, match=r"task 'dataset': the prompt of long.jsonl row \d+ \(prompt 'xxx.*is 30\d tokens, and the "
                        r"model has a context of 256: nothing is left for the response. Fix: set rollout.max_prompt_tokens"):
-        limits.for_rollout(cfg)
+        limits.check(cfg)
 
 
 def test_a_task_prompt_plus_max_new_tokens_past_the_context_is_refused(tmp_path, char):
@@ -69,8 +69,10 @@ def test_a_task_prompt_plus_max_new_tokens_past_the_context_is_refused(tmp_path,
     limits, cfg = _limits(task, char, max_new_tokens=64)
     with pytest.raises(PromptError, match=r"is 20\d tokens; with rollout.max_new_tokens = 64 a response would run to 2\d\d tokens, "
                        r"past the context of the model \(256\).*lower rollout.max_new_tokens to 5\d or less"):
-        limits.for_rollout(cfg)
-    assert PromptLimits(task, tokenizer=char, rollout=cfg, context_tokens=None, name="d").for_rollout(cfg) is task  # no context: nothing
+        limits.check(cfg)
+    free = PromptLimits(task, tokenizer=char, rollout=cfg, context_tokens=None, name="d").check(cfg)  # no context: nothing
+    assert free.limit is None and free.held_out() == task.eval_examples()
+    assert free.draw(3, torch.Generator().manual_seed(0)) == task.train_examples(3, torch.Generator().manual_seed(0))
 
 
 class _Game:
@@ -96,16 +98,16 @@ class _Game:
 
 def test_an_environment_needs_only_its_prompt_to_fit(char):
     limits, cfg = _limits(_Game(240), char, max_new_tokens=64)  # 241 + 64 > 256: the episode loop caps the turn
-    assert limits.for_rollout(cfg).eval_examples()[0].prompt == "g" * 240
+    assert limits.check(cfg).held_out()[0].prompt == "g" * 240
     limits, cfg = _limits(_Game(300), char)
     with pytest.raises(PromptError, match=r"environment 'dataset': the prompt of training draw 0 .* is 301 tokens"):
-        limits.for_rollout(cfg)
+        limits.check(cfg)
 
 
 def test_max_prompt_tokens_drops_longer_rows_from_train_and_eval_and_counts_them(tmp_path, char, capsys):
     task = _dataset(_jsonl(tmp_path / "long.jsonl", _rows()), eval_fraction=0.25)
     limits, cfg = _limits(task, char, max_prompt_tokens=100)
-    source = limits.for_rollout(cfg)
+    limits.check(cfg)
     long_train = sum(len(e.prompt) > 100 for e in task.train)
     long_eval = sum(len(e.prompt) > 100 for e in task.eval)
     assert long_train and long_eval
@@ -114,10 +116,15 @@ def test_max_prompt_tokens_drops_longer_rows_from_train_and_eval_and_counts_them
         "prompts/dropped_eval": long_eval, "prompts/longest_kept": 6,
     }
     assert f"drops {long_train} of 30 training prompts and {long_eval} of 10 held-out" in capsys.readouterr().err
-    drawn = source.train_examples(64, torch.Generator().manual_seed(0))
+    drawn = limits.draw(64, torch.Generator().manual_seed(0))
     assert len(drawn) == 64 and all(len(e.prompt) < 100 for e in drawn)
-    assert [e.prompt for e in source.eval_examples()] == [e.prompt for e in task.eval if len(e.prompt) < 100]
-    assert source.reward(drawn[0], drawn[0].answer) == 1.0  # everything else is the task's
+    assert [e.prompt for e in limits.held_out()] == [e.prompt for e in task.eval if len(e.prompt) < 100]
+    # the stage's draw is the filtered one, and so are its held-out examples; the task itself is unchanged
+    from rllab.rollout.stage import build_stage
+
+    stage = build_stage(task=task, task_name="dataset", backend=None, tokenizer=char, seed=0, config=cfg, prompt_limits=limits)
+    assert stage.draw(0, 64, torch.Generator().manual_seed(0)) == drawn and stage.held_out() == limits.held_out()
+    assert stage.env is task and len(task.eval_examples()) == len(task.eval)
 
 
 @pytest.mark.parametrize(
@@ -133,7 +140,7 @@ def test_a_max_prompt_tokens_or_max_new_tokens_that_leaves_nothing_is_refused(tm
     task = _dataset(_jsonl(tmp_path / "long.jsonl", _rows()), eval_fraction=0.25)
     limits, cfg = _limits(task, char, **rollout)
     with pytest.raises(ConfigError, match=message) as e:
-        limits.for_rollout(cfg)
+        limits.check(cfg)
     assert e.value.key == next(iter(rollout))
 
 
@@ -159,10 +166,10 @@ class _Generated:
 def test_a_generated_task_is_probed_at_load_and_checked_as_it_draws(char):
     limits, cfg = _limits(_Generated(), char)
     with pytest.raises(PromptError, match=r"training draw \d+ \(prompt 'yyy"):
-        limits.for_rollout(cfg)  # the probe of draws finds one
+        limits.check(cfg)  # the probe of draws finds one
     limits, cfg = _limits(_Generated(), char, max_prompt_tokens=50)
-    source = limits.for_rollout(cfg)
-    assert all(len(e.prompt) < 50 for e in source.train_examples(32, torch.Generator().manual_seed(1)))
+    limits.check(cfg)
+    assert all(len(e.prompt) < 50 for e in limits.draw(32, torch.Generator().manual_seed(1)))
 
 
 @pytest.mark.filterwarnings("ignore:.*scored 0")  # two steps of an untrained model

@@ -379,7 +379,7 @@ def test_a_probe_scores_its_answers_in_one_batch_and_only_those_that_changed():
 def test_the_warm_start_sends_the_service_each_distinct_answer_once(tmp_path):
     pytest.importorskip("datasets")
     from rllab.models.tiny import TinyModelConfig, WarmStartConfig, build_tiny_model, warm_start
-    from rllab_tasks.dataset import DatasetConfig, DatasetTask
+    from rllab_tasks.tasks.dataset import DatasetConfig, DatasetTask
 
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(40)))
@@ -431,7 +431,7 @@ def _stage(tmp_path, knobs, policy, ref="remote"):
     from rllab.rollout.stage import build_stage
     from rllab.settings import RolloutConfig
     from rllab.models.tokenizer import build_tokenizer
-    from rllab_tasks.dataset import DatasetConfig, DatasetTask
+    from rllab_tasks.tasks.dataset import DatasetConfig, DatasetTask
 
     from .test_accuracy_and_failures import Echo
 
@@ -546,7 +546,7 @@ def test_bad_remote_knobs_are_refused_naming_the_knob(knobs, key):
 
 def test_a_missing_url_through_the_dataset_task_says_where_knobs_go(tmp_path):
     pytest.importorskip("datasets")
-    from rllab_tasks.dataset import DatasetConfig, DatasetTask
+    from rllab_tasks.tasks.dataset import DatasetConfig, DatasetTask
 
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"prompt": "1+1=", "answer": "2"}) + "\n" + json.dumps({"prompt": "2+1=", "answer": "3"}) + "\n")
@@ -838,7 +838,7 @@ def test_the_warm_start_against_a_flaky_service_is_the_one_against_a_healthy_one
     import torch
 
     from rllab.models.tiny import TinyModelConfig, WarmStartConfig, build_tiny_model, warm_start
-    from rllab_tasks.dataset import DatasetConfig, DatasetTask
+    from rllab_tasks.tasks.dataset import DatasetConfig, DatasetTask
 
     def answer(path, body):  # about half the answers right, whatever the model says
         return 200, float(hashlib.md5(json.dumps(body, sort_keys=True).encode()).digest()[0] % 2)

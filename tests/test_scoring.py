@@ -1,6 +1,6 @@
-"""The one rollout path: a task's scoring on its own (:mod:`rllab.rollout.scoring`), the episode source
-built before the stage (:mod:`rllab.rollout.task_environment`), and the batch built from episodes in one
-place (:func:`rllab.rollout.stage.episode_batch`)."""
+"""The one rollout path: a task's rubric on its own (:mod:`rllab.rollout.scoring`), a task as the
+one-turn environment the stage plays (:mod:`rllab.rollout.single_turn`), and the batch built from
+episodes in one place (:func:`rllab.rollout.stage.episode_batch`)."""
 
 from __future__ import annotations
 
@@ -15,16 +15,18 @@ import rllab
 from rllab.rollout.environment import Step
 from rllab.rollout.episodes import EpisodeResult
 from rllab.errors import RewardError, RllabError
-from rllab.rollout.stage import Rollouts, episode_batch
-from rllab.rollout.scoring import TaskScorer
+from rllab.rollout.stage import Rollouts, build_stage, episode_batch
+from rllab.rollout.scoring import Rubric
+from rllab.rollout.single_turn import SingleTurn, playable
 from rllab.settings import RolloutConfig
-from rllab.rollout.task_environment import TaskEnvironment, episode_source
 from rllab.types import Completion, Example
+
+from .test_accuracy_and_failures import char  # noqa: F401  (a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class TwoParts(rllab.Task):
+class TwoParts(rllab.SingleTurn):
     reward_components = ("correct", "format")
     reward_weights = (1.0, 0.25)
 
@@ -44,7 +46,7 @@ class TwoParts(rllab.Task):
 
 
 def test_the_scorer_weighs_components_and_keeps_a_failure_on_its_row():
-    scorer = TaskScorer(TwoParts(), name="two")
+    scorer = Rubric(TwoParts(), name="two")
     ex = Example(prompt="1+1=", answer="2")
     rows = scorer.rows([ex, ex, ex], ["2", "x", "boom"], [[1], [2], [3]])
     assert rows[0] == (1.0 + 0.25 * 1.0, [1.0, 1.0])
@@ -54,33 +56,78 @@ def test_the_scorer_weighs_components_and_keeps_a_failure_on_its_row():
     bad = TwoParts()
     bad.reward_weights = (1.0,)
     with pytest.raises(RewardError, match=r"reward_weights has 1 entries for its 2 reward components"):
-        TaskScorer(bad, name="two").rows([ex], ["2"], [[1]])
+        Rubric(bad, name="two").rows([ex], ["2"], [[1]])
 
 
 def test_scoring_and_the_task_adapter_never_reach_the_rollout_stage():
     import importlib
 
-    for module in ("rllab.rollout.scoring", "rllab.rollout.task_environment"):
+    for module in ("rllab.rollout.scoring", "rllab.rollout.single_turn"):
         tree = ast.parse(Path(importlib.import_module(module).__file__).read_text())
         imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
             a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         assert "rllab.rollout.stage" not in imported and "rllab.rollout.asynchronous" not in imported, module
 
 
-def test_a_task_source_is_a_one_turn_environment_whose_step_carries_the_score():
-    source = episode_source(task=TwoParts(), name="two", config=RolloutConfig(max_new_tokens=7))
-    assert isinstance(source.env, TaskEnvironment) and source.kind == "task" and not source.multi_turn
-    assert source.limits.max_turns == 1 and source.limits.max_new_tokens == 7 and source.limits.context_tokens is None
-    assert source.component_names == ("correct", "format") and source.component_weights() == [1.0, 0.25]
+def test_a_task_is_a_one_turn_environment_whose_step_carries_the_rubrics_score(char):  # noqa: F811
+    task = TwoParts()
+    assert isinstance(task, rllab.Environment) and isinstance(task, rllab.Task) and task.max_turns == 1
+    stage = build_stage(task=task, task_name="two", backend=None, tokenizer=char, seed=0, config=RolloutConfig(max_new_tokens=7),
+                        context_tokens=64)
+    assert stage.env is task and stage.kind == "task" and not stage.multi_turn
+    assert stage.limits.max_turns == 1 and stage.limits.max_new_tokens == 7 and stage.limits.context_tokens == 64
+    assert stage.component_names == ("correct", "format") and stage.component_weights() == [1.0, 0.25]
     ex = Example(prompt="2+1=", answer="3")
-    episode = source.env.start(ex)
-    (step,) = source.env.step_batch([episode], ["3"], completion_ids=[[5]])
+    episode = task.start(ex)
+    (step,) = task.step_batch([episode], ["3"], completion_ids=[[5]])
     assert step == Step(reward=1.25, done=True, score=(1.0, 1.0))
+    assert episode.step("3") == step  # alone, as the runner's step would play it
+    with pytest.raises(ValueError, match="no"):
+        episode.step("boom")
+    assert "task 'two' failed on prompt '2+1=' with completion 'boom'" in task.describe_error(ex, "boom", 1, ValueError("no"))
     # a finished episode pickles without its task (a checkpoint's batches sampled ahead)
     again = pickle.loads(pickle.dumps(episode))
-    assert again.example == ex and again.adapter is None
+    assert again.example == ex and again.env is None
     with pytest.raises(RllabError, match="exactly one"):
-        episode_source(task=TwoParts(), env=object(), name="x", config=RolloutConfig())
+        build_stage(task=TwoParts(), env=object(), task_name="x", backend=None, tokenizer=char, seed=0, config=RolloutConfig())
+
+
+class Protocol:
+    """A task of the task protocol alone (no base class): played as a SingleTurn, its own members read."""
+
+    reward_components = ("correct", "format")
+    reward_weights = (2.0, 1.0)
+    correct_component = "format"
+
+    def train_examples(self, n, rng):
+        return [Example(prompt=f"{i}+1=", answer=str(i + 1)) for i in range(n)]
+
+    def eval_examples(self):
+        return self.train_examples(1, None)
+
+    def reward(self, example, completion):
+        return {"correct": float(completion == example.answer), "format": float(completion.isdigit())}
+
+    def demonstration(self, example):
+        return example.answer
+
+
+def test_a_task_of_the_protocol_alone_is_played_as_a_single_turn_with_its_own_members(char):  # noqa: F811
+    task = Protocol()
+    env = playable(task, name="proto")
+    assert isinstance(env, SingleTurn) and env is not task and env.max_turns == 1
+    assert env.reward_components == ("correct", "format") and env.reward_weights == (2.0, 1.0) and env.correct_component == "format"
+    assert env.train_examples(2, None) == task.train_examples(2, None) and env.demonstration(Example(prompt="p", answer="4")) == "4"
+    (step,) = env.step_batch([env.start(Example(prompt="1+1=", answer="2"))], ["3"], completion_ids=[[1]])
+    assert step == Step(reward=1.0, done=True, score=(0.0, 1.0))
+    stage = build_stage(task=task, task_name="proto", backend=None, tokenizer=char, seed=0, config=RolloutConfig())
+    assert stage.component_weights() == [2.0, 1.0] and stage.solved(Example(prompt="p", answer="9"), 1.0, [0.0, 1.0])
+    assert stage.solved_rule == "reward component 'format' ≥ 1 (task.correct_component)"
+    # an environment plays as it is
+    from .test_random_reward import Turns
+
+    turns = Turns()
+    assert playable(turns, name="turns") is turns
 
 
 def _episode(tokens, rewards, *, turns=1, mask=None, reward=None, shaping=0.0, score=(), index=0):
@@ -176,10 +223,10 @@ def test_a_recording_with_the_former_field_names_still_replays():
     assert torch.equal(again.rewards, batch.rewards) and torch.equal(again.token_rewards, batch.token_rewards)
 
 
-def test_the_stage_refuses_a_task_or_environment_in_place_of_its_source():
+def test_the_stage_takes_its_source_and_name_and_refuses_the_former_keywords():
     from rllab.rollout.stage import RolloutStage
 
-    with pytest.raises(RllabError, match=r"got env.*episode_source\(task=... or env=...|got task.*episode_source"):
+    with pytest.raises(RllabError, match=r"got task.*RolloutStage\(source, name=...|build_stage"):
         RolloutStage(task=TwoParts(), backend=None, tokenizer=None, config=RolloutConfig(), seed=0)
-    with pytest.raises(RllabError, match=r"got a TwoParts.*build_stage"):
-        RolloutStage(TwoParts(), backend=None, tokenizer=None, config=RolloutConfig(), seed=0)
+    with pytest.raises(RllabError, match=r"got none"):
+        RolloutStage(backend=None, tokenizer=None, config=RolloutConfig(), seed=0)

@@ -1,6 +1,10 @@
 """Verifiable toy tasks: addition, chain, countdown, sort, reverse, and prompts read from a JSONL file.
 
-Every task follows :class:`rllab.types.Task`. Rewards are exact and deterministic: 1.0 when the
+The plugin is split by role: ``tasks`` (environments of one turn), ``environments`` (of several
+turns), the reward functions (``rewards``, ``remote_rewards`` + ``reward_service``) and ``samplers``;
+``split`` is the held-out split they share.
+
+Every task is an :class:`rllab.SingleTurn`: an environment of one turn, scored by its rubric. Rewards are exact and deterministic: 1.0 when the
 decoded completion (the response up to, not including, the end-of-sequence token) is correct,
 0.0 otherwise — never partial credit, never an exception on garbage.
 
@@ -25,32 +29,32 @@ character used)::
     sort       "sort 3a1:"           -> "13a"
     reverse    "reverse abc:"        -> "cba"
     jsonl      row["prompt"]         -> row["answer"], scored by ``exact`` / ``contains`` / ``numeric``
-    dataset    a local data set (TRL or verl format) scored by reward functions (:mod:`rllab_tasks.dataset`)
+    dataset    a local data set (TRL or verl format) scored by reward functions (:mod:`rllab_tasks.tasks.dataset`)
     reasoning_gym  a reasoning-gym procedural data set, scored by its own ``score_answer``
 
 Environments (multi-turn, :mod:`rllab.rollout.environment`, ``env = NAME``): the built-in ones the tiny
-model learns (:mod:`rllab_tasks.environments`)::
+model learns (:mod:`rllab_tasks.environments.tools`)::
 
     calculator  "123*45="      -> <calc(123*45)>, then the product     (a tool the model must call)
     search      "pin of kqz?"  -> <find(kqz,pin)>, then the value      (a per-example key-value store)
     guess       "guess 1-16:"  -> guesses answered higher/lower         (fewer turns, more reward)
 
-and ``textarena``, which plays a single-player textarena game (:mod:`rllab_tasks.textarena_env`),
-``gem``, an environment of the GEM hub by its id (:mod:`rllab_tasks.gem_env`), ``openenv``, an
-environment on an OpenEnv server (:mod:`rllab_tasks.openenv_env`),
+and ``textarena``, which plays a single-player textarena game (:mod:`rllab_tasks.environments.textarena`),
+``gem``, an environment of the GEM hub by its id (:mod:`rllab_tasks.environments.gem`), ``openenv``, an
+environment on an OpenEnv server (:mod:`rllab_tasks.environments.openenv`),
 and ``reasoning_gym_retry``, which lets the model retry a reasoning-gym question after feedback
-(:mod:`rllab_tasks.reasoning`).
+(:mod:`rllab_tasks.environments.reasoning_retry`).
 
 The plugin also registers the built-in reward functions (:mod:`rllab_tasks.rewards`): ``exact``,
 ``contains``, ``numeric``, ``math_verify``, ``format`` and ``length_penalty``, and two that ask a
 server (:mod:`rllab_tasks.remote_rewards`): ``remote`` (a reward service) and ``llm_judge``; and the
-built-in prompt samplers (:mod:`rllab_tasks.samplers`): ``default``, ``difficulty_pool``,
+built-in prompt samplers (:mod:`rllab_tasks.samplers.pools`, :mod:`rllab_tasks.samplers.curriculum`): ``default``, ``difficulty_pool``,
 ``advantage_gate`` and ``reasoning_gym_curriculum``.
 
 Several reward components
 -------------------------
 ``addition`` with ``format_weight`` set scores each completion on two named components, as a
-task with several reward functions does (see :class:`rllab.types.Task`)::
+task with several reward functions does (see :class:`rllab.SingleTurn`)::
 
     correct  1.0 when the stripped completion equals the sum, else 0.0
     format   1.0 when the completion is digits only (no sign, space or other character), else 0.0
@@ -65,17 +69,21 @@ from __future__ import annotations
 
 import rllab
 
+from ._former import install as _keep_former_paths
+
+_keep_former_paths()  # rllab_tasks.arithmetic and the other module paths before the split: they warn and forward until 1.0
+
 # --------------------------------------------------------------------------- registration
 
 
 @rllab.hookimpl
 def register_tasks(register):
     # the components' modules import torch: loaded when they register, not with the plugin
-    from .arithmetic import COMPONENTS, AdditionConfig, ChainConfig, CountdownConfig, addition, chain, countdown
-    from .files import JsonlConfig, jsonl
-    from .dataset import DatasetConfig, dataset, dataset_components
-    from .reasoning import ReasoningGymConfig, reasoning_gym
-    from .strings import StringTaskConfig, reverse, sort
+    from .tasks.arithmetic import COMPONENTS, AdditionConfig, ChainConfig, CountdownConfig, addition, chain, countdown
+    from .tasks.files import JsonlConfig, jsonl
+    from .tasks.dataset import DatasetConfig, dataset, dataset_components
+    from .tasks.reasoning import ReasoningGymConfig, reasoning_gym
+    from .tasks.strings import StringTaskConfig, reverse, sort
 
     register(
         "addition", addition, config=AdditionConfig,
@@ -92,7 +100,7 @@ def register_tasks(register):
 
 @rllab.hookimpl
 def register_environments(register):
-    from .environments import (
+    from .environments.tools import (
         CalculatorConfig, CalculatorEnvironment, GuessConfig, GuessEnvironment, SearchConfig, SearchEnvironment,
     )
 
@@ -100,10 +108,10 @@ def register_environments(register):
     register("search", SearchEnvironment, config=SearchConfig)
     register("guess", GuessEnvironment, config=GuessConfig)
     # optional libraries: their packages are imported when an environment is built, not here
-    from .reasoning import ReasoningGymRetryConfig, reasoning_gym_retry
-    from .textarena_env import TextArenaConfig, textarena_env
-    from .gem_env import GemConfig, gem_env
-    from .openenv_env import OpenEnvConfig, openenv_env
+    from .environments.reasoning_retry import ReasoningGymRetryConfig, reasoning_gym_retry
+    from .environments.textarena import TextArenaConfig, textarena_env
+    from .environments.gem import GemConfig, gem_env
+    from .environments.openenv import OpenEnvConfig, openenv_env
 
     register("textarena", textarena_env, config=TextArenaConfig)
     register("reasoning_gym_retry", reasoning_gym_retry, config=ReasoningGymRetryConfig)
@@ -121,6 +129,6 @@ def register_reward_functions(register):
 
 @rllab.hookimpl
 def register_samplers(register):
-    from . import samplers
+    from .samplers import pools
 
-    samplers.register(register)
+    pools.register(register)

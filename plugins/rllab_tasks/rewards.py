@@ -21,7 +21,7 @@ import attrs
 
 import rllab
 
-from .files import reward_contains, reward_exact, reward_numeric
+from .tasks.files import reward_contains, reward_exact, reward_numeric
 
 
 def text_of(completion) -> str:

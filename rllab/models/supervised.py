@@ -89,10 +89,12 @@ def greedy_completions(
 
 
 def evaluate_greedy(
-    model, tokenizer, task, *, limit: int | None = None, max_new_tokens: int = 16, renderer: PromptRenderer | None = None
+    model, tokenizer, task, *, limit: int | None = None, max_new_tokens: int = 16, renderer: PromptRenderer | None = None,
+    examples: list | None = None,
 ) -> float:
-    """Mean reward of greedy completions on (the first ``limit`` of) ``task.eval_examples()``."""
-    examples = task.eval_examples()[:limit]
+    """Mean reward of greedy completions on (the first ``limit`` of) ``examples``, default
+    ``task.eval_examples()``."""
+    examples = (task.eval_examples() if examples is None else examples)[:limit]
     if not examples:
         return float("nan")
     return greedy_accuracy(model, tokenizer, task, examples, max_new_tokens, renderer)

@@ -137,7 +137,7 @@ def count_parameters(model) -> int:
 
 def warm_start(
     model, tokenizer, task, config: WarmStartConfig = WarmStartConfig(), *, progress: bool = False,
-    renderer: PromptRenderer | None = None,
+    renderer: PromptRenderer | None = None, prompt_limits: Any = None,
 ) -> dict:
     """Fine-tune ``model`` in place on ``task.demonstration`` completions of training prompts
     (for an environment, on its demonstration episodes, :func:`rllab.rollout.demonstrations.encode_episodes`: the loss covers
@@ -155,9 +155,12 @@ def warm_start(
         the last ``check_every`` steps), ``warm/probe_accuracy``, ``warm/eval_accuracy``
         (greedy, on up to ``eval_limit`` held-out examples), ``warm/train_seconds``,
         ``warm/seconds``, ``warm/parameters``.
+
+    Its prompts are those ``prompt_limits`` (a checked :class:`rllab.rollout.prompt_limits.PromptLimits`
+    of ``task``) keep, when given.
     """
     with torch_threads(config.num_threads):
-        return _warm_start(model, tokenizer, task, config, progress, renderer or PromptRenderer(tokenizer))
+        return _warm_start(model, tokenizer, task, config, progress, renderer or PromptRenderer(tokenizer), prompt_limits)
 
 
 PROBES_AHEAD = 3
@@ -221,11 +224,13 @@ class TrainAhead:
         self.thread.join()
 
 
-def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool, renderer: PromptRenderer) -> dict:
+def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool, renderer: PromptRenderer,
+                limits: Any = None) -> dict:
     t0 = time.perf_counter()
+    draw = task.train_examples if limits is None else limits.draw  # the prompts the run's limits keep
     metrics: dict[str, Any] = {"warm/steps": 0, "warm/parameters": count_parameters(model)}
     rng = torch.Generator().manual_seed(config.seed)
-    probe = task.train_examples(config.probe_size, torch.Generator().manual_seed(config.seed + 1))
+    probe = draw(config.probe_size, torch.Generator().manual_seed(config.seed + 1))
     losses: list[float] = []
     scores = ProbeScores(task, probe, renderer)  # the probes' rewards: an answer that did not change is not scored again
     last = None  # the last probe taken: (its step, its ProbeScores.Probe)
@@ -239,7 +244,7 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warmup))
 
         def train_step(step: int) -> None:
-            examples = task.train_examples(config.batch_size, rng)
+            examples = draw(config.batch_size, rng)
             if is_environment(task):
                 from rllab.rollout.demonstrations import encode_episodes
 
@@ -309,7 +314,8 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
         metrics["warm/train_seconds"] = time.perf_counter() - t0
         if config.eval_limit > 0:  # while the last probe's slowest answers are still out
             metrics["warm/eval_accuracy"] = evaluate_greedy(
-                model, tokenizer, task, limit=config.eval_limit, max_new_tokens=config.eval_max_new_tokens, renderer=renderer
+                model, tokenizer, task, limit=config.eval_limit, max_new_tokens=config.eval_max_new_tokens, renderer=renderer,
+                examples=None if limits is None else limits.held_out(),
             )
         if last is not None:
             show(every=True)
@@ -456,15 +462,16 @@ def get_or_build(
     if not is_environment(task):  # the longest prompt the warm start reads, recorded (the cap above)
         task = measured = _LongestPrompt(task, PromptRenderer(tokenizer, system_prompt=system_prompt, task_name=str(task_config.get("name", "?")),
                                                               model_name="the tiny model"))
-    if rollout is not None:  # a prompt that cannot fit is refused before the warm start trains (or evaluates)
+    limits = None
+    if rollout is not None:  # a prompt that cannot fit is refused before the warm start trains (or evaluates); longer ones dropped
         from rllab.rollout.prompt_limits import PromptLimits
 
-        task = PromptLimits(task, tokenizer=tokenizer, rollout=rollout, context_tokens=model_config.max_position_embeddings,
-                            name=str(task_config.get("name", "?")), model_name="the tiny model", announce=False).for_rollout(rollout)
+        limits = PromptLimits(task, tokenizer=tokenizer, rollout=rollout, context_tokens=model_config.max_position_embeddings,
+                              name=str(task_config.get("name", "?")), model_name="the tiny model", announce=False).check(rollout)
     renderer = PromptRenderer(
         tokenizer, system_prompt=system_prompt, task_name=str(task_config.get("name", "?")), model_name="the tiny model"
     )
-    metrics = warm_start(model, tokenizer, task, warm_config, progress=progress, renderer=renderer)
+    metrics = warm_start(model, tokenizer, task, warm_config, progress=progress, renderer=renderer, prompt_limits=limits)
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:

@@ -1,7 +1,7 @@
 """The episode loop: every rollout of a step, single-turn or multi-turn, as episodes.
 
 :class:`EpisodeRunner` plays one episode per sample of an environment (:mod:`rllab.rollout.environment`)
-— a task is an environment of one turn (:class:`rllab.rollout.task_environment.TaskEnvironment`), so there is one rollout path.
+— a task is an environment of one turn (:class:`rllab.rollout.single_turn.SingleTurn`), so there is one rollout path.
 
 **All episodes of a step are in flight together.** The first turn samples G completions per
 prompt with one ``backend.generate`` call (``n = G``); each later turn is *one*
@@ -62,7 +62,7 @@ from rllab.algorithm import seed_for
 from rllab.rollout.chat import PromptRenderer, _ids, prompt_text
 from rllab.rollout.environment import Step
 from rllab.rollout.episode_stats import ERROR_ADVICE
-from rllab.errors import EpisodeError, MissingExtraError, PromptError, RllabError
+from rllab.errors import ConfigError, EpisodeError, MissingExtraError, PromptError, RllabError
 from rllab.members import member
 from rllab.types import Completion, Example, SamplingParams
 
@@ -86,6 +86,28 @@ class EpisodeLimits:
     prompt leaves of it. None: not bounded."""
     turn_limit_reward: float = 0.0
     overflow_reward: float = 0.0
+
+    @classmethod
+    def of(cls, env: Any, rollout: Any, *, name: str, context_tokens: int | None = None) -> EpisodeLimits:
+        """The limits of ``env``'s episodes under ``rollout`` (a ``[rollout]`` config): its
+        ``max_turns`` (``rollout.max_turns`` overrides it; a task's is 1), the token limits, and
+        the model's context (``context_tokens``: an episode that would outgrow it ends with
+        "overflow"). ``name`` is the environment's, for the error of a missing turn bound."""
+        r = rollout
+        turns = getattr(r, "max_turns", None)
+        if turns is None:
+            turns = member(env, "environment", "max_turns")
+            if turns is None or isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
+                raise ConfigError(
+                    f"environment {name!r} has max_turns = {turns!r}: an episode needs a bound on its turns; give "
+                    f"the environment an integer max_turns ≥ 1 or set rollout.max_turns",
+                    key="max_turns",
+                )
+        return cls(
+            max_turns=turns, max_new_tokens=r.max_new_tokens, max_episode_tokens=getattr(r, "max_episode_tokens", None),
+            turn_limit_reward=getattr(r, "turn_limit_reward", 0.0), overflow_reward=getattr(r, "overflow_reward", 0.0),
+            context_tokens=context_tokens,
+        )
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -205,6 +227,41 @@ def _run_coroutines(awaitables: list) -> list:
     return out[0]
 
 
+def one_turn(env: Any, examples: Sequence[Example], texts: Sequence[str], completion_ids: Sequence[list[int]]) -> list:
+    """Each answer ``texts[i]`` (sampled as ``completion_ids[i]``) as the one turn of an episode of
+    ``examples[i]``: the :class:`~rllab.rollout.environment.Step` it gets, or the exception its
+    start or step raised (``step_batch`` when the environment has one; steps that are coroutines
+    awaited together)."""
+    episodes: list = []
+    for ex in examples:
+        try:
+            episodes.append(env.start(ex))
+        except MissingExtraError:
+            raise
+        except Exception as e:
+            episodes.append(e)
+    live = [i for i, ep in enumerate(episodes) if not isinstance(ep, BaseException)]
+    out: list = list(episodes)
+    batch = member(env, "environment", "step_batch")
+    if batch is not None:
+        steps = list(batch([episodes[i] for i in live], [texts[i] for i in live], completion_ids=[list(completion_ids[i]) for i in live]))
+    else:
+        steps = []
+        for i in live:
+            try:
+                steps.append(episodes[i].step(texts[i]))
+            except MissingExtraError:
+                raise
+            except Exception as e:
+                steps.append(e)
+        waiting = [k for k, st in enumerate(steps) if inspect.isawaitable(st)]
+        for k, st in zip(waiting, _run_coroutines([steps[k] for k in waiting])):
+            steps[k] = st
+    for i, st in zip(live, steps):
+        out[i] = st if isinstance(st, (Step, BaseException)) else TypeError(f"step returned {type(st).__name__}, not a Step")
+    return out
+
+
 class EpisodeRunner:
     """Plays a step's episodes of one environment (see the module docstring).
 
@@ -214,7 +271,7 @@ class EpisodeRunner:
     :param renderer: the run's :class:`rllab.rollout.chat.PromptRenderer` (prompts, stop tokens, decoding).
     :param limits: the :class:`EpisodeLimits`.
     :param on_error: ``rollout.reward_errors``: ``raise``, ``skip`` or ``zero``.
-    :param kind: what ``name`` is, for messages (``"environment"``, or ``"task"`` for the adapter).
+    :param kind: what ``name`` is, for messages (``"environment"``, or ``"task"`` for a :class:`~rllab.rollout.single_turn.SingleTurn`).
 
     An environment may define ``step_batch(episodes, texts, *, completion_ids) -> list`` (one
     :class:`Step` or exception per live episode): the runner then calls it once per turn instead
@@ -231,6 +288,8 @@ class EpisodeRunner:
         self.limits = limits
         self.on_error = on_error
         self.kind = kind
+        self.components = tuple(member(env, "environment", "reward_components"))
+        """The reward components each step's ``score`` gives (empty: one reward)."""
         self.timings = {"generate": 0.0, "step": 0.0, "rollout": 0.0}
         """The last :meth:`play`'s seconds: ``generate`` (the backend's calls), ``step`` (the
         environment's steps: scoring) and ``rollout`` (the rest of the play: sampling, decoding)."""
@@ -381,6 +440,9 @@ class EpisodeRunner:
                 continue
             try:
                 counts = {str(k): float(v) for k, v in dict(step.metrics).items()}
+                if step.score and len(step.score) != len(self.components):
+                    raise ValueError(f"the step's score has {len(step.score)} values; the environment's reward_components are "
+                                     f"{self.components!r}")
                 if not step.done and not step.observation and s.messages is not None and turn < lim.max_turns:
                     raise ValueError("the step neither ended the episode nor gave an observation; with a chat prompt the next "
                                      "turn needs a message to answer")

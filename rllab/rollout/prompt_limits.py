@@ -16,7 +16,7 @@ environment's episodes need no such bound: each turn samples at most what is lef
 and an episode that would outgrow it ends with ``overflow`` (:mod:`rllab.rollout.episodes`).
 
 With ``rollout.max_prompt_tokens = N``, prompts longer than ``N`` tokens are dropped from training
-draws (drawn again) and from the held-out examples; the counts over the rows checked at load are
+draws (drawn again: :meth:`PromptLimits.draw`) and from the held-out examples (:meth:`PromptLimits.held_out`); the counts over the rows checked at load are
 printed once and recorded in the run's ``final.json`` (``prompts/dropped_train``,
 ``prompts/dropped_eval``). ``N`` itself must leave room: ``N < context``, and for a task
 ``N + max_new_tokens ≤ context``.
@@ -33,7 +33,7 @@ import torch
 from rllab.rollout.chat import PromptRenderer, prompt_key, prompt_text
 from rllab.errors import ConfigError, PromptError, RllabError
 from rllab.members import member
-from rllab.rollout.environment import is_environment
+from rllab.rollout.single_turn import kind_of
 from rllab.types import Example
 
 PROBE = 256
@@ -64,7 +64,7 @@ class PromptLimits:
     def __init__(self, source: Any, *, tokenizer: Any, rollout: Any, context_tokens: int | None, name: str,
                  model_name: str = "the model", announce: bool = True):
         self.source = source
-        self.kind = "environment" if is_environment(source) else "task"
+        self.kind = kind_of(source)
         self.renderer = PromptRenderer(tokenizer, system_prompt=getattr(rollout, "system_prompt", None), task_name=name,
                                        model_name=model_name)
         self.context_tokens = context_tokens
@@ -73,8 +73,14 @@ class PromptLimits:
         self._lengths: dict[str, int] = {}
         self._lock = threading.Lock()  # an asynchronous rollout draws in its own thread
         self._announced: str | None = None
+        self.limit: int | None = None
+        """The longest prompt kept or allowed (tokens), once :meth:`check` found one; None: no limit."""
+        self.drop = False
+        """Whether a longer prompt is dropped (``rollout.max_prompt_tokens``) rather than refused."""
+        self._new = 0
+        self._eval: list[Example] | None = None
         self.counts: dict[str, int] = {}
-        """What the last :meth:`for_rollout` found with ``rollout.max_prompt_tokens`` set (else {}):
+        """What the last :meth:`check` found with ``rollout.max_prompt_tokens`` set (else {}):
         ``prompts/dropped_train``, ``prompts/dropped_eval`` of ``prompts/checked_train``,
         ``prompts/checked_eval`` rows, and ``prompts/longest_kept`` (tokens)."""
 
@@ -98,15 +104,16 @@ class PromptLimits:
         probe = list(self.source.train_examples(PROBE, torch.Generator().manual_seed(0)))
         return probe, False, list(self.source.eval_examples())
 
-    def for_rollout(self, rollout: Any) -> Any:
-        """The source the rollout stage samples from under ``rollout`` (a ``[rollout]`` config):
-        the source itself when there is no context to check, else a :class:`LengthFiltered` view.
-        Raises :class:`~rllab.errors.PromptError` / :class:`~rllab.errors.ConfigError` as the
-        module docstring says."""
+    def check(self, rollout: Any) -> PromptLimits:
+        """Check the source's prompts under ``rollout`` (a ``[rollout]`` config) and set the limit
+        :meth:`draw` and :meth:`held_out` apply (none when there is no context to check). Raises
+        :class:`~rllab.errors.PromptError` / :class:`~rllab.errors.ConfigError` as the module
+        docstring says. Returns itself."""
         ctx = self.context_tokens
         cap = getattr(rollout, "max_prompt_tokens", None)
+        self.limit, self.drop, self._eval = None, False, None
         if ctx is None and cap is None:
-            return self.source
+            return self
         new = rollout.max_new_tokens
         task = self.kind == "task"
         if task and ctx is not None and new >= ctx:
@@ -155,7 +162,43 @@ class PromptLimits:
                 f"training prompts{'' if every else ' (a probe of draws)'} and {dropped['eval']} of {len(evals)} held-out "
                 f"prompts, those longer than {cap} tokens"
             )
-        return LengthFiltered(self, limit=limit, drop=cap is not None, max_new_tokens=new)
+        self.limit, self.drop, self._new = limit, cap is not None, new
+        return self
+
+    def _keep(self, rows: Sequence[Example], split: str) -> list[Example]:
+        out = []
+        for i, ex in enumerate(rows):
+            n = self.length(ex.prompt)
+            if n <= self.limit:
+                out.append(ex)
+            elif not self.drop:
+                raise self.too_long(ex, i, split, n, self._new)
+        return out
+
+    def draw(self, n: int, rng: torch.Generator) -> list[Example]:
+        """``n`` training examples of the source drawn with ``rng``, those longer than the limit
+        dropped and drawn again (or refused, without ``rollout.max_prompt_tokens``)."""
+        if self.limit is None:
+            return self.source.train_examples(n, rng)
+        out = self._keep(self.source.train_examples(n, rng), "train")
+        for _ in range(REDRAWS):
+            if len(out) >= n:
+                return out[:n]
+            out += self._keep(self.source.train_examples(n - len(out), rng), "train")
+        if len(out) >= n:
+            return out[:n]
+        raise RllabError(
+            f"{self.kind} {self.name!r}: after {REDRAWS} redraws only {len(out)} of {n} training prompts "
+            f"are at most rollout.max_prompt_tokens = {self.limit} tokens; raise it"
+        )
+
+    def held_out(self) -> list[Example]:
+        """The source's held-out examples that fit the limit (fixed)."""
+        if self.limit is None:
+            return self.source.eval_examples()
+        if self._eval is None:
+            self._eval = self._keep(self.source.eval_examples(), "eval")
+        return list(self._eval)
 
     def too_long(self, ex: Example, index: int, split: str, n: int, new: int) -> PromptError:
         """The error for a prompt of ``n`` tokens that does not fit (no ``max_prompt_tokens``)."""
@@ -183,53 +226,3 @@ class PromptLimits:
     def summary(self) -> dict[str, int]:
         """The counts of the last check for ``final.json`` (empty without ``rollout.max_prompt_tokens``)."""
         return dict(self.counts)
-
-
-class LengthFiltered:
-    """A task or environment whose prompts longer than ``limit`` tokens are dropped (``drop``) or
-    refused; every other attribute is the source's."""
-
-    def __init__(self, limits: PromptLimits, *, limit: int, drop: bool, max_new_tokens: int):
-        self._limits = limits
-        self._limit = limit
-        self._drop = drop
-        self._new = max_new_tokens
-        self._eval: list[Example] | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):  # not yet initialised (copy, pickle) or private to the source
-            raise AttributeError(name)
-        return getattr(self._limits.source, name)
-
-    def _keep(self, rows: Sequence[Example], split: str) -> list[Example]:
-        out = []
-        for i, ex in enumerate(rows):
-            n = self._limits.length(ex.prompt)
-            if n <= self._limit:
-                out.append(ex)
-            elif not self._drop:
-                raise self._limits.too_long(ex, i, split, n, self._new)
-        return out
-
-    def train_examples(self, n: int, rng: torch.Generator) -> list[Example]:
-        """``n`` training examples drawn with ``rng``; those dropped are drawn again."""
-        out = self._keep(self._limits.source.train_examples(n, rng), "train")
-        for _ in range(REDRAWS):
-            if len(out) >= n:
-                return out[:n]
-            out += self._keep(self._limits.source.train_examples(n - len(out), rng), "train")
-        if len(out) >= n:
-            return out[:n]
-        raise RllabError(
-            f"{self._limits.kind} {self._limits.name!r}: after {REDRAWS} redraws only {len(out)} of {n} training prompts "
-            f"are at most rollout.max_prompt_tokens = {self._limit} tokens; raise it"
-        )
-
-    def eval_examples(self) -> list[Example]:
-        """The held-out examples that fit (fixed)."""
-        if self._eval is None:
-            self._eval = self._keep(self._limits.source.eval_examples(), "eval")
-        return list(self._eval)
-
-    def __repr__(self) -> str:
-        return f"<{self._limits.source!r}, prompts ≤ {self._limit} tokens>"

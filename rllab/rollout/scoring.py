@@ -1,9 +1,9 @@
-"""Scoring a task's answers: its reward functions, reward components and their weights.
+"""A task's rubric: its reward functions, reward components and their weights.
 
-:class:`TaskScorer` turns (example, answer text) rows into ``(reward, score)``: the scalar
+:class:`Rubric` turns (example, answer text) rows into ``(reward, score)``: the scalar
 reward and, for a task of several reward components, the component values in the declared
 order (``score``; empty for a single-reward task). It is what a task's one-turn episode
-(:class:`rllab.rollout.task_environment.TaskEnvironment`) calls when the model has answered; it knows
+(:class:`rllab.rollout.single_turn.SingleTurn`) calls when the model has answered; it knows
 nothing of the rollout stage.
 
 A task may define ``reward_batch(examples, completions, *, completion_ids) -> list`` (one
@@ -29,7 +29,7 @@ from rllab.members import member
 from rllab.types import Example
 
 
-class TaskScorer:
+class Rubric:
     """The reward of a task's answers (see the module docstring).
 
     :param task: the task component's instance.
@@ -49,15 +49,7 @@ class TaskScorer:
 
     def weights(self) -> list[float]:
         """w_k of the scalar reward Σ_k w_k·r_k: the task's ``reward_weights``, default all 1."""
-        names = self.names
-        weights = member(self.task, "task", "reward_weights")
-        weights = [1.0] * len(names) if weights is None else [float(w) for w in weights]
-        if len(weights) != len(names):
-            raise RewardError(
-                f"task {self.name!r}: reward_weights has {len(weights)} entries for its {len(names)} reward "
-                f"components {names!r}"
-            )
-        return weights
+        return component_weights(self.task, self.names, who=f"task {self.name!r}")
 
     def _batch_rewards(self, examples: Sequence[Example], texts: Sequence[str], ids: Sequence[list[int]]) -> list | None:
         """What ``task.reward_batch(examples, texts)`` returns for every row at once, when the task
@@ -126,4 +118,16 @@ class TaskScorer:
         )
 
 
-__all__ = ["TaskScorer"]
+def component_weights(source: Any, names: Sequence[str], *, who: str) -> list[float]:
+    """w_k of the scalar reward Σ_k w_k·r_k over the reward components ``names`` of ``source`` (a
+    task or an environment, named ``who`` in messages): its ``reward_weights``, default all 1."""
+    weights = getattr(source, "reward_weights", None)
+    weights = [1.0] * len(names) if weights is None else [float(w) for w in weights]
+    if len(weights) != len(names):
+        raise RewardError(
+            f"{who}: reward_weights has {len(weights)} entries for its {len(names)} reward components {tuple(names)!r}"
+        )
+    return weights
+
+
+__all__ = ["Rubric", "component_weights"]

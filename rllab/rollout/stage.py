@@ -1,10 +1,11 @@
 """The rollout stage: prompts → episodes (generate → decode → step) → shape → filter → batch.
 
-Every rollout is played by the episode loop (:mod:`rllab.rollout.episodes`) over one episode source,
-built once before the stage (:func:`rllab.rollout.task_environment.episode_source`): a run's environment
+Every rollout is played by the episode loop (:mod:`rllab.rollout.episodes`) over one source of
+episodes, an environment (:func:`rllab.rollout.single_turn.playable`): a run's environment
 (``env = NAME``) gives multi-turn episodes; a task (``task = NAME``) is an environment of one
-turn whose step scores the answer (:mod:`rllab.rollout.scoring`), so its batches are the single-turn
-batches they always were.
+turn, :class:`rllab.rollout.single_turn.SingleTurn`, whose step scores the answer with its rubric
+(:mod:`rllab.rollout.scoring`), so its batches are the single-turn batches they always were. The
+run's prompt limits (:class:`rllab.rollout.prompt_limits.PromptLimits`) filter the draw.
 
 One stage serves every algorithm: the RL step (:meth:`RolloutStage.sample` then
 :meth:`RolloutStage.to_batch`), online DPO (the same samples, paired), offline pair building
@@ -46,7 +47,12 @@ from rllab.rollout.gate import gate, group_means, played_feedback
 from rllab.rollout.rewards import on_last_model_token, random_rewards
 from rllab.rollout.partial import for_stage
 from rllab.rollout.episode_stats import ERROR_ADVICE, check_step, episode_metrics
-from rllab.rollout.task_environment import EpisodeSource, episode_source
+from rllab.members import member
+from rllab.rollout.accuracy import correct_component, solved_rule, solver
+from rllab.rollout.episodes import EpisodeLimits, one_turn
+from rllab.rollout.scoring import component_weights
+from rllab.rollout.single_turn import kind_of, playable
+from rllab.settings import RolloutConfig
 from rllab.types import Completion, Example, RolloutBatch, SamplingParams
 
 
@@ -217,8 +223,8 @@ def episode_batch(episodes: Sequence[EpisodeResult], *, pad_token_id: int, compo
 class RolloutStage:
     """Generation and scoring for one run (see the module docstring).
 
-    :param source: what the episodes are played on (:func:`rllab.rollout.task_environment.episode_source`:
-        the run's environment, or its task as an environment of one turn), with its limits.
+    :param source: what the episodes are played on: the run's environment, or its task (an
+        environment of one turn, :func:`rllab.rollout.single_turn.playable`), registered as ``name``.
     :param backend: a :class:`rllab.types.RolloutBackend`.
     :param tokenizer: a Hugging Face tokenizer (``pad_token_id`` set).
     :param config: the run's :class:`rllab.config.RolloutConfig`.
@@ -232,30 +238,36 @@ class RolloutStage:
     decoding stop at EOS and at the template's end-of-turn token.
     """
 
-    def __init__(self, source: EpisodeSource | None = None, *, backend: Any, tokenizer: Any, config: Any, seed: int,
+    def __init__(self, source: Any = None, *, name: str = "?", backend: Any, tokenizer: Any, config: RolloutConfig, seed: int,
                  model_name: str = "the model", reducer: Reducer = SINGLE, sampler: Any = None, sampler_name: str = "?",
-                 gate_retries: int = 0, **former: Any):
-        if former or not isinstance(source, EpisodeSource):
-            given = ", ".join(sorted(former)) or f"a {type(source).__name__}"
+                 gate_retries: int = 0, context_tokens: int | None = None, prompt_limits: Any = None, **former: Any):
+        if former or source is None:
             raise RllabError(
-                f"RolloutStage takes the run's episode source (got {given}): build it with "
-                f"rllab.rollout.task_environment.episode_source(task=... or env=..., name=..., config=...), or build the stage "
-                f"with rllab.rollout.stage.build_stage(task=... or env=..., ...)"
+                f"RolloutStage takes the run's task or environment and its name (got {', '.join(sorted(former)) or 'none'}): "
+                f"RolloutStage(source, name=..., ...), or rllab.rollout.stage.build_stage(task=... or env=..., ...)"
             )
-        self.source = source
-        self.task_name = source.name  # for messages: the task's name or the environment's
+        self.kind = kind_of(source)
+        """What the source is called in messages: ``"task"`` or ``"environment"``."""
+        correct_component(source, who=f"{self.kind} {name!r}")  # an unknown name is refused before any sampling
+        self.env = playable(source, name=name, tokenizer=tokenizer)
+        """The environment the episodes are played on (a task: its :class:`~rllab.rollout.single_turn.SingleTurn`)."""
+        self.task_name = name  # for messages: the task's name or the environment's
         self.backend = backend
         self.tokenizer = tokenizer
         self.config = config
         self.seed = seed
+        self.prompt_limits = prompt_limits
+        """The run's :class:`~rllab.rollout.prompt_limits.PromptLimits` (checked), which filter the draw; None: none."""
+        self.multi_turn = bool(member(self.env, "environment", "multi_turn"))
+        """Whether the episodes are reported as episodes of turns (env/*, eval/turns; the environment's ``multi_turn``)."""
         self.renderer = PromptRenderer(
-            tokenizer, system_prompt=getattr(config, "system_prompt", None), task_name=self.task_name, model_name=model_name
+            tokenizer, system_prompt=config.system_prompt, task_name=self.task_name, model_name=model_name
         )
         self.reducer = reducer
         """The run's data-parallel ranks: a rank samples its contiguous share of each step's prompts
         and evaluates every ``world_size``-th held-out example (the counts summed over ranks)."""
         self.shard = (reducer.rank, reducer.world_size)
-        self.limits = source.limits
+        self.limits = EpisodeLimits.of(self.env, config, name=name, context_tokens=context_tokens)
         self.sampler = sampler
         """The run's prompt sampler (:mod:`rllab.sampling`), named ``sampler_name``; None: the source's own draw."""
         self.sampler_name = sampler_name
@@ -263,8 +275,8 @@ class RolloutStage:
         """The sampler's ``gate_retries`` trait: rounds of replacement prompts for flat groups (:mod:`rllab.rollout.gate`)."""
         self.partial = None
         """Partial rollouts (``rollout.over_sample > 0``, :mod:`rllab.rollout.partial`): their state, else None."""
-        if getattr(config, "over_sample", 0) > 0:
-            self.partial = for_stage(backend, config, multi_turn=self.source.multi_turn, world=self.shard[1], name=self.task_name)
+        if config.over_sample > 0:
+            self.partial = for_stage(backend, config, multi_turn=self.multi_turn, world=self.shard[1], name=self.task_name)
         self.shapers = self._shapers()
         """The shape phase's steps, chosen from ``[rollout]`` (:meth:`sample`)."""
         self.filters = self._filters()
@@ -273,8 +285,9 @@ class RolloutStage:
         """The measure phase's steps: the step's metrics, then each feature's in use."""
 
     def draw(self, step: int, n: int, rng: torch.Generator) -> list[Example]:
-        """``n`` training examples for ``step``: the sampler's, else the source's own draw with ``rng``."""
-        source = self.source.env.train_examples
+        """``n`` training examples for ``step``: the sampler's, else the source's own draw with ``rng``
+        (prompts the run's prompt limits drop, drawn again)."""
+        source = self.env.train_examples if self.prompt_limits is None else self.prompt_limits.draw
         if self.sampler is None:
             return source(n, rng)
         examples = self.sampler.draw(n=n, rng=rng, step=step, source=source)
@@ -282,20 +295,20 @@ class RolloutStage:
             raise RllabError(f"sampler {self.sampler_name!r} drew {len(examples)} examples where step {step} asked for {n}")
         return list(examples)
 
-    @property
-    def task(self) -> Any:
-        """The run's task (None when it plays an environment)."""
-        return self.source.task
+    def held_out(self) -> list[Example]:
+        """The source's held-out examples (those the run's prompt limits keep)."""
+        return self.env.eval_examples() if self.prompt_limits is None else self.prompt_limits.held_out()
 
     @property
-    def kind(self) -> str:
-        """``"environment"`` or ``"task"``, for messages."""
-        return self.source.kind
+    def task(self) -> Any:
+        """The run's source of episodes: its environment, or its task (an environment of one turn,
+        :class:`~rllab.rollout.single_turn.SingleTurn`, whose ``demonstration`` is one answer)."""
+        return self.env
 
     def runner(self) -> EpisodeRunner:
         """The episode loop over this stage's source, backend and limits."""
         return EpisodeRunner(
-            self.source.env, name=self.task_name, backend=self.backend, renderer=self.renderer, limits=self.limits,
+            self.env, name=self.task_name, backend=self.backend, renderer=self.renderer, limits=self.limits,
             on_error=self.config.reward_errors, kind=self.kind,
         )
 
@@ -379,21 +392,21 @@ class RolloutStage:
     def solver(self):
         """The source's notion of solved, resolved now (:func:`rllab.rollout.accuracy.solver`): a step
         resolves it once for all its samples rather than looking the members up per sample."""
-        return self.source.solver()
+        return solver(self.env)
 
     @property
     def solved_rule(self) -> str:
         """What counts as solved, in words (a run's header, ``final.json``)."""
-        return self.source.solved_rule
+        return solved_rule(self.env, kind=self.kind)
 
     @property
     def component_names(self) -> tuple[str, ...]:
         """The task's reward component names (empty for a single-reward task and for an environment)."""
-        return self.source.component_names
+        return tuple(member(self.env, "environment", "reward_components"))
 
     def component_weights(self) -> list[float]:
-        """w_k of the scalar reward Σ_k w_k·r_k: the task's ``reward_weights``, default all 1."""
-        return self.source.component_weights()
+        """w_k of the scalar reward Σ_k w_k·r_k: the source's ``reward_weights``, default all 1."""
+        return component_weights(self.env, self.component_names, who=f"{self.kind} {self.task_name!r}")
 
     def score(self, examples: Sequence[Example], completions: Sequence[Completion]) -> tuple[list[float], list[bool], int]:
         """Rewards for each completion; returns (rewards, keep, n_errors) under ``reward_errors``."""
@@ -403,29 +416,33 @@ class RolloutStage:
     def score_components(
         self, examples: Sequence[Example], completions: Sequence[Completion]
     ) -> tuple[list[float], list[list[float]], list[bool], int]:
-        """A task's rewards of completions sampled apart from the episode loop: ``(rewards,
-        components, keep, n_errors)`` under ``reward_errors`` (components: empty lists for a
-        single-reward task; zeros where a reward failed)."""
-        scorer = self.source.scorer
-        if scorer is None:
-            raise RllabError(f"environment {self.task_name!r} rewards its own steps: there is no task to score completions "
-                             f"with; play episodes instead (rollout.play)")
+        """The rewards of completions sampled apart from the episode loop, each the one turn of an
+        episode of its example (a task's: scored by its rubric): ``(rewards, components, keep,
+        n_errors)`` under ``reward_errors`` (components: empty lists for a single reward; zeros
+        where a reward failed). An environment of several turns is refused: a completion is not
+        a whole episode of it."""
+        if self.limits.max_turns > 1:
+            raise RllabError(f"{self.kind} {self.task_name!r} plays episodes of up to {self.limits.max_turns} turns: a completion "
+                             f"sampled apart from the episode loop is not a whole episode to score; play episodes instead "
+                             f"(rollout.play)")
         policy = self.config.reward_errors
-        names = scorer.names
+        names = self.component_names
         rewards, comps, keep, errors = [], [], [], 0
         texts = [self.decode(c) for c in completions]
         rows = [examples[c.prompt_index] for c in completions]
-        for ex, text, row in zip(rows, texts, scorer.rows(rows, texts, [list(c.token_ids) for c in completions])):
-            if isinstance(row, BaseException):
+        describe = member(self.env, "environment", "describe_error")
+        for ex, text, step in zip(rows, texts, one_turn(self.env, rows, texts, [list(c.token_ids) for c in completions])):
+            if isinstance(step, BaseException):
                 if policy == "raise":
-                    raise RewardError(f"{scorer.error_message(ex, text, row)} {ERROR_ADVICE}") from None
+                    why = describe(ex, text, 1, step) if describe is not None else f"{self.kind} {self.task_name!r} failed: {step!r}."
+                    raise RewardError(f"{why} {ERROR_ADVICE}") from None
                 errors += 1
                 rewards.append(0.0)
                 comps.append([0.0] * len(names))
                 keep.append(policy == "zero")
                 continue
-            rewards.append(row[0])
-            comps.append(row[1])
+            rewards.append(step.reward)
+            comps.append(list(step.score))
             keep.append(True)
         return rewards, comps, keep, errors
 
@@ -509,7 +526,7 @@ class RolloutStage:
 
     def _random_reward(self, s: StepEpisodes) -> None:
         rank, world = self.shard
-        rate = s.solved if self.source.multi_turn else s.raw  # an environment's base rate: its solved fraction
+        rate = s.solved if self.multi_turn else s.raw  # an environment's base rate: its solved fraction
         s.rewards = self.random_rewards(s.step, s.completions, rate, s.keep.tolist(), rank * s.prompts // world)
         s.episodes = [attrs.evolve(e, reward=x, score=(), token_rewards=on_last_model_token(e, x))
                       for e, x in zip(s.episodes, s.rewards.tolist())]
@@ -532,7 +549,7 @@ class RolloutStage:
             (r.random_reward != "off", lambda s: {"rollout/true_reward": torch.tensor(s.raw, dtype=torch.float32).mean().item()}),
             (self.partial is not None, lambda s: s.partial.token_metrics(s.completions)),
             (bool(self.component_names), lambda s: _component_metrics(s, self.component_names)),
-            (self.source.multi_turn, lambda s: episode_metrics(s.episodes)),
+            (self.multi_turn, lambda s: episode_metrics(s.episodes)),
             (self.sampler is not None, self._feed_sampler),
             (True, lambda s: {"rollout/kept_frac": s.keep.float().mean().item()}),
         ) if on]
@@ -615,7 +632,7 @@ class RolloutStage:
         ranks, so every rank returns the metrics of the whole set (the sampled draws, seeded per
         request, depend on the split as they do on the batch)."""
         red = self.reducer
-        examples = self.source.env.eval_examples()[:size][red.rank::red.world_size]
+        examples = self.held_out()[:size][red.rank::red.world_size]
         t0 = time.perf_counter()
         episodes = self.play(examples, self.sampling_params(0, n=1, greedy=True)) if examples else []
         self.eval_episodes = episodes
@@ -627,7 +644,7 @@ class RolloutStage:
             "eval/reward": red.sum(float(sum(rewards))) / n,
             "eval/n": float(n),
         }
-        if self.source.multi_turn:
+        if self.multi_turn:
             metrics["eval/turns"] = red.sum(float(sum(e.turns for e in episodes))) / n
         solved, reward = [0] * len(examples), [0.0] * len(examples)
         for e in episodes:
@@ -652,15 +669,13 @@ class RolloutStage:
         return e.error is None and self.solved(e.example, e.reward, list(e.score))
 
 
-def build_stage(*, task: Any = None, env: Any = None, task_name: str = "?", env_name: str | None = None,
-                context_tokens: int | None = None, **kw: Any) -> RolloutStage:
-    """A :class:`RolloutStage` over ``task`` or ``env`` (exactly one): its episode source built
-    first (:func:`rllab.rollout.task_environment.episode_source`, named ``env_name`` or ``task_name``;
-    ``context_tokens`` the model's context, which an environment's episodes stay within), the
-    rest of ``kw`` the stage's own arguments."""
-    source = episode_source(task=task, env=env, name=env_name or task_name, config=kw["config"],
-                            tokenizer=kw.get("tokenizer"), context_tokens=context_tokens)
-    return RolloutStage(source, **kw)
+def build_stage(*, task: Any = None, env: Any = None, task_name: str = "?", env_name: str | None = None, **kw: Any) -> RolloutStage:
+    """A :class:`RolloutStage` over ``task`` or ``env`` (exactly one), named ``env_name`` or
+    ``task_name``; the rest of ``kw`` the stage's own arguments (``context_tokens`` the model's
+    context, which an environment's episodes stay within)."""
+    if (task is None) == (env is None):
+        raise RllabError("a stage plays a task or an environment (env=), exactly one")
+    return RolloutStage(env if task is None else task, name=env_name or task_name, **kw)
 
 
 def held_out_order(shares: Sequence[Sequence]) -> list:

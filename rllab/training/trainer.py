@@ -56,7 +56,6 @@ from rllab.models.forward import enable_checkpointing, transformers_progress_bar
 from rllab.training.optimizer import Optimizers, StepOutcome, advance_per_step, lr_factor, lr_scheduler
 from rllab.rollout.prompt_limits import PromptLimits
 from rllab.rollout.stage import RolloutStage
-from rllab.rollout.task_environment import episode_source
 from rllab.config_checks import check_backend_device
 from rllab.training.rundir import CONFIG_FILE, EVAL_PROBLEMS_FILE, recorded_config, start_run, with_deployment
 from rllab.specs import Component
@@ -115,7 +114,8 @@ class Trainer:
         self.source = source  # the task, or the environment (cfg.source names which)
         self.data_files = provenance.data_hashes(dict.fromkeys([*read, *provenance.config_files(cfg.component(cfg.source).to_dict())]))
         """``{path: sha256}`` of every data file the run read (provenance.json)."""
-        self.task, self.env = (source, None) if cfg.source == "task" else (None, source)  # one is None
+        self.task = source
+        """The run's task or environment, as built (the rollout stage plays it: :attr:`RolloutStage.env`)."""
         built = parts.build_parts(cfg, self.lab)  # the algorithm, the KL controller, the components: rllab.training.parts
         self.algorithm, self.kl_controller, self.components = built.algorithm, built.kl_controller, built.components
         asyncrollout.check_algorithm(cfg, self.algorithm, self.components)
@@ -217,11 +217,10 @@ class Trainer:
         if self.prompt_limits is None:  # prompts against the context, once the tokenizer exists (rllab.rollout.prompt_limits)
             self.prompt_limits = PromptLimits(self.source, tokenizer=self.tokenizer, rollout=self.cfg.rollout,
                                               context_tokens=context, name=name, model_name=model_name, announce=self.placement.speaks)
-        examples = self.prompt_limits.for_rollout(self.cfg.rollout)  # refuses a prompt that does not fit, or drops it
-        source = episode_source(**{self.cfg.source: examples},  # task= or env=
-                                name=name, config=self.cfg.rollout, tokenizer=self.tokenizer, context_tokens=context)
+        self.prompt_limits.check(self.cfg.rollout)  # refuses a prompt that does not fit; the stage's draw drops longer ones
         sampler = self._component("sampler")
-        return RolloutStage(source, backend=self.backend, tokenizer=self.tokenizer, config=self.cfg.rollout, seed=self.cfg.train.seed,
+        return RolloutStage(self.source, name=name, context_tokens=context, prompt_limits=self.prompt_limits,
+                            backend=self.backend, tokenizer=self.tokenizer, config=self.cfg.rollout, seed=self.cfg.train.seed,
                             model_name=model_name, reducer=self.placement.reducer, sampler=sampler(), sampler_name=sampler.name,
                             gate_retries=sampler.trait("gate_retries") or 0)
 

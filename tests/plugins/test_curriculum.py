@@ -1,4 +1,4 @@
-"""The reasoning_gym_curriculum sampler (rllab_tasks.curriculum): levels raised by the step's mean reward."""
+"""The reasoning_gym_curriculum sampler (rllab_tasks.samplers.curriculum): levels raised by the step's mean reward."""
 
 from __future__ import annotations
 

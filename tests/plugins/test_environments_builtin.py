@@ -8,7 +8,7 @@ import torch
 
 from rllab.rollout.environment import Environment, Episode, Step
 from rllab.rollout.tools import run_step
-from rllab_tasks.environments import (
+from rllab_tasks.environments.tools import (
     CalculatorConfig, CalculatorEnvironment, GuessConfig, GuessEnvironment, SearchConfig, SearchEnvironment, calculate,
 )
 

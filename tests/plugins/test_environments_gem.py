@@ -13,7 +13,7 @@ import torch
 pytest.importorskip("gem")
 
 from rllab.errors import NoDemonstrationError  # noqa: E402
-from rllab_tasks.gem_env import GemConfig, GemError, gem_env  # noqa: E402
+from rllab_tasks.environments.gem import GemConfig, GemError, gem_env  # noqa: E402
 
 
 def _env(**knobs):

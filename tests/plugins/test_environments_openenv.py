@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("openenv.core.generic_client")
 
 from rllab.types import Example  # noqa: E402
-from rllab_tasks.openenv_env import OpenEnvConfig, OpenEnvError, openenv_env  # noqa: E402
+from rllab_tasks.environments.openenv import OpenEnvConfig, OpenEnvError, openenv_env  # noqa: E402
 
 from .. import openenv_server  # noqa: E402
 

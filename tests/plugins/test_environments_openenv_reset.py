@@ -14,7 +14,7 @@ import pytest
 
 from rllab.config import load_config
 from rllab.errors import ConfigError
-from rllab_tasks import openenv_env as oe
+from rllab_tasks.environments import openenv as oe
 
 
 class FakeClient:

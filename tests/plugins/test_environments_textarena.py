@@ -11,7 +11,7 @@ import torch
 pytest.importorskip("textarena")
 
 from rllab.types import Example  # noqa: E402
-from rllab_tasks.textarena_env import GAMES, TextArenaConfig, TextArenaError, textarena_env  # noqa: E402
+from rllab_tasks.environments.textarena import GAMES, TextArenaConfig, TextArenaError, textarena_env  # noqa: E402
 
 
 def _env(**knobs):

@@ -1,4 +1,4 @@
-"""The built-in prompt samplers (rllab_tasks.samplers): default, difficulty_pool, advantage_gate."""
+"""The built-in prompt samplers (rllab_tasks.samplers.pools): default, difficulty_pool, advantage_gate."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from rllab import Lab
 from rllab.errors import ConfigError, UnknownComponentError
 from rllab.config import load_config
 from rllab.types import Example
-from rllab_tasks.samplers import DifficultyPool, DifficultyPoolConfig, pool_of
+from rllab_tasks.samplers.pools import DifficultyPool, DifficultyPoolConfig, pool_of
 
 
 @pytest.fixture(scope="module")

@@ -146,7 +146,7 @@ def test_countdown_accepts_any_valid_expression(lab):
 
 
 def test_countdown_instances(lab):
-    from rllab_tasks.arithmetic import evaluate_countdown
+    from rllab_tasks.tasks.arithmetic import evaluate_countdown
 
     task = make(lab, "countdown", count=4, max_number=6)
     for e in task.train_examples(100, gen(0)):

@@ -65,7 +65,7 @@ def test_the_readme_commands_configure_the_tasks_they_name():
 
 
 def _retry(**knobs):
-    from rllab_tasks.reasoning import ReasoningGymRetryConfig, reasoning_gym_retry
+    from rllab_tasks.environments.reasoning_retry import ReasoningGymRetryConfig, reasoning_gym_retry
 
     return reasoning_gym_retry(config=ReasoningGymRetryConfig(**{"eval_size": 5, "dataset": "chain_sum", **knobs}))
 

@@ -20,7 +20,7 @@ awaits each turn's steps on a loop of its own: every client call therefore runs 
 in a background thread of this module, and an episode's ``step`` awaits it from whatever loop
 the caller has.
 
-Examples are seeds (split as in :mod:`rllab_tasks.textarena_env`); an example's prompt is what
+Examples are seeds (split as in :mod:`rllab_tasks.environments.textarena`); an example's prompt is what
 the server answers to ``reset(seed)``, so the server must be deterministic given the seed (a
 session whose opening differs is refused). Demonstrations (the tiny model's warm start, ``rllab
 check``): a server that puts a list of model turns under ``demonstration_key`` in its state
@@ -40,7 +40,7 @@ from rllab.rollout.environment import Step
 from rllab.errors import NoDemonstrationError
 from rllab.types import Example
 
-from .split import SeededExamples, eval_fraction_knob, eval_size_knob, seed_knob
+from ..split import SeededExamples, eval_fraction_knob, eval_size_knob, seed_knob
 
 
 class OpenEnvError(rllab.RllabError):

@@ -19,7 +19,7 @@ import torch
 import rllab
 from rllab.types import Example
 
-from .split import SplitTask, eval_fraction_knob, eval_size_knob, seed_knob
+from ..split import SplitTask, eval_fraction_knob, eval_size_knob, seed_knob
 
 _ALPHABETS = {
     "digits": string.digits,
@@ -45,7 +45,7 @@ class StringTaskConfig:
     seed: int = seed_knob()
 
 
-class _StringTask(SplitTask, rllab.Task):
+class _StringTask(SplitTask, rllab.SingleTurn):
     verb = ""
 
     def transform(self, s: str) -> str:

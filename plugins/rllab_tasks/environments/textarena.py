@@ -59,7 +59,7 @@ import rllab
 from rllab.rollout.environment import Step
 from rllab.types import Example
 
-from .split import SeededExamples, eval_fraction_knob, eval_size_knob, seed_knob
+from ..split import SeededExamples, eval_fraction_knob, eval_size_knob, seed_knob
 
 GAMES = (
     "GuessTheNumber-v0", "GuessTheNumber-v0-hardcore",

@@ -23,7 +23,7 @@ import torch
 import rllab
 from rllab.types import Example
 
-from .split import SplitTask, eval_fraction_knob, eval_size_knob, seed_knob
+from ..split import SplitTask, eval_fraction_knob, eval_size_knob, seed_knob
 
 # --------------------------------------------------------------------------- addition
 
@@ -46,7 +46,7 @@ class AdditionConfig:
     seed: int = seed_knob()
 
 
-class AdditionTask(SplitTask, rllab.Task):
+class AdditionTask(SplitTask, rllab.SingleTurn):
     """Multi-digit addition: ``"12+34="`` → ``"46"``. Reward: the stripped completion equals the sum.
 
     Both operands have exactly ``digits`` digits (0–9 when ``digits`` is 1), so every prompt
@@ -104,7 +104,7 @@ class ChainConfig:
     seed: int = seed_knob()
 
 
-class ChainTask(SplitTask, rllab.Task):
+class ChainTask(SplitTask, rllab.SingleTurn):
     """A chain of additions and subtractions: ``"3+8-5+7="`` → ``"13"``. Exact-match reward.
 
     Harder than ``addition``: the answer depends on every term and every carry, so the reward is
@@ -195,7 +195,7 @@ def evaluate_countdown(expression: str) -> tuple[int, list[int]] | None:
         return None
 
 
-class CountdownTask(SplitTask, rllab.Task):
+class CountdownTask(SplitTask, rllab.SingleTurn):
     """Countdown: reach the target using every given number exactly once with ``+ - *``.
 
     ``"make 22 from 3 5 7:"`` → e.g. ``"3*5+7"``. The numbers are listed in ascending order;

@@ -30,8 +30,8 @@ from rllab.errors import SamplerSourceError
 from rllab.sampling import Sampler, Source
 from rllab.types import Example
 
-from .reasoning import _reasoning_gym
-from .split import eval_fraction_knob, in_eval_split, seed_knob
+from ..tasks.reasoning import _reasoning_gym
+from ..split import eval_fraction_knob, in_eval_split, seed_knob
 
 
 @attrs.frozen

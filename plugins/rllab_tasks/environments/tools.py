@@ -46,8 +46,8 @@ from rllab.rollout.environment import Step
 from rllab.rollout.tools import Tool, format_tool_call, tool_step
 from rllab.types import Example
 
-from .arithmetic import evaluate_countdown
-from .split import SplitTask, eval_fraction_knob, eval_size_knob, seed_knob
+from ..tasks.arithmetic import evaluate_countdown
+from ..split import SplitTask, eval_fraction_knob, eval_size_knob, seed_knob
 
 TOOL_FORMATS = ("compact", "hermes")
 OBSERVATION_WRAP = "{}\n"

@@ -1,7 +1,7 @@
 """``dataset``: prompts from a local data set, scored by reward functions.
 
 Reads JSON lines, JSON, Parquet, CSV or a ``save_to_disk`` directory through ``datasets``
-(:mod:`rllab_tasks.datafiles`; nothing from a hub) in either of the two formats users have:
+(:mod:`rllab_tasks.tasks.datafiles`; nothing from a hub) in either of the two formats users have:
 
 ``trl``   ``prompt`` a string or a list of ``{"role", "content"}`` messages; every other column
           is passed to the reward functions (TRL's ``**kwargs``). The reference answer is the
@@ -41,7 +41,7 @@ from rllab.rollout.accuracy import correct_component
 from rllab.types import Example
 
 from .datafiles import EVAL_SPLITS, column, parse_prompt, read_rows, text_value
-from .rewards import SHAPING
+from ..rewards import SHAPING
 
 FORMATS = ("auto", "trl", "verl")
 DEFAULT_REWARDS = {"trl": ("exact",), "verl": ("math_verify",)}
@@ -110,7 +110,7 @@ def dataset_components(config: DatasetConfig) -> tuple[str, ...]:
     return reward_names(refs) if len(refs) >= 2 else ()
 
 
-class DatasetTask(rllab.Task):
+class DatasetTask(rllab.SingleTurn):
     """Prompts from a local data set, scored by reward functions (see the module docstring)."""
 
     name = "dataset"

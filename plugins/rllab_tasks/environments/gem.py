@@ -25,7 +25,7 @@ draw from them while playing. Every call into an episode runs under a lock with 
 swapped for the episode's own, so an episode replays identically from its seed however episodes
 interleave, and the caller's generators are left untouched.
 
-Examples are seeds, split as in :mod:`rllab_tasks.textarena_env`. Demonstrations: the
+Examples are seeds, split as in :mod:`rllab_tasks.environments.textarena`. Demonstrations: the
 reasoning-gym ids (``\\boxed{answer}``) and GuessTheNumber (a binary search on the game's
 higher/lower hints); the other ids default to ``warm_start.steps = 0``.
 """
@@ -45,7 +45,7 @@ from rllab.rollout.environment import Step
 from rllab.errors import NoDemonstrationError
 from rllab.types import Example
 
-from .split import SeededExamples, eval_fraction_knob, eval_size_knob, seed_knob
+from ..split import SeededExamples, eval_fraction_knob, eval_size_knob, seed_knob
 
 SINGLE_TURN = ("rg:", "math:", "qa:", "logic:", "code:", "eval:")
 """GEM's data-set environments: one question, one answer (GEM's "contextual bandits")."""

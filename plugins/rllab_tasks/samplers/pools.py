@@ -32,7 +32,7 @@
     ``sampler/gate_prompts``.
 
 ``reasoning_gym_curriculum``
-    reasoning-gym's curricula as a sampler (:mod:`rllab_tasks.curriculum`).
+    reasoning-gym's curricula as a sampler (:mod:`rllab_tasks.samplers.curriculum`).
 
 The pool's state (its seed and each prompt's latest mean reward) is saved in the run's
 checkpoints: a resumed run draws what the uninterrupted one would.

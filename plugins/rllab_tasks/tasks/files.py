@@ -21,7 +21,7 @@ from rllab import note_data_file
 from rllab.rollout.chat import check_prompt
 from rllab.types import Example
 
-from .split import eval_fraction_knob, in_eval_split, seed_knob
+from ..split import eval_fraction_knob, in_eval_split, seed_knob
 
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 
@@ -76,7 +76,7 @@ class JsonlConfig:
     seed: int = seed_knob()
 
 
-class JsonlTask(rllab.Task):
+class JsonlTask(rllab.SingleTurn):
     """Prompts and answers from a JSONL file, scored by a named reward function.
 
     Each line is an object with a ``prompt`` — a string, or chat messages

@@ -1,0 +1,139 @@
+"""A task: an environment of one turn, scored by its rubric.
+
+:class:`SingleTurn` is the one-turn subclass of :class:`rllab.Environment` (``max_turns = 1``),
+so the rollout stage has one source of episodes. A task says what it draws (``train_examples``,
+``eval_examples``), a correct answer (``demonstration``: the one turn's text) and its **rubric**:
+``reward(example, completion)`` — a float, or with ``reward_components`` a mapping name → float —
+or ``reward_batch`` for a whole turn at once, and ``reward_weights``. Its episode takes the model's
+answer and ends: the step's reward is the rubric's scalar ``Σ_k w_k·r_k``, its ``score`` the
+components, which become the batch's reward components (:mod:`rllab.rollout.scoring`).
+
+An object that follows the task protocol (:class:`rllab.types.Task`) without subclassing
+:class:`SingleTurn` is played as one too (:func:`playable`); an environment of several turns may
+declare ``reward_components`` as well, each :class:`~rllab.rollout.environment.Step`'s ``score``
+giving them.
+
+Example::
+
+    class Addition(rllab.SingleTurn):
+        reward_components = ("correct", "format")
+        reward_weights = (1.0, 0.1)
+
+        def train_examples(self, n, rng): ...
+        def eval_examples(self): ...
+        def reward(self, example, completion):
+            return {"correct": float(completion.strip() == example.answer), "format": 1.0}
+        def demonstration(self, example):
+            return example.answer
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from rllab.members import MEMBERS, member
+from rllab.rollout.environment import Environment, Step, is_environment
+from rllab.rollout.scoring import Rubric
+from rllab.types import Example, Task
+
+
+class Answer:
+    """The one-turn episode of a task's example: its step scores the answer with the task's rubric."""
+
+    def __init__(self, env: SingleTurn, example: Example):
+        self.env = env
+        self.example = example
+
+    def step(self, text: str) -> Step:
+        out = self.env.step_batch([self], [text], completion_ids=None)[0]
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+    def __getstate__(self) -> dict:
+        """A finished episode pickles without its task (a checkpoint's batches sampled ahead)."""
+        return {"env": None, "example": self.example}
+
+
+class SingleTurn(Task, Environment):
+    """An environment of one turn whose step scores the answer with the task's rubric (see the
+    module docstring); the base class of tasks.
+
+    A subclass defines ``train_examples``, ``eval_examples``, ``reward`` and ``demonstration``
+    (a correct answer's text), and optionally the rubric's ``reward_components``,
+    ``reward_weights``, ``correct_component``, ``reward_batch`` and ``solved``
+    (:data:`rllab.members.MEMBERS` ``["task"]``). ``start``, ``step_batch`` and ``describe_error``
+    are the rubric's: the episode ends after the model's answer, whose reward is the rubric's.
+    """
+
+    max_turns = 1
+    multi_turn = False
+
+    def start(self, example: Example) -> Answer:
+        return Answer(self, example)
+
+    @property
+    def rubric(self) -> Rubric:
+        """The rubric that scores this task's answers (named for messages by :func:`playable`)."""
+        return self.__dict__.get("_rubric") or Rubric(self, name=type(self).__name__)
+
+    def step_batch(self, episodes: Sequence[Answer], texts: Sequence[str], *, completion_ids) -> list:
+        """One :class:`Step` per answer (reward: the rubric's scalar, score: its components; done),
+        or the exception its reward raised."""
+        rows = self.rubric.rows([e.example for e in episodes], texts, completion_ids)
+        return [row if isinstance(row, BaseException) else Step(reward=row[0], done=True, score=row[1]) for row in rows]
+
+    def describe_error(self, example: Example, text: str | None, turn: int, e: BaseException) -> str:
+        return self.rubric.error_message(example, text, e)
+
+
+class _Adopted(SingleTurn):
+    """A task that follows the task protocol without subclassing :class:`SingleTurn`, played as
+    one: its own members, the rubric's episode."""
+
+    def __init__(self, task: Any):
+        self.task = task
+
+    def train_examples(self, n, rng):
+        return self.task.train_examples(n, rng)
+
+    def eval_examples(self):
+        return self.task.eval_examples()
+
+    def reward(self, example, completion):
+        return self.task.reward(example, completion)
+
+    def demonstration(self, example):
+        return self.task.demonstration(example)
+
+    def __repr__(self) -> str:
+        return repr(self.task)
+
+
+def _forwarded(name: str) -> property:
+    return property(lambda self: member(self.task, "task", name), doc=f"The task's own ``{name}`` (or its default).")
+
+
+for _name in MEMBERS["task"]:
+    setattr(_Adopted, _name, _forwarded(_name))
+
+
+def kind_of(source: Any) -> str:
+    """What ``source`` is called in messages: ``"environment"`` when its steps reward themselves,
+    ``"task"`` when a rubric scores its answers (a :class:`SingleTurn`, or an object of the task
+    protocol)."""
+    return "environment" if is_environment(source) else "task"
+
+
+def playable(source: Any, *, name: str, tokenizer: Any = None) -> Environment:
+    """The environment a run plays over ``source``, its run's task or environment: an environment
+    as it is; a task (a :class:`SingleTurn`, or an object of the task protocol, played as one) with
+    its rubric named ``name`` in messages (``tokenizer`` tokenizes an answer given as text only)."""
+    if is_environment(source):
+        return source
+    env = source if isinstance(source, SingleTurn) else _Adopted(source)  # the base class, or the task protocol alone
+    env._rubric = Rubric(source, name=name, tokenizer=tokenizer)
+    return env
+
+
+__all__ = ["Answer", "SingleTurn", "kind_of", "playable"]
