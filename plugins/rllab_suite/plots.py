@@ -15,17 +15,11 @@ from rllab_suite.records import RunRecord
 def plot(records: list[RunRecord], summary: dict, out_dir: Path, title: str = "") -> list[Path]:
     """``curves.png`` (held-out accuracy per variant with a 95% CI band, one panel per task) and
     ``final.png`` (final accuracy per variant with its CI and the seeds as dots)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
-    tasks, variants = summary["tasks"], summary["variants"]
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     out = []
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
+    fig, panels, variants, colors = _task_panels(summary)
+    for ax, task in panels:
         for i, v in enumerate(variants):
             rs = [r for r in records if r.task == task and r.variant == v and r.status == "done"]
             if not rs:
@@ -48,8 +42,8 @@ def plot(records: list[RunRecord], summary: dict, out_dir: Path, title: str = ""
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     out.append(_save(fig, out_dir / "curves.png"))
-    fig, axes = plt.subplots(1, len(tasks), figsize=(max(4, 1.2 * len(variants) + 2) * len(tasks), 4), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
+    fig, panels, _, _ = _task_panels(summary, width=max(4, 1.2 * len(variants) + 2))
+    for ax, task in panels:
         for i, v in enumerate(variants):
             row = next((r for r in summary["rows"] if r["task"] == task and r["variant"] == v), None)
             if row is None or not row["runs"]:
@@ -69,7 +63,7 @@ def plot(records: list[RunRecord], summary: dict, out_dir: Path, title: str = ""
     out.append(_save(fig, out_dir / "final.png"))
     track = [m for m in summary.get("track", []) if m not in summary.get("track_missing", [])]
     if track:
-        out.append(plot_track(records, tasks, variants, track, out_dir, title))
+        out.append(plot_track(records, summary["tasks"], variants, track, out_dir, title))
     return out
 
 
@@ -112,19 +106,13 @@ def plot_fits(records: list[RunRecord], summary: dict, out_dir: Path, title: str
     """``fits.png``: per task, each arm's held-out accuracy against training compute (the mean over
     seeds at each eval step, the seeds as dots) and its fitted saturating curve (dashed where the
     fit is not a result); an arm that did not train (``no_rl``) as a horizontal line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
     from rllab_suite.fits import saturating
 
     fits = summary["fits"]
-    tasks, variants = summary["tasks"], summary["variants"]
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
+    fig, panels, variants, colors = _task_panels(summary, width=6, height=4.2)
+    for ax, task in panels:
         arms = fits["tasks"].get(task, {}).get("arms", {})
         top = max((c for r in records if r.task == task and r.status == "done" for c in r.compute(fits["kind"]) if np.isfinite(c)), default=1.0)
         for i, v in enumerate(variants):
@@ -162,15 +150,8 @@ def plot_fits(records: list[RunRecord], summary: dict, out_dir: Path, title: str
 def plot_pass_at(summary: dict, out_dir: Path, title: str = "") -> Path:
     """``pass_at_k.png``: per task, pass@k against k (log scale) per arm, before RL (dashed) and after (solid,
     with its 95% CI over seeds as a band)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    tasks, variants = summary["tasks"], summary["variants"]
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
+    fig, panels, variants, colors = _task_panels(summary)
+    for ax, task in panels:
         for i, v in enumerate(variants):
             row = next((r for r in summary["rows"] if r["task"] == task and r["variant"] == v), None)
             for when, ls in (("before", "--"), ("after", "-")):
@@ -194,6 +175,19 @@ def plot_pass_at(summary: dict, out_dir: Path, title: str = "") -> Path:
     return _save(fig, out_dir / "pass_at_k.png")
 
 
+def _task_panels(summary: dict, *, width: float = 5.5, height: float = 4):
+    """A figure of one panel per task of ``summary`` (matplotlib, headless), each ``width`` by
+    ``height`` inches: ``(fig, [(axes, task), ...], variants, colors)``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = summary["tasks"]
+    fig, axes = plt.subplots(1, len(tasks), figsize=(width * len(tasks), height), squeeze=False)
+    return fig, list(zip(axes[0], tasks)), summary["variants"], plt.rcParams["axes.prop_cycle"].by_key()["color"]
+
+
 def _save(fig, path: Path) -> Path:
     import warnings
 
@@ -210,19 +204,13 @@ def _save(fig, path: Path) -> Path:
 def plot_entropy_law(records: list[RunRecord], summary: dict, out_dir: Path, title: str = "") -> Path:
     """``entropy_law.png``: per task, each arm's (entropy, training reward) points along training
     (:func:`rllab_suite.entropy_law.binned`, all seeds) and its fitted law R = −a·exp(H) + b."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
     from rllab_suite.entropy_law import binned, law
 
     fitted = summary["entropy_law"]
-    tasks, variants = summary["tasks"], summary["variants"]
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
+    fig, panels, variants, colors = _task_panels(summary, width=6, height=4.2)
+    for ax, task in panels:
         arms = fitted["tasks"].get(task, {})
         for i, v in enumerate(variants):
             d, c = arms.get(v), colors[i % len(colors)]
