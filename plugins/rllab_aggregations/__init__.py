@@ -91,13 +91,24 @@ class SeqMeanConfig:
     )
 
 
-def _row_sums(loss_mat: torch.Tensor, mask: torch.Tensor):
-    """(Σ_t loss·mask per row, n_b per row, non-empty-row mask), each (B,)."""
+def _row_sums(where: str, loss_mat: torch.Tensor, mask: torch.Tensor):
+    """``loss_mat`` and ``mask`` checked for ``where``: (Σ_t loss·mask per row, n_b per row,
+    non-empty-row mask), each (B,)."""
     from rllab import ops
 
+    ops.check_token_tensor(where, "loss_mat", loss_mat, mask)
     row_sum = ops.masked_sum(loss_mat, mask, dim=-1)
     row_len = mask.sum(-1)
     return row_sum, row_len, row_len > 0
+
+
+def _seq_mean(where, per_row, nonempty, config, global_seqs, global_rows):
+    """The mean of ``per_row`` (B,) over the non-empty rows (every row with ``count_empty_rows``),
+    the global row count replacing the local one where given."""
+    from rllab import ops
+
+    local, global_count = _rows(where, nonempty, config, global_seqs, global_rows)
+    return _divide(ops.masked_sum(per_row, nonempty), local, global_count)
 
 
 def token_mean(*, loss_mat, mask, config, global_tokens=None, global_seqs=None):
@@ -129,13 +140,9 @@ def seq_mean_token_sum(*, loss_mat, mask, config, global_tokens=None, global_seq
     ``loss_mat`` (B, T) float, ``mask`` (B, T) bool; ``global_seqs`` (``global_rows``) replaces the
     number of non-empty rows (of rows). Returns a 0-d tensor (0 when every row is empty).
     """
-    from rllab import ops
-
     where = "loss_aggregation 'seq-mean-token-sum'"
-    ops.check_token_tensor(where, "loss_mat", loss_mat, mask)
-    row_sum, _, nonempty = _row_sums(loss_mat, mask)
-    local, global_count = _rows(where, nonempty, config, global_seqs, global_rows)
-    return _divide(ops.masked_sum(row_sum, nonempty), local, global_count)
+    row_sum, _, nonempty = _row_sums(where, loss_mat, mask)
+    return _seq_mean(where, row_sum, nonempty, config, global_seqs, global_rows)
 
 
 def seq_mean_token_mean(*, loss_mat, mask, config, global_tokens=None, global_seqs=None, global_rows=None):
@@ -144,14 +151,9 @@ def seq_mean_token_mean(*, loss_mat, mask, config, global_tokens=None, global_se
     ``loss_mat`` (B, T) float, ``mask`` (B, T) bool; ``global_seqs`` (``global_rows``) replaces the
     number of non-empty rows (of rows). Returns a 0-d tensor (0 when every row is empty).
     """
-    from rllab import ops
-
     where = "loss_aggregation 'seq-mean-token-mean'"
-    ops.check_token_tensor(where, "loss_mat", loss_mat, mask)
-    row_sum, row_len, nonempty = _row_sums(loss_mat, mask)
-    row_mean = row_sum / row_len.clamp(min=1).to(row_sum.dtype)
-    local, global_count = _rows(where, nonempty, config, global_seqs, global_rows)
-    return _divide(ops.masked_sum(row_mean, nonempty), local, global_count)
+    row_sum, row_len, nonempty = _row_sums(where, loss_mat, mask)
+    return _seq_mean(where, row_sum / row_len.clamp(min=1).to(row_sum.dtype), nonempty, config, global_seqs, global_rows)
 
 
 @attrs.frozen
@@ -175,14 +177,10 @@ def seq_mean_token_sum_norm(*, loss_mat, mask, config, global_tokens=None, globa
     ``loss_mat`` (B, T) float, ``mask`` (B, T) bool; ``global_seqs`` replaces the number of
     non-empty rows; ``config.horizon`` (None = T). Returns a 0-d tensor (0 when every row is empty).
     """
-    from rllab import ops
-
     where = "loss_aggregation 'seq-mean-token-sum-norm'"
-    ops.check_token_tensor(where, "loss_mat", loss_mat, mask)
-    row_sum, _, nonempty = _row_sums(loss_mat, mask)
+    row_sum, _, nonempty = _row_sums(where, loss_mat, mask)
     horizon = loss_mat.shape[-1] if config.horizon is None else config.horizon
-    local, global_count = _rows(where, nonempty, config, global_seqs, global_rows)
-    return _divide(ops.masked_sum(row_sum, nonempty), local, global_count) / float(max(horizon, 1))
+    return _seq_mean(where, row_sum, nonempty, config, global_seqs, global_rows) / float(max(horizon, 1))
 
 
 @rllab.hookimpl
