@@ -263,9 +263,12 @@ def register_preference_losses(register):
 
 @hookspec
 def register_tasks(register):
-    """Register tasks: prompt sources with verifiable rewards.
+    """Register tasks: environments of one turn with verifiable rewards, chosen with ``task = NAME``.
 
-    ``fn(*, config) -> task`` is a factory; the task follows :class:`rllab.types.Task`.
+    ``fn(*, config) -> task`` is a factory; the task is an :class:`rllab.SingleTurn` (the one-turn
+    :class:`rllab.Environment` whose rubric scores the answer), or any object of the task protocol
+    (:class:`rllab.types.Task`), played as one. This hook is the registration of such environments
+    under the name users know (``register_environments`` registers those of several turns).
 
     :param register: call ``register(name, factory, config=...)`` once per task.
 
@@ -273,7 +276,7 @@ def register_tasks(register):
     instances declare (empty for a single reward), so a config is checked before any model loads;
     undeclared, the check waits for the first batch.
 
-    Subclass :class:`rllab.Task` for the defaults of its optional members (``reward_weights``,
+    Subclass :class:`rllab.SingleTurn` for the defaults of its optional members (``reward_weights``,
     ``solved``, ``reward_batch``, …; :data:`rllab.members.MEMBERS`).
     """
 

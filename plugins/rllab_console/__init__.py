@@ -86,7 +86,9 @@ def print_header(console, run_dir: Path, config, solved_when: str | None) -> Non
     """The run's first line: its directory, its task (or environment) and what accuracy counts."""
     from rich.markup import escape
 
-    source = f"{'environment' if config.source == 'env' else 'task'} {config.component(config.source).name!r}"
+    from rllab.config import COMPONENT_SECTIONS
+
+    source = f"{COMPONENT_SECTIONS[config.source][0]} {config.component(config.source).name!r}"  # the section's kind
     solved = f"; accuracy counts an answer solved when {solved_when}" if solved_when else ""
     console.print(f"[bold]run[/] [cyan]{escape(str(run_dir))}[/]: {escape(source)}{escape(solved)}", highlight=False, soft_wrap=True)
 

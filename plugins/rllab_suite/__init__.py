@@ -172,9 +172,11 @@ def _overflow_fix(s: dict) -> str:
 
 @rllab.hookimpl
 def on_run_start(run_dir, config, start_step, total_steps, progress):
+    from rllab.config import COMPONENT_SECTIONS
+
     _ACTIVE[Path(run_dir)] = {
         "steps": 0, "zero": 0, "warned": False, "noted": set(), "error_frac": 0.0, "overflow_frac": 0.0,
-        "kind": "environment" if config.source == "env" else "task", "task": config.component(config.source).name,
+        "kind": COMPONENT_SECTIONS[config.source][0], "task": config.component(config.source).name,
         "total": total_steps - start_step, "policy": config.rollout.reward_errors,
         "budget": getattr(config.rollout, "max_episode_tokens", None), "max_new_tokens": config.rollout.max_new_tokens,
         "stopped": 0.0, "empty": 0,

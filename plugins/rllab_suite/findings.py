@@ -282,7 +282,7 @@ def held_out_size(suite_path: Path) -> int | None:
     """Held-out problems one evaluation of the suite scores: ``train.eval_size`` of its first cell,
     capped by the size of its task's (or environment's) held-out set; None when it cannot be built."""
     from rllab import Lab
-    from rllab.config import load_config
+    from rllab.config import COMPONENT_SECTIONS, load_config
     from rllab_suite.spec import _resolve, cell_overrides, parse_suite
 
     lab = Lab()
@@ -294,8 +294,7 @@ def held_out_size(suite_path: Path) -> int | None:
     size = cfg.train.eval_size
     comp = cfg.component(cfg.source)
     try:
-        kind = "environment" if cfg.source == "env" else "task"
-        made = lab.get(kind, comp.name, **dict(comp.knobs))()
+        made = lab.get(COMPONENT_SECTIONS[cfg.source][0], comp.name, **dict(comp.knobs))()
         held = len(made.eval_examples())
     except Exception:  # a source that cannot be built here (a server, a dataset): the configured size
         return size
