@@ -427,7 +427,7 @@ def _diff_cells(d: dict | None, k) -> tuple[str, str, str]:
         return "—", "—", "—"
     eff = f"{_pts(d['effect'], k)} [{_pts(d['ci95'][0], k)}, {_pts(d['ci95'][1], k)}]"
     c90 = "—" if not math.isfinite(d["ci90"][0]) else f"[{_pts(d['ci90'][0], k)}, {_pts(d['ci90'][1], k)}]"
-    lev = (f"{d['starts']} starts × " if d.get("starts", 1) > 1 else "") + f"{d['seeds'][0]}/{d['seeds'][1]} seeds"
+    lev = (f"{d['starts']} starts, {d['seeds'][0]}/{d['seeds'][1]} runs" if d.get("starts", 1) > 1 else f"{d['seeds'][0]}/{d['seeds'][1]} seeds")
     return eff, c90, lev + (f" × {d['problems']} problems" if d["problems"] > 1 else "")
 
 

@@ -148,7 +148,7 @@ def test_a_verdict_that_holds_from_every_start():
     assert e["diff"]["effect"] == pytest.approx(0.10) and e["diff"]["ci95"] == pytest.approx((0.10, 0.10))
     text = "\n".join(markdown_lines([e], eval_size=4))
     assert "| b_higher | addition | start 1 (11111111) | +10.0 [+10.0, +10.0] |" in text
-    assert "3 starts × 9/9 seeds × 4 problems" in text
+    assert "3 starts, 9/9 runs × 4 problems" in text
     assert "- b_higher (addition): **reproduced** from every start (3)." in text and "DIFFERS" not in text
 
 
