@@ -148,6 +148,13 @@ def _discounted_return(token_rewards, mask, gamma):
     return ops.zero_masked_(skip_scan(rewards, mask, gamma), mask)
 
 
+def _checked_return(name: str, token_rewards, mask, gamma):
+    """The inputs of the estimator ``name`` checked, then their :func:`_discounted_return` (no grad)."""
+    _check_inputs(f"advantage_estimator {name!r}", token_rewards, mask)
+    with torch.no_grad():
+        return _discounted_return(token_rewards, mask, gamma)
+
+
 def reinforce(*, token_rewards, mask, index=None, values=None, config: ReturnConfig):
     """REINFORCE: the advantage is the discounted return-to-go, with no baseline.
 
@@ -157,10 +164,7 @@ def reinforce(*, token_rewards, mask, index=None, values=None, config: ReturnCon
     :param token_rewards: (B, T) float; :param mask: (B, T) bool; ``index``, ``values`` unused.
     :returns: ``(advantages, returns)``, both (B, T).
     """
-    where = "advantage_estimator 'reinforce'"
-    _check_inputs(where, token_rewards, mask)
-    with torch.no_grad():
-        returns = _discounted_return(token_rewards, mask, config.gamma)
+    returns = _checked_return("reinforce", token_rewards, mask, config.gamma)
     return returns, returns.clone()
 
 
@@ -175,10 +179,8 @@ def reinforce_plus_plus(*, token_rewards, mask, index=None, values=None, config:
     :param token_rewards: (B, T) float; :param mask: (B, T) bool; ``index``, ``values`` unused.
     :returns: ``(advantages, returns)``, both (B, T).
     """
-    where = "advantage_estimator 'reinforce_plus_plus'"
-    _check_inputs(where, token_rewards, mask)
+    returns = _checked_return("reinforce_plus_plus", token_rewards, mask, config.gamma)
     with torch.no_grad():
-        returns = _discounted_return(token_rewards, mask, config.gamma)
         advantages = ops.masked_whiten(returns, mask, remask=True)
     return advantages, returns
 
