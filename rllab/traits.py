@@ -113,16 +113,27 @@ def _provides(value) -> Mapping[str, tuple[str, ...]]:
     return MappingProxyType(out)
 
 
+def _reason(help: str, **more: Any) -> "Trait":
+    """A trait that gives a reason, per config: why the component does (or cannot do) something, in
+    a few words; None: it does not."""
+    return Trait(
+        help=help, expected="a non-empty string, None, or a callable config -> one of those", normalize=_optional(_text),
+        per_config=True, **more,
+    )
+
+
+def _flag(help: str) -> "Trait":
+    """A True/False trait, False unless declared."""
+    return Trait(help=help, expected="True or False", normalize=_bool, default=False)
+
+
 NARROWS = ("after_advantage", "before_advantage")
 
 TRAITS: dict[str, dict[str, Trait]] = {
     "advantage_estimator": {
-        "batch_step": Trait(
+        "batch_step": _reason(
             help="a step that couples every row of the batch (whitening, a batch std, ...), in a few words; "
             "None: the estimator's statistics stay within each group. Read by the contract checks.",
-            expected="a non-empty string, None, or a callable config -> one of those",
-            normalize=_optional(_text),
-            per_config=True,
         ),
         "component_weights": Trait(
             help="the weights the estimator gives the task's reward components under a config (one per component, "
@@ -140,12 +151,9 @@ TRAITS: dict[str, dict[str, Trait]] = {
             expected="True, False or None",
             normalize=_optional(_bool),
         ),
-        "padding_dependent": Trait(
+        "padding_dependent": _reason(
             help="why the aggregate depends on the padding width under a config (a horizon of the mask width), in a "
             "few words; None: it does not (the contract checks pad the batch and expect the same value).",
-            expected="a non-empty string, None, or a callable config -> one of those",
-            normalize=_optional(_text),
-            per_config=True,
         ),
     },
     "logger": {
@@ -163,13 +171,10 @@ TRAITS: dict[str, dict[str, Trait]] = {
             expected="'seq-mean' or None",
             normalize=_optional(_choice("seq-mean")),
         ),
-        "partition": Trait(
+        "partition": _reason(
             help="why the loss of a batch depends on how the batch is split into micro-batches under a config (a "
             "selection over the whole batch, ...), in a few words; None: processed whole or in micro-batches with "
             "gradient accumulation it gives the same loss and gradient (the contract checks it).",
-            expected="a non-empty string, None, or a callable config -> one of those",
-            normalize=_optional(_text),
-            per_config=True,
         ),
         "old_log_prob": Trait(
             help="whose log-probs the loss receives as old_log_prob: 'trainer' (a forward of the policy at "
@@ -180,12 +185,9 @@ TRAITS: dict[str, dict[str, Trait]] = {
         ),
     },
     "importance_correction": {
-        "identity": Trait(
+        "identity": _flag(
             help="True: the correction leaves the loss as it is (no correction), so it combines with a policy loss that "
             "corrects for the sampler itself (old_log_prob = 'rollout').",
-            expected="True or False",
-            normalize=_bool,
-            default=False,
         ),
         "narrows_mask": Trait(
             help="when the rl step narrows its response mask to keep_mask: 'after_advantage', "
@@ -221,38 +223,26 @@ TRAITS: dict[str, dict[str, Trait]] = {
         ),
     },
     "rollout_backend": {
-        "needs_cuda": Trait(
+        "needs_cuda": _reason(
             help="why the backend needs the policy on CUDA for a config (e.g. weight sync by CUDA-IPC handles), "
             "in a few words; None: it does not. A config whose [model] device is the CPU is refused at load.",
-            expected="a non-empty string, None, or a callable config -> one of those",
-            normalize=_optional(_text),
-            per_config=True,
         ),
-        "sharded_policy": Trait(
+        "sharded_policy": _reason(
             help="why the backend cannot take the weights of a sharded policy (model.strategy = 'fsdp2') under a "
             "config, in a few words; None: it can. Every rank then calls update_weights with full weights (a plain "
             "module, then state dicts), or, for a backend with follow_weights() (servers every rank shares), rank 0 "
             "pushes a plain CPU module and the other ranks call follow_weights(). Undeclared: refused.",
-            expected="a non-empty string, None, or a callable config -> one of those",
-            normalize=_optional(_text),
             default="it does not declare that it takes a sharded policy's weights (its register(...) sets no sharded_policy)",
-            per_config=True,
         ),
-        "shares_weights": Trait(
+        "shares_weights": _reason(
             help="why the backend samples from the trainer's own weights under a config (no copy of its own), in a few "
             "words; None: it keeps its own copy. Asynchronous rollouts (rollout.max_staleness > 0) are refused with it.",
-            expected="a non-empty string, None, or a callable config -> one of those",
-            normalize=_optional(_text),
-            per_config=True,
         ),
     },
     "sampler": {
-        "stateless": Trait(
+        "stateless": _flag(
             help="True: the sampler's draw depends on (n, rng, source) alone, never on feedback, so it runs on several "
             "data-parallel ranks and with batches sampled ahead (rollout.max_staleness > 0); False: refused there.",
-            expected="True or False",
-            normalize=_bool,
-            default=False,
         ),
         "gate_retries": Trait(
             help="the most rounds in which the rollout stage asks the sampler for replacement prompts for the groups "
