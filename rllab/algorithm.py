@@ -207,11 +207,9 @@ class Algorithm(Protocol):
     """What ``register_algorithms`` factories return (see :mod:`rllab.hookspecs`).
 
     Also read when present (:data:`rllab.members.MEMBERS` ``["algorithm"]``, with their defaults):
-    ``async_rollouts`` (default False) — its steps take their batches from
-    ``ctx.rollout.sample(step)`` alone, so they may be sampled ahead (``rollout.max_staleness > 0``);
     ``reconfigure(config)`` (default None) — it takes a ``[[schedule]]`` entry's new knobs (None: a
     change of its knobs mid-run is refused). What it declares before it is built (``uses``,
-    ``provides``, ``data_parallel``, ``replayable``) are traits of its registration.
+    ``provides``, ``data_parallel``, ``replayable``, ``async_rollouts``) are traits of its registration.
     """
 
     def needs(self, ctx: RunContext) -> set[str]:

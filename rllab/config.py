@@ -33,7 +33,7 @@ A ``[[schedule]]`` entry switches components or knobs at a given step::
     step = 50
     set = { "policy_loss" = "cispo", "train.entropy_coef" = 0.0 }
 
-(checked at load: see :mod:`rllab.config_checks`).
+(checked at load: see :mod:`rllab.checks`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ from typing import Any, Mapping
 
 import attrs
 
-from rllab.config_checks import (
+from rllab.checks import check_run
+from rllab.checks.config import (
     FROZEN_DURING_A_RUN, check_algorithm_fit, check_config_only, check_episode_settings, check_launcher,
     check_model_settings, check_one_source, check_reward_components, check_schedule_applies,
     environment_rollout_defaults,
@@ -317,7 +318,7 @@ def _component(lab: Lab, sec: str, kind: str, raw: Any, default: str, text: str,
     raw = dict(raw)
     name = raw.pop(SELECTOR_KEY, default)
     if name is None:  # a section without a default component, given knobs but no name (env.max_turns=3 alone)
-        from rllab.config_checks import _settings
+        from rllab.checks.config import _settings
 
         raise ConfigError(f"{where}: {_settings(sec, raw)} {'sets a knob' if len(raw) == 1 else 'set knobs'} of [{sec}], "
                           f"which names no {kind}: choose one with {sec}=NAME (one of {', '.join(lab.names(kind))})", key=SELECTOR_KEY)
@@ -430,6 +431,7 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
         unused=unused,
         **plain,
     )
+    check_run(cfg, lab)  # the settings against the components' traits (rllab.checks.run)
     # every scheduled change must be valid mid-run, on the config the entries before it made (as the trainer applies them)
     current = cfg
     for entry in cfg.schedule:

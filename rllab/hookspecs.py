@@ -446,10 +446,11 @@ def register_algorithms(register):
     an input its algorithm does not provide is refused at load. ``data_parallel=True`` — its step
     all-reduces its normalisers across ranks, so it runs with ``model.strategy = "fsdp2"`` on
     several ranks (otherwise refused there); ``replayable=True`` — its step takes each batch from
-    ``ctx.rollout.sample(step)``, so ``rllab record`` / ``rllab replay`` can hand it recorded ones.
-    Optional member: ``async_rollouts`` (default False) on the algorithm object — its batches
-    may be sampled ahead (``rollout.max_staleness > 0``); ``reconfigure(config)`` (default None)
-    — it takes a ``[[schedule]]`` entry's new knobs.
+    ``ctx.rollout.sample(step)``, so ``rllab record`` / ``rllab replay`` can hand it recorded ones;
+    ``async_rollouts=True`` — its steps take their batches from ``ctx.rollout.sample(step)`` alone,
+    so they may be sampled ahead (``rollout.max_staleness > 0``) and over-sampled
+    (``rollout.over_sample > 0``), both refused at load otherwise. Optional member:
+    ``reconfigure(config)`` (default None) — it takes a ``[[schedule]]`` entry's new knobs.
     """
 
 

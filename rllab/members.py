@@ -130,11 +130,6 @@ MEMBERS: dict[str, dict[str, Member]] = {
         "metrics": Member(help="metrics() -> dict name → float: logged as sampler/... with each step; None: none"),
     },
     "algorithm": {
-        "async_rollouts": Member(
-            help="True: the algorithm takes its steps' batches from rollout.sample(step) alone, so they may be sampled "
-            "ahead (rollout.max_staleness > 0)",
-            default=False,
-        ),
         "reconfigure": Member(help="reconfigure(components) -> None: take a [[schedule]] entry's new components; None: "
                               "the algorithm is rebuilt"),
     },

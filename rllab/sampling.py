@@ -85,33 +85,4 @@ def restore(sampler: Any, saved: dict | None) -> None:
         fn(saved)
 
 
-def check_settings(cfg: Any, lab: Any, *, world_size: int = 1) -> None:
-    """Refuse, naming the sampler, what it cannot run with: a sampler that takes feedback (not
-    ``stateless``) on several data-parallel ranks or with batches sampled ahead
-    (``rollout.max_staleness > 0``), a sampler that takes feedback or gates under partial rollouts
-    (``rollout.over_sample > 0``), and a gate (``gate_retries``) under ``rollout.random_reward``
-    (the gate judges the task's rewards, which such a run does not train on)."""
-    if "sampler" not in cfg.components or "sampler" in cfg.unused:
-        return
-    ref = cfg.component("sampler")
-    spec = lab.spec("sampler", ref.name)
-    where = f"[sampler] {ref.name!r} (plugin {spec.provider})"
-    if not spec.trait("stateless", ref.config):
-        if world_size > 1:
-            raise ConfigError(f"{where} learns from each step's rewards, which one rank alone sees; it cannot run on "
-                              f"{world_size} data-parallel ranks. Run it on one process, or use a stateless sampler", key="sampler")
-        if cfg.rollout.max_staleness > 0:
-            raise ConfigError(f"{where} learns from each step's rewards before the next draw; set rollout.max_staleness = 0 "
-                              f"(it is {cfg.rollout.max_staleness}), or use a stateless sampler", key="sampler")
-    over = getattr(cfg.rollout, "over_sample", 0)
-    if over > 0 and (not spec.trait("stateless", ref.config) or spec.trait("gate_retries", ref.config)):
-        raise ConfigError(f"{where} judges each drawn prompt by its group's rewards, but partial rollouts "
-                          f"(rollout.over_sample = {over}) draw more prompts than a step trains on and carry or drop "
-                          f"the unfinished ones; set rollout.over_sample = 0, or use a stateless sampler", key="sampler")
-    if spec.trait("gate_retries", ref.config) and cfg.rollout.random_reward != "off":
-        raise ConfigError(f"{where} replaces groups whose task rewards are all equal, but rollout.random_reward = "
-                          f"{cfg.rollout.random_reward!r} trains on random rewards; set rollout.random_reward = 'off' or "
-                          f"use another sampler", key="sampler")
-
-
-__all__ = ["Sampler", "Source", "check_settings", "feedback", "metrics", "restore", "state"]
+__all__ = ["Sampler", "Source", "feedback", "metrics", "restore", "state"]

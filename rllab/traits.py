@@ -273,6 +273,13 @@ TRAITS: dict[str, dict[str, Trait]] = {
             normalize=_bool,
             default=False,
         ),
+        "async_rollouts": Trait(
+            help="True: the algorithm's steps take their batches from ctx.rollout.sample(step) alone, so they may be "
+            "sampled ahead (rollout.max_staleness > 0) and over-sampled (rollout.over_sample > 0); False: both refused at load.",
+            expected="True or False",
+            normalize=_bool,
+            default=False,
+        ),
         "replayable": Trait(
             help="True: the algorithm's step takes each batch from ctx.rollout.sample(step) (a RolloutBatch of "
             "policy-gradient rollouts), so `rllab record` / `rllab replay` can hand it recorded batches; False: refused there.",

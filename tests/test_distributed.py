@@ -194,12 +194,13 @@ def _evaluate(reducer) -> dict:
 
     from rllab.rollout.stage import build_stage
     from rllab.models.tokenizer import build_tokenizer
+    from rllab.settings import RolloutConfig
     from rllab.types import Example
 
     tok = build_tokenizer()
     examples = [Example(prompt=str(k), answer="1") for k in range(7)]
     task = SimpleNamespace(eval_examples=lambda: examples, reward=lambda e, c: float(c == e.answer))
-    config = SimpleNamespace(max_new_tokens=2, temperature=0.7, top_p=1.0, top_k=-1, reward_errors="raise", system_prompt=None)
+    config = RolloutConfig(max_new_tokens=2, temperature=0.7, top_p=1.0, top_k=-1)
     stage = build_stage(task=task, task_name="t", backend=_KeyedBackend(tok), tokenizer=tok, config=config, seed=3, reducer=reducer)
     metrics = stage.evaluate(7, samples=4)
     metrics.pop("time/eval")
@@ -264,7 +265,8 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     # the short run, its rollouts replayed: every rank trains on its groups of the one-process batches
     recorded = torch.load(os.path.join(out, "single.pt"), weights_only=False)
     trainer = _trainer("fsdp2", os.path.join(out, "fsdp2"))
-    trainer.rollout = _Replay(recorded["batches"], rank, world)
+    replay = _Replay(recorded["batches"], rank, world)
+    trainer.rollout.sample, trainer.rollout.to_batch = replay.sample, replay.to_batch
     for _ in range(RUN["train.steps"]):
         trainer.train_step()
     trainer.close()
@@ -564,6 +566,8 @@ def test_fsdp2_knobs_need_the_fsdp2_strategy():
 
 
 def test_data_parallel_refuses_what_would_split_rows_unevenly():
+    from rllab.checks.run import check_data_parallel
+
     lab = Lab()
 
     def validate(data, **kw):
@@ -572,19 +576,19 @@ def test_data_parallel_refuses_what_would_split_rows_unevenly():
         return plain({**data, "model": {"strategy": "fsdp2"}}, **kw)
 
     with pytest.raises(Exception, match="prompts_per_step = 3 must be a multiple of the world size 2"):
-        placement.check_data_parallel(validate({"rollout": {"prompts_per_step": 3}}, lab=lab, where="t"), lab, 2)
+        check_data_parallel(validate({"rollout": {"prompts_per_step": 3}}, lab=lab, where="t"), lab, 2)
     with pytest.raises(Exception, match="dynamic_sampling = true"):
-        placement.check_data_parallel(validate({"rollout": {"dynamic_sampling": True}}, lab=lab, where="t"), lab, 2)
+        check_data_parallel(validate({"rollout": {"dynamic_sampling": True}}, lab=lab, where="t"), lab, 2)
     with pytest.raises(Exception, match="advantage 'gpg'.*couples rows"):
-        placement.check_data_parallel(validate({"advantage": {"name": "gpg"}}, lab=lab, where="t"), lab, 2)
-    placement.check_data_parallel(validate({"advantage": {"name": "reinforce_plus_plus"}}, lab=lab, where="t"), lab, 2)
-    placement.check_data_parallel(validate({"rollout": {"prompts_per_step": 3}}, lab=lab, where="t"), lab, 1)
+        check_data_parallel(validate({"advantage": {"name": "gpg"}}, lab=lab, where="t"), lab, 2)
+    check_data_parallel(validate({"advantage": {"name": "reinforce_plus_plus"}}, lab=lab, where="t"), lab, 2)
+    check_data_parallel(validate({"rollout": {"prompts_per_step": 3}}, lab=lab, where="t"), lab, 1)
     sglang = {"name": "sglang", "urls": "http://127.0.0.1:30000"}
-    placement.check_data_parallel(validate({"backend": sglang}, lab=lab, where="t"), lab, 2)  # disk: rank 0 pushes
+    check_data_parallel(validate({"backend": sglang}, lab=lab, where="t"), lab, 2)  # disk: rank 0 pushes
     with pytest.raises(Exception, match="backend 'sglang' .*cannot take a sharded policy's weights: weight_sync = 'distributed'"):
-        placement.check_data_parallel(validate({"backend": {**sglang, "weight_sync": "distributed"}}, lab=lab, where="t"), lab, 1)
+        validate({"backend": {**sglang, "weight_sync": "distributed"}}, lab=lab, where="t")  # at load, on any number of ranks
     with pytest.raises(Exception, match="launch = true starts a server on rank 0"):
-        placement.check_data_parallel(validate({"backend": {"name": "sglang", "launch": True}}, lab=lab, where="t"), lab, 2)
+        check_data_parallel(validate({"backend": {"name": "sglang", "launch": True}}, lab=lab, where="t"), lab, 2)
 
 
 def _sglang_worker(rank: int, world: int, port: int, url: str, run_dir: str) -> None:

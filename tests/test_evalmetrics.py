@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from rllab.rollout.evalmetrics import pass_at_k, report_ks, sampled_metrics
 from rllab.rollout.stage import build_stage
 from rllab.models.tokenizer import build_tokenizer
+from rllab.settings import RolloutConfig
 from rllab.types import Completion, Example
 
 
@@ -88,7 +89,7 @@ def _stage(right):
     tok = build_tokenizer()
     examples = [Example(prompt=f"q{i}", answer="1") for i in range(len(right))]
     task = SimpleNamespace(eval_examples=lambda: examples, reward=lambda e, c: float(c == e.answer))
-    config = SimpleNamespace(max_new_tokens=2, temperature=0.7, top_p=0.9, top_k=5, reward_errors="raise", system_prompt=None)
+    config = RolloutConfig(max_new_tokens=2, temperature=0.7, top_p=0.9, top_k=5)
     backend = _Backend(tok, right)
     return build_stage(task=task, task_name="t", backend=backend, tokenizer=tok, config=config, seed=3), backend
 

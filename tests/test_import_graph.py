@@ -255,7 +255,7 @@ FLOORS = {
     "rllab.parallel.launcher": 3,
     "rllab.parallel.single": 3,
     "rllab.config": 4,
-    "rllab.config_checks": 4,
+    "rllab.checks": 4,
     "rllab.training": 5,
     "rllab.testing": 6,
     "rllab.cli": 7,

@@ -130,7 +130,11 @@ def test_an_object_without_the_base_reads_the_declared_defaults():
     duck.rollout_defaults = None  # ... and reads as the default elsewhere
     assert member(duck, "environment", "rollout_defaults") == {}
     assert member(object(), "rollout_backend", "pushes_in_flight") is False
-    assert member(object(), "algorithm", "async_rollouts") is False
+    from rllab.members import MEMBERS
+
+    assert "async_rollouts" not in MEMBERS["algorithm"]  # a trait of the registration, read at load
+    assert Lab().spec("algorithm", "rl").trait("async_rollouts") is True
+    assert Lab().spec("algorithm", "online_dpo").trait("async_rollouts") is False
 
 
 def test_a_subclass_inherits_the_defaults_and_must_define_the_required_members():
@@ -187,26 +191,25 @@ def _algorithm_plugin(**traits):
 
 @pytest.mark.parametrize("declared", [True, False])
 def test_data_parallel_is_the_algorithms_declaration_not_its_name(declared):
-    from rllab.parallel import placement
+    from rllab.checks.run import check_data_parallel
     from rllab.config import validate
 
     lab = Lab([_algorithm_plugin(data_parallel=declared)])
     cfg = validate({"algorithm": {"name": "my_rl"}, "model": {"strategy": "fsdp2"}}, lab=lab, where="t")
     if declared:
-        placement.check_data_parallel(cfg, lab, 2)
+        check_data_parallel(cfg, lab, 2)
     else:
         with pytest.raises(Exception, match=r"algorithm 'my_rl' has no data-parallel normalisers .*data_parallel.*'rl'"):
-            placement.check_data_parallel(cfg, lab, 2)
+            check_data_parallel(cfg, lab, 2)
 
 
 def test_shares_weights_is_the_backends_declaration():
-    from rllab.rollout import asynchronous as asyncrollout
     from rllab.config import validate
 
     lab = Lab()
-    cfg = validate({"rollout": {"max_staleness": 1}, "backend": {"name": "hf", "share_weights": True}}, lab=lab, where="t")
     with pytest.raises(Exception, match=r"backend 'hf' sampling from the trainer's own weights \(backend.share_weights = true\)"):
-        asyncrollout.check_settings(cfg, lab)
+        validate({"rollout": {"max_staleness": 1}, "backend": {"name": "hf", "share_weights": True}}, lab=lab, where="t")
+    cfg = validate({"backend": {"name": "hf", "share_weights": True}}, lab=lab, where="t")
     assert lab.spec("rollout_backend", "hf").trait("shares_weights", cfg.component("backend").config) is not None
     assert lab.spec("rollout_backend", "sglang").trait("shares_weights") is None
 

@@ -24,7 +24,7 @@ import rllab.training.trainer
 from rllab.training import runlock
 from rllab.cli import main
 from rllab.config import load_config
-from rllab.config_checks import launcher_env
+from rllab.checks.config import launcher_env
 from rllab.errors import ConfigError, RllabError
 from rllab.training.runs import prepare_run_dir
 from tests.tiny import TINY, overrides

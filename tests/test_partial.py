@@ -171,14 +171,20 @@ def test_a_backend_without_generate_until_is_refused_by_name(char):  # noqa: F81
 def test_an_algorithm_that_does_not_train_on_sample_is_refused_by_name():
     from types import SimpleNamespace
 
+    from rllab import Lab
+    from rllab.checks.run import check_partial
+    from rllab.config import load_config
     from rllab.errors import ConfigError
-    from rllab.rollout.partial import check_algorithm
 
-    cfg = SimpleNamespace(rollout=RolloutConfig(over_sample=0.25), component=lambda sec: SimpleNamespace(name="online_dpo"))
-    with pytest.raises(ConfigError, match="over_sample = 0.25: algorithm 'online_dpo'"):
-        check_algorithm(cfg, SimpleNamespace(async_rollouts=False))
-    check_algorithm(cfg, SimpleNamespace(async_rollouts=True))  # rl's kind: accepted
-    check_algorithm(SimpleNamespace(rollout=RolloutConfig()), SimpleNamespace(async_rollouts=False))  # off: nothing to refuse
+    lab = Lab()
+    algorithm = lambda name: lambda sec: SimpleNamespace(name=name, config=None)  # noqa: E731
+    cfg = SimpleNamespace(rollout=RolloutConfig(over_sample=0.25), component=algorithm("online_dpo"))
+    with pytest.raises(ConfigError, match="over_sample = 0.25: algorithm 'online_dpo'.*async_rollouts=True"):
+        check_partial(cfg, lab)  # online_dpo's registration declares no async_rollouts
+    check_partial(SimpleNamespace(rollout=RolloutConfig(over_sample=0.25), component=algorithm("rl")), lab)  # rl's does
+    check_partial(SimpleNamespace(rollout=RolloutConfig(), component=algorithm("online_dpo")), lab)  # off: nothing to refuse
+    with pytest.raises(ConfigError, match="over_sample = 0.25: algorithm 'online_dpo'"):  # at load
+        load_config(None, ["algorithm=online_dpo", "rollout.over_sample=0.25"], lab=lab)
 
 
 def test_the_carried_groups_survive_a_checkpoint(char, tmp_path):  # noqa: F811

@@ -56,8 +56,8 @@ def test_the_strategy_setting_offers_the_tables_rows():
 def test_the_load_time_checks_ask_the_traits_not_the_name(monkeypatch):
     """A data-parallel row of another name passes the torchrun check and is refused with
     asynchronous rollouts; a one-process row is refused under torchrun, naming the data-parallel rows."""
-    from rllab.rollout import asynchronous as asyncrollout
-    from rllab.config_checks import check_launcher
+    from rllab.checks.run import check_async
+    from rllab.checks.config import check_launcher
 
     monkeypatch.setitem(placement.STRATEGIES, "ddp", placement.Strategy(name="ddp", data_parallel=True, sharded=False, module="builtins", attr="object"))
     monkeypatch.setitem(placement.STRATEGIES, "pipe", placement.Strategy(name="pipe", data_parallel=False, sharded=False, module="builtins", attr="object"))
@@ -68,7 +68,7 @@ def test_the_load_time_checks_ask_the_traits_not_the_name(monkeypatch):
         check_launcher(SimpleNamespace(strategy="pipe"), "", "t")
     cfg = SimpleNamespace(rollout=SimpleNamespace(max_staleness=1), model=SimpleNamespace(strategy="ddp"))
     with pytest.raises(ConfigError, match="model.strategy = 'ddp' is not supported.*model.strategy = \"single\" or model.strategy = \"pipe\""):
-        asyncrollout.check_settings(cfg, lab=None)
+        check_async(cfg, lab=None)
 
 
 def test_no_module_but_the_table_compares_a_strategy_name():

@@ -14,7 +14,7 @@ from rllab import hookimpl as rllab_hookimpl
 from rllab.config import load_config
 from rllab.errors import ConfigError
 from rllab.rollout.stage import build_stage
-from rllab.sampling import check_settings
+from rllab.checks.run import check_sampler
 from rllab.settings import RolloutConfig
 from rllab.types import Completion, Example
 
@@ -123,17 +123,17 @@ def test_the_default_sampler_samples_what_the_stage_without_one_samples(char):  
 
 def test_what_a_sampler_cannot_run_with_is_refused_naming_it():
     lab = Lab()
-    with pytest.raises(ConfigError, match="difficulty_pool.*max_staleness = 0 \\(it is 1\\)"):
-        check_settings(load_config(None, ["sampler=difficulty_pool", "rollout.max_staleness=1"]), lab)
+    with pytest.raises(ConfigError, match="difficulty_pool.*max_staleness = 0 \\(it is 1\\)"):  # at load
+        load_config(None, ["sampler=difficulty_pool", "rollout.max_staleness=1"], lab=lab)
     with pytest.raises(ConfigError, match="difficulty_pool.*2 data-parallel ranks"):
-        check_settings(load_config(None, ["sampler=difficulty_pool"]), lab, world_size=2)
+        check_sampler(load_config(None, ["sampler=difficulty_pool"]), lab, world_size=2)
     with pytest.raises(ConfigError, match="advantage_gate.*random_reward = 'given'"):
-        check_settings(load_config(None, ["sampler=advantage_gate", "rollout.random_reward=given"]), lab)
-    check_settings(load_config(None, ["rollout.max_staleness=1"]), lab, world_size=2)  # the default draw: stateless
+        load_config(None, ["sampler=advantage_gate", "rollout.random_reward=given"], lab=lab)
+    check_sampler(load_config(None, ["rollout.max_staleness=1"]), lab, world_size=2)  # the default draw: stateless
     for name in ("difficulty_pool", "advantage_gate"):  # partial rollouts draw more than a step trains on
         with pytest.raises(ConfigError, match=f"{name}.*rollout.over_sample = 0.5.*over_sample = 0"):
-            check_settings(load_config(None, [f"sampler={name}", "rollout.over_sample=0.5"]), lab)
-    check_settings(load_config(None, ["rollout.over_sample=0.5"]), lab)  # the default draw takes any number of prompts
+            load_config(None, [f"sampler={name}", "rollout.over_sample=0.5"], lab=lab)
+    check_sampler(load_config(None, ["rollout.over_sample=0.5"]), lab)  # the default draw takes any number of prompts
     with pytest.raises(ConfigError, match=r"\[sampler\] is set, but algorithm 'dpo' does not use it"):
         load_config(None, ["algorithm=dpo", "sampler=difficulty_pool"])
 

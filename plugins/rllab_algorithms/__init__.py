@@ -16,7 +16,8 @@ def register_algorithms(register):
     # the components' modules import torch: loaded when they register, not with the plugin
     from . import distill, preference, rl
 
-    register("rl", rl.rl, config=rl.RLConfig, uses=rl.RL.uses, provides=rl.RL.provides, data_parallel=True, replayable=True)
+    register("rl", rl.rl, config=rl.RLConfig, uses=rl.RL.uses, provides=rl.RL.provides, data_parallel=True, replayable=True,
+             async_rollouts=True)
     register("opd", distill.opd, config=distill.OPDConfig, uses=distill.OPD.uses, provides=distill.OPD.provides)
     for name, factory, cls, config in (
         ("dpo", preference.dpo, preference.DPO, preference.DPOConfig),

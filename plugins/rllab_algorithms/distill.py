@@ -159,7 +159,6 @@ def load_teacher(path: str, device: torch.device) -> torch.nn.Module:
 class OPD(RL):
     """On-policy distillation: the RL step with a teacher's reverse KL in the loss."""
 
-    async_rollouts = False
     _student_full: torch.Tensor | None = None
     """The exact top-k KL: the micro-batch's (rows, T, V) log-probs, from policy_forward to extra_loss."""
 

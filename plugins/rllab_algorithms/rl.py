@@ -209,10 +209,6 @@ class RL:
         "policy_loss": ("rollout_log_prob",),
     }
 
-    async_rollouts = True
-    """Each step trains on ``ctx.rollout.sample(ctx.step)`` alone, so batches may be sampled ahead
-    (``rollout.max_staleness``, :mod:`rllab.rollout.asynchronous`)."""
-
     def __init__(self, *, config: RLConfig):
         self.config = config
 

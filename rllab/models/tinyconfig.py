@@ -1,7 +1,7 @@
 """The tiny model's knobs (``[model] tiny``: :class:`TinyModelConfig`) and its supervised warm
 start's (``[model] warm_start``: :class:`WarmStartConfig`), for :mod:`rllab.models.tiny`, which
 builds and warm-starts the model, and for the load-time checks of a config
-(:func:`rllab.config_checks.check_model_settings`), which need no torch."""
+(:func:`rllab.checks.config.check_model_settings`), which need no torch."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``torchrun``'s environment: the rank, world size and local rank it gives each process it
 starts, read and checked (:func:`launcher_env`). Read by the load-time launcher check
-(:func:`rllab.config_checks.check_launcher`) and when the process group starts
+(:func:`rllab.checks.config.check_launcher`) and when the process group starts
 (:func:`rllab.parallel.distributed.env_world`)."""
 
 from __future__ import annotations

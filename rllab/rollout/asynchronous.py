@@ -63,7 +63,6 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import attrs
 import torch
 
-from rllab.parallel import placement
 from rllab.algorithm import ROLLOUT_MEMBERS
 from rllab.errors import ConfigError, RllabError
 from rllab.members import member
@@ -73,63 +72,6 @@ if TYPE_CHECKING:
     from rllab.rollout.episodes import EpisodeResult
     from rllab.settings import RolloutConfig
     from rllab.types import Completion, Example, RolloutBatch, SamplingParams
-
-
-def check_settings(cfg: Any, lab: Any) -> None:
-    """Refuse, by name, settings that cannot run with ``rollout.max_staleness > 0`` (before
-    anything is built); ``lab`` answers the backend's ``shares_weights`` trait."""
-    k = cfg.rollout.max_staleness
-    if k == 0:
-        return
-    where = f"rollout.max_staleness = {k}"
-    if placement.strategy(cfg.model.strategy).data_parallel:
-        one = " or ".join(f'model.strategy = "{n}"' for n in placement.names(data_parallel=False))
-        raise ConfigError(
-            f"{where} with model.strategy = {cfg.model.strategy!r} is not supported (asynchronous rollouts run in one "
-            f"process); set rollout.max_staleness = 0 or {one}",
-            key="max_staleness",
-        )
-    backend = cfg.component("backend")
-    shared = lab.spec("rollout_backend", backend.name).trait("shares_weights", backend.config)
-    if shared is not None:
-        raise ConfigError(
-            f"{where} with backend {backend.name!r} sampling from the trainer's own weights ({shared}): the producer "
-            f"samples while the trainer changes the weights, so it needs its own copy; change that or set max_staleness = 0",
-            key="max_staleness",
-        )
-    for entry in cfg.schedule:
-        keys = sorted(key for key in entry.set if key.split(".")[0] == "rollout")
-        if keys:
-            raise ConfigError(
-                f"{where}: the [[schedule]] entry at step {entry.step} changes {', '.join(keys)}, but batches are sampled "
-                f"up to {k} steps ahead with the [rollout] settings in force when they are sampled; drop the entry or "
-                f"use max_staleness = 0",
-                key="max_staleness",
-            )
-
-
-def check_algorithm(cfg: Any, algorithm: Any, components: Mapping[str, Any]) -> None:
-    """Refuse an algorithm or advantage estimator that needs on-policy generation within its
-    step when ``rollout.max_staleness > 0``."""
-    k = cfg.rollout.max_staleness
-    if k == 0:
-        return
-    where = f"rollout.max_staleness = {k}"
-    name = cfg.component("algorithm").name
-    if not member(algorithm, "algorithm", "async_rollouts"):
-        raise ConfigError(
-            f"{where}: algorithm {name!r} does not take its steps' batches from rollout.sample(step) alone (offline "
-            f"pairs, or pairs sampled and compared within the step as online_dpo does), so its data cannot be sampled "
-            f"ahead; use max_staleness = 0 (algorithms that can: those declaring async_rollouts, e.g. 'rl')",
-            key="max_staleness",
-        )
-    adv = components.get("advantage")
-    if adv is not None and "reward_baselines" in adv.spec.requires:
-        raise ConfigError(
-            f"{where}: advantage {adv.name!r} (plugin {adv.spec.provider}) needs a greedy rollout of the current policy "
-            f"within each step (reward_baselines, ReMax), which cannot be sampled ahead; use max_staleness = 0",
-            key="max_staleness",
-        )
 
 
 class VersionedBackend:
@@ -460,5 +402,4 @@ def ahead(stage: RolloutStage, *, limit: Callable[[], int], cpu: bool) -> Rollou
     return AsyncRollout(stage, limit=limit, cpu=cpu) if stage.config.max_staleness > 0 else stage
 
 
-__all__ = ["AsyncRollout", "VersionedBackend", "ahead", "apply_staleness", "check_algorithm", "check_settings", "is_async",
-           "sample_versions", "versioned"]
+__all__ = ["AsyncRollout", "VersionedBackend", "ahead", "apply_staleness", "is_async", "sample_versions", "versioned"]

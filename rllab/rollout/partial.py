@@ -34,22 +34,10 @@ from typing import Any, Callable, Sequence
 
 import attrs
 
-from rllab.errors import ConfigError, RllabError
+from rllab.errors import RllabError
 from rllab.members import member
+from rllab.settings import RolloutConfig
 from rllab.types import Completion, Example, SamplingParams
-
-
-def check_algorithm(cfg: Any, algorithm: Any) -> None:
-    """Refuse ``rollout.over_sample > 0`` for an algorithm whose steps do not train on
-    ``rollout.sample(step)`` (those declaring ``async_rollouts`` do), where it could not take effect."""
-    if getattr(cfg.rollout, "over_sample", 0) > 0 and not member(algorithm, "algorithm", "async_rollouts"):
-        raise ConfigError(
-            f"rollout.over_sample = {cfg.rollout.over_sample!r}: algorithm {cfg.component('algorithm').name!r} does not train "
-            f"on the groups rollout.sample(step) gives alone (offline pairs, or pairs built within its step), so partial "
-            f"rollouts would not take effect; set rollout.over_sample = 0 (algorithms that can: those declaring "
-            f"async_rollouts, e.g. 'rl')",
-            key="over_sample",
-        )
 
 
 @attrs.define
@@ -70,7 +58,7 @@ class PartialRollouts:
     :param config: the run's :class:`rllab.settings.RolloutConfig` (``over_sample`` > 0).
     """
 
-    def __init__(self, backend: Any, config: Any):
+    def __init__(self, backend: Any, config: RolloutConfig):
         until = member(backend, "rollout_backend", "generate_until")
         if until is None:
             raise RllabError(
@@ -107,7 +95,7 @@ class PartialRollouts:
         return StepBackend(self, step, prompts, carried)
 
 
-def for_stage(backend: Any, config: Any, *, multi_turn: bool, world: int, name: str) -> PartialRollouts:
+def for_stage(backend: Any, config: RolloutConfig, *, multi_turn: bool, world: int, name: str) -> PartialRollouts:
     """A rollout stage's :class:`PartialRollouts`, refused where they cannot take effect: episodes of
     several turns, or several data-parallel ranks."""
     if multi_turn:

@@ -36,9 +36,7 @@ from typing import Any
 import attrs
 import torch
 
-from rllab import sampling
 from rllab.rollout import asynchronous as asyncrollout
-from rllab.rollout import partial as partial_rollouts
 from rllab.parallel import checkpoint
 from rllab.parallel import placement
 from rllab.records import provenance
@@ -56,7 +54,6 @@ from rllab.models.forward import enable_checkpointing, transformers_progress_bar
 from rllab.training.optimizer import Optimizers, StepOutcome, advance_per_step, lr_factor, lr_scheduler
 from rllab.rollout.prompt_limits import PromptLimits
 from rllab.rollout.stage import RolloutStage
-from rllab.config_checks import check_backend_device
 from rllab.training.rundir import CONFIG_FILE, EVAL_PROBLEMS_FILE, recorded_config, start_run, with_deployment
 from rllab.specs import Component
 from rllab.parallel.distributed import resolve_device  # noqa: F401  (re-exported: where it was)
@@ -91,7 +88,6 @@ class Trainer:
     def __init__(self, cfg: ExperimentConfig, *, lab: Lab | None = None, run_dir: Path | None = None, progress: bool = True):
         self.lab = lab or Lab()
         self.cfg = cfg
-        asyncrollout.check_settings(cfg, self.lab)
         self.progress = progress
         self.step = 0
         self.run_dir = Path(run_dir) if run_dir else Path(cfg.output_dir) / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -101,12 +97,10 @@ class Trainer:
         torch.manual_seed(cfg.train.seed)
         random.seed(cfg.train.seed)
         self.device = resolve_device(cfg.model.device)
-        check_backend_device(self.lab, cfg.components, self.device.type, where="[model] device = 'auto'")
         dtype = cfg.model.dtype if cfg.model.dtype != "auto" else ("bfloat16" if self.device.type == "cuda" else "float32")
         self.autocast_dtype = None if dtype == "float32" else getattr(torch, dtype)
         # where the models live (single device, or FSDP2 shards under torchrun): rllab.placement
         self.placement = placement.for_config(cfg.model, device=self.device, compute_dtype=self.autocast_dtype)
-        placement.check_data_parallel(cfg, self.lab, self.placement.reducer.world_size)
         self.device = self.placement.device
         self.hook = self.placement.quiet(self.lab.hook)  # one console: ranks other than 0 announce nothing
         with provenance.recording_data() as read:  # the data files the task reads, hashed by content
@@ -118,9 +112,6 @@ class Trainer:
         """The run's task or environment, as built (the rollout stage plays it: :attr:`RolloutStage.env`)."""
         built = parts.build_parts(cfg, self.lab)  # the algorithm, the KL controller, the components: rllab.training.parts
         self.algorithm, self.kl_controller, self.components = built.algorithm, built.kl_controller, built.components
-        asyncrollout.check_algorithm(cfg, self.algorithm, self.components)
-        sampling.check_settings(cfg, self.lab, world_size=self.placement.reducer.world_size)
-        partial_rollouts.check_algorithm(cfg, self.algorithm)
         self.prompt_limits: PromptLimits | None = None
         try:
             with transformers_progress_bars_off():  # rllab shows its own progress
@@ -255,8 +246,6 @@ class Trainer:
             raise RllabError("the algorithm cannot change during a run (its knobs can)")
         if new.train.seed != old.train.seed:
             raise RllabError("train.seed cannot change during a run")
-        placement.check_data_parallel(new, self.lab, self.placement.reducer.world_size)  # a schedule entry too
-        sampling.check_settings(new, self.lab, world_size=self.placement.reducer.world_size)
         if new.component("algorithm") != old.component("algorithm"):
             reconfigure = member(self.algorithm, "algorithm", "reconfigure")
             if reconfigure is None:

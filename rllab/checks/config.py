@@ -7,8 +7,8 @@ plugin, a combination that would otherwise fail only after the model is built (o
   ``old_log_prob="rollout"``, bypass mode) with an importance correction other than ``none``,
   which would be applied on top of the loss's own;
 - a rollout backend that needs the policy on CUDA for a config (its trait ``needs_cuda``, e.g.
-  SGLang's ``weight_sync = "tensor"``) while ``[model] device`` is the CPU (``auto`` is checked by
-  the trainer once resolved, before it builds anything).
+  SGLang's ``weight_sync = "tensor"``) while ``[model] device`` is the CPU (``auto``:
+  :func:`rllab.checks.run.check_backend_device`, where no CUDA device is available).
 
 - a config that sets both ``task`` and ``env`` (before the components are built), episode limits
   with a task, an environment whose ``max_turns`` gives its episodes no bound.
@@ -23,7 +23,8 @@ plugin, a combination that would otherwise fail only after the model is built (o
 - a ``[[schedule]]`` entry that changes what is fixed for a run (:data:`FROZEN_DURING_A_RUN`) or
   that cannot apply (:func:`check_schedule_applies`).
 
-Called by :func:`rllab.config.validate` after the components are built.
+Called by :func:`rllab.config.validate` after the components are built; the checks of the run's
+settings against its components' traits are :mod:`rllab.checks.run`'s.
 """
 
 from __future__ import annotations
@@ -68,8 +69,7 @@ def _check_bypass_correction(lab: Lab, components: Mapping[str, Any], *, text: s
 def check_backend_device(lab: Lab, components: Mapping[str, Any], device: str, *, text: str = "", where: str = "<config>") -> None:
     """Refuse a backend whose ``needs_cuda`` trait is set for its config when the policy's
     ``device`` (``[model] device``, or the device ``auto`` resolved to) is not CUDA. ``auto`` is
-    left to the trainer, which calls this with the resolved device before it builds anything
-    (a config may be loaded on a machine without the run's GPU)."""
+    :func:`rllab.checks.run.check_backend_device`'s, which resolves it only for a backend that needs CUDA."""
     backend = components["backend"]
     spec = lab.spec("rollout_backend", backend.name)
     reason = spec.trait("needs_cuda", backend.config)
