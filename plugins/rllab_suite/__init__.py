@@ -293,13 +293,14 @@ def _dry_run(target: Path, args, console) -> int:
 
     suite = shrink(parse_suite(target), steps=args.steps, seeds=args.seeds)
     cells, out, done = plan(suite, args.dir, lab=args.lab)
+    starts = f"{len(suite.starts)} starts × " if suite.starts else ""
     t = Table(box=box.SIMPLE_HEAVY, title=escape(f"suite {suite.name}: {len(suite.variants)} variants × {len(suite.tasks)} tasks × "
-                                                   f"{len(suite.seeds)} seeds = {len(cells)} runs → {out}"))
-    for col in ("variant", "task", "seed", "steps", "run", "status"):
+                                                   f"{starts}{len(suite.seeds)} seeds = {len(cells)} runs → {out}"))
+    for col in ("variant", "task", *(("start",) if suite.starts else ()), "seed", "steps", "run", "status"):
         t.add_column(col, overflow="fold")
     for c in cells:
-        t.add_row(escape(c.variant), escape(c.task), str(c.seed), str(c.config["train"]["steps"]), escape(c.slug),
-                  "done" if c.slug in done else "to run")
+        t.add_row(escape(c.variant), escape(c.task), *((str(c.start),) if suite.starts else ()), str(c.seed), str(c.config["train"]["steps"]),
+                  escape(c.slug), "done" if c.slug in done else "to run")
     console.print(t)
     how = " ".join(f"--{k} {v}" for k, v in (("steps", args.steps), ("seeds", args.seeds)) if v is not None)
     console.print(escape(f"dry run: nothing ran; {len(cells) - len(done)} of {len(cells)} runs to go "

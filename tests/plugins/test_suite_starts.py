@@ -299,3 +299,16 @@ def test_reproduce_names_a_cell_of_one_start_by_its_run_directory(tmp_path):
     with pytest.raises(RllabError, match="ran from several starts; name the cell by its run directory: no_rl-addition-w0-s0-abc, no_rl-addition-w1-s0-abc"):
         resolve_cell(tmp_path, "no_rl/0")
     assert resolve_cell(tmp_path, "no_rl-addition-w1-s0-abc") == tmp_path / "runs" / "no_rl-addition-w1-s0-abc"
+
+
+def test_dry_run_lists_each_cells_start(tmp_path, capsys):
+    from rllab.cli import main
+
+    f = tmp_path / "s.toml"
+    f.write_text('preset = "grpo"\nsteps = 2\nseeds = 2\nstarts = [0, 3]\n')
+    assert main(["suite", str(f), "--dry-run", "--dir", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "1 variants × 1 tasks × 2 starts × 2 seeds = 4 runs" in out and out.count("to run") == 4
+    rows = [line.split() for line in out.splitlines() if "to run" in line and "base" in line]
+    assert [(r[2], r[3]) for r in rows] == [("0", "0"), ("0", "1"), ("3", "0"), ("3", "1")]
+    assert not (tmp_path / "out").exists()
