@@ -228,7 +228,7 @@ def start_hashes(manifest: dict, cells: list[dict]) -> dict[str, list[str]]:
 
 def pin_line(suite: Suite, hashes: dict[int, str]) -> str | None:
     """The ``starts = [...]`` line that pins a suite's unpinned starts to the hashes they were built with."""
-    if not suite.starts or all(s.sha256 for s in suite.starts) or not all(s.seed in hashes for s in suite.starts):
+    if not suite.starts or all(s.sha256 for s in suite.starts) or not all(s.sha256 or s.seed in hashes for s in suite.starts):
         return None
     items = ", ".join(f'{{ seed = {s.seed}, sha256 = "{s.sha256 or hashes[s.seed]}" }}' for s in suite.starts)
     return f"starts = [{items}]"

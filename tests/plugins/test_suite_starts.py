@@ -312,3 +312,12 @@ def test_dry_run_lists_each_cells_start(tmp_path, capsys):
     rows = [line.split() for line in out.splitlines() if "to run" in line and "base" in line]
     assert [(r[2], r[3]) for r in rows] == [("0", "0"), ("0", "1"), ("3", "0"), ("3", "1")]
     assert not (tmp_path / "out").exists()
+
+
+def test_the_pin_line_fills_in_the_hashes_built_and_keeps_the_pinned_ones():
+    from rllab_suite.suite import pin_line
+
+    s = parse_suite(suite(starts=[{"seed": 0, "sha256": "ab" * 32}, 1]))
+    assert pin_line(s, {1: "cd" * 32}) == f'starts = [{{ seed = 0, sha256 = "{"ab" * 32}" }}, {{ seed = 1, sha256 = "{"cd" * 32}" }}]'
+    assert pin_line(s, {}) is None  # start 1 not built here: nothing to pin it to
+    assert pin_line(parse_suite(suite(starts=[{"seed": 0, "sha256": "ab" * 32}])), {}) is None  # all pinned already
