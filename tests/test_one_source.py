@@ -3,6 +3,7 @@ work alike for a multi-turn environment and for a task (its one-turn subclass, r
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import torch
 
@@ -147,3 +148,43 @@ def test_the_prompt_limits_filter_the_draw_the_sampler_sees_on_a_task_and_on_an_
     drawn = [e.prompt for e in stage.draw(3, 4, torch.Generator().manual_seed(0))]
     assert any(len(p) > 20 for p in raw) and len(drawn) == 4 and not any(len(p) > 20 for p in drawn)
     assert [p for p in raw if len(p) < 20] == drawn[: sum(len(p) < 20 for p in raw)]  # the kept ones, in order, then redraws
+
+
+class OneGuess(rllab.Environment):
+    """An environment of one turn (not a task): "1" scores 2.0; "boom" makes its step raise."""
+
+    def train_examples(self, n, rng):
+        return [Example(prompt=f"g{i}", answer="1") for i in range(n)]
+
+    def eval_examples(self):
+        return self.train_examples(1, None)
+
+    def start(self, example):
+        class Episode:
+            def step(self, text):
+                if text.strip() == "boom":
+                    raise ValueError("no")
+                return Step(reward=2.0 if text.strip() == "1" else 0.0, done=True)
+
+        return Episode()
+
+    def demonstration(self, example):
+        return ["1"]
+
+
+def test_completions_sampled_apart_are_scored_as_one_turn_episodes_and_refused_for_several_turns(char):  # noqa: F811
+    from rllab.errors import RewardError
+
+    examples = [Example(prompt="g0", answer="1"), Example(prompt="g1", answer="1")]
+    for reward_errors, expected in (("zero", ([2.0, 0.0], [True, True], 1)), ("skip", ([2.0, 0.0], [True, False], 1))):
+        stage = build_stage(env=OneGuess(), env_name="one", backend=Echo(char, "1"), tokenizer=char, seed=0,
+                            config=RolloutConfig(reward_errors=reward_errors))
+        good = stage.generate(examples[:1], stage.sampling_params(0, n=1))[0]
+        bad = attrs.evolve(Echo(char, "boom").generate([stage.encode("g1")], stage.sampling_params(0, n=1))[0], prompt_index=1)
+        assert stage.score(examples, [good, bad]) == expected
+    stage = build_stage(env=OneGuess(), env_name="one", backend=Echo(char, "boom"), tokenizer=char, seed=0, config=RolloutConfig())
+    with pytest.raises(RewardError, match=r"environment 'one' failed: ValueError\('no'\)"):
+        stage.score(examples[:1], stage.generate(examples[:1], stage.sampling_params(0, n=1)))
+    two = build_stage(env=Twice(), env_name="twice", backend=Echo(char, "1"), tokenizer=char, seed=0, config=RolloutConfig())
+    with pytest.raises(Exception, match=r"environment 'twice' plays episodes of up to 2 turns: a completion sampled apart"):
+        two.score(examples[:1], two.generate(examples[:1], two.sampling_params(0, n=1)))
