@@ -127,7 +127,9 @@ class Episode(Protocol):
 
 @with_defaults("environment")
 class Environment(_Structural):
-    """A source of examples whose episodes span several model turns; the base class of environments.
+    """A source of examples whose episodes span model turns; the base class of environments, and the
+    rollout stage's one source of episodes (a task is its one-turn subclass,
+    :class:`rllab.rollout.single_turn.SingleTurn`).
 
     An environment has ``train_examples``, ``eval_examples``, ``start`` and ``demonstration``.
     ``isinstance(obj, Environment)`` holds for any object with those four (duck typing); a
@@ -146,6 +148,12 @@ class Environment(_Structural):
       instead of each episode's ``step`` (a batched reward model or checker).
     - ``tools`` (default ``()``): the tools the environment exposes (see :mod:`rllab.rollout.tools`), listed
       by ``rllab plugins show NAME``.
+    - ``reward_components`` (default ``()``), ``reward_weights`` (default None: all 1),
+      ``correct_component`` (default None: the first): the names of the K ≥ 2 reward components
+      each :class:`Step`'s ``score`` gives, in order, and their weights; logged as ``reward/<name>``
+      and carried by the batch, as a task's (:class:`rllab.rollout.single_turn.SingleTurn`).
+    - ``multi_turn`` (default True): its episodes are reported as episodes of turns (``env/*``
+      with each step, ``eval/turns`` with each evaluation); a task's are not.
     - ``rollout_defaults`` (on the registered factory, e.g. a class attribute; default ``{}``): a
       dict of ``[rollout]`` settings the environment needs (``{"max_new_tokens": 16}`` for turns
       that hold a tool call), applied to those the config does not set.
@@ -180,5 +188,7 @@ class Environment(_Structural):
 
 
 def is_environment(source) -> bool:
-    """Whether a run's example source is an environment (it starts episodes) rather than a task."""
+    """Whether a run's example source is an environment whose steps reward themselves (it starts
+    episodes) rather than a task, whose answers its rubric scores (``reward``; a
+    :class:`rllab.rollout.single_turn.SingleTurn` starts episodes too)."""
     return callable(getattr(source, "start", None)) and not callable(getattr(source, "reward", None))
