@@ -22,6 +22,8 @@ with every client knob at its default (``max_concurrency`` 8, ``backoff_s`` 0.5,
 
 Per service: the run's wall time, median and min–max, the ratio of medians to the healthy one,
 and the requests the service got (median). The load average (os.getloadavg) is printed before and after.
+Each run also says its scoring calls (one per call of the remote reward that had requests to send)
+and the seconds the run's main thread waited on them; ``--calls`` lists them for the first round.
 
     python benchmarks/bench_reward_service.py                    # 1 round from scratch, 3 from the cached model
     python benchmarks/bench_reward_service.py --cold-repeats 3 --repeats 5 --latency-ms 50
@@ -82,14 +84,51 @@ def one_run(service: tuple | None, latency_s: float, work: Path, name: str, *mor
                 "task.rewards=remote", f"task.reward_knobs={knobs}", "--steps", "2", "train.checkpoint_every=0",
                 "--run-dir", str(work / name), "-q", *more]
         t0 = time.perf_counter()
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err, \
+                scoring_calls(t0) as calls:
             rc = main(args)
         wall = time.perf_counter() - t0
         if rc != 0:
             raise SystemExit(f"{name}: rllab run exited {rc}:\n{err.getvalue()[-2000:]}")
         bodies = [json.dumps(b, sort_keys=True) for b in s.bodies]
         failed = s.failed
-    return {"wall": wall, "calls": len(bodies), "distinct": len(set(bodies)), "failed": failed}
+    return {"wall": wall, "calls": len(bodies), "distinct": len(set(bodies)), "failed": failed, "scoring": calls}
+
+
+@contextlib.contextmanager
+def scoring_calls(t0: float):
+    """Record each scoring call of the remote reward (one ``ask_all``): yields a list of dicts with
+    its start (s into the run), requests, seconds, retries waited, and whether the run's main
+    thread waited on it (a warm-start probe scored in a thread of its own overlaps other work)."""
+    import threading
+
+    import rllab_tasks.remote_rewards as rr
+
+    calls: list[dict] = []
+    plain = rr.ask_all
+
+    def timed(url, bodies, knobs, **kw):
+        waits: list = []
+        start = time.perf_counter()
+        try:
+            return plain(url, bodies, knobs, waits=waits, **kw)
+        finally:
+            calls.append({"at": start - t0, "requests": len(bodies), "seconds": time.perf_counter() - start,
+                          "retries": len(waits), "main": threading.current_thread() is threading.main_thread()})
+
+    rr.ask_all = timed
+    try:
+        yield calls
+    finally:
+        rr.ask_all = plain
+
+
+def say_calls(calls: list[dict]) -> str:
+    """The scoring calls of a run, in words: how many, and the seconds the main thread waited on them."""
+    main = [c for c in calls if c["main"]]
+    return (f"{len(calls)} scoring calls, {sum(c['seconds'] for c in main):.1f} s waited in the main thread over "
+            f"{len(main)} of them, {sum(c['seconds'] for c in calls) - sum(c['seconds'] for c in main):.1f} s in "
+            f"probe threads")
 
 
 @contextlib.contextmanager
@@ -129,6 +168,7 @@ def main() -> None:
                     help="rounds of the three services from scratch (warm start included: the issue's run)")
     ap.add_argument("--repeats", type=int, default=3, help="rounds of the three services from the cached model")
     ap.add_argument("--latency-ms", type=float, default=20.0, help="the stand-in's time to grade one request")
+    ap.add_argument("--calls", action="store_true", help="list each scoring call of the first round from scratch")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
@@ -149,7 +189,12 @@ def main() -> None:
                 r["rows"] = rows[0]
                 cold[name].append(r)
                 print(f"from scratch, round {rep}: {name:28s} {r['wall']:6.1f} s  requests {r['calls']:4d} "
-                      f"(distinct {r['distinct']}, failed {r['failed']}, rows asked {r['rows']})", flush=True)
+                      f"(distinct {r['distinct']}, failed {r['failed']}, rows asked {r['rows']}); "
+                      f"{say_calls(r['scoring'])}", flush=True)
+                if args.calls and rep == 0:
+                    for c in r["scoring"]:
+                        print(f"    at {c['at']:6.2f} s: {c['requests']:4d} requests, {c['seconds']:5.2f} s, "
+                              f"{c['retries']:3d} retries, {'main thread' if c['main'] else 'probe thread'}")
                 if args.cold_repeats < 1:
                     break  # only the healthy run, which warm-starts the cache for the runs below
         os.environ["RLLAB_CACHE"] = str(work / "models-0-healthy")
@@ -159,7 +204,7 @@ def main() -> None:
                 r = one_run(service, latency, work, f"{rep}-{name.split()[0]}")
                 warm[name].append(r)
                 print(f"cached model, round {rep}: {name:28s} {r['wall']:6.1f} s  requests {r['calls']:4d} "
-                      f"(distinct {r['distinct']}, failed {r['failed']})", flush=True)
+                      f"(distinct {r['distinct']}, failed {r['failed']}); {say_calls(r['scoring'])}", flush=True)
     h = cold["healthy"][0]
     print(f"\ncalls, healthy, from scratch: {h['calls']} requests for {h['distinct']} distinct bodies "
           f"({h['calls'] / max(1, h['distinct']):.2f} per distinct body) out of {h['rows']} rows asked a score")
