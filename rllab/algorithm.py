@@ -29,11 +29,13 @@ reference that the KL controller adapts β to, and the number of samples it was 
 
             return StepReport(metrics=metrics, kl=KLSample(value=kl, samples=rows))
 
-An algorithm that samples rollouts tells the run's listeners about them through two helpers, so
-that they see every algorithm's rollouts alike::
+The kernel fires the rollout events for every algorithm (:class:`StepEvents`): ``on_rollout_end``
+as a batch is made from the step's rollouts (``ctx.rollout.to_batch``), ``on_step_samples`` after
+the step. An algorithm that has advantages or the policy's log-probs of the samples hands them to
+the listeners with :func:`report_samples`, after its update::
 
         rollouts = ctx.rollout.sample(ctx.step)
-        batch = rollout_batch(ctx, rollouts)          # to_batch, then on_rollout_end
+        batch = rollout_batch(ctx, rollouts)          # ctx.rollout.to_batch: on_rollout_end
         ...                                           # the update
         metrics.update(report_samples(ctx, rollouts, batch, advantages=adv, trainer_log_prob=old))
 """
@@ -42,7 +44,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Any, Generator, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Generator, Mapping, Protocol, Sequence, runtime_checkable
 
 import attrs
 import torch
@@ -129,6 +131,9 @@ class RunContext:
     reducer: Reducer = SINGLE
     """Sums over data-parallel ranks (:mod:`rllab.parallel.distributed`): an algorithm passes every
     batch-wide count through ``reducer.sum`` (the identity in one process)."""
+    events: StepEvents | None = None
+    """The step's rollout events, fired by the kernel (None outside a run's step: :func:`rollout_batch`
+    and :func:`report_samples` then fire them themselves)."""
 
     @property
     def seed(self) -> int:
@@ -220,14 +225,48 @@ class Algorithm(Protocol):
         returns a :class:`StepReport` (metrics and the KL measure) or just the metrics dict."""
 
 
-def rollout_batch(ctx: RunContext, rollouts: Any) -> RolloutBatch | None:
-    """The step's kept episodes as a batch (``ctx.rollout.to_batch``), announced to the run's
-    listeners (``on_rollout_end``); None when nothing is kept (and nothing is announced).
+class StepEvents:
+    """The rollout events of one step, fired by the kernel whatever the algorithm.
 
-    Every algorithm that trains on ``ctx.rollout.sample(step)`` builds its batch here, so the
-    rollout events reach listeners whatever the algorithm."""
+    The trainer makes one per step and has the run's rollout call :meth:`batched` as it makes a
+    batch of the step's rollouts (``to_batch``): ``on_rollout_end`` goes out then. The samples go
+    to ``on_step_samples`` when the algorithm reports them (:func:`report_samples`, with its
+    advantages and log-probs), or else after its step (:meth:`finish`, without them). Only rank
+    0's loggers listen, so nothing here runs a forward or a collective."""
+
+    def __init__(self, *, hook: Any, step: int, run_dir: Any, tokenizer: Any):
+        self.hook, self.step, self.run_dir, self.tokenizer = hook, step, run_dir, tokenizer
+        self.unreported: list[tuple[Any, RolloutBatch]] = []
+        """The rollouts batched this step whose samples the algorithm has not reported (yet)."""
+
+    def batched(self, rollouts: Any, batch: RolloutBatch | None) -> None:
+        """A batch of ``rollouts`` was made (None: nothing kept, nothing announced)."""
+        if batch is None or self.hook is None:
+            return
+        self.hook.on_rollout_end(step=self.step + 1, batch=batch, metrics=dict(rollouts.metrics))
+        self.unreported.append((rollouts, batch))
+
+    def report(self, rollouts: Any, batch: RolloutBatch, *, advantages: torch.Tensor | None = None,
+               trainer_log_prob: torch.Tensor | None = None) -> dict[str, float]:
+        """:func:`report_samples`, within the step."""
+        self.unreported = [(r, b) for r, b in self.unreported if r is not rollouts]
+        return _samples_out(self.hook, self.step, rollouts, batch, advantages, trainer_log_prob, lambda: self.tokenizer, self.run_dir)
+
+    def finish(self) -> dict[str, float]:
+        """After the algorithm's step: the samples of each batch it did not report, without
+        advantages or log-probs; ``{"time/samples": seconds}`` when a listener took some."""
+        seconds = sum(_samples_out(self.hook, self.step, r, b, None, None, lambda: self.tokenizer, self.run_dir).get("time/samples", 0.0)
+                      for r, b in self.unreported)
+        self.unreported = []
+        return {"time/samples": seconds} if seconds else {}
+
+
+def rollout_batch(ctx: RunContext, rollouts: Any) -> RolloutBatch | None:
+    """The step's kept episodes as a batch (``ctx.rollout.to_batch``; None when nothing is kept).
+    Within a run's step the rollout announces it (``on_rollout_end``, :class:`StepEvents`);
+    outside one (a context built by hand, ``rllab replay``) this does."""
     batch = ctx.rollout.to_batch(rollouts)
-    if batch is not None and ctx.hook is not None:
+    if ctx.events is None and batch is not None and ctx.hook is not None:
         ctx.hook.on_rollout_end(step=ctx.step + 1, batch=batch, metrics=dict(rollouts.metrics))
     return batch
 
@@ -245,16 +284,25 @@ def report_samples(ctx: RunContext, rollouts: Any, batch: RolloutBatch, *, advan
 
     Only rank 0's loggers listen, so whether anyone takes the samples differs between
     data-parallel ranks: this runs no forward and no collective, and a step must never run one
-    to feed it (a rank would wait for the others forever)."""
-    impls = getattr(getattr(ctx.hook, "on_step_samples", None), "get_hookimpls", None)
+    to feed it (a rank would wait for the others forever). Samples an algorithm does not report
+    reach the listeners after its step all the same, without advantages (:class:`StepEvents`)."""
+    if ctx.events is not None:
+        return ctx.events.report(rollouts, batch, advantages=advantages, trainer_log_prob=trainer_log_prob)
+    return _samples_out(ctx.hook, ctx.step, rollouts, batch, advantages, trainer_log_prob, lambda: ctx.rollout.tokenizer, ctx.run_dir)
+
+
+def _samples_out(hook: Any, step: int, rollouts: Any, batch: RolloutBatch, advantages: torch.Tensor | None,
+                 trainer_log_prob: torch.Tensor | None, tokenizer: Callable[[], Any], run_dir: Any) -> dict[str, float]:
+    """``on_step_samples`` of the kept episodes when a listener takes them (``tokenizer()``: read then)."""
+    impls = getattr(getattr(hook, "on_step_samples", None), "get_hookimpls", None)
     kept = [e for e in rollouts.episodes if e.keep]
     if not (impls and impls()) or len(kept) != batch.input_ids.shape[0]:
         return {}
     t0 = time.perf_counter()
     if trainer_log_prob is not None and bool(trainer_log_prob.isnan().any()):
         trainer_log_prob = None
-    ctx.hook.on_step_samples(step=ctx.step + 1, episodes=kept, batch=batch, advantages=advantages,
-                             trainer_log_prob=trainer_log_prob, tokenizer=ctx.rollout.tokenizer, run_dir=ctx.run_dir)
+    hook.on_step_samples(step=step + 1, episodes=kept, batch=batch, advantages=advantages,
+                         trainer_log_prob=trainer_log_prob, tokenizer=tokenizer(), run_dir=run_dir)
     return {"time/samples": time.perf_counter() - t0}
 
 

@@ -251,6 +251,10 @@ class AsyncRollout:
 
     samples_ahead = True
 
+    def announcing(self, events: Any):
+        """The stage's :meth:`RolloutStage.announcing` (the batches handed out are made by the stage)."""
+        return self.stage.announcing(events)
+
     def succeeded_by(self, stage: RolloutStage) -> AsyncRollout:
         """This rollout itself: the [rollout] settings cannot change while batches are sampled ahead."""
         if stage.config != self.stage.config:

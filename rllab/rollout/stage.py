@@ -30,6 +30,7 @@ A task's reward components are logged as ``reward/<name>`` (:mod:`rllab.rollout.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any, Sequence
 
@@ -351,6 +352,18 @@ class RolloutStage:
     def close(self) -> None:
         """Nothing to release (the backend is the trainer's)."""
 
+    events = None
+    """The step's :class:`rllab.algorithm.StepEvents` while the trainer runs a step (:meth:`announcing`), else None."""
+
+    @contextlib.contextmanager
+    def announcing(self, events: Any):
+        """Within the block, each batch made (:meth:`to_batch`) is announced to ``events``."""
+        self.events = events
+        try:
+            yield
+        finally:
+            self.events = None
+
     # -- text
 
     def encode(self, prompt: str | Messages) -> list[int]:
@@ -609,7 +622,14 @@ class RolloutStage:
         return out
 
     def to_batch(self, rollouts: Rollouts) -> RolloutBatch | None:
-        """The kept episodes as a padded :class:`RolloutBatch` (:func:`episode_batch`; None when nothing is kept)."""
+        """The kept episodes as a padded :class:`RolloutBatch` (:func:`episode_batch`; None when
+        nothing is kept), announced to the step's :attr:`events` (``on_rollout_end``)."""
+        batch = self._batch(rollouts)
+        if self.events is not None:
+            self.events.batched(rollouts, batch)
+        return batch
+
+    def _batch(self, rollouts: Rollouts) -> RolloutBatch | None:
         kept = [e for e in rollouts.episodes if e.keep]
         if not kept:
             return None

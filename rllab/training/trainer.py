@@ -43,7 +43,7 @@ from rllab.records import provenance
 from rllab.parallel import distributed
 from rllab.training import memory
 from rllab.training import parts
-from rllab.algorithm import RunContext
+from rllab.algorithm import RunContext, StepEvents
 from rllab.config import COMPONENT_SECTIONS, ExperimentConfig, apply_schedule, dump_toml, validate
 from rllab.errors import ConfigError, NonFiniteError, RewardError, RllabError  # noqa: F401  (RewardError: re-exported)
 from rllab.lab import Lab
@@ -289,8 +289,12 @@ class Trainer:
         t_start = time.perf_counter()
         self._in_step = True
         changed = self._apply_schedule()
-        outcome = self._run_algorithm(self.context())
+        events = StepEvents(hook=self.hook, step=self.step, run_dir=self.run_dir, tokenizer=self.rollout.tokenizer)
+        with self.rollout.announcing(events):  # the rollout events, whatever the algorithm
+            outcome = self._run_algorithm(attrs.evolve(self.context(), events=events))
         metrics = outcome.metrics
+        for k, v in events.finish().items():  # the samples the algorithm did not report
+            metrics[k] = metrics.get(k, 0.0) + v
         self._scheduler_step()
         metrics.update(self.rollout.settle(self.step, metrics))  # the batches sampled ahead with the weights this step trained
         if outcome.stepped:

@@ -196,3 +196,52 @@ def test_an_online_dpo_run_writes_traces_and_tells_rollout_listeners(model_cache
         assert len(r["sampler_logprobs"]) == len(r["advantages"]) == n
         # no advantages and no trainer log-probs of the sampled rows: DPO's forwards are of its pairs alone
         assert set(r["advantages"]) <= {0.0} and r["trainer_logprobs"] is None and r["mismatch"] is None
+
+
+def test_an_algorithm_that_never_announces_its_rollouts_still_reaches_the_listeners(model_cache, tmp_path):
+    """The kernel fires the rollout events, not the algorithm: a third-party algorithm whose step
+    calls ctx.rollout.sample and ctx.rollout.to_batch alone (no rllab.algorithm helper) has its
+    batches announced (on_rollout_end) and its samples traced after its step (no advantages)."""
+    import attrs
+
+    import rllab
+    from rllab.hookspecs import hookimpl
+    from rllab.lab import Lab
+    from rllab.training.trainer import run_experiment
+
+    @attrs.frozen
+    class PlainConfig:
+        pass
+
+    class Plain:
+        def needs(self, ctx):
+            return set()
+
+        def step(self, ctx):
+            rollouts = ctx.rollout.sample(ctx.step)
+            batch = ctx.rollout.to_batch(rollouts)
+            return {"plain/rows": float(batch.input_ids.shape[0])}
+            yield  # a generator that asks for no optimizer step
+
+    class Plugin:
+        @rllab.hookimpl
+        def register_algorithms(self, register):
+            register("plain", lambda *, config: Plain(), config=PlainConfig, uses={"task", "backend", "sampler"})
+
+    ended = []
+
+    class Listener:
+        @hookimpl
+        def on_rollout_end(self, step, batch, metrics):
+            ended.append((step, int(batch.input_ids.shape[0])))
+
+    lab = Lab([Plugin()])
+    lab.pm.register(Listener(), name="test-rollout-listener")
+    args = [*overrides(TINY), "train.steps=2", "task.digits=1", "algorithm=plain", "train.eval_every=0", TRACES]
+    run_experiment(load_config(None, args, lab=lab), lab=lab, run_dir=tmp_path / "plain", progress=False)
+    assert ended == [(1, 16), (2, 16)]  # 4 prompts × 4 samples, every one kept, each step's batch once
+    recs = [r for r in read_traces(tmp_path / "plain" / "traces.jsonl") if r["kind"] == "train"]
+    assert [r["step"] for r in recs] == [1, 1, 1, 2, 2, 2]  # per_step = 3 of each step's 16
+    assert all(set(r["advantages"]) <= {0.0} and r["trainer_logprobs"] is None for r in recs)
+    rows = [json.loads(line) for line in (tmp_path / "plain" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["plain/rows"] for r in rows if "plain/rows" in r] == [16.0, 16.0]
