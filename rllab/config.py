@@ -409,11 +409,31 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
             raise ConfigError(str(e).replace("[loggers]", "loggers"), key="loggers") from None
 
     schedule = []
-    for i, entry in enumerate(data.get("schedule", ())):
+    entries = data.get("schedule", ())
+    if not isinstance(entries, (list, tuple)):
+        raise ConfigError(
+            f"{where}: schedule must be a list of entries ([[schedule]] tables, each with step and set), "
+            f"got {type(entries).__name__} {entries!r}",
+            key="schedule",
+        )
+    for i, entry in enumerate(entries):
         if not isinstance(entry, Mapping) or "step" not in entry or "set" not in entry:
             raise ConfigError(f"{where}: schedule entry {i} must have 'step' and 'set', got {entry!r}")
-        if not isinstance(entry["step"], int) or entry["step"] < 0:
+        extra = sorted(set(entry) - {"step", "set"})
+        if extra:
+            raise ConfigError(
+                f"{where}: schedule entry {i} has unknown key(s) {', '.join(map(repr, extra))}: an entry takes "
+                f"step and set only (the settings go in set = {{...}})",
+                key="schedule",
+            )
+        if isinstance(entry["step"], bool) or not isinstance(entry["step"], int) or entry["step"] < 0:
             raise ConfigError(f"{where}: schedule entry {i}: step must be a non-negative integer, got {entry['step']!r}")
+        if not isinstance(entry["set"], Mapping):
+            raise ConfigError(
+                f"{where}: schedule entry {i}: set must be a table of settings, e.g. "
+                f'set = {{ "train.lr" = 5e-5 }}, got {type(entry["set"]).__name__} {entry["set"]!r}',
+                key="schedule",
+            )
         schedule.append(ScheduleEntry(step=entry["step"], set=dict(entry["set"])))
     schedule.sort(key=lambda e: e.step)
 

@@ -149,6 +149,22 @@ def test_a_schedule_entry_that_would_do_nothing_is_refused(lab, schedule, match)
     assert len(load_config({"schedule": ok}, ["train.steps=10"], lab=lab).schedule) == 3
 
 
+
+@pytest.mark.parametrize(
+    "schedule, match",
+    [
+        ({"step": 1, "set": {"train.lr": 1e-5}}, r"schedule must be a list of entries \(\[\[schedule\]\] tables.*got dict"),
+        ([{"step": 1, "set": ["train.lr=1e-5"]}], r"schedule entry 0: set must be a table of settings.*got list \['train.lr=1e-5'\]"),
+        ([{"step": 1, "set": {"train.lr": 1e-5}, "train.lr": 2e-5}], r"schedule entry 0 has unknown key\(s\) 'train.lr'.*step and set only"),
+        ([{"step": True, "set": {"train.lr": 1e-5}}], r"schedule entry 0: step must be a non-negative integer, got True"),
+    ],
+)
+def test_a_malformed_schedule_is_refused_naming_the_entry_and_value(lab, schedule, match):
+    """Class: a malformed [[schedule]]. A `set` given as a list crashed with a ValueError from dict();
+    `[schedule]` (a table) was read key by key; a stray key beside `set` was ignored."""
+    with pytest.raises(ConfigError, match=match):
+        load_config({"schedule": schedule}, ["train.steps=10"], lab=lab)
+
 def test_digits_for_a_text_knob_are_refused_with_how_to_quote_them():
     from rllab.config import load_config
     from rllab.errors import ConfigError
