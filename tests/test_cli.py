@@ -117,6 +117,23 @@ def test_overrides_after_an_option_are_accepted_and_unknown_options_still_refuse
         assert f"unrecognized arguments: {bad}" in err and "usage: rllab run" in err
 
 
+
+def test_a_config_file_after_an_override_is_the_config(capsys, monkeypatch, tmp_path):
+    """Unclear message: ``rllab run train.lr=1e-4 exp.toml`` took the override for the config and
+    refused the file as "override 'exp.toml' must look like key=value". The one word that is not
+    key=value is the config file, wherever it stands; two such words are refused, both named."""
+    import rllab.training.trainer
+
+    exp = tmp_path / "exp.toml"
+    exp.write_text('[train]\nseed = 7\n')
+    seen = {}
+    monkeypatch.setattr(rllab.training.trainer, "run_experiment", lambda cfg, **kw: seen.setdefault("cfg", cfg))
+    code, _, err = run(capsys, "run", "--steps", "2", "train.lr=1e-4", str(exp), "-q")
+    assert code == 0, err
+    assert seen["cfg"].train.seed == 7 and seen["cfg"].train.lr == 1e-4 and seen["cfg"].train.steps == 2
+    code, _, err = run(capsys, "run", str(exp), "train.lr=1e-4", "other.toml")
+    assert code == 1 and "one config file" in err and "'other.toml'" in err and repr(str(exp)) in err
+
 def test_a_bad_knob_is_a_config_error_before_any_check(capsys):
     """Unclear message: ``rllab check NAME --knob singleton=bogus`` was reported as a failed
     "builds with its default config" check, and ``--knob singleton`` (no ``=``) became an empty

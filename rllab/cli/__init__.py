@@ -304,6 +304,16 @@ def cmd_run(args) -> int:
     if source is not None and "=" in source and not Path(source).exists():
         overrides.insert(0, source)
         source = None
+    files = [o for o in overrides if "=" not in o]
+    if source is None and len(files) == 1:  # the config file after an override: `rllab run a=1 exp.toml`
+        source = files[0]
+        overrides.remove(source)
+    elif files:
+        given = ([source] if source is not None else []) + files
+        raise RllabError(
+            f"rllab run takes one config file and key=value overrides; got {len(given)} words that are not "
+            f"key=value: {', '.join(map(repr, given))}"
+        )
     # the file, the overrides and the top-level keys are checked before any plugin's components load
     cfg = load_config(source, overrides, lab=lab, preset=args.preset)
     _problems(lab)
