@@ -862,3 +862,36 @@ def test_the_warm_start_against_a_flaky_service_is_the_one_against_a_healthy_one
     assert all(torch.equal(w0[k], w1[k]) for k in w0)
     assert set(flaky.calls) == set(healthy.calls) and set(healthy.calls.values()) == {1}
     assert flaky.failed > 0 and sum(flaky.calls.values()) == len(healthy.calls) + flaky.failed
+
+
+def test_a_warm_start_whose_probe_fails_everywhere_stops_naming_it_and_closes_its_bar(tmp_path, monkeypatch):
+    pytest.importorskip("datasets")
+    import contextlib
+
+    import rllab.models.tiny as tiny
+    from rllab.models.tiny import TinyModelConfig, WarmStartConfig, build_tiny_model, warm_start
+    from rllab_tasks.tasks.dataset import DatasetConfig, DatasetTask
+
+    exits = []
+
+    @contextlib.contextmanager
+    def recording(*args):
+        try:
+            yield lambda step, loss, acc: None
+        except BaseException as e:
+            exits.append(type(e))
+            raise
+        else:
+            exits.append(None)
+
+    monkeypatch.setattr(tiny, "warm_start_progress", recording)
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(20)))
+    model, tok = build_tiny_model(TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1))
+    with RewardStandIn(lambda path, body: (400, {"error": "no"})) as s:
+        task = DatasetTask(DatasetConfig(path=str(data), rewards=("remote",), eval_fraction=0.2,
+                                         reward_knobs=json.dumps({"remote": {"url": s.url, **FAST}})))
+        config = WarmStartConfig(steps=4, batch_size=4, check_every=2, probe_size=4, eval_limit=0, eval_max_new_tokens=2)
+        with pytest.raises(RewardError, match="failed on every one of the 4 examples"):
+            warm_start(model, tok, task, config)
+    assert exits == [RewardError]

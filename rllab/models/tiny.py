@@ -286,10 +286,10 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
         ahead = TrainAhead(probes(), depth=PROBES_AHEAD)
         try:
             for step, answers, saved in ahead:
-                # scored in a thread of its own while the next steps train (a reward service's
-                # answers then cost no training time); the next probe's answers are sent as soon as
-                # this one is sure to stay below the target, its slowest answers still out, and none
-                # of a probe after the one that ends the warm start
+                # scored while the next steps train, in a thread of its own once the reward has said a
+                # score (a reward service's answers then cost no training time); the next probe's
+                # answers are sent as soon as this one is sure to stay below the target, its slowest
+                # answers still out, and none of a probe after the one that ends the warm start
                 p = scores.submit(answers)
                 last = (step, p)
                 verdict = p.verdict(config.target_accuracy)
@@ -304,6 +304,9 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
                     break
                 shown.append((len(losses), losses[-1], p))
                 show(every=False)
+        except BaseException as e:  # the bar closes on the way out, as a with block would close it
+            bar.__exit__(type(e), e, e.__traceback__)
+            raise
         finally:
             ahead.stop()
         model.eval()
