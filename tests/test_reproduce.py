@@ -226,3 +226,39 @@ def test_the_exit_code_says_what_held():
     assert Outcome(PROVENANCE_DIFFERS, Path("."), start_eval=True).exit_code == 2
     assert Outcome(PROVENANCE_DIFFERS, Path("."), start_eval=False).exit_code == 1
     assert Outcome(PROVENANCE_DIFFERS, Path("."), start_eval=None).exit_code == 1  # nothing comparable: not reproduced
+
+
+def test_a_start_that_is_not_there_is_named_not_hashed_as_empty(tmp_path, monkeypatch):
+    """Silently wrong: ``--start /nowhere`` said the start "in /nowhere hashes to e3b0c442…" (the
+    hash of nothing); a mismatch did not say that ``$RLLAB_STARTS`` named a directory that does
+    not exist."""
+    from rllab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"--start: the starting model '.*nowhere' does not exist"):
+        provenance.check_start(tmp_path / "nowhere", "ab" * 32, setting="--start")
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"w")
+    monkeypatch.setenv(provenance.STARTS_ENV, str(tmp_path / "gone"))
+    with pytest.raises(ConfigError, match=r"\$RLLAB_STARTS \(now '.*gone' does not exist\)"):
+        provenance.check_start(model, "ab" * 32)
+    monkeypatch.delenv(provenance.STARTS_ENV)
+    with pytest.raises(ConfigError, match=r"\$RLLAB_STARTS \(unset\)"):
+        provenance.check_start(model, "ab" * 32)
+
+
+def test_provenance_of_what_is_not_a_record_says_what_to_give(recorded, tmp_path, capsys):
+    """Unclear message: a path that does not exist "has no provenance.json"; a run's config.toml
+    "is not valid JSON". A file where --export-start wants a directory crashed (FileExistsError)."""
+    from rllab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"nowhere does not exist: give a run directory"):
+        provenance.read(tmp_path / "nowhere")
+    with pytest.raises(ConfigError, match=r"config.toml is not a provenance record: not valid JSON.*give a run directory"):
+        provenance.read(recorded / "config.toml")
+    (tmp_path / "list.json").write_text("[1]")
+    with pytest.raises(ConfigError, match=r"holds a JSON list, not an object"):
+        provenance.read(tmp_path / "list.json")
+    (tmp_path / "afile").write_text("x")
+    assert main(["provenance", str(recorded), "--export-start", str(tmp_path / "afile")]) == 1
+    assert "--export-start" in capsys.readouterr().err and (tmp_path / "afile").read_text() == "x"

@@ -259,6 +259,8 @@ def cmd_provenance(args) -> int:
             print_differences(console, fields, args.result, args.other)
         return 0 if not fields else 1
     if args.export_start:
+        if Path(args.export_start).exists() and not Path(args.export_start).is_dir():
+            raise RllabError(f"--export-start {args.export_start}: a file is there; give a directory (the start goes to DIR/start-<hash>)")
         start = ((a.get("hashes") or {}).get("start")) or {}
         if not start.get("path") or not start.get("sha256"):
             raise RllabError(f"{args.result}: its provenance names no starting model")

@@ -139,6 +139,13 @@ def model_sha256(model_dir: str | os.PathLike) -> str:
 def check_start(model_dir: str | os.PathLike, expected: str | None, *, setting: str = "model.sha256") -> str:
     """The hash of the model in ``model_dir``; with ``expected`` (a full sha256 or a prefix of at
     least 8 hex digits), a :class:`~rllab.errors.ConfigError` naming both hashes when it differs."""
+    if not Path(model_dir).is_dir():
+        what = "is not a directory" if Path(model_dir).exists() else "does not exist"
+        raise ConfigError(
+            f"{setting}: the starting model {str(model_dir)!r} {what}: give an exported start-<hash> directory "
+            f"(rllab provenance RUN --export-start DIR writes one) or a model directory",
+            key=setting.rpartition(".")[2],
+        )
     actual = model_sha256(model_dir)
     if expected is not None:
         want = expected.strip().lower().removeprefix("sha256:")
@@ -146,10 +153,19 @@ def check_start(model_dir: str | os.PathLike, expected: str | None, *, setting: 
             raise ConfigError(
                 f"{setting} = {expected!r}: the starting model in {model_dir} hashes to {actual}, not {want}. It is not the "
                 f"pinned start: put the exported start with that hash (rllab provenance RUN --export-start DIR writes one) in a "
-                f"directory of ${STARTS_ENV} or point model.path at it, or remove {setting} to accept this one",
+                f"directory of ${STARTS_ENV} ({starts_dirs_said()}) or point model.path at it, or remove {setting} to accept this one",
                 key=setting.rpartition(".")[2],
             )
     return actual
+
+
+def starts_dirs_said() -> str:
+    """What :data:`STARTS_ENV` holds, for an error: each directory, and those that do not exist."""
+    dirs = [d for d in os.environ.get(STARTS_ENV, "").split(os.pathsep) if d.strip()]
+    if not dirs:
+        return "unset"
+    said = [f"{d!r}" + ("" if Path(d).expanduser().is_dir() else " does not exist") for d in dirs]
+    return "now " + ", ".join(said)
 
 
 STARTS_ENV = "RLLAB_STARTS"
@@ -453,13 +469,20 @@ def write(directory: str | os.PathLike, record: Mapping[str, Any]) -> Path:
 def read(directory_or_file: str | os.PathLike) -> dict:
     """The record of a run directory or suite result (or a ``provenance.json`` itself)."""
     p = Path(directory_or_file)
+    if not p.exists():
+        raise ConfigError(f"{p} does not exist: give a run directory, a suite result or a {PROVENANCE_FILE}")
     path = p / PROVENANCE_FILE if p.is_dir() else p
     if not path.is_file():
         raise ConfigError(f"{p} has no {PROVENANCE_FILE}: it was not written by a run of this rllab (runs record one since 0.1.0)")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path} is not valid JSON ({e.msg} at line {e.lineno})") from None
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        hint = f" (give a run directory, a suite result or its {PROVENANCE_FILE})" if path.name != PROVENANCE_FILE else ""
+        where = f" at line {e.lineno}" if isinstance(e, json.JSONDecodeError) else ""
+        raise ConfigError(f"{path} is not a provenance record: not valid JSON ({e.msg if isinstance(e, json.JSONDecodeError) else e.reason}{where}){hint}") from None
+    if not isinstance(record, dict):
+        raise ConfigError(f"{path} is not a provenance record: it holds a JSON {type(record).__name__}, not an object")
+    return record
 
 
 def note_resume(directory: str | os.PathLike, record: Mapping[str, Any], *, step: int) -> dict | None:
