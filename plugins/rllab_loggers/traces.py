@@ -246,8 +246,8 @@ def warn_cut(path: Path, lineno: int) -> None:
 
 def read_json_lines(path: Path, *, on_cut=warn_cut) -> list[Any]:
     """The objects of a JSON-lines file (blank lines skipped). A last line that is not whole JSON (a
-    run killed while writing it) is left out and reported with ``on_cut(path, lineno)``; a bad line
-    before it raises :class:`BadLineError` naming its line."""
+    run killed while writing it: no newline ends it) is left out and reported with ``on_cut(path,
+    lineno)``; any other bad line, a whole last line included, raises :class:`BadLineError` naming it."""
     with open(path, encoding="utf-8") as f:
         lines = f.read().split("\n")
     numbered = [(i, ln) for i, ln in enumerate(lines, 1) if ln.strip()]
@@ -256,7 +256,7 @@ def read_json_lines(path: Path, *, on_cut=warn_cut) -> list[Any]:
         try:
             out.append(json.loads(ln))
         except json.JSONDecodeError as e:
-            if k == len(numbered) - 1:
+            if k == len(numbered) - 1 and i == len(lines):  # no newline after it: a write cut short
                 if on_cut is not None:
                     on_cut(Path(path), i)
                 break

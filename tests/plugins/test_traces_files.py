@@ -179,6 +179,20 @@ def test_a_cut_off_last_line_is_left_out_naming_it(tmp_path, capsys):
     assert "line 2 is not JSON" in capsys.readouterr().err
 
 
+
+def test_a_whole_last_line_that_is_not_json_is_named_not_called_cut_off(tmp_path, capsys):
+    """Unclear message: a file whose one line is not JSON (ended by its newline, so whole) was
+    called "cut off", then "empty: the run has traced no sample yet". Only a last line without its
+    newline is a cut write; any other bad line is refused, naming it."""
+    bad = tmp_path / "notes.jsonl"
+    bad.write_text("not json at all\n")
+    assert main(["traces", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "line 1 is not JSON" in err and "cut off" not in err and "empty" not in err
+    f = write(tmp_path / "traces.jsonl", [rec(1)], tail="{oops\n")
+    assert main(["traces", str(f)]) == 2
+    assert "line 2 is not JSON" in capsys.readouterr().err
+
 def test_a_resume_drops_a_cut_off_last_line_of_the_logs(tmp_path):
     write(tmp_path / "traces.jsonl", [rec(1), rec(2), rec(3)], tail=json.dumps(rec(4))[:40])
     (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "x": 1')
