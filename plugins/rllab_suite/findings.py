@@ -347,6 +347,8 @@ def run(doc: Path, *, check: bool, root: Path | None = None) -> tuple[int, list[
     doc = Path(doc)
     if not doc.is_file():
         raise FindingsError(f"{doc}: no such findings page")
+    if root and not (Path(root) / "benchmarks" / "suites").is_dir():
+        raise FindingsError(f"--root {root}: no benchmarks/suites there; give the repository that holds the committed suite results")
     root = Path(root) if root else _repo_root(doc)
     old = doc.read_text()
     new = build(old, root)

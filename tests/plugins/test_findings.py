@@ -137,6 +137,16 @@ def test_unknown_blocks_and_missing_results_are_named(tmp_path):
 
 
 
+
+def test_a_root_without_suite_results_is_named(tmp_path):
+    """Unclear message: ``--root`` naming a directory without benchmarks/suites (or none at all)
+    was reported as a missing result of the page's first suite."""
+    doc = tmp_path / "findings.md"
+    doc.write_text("# findings\n")
+    for root in (tmp_path / "nowhere", tmp_path):
+        with pytest.raises(FindingsError, match=r"--root .*: no benchmarks/suites there"):
+            run(doc, check=True, root=root)
+
 def test_the_shipped_findings_page_matches_the_committed_results():
     """docs/findings.md is what `rllab findings build` makes of the committed results (CI's check)."""
     out = subprocess.run([sys.executable, "-m", "rllab", "findings", "build", "--check", "--doc", str(REPO / "docs" / "findings.md")],
