@@ -895,3 +895,34 @@ def test_a_warm_start_whose_probe_fails_everywhere_stops_naming_it_and_closes_it
         with pytest.raises(RewardError, match="failed on every one of the 4 examples"):
             warm_start(model, tok, task, config)
     assert exits == [RewardError]
+
+
+def test_calls_made_at_once_share_the_urls_max_concurrency():
+    import threading
+
+    lock, now, most = threading.Lock(), [0], [0]
+
+    def answer(path, body):
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        time.sleep(0.05)
+        with lock:
+            now[0] -= 1
+        return default_answer(path, body)
+
+    prompts, answers, completions, want = _rows(12)
+    with RewardStandIn(answer) as s:
+        knobs = {"url": s.url, "max_concurrency": 3, "cache_size": 0, **FAST}
+        outs = {}
+
+        def call(k):
+            outs[k] = score("remote", knobs, completions, answers, prompts)
+
+        threads = [threading.Thread(target=call, args=(k,)) for k in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert all(out == want for out in outs.values()) and len(s.bodies) == 36
+    assert most[0] == 3  # three calls of 12 requests, never more than 3 in flight from the process

@@ -12,7 +12,9 @@ One POST of a JSON body, answered with JSON, through ``requests``:
   header (seconds or an HTTP date) sets the wait instead, up to ``max_backoff_s``;
 - each request waits out its own backoff: a call's requests go through :func:`ask_all`, which keeps
   up to ``max_concurrency`` attempts in flight and puts a request that must wait aside until its
-  time, so that one failure holds back no other request;
+  time, so that one failure holds back no other request; calls made at once (threads: the warm
+  start's probes) share those ``max_concurrency`` places per URL, so the service never has more
+  requests from the process in flight;
 - any other 4xx, or an answer that is not JSON, fails at once: asking again would not change it;
 - once a request has used up its retries, the URL counts as down for ``cooldown_s``: every request
   to it meanwhile fails at once with the same error, so that an outage costs one request's
@@ -105,8 +107,8 @@ class HttpKnobs:
     )
     burst: int = rllab.knob(1, help="with rate_limit: how many requests may go at once after an idle spell (the bucket's size)", ge=1)
     max_concurrency: int = rllab.knob(
-        8, help="requests in flight at once from one call (one per distinct completion or group); a request waiting "
-        "to be retried takes no place", ge=1,
+        8, help="requests in flight at once to this URL (one per distinct completion or group), shared by every call "
+        "and thread of the process; a request waiting to be retried takes no place", ge=1,
     )
     cooldown_s: float = rllab.knob(
         60.0, help="after a request has used up its retries, requests to the URL fail at once for this long (0: never)", ge=0.0,
@@ -153,6 +155,19 @@ class TokenBucket:
 
 _BUCKETS: dict[tuple[str, float, int], TokenBucket] = {}
 _BUCKETS_LOCK = threading.Lock()
+
+
+_PLACES: dict[tuple[str, int], threading.BoundedSemaphore] = {}
+
+
+def places_for(url: str, n: int) -> threading.BoundedSemaphore:
+    """The process-wide places in flight of ``url`` (``max_concurrency`` = ``n``), shared by every
+    call and thread that asks it: an attempt holds one while its POST is out."""
+    key = (url, int(n))
+    with _BUCKETS_LOCK:
+        if key not in _PLACES:
+            _PLACES[key] = threading.BoundedSemaphore(n)
+        return _PLACES[key]
 
 
 def bucket_for(url: str, rate: float, burst: int) -> TokenBucket:
@@ -240,10 +255,11 @@ def _attempt(url: str, body: Any, knobs: HttpKnobs, headers: dict, who: str) -> 
     """One POST: ``("ok", answer, None)``, ``("retry", what went wrong, Retry-After seconds or None)``
     or ``("fail", RewardServiceError, None)`` (not worth asking again)."""
     requests = _requests()
-    if knobs.rate_limit is not None:
-        bucket_for(url, knobs.rate_limit, knobs.burst).take()
     try:
-        r = _session().post(url, json=body, headers=headers, timeout=knobs.timeout_s)
+        with places_for(url, knobs.max_concurrency):  # no more in flight to the URL from the process
+            if knobs.rate_limit is not None:
+                bucket_for(url, knobs.rate_limit, knobs.burst).take()
+            r = _session().post(url, json=body, headers=headers, timeout=knobs.timeout_s)
     except requests.Timeout:
         return "retry", f"no answer within timeout_s = {knobs.timeout_s}", None
     except requests.RequestException as e:
