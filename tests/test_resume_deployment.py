@@ -67,6 +67,20 @@ def test_a_placement_change_is_recorded_and_kept_for_the_next_resume(finished, c
     assert len((finished / RESUME_LOG).read_text().splitlines()) == 1
 
 
+
+def test_a_finished_run_without_checkpoints_is_not_trained_again_over_its_results(finished, tmp_path):
+    """Silently wrong: ``--resume`` of a finished run whose checkpoints were removed trained it
+    again from step 0, replacing its metrics and final.json, and said nothing."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(finished, copy)
+    shutil.rmtree(copy / "checkpoints")
+    final = (copy / "final.json").read_text()
+    with pytest.raises(rllab.RllabError, match=r"finished \(final.json\) but keeps no checkpoint.*start a new run: rllab run .*config.toml --run-dir NEW_DIR"):
+        resume_run(copy, overrides=["train.steps=2"], progress=False)
+    assert (copy / "final.json").read_text() == final
+
 def test_the_deployment_settings_are_knobs_of_the_shipped_components():
     """Every listed setting exists (a typo would make it unreachable, not refused)."""
     from rllab.config import load_config

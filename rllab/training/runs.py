@@ -136,6 +136,15 @@ def _resume(run_dir: Path, cfg, changes: dict, *, lab: Lab, progress: bool, is_m
                     f"after step {trainer.step}, and a run cannot be shortened. Continue it with: rllab run --resume {run_dir} "
                     f"train.steps=N with N > {trainer.step} (the total an earlier --resume extended it to, or more)"
                 )
+        elif (run_dir / "final.json").is_file():  # finished, its checkpoints removed: starting over would replace its results
+            trainer.close()
+            raise RllabError(
+                f"{run_dir} finished (final.json) but keeps no checkpoint ({run_dir / 'checkpoints'} holds none), so it cannot "
+                f"be continued, and --resume would train it again from step 0 over its results; start a new run: "
+                f"rllab run {run_dir / 'config.toml'} --run-dir NEW_DIR"
+            )
+        elif reducer.is_main:
+            print(f"{run_dir} has no checkpoint yet: --resume starts the run over from step 0")
         if reducer.is_main:
             _truncate_logs(run_dir, trainer.step, cfg, trainer.lab)
             if changes:
