@@ -34,7 +34,7 @@ from typing import Any, Mapping
 
 import attrs
 
-from rllab.errors import ConfigError
+from rllab.errors import ConfigError, RllabError
 from rllab.lab import Lab
 from rllab.parallel.launcher import launcher_env  # noqa: F401  (re-exported: read with the launcher check)
 from rllab.members import member
@@ -357,6 +357,19 @@ FROZEN_DURING_A_RUN = {
     "plugins": "plugins load before the run",
 }
 """Keys a ``[[schedule]]`` entry may not change, and why."""
+
+
+def check_change(old: Any, new: Any) -> None:
+    """Refuse ``new`` in place of ``old`` during a run (a swap, a schedule entry, a checkpoint's
+    config): the model, task, environment, backend and sampler are built once, the algorithm owns
+    the run's data (its knobs may change), and every step's data derives from ``train.seed``."""
+    for frozen in ("model", "task", "env", "backend", "sampler"):
+        if new.to_dict().get(frozen) != old.to_dict().get(frozen):
+            raise RllabError(f"[{frozen}] cannot change during a run")
+    if new.component("algorithm").name != old.component("algorithm").name:
+        raise RllabError("the algorithm cannot change during a run (its knobs can)")
+    if new.train.seed != old.train.seed:
+        raise RllabError("train.seed cannot change during a run")
 
 
 def _schedule_key(key: str) -> str:

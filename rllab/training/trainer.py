@@ -44,6 +44,7 @@ from rllab.parallel import distributed
 from rllab.training import memory
 from rllab.training import parts
 from rllab.algorithm import RunContext, StepEvents
+from rllab.checks.config import check_change
 from rllab.config import COMPONENT_SECTIONS, ExperimentConfig, apply_schedule, dump_toml, validate
 from rllab.errors import ConfigError, NonFiniteError, RewardError, RllabError  # noqa: F401  (RewardError: re-exported)
 from rllab.lab import Lab
@@ -239,13 +240,7 @@ class Trainer:
 
     def _reconfigure(self, new: ExperimentConfig) -> None:
         old = self.cfg
-        for frozen in ("model", "task", "env", "backend", "sampler"):
-            if new.to_dict().get(frozen) != old.to_dict().get(frozen):
-                raise RllabError(f"[{frozen}] cannot change during a run")
-        if new.component("algorithm").name != old.component("algorithm").name:
-            raise RllabError("the algorithm cannot change during a run (its knobs can)")
-        if new.train.seed != old.train.seed:
-            raise RllabError("train.seed cannot change during a run")
+        check_change(old, new)  # what is built once stays (rllab.checks.config)
         if new.component("algorithm") != old.component("algorithm"):
             reconfigure = member(self.algorithm, "algorithm", "reconfigure")
             if reconfigure is None:
