@@ -64,6 +64,7 @@ from rllab.rollout.environment import Step
 from rllab.rollout.episode_stats import ERROR_ADVICE
 from rllab.errors import ConfigError, EpisodeError, MissingExtraError, PromptError, RllabError
 from rllab.members import member
+from rllab.settings import RolloutConfig
 from rllab.types import Completion, Example, SamplingParams
 
 FINISH_REASONS = ("stop", "length", "max_turns", "overflow", "abort")
@@ -88,13 +89,13 @@ class EpisodeLimits:
     overflow_reward: float = 0.0
 
     @classmethod
-    def of(cls, env: Any, rollout: Any, *, name: str, context_tokens: int | None = None) -> EpisodeLimits:
+    def of(cls, env: Any, rollout: RolloutConfig, *, name: str, context_tokens: int | None = None) -> EpisodeLimits:
         """The limits of ``env``'s episodes under ``rollout`` (a ``[rollout]`` config): its
         ``max_turns`` (``rollout.max_turns`` overrides it; a task's is 1), the token limits, and
         the model's context (``context_tokens``: an episode that would outgrow it ends with
         "overflow"). ``name`` is the environment's, for the error of a missing turn bound."""
         r = rollout
-        turns = getattr(r, "max_turns", None)
+        turns = r.max_turns
         if turns is None:
             turns = member(env, "environment", "max_turns")
             if turns is None or isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
@@ -104,8 +105,8 @@ class EpisodeLimits:
                     key="max_turns",
                 )
         return cls(
-            max_turns=turns, max_new_tokens=r.max_new_tokens, max_episode_tokens=getattr(r, "max_episode_tokens", None),
-            turn_limit_reward=getattr(r, "turn_limit_reward", 0.0), overflow_reward=getattr(r, "overflow_reward", 0.0),
+            max_turns=turns, max_new_tokens=r.max_new_tokens, max_episode_tokens=r.max_episode_tokens,
+            turn_limit_reward=r.turn_limit_reward, overflow_reward=r.overflow_reward,
             context_tokens=context_tokens,
         )
 

@@ -34,6 +34,7 @@ from rllab.rollout.chat import PromptRenderer, prompt_key, prompt_text
 from rllab.errors import ConfigError, PromptError, RllabError
 from rllab.members import member
 from rllab.rollout.single_turn import kind_of
+from rllab.settings import RolloutConfig
 from rllab.types import Example
 
 PROBE = 256
@@ -61,11 +62,11 @@ class PromptLimits:
     :param announce: print the drop counts (the main rank of a data-parallel run).
     """
 
-    def __init__(self, source: Any, *, tokenizer: Any, rollout: Any, context_tokens: int | None, name: str,
+    def __init__(self, source: Any, *, tokenizer: Any, rollout: RolloutConfig, context_tokens: int | None, name: str,
                  model_name: str = "the model", announce: bool = True):
         self.source = source
         self.kind = kind_of(source)
-        self.renderer = PromptRenderer(tokenizer, system_prompt=getattr(rollout, "system_prompt", None), task_name=name,
+        self.renderer = PromptRenderer(tokenizer, system_prompt=rollout.system_prompt, task_name=name,
                                        model_name=model_name)
         self.context_tokens = context_tokens
         self.name = name
@@ -104,13 +105,13 @@ class PromptLimits:
         probe = list(self.source.train_examples(PROBE, torch.Generator().manual_seed(0)))
         return probe, False, list(self.source.eval_examples())
 
-    def check(self, rollout: Any) -> PromptLimits:
+    def check(self, rollout: RolloutConfig) -> PromptLimits:
         """Check the source's prompts under ``rollout`` (a ``[rollout]`` config) and set the limit
         :meth:`draw` and :meth:`held_out` apply (none when there is no context to check). Raises
         :class:`~rllab.errors.PromptError` / :class:`~rllab.errors.ConfigError` as the module
         docstring says. Returns itself."""
         ctx = self.context_tokens
-        cap = getattr(rollout, "max_prompt_tokens", None)
+        cap = rollout.max_prompt_tokens
         self.limit, self.drop, self._eval = None, False, None
         if ctx is None and cap is None:
             return self
