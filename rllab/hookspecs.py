@@ -488,8 +488,8 @@ def on_run_start(run_dir, config, start_step, total_steps, progress, solved_when
 
 @hookspec
 def on_rollout_end(step, batch, metrics):
-    """Called after the rollouts of a step are generated and scored, for every algorithm that
-    samples them (:func:`rllab.algorithm.rollout_batch`).
+    """Called when a step's rollouts, generated and scored, are made into a batch, whatever the
+    algorithm: the kernel fires it (:class:`rllab.algorithm.StepEvents`).
 
     :param step: the number of the step being taken (1 for the first).
     :param batch: the :class:`rllab.types.RolloutBatch` about to be trained on.
@@ -499,9 +499,11 @@ def on_rollout_end(step, batch, metrics):
 
 @hookspec
 def on_step_samples(step, episodes, batch, advantages, trainer_log_prob, tokenizer, run_dir):
-    """Called by an algorithm after its update, with the step's samples: what a per-sample trace
-    needs (the ``traces`` logger, :mod:`rllab_loggers.traces`). Algorithms fire it through
-    :func:`rllab.algorithm.report_samples`; only rank 0's loggers listen.
+    """Called after a step's update, with its samples: what a per-sample trace needs (the
+    ``traces`` logger, :mod:`rllab_loggers.traces`). The kernel fires it for every algorithm
+    (:class:`rllab.algorithm.StepEvents`): with the advantages and log-probs an algorithm hands to
+    :func:`rllab.algorithm.report_samples`, else after its step without them; only rank 0's
+    loggers listen.
 
     :param step: the number of the step being taken (1 for the first).
     :param episodes: the step's kept :class:`rllab.rollout.episodes.EpisodeResult`, one per row of

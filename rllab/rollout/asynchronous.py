@@ -390,10 +390,6 @@ def _set_threads(n: int | None) -> None:
         torch.set_num_threads(n)
 
 
-def is_async(cfg: Any) -> bool:
-    return cfg.rollout.max_staleness > 0
-
-
 def versioned(backend: Any, config: RolloutConfig) -> Any:
     """The run's rollout backend, behind a :class:`VersionedBackend` when batches are sampled
     ahead (``max_staleness > 0``: syncs counted, and never in the middle of a batch)."""
@@ -406,4 +402,4 @@ def ahead(stage: RolloutStage, *, limit: Callable[[], int], cpu: bool) -> Rollou
     return AsyncRollout(stage, limit=limit, cpu=cpu) if stage.config.max_staleness > 0 else stage
 
 
-__all__ = ["AsyncRollout", "VersionedBackend", "ahead", "apply_staleness", "is_async", "sample_versions", "versioned"]
+__all__ = ["AsyncRollout", "VersionedBackend", "ahead", "apply_staleness", "sample_versions", "versioned"]
