@@ -245,3 +245,16 @@ def test_an_environment_is_refused_when_the_config_loads():
         load_config(None, ["env=guess", "rollout.over_sample=0.5"])
     assert e.value.key == "over_sample"
     load_config(None, ["env=guess"])  # off: accepted
+
+
+def test_a_schedule_entry_is_checked_at_load_as_the_run_config_is(tmp_path):
+    """The checks of rllab.checks run on the config each [[schedule]] entry makes, at load."""
+    from rllab.config import load_config
+    from rllab.errors import ConfigError
+
+    toml = tmp_path / "c.toml"
+    toml.write_text('[algorithm]\nname = "online_dpo"\n\n[[schedule]]\nstep = 2\nset = { "rollout.over_sample" = 0.5 }\n')
+    with pytest.raises(ConfigError, match=r"schedule at step 2: rollout.over_sample = 0.5: algorithm 'online_dpo'"):
+        load_config(toml)
+    toml.write_text('[[schedule]]\nstep = 2\nset = { "rollout.over_sample" = 0.5 }\n')
+    assert load_config(toml).schedule[0].set == {"rollout.over_sample": 0.5}  # rl trains on the groups it samples
