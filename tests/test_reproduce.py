@@ -204,6 +204,20 @@ def test_the_controls_suites_no_rl_cell_from_its_shipped_start_evaluates_to_the_
     assert first["step"] == 0 and first["eval/accuracy"] == committed
 
 
+def test_every_committed_result_ships_the_starts_it_recorded():
+    """Each start a committed suite result names in its provenance.json (hash → cells) is in
+    benchmarks/suites/starts, its files hashing to that hash: a rerun anywhere can pin it."""
+    root = Path(__file__).resolve().parents[1]
+    recorded: dict[str, list[str]] = {}
+    for record in sorted((root / "benchmarks/suites/results").glob("*/provenance.json")):
+        for sha in json.loads(record.read_text()).get("starts", {}):
+            recorded.setdefault(sha, []).append(record.parent.name)
+    assert {"controls", "length_bias", "episodes"} <= {r for results in recorded.values() for r in results}
+    missing = {sha: results for sha, results in recorded.items()
+               if provenance.find_start(sha, [root / "benchmarks/suites/starts"]) is None}
+    assert not missing, f"starts recorded by committed results but not shipped in benchmarks/suites/starts: {missing}"
+
+
 def test_an_exported_start_is_found_by_its_hash_and_a_tampered_one_is_not(tmp_path):
     d = tmp_path / "starts" / "start-0000000000000000"
     d.mkdir(parents=True)
