@@ -926,3 +926,23 @@ def test_calls_made_at_once_share_the_urls_max_concurrency():
             t.join()
     assert all(out == want for out in outs.values()) and len(s.bodies) == 36
     assert most[0] == 3  # three calls of 12 requests, never more than 3 in flight from the process
+
+
+def test_a_task_whose_rewards_say_their_scores_from_any_thread_has_its_first_probe_in_a_thread(server):
+    from rllab.models.supervised import ProbeScores
+    from rllab.rollout.rewards import RewardSet
+    from rllab.types import Example
+
+    knobs = {"remote": {"url": server.url, **FAST}}
+    assert RewardSet.load(["remote"], knobs=knobs).says_scores
+    assert RewardSet.load(["llm_judge"], knobs={"llm_judge": {"url": server.url}}).says_scores
+    assert not RewardSet.load(["exact", "remote"], knobs=knobs).says_scores  # exact says nothing
+
+    class Served(CountingTask):
+        rewards = RewardSet.load(["remote"], knobs=knobs)
+
+    examples = [Example(prompt=f"{i}+1=", answer=str(i + 1)) for i in range(2)]
+    probe = ProbeScores(Served(), examples).submit(["1", "0"])
+    assert probe.thread is not None and probe.accuracy() == 0.5
+    plain = ProbeScores(CountingTask(), examples).submit(["1", "0"])
+    assert plain.thread is None and plain.accuracy() == 0.5

@@ -33,6 +33,7 @@ import json
 import math
 import re
 import string
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -231,6 +232,9 @@ class JudgeConfig(HttpKnobs):
             raise ValueError(f"min_score = {self.min_score!r} must be finite and below max_score = {self.max_score!r}")
 
 
+_TOKENIZER_LOCK = threading.Lock()
+
+
 @functools.lru_cache(maxsize=4)
 def _tokenizer(path: str):
     from transformers import AutoTokenizer
@@ -280,7 +284,8 @@ def llm_judge(*, prompts, completions, ground_truth, config: JudgeConfig, **colu
     def body(question: str) -> dict:
         if tok is None:
             return {"text": question, "sampling_params": params}
-        return {"input_ids": tok(question).input_ids, "sampling_params": params}
+        with _TOKENIZER_LOCK:  # a fast tokenizer is not to be called from two threads at once
+            return {"input_ids": tok(question).input_ids, "sampling_params": params}
 
     def score(answer: Any) -> float:
         if isinstance(answer, list) and len(answer) == 1:
@@ -288,7 +293,8 @@ def llm_judge(*, prompts, completions, ground_truth, config: JudgeConfig, **colu
         if isinstance(answer, dict) and isinstance(answer.get("text"), str):
             text = answer["text"]
         elif isinstance(answer, dict) and isinstance(answer.get("output_ids"), list) and tok is not None:
-            text = tok.decode(answer["output_ids"], skip_special_tokens=True)
+            with _TOKENIZER_LOCK:
+                text = tok.decode(answer["output_ids"], skip_special_tokens=True)
         else:
             need = "'text'" if tok is None else "'text' or 'output_ids'"
             hint = " (a server started with --skip-tokenizer-init answers token ids: set tokenizer)" if tok is None and isinstance(answer, dict) and "output_ids" in answer else ""
@@ -309,6 +315,9 @@ def llm_judge(*, prompts, completions, ground_truth, config: JudgeConfig, **colu
         if isinstance(got, RewardServiceError):
             raise got
     return out
+
+
+remote.says_scores = llm_judge.says_scores = True  # each row's score said as its answer comes, from any thread
 
 
 def register(register):

@@ -204,7 +204,10 @@ class ProbeScores:
 
     A probe is scored in the caller's thread, one at a time, until a reward has been said: a
     reward that says nothing gains nothing from a thread, and may need the main one (a timeout by
-    signal, as math-verify's)."""
+    signal, as math-verify's). A task whose ``rewards`` (a :class:`rllab.rollout.rewards.RewardSet`,
+    as the dataset task's) declares that they say their scores from any thread
+    (:attr:`~rllab.rollout.rewards.RewardSet.says_scores`) has even its first probe scored in a
+    thread of its own."""
 
     def __init__(self, task, examples: list, renderer: PromptRenderer | None = None):
         self.task, self.examples, self.renderer = task, examples, renderer
@@ -212,6 +215,8 @@ class ProbeScores:
         self.said: dict = {}  # (index, text) → reward said before its call returned
         self.asking: set = set()  # (index, text) being scored by a probe's thread
         self.changed = threading.Condition()
+        self.threads = getattr(getattr(task, "rewards", None), "says_scores", False) is True
+        """Whether a probe is scored in a thread of its own from the first."""
 
     def submit(self, answers) -> "Probe":
         """Start scoring a probe's answers (texts, or an environment's solved rate, kept as it is)."""
@@ -231,7 +236,7 @@ class Probe:
             self.todo = [k for k in dict.fromkeys(self.pairs) if k not in scores.scored and k not in scores.asking]
             scores.asking.update(self.todo)
         self.thread = None
-        if self.todo and not scores.said:  # nothing said yet: in this thread
+        if self.todo and not (scores.said or scores.threads):  # nothing said yet: in this thread
             self._score()
             if self.error is not None and not isinstance(self.error, Exception):
                 raise self.error  # an interruption: at once

@@ -88,7 +88,11 @@ def scores_as_known(listener: Callable[[int, Any], None] | None):
 def report_score(row: int, score: Any) -> None:
     """Say row ``row``'s score (its index in this call of the reward function) before the call
     returns, to a caller that listens (:func:`scores_as_known`); nothing when none does. Say only
-    the score the call will return for that row."""
+    the score the call will return for that row.
+
+    A function that says every row's score this way and may be called from any thread (as
+    ``remote`` and ``llm_judge``) declares it with ``fn.says_scores = True``: a caller then
+    scores it in a thread of its own from the first call (:attr:`RewardSet.says_scores`)."""
     listener = _SCORES.get()
     if listener is not None:
         listener(row, score)
@@ -361,6 +365,12 @@ class RewardSet:
             raise ConfigError(f"{who}: reward_knobs names {unknown!r}, which are not among its reward functions {list(names)!r}", key="reward_knobs")
         fns = tuple(load_reward_function(r, lab=lab, name=n, knobs=knobs.get(n)) for r, n in zip(refs, names))
         return cls(functions=fns, weights=tuple(float(w) for w in weights) if weights is not None else (1.0,) * len(refs))
+
+    @property
+    def says_scores(self) -> bool:
+        """Whether every function declares that it says its scores as they come and may be called
+        from any thread (``fn.says_scores = True``, see :func:`report_score`)."""
+        return all(getattr(f.fn, "says_scores", False) is True for f in self.functions)
 
     @property
     def names(self) -> tuple[str, ...]:
