@@ -1,4 +1,16 @@
-"""The rollout stage: prompts → episodes (generate → decode → step) → shape → filter → batch.
+"""The rollout stage: a step's episodes through five named phases, then a batch::
+
+    draw ──► play ──► shape ──► filter ──► measure ──► Rollouts ──► to_batch ──► RolloutBatch
+
+:meth:`RolloutStage.sample` runs them, each a function over the step's :class:`StepEpisodes`:
+``draw`` the prompts (the sampler's, within the prompt limits; partial rollouts: the carried
+groups first; data parallel: this rank's share), ``play`` a group of episodes per prompt through
+the episode loop (partial rollouts' stand-in backend; the sampler's gate), then the shapers
+(``rollout.random_reward``, the overlong penalty), filters (failed samples and, with
+``reward_errors = "skip"``, their groups; ``rollout.dynamic_sampling``) and measures (the step's
+metrics, each feature's in use) chosen from ``[rollout]`` when the stage is built. The stage's
+:meth:`RolloutStage.state_dict` holds what carries from step to step: the sampler's state and the
+groups partial rollouts carry.
 
 Every rollout is played by the episode loop (:mod:`rllab.rollout.episodes`) over one source of
 episodes, an environment (:func:`rllab.rollout.single_turn.playable`): a run's environment
