@@ -113,3 +113,20 @@ def test_the_trainer_names_none_of_the_rollout_state():
     for name in (r"\bprefetch\b", r"\.partial\b", r"self\.sampler\b", r"\bsampling\.", r"\brollout_ahead\b", r"partial_rollouts",
                  r"\bcheck_(settings|algorithm|data_parallel|backend_device)\b", r"AsyncRollout", r"VersionedBackend"):
         assert not re.search(name, text), name
+
+
+def test_what_a_run_may_not_change_mid_run_is_refused_by_the_checks():
+    import attrs
+
+    from rllab.checks.config import check_change
+    from rllab.config import load_config
+    from rllab.errors import RllabError
+
+    ahead = load_config(None, ["rollout.max_staleness=1"])
+    check_change(ahead, ahead)
+    with pytest.raises(RllabError, match=r"\[rollout\] cannot change during a run with rollout.max_staleness > 0"):
+        check_change(ahead, attrs.evolve(ahead, rollout=attrs.evolve(ahead.rollout, temperature=0.5)))
+    sync = load_config(None, [])
+    check_change(sync, attrs.evolve(sync, rollout=attrs.evolve(sync.rollout, temperature=0.5)))  # sampled each step: it may
+    with pytest.raises(RllabError, match="train.seed cannot change during a run"):
+        check_change(sync, attrs.evolve(sync, train=attrs.evolve(sync.train, seed=1)))

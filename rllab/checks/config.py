@@ -362,7 +362,8 @@ FROZEN_DURING_A_RUN = {
 def check_change(old: Any, new: Any) -> None:
     """Refuse ``new`` in place of ``old`` during a run (a swap, a schedule entry, a checkpoint's
     config): the model, task, environment, backend and sampler are built once, the algorithm owns
-    the run's data (its knobs may change), and every step's data derives from ``train.seed``."""
+    the run's data (its knobs may change), every step's data derives from ``train.seed``, and
+    batches sampled ahead (``rollout.max_staleness > 0``) were sampled with the ``[rollout]`` in force."""
     for frozen in ("model", "task", "env", "backend", "sampler"):
         if new.to_dict().get(frozen) != old.to_dict().get(frozen):
             raise RllabError(f"[{frozen}] cannot change during a run")
@@ -370,6 +371,8 @@ def check_change(old: Any, new: Any) -> None:
         raise RllabError("the algorithm cannot change during a run (its knobs can)")
     if new.train.seed != old.train.seed:
         raise RllabError("train.seed cannot change during a run")
+    if old.rollout.max_staleness > 0 and new.rollout != old.rollout:
+        raise RllabError("[rollout] cannot change during a run with rollout.max_staleness > 0 (batches are sampled ahead)")
 
 
 def _schedule_key(key: str) -> str:
