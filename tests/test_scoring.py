@@ -59,6 +59,37 @@ def test_the_scorer_weighs_components_and_keeps_a_failure_on_its_row():
         Rubric(bad, name="two").rows([ex], ["2"], [[1]])
 
 
+
+def test_a_reward_or_weight_that_is_not_a_number_is_refused_naming_it():
+    """Silently wrong: a rubric returning ``{"correct": "1", ...}`` was read through float() (every
+    answer solved); a single reward "0.5" likewise. Unclear message: a weight "x" said only
+    "could not convert string to float"."""
+    import numpy as np
+
+    ex = Example(prompt="1+1=", answer="2")
+
+    class Says(TwoParts):
+        def __init__(self, out):
+            self.out = out
+
+        def reward(self, example, completion):
+            return self.out
+
+    row = Rubric(Says({"correct": "1", "format": 0.0}), name="two").rows([ex], ["2"], [[1]])[0]
+    assert isinstance(row, TypeError) and "returned component 'correct' as str '1', not a number" in str(row)
+    single = Says("0.5")
+    single.reward_components, single.reward_weights = (), None
+    row = Rubric(single, name="one").rows([ex], ["2"], [[1]])[0]
+    assert isinstance(row, TypeError) and "returned str '0.5', not a number" in str(row)
+    ok = Says({"correct": np.float32(1.0), "format": torch.tensor(0.5)})
+    assert Rubric(ok, name="two").rows([ex], ["2"], [[1]])[0] == (1.0 + 0.25 * 0.5, [1.0, 0.5])
+    for weights, said in (((1.0, "x"), "holds 'x', not a finite number"), ("1,1", "is not a sequence of 2 numbers"),
+                          ((1.0, float("nan")), "holds nan, not a finite number")):
+        bad = TwoParts()
+        bad.reward_weights = weights
+        with pytest.raises(RewardError, match=rf"task 'two': reward_weights = .*{said}"):
+            Rubric(bad, name="two").rows([ex], ["2"], [[1]])
+
 def test_scoring_and_the_task_adapter_never_reach_the_rollout_stage():
     import importlib
 

@@ -21,6 +21,7 @@ missing or extra name, or a non-finite entry, is a failed row like a reward that
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Mapping, Sequence
 
 from rllab.rollout.chat import prompt_text
@@ -72,7 +73,7 @@ class Rubric:
         returned for it); raises on a malformed reward."""
         out = self.task.reward(ex, text) if given is None else given
         if not names:
-            r = float(out)
+            r = _real(out, "returned")
             if not math.isfinite(r):
                 raise ValueError(f"returned {r}")
             return r, []
@@ -81,7 +82,7 @@ class Rubric:
         if set(out) != set(names):
             missing, extra = sorted(set(names) - set(out)), sorted(set(out) - set(names))
             raise ValueError(f"returned components {sorted(out)!r}; missing {missing!r}, unexpected {extra!r} (declared {names!r})")
-        values = [float(out[n]) for n in names]
+        values = [_real(out[n], f"returned component {n!r} as") for n in names]
         bad = [n for n, v in zip(names, values) if not math.isfinite(v)]
         if bad:
             raise ValueError(f"returned non-finite components {bad!r}: {dict(zip(names, values))!r}")
@@ -118,10 +119,29 @@ class Rubric:
         )
 
 
+def _real(value: Any, what: str) -> float:
+    """``value`` as a float when it is a real number (a bool, an int, a float, a 0-d array or
+    tensor); a string, None or anything else is refused, saying ``what`` gave it."""
+    if hasattr(value, "item") and not isinstance(value, numbers.Real):  # a 0-d tensor or array
+        try:
+            value = value.item()
+        except (TypeError, ValueError):
+            pass
+    if not isinstance(value, numbers.Real):
+        raise TypeError(f"{what} {type(value).__name__} {value!r}, not a number")
+    return float(value)
+
+
 def component_weights(source: Any, names: Sequence[str], *, who: str) -> list[float]:
     """w_k of the scalar reward Σ_k w_k·r_k over the reward components ``names`` of ``source`` (a
     task or an environment, named ``who`` in messages): its ``reward_weights``, default all 1."""
     weights = getattr(source, "reward_weights", None)
+    if weights is not None:
+        if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
+            raise RewardError(f"{who}: reward_weights = {weights!r} is not a sequence of {len(names)} numbers (one per reward component {tuple(names)!r})")
+        bad = [w for w in weights if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w)]
+        if bad:
+            raise RewardError(f"{who}: reward_weights = {tuple(weights)!r} holds {bad[0]!r}, not a finite number (one weight per reward component {tuple(names)!r})")
     weights = [1.0] * len(names) if weights is None else [float(w) for w in weights]
     if len(weights) != len(names):
         raise RewardError(
