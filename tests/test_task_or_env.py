@@ -61,3 +61,49 @@ def test_the_command_line_says_it_in_one_line(capsys):
     assert main(["run", "env=calculator", "task.digits=3"]) == 1
     err = capsys.readouterr().err
     assert "task.digits=3" in err and "env.digits_a" in err and "Traceback" not in err
+
+
+def test_a_task_method_that_cannot_take_the_runs_arguments_is_refused_at_build():
+    """Traceback: a task written with ``def train_examples(self)`` (the protocol is
+    ``train_examples(n, rng)``) crashed deep in the warm start with a TypeError. The built task's
+    methods are checked against how the run calls them, naming the method and the call."""
+    import rllab
+    from rllab.training.export import check_protocol_signatures
+    from rllab.types import Example
+
+    class NoArgs(rllab.SingleTurn):
+        def train_examples(self):
+            return []
+
+        def eval_examples(self):
+            return []
+
+        def demonstration(self, example):
+            return "1"
+
+        def reward(self, example, completion):
+            return 1.0
+
+    with pytest.raises(ConfigError, match=r"task 'mine': NoArgs.train_examples\(\) cannot be called as train_examples\(n, rng\)"):
+        check_protocol_signatures(NoArgs(), who="task 'mine'")
+
+    class OneArgReward(NoArgs):
+        def train_examples(self, n, rng=None):
+            return [Example(prompt="1+0=", answer="1")] * n
+
+        def reward(self, completion):
+            return 1.0
+
+    with pytest.raises(ConfigError, match=r"OneArgReward.reward\(completion\) cannot be called as reward\(example, completion\)"):
+        check_protocol_signatures(OneArgReward(), who="task 'mine'")
+
+    class Fine(OneArgReward):
+        def reward(self, example, completion, *extra, **kw):
+            return 1.0
+
+    check_protocol_signatures(Fine(), who="task 'mine'")
+    lab = rllab.Lab()
+    for section, name in (("task", "addition"), ("task", "sort"), ("env", "calculator"), ("env", "guess"), ("env", "search")):
+        from rllab.training.export import build_source
+
+        build_source(load_config(None, [f"{section}={name}"], lab=lab), lab)  # the built-ins pass

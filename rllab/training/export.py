@@ -60,7 +60,10 @@ def build_source(cfg: Any, lab: Any) -> Any:
 
     with rewards.resolving_with(lab):  # reward functions named in the task's knobs: this run's plugins
         try:
-            return parts.component(cfg, lab, cfg.source)()
+            source = parts.component(cfg, lab, cfg.source)()
+            kind = "environment" if cfg.source == "env" else "task"
+            check_protocol_signatures(source, who=f"{kind} {cfg.components[cfg.source].name!r}", task=kind == "task")
+            return source
         except RllabError:
             raise
         except (ValueError, OSError) as e:  # a task refusing its knobs or data (a missing file, a bad row)
@@ -69,6 +72,41 @@ def build_source(cfg: Any, lab: Any) -> Any:
             if "pip install" not in str(e):
                 raise
             raise ConfigError(str(e)) from e
+
+
+PROTOCOL_CALLS = {
+    "train_examples": ("train_examples(n, rng)", 2),
+    "eval_examples": ("eval_examples()", 0),
+    "demonstration": ("demonstration(example)", 1),
+    "start": ("start(example)", 1),
+    "reward": ("reward(example, completion)", 2),
+    "solved": ("solved(example, reward)", 2),
+}
+"""The methods the kernel calls on a task or environment, as it calls them (positional arguments;
+``reward`` on a task only: an environment's rewards come from its steps)."""
+
+
+def check_protocol_signatures(source: Any, *, who: str, task: bool = True) -> None:
+    """Refuse, at load, a task's or environment's method that cannot take the arguments the kernel
+    passes it (e.g. ``def train_examples(self)``), naming the method and how it is called; a
+    method the object lacks, or whose signature Python cannot read, is left to the calls."""
+    import inspect
+
+    for name, (call, nargs) in PROTOCOL_CALLS.items():
+        method = getattr(source, name, None)
+        if method is None or not callable(method) or (name == "reward" and not task):
+            continue
+        try:
+            sig = inspect.signature(method)
+        except (TypeError, ValueError):
+            continue
+        try:
+            sig.bind(*([None] * nargs))
+        except TypeError as e:
+            raise ConfigError(
+                f"{who}: {type(source).__name__}.{name}{sig} cannot be called as {call}, which is how the run calls it "
+                f"({e}); see docs/environments.md"
+            ) from None
 
 
 def is_run_dir(path: Path) -> bool:
