@@ -241,6 +241,8 @@ def parse_suite(source: str | Path | dict) -> Suite:
         raise SuiteError(f"{where}: steps must be a positive integer, got {steps!r}")
     if data.get("tasks", [None]) == []:
         raise SuiteError(f"{where}: tasks = []: no cells to run; name at least one task, or leave tasks out for the base config's task")
+    if "tasks" in data and not isinstance(data["tasks"], list):
+        raise SuiteError(f"{where}: tasks must be a list of task names or tables (tasks = [\"addition\"]), got {data['tasks']!r}")
     tasks = []
     for t in data.get("tasks", [None]):
         if t is None:

@@ -88,6 +88,9 @@ def test_bad_variants_knobs_and_axes_fail_before_anything_runs(lab, tmp_path, ov
         ({"track": "rollout/response_length"}, "track must be a list"),
         ({"track": ["actor/clipfrac", "actor/clipfrac"]}, "track repeats 'actor/clipfrac'"),
         ({"track": ["eval/accuracy"]}, "eval/ metrics are evaluations"),
+        # a string for the list was read letter by letter ("tasks repeat d, i with the same knobs")
+        ({"tasks": "addition"}, "tasks must be a list of task names or tables (tasks = [\"addition\"]), got 'addition'"),
+        ({"tasks": {"name": "sort"}}, "tasks must be a list of task names or tables"),
     ],
 )
 def test_malformed_suite_files_name_the_key(over, needle):
