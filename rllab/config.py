@@ -234,6 +234,28 @@ def _deep_merge(base: dict, over: Mapping) -> dict:
     return out
 
 
+LOGGER_OUTPUT_KNOBS = ("filename", "subdir")
+"""Logger knobs that name what a logger writes in the run directory: two loggers of one kind
+with the same value would write the same file."""
+
+
+def _refuse_repeated_loggers(refs: list, where: str) -> None:
+    """Refuse a logger given twice (every row would be logged twice, into one file), or two of one
+    kind writing the same file; two of a kind with other outputs (other projects, files) are kept."""
+    seen: dict[str, list] = {}
+    for ref in refs:
+        mine = ref.to_dict()
+        for other in seen.get(ref.name, ()):
+            if other == mine:
+                raise ConfigError(f"{where}: loggers: logger {ref.name!r} is given twice with the same knobs ({mine!r}); "
+                                  "give it once", key="loggers")
+            same = [k for k in LOGGER_OUTPUT_KNOBS if k in mine and other.get(k) == mine[k]]
+            if same:
+                raise ConfigError(f"{where}: loggers: two {ref.name!r} loggers would both write {same[0]} = {mine[same[0]]!r}; "
+                                  f"give each its own {same[0]}", key="loggers")
+        seen.setdefault(ref.name, []).append(mine)
+
+
 def load_config(
     source: str | Path | Mapping | None = None,
     overrides: list[str] | list[tuple[str, Any]] = (),
@@ -407,6 +429,7 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
             refs.append(_component(lab, "loggers", "logger", lg, "jsonl", text, where))
         except ConfigError as e:
             raise ConfigError(str(e).replace("[loggers]", "loggers"), key="loggers") from None
+    _refuse_repeated_loggers(refs, where)
 
     schedule = []
     entries = data.get("schedule", ())

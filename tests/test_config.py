@@ -172,3 +172,23 @@ def test_digits_for_a_text_knob_are_refused_with_how_to_quote_them():
     with pytest.raises(ConfigError, match=r"sha256 = 12345678 has the wrong type.*read as a number: quote it \(sha256='\"...\"'"):
         load_config(None, ["model.sha256=12345678"])
     assert load_config(None, ['model.sha256="12345678"']).model.sha256 == "12345678"
+
+
+@pytest.mark.parametrize(
+    "loggers, match",
+    [
+        (["jsonl", "jsonl"], r"loggers: logger 'jsonl' is given twice with the same knobs"),
+        (["jsonl", {"name": "jsonl", "filename": "metrics.jsonl"}], r"logger 'jsonl' is given twice"),
+        ([{"name": "traces", "per_step": 2}, {"name": "traces", "per_step": 4}],
+         r"two 'traces' loggers would both write filename = 'traces.jsonl'; give each its own filename"),
+        (["tensorboard", {"name": "tensorboard", "subdir": "tb"}], None),
+        (["jsonl", {"name": "jsonl", "filename": "again.jsonl"}], None),
+    ],
+)
+def test_a_logger_given_twice_is_refused(lab, loggers, match):
+    """Silently wrong: ``loggers = ["jsonl", "jsonl"]`` wrote every row of metrics.jsonl twice."""
+    if match is None:
+        assert len(load_config({"loggers": loggers}, lab=lab).loggers) == 2
+        return
+    with pytest.raises(ConfigError, match=match):
+        load_config({"loggers": loggers}, lab=lab)
