@@ -16,6 +16,7 @@ prompts) and ``ground_truth`` (the reference answers), and returns one float per
 from __future__ import annotations
 
 import re
+import threading
 
 import attrs
 
@@ -63,20 +64,28 @@ def _math_verify():
     return math_verify
 
 
-def _gold(mv, answer: str):
+def _math_timeout() -> int | None:
+    """math-verify's own time limit (5 s) where it can have one: it sets it with signal.alarm, which
+    only the main thread may do. Elsewhere (asynchronous rollouts score in a thread of their own) it
+    runs without one, as TRL's math reward does, rather than failing every row."""
+    return 5 if threading.current_thread() is threading.main_thread() else None
+
+
+def _gold(mv, answer: str, timeout: int | None):
     """The parsed reference: as written, else as a LaTeX formula (so '\\frac12' parses too)."""
-    gold = mv.parse(answer)
-    return gold if gold else mv.parse(f"${answer}$")
+    gold = mv.parse(answer, parsing_timeout=timeout)
+    return gold if gold else mv.parse(f"${answer}$", parsing_timeout=timeout)
 
 
 def math_verify(*, completions, ground_truth, config, **columns) -> list[float]:
     """1.0 iff math-verify finds the completion's final answer (boxed or plain) equal to the answer."""
     mv = _math_verify()
+    timeout = _math_timeout()
     out = []
     for c, a in zip(completions, ground_truth):
-        gold = _gold(mv, str(a))
-        answer = mv.parse(text_of(c))
-        out.append(1.0 if gold and answer and mv.verify(gold, answer) else 0.0)
+        gold = _gold(mv, str(a), timeout)
+        answer = mv.parse(text_of(c), parsing_timeout=timeout)
+        out.append(1.0 if gold and answer and mv.verify(gold, answer, timeout_seconds=timeout) else 0.0)
     return out
 
 

@@ -138,6 +138,21 @@ def test_math_verify_accepts_boxed_plain_and_equivalent_latex():
     assert _score(fn, texts, answers=["0.5", "\\frac12", "3", "3"]) == [1.0, 1.0, 1.0, 0.0]
 
 
+def test_math_verify_scores_alike_outside_the_main_thread():
+    """Asynchronous rollouts score in a thread of their own, where math-verify's signal-based time
+    limit cannot be set: the reward must score there as in the main thread, not fail every row."""
+    pytest.importorskip("math_verify")
+    import threading
+
+    fn = load_reward_function("math_verify", lab=_LAB)
+    texts, answers = ["\\boxed{\\frac{1}{2}}", "The answer is 0.5", "no idea"], ["0.5", "\\frac12", "3"]
+    got = {}
+    worker = threading.Thread(target=lambda: got.update(scores=_score(fn, texts, answers=answers)))
+    worker.start()
+    worker.join()
+    assert got["scores"] == _score(fn, texts, answers=answers) == [1.0, 1.0, 0.0]
+
+
 def test_several_functions_become_weighted_reward_components(tmp_path):
     rows = [{"prompt": f"{i}?", "answer": str(i)} for i in range(20)]
     task = _task(tmp_path, rows, rewards=["exact", "tests.plugins.trl_rewards:reward_len"], reward_weights=[1.0, 0.5])
