@@ -171,7 +171,7 @@ def test_a_suite_cell_is_found_by_variant_and_seed(tmp_path):
     assert resolve_cell(tmp_path, "grpo-add-s1-k") == tmp_path / "runs" / "grpo-add-s1-k"
     with pytest.raises(RllabError, match="no variant 'ppo'.*grpo, no_rl"):
         resolve_cell(tmp_path, "ppo")
-    with pytest.raises(RllabError, match="no seed 7"):
+    with pytest.raises(RllabError, match="no seed 7 in .*; its seeds: 0, 1"):  # the seeds it has, listed
         resolve_cell(tmp_path, "grpo/7")
     report = tmp_path / "report"  # a committed result: the report and its provenance, no runs
     report.mkdir()
@@ -276,3 +276,16 @@ def test_provenance_of_what_is_not_a_record_says_what_to_give(recorded, tmp_path
     (tmp_path / "afile").write_text("x")
     assert main(["provenance", str(recorded), "--export-start", str(tmp_path / "afile")]) == 1
     assert "--export-start" in capsys.readouterr().err and (tmp_path / "afile").read_text() == "x"
+
+
+def test_export_start_of_a_suite_result_names_a_cell_for_each_start(tmp_path, capsys):
+    """Unclear message: ``rllab provenance SUITE --export-start DIR`` said "its provenance names no
+    starting model", though the suite records each start's hash and the cells that ran from it."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "provenance.json").write_text(json.dumps({"starts": {"ab" * 32: ["grpo-addition-s0-1", "rloo-addition-s0-2"], "cd" * 32: ["grpo-addition-w1-s0-3"]}}))
+    assert main(["provenance", str(suite), "--export-start", str(tmp_path / "out")]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "is a suite result of 2 start(s); export each from one of its cells" in err
+    assert f"abababababababab…: rllab provenance {suite / 'runs' / 'grpo-addition-s0-1'} --export-start" in err
+    assert "grpo-addition-w1-s0-3" in err and not (tmp_path / "out").exists()

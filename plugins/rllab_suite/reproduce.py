@@ -57,9 +57,10 @@ def resolve_cell(result: Path, cell: str) -> Path:
             wanted = int(seed)
         except ValueError:
             raise RllabError(f"--cell {cell}: the seed after '/' must be a whole number, got {seed!r}") from None
+        seeds = sorted({c["seed"] for c in matches})
         matches = [c for c in matches if c["seed"] == wanted]
         if not matches:
-            raise RllabError(f"--cell {cell}: variant {name!r} has no seed {wanted} in {result}")
+            raise RllabError(f"--cell {cell}: variant {name!r} has no seed {wanted} in {result}; its seeds: {', '.join(map(str, seeds))}")
     else:
         low = min(c["seed"] for c in matches)
         matches = [c for c in matches if c["seed"] == low]
@@ -262,6 +263,10 @@ def cmd_provenance(args) -> int:
         if Path(args.export_start).exists() and not Path(args.export_start).is_dir():
             raise RllabError(f"--export-start {args.export_start}: a file is there; give a directory (the start goes to DIR/start-<hash>)")
         start = ((a.get("hashes") or {}).get("start")) or {}
+        if not start.get("path") and isinstance(a.get("starts"), dict) and a["starts"]:  # a suite result: one start per hash
+            cells = "; ".join(f"{sha[:16]}…: rllab provenance {Path(args.result) / 'runs' / (names or ['CELL'])[0]} --export-start "
+                              f"{args.export_start}" for sha, names in a["starts"].items())
+            raise RllabError(f"{args.result} is a suite result of {len(a['starts'])} start(s); export each from one of its cells: {cells}")
         if not start.get("path") or not start.get("sha256"):
             raise RllabError(f"{args.result}: its provenance names no starting model")
         src = Path(start["path"])
