@@ -3,6 +3,7 @@ staleness suites compare what their comments say they compare (cell for cell).""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -94,10 +95,14 @@ def test_staleness_k4_bounds_differ_from_the_k4_arms_only_in_the_bound():
             "rejection_k3_05": ("rejection", {"correction.upper": (0.1, 0.5)}),
             "rejection_k3_2": ("rejection", {"correction.upper": (0.1, 2.0)})}
     assert bounds.keys() == {(arm, seed) for arm in arms for seed in range(5)}
+    (k4_start,) = json.loads((SUITES / "results" / "staleness_k4" / "provenance.json").read_text())["starts"]
     for (variant, seed), cell in bounds.items():
         reference, expected = arms[variant]
         assert cell.config["rollout"]["max_staleness"] == 4
-        assert differences(k4[(reference, seed)], cell) == expected, variant
+        assert cell.config["model"]["sha256"] == k4_start  # pinned to the start staleness_k4 recorded
+        found = differences(k4[(reference, seed)], cell)
+        found.pop("model.sha256", None)
+        assert found == expected, variant
         assert (cell.key == k4[(reference, seed)].key) == (variant == "tis")
     for arm in ("rejection_k3_05", "rejection_k3_2"):
         assert bounds[(arm, 0)].config["correction"]["criterion"] == "seq_max_k3"
@@ -113,4 +118,6 @@ def test_staleness_k4_rejection_is_arms_differ_from_the_unweighted_rejection_arm
         reference = arms[variant][(unweighted[variant], seed)]
         assert cell.config["rollout"]["max_staleness"] == 4
         assert cell.config["correction"]["criterion"] == "seq_max_k3"
-        assert differences(reference, cell) == {"correction.is_level": ("none", "token")}, variant
+        found = differences(reference, cell)
+        found.pop("model.sha256", None)  # staleness_k4_bounds pins the start staleness_k4 recorded
+        assert found == {"correction.is_level": ("none", "token")}, variant
