@@ -363,6 +363,15 @@ class RewardSet:
         unknown = sorted(set(knobs) - set(names))
         if unknown:
             raise ConfigError(f"{who}: reward_knobs names {unknown!r}, which are not among its reward functions {list(names)!r}", key="reward_knobs")
+        for i, (ref, name) in enumerate(zip(refs, names)):  # the same function twice, with the same knobs, counts twice
+            for ref0, name0 in zip(refs[:i], names[:i]):
+                if ref0 == ref and knobs.get(name0) == knobs.get(name):
+                    raise ConfigError(
+                        f"{who}: reward function {ref!r} is listed twice with the same knobs ({name0!r} and {name!r}): its "
+                        f"score would count twice; give it once (a reward_weights entry of 2 weighs it double), or give the "
+                        f"second its own knobs in reward_knobs[{name!r}]",
+                        key="rewards",
+                    )
         fns = tuple(load_reward_function(r, lab=lab, name=n, knobs=knobs.get(n)) for r, n in zip(refs, names))
         return cls(functions=fns, weights=tuple(float(w) for w in weights) if weights is not None else (1.0,) * len(refs))
 

@@ -122,6 +122,19 @@ def test_bad_references_are_refused_with_what_was_wrong(tmp_path):
     assert reward_names(["exact", "m:exact", "a.py:f"]) == ("exact", "exact_2", "f")
 
 
+
+def test_a_reward_function_listed_twice_with_the_same_knobs_is_refused():
+    """Silently wrong: ``task.rewards=["exact", "exact"]`` scored every answer twice (eval/reward
+    twice eval/accuracy). The same function twice needs its own knobs for the second; a weight says
+    "double"."""
+    from rllab.rollout.rewards import RewardSet
+
+    with pytest.raises(ConfigError, match=r"task: reward function 'exact' is listed twice with the same knobs \('exact' and 'exact_2'\).*reward_weights entry of 2"):
+        RewardSet.load(["exact", "exact"])
+    with pytest.raises(ConfigError, match=r"listed twice"):
+        RewardSet.load(["exact", "math_verify", "exact"], knobs={"exact": {}, "exact_2": {}})
+    assert len(RewardSet.load(["exact"], [2.0]).functions) == 1
+
 def test_builtins_score_as_documented():
     get = lambda name: load_reward_function(name, lab=_LAB)  # noqa: E731
     assert _score(get("exact"), [" 12 ", "13"], answers=["12", "12"]) == [1.0, 0.0]
