@@ -138,7 +138,7 @@ def summarize(records: list[RunRecord], *, baseline: str | None = None, variants
             row["no_signal"] = sum(1 for r in rs if r.train_reward_max == 0.0)
             row["track"] = {}
             for m in track:
-                m_, lo, hi = stats.mean_ci([r.last(m) for r in done])
+                m_, lo, hi = last_ci(done, m)
                 row["track"][m] = {
                     "last": {"mean": m_, "low": lo, "high": hi},
                     "spans": [dict(zip(("mean", "low", "high"), stats.mean_ci([r.span(m, a, b) for r in done])), first=a, last=b) for a, b in windows],
@@ -198,6 +198,18 @@ def arm_stat(done: list[RunRecord], kind: str, metric: str) -> dict:
         return {"mean": m, "low": lo, "high": hi, "levels": "problems and seeds"}
     m, lo, hi = stats.mean_ci([getattr(r, kind)(metric) for r in done])
     return {"mean": m, "low": lo, "high": hi, "levels": "seeds"}
+
+
+def last_ci(done: list[RunRecord], metric: str) -> tuple[float, float, float]:
+    """A tracked metric's mean over each run's last steps: mean with its 95% CI over seeds, and over
+    starts too (the starts resampled, then their seeds) when the runs come from several starts."""
+    starts = verdicts_.starts_of(done)
+    if len(starts) > 1:
+        groups = [[[v] for r in done if r.start == s and math.isfinite(v := r.last(metric))] for s in starts]
+        groups = [g for g in groups if g]
+        if groups:
+            return verdicts_.three_level_ci(groups)
+    return stats.mean_ci([r.last(metric) for r in done])
 
 
 def per_start(records: list[RunRecord], *, tasks: list, variants: list) -> list[dict]:

@@ -321,3 +321,18 @@ def test_the_pin_line_fills_in_the_hashes_built_and_keeps_the_pinned_ones():
     assert pin_line(s, {1: "cd" * 32}) == f'starts = [{{ seed = 0, sha256 = "{"ab" * 32}" }}, {{ seed = 1, sha256 = "{"cd" * 32}" }}]'
     assert pin_line(s, {}) is None  # start 1 not built here: nothing to pin it to
     assert pin_line(parse_suite(suite(starts=[{"seed": 0, "sha256": "ab" * 32}])), {}) is None  # all pinned already
+
+
+def test_a_tracked_metric_over_starts_resamples_the_starts():
+    from rllab_suite.records import RunRecord
+    from rllab_suite.report import last_ci
+
+    def run(start, value):
+        return RunRecord(run_dir="", variant="a", task="t", seed=0, status="done", train={"m": ([1], [value])}, start=start)
+
+    # start 0's runs end at 2 and 4 tokens, start 1's at 6: the mean of the starts' means is (3 + 6) / 2.
+    # A slot of a resample is start 1 (6, probability 1/2) or start 0 with its two seeds redrawn (2, 3, 4 with
+    # 1/8, 1/4, 1/8); the mean of two slots is at most 2.5 with probability 1/64 + 2 · 1/8 · 1/4 = 5/64 (> 2.5%)
+    # and 2 with 1/64 (< 2.5%), and 6 with 1/4: the 95% CI is [2.5, 6]
+    m, lo, hi = last_ci([run(0, 2.0), run(0, 4.0), run(1, 6.0)], "m")
+    assert m == pytest.approx(4.5) and lo == pytest.approx(2.5) and hi == pytest.approx(6.0)
