@@ -107,3 +107,36 @@ def test_a_task_method_that_cannot_take_the_runs_arguments_is_refused_at_build()
         from rllab.training.export import build_source
 
         build_source(load_config(None, [f"{section}={name}"], lab=lab), lab)  # the built-ins pass
+
+
+def test_reward_weights_that_do_not_fit_the_components_are_refused_when_the_task_is_built():
+    """Said late: a task's reward_weights of another length (or holding a non-number) was refused
+    only at its first reward, after the warm start; it is refused when the task is built."""
+    import rllab
+    from rllab.training.export import build_source
+    from rllab.types import Example
+
+    class Three(rllab.SingleTurn):
+        reward_components = ("correct", "format")
+        reward_weights = (1.0, 0.2, 0.5)
+
+        def train_examples(self, n, rng):
+            return [Example(prompt="1+0=", answer="1")] * n
+
+        def eval_examples(self):
+            return []
+
+        def demonstration(self, example):
+            return "1"
+
+        def reward(self, example, completion):
+            return {"correct": 1.0, "format": 1.0}
+
+    class Plugin:
+        @rllab.hookimpl
+        def register_tasks(self, register):
+            register("three", lambda *, config: Three(), reward_components=Three.reward_components)
+
+    lab = rllab.Lab(plugins=[Plugin()])
+    with pytest.raises(rllab.RllabError, match=r"task 'three': reward_weights has 3 entries for its 2 reward components"):
+        build_source(load_config(None, ["task=three"], lab=lab), lab)

@@ -62,7 +62,13 @@ def build_source(cfg: Any, lab: Any) -> Any:
         try:
             source = parts.component(cfg, lab, cfg.source)()
             kind = "environment" if cfg.source == "env" else "task"
-            check_protocol_signatures(source, who=f"{kind} {cfg.components[cfg.source].name!r}", task=kind == "task")
+            who = f"{kind} {cfg.components[cfg.source].name!r}"
+            check_protocol_signatures(source, who=who, task=kind == "task")
+            names = getattr(source, "reward_components", None) or ()
+            if names:  # reward_weights of another length, or not numbers: said now, not at the first reward after the warm start
+                from rllab.rollout.scoring import component_weights
+
+                component_weights(source, tuple(names), who=who)
             return source
         except RllabError:
             raise
