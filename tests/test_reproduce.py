@@ -181,27 +181,31 @@ def test_a_suite_cell_is_found_by_variant_and_seed(tmp_path):
 
 
 def test_the_controls_suites_no_rl_cell_from_its_shipped_start_evaluates_to_the_committed_number(tmp_path, monkeypatch):
-    """benchmarks/suites/starts holds the start the committed controls result recorded; pinned by
-    its hash, the untrained cell builds no warm start (an empty cache stays empty) and scores
-    what the committed result says — the check to run on another machine."""
+    """benchmarks/suites/starts holds every start the committed controls result recorded; pinned by
+    its hash, each start's untrained cell builds no warm start (an empty cache stays empty) and
+    scores what the committed result says for that start — the check to run on another machine."""
     from rllab import Lab
     from rllab.training.trainer import run_experiment
     from rllab_suite.spec import expand, parse_suite
 
     root = Path(__file__).resolve().parents[1]
     recorded = json.loads((root / "benchmarks/suites/results/controls/provenance.json").read_text())
-    (sha,) = recorded["starts"]
-    committed = next(r for r in json.loads((root / "benchmarks/suites/results/controls/summary.json").read_text())["rows"]
-                     if r["variant"] == "no_rl")["initial_accuracy"]
+    by_seed = {int(seed): hashes for seed, hashes in recorded["start_seeds"].items()}
+    assert len(by_seed) == 3 and all(len(h) == 1 for h in by_seed.values())  # three starts, each one hash
+    summary = json.loads((root / "benchmarks/suites/results/controls/summary.json").read_text())
+    committed = {s["start"]: next(r for r in s["rows"] if r["variant"] == "no_rl")["initial_accuracy"] for s in summary["starts"]}
     monkeypatch.setenv("RLLAB_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.setenv(provenance.STARTS_ENV, str(root / "benchmarks/suites/starts"))
     lab = Lab()
-    cell = next(c for c in expand(parse_suite(root / "benchmarks/suites/controls.toml"), lab=lab) if c.variant == "no_rl" and c.seed == 0)
-    run_experiment(load_config(cell.config, [f"model.sha256={sha}"], lab=lab), lab=lab, run_dir=tmp_path / "no_rl", progress=False)
-    assert provenance.read(tmp_path / "no_rl")["hashes"]["start"]["sha256"] == sha
+    cells = expand(parse_suite(root / "benchmarks/suites/controls.toml"), lab=lab)
+    for seed, (sha,) in by_seed.items():
+        cell = next(c for c in cells if c.variant == "no_rl" and c.seed == 0 and c.start == seed)
+        assert cell.config["model"]["sha256"] == sha  # the suite file pins the start the result recorded
+        run_experiment(load_config(cell.config, lab=lab), lab=lab, run_dir=tmp_path / f"no_rl-{seed}", progress=False)
+        assert provenance.read(tmp_path / f"no_rl-{seed}")["hashes"]["start"]["sha256"] == sha
+        first = json.loads((tmp_path / f"no_rl-{seed}" / "metrics.jsonl").read_text().splitlines()[0])
+        assert first["step"] == 0 and first["eval/accuracy"] == committed[seed]
     assert not (tmp_path / "empty-cache").exists() or not any((tmp_path / "empty-cache").iterdir())
-    first = json.loads((tmp_path / "no_rl" / "metrics.jsonl").read_text().splitlines()[0])
-    assert first["step"] == 0 and first["eval/accuracy"] == committed
 
 
 def test_every_committed_result_ships_the_starts_it_recorded():
