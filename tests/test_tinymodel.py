@@ -293,3 +293,19 @@ def test_default_warm_start_on_addition_is_partly_right(tmp_path):
     path = get_or_build(TinyModelConfig(), task, task_cfg, WarmStartConfig(), cache_dir=tmp_path, progress=False)
     acc = tinymodel.warm_start_metrics(path)["warm/eval_accuracy"]
     assert 0.1 <= acc <= 0.4
+
+
+def test_a_model_cache_that_is_a_file_is_refused_naming_the_variable(tmp_path, monkeypatch):
+    """Traceback: ``$RLLAB_CACHE`` naming a file warm-started the model, then crashed with
+    FileExistsError when saving it."""
+    from rllab.errors import ConfigError
+
+    afile = tmp_path / "cache.toml"
+    afile.write_text("x")
+    monkeypatch.setenv(tinymodel.CACHE_ENV, str(afile))
+    with pytest.raises(ConfigError, match=r"\$RLLAB_CACHE = '.*cache.toml' is a file, not a directory"):
+        tinymodel.cache_root()
+    with pytest.raises(ConfigError, match=r"the model cache '.*cache.toml' is a file"):
+        tinymodel.cache_root(afile)
+    monkeypatch.setenv(tinymodel.CACHE_ENV, str(tmp_path / "new"))
+    assert tinymodel.cache_root() == tmp_path / "new"  # a directory not made yet is fine

@@ -334,9 +334,16 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     """``cache_dir`` if given, else ``$RLLAB_CACHE``, else ``~/.cache/rllab/models``."""
     if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    env = os.environ.get(CACHE_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "rllab" / "models"
+        root = Path(cache_dir).expanduser()
+    else:
+        env = os.environ.get(CACHE_ENV)
+        root = Path(env).expanduser() if env else Path.home() / ".cache" / "rllab" / "models"
+    if root.exists() and not root.is_dir():  # said before the warm start, not when its model is saved
+        from rllab.errors import ConfigError
+
+        said = f"${CACHE_ENV} = {str(root)!r}" if cache_dir is None and os.environ.get(CACHE_ENV) else f"the model cache {str(root)!r}"
+        raise ConfigError(f"{said} is a file, not a directory: point ${CACHE_ENV} at a directory for the cached tiny models")
+    return root
 
 
 def cache_key(
