@@ -90,3 +90,20 @@ def test_the_deployment_settings_are_knobs_of_the_shipped_components():
     for key in DEPLOYMENT_SETTINGS:
         section, knob = key.split(".")
         assert knob in hf[section] or knob in sg[section] or (section == "model" and knob == "reference_device"), key
+
+
+def test_a_file_of_a_run_directory_given_for_it_says_to_give_the_directory(finished, tmp_path):
+    """Unclear message: ``--resume RUN/config.toml`` said "RUN/config.toml is not a run directory
+    (no config.toml)"; export and reproduce likewise."""
+    from rllab.training.export import run_checkpoint
+    from rllab.training.reproduce import reproduce_run
+
+    said = rf"config.toml is a file of the run directory {finished}: give the directory"
+    with pytest.raises(rllab.RllabError, match=said):
+        resume_run(finished / "config.toml", progress=False)
+    with pytest.raises(rllab.RllabError, match=said):
+        run_checkpoint(finished / "config.toml")
+    with pytest.raises(rllab.RllabError, match=said):
+        reproduce_run(finished / "config.toml", run_dir=tmp_path / "again")
+    with pytest.raises(rllab.RllabError, match=r"nowhere is not a run directory \(no config.toml\)$"):
+        run_checkpoint(tmp_path / "nowhere")

@@ -115,6 +115,15 @@ def check_protocol_signatures(source: Any, *, who: str, task: bool = True) -> No
             ) from None
 
 
+def inside_run_hint(path: Path) -> str:
+    """``": give the run directory D"`` when ``path`` is a file of run directory D (its
+    config.toml, a log), else ``""``: for messages of commands that take a run directory."""
+    path = Path(path)
+    if path.is_file() and (path.parent / "config.toml").is_file():
+        return f"; {path} is a file of the run directory {path.parent}: give the directory"
+    return ""
+
+
 def is_run_dir(path: Path) -> bool:
     return (Path(path) / "config.toml").is_file() and (Path(path) / "checkpoints").is_dir()
 
@@ -125,7 +134,7 @@ def run_checkpoint(run_dir: Path, step: int | None = None) -> Path:
 
     run_dir = Path(run_dir)
     if not (run_dir / "config.toml").is_file():
-        raise RllabError(f"{run_dir} is not a run directory (no config.toml)")
+        raise RllabError(f"{run_dir} is not a run directory (no config.toml){inside_run_hint(run_dir)}")
     root = run_dir / checkpoint.CHECKPOINTS
     kept = sorted(int(p.name[5:]) for p in root.glob("step_*") if (p / "state.pt").is_file()) if root.is_dir() else []
     if step is None:

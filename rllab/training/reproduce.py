@@ -176,7 +176,9 @@ def reproduce_run(result: str | os.PathLike, *, lab: Lab | None = None, run_dir:
     result = Path(result)
     cfg_path = result / CONFIG_FILE
     if not cfg_path.is_file():
-        raise RllabError(f"{result} is not a run directory (no {CONFIG_FILE}); for a suite result give --cell NAME[/SEED]")
+        from rllab.training.export import inside_run_hint
+
+        raise RllabError(f"{result} is not a run directory (no {CONFIG_FILE}){inside_run_hint(result) or '; for a suite result give --cell NAME[/SEED]'}")
     recorded = provenance.read(result)
     recorded_metrics = read_metrics(result / METRICS_FILE)
     rec_start = (recorded.get("hashes") or {}).get("start") or {}

@@ -65,7 +65,9 @@ def resume_run(run_dir: Path, *, lab: Lab | None = None, overrides: list[str] = 
     run_dir = Path(run_dir)
     cfg_path = run_dir / CONFIG_FILE
     if not cfg_path.is_file():
-        raise RllabError(f"{run_dir} is not a run directory (no {CONFIG_FILE})")
+        from rllab.training.export import inside_run_hint
+
+        raise RllabError(f"{run_dir} is not a run directory (no {CONFIG_FILE}){inside_run_hint(run_dir)}")
     pairs = parse_overrides(list(overrides))
     bad = [k for k, _ in pairs if k not in RESUMABLE_SETTINGS and k not in DEPLOYMENT_SETTINGS]
     if bad:
