@@ -687,7 +687,8 @@ def test_the_warm_start_cache_keeps_environments_apart(tmp_path):
 
 
 def test_the_models_context_bounds_an_environments_episodes(char):
-    from rllab.rollout.stage import build_stage, episode_metrics
+    from rllab.rollout.episode_stats import episode_metrics
+    from rllab.rollout.stage import build_stage
 
     eos = char.eos_token_id
     t = ids_of(char, "abc") + [eos]

@@ -13,8 +13,9 @@ import pytest
 
 from rllab.config import load_config
 from rllab.errors import ConfigError
+from rllab.rollout.phases import lengths_by_outcome
 from rllab.rollout.rewards import random_rewards
-from rllab.rollout.stage import _lengths_by_outcome, build_stage
+from rllab.rollout.stage import build_stage
 from rllab.settings import RolloutConfig
 
 from .test_accuracy_and_failures import Echo, Task, char  # noqa: F401  (char: a fixture)
@@ -86,9 +87,9 @@ def test_without_the_control_the_task_reward_trains_and_no_true_reward_is_logged
 def test_response_length_of_correct_and_incorrect_samples():
     import torch
 
-    out = _lengths_by_outcome(torch.tensor([2.0, 4.0, 6.0, 9.0]), [True, False, True, False])
+    out = lengths_by_outcome(torch.tensor([2.0, 4.0, 6.0, 9.0]), [True, False, True, False])
     assert out == {"rollout/response_length_correct": 4.0, "rollout/response_length_incorrect": 6.5}
-    assert _lengths_by_outcome(torch.tensor([3.0]), [False]) == {"rollout/response_length_incorrect": 3.0}
+    assert lengths_by_outcome(torch.tensor([3.0]), [False]) == {"rollout/response_length_incorrect": 3.0}
 
 
 def test_what_the_random_reward_cannot_replace_is_refused():

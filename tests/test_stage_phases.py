@@ -27,8 +27,8 @@ def test_the_shapers_and_filters_are_chosen_from_the_config_once(char):  # noqa:
     assert plain.shapers == [] and plain.filters == []  # the default step: nothing shaped, failed samples alone left out
     every = build_stage(task=Task(), task_name="t", backend=Echo(char), tokenizer=char, seed=0, config=RolloutConfig(
         random_reward="given", overlong_buffer=2, max_new_tokens=4, reward_errors="skip", dynamic_sampling=True))
-    assert _names(every.shapers) == ["_random_reward", "_overlong"]
-    assert _names(every.filters) == ["_skip_failed_groups", "_drop_flat_groups"]
+    assert _names(every.shapers) == ["random_reward", "overlong"]
+    assert _names(every.filters) == ["skip_failed_groups", "drop_flat_groups"]
     assert len(every.measures) == len(plain.measures) + 1  # rollout/true_reward
 
 

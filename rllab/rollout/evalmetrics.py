@@ -57,3 +57,13 @@ def sampled_metrics(correct: Sequence[int], n: int) -> dict[str, float]:
     for k in report_ks(n):
         out[f"eval/pass@{k}"] = sum(pass_at_k(n, c, k) for c in correct) / P
     return out
+
+
+def held_out_order(shares: Sequence[Sequence]) -> list:
+    """Per-rank shares of a per-example list (rank R held examples R, R + W, R + 2W, …) merged back
+    into the held-out set's order."""
+    W = len(shares)
+    out = [None] * sum(len(s) for s in shares)
+    for r, share in enumerate(shares):
+        out[r::W] = list(share)
+    return out

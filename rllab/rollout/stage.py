@@ -2,13 +2,11 @@
 
     draw ──► play ──► shape ──► filter ──► measure ──► Rollouts ──► to_batch ──► RolloutBatch
 
-:meth:`RolloutStage.sample` runs them, each a function over the step's :class:`StepEpisodes`:
-``draw`` the prompts (the sampler's, within the prompt limits; partial rollouts: the carried
-groups first; data parallel: this rank's share), ``play`` a group of episodes per prompt through
-the episode loop (partial rollouts' stand-in backend; the sampler's gate), then the shapers
-(``rollout.random_reward``, the overlong penalty), filters (failed samples and, with
-``reward_errors = "skip"``, their groups; ``rollout.dynamic_sampling``) and measures (the step's
-metrics, each feature's in use) chosen from ``[rollout]`` when the stage is built. The stage's
+:meth:`RolloutStage.sample` runs them over the step's episodes: ``draw`` the prompts (the
+sampler's, within the prompt limits; partial rollouts: the carried groups first; data parallel:
+this rank's share), ``play`` a group of episodes per prompt through the episode loop (partial
+rollouts' stand-in backend; the sampler's gate), then the shapers, filters and measures
+(:mod:`rllab.rollout.phases`) chosen from ``[rollout]`` when the stage is built. The stage's
 :meth:`RolloutStage.state_dict` holds what carries from step to step: the sampler's state and the
 groups partial rollouts carry.
 
@@ -24,11 +22,6 @@ One stage serves every algorithm: the RL step (:meth:`RolloutStage.sample` then
 (:meth:`RolloutStage.play`) and held-out evaluation (:meth:`RolloutStage.evaluate`). It is data
 in, data out: it reads the source and asks the backend for completions, and never changes
 weights (the trainer syncs them).
-
-A step's rows are :class:`~rllab.rollout.episodes.EpisodeResult` records from sampling to batching:
-each carries its ``reward`` (scalar), ``score`` (reward components) and ``token_rewards``
-(placed per token), then the stage's ``shaping`` and ``keep``; :func:`episode_batch` pads the
-kept ones into the :class:`~rllab.types.RolloutBatch`, in one place.
 
 Scoring follows ``rollout.reward_errors``: a reward that raises or is NaN/inf stops the run with
 a :class:`~rllab.errors.RewardError` naming the task, prompt and completion (``raise``), drops
@@ -49,17 +42,18 @@ from typing import Any, Sequence
 import attrs
 import torch
 
-from rllab import ops, sampling
+from rllab import sampling
 from rllab.algorithm import seed_for
 from rllab.rollout.chat import Messages, PromptRenderer
 from rllab.parallel.reducer import SINGLE, Reducer
 from rllab.rollout.episodes import EpisodeResult, EpisodeRunner
 from rllab.errors import RewardError, RllabError
-from rllab.rollout.evalmetrics import sampled_metrics
-from rllab.rollout.gate import gate, group_means, played_feedback
-from rllab.rollout.rewards import on_last_model_token, random_rewards
+from rllab.rollout.evalmetrics import held_out_order, sampled_metrics
+from rllab.rollout.gate import gate
+from rllab.rollout.rewards import random_rewards
 from rllab.rollout.partial import for_stage
-from rllab.rollout.episode_stats import ERROR_ADVICE, check_step, episode_metrics
+from rllab.rollout.episode_stats import ERROR_ADVICE
+from rllab.rollout.phases import StepEpisodes, episode_batch, filters, measures, shaped, shapers, truncated
 from rllab.members import member
 from rllab.rollout.accuracy import correct_component, solved_rule, solver
 from rllab.rollout.episodes import EpisodeLimits, one_turn
@@ -90,147 +84,7 @@ class Rollouts:
 
     def rewards(self) -> torch.Tensor:
         """(N,) float32 what training uses: each episode's reward plus its shaping."""
-        return _shaped(self.episodes)
-
-
-@attrs.define(kw_only=True, eq=False)
-class StepEpisodes:
-    """One step's episodes between the phases of :meth:`RolloutStage.sample`: drawn
-    (``examples``), played (``episodes``, with each one's outcome as played: ``raw``, ``comps``,
-    ``solved``), shaped (``rewards``, ``shaping``), filtered (``keep``) and measured (``metrics``)."""
-
-    step: int
-    prompts: int
-    """The step's prompt count (over all data-parallel ranks)."""
-    examples: list[Example]
-    partial: Any = None
-    """Partial rollouts: the step's stand-in backend (:mod:`rllab.rollout.partial`), else None."""
-    params: SamplingParams | None = None
-    episodes: list[EpisodeResult] = attrs.Factory(list)
-    gated: Any = None
-    """The sampler's gate's :class:`~rllab.rollout.gate.GateResult`, else None."""
-    timings: dict = attrs.Factory(dict)
-    """The episode loop's own seconds: ``rollout`` (sampling) and ``step`` (the environment's steps)."""
-    backend_metrics: dict = attrs.Factory(dict)
-    raw: list[float] = attrs.Factory(list)
-    """Each episode's reward as played."""
-    comps: list[list[float]] = attrs.Factory(list)
-    """Each episode's reward components as played (zeros for a failed one)."""
-    solved: list[bool] = attrs.Factory(list)
-    rewards: torch.Tensor | None = None
-    """(N,) float32 the rewards training sees (``rollout.random_reward``: the draws)."""
-    shaping: torch.Tensor | None = None
-    """(N,) float32 added to ``rewards`` (the overlong penalty; zeros without it)."""
-    keep: torch.Tensor | None = None
-    """(N,) bool the episodes the batch takes."""
-    metrics: dict = attrs.Factory(dict)
-
-    @property
-    def completions(self) -> list[Completion]:
-        return [e.completion for e in self.episodes]
-
-    @property
-    def scores(self) -> torch.Tensor:
-        """(N,) float32 ``rewards + shaping``."""
-        return self.rewards + self.shaping
-
-    @property
-    def index(self) -> torch.Tensor:
-        """(N,) int64 each episode's prompt index."""
-        return torch.tensor([e.completion.prompt_index for e in self.episodes])
-
-    def played(self, names: Sequence[str], solved: Any, *, zero_failed: bool) -> None:
-        """Record each episode's outcome as played; a failed one is kept only when it scores 0 (``zero_failed``)."""
-        self.raw = [e.reward for e in self.episodes]
-        self.comps = [list(e.score) or [0.0] * len(names) for e in self.episodes]
-        self.solved = [e.error is None and solved(self.examples[e.completion.prompt_index], x, k)
-                       for e, x, k in zip(self.episodes, self.raw, self.comps)]
-        self.rewards = torch.tensor(self.raw, dtype=torch.float32)
-        self.shaping = torch.zeros(len(self.raw), dtype=torch.float32)
-        self.keep = torch.tensor([e.error is None or zero_failed for e in self.episodes], dtype=torch.bool)
-
-    def final_episodes(self) -> list[EpisodeResult]:
-        """The episodes with their ``shaping`` and ``keep`` (evolved only where they change, ~13 µs each)."""
-        return [e if (x, k) == (e.shaping, e.keep) else attrs.evolve(e, shaping=x, keep=k)
-                for e, x, k in zip(self.episodes, self.shaping.tolist(), self.keep.tolist())]
-
-
-def _skip_failed_groups(s: StepEpisodes) -> None:
-    """``reward_errors = "skip"``: drop the whole group of a failed sample."""
-    if not s.keep.all():
-        index = s.index
-        s.keep &= ~torch.isin(index, index[~s.keep].unique())
-
-
-def _drop_flat_groups(s: StepEpisodes) -> None:
-    """``rollout.dynamic_sampling``: drop the groups (of more than one sample) whose scores are all equal."""
-    count, _, std = ops.group_stats(s.scores, s.index)
-    s.keep &= ~((std == 0) & (count > 1))
-
-
-def _component_metrics(s: StepEpisodes, names: Sequence[str]) -> dict:
-    """``reward/<name>``: each reward component's mean as played (the task's, whatever trains)."""
-    comps = torch.tensor(s.comps, dtype=torch.float32).reshape(len(s.comps), len(names))
-    return {f"reward/{name}": comps[:, k].mean().item() for k, name in enumerate(names)}
-
-
-def _shaped(episodes: Sequence[EpisodeResult]) -> torch.Tensor:
-    return torch.tensor([e.reward for e in episodes], dtype=torch.float32) + torch.tensor(
-        [e.shaping for e in episodes], dtype=torch.float32)
-
-
-TRUNCATED = ("length", "overflow")
-"""Finish reasons of a cut-off sample: stopped by ``max_new_tokens`` (an episode: its last turn), or an
-episode that outgrew its token budget."""
-
-
-def truncated(episode: EpisodeResult) -> bool:
-    """Whether ``episode`` was cut off (``rollout.mask_truncated`` leaves it out of the loss)."""
-    return episode.finish_reason in TRUNCATED
-
-
-def episode_batch(episodes: Sequence[EpisodeResult], *, pad_token_id: int, component_names: Sequence[str] = (),
-                  component_weights: Sequence[float] | None = None) -> RolloutBatch:
-    """The padded :class:`RolloutBatch` of ``episodes`` (the kept ones of a step): rows in their
-    order, ``index`` the prompt index, ``rewards`` each episode's reward plus its shaping (float32),
-    ``reward_components`` their ``score`` (zeros for a failed episode) with the K names and
-    weights, ``turns``, ``staleness`` and (partial rollouts) ``token_versions``.
-
-    Placed rewards: a row of one turn has its reward on its last model token (the batch's
-    default placement); when some row took several turns, every row's are given
-    (``turn_rewards``): each turn's reward on its last model token, the shaping added to the
-    last one."""
-    rewards = _shaped(episodes)
-    names = tuple(component_names)
-    comps = None
-    if names:
-        comps = torch.tensor([list(e.score) or [0.0] * len(names) for e in episodes], dtype=torch.float32)
-        comps = comps.reshape(len(episodes), len(names))
-    placed = None
-    if any(e.turns > 1 for e in episodes):
-        raw = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
-        placed = []
-        for e, extra, total in zip(episodes, (rewards - raw).tolist(), rewards.tolist()):
-            row = list(e.token_rewards)
-            model = e.completion.model_mask or (True,) * len(row)
-            last = max((i for i, m in enumerate(model) if m), default=-1)
-            if last >= 0 and e.turns > 1:
-                row[last] += extra
-            elif last >= 0:  # one turn: the row's reward, as the default placement has it
-                row = [0.0] * len(row)
-                row[last] = total
-            placed.append(row)
-    staleness = [e.staleness for e in episodes]
-    versions = None  # partial rollouts: each token's step (a row without them: all the newest step's)
-    if any(e.token_versions is not None for e in episodes):
-        newest = max((v for e in episodes for v in e.token_versions or ()), default=0)
-        versions = [e.token_versions or (newest,) * len(e.completion.token_ids) for e in episodes]
-    return RolloutBatch.from_completions(
-        [e.completion for e in episodes], rewards, pad_token_id=pad_token_id, reward_components=comps,
-        reward_component_names=names, reward_component_weights=None if comps is None else component_weights,
-        turn_rewards=placed, turns=[e.turns for e in episodes], staleness=None if None in staleness else staleness,
-        token_versions=versions,
-    )
+        return shaped(self.episodes)
 
 
 class RolloutStage:
@@ -290,11 +144,11 @@ class RolloutStage:
         """Partial rollouts (``rollout.over_sample > 0``, :mod:`rllab.rollout.partial`): their state, else None."""
         if config.over_sample > 0:
             self.partial = for_stage(backend, config, multi_turn=self.multi_turn, world=self.shard[1], name=self.task_name)
-        self.shapers = self._shapers()
+        self.shapers = shapers(self)
         """The shape phase's steps, chosen from ``[rollout]`` (:meth:`sample`)."""
-        self.filters = self._filters()
+        self.filters = filters(config)
         """The filter phase's steps, chosen from ``[rollout]``."""
-        self.measures = self._measures()
+        self.measures = measures(self)
         """The measure phase's steps: the step's metrics, then each feature's in use."""
 
     def draw(self, step: int, n: int, rng: torch.Generator) -> list[Example]:
@@ -485,16 +339,16 @@ class RolloutStage:
         """A step's episodes through the named phases draw → play → shape → filter → measure: the
         prompts drawn (:meth:`draw_step`), a group of episodes played for each (:meth:`play_step`),
         then the shapers, filters and measures chosen from ``[rollout]`` when the stage was built
-        (:attr:`shapers`, :attr:`filters`, :attr:`measures`), each a function of the step's
-        :class:`StepEpisodes`."""
+        (:attr:`shapers`, :attr:`filters`, :attr:`measures`), each a function of the stage and the
+        step's :class:`~rllab.rollout.phases.StepEpisodes` (:mod:`rllab.rollout.phases`)."""
         s = self.draw_step(step, prompts or self.config.prompts_per_step)
         self.play_step(s, group_size or self.config.group_size)
         for shape in self.shapers:
-            shape(s)
+            shape(self, s)
         for keep in self.filters:
-            keep(s)
+            keep(self, s)
         for measure in self.measures:
-            s.metrics.update(measure(s))
+            s.metrics.update(measure(self, s))
         return Rollouts(examples=s.examples, episodes=s.final_episodes(), metrics=s.metrics)
 
     # -- the phases of a step (sample)
@@ -540,79 +394,8 @@ class RolloutStage:
 
         s.gated = gate(examples=s.examples, episodes=s.episodes, retries=self.gate_retries, step=s.step, seed=self.seed,
                        params=s.params, draw=lambda n, rng: self.draw(s.step, n, rng), play=play,
-                       score=lambda eps: (_shaped(eps) + self.overlong_penalty([e.completion for e in eps])).tolist())
+                       score=lambda eps: (shaped(eps) + self.overlong_penalty([e.completion for e in eps])).tolist())
         s.examples, s.episodes = s.gated.examples, s.gated.episodes
-
-    def _shapers(self) -> list:
-        """shape: ``rollout.random_reward`` (the spurious-rewards control: training sees draws blind
-        to the answers), then DAPO's overlong penalty (``rollout.overlong_buffer``)."""
-        r = self.config
-        return [f for on, f in ((r.random_reward != "off", self._random_reward), (r.overlong_buffer > 0, self._overlong)) if on]
-
-    def _random_reward(self, s: StepEpisodes) -> None:
-        rank, world = self.shard
-        rate = s.solved if self.multi_turn else s.raw  # an environment's base rate: its solved fraction
-        s.rewards = self.random_rewards(s.step, s.completions, rate, s.keep.tolist(), rank * s.prompts // world)
-        s.episodes = [attrs.evolve(e, reward=x, score=(), token_rewards=on_last_model_token(e, x))
-                      for e, x in zip(s.episodes, s.rewards.tolist())]
-
-    def _overlong(self, s: StepEpisodes) -> None:
-        s.shaping = self.overlong_penalty(s.completions)
-
-    def _filters(self) -> list:
-        """filter (after the failed samples, left out unless ``reward_errors = "zero"``):
-        ``reward_errors = "skip"`` drops a failed sample's whole group; ``rollout.dynamic_sampling``
-        the groups whose scores are all equal (DAPO)."""
-        r = self.config
-        return [f for on, f in ((r.reward_errors == "skip", _skip_failed_groups), (r.dynamic_sampling, _drop_flat_groups)) if on]
-
-    def _measures(self) -> list:
-        """measure: the step's ``rollout/*`` metrics, then those of the features in use."""
-        r = self.config
-        return [f for on, f in (
-            (True, self._measure),
-            (r.random_reward != "off", lambda s: {"rollout/true_reward": torch.tensor(s.raw, dtype=torch.float32).mean().item()}),
-            (self.partial is not None, lambda s: s.partial.token_metrics(s.completions)),
-            (bool(self.component_names), lambda s: _component_metrics(s, self.component_names)),
-            (self.multi_turn, lambda s: episode_metrics(s.episodes)),
-            (self.sampler is not None, self._feed_sampler),
-            (True, lambda s: {"rollout/kept_frac": s.keep.float().mean().item()}),
-        ) if on]
-
-    def _measure(self, s: StepEpisodes) -> dict:
-        """The ``rollout/*``, ``time/*`` and backend metrics of a step."""
-        completions, episodes, world = s.completions, s.episodes, self.shard[1]
-        lengths = torch.tensor([c.model_tokens for c in completions], dtype=torch.float32)
-        count, _, std = ops.group_stats(s.scores, torch.tensor([c.prompt_index for c in completions]))
-        health = check_step(episodes, kind=self.kind, name=self.task_name, policy=self.config.reward_errors, limits=self.limits,
-                            total=self.reducer.sum if world > 1 else None)
-        return {
-            "rollout/reward": s.rewards.mean().item(),
-            "rollout/score": s.scores.mean().item(),
-            "rollout/accuracy": sum(s.solved) / len(s.solved),
-            "rollout/response_length": lengths.mean().item(),
-            "rollout/tokens": lengths.sum().item(),
-            **_lengths_by_outcome(lengths, s.solved),
-            "rollout/empty_frac": (lengths == 0).float().mean().item(),
-            "rollout/stop_frac": sum(c.finish_reason == "stop" for c in completions) / len(completions),
-            "rollout/truncated_frac": sum(truncated(e) for e in episodes) / len(episodes),
-            "rollout/reward_errors": float(sum(e.error is not None for e in episodes)),
-            **health,
-            "rollout/groups_all_equal": ((std == 0) & (count > 1)).float().sum().item() / max(1, s.params.n),
-            "time/rollout": s.timings["rollout"],
-            "time/reward": s.timings["step"],
-            "perf/completions_per_s": len(completions) / max(s.timings["rollout"], 1e-9),
-            **{k: float(v) for k, v in s.backend_metrics.items()},
-        }
-
-    def _feed_sampler(self, s: StepEpisodes) -> dict:
-        """The sampler's feedback (each prompt's mean reward, the gate's replacements too) and metrics."""
-        fed, means = list(s.examples), group_means(s.episodes, len(s.examples))
-        if s.gated is not None:
-            more, more_means = played_feedback(s.gated.played)
-            fed, means = fed + more, means + more_means
-        sampling.feedback(self.sampler, step=s.step, examples=fed, rewards=means)
-        return {**(s.gated.metrics if s.gated is not None else {}), **sampling.metrics(self.sampler, name=self.sampler_name)}
 
     def random_rewards(self, step: int, completions: Sequence[Completion], raw: Sequence[float], keep: Sequence[bool], offset: int) -> torch.Tensor:
         """(N,) float32: ``rollout.random_reward``'s Bernoulli draws (:func:`rllab.rollout.rewards.random_rewards`),
@@ -708,24 +491,3 @@ def build_stage(*, task: Any = None, env: Any = None, task_name: str = "?", env_
     if (task is None) == (env is None):
         raise RllabError("a stage plays a task or an environment (env=), exactly one")
     return RolloutStage(env if task is None else task, name=env_name or task_name, **kw)
-
-
-def held_out_order(shares: Sequence[Sequence]) -> list:
-    """Per-rank shares of a per-example list (rank R held examples R, R + W, R + 2W, …) merged back
-    into the held-out set's order."""
-    W = len(shares)
-    out = [None] * sum(len(s) for s in shares)
-    for r, share in enumerate(shares):
-        out[r::W] = list(share)
-    return out
-
-
-def _lengths_by_outcome(lengths: torch.Tensor, solved: Sequence[bool]) -> dict[str, float]:
-    """``rollout/response_length_correct`` / ``_incorrect``: the mean response length (tokens) of
-    the solved and of the unsolved samples, each logged when the step has one."""
-    mask = torch.tensor(list(solved), dtype=torch.bool)
-    out = {}
-    for name, m in (("correct", mask), ("incorrect", ~mask)):
-        if m.any():
-            out[f"rollout/response_length_{name}"] = lengths[m].mean().item()
-    return out
