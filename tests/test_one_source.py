@@ -188,3 +188,33 @@ def test_completions_sampled_apart_are_scored_as_one_turn_episodes_and_refused_f
     two = build_stage(env=Twice(), env_name="twice", backend=Echo(char, "1"), tokenizer=char, seed=0, config=RolloutConfig())
     with pytest.raises(Exception, match=r"environment 'twice' plays episodes of up to 2 turns: a completion sampled apart"):
         two.score(examples[:1], two.generate(examples[:1], two.sampling_params(0, n=1)))
+
+
+def test_what_a_source_is_is_asked_once_and_its_labels_and_errors_follow(char):  # noqa: F811
+    from rllab.errors import RewardError
+    from rllab.rollout.episode_stats import check_step
+    from rllab.rollout.episodes import EpisodeLimits
+    from rllab.rollout.single_turn import ENVIRONMENT, TASK, SingleTurn, kind_of, playable
+
+    task, env = Task(), Twice()
+    assert kind_of(task) is TASK and kind_of(env) is ENVIRONMENT
+    assert (TASK.name, TASK.failure, TASK.culprit, TASK.one_response) == ("task", RewardError, "reward function", True)
+    assert (ENVIRONMENT.name, ENVIRONMENT.failure, ENVIRONMENT.one_response) == ("environment", EpisodeError, False)
+    assert playable(env, name="twice") is env  # an environment as it is
+    played = playable(task, name="t")  # a task of the protocol alone, as a SingleTurn scored by its rubric named "t"
+    assert isinstance(played, SingleTurn) and played.rubric.name == "t"
+    stage = build_stage(env=env, env_name="twice", backend=Echo(char), tokenizer=char, seed=0, config=RolloutConfig())
+    assert stage.source_kind is ENVIRONMENT and stage.kind == "environment" and stage.env is env
+
+    @attrs.frozen
+    class Failed:
+        error: str = "boom."
+        finish_reason: str = "stop"
+
+    # the error class and the fix are the caller's (the source's kind), not derived from the label
+    with pytest.raises(EpisodeError, match=r"environment 'twice' is broken.*boom\. Fix the environment \(run"):
+        check_step([Failed()] * 2, kind="environment", name="twice", policy="skip", limits=EpisodeLimits(max_turns=2),
+                   failure=ENVIRONMENT.failure, culprit=ENVIRONMENT.culprit)
+    with pytest.raises(RewardError, match=r"task 't' is broken.*Fix the reward function") as e:
+        check_step([Failed()] * 2, kind="task", name="t", policy="zero", limits=None)  # the defaults: a task's
+    assert type(e.value) is RewardError

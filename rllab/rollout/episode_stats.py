@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from rllab.errors import ConfigError, EpisodeError, RewardError
+from rllab.errors import ConfigError, RewardError
 
 ERROR_ADVICE = (
     "Fix the reward function (or environment) first. rollout.reward_errors = \"skip\" or \"zero\" "
@@ -44,7 +44,8 @@ def _budget_fix(limits: Any) -> str:
     return f"The model's context bounds them: use a model with a longer context, {room}"
 
 
-def check_step(episodes: Sequence[Any], *, kind: str, name: str, policy: str, limits: Any, total: Any = None) -> dict[str, float]:
+def check_step(episodes: Sequence[Any], *, kind: str, name: str, policy: str, limits: Any, total: Any = None,
+               failure: type[RewardError] = RewardError, culprit: str = "reward function") -> dict[str, float]:
     """The step's failure shares; raises when none of its ``episodes`` gave anything to learn from.
 
     :param episodes: the step's :class:`rllab.rollout.episodes.EpisodeResult` (``error`` set on a failed
@@ -54,8 +55,10 @@ def check_step(episodes: Sequence[Any], *, kind: str, name: str, policy: str, li
     :param limits: the stage's :class:`rllab.rollout.episodes.EpisodeLimits` (named in the overflow message).
     :param total: the counts summed over data-parallel ranks (:meth:`rllab.parallel.distributed.Reducer.sum`),
         so that every rank decides alike; None: one process.
-    :raises RewardError: (:class:`~rllab.errors.EpisodeError` for an environment) every sample
-        failed; the message names the task or environment and the first failure.
+    :param failure: the error raised when every sample failed (the source's:
+        :class:`~rllab.errors.EpisodeError` for an environment), and ``culprit`` what to fix then.
+    :raises RewardError: (``failure``) every sample failed; the message names the task or
+        environment and the first failure.
     :raises ConfigError: every episode overflowed its budget (``key`` ``rollout.max_episode_tokens``).
     """
     failed = [e for e in episodes if e.error is not None]
@@ -66,11 +69,10 @@ def check_step(episodes: Sequence[Any], *, kind: str, name: str, policy: str, li
     who = f"{kind} {name!r}"
     first = failed[0].error if failed else "(on another rank)"
     if n_failed == n:
-        error = EpisodeError if kind == "environment" else RewardError
-        raise error(
+        raise failure(
             f"every one of this step's {n} samples failed (rollout.reward_errors = {policy!r}), so there is nothing to "
             f"learn from: {who} is broken, not unlucky. The first failure: {first} Fix the "
-            f"{'environment' if kind == 'environment' else 'reward function'} (run with rollout.reward_errors = \"raise\" "
+            f"{culprit} (run with rollout.reward_errors = \"raise\" "
             f"to stop at the first failure)."
         )
     if overflow + n_failed == n:

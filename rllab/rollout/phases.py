@@ -159,7 +159,8 @@ def measure(stage: Any, s: StepEpisodes) -> dict:
     lengths = torch.tensor([c.model_tokens for c in completions], dtype=torch.float32)
     count, _, std = ops.group_stats(s.scores, torch.tensor([c.prompt_index for c in completions]))
     health = check_step(episodes, kind=stage.kind, name=stage.task_name, policy=stage.config.reward_errors, limits=stage.limits,
-                        total=stage.reducer.sum if world > 1 else None)
+                        total=stage.reducer.sum if world > 1 else None, failure=stage.source_kind.failure,
+                        culprit=stage.source_kind.culprit)
     return {
         "rollout/reward": s.rewards.mean().item(),
         "rollout/score": s.scores.mean().item(),

@@ -65,7 +65,8 @@ class PromptLimits:
     def __init__(self, source: Any, *, tokenizer: Any, rollout: RolloutConfig, context_tokens: int | None, name: str,
                  model_name: str = "the model", announce: bool = True):
         self.source = source
-        self.kind = kind_of(source)
+        self.source_kind = kind_of(source)
+        self.kind = self.source_kind.name
         self.renderer = PromptRenderer(tokenizer, system_prompt=rollout.system_prompt, task_name=name,
                                        model_name=model_name)
         self.context_tokens = context_tokens
@@ -116,7 +117,7 @@ class PromptLimits:
         if ctx is None and cap is None:
             return self
         new = rollout.max_new_tokens
-        task = self.kind == "task"
+        task = self.source_kind.one_response  # a response of up to max_new_tokens follows the prompt
         if task and ctx is not None and new >= ctx:
             raise ConfigError(
                 f"rollout.max_new_tokens = {new} is {self.renderer.model_name}'s whole context ({ctx} tokens) or more: a "

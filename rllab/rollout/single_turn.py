@@ -29,8 +29,11 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+import attrs
+
+from rllab.errors import EpisodeError, RewardError
 from rllab.members import MEMBERS, member
 from rllab.rollout.environment import Environment, Step, is_environment
 from rllab.rollout.scoring import Rubric
@@ -118,22 +121,53 @@ for _name in MEMBERS["task"]:
     setattr(_Adopted, _name, _forwarded(_name))
 
 
-def kind_of(source: Any) -> str:
-    """What ``source`` is called in messages: ``"environment"`` when its steps reward themselves,
-    ``"task"`` when a rubric scores its answers (a :class:`SingleTurn`, or an object of the task
-    protocol)."""
-    return "environment" if is_environment(source) else "task"
+@attrs.frozen(kw_only=True)
+class SourceKind:
+    """What a run's source of episodes is, said once when the run is built (:func:`kind_of`), and
+    what follows from it: its name in messages, the error a step whose every sample failed raises
+    and what to fix then, and whether its episode is one response that must fit after its prompt."""
+
+    name: str
+    """``"task"`` or ``"environment"``, in messages."""
+    failure: type
+    """:class:`~rllab.errors.RewardError` (a task's rubric), :class:`~rllab.errors.EpisodeError` (an environment's steps)."""
+    culprit: str
+    """What a step whose every sample failed says to fix: ``"reward function"`` or ``"environment"``."""
+    one_response: bool
+    """Its episode is one response after the prompt (a task): the response's ``rollout.max_new_tokens`` must fit
+    in the context with the prompt. An environment's episode loop keeps its episodes within the context itself."""
+    play: Callable[..., Environment]
+    """``play(source, name=, tokenizer=)``: the environment a run plays over a source of this kind (:func:`playable`)."""
+
+
+def _as_it_is(source: Any, *, name: str, tokenizer: Any = None) -> Environment:
+    """An environment is played as it is."""
+    return source
+
+
+def _one_turn(source: Any, *, name: str, tokenizer: Any = None) -> SingleTurn:
+    """A task played as an environment of one turn: a :class:`SingleTurn` itself, an object of the
+    task protocol as one, with its rubric named ``name`` in messages."""
+    env = source if isinstance(source, SingleTurn) else _Adopted(source)  # the base class, or the task protocol alone
+    env._rubric = Rubric(source, name=name, tokenizer=tokenizer)
+    return env
+
+
+TASK = SourceKind(name="task", failure=RewardError, culprit="reward function", one_response=True, play=_one_turn)
+ENVIRONMENT = SourceKind(name="environment", failure=EpisodeError, culprit="environment", one_response=False, play=_as_it_is)
+
+
+def kind_of(source: Any) -> SourceKind:
+    """What ``source`` is: :data:`ENVIRONMENT` when its steps reward themselves, :data:`TASK` when a
+    rubric scores its answers (a :class:`SingleTurn`, or an object of the task protocol)."""
+    return ENVIRONMENT if is_environment(source) else TASK
 
 
 def playable(source: Any, *, name: str, tokenizer: Any = None) -> Environment:
     """The environment a run plays over ``source``, its run's task or environment: an environment
     as it is; a task (a :class:`SingleTurn`, or an object of the task protocol, played as one) with
     its rubric named ``name`` in messages (``tokenizer`` tokenizes an answer given as text only)."""
-    if is_environment(source):
-        return source
-    env = source if isinstance(source, SingleTurn) else _Adopted(source)  # the base class, or the task protocol alone
-    env._rubric = Rubric(source, name=name, tokenizer=tokenizer)
-    return env
+    return kind_of(source).play(source, name=name, tokenizer=tokenizer)
 
 
-__all__ = ["Answer", "SingleTurn", "kind_of", "playable"]
+__all__ = ["ENVIRONMENT", "TASK", "Answer", "SingleTurn", "SourceKind", "kind_of", "playable"]

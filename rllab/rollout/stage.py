@@ -58,7 +58,7 @@ from rllab.members import member
 from rllab.rollout.accuracy import correct_component, solved_rule, solver
 from rllab.rollout.episodes import EpisodeLimits, one_turn
 from rllab.rollout.scoring import component_weights
-from rllab.rollout.single_turn import kind_of, playable
+from rllab.rollout.single_turn import kind_of
 from rllab.settings import RolloutConfig
 from rllab.types import Completion, Example, RolloutBatch, SamplingParams
 
@@ -113,10 +113,12 @@ class RolloutStage:
                 f"RolloutStage takes the run's task or environment and its name (got {', '.join(sorted(former)) or 'none'}): "
                 f"RolloutStage(source, name=..., ...), or rllab.rollout.stage.build_stage(task=... or env=..., ...)"
             )
-        self.kind = kind_of(source)
+        self.source_kind = kind_of(source)
+        """What the source is (:class:`~rllab.rollout.single_turn.SourceKind`), said once: its name in messages, its failures."""
+        self.kind = self.source_kind.name
         """What the source is called in messages: ``"task"`` or ``"environment"``."""
         correct_component(source, who=f"{self.kind} {name!r}")  # an unknown name is refused before any sampling
-        self.env = playable(source, name=name, tokenizer=tokenizer)
+        self.env = self.source_kind.play(source, name=name, tokenizer=tokenizer)
         """The environment the episodes are played on (a task: its :class:`~rllab.rollout.single_turn.SingleTurn`)."""
         self.task_name = name  # for messages: the task's name or the environment's
         self.backend = backend
