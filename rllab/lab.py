@@ -216,12 +216,30 @@ class Lab:
         except Exception as e:
             self._broken(name or str(plugin), None, None, source, e, phase="importing")
             return
+        unknown = self._unknown_hooks(obj)
+        if unknown:  # a misspelt hook name registers nothing: said, not skipped in silence
+            self.pm.unregister(obj)
+            self._broken(name, None, None, source, ValueError(unknown), phase="registering")
+            return
         version = getattr(obj, "__version__", None)
         self.plugins.append(PluginInfo(name, None, str(version) if version is not None else None, source))
         if _register and self._pending is not None:  # deferred: this plugin registers with the rest
             self.register_components()
         elif _register:
             self._register_all(strict=True, only=name)
+
+    def _unknown_hooks(self, obj: Any) -> str:
+        """What is wrong with ``obj``'s ``@rllab.hookimpl`` functions whose name is no rllab hook
+        (e.g. ``register_taskz``), each with the close hook names; "" when every one is a hook."""
+        hooks = sorted(n for n in dir(self.pm.hook) if not n.startswith("_") and getattr(getattr(self.pm.hook, n), "spec", None) is not None)
+        said = []
+        for attr in dir(obj):
+            opts = None if attr.startswith("_") else self.pm.parse_hookimpl_opts(obj, attr)
+            if opts is None or (opts.get("specname") or attr) in hooks:
+                continue
+            close = difflib.get_close_matches(attr, hooks, n=1)
+            said.append(f"{attr} is not an rllab hook" + (f" (did you mean {close[0]}?)" if close else f" (hooks: {', '.join(hooks)})"))
+        return "; ".join(said)
 
     def _broken(self, name, dist, version, source, e: BaseException, phase: str) -> None:
         tb = traceback.format_exception_only(type(e), e)[-1].strip()

@@ -267,3 +267,26 @@ def test_deferred_lab_registers_on_first_lookup_and_a_later_plugin_joins_it():
     assert calls == ["first", "later"]  # once
     deferred = Lab([first], entry_points=False, defer=True)
     assert deferred.spec("policy_loss", "toy_loss").provider == "first" and calls.count("first") == 2
+
+
+def test_a_plugin_with_a_misspelt_hook_is_broken_naming_the_hook(tmp_path):
+    """Silently wrong: a plugin whose ``@rllab.hookimpl`` was named ``register_taskz`` loaded and
+    registered nothing, without a word."""
+    bad = tmp_path / "typo_plugin.py"
+    bad.write_text("import rllab\n@rllab.hookimpl\ndef register_taskz(register):\n    pass\n")
+    lab = Lab([str(bad), make_plugin()], entry_points=False)
+    broken = [p for p in lab.plugins if not p.ok]
+    assert len(broken) == 1 and "register_taskz is not an rllab hook (did you mean register_tasks?)" in broken[0].error
+    assert lab.names("policy_loss") == ["toy_loss"]
+
+
+def test_a_named_plugin_that_did_not_load_stops_a_run(tmp_path, capsys):
+    """Silently wrong: ``rllab run --plugin broken.py`` printed a warning and trained without it."""
+    from rllab.cli import main
+
+    bad = tmp_path / "syntax_plugin.py"
+    bad.write_text("def oops(:\n")
+    assert main(["run", "--plugin", str(bad), "--steps", "1"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "plugin given by name did not load" in err and "SyntaxError" in err and "syntax_plugin.py" in err
+    assert main(["plugins", "--plugin", str(bad)]) == 0  # the listing shows it among the broken plugins
