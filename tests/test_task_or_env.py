@@ -109,6 +109,33 @@ def test_a_task_method_that_cannot_take_the_runs_arguments_is_refused_at_build()
         build_source(load_config(None, [f"{section}={name}"], lab=lab), lab)  # the built-ins pass
 
 
+def test_an_environment_is_checked_as_one_whatever_section_names_it():
+    """An environment's steps reward themselves: it has no ``reward`` to check, and its own methods
+    are checked as the run calls them, named as an environment (what it is, not the config section)."""
+    import rllab
+    from rllab.rollout.single_turn import kind_of
+    from rllab.training.export import check_protocol_signatures
+
+    class Env(rllab.Environment):
+        def train_examples(self, n, rng):
+            return []
+
+        def eval_examples(self):
+            return []
+
+        def start(self):
+            return None
+
+    with pytest.raises(ConfigError, match=r"environment 'e': Env.start\(\) cannot be called as start\(example\)"):
+        check_protocol_signatures(Env(), who=f"{kind_of(Env()).name} 'e'")
+
+    class Fine(Env):
+        def start(self, example):
+            return None
+
+    check_protocol_signatures(Fine(), who="environment 'e'")
+
+
 def test_reward_weights_that_do_not_fit_the_components_are_refused_when_the_task_is_built():
     """Said late: a task's reward_weights of another length (or holding a non-number) was refused
     only at its first reward, after the warm start; it is refused when the task is built."""

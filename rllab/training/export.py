@@ -56,14 +56,14 @@ def base_model_dir(cfg: Any, source: Any, *, progress: bool = False) -> Path:
 def build_source(cfg: Any, lab: Any) -> Any:
     """The run's task or environment (``cfg.source``), built with its knobs."""
     from rllab.rollout import rewards
+    from rllab.rollout.single_turn import kind_of
     from rllab.training import parts
 
     with rewards.resolving_with(lab):  # reward functions named in the task's knobs: this run's plugins
         try:
             source = parts.component(cfg, lab, cfg.source)()
-            kind = "environment" if cfg.source == "env" else "task"
-            who = f"{kind} {cfg.components[cfg.source].name!r}"
-            check_protocol_signatures(source, who=who, task=kind == "task")
+            who = f"{kind_of(source).name} {cfg.components[cfg.source].name!r}"
+            check_protocol_signatures(source, who=who)
             names = getattr(source, "reward_components", None) or ()
             if names:  # reward_weights of another length, or not numbers: said now, not at the first reward after the warm start
                 from rllab.rollout.scoring import component_weights
@@ -92,15 +92,16 @@ PROTOCOL_CALLS = {
 ``reward`` on a task only: an environment's rewards come from its steps)."""
 
 
-def check_protocol_signatures(source: Any, *, who: str, task: bool = True) -> None:
+def check_protocol_signatures(source: Any, *, who: str) -> None:
     """Refuse, at load, a task's or environment's method that cannot take the arguments the kernel
     passes it (e.g. ``def train_examples(self)``), naming the method and how it is called; a
-    method the object lacks, or whose signature Python cannot read, is left to the calls."""
+    method the object lacks, or whose signature Python cannot read, is left to the calls (an
+    environment, whose steps reward themselves, has no ``reward``)."""
     import inspect
 
     for name, (call, nargs) in PROTOCOL_CALLS.items():
         method = getattr(source, name, None)
-        if method is None or not callable(method) or (name == "reward" and not task):
+        if method is None or not callable(method):
             continue
         try:
             sig = inspect.signature(method)
