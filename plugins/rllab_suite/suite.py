@@ -77,7 +77,7 @@ def _prebuild_models(cells: list[Cell], *, lab, console=None, starts_dir: Path |
     from rllab import Component
     from rllab.models import tiny as tinymodel
     from rllab.config import COMPONENT_SECTIONS, load_config
-    from rllab_suite.reproduce import export_start
+    from rllab_suite.starts import export_start
 
     seen: dict[str, Path] = {}
     exported: dict[str, Path | None] = {}
