@@ -62,8 +62,11 @@ def test_staleness_k4_is_the_staleness_suite_at_k_4():
     assert {v for v, _ in every} - {v for v, _ in k2} == set(controls)
     k4 = {key: c for key, c in every.items() if key[0] not in controls}
     assert k2.keys() == k4.keys() and len(k2) == 6 * 5
+    (k4_start,) = json.loads((SUITES / "results" / "staleness_k4" / "provenance.json").read_text())["starts"]
     for (variant, seed), cell in k4.items():
+        assert k2[(variant, seed)].config["model"]["sha256"] == k4_start  # staleness pins the start staleness_k4 recorded
         diff = differences(k2[(variant, seed)], cell)
+        diff.pop("model.sha256", None)
         if variant == "sync":  # max_staleness = 0 in both: the same run
             assert diff == {} and cell.key == k2[(variant, seed)].key
         else:
