@@ -18,39 +18,12 @@ import torch
 
 from rllab.members import member
 from rllab.rollout.chat import PromptRenderer
-from rllab.rollout.demonstrations import episode_accuracy, left_padded
+from rllab.rollout.demonstrations import (  # noqa: F401  (encode_demonstrations, greedy_completions re-exported: where they were)
+    encode_demonstrations, episode_accuracy, greedy_completions, left_padded,
+)
 from rllab.rollout.rewards import scores_as_known
 from rllab.rollout.environment import is_environment  # noqa: F401  (re-exported: where it was)
-
-
-def encode_demonstrations(tokenizer, prompts: list, completions: list[str], *, renderer: PromptRenderer | None = None):
-    """Right-padded ``prompt completion <end>`` rows and a mask over their targets.
-
-    A string prompt is ``<bos> prompt`` and ``<end>`` is ``<eos>``; a chat prompt (or any prompt
-    under a system prompt) is rendered by ``renderer`` (default: ``PromptRenderer(tokenizer)``)
-    with the chat template and ``<end>`` is the template's end-of-turn token — the ids the
-    rollout stage would sample from and stop at.
-
-    :returns: ``input_ids`` (B, L) int64, ``attention_mask`` (B, L) bool, and ``loss_mask``
-        (B, L − 1) bool — True where the next token (``input_ids[:, 1:]``) belongs to the
-        completion or is its ``<end>``.
-    """
-    renderer = renderer or PromptRenderer(tokenizer)
-    rows, starts = [], []
-    for p, c in zip(prompts, completions):
-        p_ids = renderer.encode(p)
-        c_ids = renderer.response_ids(c, prompt=p)
-        rows.append(p_ids + c_ids)
-        starts.append(len(p_ids))
-    B, L = len(rows), max(len(r) for r in rows)
-    input_ids = torch.full((B, L), tokenizer.pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros(B, L, dtype=torch.bool)
-    for i, r in enumerate(rows):
-        input_ids[i, : len(r)] = torch.tensor(r)
-        attention_mask[i, : len(r)] = True
-    pos = torch.arange(1, L).unsqueeze(0)
-    loss_mask = (pos >= torch.tensor(starts).unsqueeze(1)) & attention_mask[:, 1:]
-    return input_ids, attention_mask, loss_mask
+from rllab.rollout.single_turn import kind_of
 
 
 def demonstration_loss(model, input_ids, attention_mask, loss_mask) -> torch.Tensor:
@@ -58,34 +31,6 @@ def demonstration_loss(model, input_ids, attention_mask, loss_mask) -> torch.Ten
     logits = model(input_ids=input_ids, attention_mask=attention_mask.long()).logits[:, :-1].float()
     nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), input_ids[:, 1:], reduction="none")
     return torch.where(loss_mask, nll, torch.zeros_like(nll)).sum() / loss_mask.sum().clamp(min=1)
-
-
-@torch.no_grad()
-def greedy_completions(
-    model, tokenizer, prompts: list, max_new_tokens: int, batch_size: int = 256, *, renderer: PromptRenderer | None = None
-) -> list[str]:
-    """Greedy completions (decoded up to the first stop token — ``<eos>``, or the chat template's
-    end of turn — special tokens dropped) for each prompt (a string or chat messages, encoded by
-    ``renderer``, default ``PromptRenderer(tokenizer)``)."""
-    renderer = renderer or PromptRenderer(tokenizer)
-    stops = list(renderer.stop_ids)
-    out: list[str] = []
-    for start in range(0, len(prompts), batch_size):
-        chunk = prompts[start : start + batch_size]
-        if renderer.system_prompt is None and all(isinstance(p, str) for p in chunk):
-            enc = dict(tokenizer(chunk, return_tensors="pt", padding=True))
-        else:
-            enc = left_padded([renderer.encode(p) for p in chunk], tokenizer.pad_token_id)
-        gen = model.generate(
-            **enc,
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            eos_token_id=stops[0] if len(stops) == 1 else stops,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-        for row in gen[:, enc["input_ids"].shape[1] :].tolist():
-            out.append(renderer.decode(row))
-    return out
 
 
 def evaluate_greedy(
@@ -114,13 +59,7 @@ def greedy_answers(model, tokenizer, task, examples, max_new_tokens: int, render
     """The model's greedy answers to ``examples`` (texts, which :func:`solved_rates` scores without
     the model: it may train meanwhile); for an environment, whose episodes score each turn as they
     are played, the solved rate itself."""
-    if is_environment(task):
-        return episode_accuracy(model, tokenizer, task, examples, max_new_tokens, renderer or PromptRenderer(tokenizer))
-    was_training = model.training
-    model.eval()
-    texts = greedy_completions(model, tokenizer, [e.prompt for e in examples], max_new_tokens, renderer=renderer)
-    model.train(was_training)
-    return texts
+    return kind_of(task).greedy(model, tokenizer, task, examples, max_new_tokens, renderer)
 
 
 def solved_rates(task, examples, answers: list, scored: dict | None = None, renderer: PromptRenderer | None = None) -> list[float]:

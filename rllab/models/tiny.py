@@ -41,6 +41,7 @@ import torch
 
 from rllab.records import provenance
 from rllab.rollout.chat import PromptRenderer
+from rllab.rollout.single_turn import kind_of
 from rllab.members import member
 from rllab.models.supervised import (  # noqa: F401  (re-exported: the warm start's building blocks)
     ProbeScores, demonstration_loss, encode_demonstrations, evaluate_greedy, greedy_accuracy, greedy_answers,
@@ -228,6 +229,7 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
                 limits: Any = None) -> dict:
     t0 = time.perf_counter()
     draw = task.train_examples if limits is None else limits.draw  # the prompts the run's limits keep
+    kind = kind_of(task)  # how its demonstrations are encoded (its probes: greedy_answers)
     metrics: dict[str, Any] = {"warm/steps": 0, "warm/parameters": count_parameters(model)}
     rng = torch.Generator().manual_seed(config.seed)
     probe = draw(config.probe_size, torch.Generator().manual_seed(config.seed + 1))
@@ -245,15 +247,7 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
 
         def train_step(step: int) -> None:
             examples = draw(config.batch_size, rng)
-            if is_environment(task):
-                from rllab.rollout.demonstrations import encode_episodes
-
-                batch = encode_episodes(tokenizer, task, examples, renderer=renderer, name=renderer.task_name)
-            else:
-                batch = encode_demonstrations(
-                    tokenizer, [e.prompt for e in examples], [task.demonstration(e) for e in examples], renderer=renderer
-                )
-            loss = demonstration_loss(model, *batch)
+            loss = demonstration_loss(model, *kind.demonstrations(tokenizer, task, examples, renderer))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if config.grad_clip > 0:
@@ -453,8 +447,8 @@ def get_or_build(
     model_config = task_tiny_model(task, model_config, tiny_given)
     # a data file named by a knob enters the key by its contents, not its path: an edited file is a new start
     task_config = provenance.content_keyed(task_config, provenance.data_hashes(provenance.config_files(task_config)))
-    if is_environment(task):  # an environment's demonstrations are episodes: never the key of a task's model
-        task_config = {**task_config, "kind": "environment"}
+    kind = kind_of(task)  # an environment's demonstrations are episodes: never the key of a task's model
+    task_config = {**task_config, **kind.cache_marks}
     root = cache_root(cache_dir)
     cap = getattr(rollout, "max_prompt_tokens", None)
     key = cache_key(model_config, {**task_config, **({"max_prompt_tokens": cap} if cap is not None else {})}, warm_config,
@@ -469,7 +463,7 @@ def get_or_build(
             return uncapped
     model, tokenizer = build_tiny_model(model_config)
     measured = None
-    if not is_environment(task):  # the longest prompt the warm start reads, recorded (the cap above)
+    if kind.one_response:  # a task's prompt is all the context its warm start reads: the longest, recorded (the cap above)
         task = measured = _LongestPrompt(task, PromptRenderer(tokenizer, system_prompt=system_prompt, task_name=str(task_config.get("name", "?")),
                                                               model_name="the tiny model"))
     limits = None

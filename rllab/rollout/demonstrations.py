@@ -6,7 +6,9 @@ against ``env.start(example)`` through the episode loop (:class:`ScriptedBackend
 turn with the next demonstration turn), so a demonstration's ids are exactly those a rollout
 would have and its observations are the environment's real answers; :func:`encode_episodes`
 turns them into a supervised batch whose loss covers the model's tokens only;
-:func:`episode_accuracy` plays greedy episodes of a model (the warm start's probe);
+:func:`episode_accuracy` plays greedy episodes of a model (the warm start's probe); a task's
+demonstrations (:func:`encode_demonstrations`) and greedy answers (:func:`greedy_completions`) as
+well, each kind's by the functions its :class:`~rllab.rollout.single_turn.SourceKind` names;
 :func:`left_padded` batches prompt ids for ``generate`` (here and in :mod:`rllab.models.supervised`).
 """
 
@@ -120,6 +122,91 @@ def encode_episodes(tokenizer, env, examples: list, *, renderer: PromptRenderer 
         model = e.completion.model_mask or (True,) * len(e.completion.token_ids)
         target[i, P : len(r)] = torch.tensor(model, dtype=torch.bool)
     return input_ids, attention_mask, target[:, 1:]
+
+
+def encode_demonstrations(tokenizer, prompts: list, completions: list[str], *, renderer: PromptRenderer | None = None):
+    """Right-padded ``prompt completion <end>`` rows and a mask over their targets.
+
+    A string prompt is ``<bos> prompt`` and ``<end>`` is ``<eos>``; a chat prompt (or any prompt
+    under a system prompt) is rendered by ``renderer`` (default: ``PromptRenderer(tokenizer)``)
+    with the chat template and ``<end>`` is the template's end-of-turn token — the ids the
+    rollout stage would sample from and stop at.
+
+    :returns: ``input_ids`` (B, L) int64, ``attention_mask`` (B, L) bool, and ``loss_mask``
+        (B, L − 1) bool — True where the next token (``input_ids[:, 1:]``) belongs to the
+        completion or is its ``<end>``.
+    """
+    renderer = renderer or PromptRenderer(tokenizer)
+    rows, starts = [], []
+    for p, c in zip(prompts, completions):
+        p_ids = renderer.encode(p)
+        c_ids = renderer.response_ids(c, prompt=p)
+        rows.append(p_ids + c_ids)
+        starts.append(len(p_ids))
+    B, L = len(rows), max(len(r) for r in rows)
+    input_ids = torch.full((B, L), tokenizer.pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros(B, L, dtype=torch.bool)
+    for i, r in enumerate(rows):
+        input_ids[i, : len(r)] = torch.tensor(r)
+        attention_mask[i, : len(r)] = True
+    pos = torch.arange(1, L).unsqueeze(0)
+    loss_mask = (pos >= torch.tensor(starts).unsqueeze(1)) & attention_mask[:, 1:]
+    return input_ids, attention_mask, loss_mask
+
+
+@torch.no_grad()
+def greedy_completions(
+    model, tokenizer, prompts: list, max_new_tokens: int, batch_size: int = 256, *, renderer: PromptRenderer | None = None
+) -> list[str]:
+    """Greedy completions (decoded up to the first stop token — ``<eos>``, or the chat template's
+    end of turn — special tokens dropped) for each prompt (a string or chat messages, encoded by
+    ``renderer``, default ``PromptRenderer(tokenizer)``)."""
+    renderer = renderer or PromptRenderer(tokenizer)
+    stops = list(renderer.stop_ids)
+    out: list[str] = []
+    for start in range(0, len(prompts), batch_size):
+        chunk = prompts[start : start + batch_size]
+        if renderer.system_prompt is None and all(isinstance(p, str) for p in chunk):
+            enc = dict(tokenizer(chunk, return_tensors="pt", padding=True))
+        else:
+            enc = left_padded([renderer.encode(p) for p in chunk], tokenizer.pad_token_id)
+        gen = model.generate(
+            **enc,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=stops[0] if len(stops) == 1 else stops,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        for row in gen[:, enc["input_ids"].shape[1] :].tolist():
+            out.append(renderer.decode(row))
+    return out
+
+
+def answer_demonstrations(tokenizer, task, examples: list, renderer: PromptRenderer):
+    """A task's demonstrations as a supervised batch: each example's prompt and ``task.demonstration``
+    (:func:`encode_demonstrations`)."""
+    return encode_demonstrations(tokenizer, [e.prompt for e in examples], [task.demonstration(e) for e in examples],
+                                 renderer=renderer)
+
+
+def episode_demonstrations(tokenizer, env, examples: list, renderer: PromptRenderer):
+    """An environment's demonstrations as a supervised batch: its demonstration episodes (:func:`encode_episodes`)."""
+    return encode_episodes(tokenizer, env, examples, renderer=renderer, name=renderer.task_name)
+
+
+def greedy_texts(model, tokenizer, task, examples, max_new_tokens: int, renderer: PromptRenderer | None = None) -> list[str]:
+    """A task's greedy answers to ``examples`` (texts, scored later without the model: it may train meanwhile)."""
+    was_training = model.training
+    model.eval()
+    texts = greedy_completions(model, tokenizer, [e.prompt for e in examples], max_new_tokens, renderer=renderer)
+    model.train(was_training)
+    return texts
+
+
+def greedy_episodes(model, tokenizer, env, examples, max_new_tokens: int, renderer: PromptRenderer | None = None) -> float:
+    """An environment's greedy episodes, which score each turn as they are played: their solved rate
+    (:func:`episode_accuracy`)."""
+    return episode_accuracy(model, tokenizer, env, examples, max_new_tokens, renderer or PromptRenderer(tokenizer))
 
 
 def left_padded(rows: list[list[int]], pad: int) -> dict:

@@ -29,12 +29,13 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 
 from rllab.errors import EpisodeError, RewardError
 from rllab.members import MEMBERS, member
+from rllab.rollout.demonstrations import answer_demonstrations, episode_demonstrations, greedy_episodes, greedy_texts
 from rllab.rollout.environment import Environment, Step, is_environment
 from rllab.rollout.scoring import Rubric
 from rllab.types import Example, Task
@@ -138,6 +139,15 @@ class SourceKind:
     in the context with the prompt. An environment's episode loop keeps its episodes within the context itself."""
     play: Callable[..., Environment]
     """``play(source, name=, tokenizer=)``: the environment a run plays over a source of this kind (:func:`playable`)."""
+    demonstrations: Callable[..., tuple]
+    """``demonstrations(tokenizer, source, examples, renderer)``: the warm start's supervised batch of ``examples``
+    (a task's: prompt and ``demonstration`` text; an environment's: its demonstration episodes)."""
+    greedy: Callable[..., Any]
+    """``greedy(model, tokenizer, source, examples, max_new_tokens, renderer)``: the warm start's probe of a model,
+    its greedy answers (a task's: texts, scored afterwards; an environment's: its episodes' solved rate)."""
+    cache_marks: Mapping[str, str]
+    """Added to the source's config in the warm start's cache key: an environment's model (trained on demonstration
+    episodes) is never the one a task of the same name and knobs would have."""
 
 
 def _as_it_is(source: Any, *, name: str, tokenizer: Any = None) -> Environment:
@@ -153,8 +163,10 @@ def _one_turn(source: Any, *, name: str, tokenizer: Any = None) -> SingleTurn:
     return env
 
 
-TASK = SourceKind(name="task", failure=RewardError, culprit="reward function", one_response=True, play=_one_turn)
-ENVIRONMENT = SourceKind(name="environment", failure=EpisodeError, culprit="environment", one_response=False, play=_as_it_is)
+TASK = SourceKind(name="task", failure=RewardError, culprit="reward function", one_response=True, play=_one_turn,
+                  demonstrations=answer_demonstrations, greedy=greedy_texts, cache_marks={})
+ENVIRONMENT = SourceKind(name="environment", failure=EpisodeError, culprit="environment", one_response=False, play=_as_it_is,
+                         demonstrations=episode_demonstrations, greedy=greedy_episodes, cache_marks={"kind": "environment"})
 
 
 def kind_of(source: Any) -> SourceKind:
