@@ -16,6 +16,7 @@ from rllab.rollout.environment import Step
 from rllab.rollout.episodes import EpisodeResult
 from rllab.errors import RewardError, RllabError
 from rllab.rollout.stage import Rollouts, build_stage, episode_batch
+from rllab.rollout.phases import AS_ANSWERS
 from rllab.rollout.scoring import Rubric
 from rllab.rollout.single_turn import SingleTurn, playable
 from rllab.settings import RolloutConfig
@@ -105,7 +106,7 @@ def test_a_task_is_a_one_turn_environment_whose_step_carries_the_rubrics_score(c
     assert isinstance(task, rllab.Environment) and isinstance(task, rllab.Task) and task.max_turns == 1
     stage = build_stage(task=task, task_name="two", backend=None, tokenizer=char, seed=0, config=RolloutConfig(max_new_tokens=7),
                         context_tokens=64)
-    assert stage.env is task and stage.kind == "task" and not stage.multi_turn
+    assert stage.env is task and stage.kind == "task" and stage.reporting is AS_ANSWERS
     assert stage.limits.max_turns == 1 and stage.limits.max_new_tokens == 7 and stage.limits.context_tokens == 64
     assert stage.component_names == ("correct", "format") and stage.component_weights() == [1.0, 0.25]
     ex = Example(prompt="2+1=", answer="3")

@@ -130,3 +130,55 @@ def test_what_a_run_may_not_change_mid_run_is_refused_by_the_checks():
     check_change(sync, attrs.evolve(sync, rollout=attrs.evolve(sync.rollout, temperature=0.5)))  # sampled each step: it may
     with pytest.raises(RllabError, match="train.seed cannot change during a run"):
         check_change(sync, attrs.evolve(sync, train=attrs.evolve(sync.train, seed=1)))
+
+
+def test_how_the_episodes_are_reported_is_chosen_once_from_the_multi_turn_trait(char):  # noqa: F811
+    """A task's episodes are answers: no env/* measure, no eval/turns, partial rollouts built even
+    with rollout.max_turns set; an environment's are episodes of turns (env/*, eval/turns, partial
+    rollouts refused), unless it declares multi_turn = False."""
+    import torch
+
+    from rllab.errors import RllabError
+    from rllab.rollout.partial import PartialRollouts
+    from rllab.rollout.phases import AS_ANSWERS, AS_TURNS, StepEpisodes, mean_turns, turn_metrics
+    from rllab.rollout.single_turn import SingleTurn
+
+    from .test_one_source import Twice
+
+    class Until(Echo):  # a backend that can stop a batch early (never asked to here)
+        def generate_until(self, *args, **kwargs):
+            raise AssertionError("not sampled")
+
+    task = build_stage(task=Task(), task_name="t", backend=Until(char), tokenizer=char, seed=0,
+                       config=RolloutConfig(over_sample=0.5, max_turns=3))
+    assert task.reporting is AS_ANSWERS and isinstance(task.partial, PartialRollouts)
+    plain = build_stage(task=Task(), task_name="t", backend=Echo(char), tokenizer=char, seed=0, config=RolloutConfig())
+    assert turn_metrics not in plain.measures and "eval/turns" not in plain.evaluate(2)
+    env = build_stage(env=Twice(), env_name="twice", backend=Echo(char, "1"), tokenizer=char, seed=0, config=RolloutConfig())
+    assert env.reporting is AS_TURNS and turn_metrics in env.measures and env.evaluate(2)["eval/turns"] == 2.0
+    with pytest.raises(RllabError, match="environment 'twice' plays episodes of several turns"):
+        build_stage(env=Twice(), env_name="twice", backend=Echo(char, "1"), tokenizer=char, seed=0,
+                    config=RolloutConfig(over_sample=0.5))
+
+    class Flat(Twice):
+        multi_turn = False
+
+    flat = build_stage(env=Flat(), env_name="flat", backend=Until(char, "1"), tokenizer=char, seed=0,
+                       config=RolloutConfig(over_sample=0.5))
+    assert flat.reporting is AS_ANSWERS and isinstance(flat.partial, PartialRollouts)
+    # the random-reward control's base rate: the solved fraction for turns, the reward as played for answers
+    s = StepEpisodes(step=0, prompts=1, examples=[])
+    s.raw, s.solved = torch.tensor([0.25, 1.5]), torch.tensor([0.0, 1.0])
+    assert AS_TURNS.base_rate(s).tolist() == [0.0, 1.0] and AS_ANSWERS.base_rate(s).tolist() == [0.25, 1.5]
+
+    class Played:
+        def __init__(self, turns):
+            self.turns = turns
+
+    class Ranks:  # two ranks' counts summed: this one's 1 + 3 turns and the other's 2
+        def sum(self, x):
+            return x + 2.0
+
+    assert mean_turns([Played(1), Played(3)], Ranks(), 3.0) == {"eval/turns": 2.0}
+    assert AS_ANSWERS.evaluated([Played(1)], Ranks(), 1.0) == {}
+    assert SingleTurn.multi_turn is False

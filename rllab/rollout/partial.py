@@ -95,16 +95,20 @@ class PartialRollouts:
         return StepBackend(self, step, prompts, carried)
 
 
-def for_stage(backend: Any, config: RolloutConfig, *, multi_turn: bool, world: int, name: str) -> PartialRollouts:
-    """A rollout stage's :class:`PartialRollouts`, refused where they cannot take effect: episodes of
-    several turns, or several data-parallel ranks."""
-    if multi_turn:
-        raise RllabError(f"rollout.over_sample = {config.over_sample!r}: partial rollouts stop and resume single-turn samples; "
-                         f"environment {name!r} plays episodes of several turns. Set rollout.over_sample = 0")
+def for_stage(backend: Any, config: RolloutConfig, *, world: int, name: str) -> PartialRollouts:
+    """A rollout stage's :class:`PartialRollouts` over episodes of one answer, refused under data
+    parallelism (several ranks)."""
     if world > 1:
         raise RllabError(f"rollout.over_sample = {config.over_sample!r} is not supported under data parallelism "
                          f"({world} ranks): set rollout.over_sample = 0")
     return PartialRollouts(backend, config)
+
+
+def refused_over_turns(backend: Any, config: RolloutConfig, *, world: int, name: str) -> PartialRollouts:
+    """Partial rollouts of an environment whose episodes are reported as episodes of turns: refused
+    (they stop and resume single-turn samples)."""
+    raise RllabError(f"rollout.over_sample = {config.over_sample!r}: partial rollouts stop and resume single-turn samples; "
+                     f"environment {name!r} plays episodes of several turns. Set rollout.over_sample = 0")
 
 
 class StepBackend:

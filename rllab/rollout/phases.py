@@ -4,6 +4,8 @@ overlong penalty), the filters (``reward_errors = "skip"``, ``rollout.dynamic_sa
 measures (the step's ``rollout/*`` metrics, then each feature's in use), chosen from ``[rollout]``
 once, when the stage is built (:func:`shapers`, :func:`filters`, :func:`measures`); and
 :func:`episode_batch`, the one place a :class:`~rllab.types.RolloutBatch` is built from episodes.
+How the episodes are reported (:class:`Reporting`: as episodes of turns or as answers) is chosen
+once too, from the environment's ``multi_turn`` trait (:func:`reporting`).
 
 A step's rows are :class:`~rllab.rollout.episodes.EpisodeResult` records from sampling to batching:
 each carries its ``reward`` (scalar), ``score`` (reward components) and ``token_rewards``
@@ -13,7 +15,7 @@ kept ones into the :class:`~rllab.types.RolloutBatch`.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import attrs
 import torch
@@ -21,7 +23,9 @@ import torch
 from rllab import ops, sampling
 from rllab.rollout.episode_stats import check_step, episode_metrics
 from rllab.rollout.episodes import EpisodeResult
+from rllab.members import member
 from rllab.rollout.gate import group_means, played_feedback
+from rllab.rollout.partial import PartialRollouts, for_stage, refused_over_turns
 from rllab.rollout.rewards import on_last_model_token
 from rllab.types import Completion, Example, RolloutBatch, SamplingParams
 
@@ -101,7 +105,7 @@ def shapers(stage: Any) -> list:
 def random_reward(stage: Any, s: StepEpisodes) -> None:
     """``rollout.random_reward``: the rewards training sees, the stage's Bernoulli draws."""
     rank, world = stage.shard
-    rate = s.solved if stage.multi_turn else s.raw  # an environment's base rate: its solved fraction
+    rate = stage.reporting.base_rate(s)
     s.rewards = stage.random_rewards(s.step, s.completions, rate, s.keep.tolist(), rank * s.prompts // world)
     s.episodes = [attrs.evolve(e, reward=x, score=(), token_rewards=on_last_model_token(e, x))
                   for e, x in zip(s.episodes, s.rewards.tolist())]
@@ -147,7 +151,7 @@ def measures(stage: Any) -> list:
         (r.random_reward != "off", true_reward),
         (stage.partial is not None, partial_tokens),
         (bool(stage.component_names), component_metrics),
-        (stage.multi_turn, turn_metrics),
+        *((True, f) for f in stage.reporting.measures),
         (stage.sampler is not None, feed_sampler),
         (True, kept_frac),
     ) if on]
@@ -216,6 +220,43 @@ def feed_sampler(stage: Any, s: StepEpisodes) -> dict:
 def kept_frac(stage: Any, s: StepEpisodes) -> dict:
     """``rollout/kept_frac``: the fraction of the step's episodes the batch takes."""
     return {"rollout/kept_frac": s.keep.float().mean().item()}
+
+
+# -- how the episodes are reported: as episodes of turns or as answers, chosen once (reporting)
+
+
+@attrs.frozen(kw_only=True)
+class Reporting:
+    """How a stage reports its episodes, chosen once from its environment's ``multi_turn`` trait
+    (:func:`reporting`): as episodes of turns (:data:`AS_TURNS`) or as one answer each (:data:`AS_ANSWERS`)."""
+
+    base_rate: Callable[[StepEpisodes], Sequence[float]]
+    """``rollout.random_reward``'s base rate per episode: the solved fraction for episodes of turns (whose per-turn
+    rewards are of any scale), the reward as played for answers."""
+    measures: tuple
+    """The measures (functions of the stage and the step) each step adds: ``env/*`` for episodes of turns."""
+    evaluated: Callable[..., dict]
+    """``evaluated(episodes, reducer, n)``: what an evaluation adds over its ``n`` greedy episodes (all ranks):
+    ``eval/turns`` for episodes of turns."""
+    partial: Callable[..., PartialRollouts]
+    """``partial(backend, config, world=, name=)``: the stage's partial rollouts (``rollout.over_sample > 0``),
+    refused for episodes of turns."""
+
+
+def mean_turns(episodes: Sequence[EpisodeResult], reducer: Any, n: float) -> dict:
+    """``eval/turns``: the mean turns of an evaluation's greedy episodes (summed over the ranks)."""
+    return {"eval/turns": reducer.sum(float(sum(e.turns for e in episodes))) / n}
+
+
+AS_TURNS = Reporting(base_rate=lambda s: s.solved, measures=(turn_metrics,), evaluated=mean_turns,
+                     partial=refused_over_turns)
+AS_ANSWERS = Reporting(base_rate=lambda s: s.raw, measures=(), evaluated=lambda episodes, reducer, n: {},
+                       partial=for_stage)
+
+
+def reporting(env: Any) -> Reporting:
+    """How ``env``'s episodes are reported (its ``multi_turn`` trait, asked once when the stage is built)."""
+    return AS_TURNS if member(env, "environment", "multi_turn") else AS_ANSWERS
 
 
 def lengths_by_outcome(lengths: torch.Tensor, solved: Sequence[bool]) -> dict[str, float]:

@@ -51,9 +51,8 @@ from rllab.errors import RewardError, RllabError
 from rllab.rollout.evalmetrics import held_out_order, sampled_metrics
 from rllab.rollout.gate import gate
 from rllab.rollout.rewards import random_rewards
-from rllab.rollout.partial import for_stage
 from rllab.rollout.episode_stats import ERROR_ADVICE
-from rllab.rollout.phases import StepEpisodes, episode_batch, filters, measures, shaped, shapers, truncated
+from rllab.rollout.phases import StepEpisodes, episode_batch, filters, measures, reporting, shaped, shapers, truncated
 from rllab.members import member
 from rllab.rollout.accuracy import correct_component, solved_rule, solver
 from rllab.rollout.episodes import EpisodeLimits, one_turn
@@ -127,8 +126,9 @@ class RolloutStage:
         self.seed = seed
         self.prompt_limits = prompt_limits
         """The run's :class:`~rllab.rollout.prompt_limits.PromptLimits` (checked), which filter the draw; None: none."""
-        self.multi_turn = bool(member(self.env, "environment", "multi_turn"))
-        """Whether the episodes are reported as episodes of turns (env/*, eval/turns; the environment's ``multi_turn``)."""
+        self.reporting = reporting(self.env)
+        """How the episodes are reported (:class:`~rllab.rollout.phases.Reporting`): as episodes of turns (env/*,
+        eval/turns, the random-reward control at the solved rate, partial rollouts refused) or as answers."""
         self.renderer = PromptRenderer(
             tokenizer, system_prompt=config.system_prompt, task_name=self.task_name, model_name=model_name
         )
@@ -145,7 +145,7 @@ class RolloutStage:
         self.partial = None
         """Partial rollouts (``rollout.over_sample > 0``, :mod:`rllab.rollout.partial`): their state, else None."""
         if config.over_sample > 0:
-            self.partial = for_stage(backend, config, multi_turn=self.multi_turn, world=self.shard[1], name=self.task_name)
+            self.partial = self.reporting.partial(backend, config, world=self.shard[1], name=self.task_name)
         self.shapers = shapers(self)
         """The shape phase's steps, chosen from ``[rollout]`` (:meth:`sample`)."""
         self.filters = filters(config)
@@ -461,8 +461,7 @@ class RolloutStage:
             "eval/reward": red.sum(float(sum(rewards))) / n,
             "eval/n": float(n),
         }
-        if self.multi_turn:
-            metrics["eval/turns"] = red.sum(float(sum(e.turns for e in episodes))) / n
+        metrics.update(self.reporting.evaluated(episodes, red, n))
         solved, reward = [0] * len(examples), [0.0] * len(examples)
         for e in episodes:
             solved[e.completion.prompt_index] = int(self._solved_episode(e))
