@@ -96,8 +96,11 @@ def test_the_readme_command_finishes_with_lora(warm, tmp_path):
 def test_async_rollouts_on_two_ranks_are_refused_by_every_rank_not_left_waiting(warm, tmp_path):
     done = _torchrun([*overrides(SMALL), "rollout.max_staleness=2", "--run-dir", str(tmp_path / "run"), "-q"], timeout=120)
     assert done.returncode != 0
-    out = done.stdout + done.stderr  # refused at load, by each of the 2 processes, before any process group
-    assert out.count("error: rollout.max_staleness = 2 with model.strategy = 'fsdp2' is not supported") == 2, out[-3000:]
+    out = done.stdout + done.stderr
+    # Refused at load, by each process before any process group exists: no rank waits on another.
+    # torchrun stops the other process once the first exits, so its own message may not be printed.
+    assert 1 <= out.count("error: rollout.max_staleness = 2 with model.strategy = 'fsdp2' is not supported") <= 2, out[-3000:]
+    assert not list((tmp_path / "run").glob("**/checkpoint*")), "a refused run must not train"
 
 
 SKIPPER = '''
