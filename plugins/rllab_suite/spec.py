@@ -222,6 +222,9 @@ def parse_suite(source: str | Path | dict) -> Suite:
             data = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as e:
             raise SuiteError(f"{where}: not valid TOML: {e}") from None
+    if not data:
+        raise SuiteError(f"{where}: the suite file is empty; give at least its variants (variants = {{...}}) or axes, "
+                         "and its base (preset = ... or config = ...); see docs/suites.md")
     unknown = sorted(set(data) - SUITE_KEYS)
     if unknown:
         raise SuiteError(f"{where}: unknown suite key(s) {', '.join(unknown)}; known: {', '.join(sorted(SUITE_KEYS))}")

@@ -99,6 +99,13 @@ def test_malformed_suite_files_name_the_key(over, needle):
     assert needle in str(e.value)
 
 
+def test_an_empty_suite_file_is_refused_not_run_as_one_default_cell(tmp_path):
+    empty = tmp_path / "empty.toml"
+    empty.write_text("# nothing yet\n")
+    with pytest.raises(SuiteError, match="empty.toml: the suite file is empty; give at least its variants"):
+        parse_suite(empty)
+
+
 def test_two_variants_with_one_config_are_refused(lab):
     with pytest.raises(SuiteError, match="'a' and 'b' resolve to the same config"):
         expand(parse_suite(suite(variants={"a": {"advantage": "rloo"}, "b": {"advantage": "rloo"}})), lab=lab)
