@@ -146,6 +146,16 @@ class Lab:
         if not defer:
             self.register_components()
 
+    def refuse_named_failures(self) -> None:
+        """Raise when a plugin the user named (``--plugin``, ``plugins = [...]``) did not load: that
+        is not a warning to scroll past while the command goes on without it."""
+        named = [p for p in self.plugins if not p.ok and p.source in ("file", "module")]
+        if named:
+            said = "; ".join(f"{p.name}: {p.error}" for p in named)
+            them = "them" if len(named) > 1 else "it"
+            raise RllabError(f"plugin{'s' if len(named) > 1 else ''} given by name did not load ({said}); fix {them}, "
+                             f"or drop {them} from --plugin / plugins = [...]")
+
     def register_components(self) -> None:
         """Run every loaded plugin's registration hooks, if a deferred Lab has not yet (every
         lookup calls this; it does nothing the second time)."""

@@ -290,3 +290,16 @@ def test_a_named_plugin_that_did_not_load_stops_a_run(tmp_path, capsys):
     err = " ".join(capsys.readouterr().err.split())
     assert "plugin given by name did not load" in err and "SyntaxError" in err and "syntax_plugin.py" in err
     assert main(["plugins", "--plugin", str(bad)]) == 0  # the listing shows it among the broken plugins
+
+
+@pytest.mark.parametrize("command", [["export", "no-such-run", "--out", "x"], ["eval", "no-such-model"]])
+def test_a_named_plugin_that_did_not_load_stops_export_and_eval(tmp_path, capsys, command):
+    """Like a run: ``rllab export`` and ``rllab eval`` stop on a plugin given by name that did not load,
+    before they look at their other arguments."""
+    from rllab.cli import main
+
+    bad = tmp_path / "syntax_plugin.py"
+    bad.write_text("def oops(:\n")
+    assert main([*command, "--plugin", str(bad)]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "plugin given by name did not load" in err and "syntax_plugin.py" in err

@@ -47,11 +47,7 @@ def _lab(args, strict: bool = True) -> Lab:
 
 def _problems(lab: Lab) -> None:
     lab.register_components()  # a plugin can also fail while registering
-    named = [p for p in lab.plugins if not p.ok and p.source in ("file", "module")]
-    if named:  # a plugin the user named (--plugin, plugins = [...]) that did not load: not a warning to scroll past
-        said = "; ".join(f"{p.name}: {p.error}" for p in named)
-        raise RllabError(f"plugin{'s' if len(named) > 1 else ''} given by name did not load ({said}); fix "
-                         f"{'them' if len(named) > 1 else 'it'}, or drop {'them' if len(named) > 1 else 'it'} from --plugin / plugins = [...]")
+    lab.refuse_named_failures()
     for p in lab.problems:
         err_console.print(f"[yellow]warning:[/] {escape(p)}")
 

@@ -27,6 +27,7 @@ def _lab(args):
 
     lab = getattr(args, "lab", None) or Lab(plugins=args.plugin or ())
     lab.register_components()  # a plugin can also fail while registering
+    lab.refuse_named_failures()  # as rllab run does
     for p in lab.problems:
         err_console.print(f"[yellow]warning:[/] {escape(p)}")
     return lab
