@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING  # noqa: E402
 
 from rllab import _compat  # noqa: E402
 from rllab.errors import MissingExtraError, NonFiniteError, RewardError  # noqa: E402
+from rllab.former import FormerPaths, RllabDeprecationWarning  # noqa: E402
 from rllab.hookspecs import hookimpl  # noqa: E402
 from rllab.lab import (  # noqa: E402
     KINDS,
@@ -135,11 +136,13 @@ __all__ = [
     "FloatOrFloats",
     "FloatOrFloatsOrNone",
     "Example",
+    "FormerPaths",
     "Lab",
     "NoConfig",
     "PluginLoadError",
     "PreferencePair",
     "RllabError",
+    "RllabDeprecationWarning",
     "RolloutBackend",
     "RolloutBatch",
     "RowError",

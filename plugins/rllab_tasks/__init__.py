@@ -69,9 +69,9 @@ from __future__ import annotations
 
 import rllab
 
-from ._former import install as _keep_former_paths
+from ._former import FORMER as _FORMER
 
-_keep_former_paths()  # rllab_tasks.arithmetic and the other module paths before the split: they warn and forward until 1.0
+_FORMER.install()  # rllab_tasks.arithmetic and the other module paths before the split: they warn and forward until 1.0
 
 # --------------------------------------------------------------------------- registration
 

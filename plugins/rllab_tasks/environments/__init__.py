@@ -4,6 +4,6 @@
 (``reasoning_gym_retry``), and those of environment libraries: ``textarena``, ``gem``, ``openenv``.
 """
 
-from .._former import former_names
+from .._former import FORMER
 
-__getattr__ = former_names(__name__)  # the names of the former module rllab_tasks.environments
+__getattr__ = FORMER.package_getattr(__name__)  # the names of the former module rllab_tasks.environments
