@@ -10,6 +10,8 @@ The page's numbers live in generated blocks, each rebuilt from a suite's committ
                                                 per start too (summary.json) for runs from several starts
     <!-- findings: passk NAME -->               pass@k gains after − before (summary.json)
     <!-- findings: law NAME -->                 the entropy–performance law per arm (summary.json)
+    <!-- findings: pooled POOL [CLAIM …] -->    claims over several suites' committed runs, each run once
+                                                (benchmarks/suites/pooled/POOL.toml, rllab_suite.pooled)
     <!-- findings: index -->                    one row per finding: its suites and computed verdicts
     … generated text …
     <!-- /findings -->
@@ -27,6 +29,7 @@ import csv
 import json
 import math
 import re
+import tomllib
 from pathlib import Path
 
 import attrs
@@ -100,6 +103,7 @@ class Findings:
         self.suites = self.root / "benchmarks" / "suites"
         self.results = self.suites / "results"
         self._sizes: dict[str, int | None] = {}
+        self._pools: dict = {}
         self.decided: dict[str, list[dict]] = {}
 
     def files(self, name: str) -> Path:
@@ -124,7 +128,10 @@ class Findings:
             return self.passk(args[0])
         if kind == "law" and len(args) == 1:
             return self.law(args[0])
-        raise FindingsError(f"unknown block <!-- findings: {spec} -->; blocks: verdicts NAME [CLAIM …], arms NAME [track:METRIC …], passk NAME, law NAME, index")
+        if kind == "pooled" and args:
+            return self.pooled(args[0], args[1:], key=spec)
+        raise FindingsError(f"unknown block <!-- findings: {spec} -->; blocks: verdicts NAME [CLAIM …], arms NAME [track:METRIC …], passk NAME, law NAME, "
+                            "pooled POOL [CLAIM …], index")
 
     # ------------------------------------------------------------------ blocks
 
@@ -236,10 +243,44 @@ class Findings:
                 out.append(f"| {task} | {arm} | {_ci(d, 'a')} | {_ci(d, 'b')} | {_num(d.get('r2'), '.2f')} |")
         return "\n".join(out) + "\n"
 
+    def pool(self, name: str):
+        """The pool ``benchmarks/suites/pooled/NAME.toml`` (:mod:`rllab_suite.pooled`), read once."""
+        from rllab_suite import pooled as pooled_
+        from rllab_suite.spec import parse_suite
+
+        if name not in self._pools:
+            path = self.suites / "pooled" / f"{name}.toml"
+            if not path.is_file():
+                raise FindingsError(f"pooled {name}: no pool file {path}")
+            known = {p.stem: None for p in self.suites.glob("*.toml") if (self.results / p.stem / "runs.csv").is_file()}
+            try:
+                raw = tomllib.loads(path.read_text()).get("suites") or []
+                for n in raw:
+                    if n in known:
+                        known[n] = parse_suite(self.suites / f"{n}.toml").variant_names
+                self._pools[name] = pooled_.read_pool(path, {k: v for k, v in known.items() if v is not None})
+            except (pooled_.PoolError, tomllib.TOMLDecodeError) as e:
+                raise FindingsError(str(e)) from None
+        return self._pools[name]
+
+    def pooled(self, name: str, only: list[str] = (), *, key: str = "") -> str:
+        from rllab_suite import pooled as pooled_
+
+        pool = self.pool(name)
+        unknown = [c for c in only if c not in {c.name for c in pool.claims}]
+        if unknown:
+            raise FindingsError(f"pooled {name}: {', '.join(unknown)} not among the pool's claims ({', '.join(c.name for c in pool.claims)})")
+        claims = [c for c in pool.claims if not only or c.name in only]
+        folded, idle = pooled_.gather(self.root, pool, {a for c in claims for a in (c.arm, c.against)})
+        entries = [{**pooled_.decide_pool(folded, c), "suite": "pooled"} for c in claims]
+        self.decided[key or f"pooled {name}"] = entries
+        sizes = {self.eval_size(n) for n in pool.suites if n not in idle}
+        return "\n".join(pooled_.markdown_lines(name, pool, entries, idle=idle, eval_size=sizes.pop() if len(sizes) == 1 else None)).rstrip() + "\n"
+
     def index(self, text: str) -> str:
         out = ["| # | finding | suites | computed verdicts |", "|---|---|---|---|"]
         for num, title, body in sections(text):
-            names = list(dict.fromkeys(m.group("spec").split()[1] for m in BLOCK.finditer(body) if m.group("spec").split()[0] != "index"))
+            names = block_suites(body, self.root)
             decided = [e for m in BLOCK.finditer(body) for e in self.decided.get(m.group("spec").strip(), [])]
             said = "; ".join(f"{e['suite'] + '/' if len(names) > 1 else ''}{e['claim']}: **{e['verdict']}**" + _over_starts(e) for e in decided) or "no claim decided here"
             out.append(f"| {num} | {title} | {', '.join(f'`{n}`' for n in names) or '—'} | {said} |")
@@ -248,6 +289,9 @@ class Findings:
 
 def _over_starts(e: dict) -> str:
     """How an index entry's verdict stands across starts: "" for one start."""
+    if e.get("strata"):
+        said = ", ".join(g["verdict"] for g in e["strata"])
+        return f" over {len(e['strata'])} comparisons" + (f", differing between them ({said})" if e.get("differs") else ", the same in each")
     per = e.get("per_start")
     if not per:
         return ""
@@ -301,6 +345,24 @@ def held_out_size(suite_path: Path) -> int | None:
     return min(size, held)
 
 
+def block_suites(body: str, root: Path) -> list[str]:
+    """The suites a finding's blocks read: each block's suite, and every suite a ``pooled`` block's pool names."""
+    names = []
+    for m in BLOCK.finditer(body):
+        kind, *args = m.group("spec").split() or ["index"]
+        if kind == "index" or not args:
+            continue
+        if kind == "pooled":
+            path = Path(root) / "benchmarks" / "suites" / "pooled" / f"{args[0]}.toml"
+            try:
+                names += [n for n in tomllib.loads(path.read_text()).get("suites") or [] if isinstance(n, str)]
+            except (OSError, tomllib.TOMLDecodeError):
+                pass
+            continue
+        names.append(args[0])
+    return list(dict.fromkeys(names))
+
+
 def sections(text: str) -> list[tuple[str, str, str]]:
     """(number, title, body) of each ``## N. title`` section."""
     heads = list(SECTION.finditer(text))
@@ -327,7 +389,7 @@ def lint(text: str, root: Path) -> list[str]:
     for num, title, body in sections(text):
         generated = "".join(m.group("body") for m in BLOCK.finditer(body))
         prose = BLOCK.sub("", body)
-        names = list(dict.fromkeys(m.group("spec").split()[1] for m in BLOCK.finditer(body) if m.group("spec").split()[0] != "index"))
+        names = block_suites(body, root)
         backing = generated
         for n in names:
             for p in (results / f"{n}.toml", results / "results" / n / "report.md", results / "results" / n / "summary.csv"):
