@@ -31,6 +31,6 @@ def model_cache(tmp_path_factory):
 @pytest.fixture
 def fixed_checkout(monkeypatch):
     """The working tree may change while a test runs (edits, commits): provenance sees one git state."""
-    from rllab.records import provenance
+    from rllab.records import machine
 
-    monkeypatch.setattr(provenance, "git_state", lambda where=None: {"commit": "c0ffee", "diff_sha256": "0" * 64, "dirty": False})
+    monkeypatch.setattr(machine, "git_state", lambda where=None: {"commit": "c0ffee", "diff_sha256": "0" * 64, "dirty": False})

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from rllab.records import provenance
+from rllab.records import hashing, provenance
 from rllab.config import load_config
 from rllab.errors import ConfigError
 
@@ -241,13 +241,13 @@ def test_a_large_models_hash_is_remembered_until_a_file_changes(tmp_path, monkey
     d = _model_dir(tmp_path / "m")
     h = provenance.model_sha256(d)
     monkeypatch.setenv("RLLAB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(provenance, "MEMO_BYTES", 1)  # every model counts as large
+    monkeypatch.setattr(hashing, "MEMO_BYTES", 1)  # every model counts as large
     assert provenance.model_sha256(d) == h
     assert len(list((tmp_path / "cache" / ".hashes").iterdir())) == 1
     real = provenance.sha256_tree
-    monkeypatch.setattr(provenance, "sha256_tree", lambda *a, **k: pytest.fail("hashed again"))
+    monkeypatch.setattr(hashing, "sha256_tree", lambda *a, **k: pytest.fail("hashed again"))
     assert provenance.model_sha256(d) == h  # remembered
-    monkeypatch.setattr(provenance, "sha256_tree", real)
+    monkeypatch.setattr(hashing, "sha256_tree", real)
     (d / "model.safetensors").write_bytes(b"\x01\x02\x03")  # rewritten: another size (and time)
     assert provenance.model_sha256(d) != h
 

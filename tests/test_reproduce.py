@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rllab.records import provenance
+from rllab.records import machine, provenance
 from rllab.cli import main
 from rllab.config import load_config
 from rllab.training.reproduce import Difference, first_difference
@@ -34,7 +34,7 @@ def recorded(tmp_path_factory, model_cache):
     from rllab.training.trainer import run_experiment
 
     mp = MonkeyPatch()
-    mp.setattr(provenance, "git_state", lambda where=None: {"commit": "c0ffee", "diff_sha256": "0" * 64, "dirty": False})
+    mp.setattr(machine, "git_state", lambda where=None: {"commit": "c0ffee", "diff_sha256": "0" * 64, "dirty": False})
     run = tmp_path_factory.mktemp("recorded") / "run"
     run_experiment(load_config(None, [*overrides(TINY), "task.digits=1", "rollout.random_reward=given", "train.steps=2", "train.eval_size=8"]), run_dir=run, progress=False)
     mp.undo()

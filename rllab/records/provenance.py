@@ -24,6 +24,9 @@ A file path in a record is informational; data, plugins and the start are compar
 Plugins that read data files call :func:`note_data_file` (the built-in ``jsonl`` and
 ``dataset`` tasks do); the config's own values that name an existing file are hashed too, so a
 third-party task that reads a file named by one of its knobs is covered without doing anything.
+
+The hashes live in :mod:`rllab.records.hashing` and the environment in :mod:`rllab.records.machine`;
+their names are importable from here as well.
 """
 
 from __future__ import annotations
@@ -31,8 +34,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
-import subprocess
 import sys
 import threading
 import time
@@ -41,151 +42,31 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from rllab.errors import ConfigError
+from rllab.records.hashing import (  # noqa: F401  (published here too: the record's hashes)
+    MEMO_BYTES,
+    MODEL_RECORDS,
+    STARTS_ENV,
+    check_start,
+    find_start,
+    model_sha256,
+    sha256_data,
+    sha256_file,
+    sha256_tree,
+    starts_dirs_said,
+)
+from rllab.records.machine import (  # noqa: F401  (published here too: the record's environment)
+    ISA_FLAGS,
+    cpu_info,
+    environment,
+    environment_hash,
+    git_state,
+    imported_libraries,
+    torch_info,
+)
 
 PROVENANCE_FILE = "provenance.json"
 FORMAT = 1
 """Bumped when a field changes meaning."""
-
-_CHUNK = 1 << 20
-
-
-# --------------------------------------------------------------------------- hashing
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    """The sha256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(_CHUNK), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _tree_files(root: Path, skip: Iterable[str] = ()) -> list[Path]:
-    """The regular files under ``root`` in a fixed order, leaving out hidden ones (a name starting
-    with ``.``, at any depth) and the top-level names in ``skip``."""
-    skip = set(skip)
-    out = []
-    for p in sorted(root.rglob("*")):
-        rel = p.relative_to(root)
-        if any(part.startswith(".") for part in rel.parts) or (len(rel.parts) == 1 and rel.name in skip):
-            continue
-        if p.is_file():
-            out.append(p)
-    return out
-
-
-def sha256_tree(root: str | os.PathLike, skip: Iterable[str] = ()) -> str:
-    """One sha256 over a directory's files: each file's path relative to ``root`` and the sha256
-    of its bytes, in sorted order (so it is the same wherever the directory lies)."""
-    root = Path(root)
-    h = hashlib.sha256()
-    for p in _tree_files(root, skip):
-        h.update(f"{p.relative_to(root).as_posix()}\0{sha256_file(p)}\n".encode())
-    return h.hexdigest()
-
-
-def sha256_data(path: str | os.PathLike) -> str:
-    """A data file's sha256, or a directory's (:func:`sha256_tree`)."""
-    p = Path(path)
-    return sha256_tree(p) if p.is_dir() else sha256_file(p)
-
-
-MODEL_RECORDS = ("rllab_warm_start.json",)
-"""Files rllab writes beside a model about how it was made (timings included): not the model,
-so not in its hash."""
-
-
-MEMO_BYTES = 256 << 20
-"""A model directory at least this large has its hash remembered (:func:`model_sha256`)."""
-
-
-def _memo_dir() -> Path:
-    root = os.environ.get("RLLAB_CACHE")
-    return (Path(root).expanduser() if root else Path.home() / ".cache" / "rllab" / "models") / ".hashes"
-
-
-def model_sha256(model_dir: str | os.PathLike) -> str:
-    """The starting model's hash: :func:`sha256_tree` of its directory (weights, config and
-    tokenizer files), without hidden files and :data:`MODEL_RECORDS`.
-
-    Every run hashes its start, so the hash of a large model (:data:`MEMO_BYTES`, e.g. a 7B
-    ``model.path``) is remembered under the model cache (``.hashes/``), keyed by the directory and
-    each file's name, size and modification time: a file rewritten in place is hashed again."""
-    root = Path(model_dir)
-    files = _tree_files(root, MODEL_RECORDS)
-    stats = [(p.relative_to(root).as_posix(), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
-    if sum(size for _, size, _ in stats) < MEMO_BYTES:
-        return sha256_tree(root, skip=MODEL_RECORDS)
-    key = hashlib.sha256(json.dumps([str(root.resolve()), stats]).encode()).hexdigest()
-    memo = _memo_dir() / f"{key}.sha256"
-    try:
-        known = memo.read_text().strip()
-        if len(known) == 64:
-            return known
-    except OSError:
-        pass
-    digest = sha256_tree(root, skip=MODEL_RECORDS)
-    try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_name(f".{memo.name}.{os.getpid()}")
-        tmp.write_text(digest + "\n")
-        os.replace(tmp, memo)
-    except OSError:  # a read-only cache: the hash is computed each time
-        pass
-    return digest
-
-
-def check_start(model_dir: str | os.PathLike, expected: str | None, *, setting: str = "model.sha256") -> str:
-    """The hash of the model in ``model_dir``; with ``expected`` (a full sha256 or a prefix of at
-    least 8 hex digits), a :class:`~rllab.errors.ConfigError` naming both hashes when it differs."""
-    if not Path(model_dir).is_dir():
-        what = "is not a directory" if Path(model_dir).exists() else "does not exist"
-        raise ConfigError(
-            f"{setting}: the starting model {str(model_dir)!r} {what}: give an exported start-<hash> directory "
-            f"(rllab provenance RUN --export-start DIR writes one) or a model directory",
-            key=setting.rpartition(".")[2],
-        )
-    actual = model_sha256(model_dir)
-    if expected is not None:
-        want = expected.strip().lower().removeprefix("sha256:")
-        if not actual.startswith(want):
-            raise ConfigError(
-                f"{setting} = {expected!r}: the starting model in {model_dir} hashes to {actual}, not {want}. It is not the "
-                f"pinned start: put the exported start with that hash (rllab provenance RUN --export-start DIR writes one) in a "
-                f"directory of ${STARTS_ENV} ({starts_dirs_said()}) or point model.path at it, or remove {setting} to accept this one",
-                key=setting.rpartition(".")[2],
-            )
-    return actual
-
-
-def starts_dirs_said() -> str:
-    """What :data:`STARTS_ENV` holds, for an error: each directory, and those that do not exist."""
-    dirs = [d for d in os.environ.get(STARTS_ENV, "").split(os.pathsep) if d.strip()]
-    if not dirs:
-        return "unset"
-    said = [f"{d!r}" + ("" if Path(d).expanduser().is_dir() else " does not exist") for d in dirs]
-    return "now " + ", ".join(said)
-
-
-STARTS_ENV = "RLLAB_STARTS"
-"""Directories (separated by ``os.pathsep``) of exported starts (``start-<16 hex digits>``, as
-``rllab provenance RUN --export-start DIR`` writes them) that a run pinned with ``model.sha256``
-begins from instead of building its warm start."""
-
-
-def find_start(expected: str, dirs: Iterable[str | os.PathLike] | None = None) -> Path | None:
-    """The exported start in ``dirs`` (default: :data:`STARTS_ENV`'s) whose files hash to
-    ``expected`` (a sha256 or a prefix of one), else None. A directory named for the hash whose
-    files hash otherwise is skipped."""
-    want = expected.strip().lower().removeprefix("sha256:")
-    if dirs is None:
-        dirs = [d for d in os.environ.get(STARTS_ENV, "").split(os.pathsep) if d.strip()]
-    for d in dirs:
-        for candidate in sorted(Path(d).expanduser().glob(f"start-{want[:16]}*")):
-            if candidate.is_dir() and model_sha256(candidate).startswith(want):
-                return candidate
-    return None
 
 
 # --------------------------------------------------------------------------- data files read
@@ -269,133 +150,6 @@ def content_keyed(section: Mapping[str, Any], hashes: Mapping[str, str]) -> dict
         return v
 
     return {k: swap(v) for k, v in section.items()}
-
-
-# --------------------------------------------------------------------------- the environment
-
-
-def git_state(where: str | os.PathLike | None = None) -> dict | None:
-    """``{"commit", "diff_sha256", "dirty"}`` of the git checkout rllab runs from, else None."""
-    root = Path(where) if where is not None else Path(__file__).resolve().parents[2]  # rllab/records/provenance.py → the checkout
-    if not (root / ".git").exists():
-        return None
-    try:
-        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, timeout=20, check=True).stdout
-        diff = subprocess.run(["git", "-C", str(root), "diff", "HEAD", "--binary"], capture_output=True, timeout=60, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return {"commit": sha.decode().strip(), "diff_sha256": hashlib.sha256(diff).hexdigest(), "dirty": bool(diff)}
-
-
-def imported_libraries() -> dict[str, str]:
-    """``{distribution: version}`` of every installed distribution one of whose top-level modules
-    is imported in this process."""
-    import importlib.metadata as md
-
-    owners = md.packages_distributions()
-    tops = {name.partition(".")[0] for name in list(sys.modules)}
-    out = {}
-    for top in sorted(tops):
-        for dist in owners.get(top, ()):
-            try:
-                out[dist] = md.version(dist)
-            except md.PackageNotFoundError:
-                continue
-    return dict(sorted(out.items(), key=lambda kv: kv[0].lower()))
-
-
-def environment_hash() -> tuple[str, int]:
-    """One sha256 over every installed distribution's ``name==version`` (sorted), and their count."""
-    import importlib.metadata as md
-
-    rows = sorted({f"{(d.metadata['Name'] or '?').lower()}=={d.version}" for d in md.distributions()})
-    return hashlib.sha256("\n".join(rows).encode()).hexdigest(), len(rows)
-
-
-ISA_FLAGS = ("sse4_2", "fma", "f16c", "avx", "avx2", "avx_vnni", "amx")
-"""/proc/cpuinfo flags recorded (and every flag starting with ``avx512`` or ``amx``)."""
-
-
-def cpu_info() -> dict:
-    """The CPU model, its vector ISA flags, the machine type and the number of cores."""
-    model, flags = None, set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key == "model name" and model is None:
-                    model = value.strip()
-                elif key in ("flags", "Features") and not flags:
-                    flags = set(value.split())
-                if model is not None and flags:
-                    break
-    except OSError:
-        pass
-    if model is None or not flags:
-        try:  # py-cpuinfo, where installed (macOS, Windows)
-            import cpuinfo  # type: ignore[import-not-found]
-
-            got = cpuinfo.get_cpu_info()
-            model = model or got.get("brand_raw")
-            flags = flags or set(got.get("flags", ()))
-        except Exception:  # noqa: BLE001 — optional, and slow or absent on some systems
-            pass
-    isa = sorted(f for f in flags if f in ISA_FLAGS or f.startswith(("avx512", "amx")))
-    return {"model": model or platform.processor() or None, "machine": platform.machine(), "isa": isa, "cores": os.cpu_count()}
-
-
-def torch_info() -> dict:
-    """torch's CPU kernel family, thread counts and determinism switches; CUDA, its devices and the
-    driver when present."""
-    import torch
-
-    out: dict[str, Any] = {
-        "cpu_capability": _call(lambda: torch.backends.cpu.get_cpu_capability()),
-        "threads": torch.get_num_threads(),
-        "interop_threads": torch.get_num_interop_threads(),
-        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-        "thread_env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS") if k in os.environ},
-    }
-    if torch.cuda.is_available():
-        out["cuda"] = {
-            "version": torch.version.cuda,
-            "cudnn": _call(lambda: torch.backends.cudnn.version()),
-            "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
-            "capability": [list(torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count())],
-            "driver": _nvidia_driver(),
-        }
-    return out
-
-
-def _call(fn):
-    try:
-        return fn()
-    except Exception:  # noqa: BLE001 — a field an older torch lacks is left empty
-        return None
-
-
-def _nvidia_driver() -> str | None:
-    try:
-        got = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, timeout=20, check=True)
-        return got.stdout.decode().strip().splitlines()[0] or None
-    except (OSError, subprocess.SubprocessError, IndexError):
-        return None
-
-
-def environment() -> dict:
-    """The code, interpreter, libraries and machine this process runs on (:func:`collect` without
-    the run's own hashes); a suite result records it once."""
-    from rllab.lab import __version__
-
-    env_sha, env_count = environment_hash()
-    return {
-        "code": {"rllab": __version__, "git": git_state()},
-        "python": {"version": platform.python_version(), "implementation": platform.python_implementation()},
-        "libraries": imported_libraries(),
-        "environment": {"sha256": env_sha, "distributions": env_count},
-        "machine": {"cpu": cpu_info(), "torch": torch_info(), "platform": platform.platform(), "host": platform.node()},
-    }
 
 
 # --------------------------------------------------------------------------- a run's record
