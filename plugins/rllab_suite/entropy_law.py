@@ -16,6 +16,16 @@ in it), to tame the per-step noise of a small batch; the fit is over the pooled 
 explains. ``a`` and ``b`` get 95% percentile-bootstrap CIs from refits on seeds drawn with
 replacement. Beside it, each arm's entropy — the mean over its last :data:`LAST_HALF` of steps and
 over the whole run — with P(arm > baseline) (:func:`rllab_suite.stats.prob_improvement`).
+
+**On held-out accuracy, checked by prediction** (:func:`heldout_check`), as the paper validates the
+law: at each evaluation step the held-out accuracy R and the entropy H of the policy there (the
+:data:`BIN` training steps up to it, exp(H) averaged; at step 0, the first step's). Per arm, the
+law is fitted to every seed's points (a, b, R²), and to the points at up to :data:`EARLY_FRACTION`
+of the last evaluation step only, which then predicts the later held-out accuracy from the later
+entropy: the prediction's mean absolute error (points), beside that of the trivial forecast that
+each run stays at its last early accuracy, and the difference of the two — each with a 95%
+percentile-bootstrap CI from refits on runs drawn with replacement. The series it reads (each run's
+eval steps, held-out accuracy and entropy) are kept in ``summary.json`` (``entropy_law.series``).
 """
 
 from __future__ import annotations
@@ -35,6 +45,8 @@ LAST_HALF = 0.5
 """The share of a run's last steps over which its "late" entropy is averaged."""
 N_BOOT = 300
 """Bootstrap refits per (task, arm)."""
+EARLY_FRACTION = 0.5
+"""The held-out check fits the evaluations at up to this share of the last evaluation step and predicts the later ones."""
 
 
 def law(H, a: float, b: float):
@@ -91,6 +103,73 @@ def binned(record, *, entropy: str = ENTROPY, reward: str = REWARD, bin_: int = 
     return H, R
 
 
+def eval_points(record, *, entropy: str = ENTROPY, bin_: int = BIN) -> dict:
+    """One run's evaluations with the entropy there: ``{"steps", "accuracy", "entropy"}``, the
+    entropy at eval step s the log of the mean of exp(H) over the training steps max(1, s − bin_ + 1)
+    … max(1, s) that logged it (at step 0, the first step's: the warm start's policy); an evaluation
+    without an entropy near it, or without a finite accuracy, is left out."""
+    hs, hv = record.train.get(entropy, ((), ()))
+    h = dict(zip(hs, hv))
+    out = {"steps": [], "accuracy": [], "entropy": []}
+    for step, acc in zip(record.steps, record.accuracy):
+        near = [h[t] for t in range(max(1, int(step) - bin_ + 1), max(1, int(step)) + 1) if t in h and math.isfinite(h[t])]
+        if not near or not math.isfinite(acc):
+            continue
+        out["steps"].append(int(step))
+        out["accuracy"].append(float(acc))
+        out["entropy"].append(float(np.log(np.mean(np.exp(near)))))
+    return out
+
+
+def _check_once(series: list[dict], cutoff: float) -> dict:
+    """The law fitted to all points and to the early ones, and the early fit's prediction errors (fractions)."""
+    H = [h for r in series for h in r["entropy"]]
+    R = [v for r in series for v in r["accuracy"]]
+    full = fit_law(H, R)
+    early = [(h, v) for r in series for s, h, v in zip(r["steps"], r["entropy"], r["accuracy"]) if s <= cutoff]
+    fit = fit_law([h for h, _ in early], [v for _, v in early])
+    law_err, last_err = [], []
+    for r in series:
+        before = [v for s, v in zip(r["steps"], r["accuracy"]) if s <= cutoff]
+        later = [(h, v) for s, h, v in zip(r["steps"], r["entropy"], r["accuracy"]) if s > cutoff]
+        if not before or not later:
+            continue
+        for h, v in later:
+            law_err.append(abs(float(law(h, fit.a, fit.b)) - v) if fit.ok else math.nan)
+            last_err.append(abs(before[-1] - v))
+    mae = lambda e: float(np.mean(e)) if e and all(math.isfinite(x) for x in e) else math.nan  # noqa: E731
+    return {"full": full, "early": fit, "early_points": len(early), "predicted": len(law_err), "mae_law": mae(law_err), "mae_last": mae(last_err)}
+
+
+def heldout_check(series: list[dict], *, fraction: float = EARLY_FRACTION, n_boot: int = N_BOOT, seed: int = 0) -> dict:
+    """The law on held-out accuracy for one arm's runs (:func:`eval_points` of each), and checked by
+    prediction (see the module docstring); errors in fractions (0.05 = 5 points)."""
+    series = [r for r in series if r["steps"]]
+    last = max((s for r in series for s in r["steps"]), default=0)
+    cutoff = fraction * last
+    one = _check_once(series, cutoff)
+    full, early = one["full"], one["early"]
+    out = {"status": full.status, "a": full.a, "b": full.b, "r2": full.r2, "points": full.n, "runs": len(series),
+           "cutoff": cutoff, "early": {"status": early.status, "a": early.a, "b": early.b, "r2": early.r2, "points": early.n},
+           "predicted": one["predicted"], "mae_law": one["mae_law"], "mae_last": one["mae_last"], "mae_diff": one["mae_law"] - one["mae_last"]}
+    if not one["predicted"]:
+        out["prediction_status"] = "nothing after the cutoff to predict"
+    elif not early.ok:
+        out["prediction_status"] = f"the early fit is not a result: {early.status}"
+    else:
+        out["prediction_status"] = "ok"
+    if len(series) >= 2:
+        rng = np.random.default_rng(seed)
+        boot = [_check_once([series[i] for i in rng.integers(0, len(series), size=len(series))], cutoff) for _ in range(n_boot)]
+        out["a_ci"] = _ci(b["full"].a for b in boot)
+        out["b_ci"] = _ci(b["full"].b for b in boot)
+        for key in ("mae_law", "mae_last"):
+            out[f"{key}_ci"] = _ci(b[key] for b in boot)
+        out["mae_diff_ci"] = _ci(b["mae_law"] - b["mae_last"] for b in boot)
+        out["boot_failed"] = sum(not math.isfinite(b["mae_law"]) for b in boot)
+    return out
+
+
 def _pooled(runs: list) -> tuple[list, list]:
     H, R = [], []
     for r in runs:
@@ -125,7 +204,8 @@ def fit_all(records, *, tasks: list, arms: list, baseline: str | None = None, n_
     """Per task and arm that logged entropy: the law's fit with bootstrap CIs of ``a`` and ``b``,
     and the arm's late and whole-run entropy (mean over seeds, 95% CI) with P(> ``baseline``)."""
     rng = np.random.default_rng(seed)
-    out = {"entropy": ENTROPY, "reward": REWARD, "bin": BIN, "late": LAST_HALF, "n_boot": n_boot, "baseline": baseline, "tasks": {}}
+    out = {"entropy": ENTROPY, "reward": REWARD, "bin": BIN, "late": LAST_HALF, "n_boot": n_boot, "baseline": baseline, "tasks": {},
+           "early_fraction": EARLY_FRACTION, "series": {}, "heldout": {}}
     for task in tasks:
         runs = {a: [r for r in records if r.task == task and r.variant == a and r.status == "done" and ENTROPY in r.train] for a in arms}
         arms_out = {}
@@ -155,6 +235,9 @@ def fit_all(records, *, tasks: list, arms: list, baseline: str | None = None, n_
                     poi = stats.prob_improvement([([fn(r) for r in runs[a]], [fn(r) for r in runs[baseline]])])
                     d[f"p_higher_{name}"] = dict(zip(("mean", "low", "high"), poi)) if poi is not None else None
         out["tasks"][task] = arms_out
+        series = {a: [{"seed": r.seed, **({} if r.start is None else {"start": r.start}), **eval_points(r)} for r in rs] for a, rs in runs.items() if rs}
+        out["series"][task] = series
+        out["heldout"][task] = {a: heldout_check(ss, n_boot=n_boot, seed=seed) for a, ss in series.items()}
     return out
 
 
@@ -196,4 +279,54 @@ def markdown_lines(law_: dict | None, task: str) -> list[str]:
         fails = f" ({d['boot_failed']} of {law_['n_boot']} refits failed)" if d.get("boot_failed") else ""
         lines.append(f"| {a} | {_stat(d['entropy_late'], '.3f')} | {pl} | {_stat(d['entropy_whole'], '.3f')} | {pw} | "
                      f"{_with_ci(d, 'a', '.3g')} | {_with_ci(d, 'b', '.3g')} | {_num(d['r2'], '.2f')} | {d['points']} | {d['status']}{fails} |")
+    return lines + [""] + heldout_lines(law_, task)
+
+
+def prediction_reading(d: dict) -> str:
+    """Whether the early fit predicted the later held-out accuracy better than each run's last early value, from the CI of the difference."""
+    if d.get("prediction_status") != "ok":
+        return d.get("prediction_status") or "—"
+    ci = d.get("mae_diff_ci") or {}
+    lo, hi = ci.get("low", math.nan), ci.get("high", math.nan)
+    if not (isinstance(lo, float) and math.isfinite(lo)):
+        return "no interval (one run)"
+    if hi < 0:
+        return "better than the last value"
+    if lo > 0:
+        return "worse than the last value"
+    return "not told apart from the last value"
+
+
+def _pts(d: dict, name: str) -> str:
+    v = d.get(name, math.nan)
+    s = _num(100 * v, ".1f") if isinstance(v, float) and math.isfinite(v) else "—"
+    ci = d.get(f"{name}_ci")
+    if ci and isinstance(ci.get("low"), float) and math.isfinite(ci["low"]):
+        sign = "+" if name == "mae_diff" else ""
+        s = (f"{100 * v:{sign}.1f}" if s != "—" else s) + f" [{100 * ci['low']:{sign}.1f}, {100 * ci['high']:{sign}.1f}]"
+    return s
+
+
+def heldout_lines(law_: dict | None, task: str, *, heading: bool = True) -> list[str]:
+    """The law on held-out accuracy and its predictive check for one task, as Markdown ([] when the summary has none)."""
+    arms = ((law_ or {}).get("heldout") or {}).get(task)
+    if not arms:
+        return []
+    frac = round(100 * law_.get("early_fraction", EARLY_FRACTION))
+    lines = [f"### the law on held-out accuracy, checked by prediction, task `{task}`", ""] if heading else []
+    lines += [f"R = held-out accuracy at each evaluation, H = `{law_['entropy']}` there (the {law_['bin']} training steps up to it, exp(H) "
+              f"averaged; at step 0 the first step's). Fitted to every seed's evaluations, and to those at up to {frac}% of the last "
+              "evaluation step alone, which then predicts each later evaluation from its entropy: the mean absolute error of that "
+              "prediction (points), that of predicting each run's last early accuracy, and their difference (law − last value), "
+              f"with 95% percentile-bootstrap CIs from {law_['n_boot']} refits on runs drawn with replacement.", "",
+              "| arm | a [95% CI] | b [95% CI] | R² | points | early fit (steps ≤ cutoff): a, b, R², points | predicted | "
+              "law's error, points [95% CI] | last value's error, points [95% CI] | law − last value [95% CI] | prediction |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for a, d in arms.items():
+        e = d["early"]
+        early = (f"≤ {d['cutoff']:g}: {_num(e['a'], '.3g')}, {_num(e['b'], '.3g')}, {_num(e['r2'], '.2f')}, {e['points']}"
+                 if e["status"] == "ok" else f"≤ {d['cutoff']:g}: {e['status']}")
+        fit = f"{_with_ci(d, 'a', '.3g')} | {_with_ci(d, 'b', '.3g')} | {_num(d['r2'], '.2f')}" if d["status"] == "ok" else f"{d['status']} | — | —"
+        lines.append(f"| {a} | {fit} | {d['points']} | {early} | {d['predicted']} | {_pts(d, 'mae_law')} | {_pts(d, 'mae_last')} | "
+                     f"{_pts(d, 'mae_diff')} | {prediction_reading(d)} |")
     return lines + [""]

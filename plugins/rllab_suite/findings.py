@@ -233,9 +233,20 @@ class Findings:
         tasks = law.get("tasks") or {}
         if not tasks:
             raise FindingsError(f"law {name}: results/{name}/summary.json has no entropy_law")
-        out = [f"From `results/{name}/summary.json`: R = −a·exp(H) + b fitted per arm to *training* accuracy against entropy "
-               "(pooled points of every seed), 95% CIs from refits on seeds drawn with replacement.", "",
-               "| task | arm | a [95% CI] | b [95% CI] | R² |", "|---|---|---|---|---|"]
+        from rllab_suite.entropy_law import heldout_lines
+
+        out = []
+        for task in tasks:
+            held = heldout_lines(law, task, heading=False)
+            if held:
+                out += [f"From `results/{name}/summary.json` (`entropy_law.heldout`, from the series it keeps in `entropy_law.series`), "
+                        f"task `{task}`: R = −a·exp(H) + b on *held-out* accuracy. " + held[0], *held[1:]]
+        if not out:
+            out = [f"`results/{name}/summary.json` holds no held-out series (it was written before the suite kept them): "
+                   f"`rllab suite report` on the suite's directory adds them.", ""]
+        out += [f"The same law fitted to *training* accuracy (`{law.get('reward', 'rollout/accuracy')}`) against entropy "
+                "(pooled points of every seed, each the mean over a bin of steps), 95% CIs from refits on seeds drawn with replacement.", "",
+                "| task | arm | a [95% CI] | b [95% CI] | R² |", "|---|---|---|---|---|"]
         for task, t in tasks.items():
             for arm, d in (t.get("arms") or t).items():
                 if not isinstance(d, dict) or "a" not in d:
