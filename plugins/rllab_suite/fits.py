@@ -26,7 +26,8 @@ the share of its refits that failed (an interval over the refits that converged 
 As ScaleRL validates its fits, each arm's curve is also fitted to the early part of the compute
 alone (evaluations at up to :data:`EARLY_FRACTION` of the largest compute) and used to predict the
 later evaluations: the prediction error (mean absolute error, points, of the prediction against the
-mean over seeds at each later evaluation) says whether the curve forecasts at all.
+mean over seeds at each later evaluation), beside that of the trivial forecast that accuracy stays
+at the last early evaluation's mean, says whether the curve forecasts at all.
 
 A fitted asymptote is a description, never a verdict: a pair whose either arm has an extrapolated
 ``A``, an ``A`` on its bound, or more than :data:`MAX_FAILED` of its refits failed is *not compared*.
@@ -226,22 +227,28 @@ def _unpinned(d: dict) -> list[str]:
 
 def predictive_check(rs, *, fraction: float = EARLY_FRACTION) -> dict:
     """Fit the evaluations at up to ``fraction`` of the largest compute, predict the later ones:
-    ``{"status", "cutoff", "early_points", "later_steps", "mae"}``, ``mae`` the mean absolute error
-    of the prediction against the mean over seeds at each later eval step (NaN when the early fit
-    is not usable or nothing is left to predict)."""
+    ``{"status", "cutoff", "early_points", "later_steps", "mae", "mae_last"}``, ``mae`` the mean
+    absolute error of the prediction against the mean over seeds at each later eval step (NaN when
+    the early fit is not usable or nothing is left to predict), ``mae_last`` that of the trivial
+    forecast that accuracy stays at the last early eval step's mean over seeds."""
     C, R, R0 = _points(rs)
-    out = {"status": "", "cutoff": math.nan, "early_points": 0, "later_steps": 0, "mae": math.nan}
+    out = {"status": "", "cutoff": math.nan, "early_points": 0, "later_steps": 0, "mae": math.nan, "mae_last": math.nan}
     if C.size == 0:
         return {**out, "status": "no evaluations after step 0"}
     cutoff = fraction * float(C.max())
     early = C <= cutoff
     fit = fit_curve(C[early], R[early], R0)
-    later = {}
+    later, before = {}, {}
     for r, comp in rs:
         for s, c, a in zip(r.steps, comp, r.accuracy):
             if s > 0 and c > cutoff:
                 later.setdefault(s, []).append((c, a))
+            elif c <= cutoff and math.isfinite(a):
+                before.setdefault(s, []).append(a)
     out.update(cutoff=cutoff, early_points=int(early.sum()), later_steps=len(later))
+    if later and before:
+        last = float(np.mean(before[max(before)]))
+        out["mae_last"] = float(np.mean([abs(last - float(np.mean([a for _, a in v]))) for v in later.values()]))
     if not fit.ok:
         return {**out, "status": f"early fit not usable: {fit.status}"}
     if not later:
@@ -286,7 +293,8 @@ def markdown_lines(fits: dict, task: str) -> list[str]:
         f"95% percentile-bootstrap CIs from {fits['n_boot']} refits on seeds drawn with replacement.", "",
         "A fitted asymptote describes a curve and is never a verdict; pairs with an extrapolated A, an A on its bound, or "
         f"more than {100 * MAX_FAILED:.0f}% failed refits are not compared. *Predicts*: the curve fitted to the evaluations at up to "
-        f"{100 * EARLY_FRACTION:.0f}% of the largest compute, its mean absolute error (points) on the later evaluations' means over seeds.", "",
+        f"{100 * EARLY_FRACTION:.0f}% of the largest compute, its mean absolute error (points) on the later evaluations' means over seeds, "
+        "beside that of keeping the last early evaluation's mean (the last value): a curve that forecasts beats it.", "",
         "| arm | A % [95% CI] | C_mid " + unit + " [95% CI] | B | R0 % | refit failures | predicts (MAE, points) | fit |", "|---|---|---|---|---|---|---|---|",
     ]
     for a, d in t["arms"].items():
@@ -295,7 +303,9 @@ def markdown_lines(fits: dict, task: str) -> list[str]:
         rate = d.get("boot_failure_rate", math.nan)
         fails = f"{d['boot_failed']} of {fits['n_boot']} ({100 * rate:.0f}%)" if math.isfinite(rate) else "—"
         pred = d.get("prediction") or {}
-        pred = f"{100 * pred['mae']:.1f}" if math.isfinite(pred.get("mae", math.nan)) else (pred.get("status") or "—")
+        last = pred.get("mae_last", math.nan)
+        pred = (f"{100 * pred['mae']:.1f}" + (f" (last value {100 * last:.1f})" if math.isfinite(last) else "")
+                if math.isfinite(pred.get("mae", math.nan)) else (pred.get("status") or "—"))
         bound = "; A on its bound" if d.get("A_on_bound") else ""
         lines.append(f"| {a} | {A} | {C} | {_num(d.get('B', math.nan), '.2f')} | {_num(100 * d.get('R0', math.nan), '.1f')} | {fails} | {pred} | {d['status']}{bound} |")
     lines.append("")

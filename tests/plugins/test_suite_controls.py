@@ -161,6 +161,8 @@ def test_fits_tell_arms_that_differ_in_A_from_arms_that_differ_only_in_efficienc
     md = "\n".join(fits.markdown_lines(out, "addition"))
     assert "| no_rl | — | — | — | 20.0 | — | — | no training (the warm start alone) |" in md
     assert f"| higher | {100 * arms['higher']['A']:.1f} [{100 * arms['higher']['A_ci']['low']:.1f}, " in md
+    pred = arms["higher"]["prediction"]  # the prediction's error beside the last value's
+    assert f"| {100 * pred['mae']:.1f} (last value {100 * pred['mae_last']:.1f}) |" in md and "beside that of keeping the last early" in md
 
 
 def test_summary_csv_carries_each_arms_fit(tmp_path):
@@ -221,9 +223,12 @@ def test_the_predictive_check_by_hand():
     got = fits.predictive_check(runs)
     assert got["status"] == "ok" and got["cutoff"] == 8000 and got["early_points"] == 15 and got["later_steps"] == 1
     assert got["mae"] == pytest.approx(0.0, abs=1e-6)
+    # the trivial forecast: accuracy stays at its value at C = 8000
+    assert got["mae_last"] == pytest.approx(exact[-1] - exact[-2])
     dropped = exact[:-1] + [exact[-1] - 0.1]
     runs = [(_record("a", s, dropped, steps=steps), list(C)) for s in range(3)]
     assert fits.predictive_check(runs)["mae"] == pytest.approx(0.1, abs=1e-6)
+    assert fits.predictive_check(runs)["mae_last"] == pytest.approx(abs(exact[-1] - 0.1 - exact[-2]))
     short = [(_record("a", s, exact[:3], steps=steps[:3]), list(C[:3])) for s in range(3)]
     assert fits.predictive_check(short)["status"].startswith("early fit not usable: too few evaluations")
 
