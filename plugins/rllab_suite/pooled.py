@@ -206,8 +206,6 @@ def strata(folded: list[Folded], claim) -> list[dict]:
 
 def decide_pool(folded: list[Folded], claim, *, n_boot: int = verdicts_.N_BOOT, seed: int = 0) -> dict:
     """The claim's verdict over every comparison the runs hold, with each comparison's own (see the module docstring)."""
-    import numpy as np
-
     entry = {**claim.to_dict(), "claim": claim.name}
     groups = []
     for st in strata(folded, claim):
@@ -287,14 +285,6 @@ def _side(rows: dict, seeds: list, draw, W, cols, rng):
     else:
         idx = rng.integers(0, len(mine), size=(draw.shape[0], len(mine)))
     return X[idx, cols].mean(axis=1)
-
-
-def job_label(job: tuple, against: tuple | None = None) -> str:
-    """A job as the overrides in which it differs from ``against`` (all of them without one)."""
-    mine = dict(job[3])
-    other = dict(against[3]) if against else {}
-    diff = {k: v for k, v in mine.items() if other.get(k) != v}
-    return ", ".join(f"{k} = {v}" for k, v in sorted(diff.items())) or "the same overrides"
 
 
 def comparison_labels(groups: list[dict]) -> list[str]:
