@@ -21,11 +21,8 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.metadata
-import importlib.util
 import os
-import sys
 import traceback
-import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -40,6 +37,9 @@ from rllab.errors import (  # noqa: F401  (re-exported: rllab.lab is where users
     RllabError,
     UnknownComponentError,
     UnknownKindError,
+)
+from rllab.plugin_sources import (  # noqa: F401  (re-exported: where plugins come from)
+    BUILTIN_DISTRIBUTION, ENV_ALLOW, ENV_BUILTINS, RENAMED_BUILTINS, _env_set, _renamed, import_file,
 )
 from rllab.specs import SELECTOR_KEY, Component, ComponentSpec, KnobInfo, NoConfig, PluginInfo, build_config, knob  # noqa: F401
 from rllab.traits import check_traits
@@ -63,50 +63,8 @@ KINDS: dict[str, str] = {
     "algorithm": "register_algorithms",
 }
 
-ENV_ALLOW = "RLLAB_PLUGINS"
-ENV_BUILTINS = "RLLAB_BUILTINS"
-BUILTIN_DISTRIBUTION = "rllab"
-
-RENAMED_BUILTINS = {
-    "rllab_gae": "rllab_advantages",
-    "rllab_grpo": "rllab_advantages",
-    "rllab_ppo": ("rllab_policy_losses", "rllab_value_losses"),
-    "rllab_tis": "rllab_corrections",
-    "rllab_agg": "rllab_aggregations",
-    "rllab_dpo": "rllab_preference_losses",
-    "rllab_rl": "rllab_algorithms",
-    "rllab_pref": "rllab_algorithms",
-    "rllab_hf": "rllab_backends",
-    "rllab_sglang": "rllab_backends",
-}
-"""Built-in plugin names before the plugins were named by role; ``RLLAB_BUILTINS`` still accepts them."""
-
 __version__ = "0.1.0"
 """rllab's version (``rllab.__version__``): recorded in every run directory."""
-
-
-def _env_set(name: str) -> set[str] | None:
-    raw = os.environ.get(name)
-    return None if raw is None else {s.strip() for s in raw.split(",") if s.strip()}
-
-
-def _renamed(names: set[str]) -> set[str]:
-    """``names`` with the old built-in names replaced by the new ones, each with a FutureWarning."""
-    out = set()
-    for name in sorted(names):
-        new = RENAMED_BUILTINS.get(name)
-        if new is None:
-            out.add(name)
-            continue
-        new = (new,) if isinstance(new, str) else new
-        warnings.warn(
-            f"{ENV_BUILTINS}: the built-in plugin {name!r} is now {' and '.join(map(repr, new))}; "
-            "the old name will stop working in a future release",
-            FutureWarning,
-            stacklevel=4,
-        )
-        out.update(new)
-    return out
 
 
 # --------------------------------------------------------------------------- the Lab
@@ -495,22 +453,3 @@ def _kinds_text(kinds: Iterable[str]) -> str:
     """``an advantage_estimator and an algorithm``."""
     parts = [f"{'an' if k[0] in 'aeiou' else 'a'} {k}" for k in dict.fromkeys(kinds)]
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-
-
-def import_file(path: Path, *, prefix: str, reuse: bool = False):
-    """The Python file ``path`` imported as a module (named ``<prefix>_<stem>_<hash>``); with
-    ``reuse``, the module already imported from it if any. A file that fails to import leaves
-    nothing behind in ``sys.modules``."""
-    mod_name = f"{prefix}_{path.stem}_{abs(hash(str(path))) % 10**8}"
-    if reuse and mod_name in sys.modules:
-        return sys.modules[mod_name]
-    spec = importlib.util.spec_from_file_location(mod_name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[mod_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(mod_name, None)
-        raise
-    return module
