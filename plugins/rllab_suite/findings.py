@@ -282,8 +282,11 @@ class Findings:
         if unknown:
             raise FindingsError(f"pooled {name}: {', '.join(unknown)} not among the pool's claims ({', '.join(c.name for c in pool.claims)})")
         claims = [c for c in pool.claims if not only or c.name in only]
-        folded, idle = pooled_.gather(self.root, pool, {a for c in claims for a in (c.arm, c.against)})
-        entries = [{**pooled_.decide_pool(folded, c), "suite": "pooled"} for c in claims]
+        try:
+            folded, idle = pooled_.gather(self.root, pool, {a for c in claims for a in (c.arm, c.against)})
+            entries = [{**pooled_.decide_pool(folded, c), "suite": "pooled"} for c in claims]
+        except pooled_.PoolError as e:
+            raise FindingsError(f"pooled {name}: {e}") from None
         self.decided[key or f"pooled {name}"] = entries
         sizes = {self.eval_size(n) for n in pool.suites if n not in idle}
         return "\n".join(pooled_.markdown_lines(name, pool, entries, idle=idle, eval_size=sizes.pop() if len(sizes) == 1 else None)).rstrip() + "\n"

@@ -216,8 +216,13 @@ def decide_pool(folded: list[Folded], claim, *, n_boot: int = verdicts_.N_BOOT, 
         groups.append({**st, "x": x, "y": y, "x_counts": xc, "y_counts": yc})
     if not groups:
         return {**entry, "verdict": verdicts_.NOT_SEPARABLE, "why": f"no suite ran {claim.arm} and {claim.against} side by side", "diff": None, "strata": []}
+    tasks = sorted({g["task"] for g in groups})
+    if len(tasks) > 1:
+        raise PoolError(f"claim {claim.name!r}: the comparisons are on different tasks ({', '.join(tasks)}); "
+                        "a pooled interval draws one set of held-out problems for all of them: pool one task")
     P = {len(r) for g in groups for r in (*g["x"].values(), *g["y"].values())}
-    if len(P) > 1:  # some runs lack per-problem values: compare run means
+    means_only = len(P) > 1
+    if means_only:  # some runs lack per-problem values, or evaluated other numbers of problems: compare run means
         for g in groups:
             g["x"] = {s: [sum(r) / len(r)] for s, r in g["x"].items()}
             g["y"] = {s: [sum(r) / len(r)] for s, r in g["y"].items()}
@@ -230,6 +235,8 @@ def decide_pool(folded: list[Folded], claim, *, n_boot: int = verdicts_.N_BOOT, 
     diff["seeds"] = (len({(g["start"], g["arm_job"], s) for g in groups for s in g["x"]}),  # a job compared twice counts once
                      len({(g["start"], g["against_job"], s) for g in groups for s in g["y"]}))
     verdict, why = verdicts_.decide(claim, diff)
+    if means_only:
+        why += "; compared on run means (not every run recorded the same held-out problems)"
     return {**entry, "task": groups[0]["task"], "verdict": verdict, "why": why, "diff": diff, "strata": groups,
             "differs": len({g["verdict"] for g in groups}) > 1}
 

@@ -184,6 +184,15 @@ def test_the_findings_page_builds_a_pooled_block(tmp_path):
         build(DOC.replace("pooled p", "pooled p nope"), root)
 
 
+def test_runs_without_the_same_problems_are_compared_on_their_means_and_say_so(tmp_path):
+    """One comparison recorded 2 problems, the other 4: both on run means (tis 0.5 and 0.25 above sync 0)."""
+    root = tmp_path / "repo"
+    _suite(root, "k4", 4, {"sync": SYNC, "tis": TIS}, rows={("sync", 0): [0, 0], ("tis", 0): [1, 0]}, configs={("sync", 0): "S"})
+    _suite(root, "k2", 2, {"sync": SYNC, "tis": TIS}, rows={("sync", 0): [0, 0], ("tis", 0): [1, 0, 0, 0]}, configs={("sync", 0): "S"})
+    e = _decide(root, ["k4", "k2"])
+    assert e["diff"]["effect"] == pytest.approx(0.375) and e["diff"]["problems"] == 1 and "compared on run means" in e["why"]
+
+
 def test_a_pool_naming_what_no_suite_holds_is_refused(tmp_path):
     root = tmp_path / "repo"
     _suite(root, "k4", 4, {"sync": SYNC, "tis": TIS}, rows={("sync", 0): [0, 0], ("tis", 0): [1, 0]})
