@@ -238,6 +238,11 @@ def fit_all(records, *, tasks: list, arms: list, baseline: str | None = None, n_
         series = {a: [{"seed": r.seed, **({} if r.start is None else {"start": r.start}), **eval_points(r)} for r in rs] for a, rs in runs.items() if rs}
         out["series"][task] = series
         out["heldout"][task] = {a: heldout_check(ss, n_boot=n_boot, seed=seed) for a, ss in series.items()}
+        starts = list(dict.fromkeys(r.get("start") for ss in series.values() for r in ss))
+        if len(starts) > 1:  # each starting model's runs alone: the law is a property of one model's training
+            out.setdefault("heldout_per_start", {})[task] = [
+                {"start": st, "arms": {a: heldout_check([r for r in ss if r.get("start") == st], n_boot=n_boot, seed=seed)
+                                       for a, ss in series.items() if any(r.get("start") == st for r in ss)}} for st in starts]
     return out
 
 
@@ -329,4 +334,13 @@ def heldout_lines(law_: dict | None, task: str, *, heading: bool = True) -> list
         fit = f"{_with_ci(d, 'a', '.3g')} | {_with_ci(d, 'b', '.3g')} | {_num(d['r2'], '.2f')}" if d["status"] == "ok" else f"{d['status']} | — | —"
         lines.append(f"| {a} | {fit} | {d['points']} | {early} | {d['predicted']} | {_pts(d, 'mae_law')} | {_pts(d, 'mae_last')} | "
                      f"{_pts(d, 'mae_diff')} | {prediction_reading(d)} |")
+    per = ((law_ or {}).get("heldout_per_start") or {}).get(task) or []
+    if per:
+        lines += ["", "The rows above pool the runs of every starting model; each start's runs alone:", "",
+                  "| start | arm | a | b | R² | points | law's error, points [95% CI] | last value's error, points [95% CI] | "
+                  "law − last value [95% CI] | prediction |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for st in per:
+            for a, d in st["arms"].items():
+                lines.append(f"| {st['start']} | {a} | {_num(d['a'], '.3g')} | {_num(d['b'], '.3g')} | {_num(d['r2'], '.2f')} | {d['points']} | "
+                             f"{_pts(d, 'mae_law')} | {_pts(d, 'mae_last')} | {_pts(d, 'mae_diff')} | {prediction_reading(d)} |")
     return lines + [""]

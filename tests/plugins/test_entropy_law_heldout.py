@@ -103,3 +103,21 @@ def test_the_report_keeps_each_runs_series_and_shows_the_check(tmp_path):
     del law["heldout"]
     (res / "summary.json").write_text(json.dumps({"entropy_law": json.loads(json.dumps(law, default=float))}))
     assert "holds no held-out series" in Findings(root).law("e")
+
+
+def test_runs_from_several_starts_are_also_checked_per_start():
+    """Start 0's runs follow R = −0.5·exp(H) + 1.2, start 1's R = −0.5·exp(H) + 1.0 (20 points lower):
+    each start alone is fitted exactly (b = 1.2 and 1.0, no prediction error); pooled, neither."""
+    import attrs
+
+    runs = [_run(0, [2.0, 1.8, 1.6, 1.4, 1.2]), _run(1, [2.0, 1.7, 1.5, 1.3, 1.0])]
+    runs += [attrs.evolve(_run(s, x, b=1.0), start=1) for s, x in ((0, [2.0, 1.9, 1.6, 1.4, 1.1]), (1, [2.0, 1.6, 1.5, 1.2, 1.0]))]
+    runs = [attrs.evolve(r, start=0) if r.start is None else r for r in runs]
+    law = entropy_law.fit_all(runs, tasks=["addition"], arms=["grpo"], n_boot=20)
+    per = law["heldout_per_start"]["addition"]
+    assert [p["start"] for p in per] == [0, 1]
+    assert [p["arms"]["grpo"]["b"] for p in per] == [pytest.approx(1.2), pytest.approx(1.0)]
+    assert [p["arms"]["grpo"]["mae_law"] for p in per] == [pytest.approx(0.0, abs=1e-9)] * 2
+    assert law["heldout"]["addition"]["grpo"]["r2"] < 1 and law["heldout"]["addition"]["grpo"]["mae_law"] > 0
+    md = "\n".join(entropy_law.heldout_lines(law, "addition"))
+    assert "each start's runs alone" in md and "| 1 | grpo | 0.5 | 1 | 1.00 | 10 | 0.0 [0.0, 0.0] |" in md
