@@ -49,6 +49,9 @@ def test_writes_the_toml_with_a_comment_per_key(capsys, tmp_path):
     "content, suffix, message",
     [
         (None, ".yaml", "no file"),
+        ("", ".yaml", "c.yaml is empty: there is nothing to import"),
+        ("# only a comment\n\n", ".yaml", "c.yaml sets no knob: there is nothing to import"),
+        ("{}", ".json", "c.json is an empty mapping ({}): there is nothing to import"),
         ("- 1\n- 2\n", ".yaml", "holds a list"),
         ("{bad json", ".json", "not valid JSON"),
         ("a: [1\n", ".yaml", "not valid YAML"),
@@ -62,6 +65,16 @@ def test_bad_inputs_are_named(capsys, tmp_path, content, suffix, message):
         src.write_text(content)
     code, _, err = run(capsys, "import", "trl", str(src))
     assert code == 1 and message in err.replace("\n", " "), err
+
+
+def test_an_empty_verl_file_is_refused_but_its_overrides_may_carry_the_knobs(capsys, tmp_path):
+    src = tmp_path / "v.yaml"
+    src.write_text("")
+    code, _, err = run(capsys, "import", "verl", str(src))
+    assert code == 1 and "verl config: " in err and "v.yaml is empty: there is nothing to import" in err.replace("\n", " ")
+    code, text, err = run(capsys, "import", "verl", str(src), "algorithm.adv_estimator=rloo")
+    assert code == 0, err
+    assert tomllib.loads(text)["advantage"]["name"] == "rloo"
 
 
 def test_verl_overrides_and_strict(capsys, tmp_path):

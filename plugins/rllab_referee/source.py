@@ -11,8 +11,11 @@ from typing import Any
 from rllab import ConfigError, RllabError
 
 
-def read_config_file(path: str, *, what: str) -> dict[str, Any]:
-    """A YAML or JSON file's top-level mapping (``what``: the kind of config, for errors)."""
+def read_config_file(path: str, *, what: str, empty_ok: bool = False) -> dict[str, Any]:
+    """A YAML or JSON file's top-level mapping (``what``: the kind of config, for errors). A file
+    that sets no knob (empty, only comments, or ``{}``) is refused unless ``empty_ok`` (knobs
+    given otherwise, as verl's overrides): importing it would write rllab's defaults as if they
+    were the file's settings."""
     p = Path(path)
     if not p.is_file():
         raise RllabError(f"{what}: no file {path!r}" + (" (it is a directory)" if p.is_dir() else ""))
@@ -32,6 +35,10 @@ def read_config_file(path: str, *, what: str) -> dict[str, Any]:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{what}: {path} holds a {type(data).__name__}, not a mapping of knobs to values")
+    if not data and not empty_ok:
+        said = "is empty" if not text.strip() else "sets no knob" if text.strip() not in ("{}",) else "is an empty mapping ({})"
+        raise ConfigError(f"{what}: {path} {said}: there is nothing to import (rllab's defaults would be written as if they "
+                          f"were its settings); give the file that holds the config's knobs")
     return data
 
 
@@ -48,7 +55,7 @@ def run_import(framework: str, config: str, overrides: list[str], *, lab, proces
     else:
         from rllab_referee import verl
 
-        t = verl.translate(read_config_file(config, what="verl config"), overrides)
+        t = verl.translate(read_config_file(config, what="verl config", empty_ok=bool(overrides)), overrides)
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(config).stem).strip("-.") or "config"
     t.set("", "name", f"{framework}-{stem}", how=f"imported from {t.source}; run directories are named after it")
     t.finish(strict=strict)
