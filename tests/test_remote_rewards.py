@@ -946,3 +946,147 @@ def test_a_task_whose_rewards_say_their_scores_from_any_thread_has_its_first_pro
     assert probe.thread is not None and probe.accuracy() == 0.5
     plain = ProbeScores(CountingTask(), examples).submit(["1", "0"])
     assert plain.thread is None and plain.accuracy() == 0.5
+
+
+# --------------------------------------------------------------------------- an evaluation scored while step 1 samples
+
+
+def test_an_evaluation_sampled_now_and_scored_in_a_thread_gives_the_plain_evaluations_metrics(tmp_path):
+    import threading
+
+    def answer(path, body):  # a grader of varied scores, so that a mix-up would show
+        return 200, float(len(body["prompt"]) % 3) / 2
+
+    with RewardStandIn(answer) as s:
+        stage = _stage(tmp_path, {"url": s.url, **FAST}, "raise")
+        assert stage.scored_elsewhere()
+        plain = stage.evaluate(8, samples=2)
+        forget()  # nothing remembered: the detached evaluation asks the service again
+        sent = len(s.bodies)
+        finish = stage.evaluate_sampled(8, samples=2)
+        assert len(s.bodies) == sent  # sampled, nothing scored yet
+        out = {}
+        t = threading.Thread(target=lambda: out.update(finish()))
+        t.start()
+        t.join()
+    assert len(s.bodies) > sent
+    drop = lambda m: {k: v for k, v in m.items() if not k.startswith("time/")}  # noqa: E731
+    assert drop(out) == drop(plain) and plain["eval/n"] >= 1 and "eval/pass@2" in plain
+
+
+def test_an_environment_of_several_turns_is_not_scored_elsewhere(tmp_path):
+    from rllab.rollout.episodes import EpisodeLimits
+
+    with RewardStandIn() as s:
+        stage = _stage(tmp_path, {"url": s.url, **FAST}, "raise")
+        stage.limits = attrs_evolve(stage.limits, max_turns=2)
+        assert not stage.scored_elsewhere()
+        with pytest.raises(Exception, match="plays up to 2 turns: only an environment of one turn"):
+            stage.runner().play_sampled(stage.held_out()[:2], stage.sampling_params(0, n=1, greedy=True))
+    assert EpisodeLimits  # the limits are EpisodeLimits, evolved
+
+
+def attrs_evolve(obj, **kw):
+    import attrs
+
+    return attrs.evolve(obj, **kw)
+
+
+def _metric_lines(run_dir):
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return [{k: v for k, v in d.items() if not k.startswith(("time/", "perf/")) and k not in ("wall", "timestamp")}
+            for d in lines]
+
+
+@pytest.mark.filterwarnings("ignore:.*nothing to learn from")
+def test_the_evaluation_before_step_1_is_scored_while_step_1_samples_and_logged_as_before(tmp_path, model_cache, monkeypatch):
+    """The evaluation's answers wait out a Retry-After while step 1's are asked: step 1's first
+    request goes out before the evaluation's last answer, and the run logs what the same run
+    without the overlap logs, in the same order."""
+    pytest.importorskip("datasets")
+    from rllab.cli import main
+    from rllab.rollout.stage import RolloutStage
+
+    from .tiny import TINY, overrides
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(40)))
+    runs = {}
+    for overlap in (False, True):
+        forget()
+        if not overlap:
+            monkeypatch.setattr(RolloutStage, "scored_elsewhere", lambda self: False)
+        else:
+            monkeypatch.undo()
+        held_out: set = set()
+
+        def answer(path, body):
+            if len(s.bodies) <= 4:  # the evaluation before step 1 (4 held-out answers): the first asked waits 0.4 s
+                held_out.add(body["prompt"])
+                if len(s.bodies) == 1:
+                    return 429, {"error": "busy"}
+            return default_answer(path, body)
+
+        with RewardStandIn(answer) as s:
+            s.script = []
+            knobs = json.dumps({"remote": {"url": s.url, "retries": 2, "backoff_s": 0.4, "jitter": 0.0}})
+            run_dir = tmp_path / f"run-{overlap}"
+            args = ["run", *overrides(TINY), "model.warm_start.steps=0", "train.eval_size=4", "task=dataset", f"task.path={data}",
+                    "task.rewards=remote", f"task.reward_knobs={knobs}", "train.steps=2", "--run-dir", str(run_dir), "-q"]
+            assert main(args) == 0
+            prompts = [b["prompt"] for b in s.bodies]
+        retried = prompts.index(prompts[0], 1)  # the first request, asked again after its wait
+        step_1 = next(i for i, p in enumerate(prompts) if p not in held_out)
+        runs[overlap] = (step_1 < retried, _metric_lines(run_dir), (run_dir / "eval_problems.jsonl").read_text())
+    assert runs[True][0] and not runs[False][0]  # with the overlap, step 1 was asked during the evaluation's wait
+    assert runs[True][1] == runs[False][1] and runs[True][2] == runs[False][2]
+    assert [("eval/accuracy" in d, d.get("step")) for d in runs[True][1]][:2] == [(True, 0), (False, 1)]
+
+
+def test_the_warm_starts_held_out_scores_are_not_waited_for_and_reach_the_cached_record(tmp_path):
+    """get_or_build returns once the held-out answers are sampled; their scores (held back here
+    until released) then complete the cached record with the accuracy warm_start itself gives."""
+    pytest.importorskip("datasets")
+    import threading
+
+    from rllab.models import tiny
+    from rllab.models.tiny import TinyModelConfig, WarmStartConfig, build_tiny_model, warm_start
+    from rllab_tasks.tasks.dataset import DatasetConfig, DatasetTask
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(40)))
+    model_config = TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1)
+    config = WarmStartConfig(steps=4, batch_size=8, check_every=2, probe_size=8, target_accuracy=None, eval_limit=6,
+                             eval_max_new_tokens=3)
+    release = threading.Event()
+    held: list = []
+    holding = []
+
+    def answer(path, body):  # about half right; in get_or_build the held-out answers wait to be released
+        if holding and body["prompt"] in held_out_prompts:
+            held.append(body["prompt"])
+            release.wait(30)
+        return 200, float(len(body["response"]) % 2)
+
+    with RewardStandIn(answer) as s:
+        def task():
+            return DatasetTask(DatasetConfig(path=str(data), rewards=("remote",), eval_fraction=0.2,
+                                             reward_knobs=json.dumps({"remote": {"url": s.url, **FAST}})))
+        held_out_prompts = {e.prompt for e in task().eval_examples()[:6]}
+        model, tok = build_tiny_model(model_config)
+        want = warm_start(model, tok, task(), config)["warm/eval_accuracy"]  # the plain warm start, waited for
+        forget()
+        holding.append(True)
+        path = tiny.get_or_build(model_config, task(), {"name": "dataset", "path": str(data)}, config,
+                                 cache_dir=tmp_path / "cache", progress=False)
+        assert "warm/eval_accuracy" not in tiny.warm_start_metrics(path)  # returned while the scores are out
+        for _ in range(100):  # the held-out answers reach the service, and wait there
+            if held:
+                break
+            time.sleep(0.05)
+        assert held and "warm/eval_accuracy" not in tiny.warm_start_metrics(path)
+        release.set()
+        for t in [t for t in threading.enumerate() if t.name == "rllab-warm-start-eval"]:
+            t.join(30)
+    assert tiny.warm_start_metrics(path)["warm/eval_accuracy"] == want
+    assert not [p for p in path.iterdir() if p.name.startswith(".")]  # no file left of the record's replacement

@@ -27,10 +27,12 @@ existing local HF model directory works the same way::
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import hashlib
 import json
 import os
 import shutil
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -138,7 +140,7 @@ def count_parameters(model) -> int:
 
 def warm_start(
     model, tokenizer, task, config: WarmStartConfig = WarmStartConfig(), *, progress: bool = False,
-    renderer: PromptRenderer | None = None, prompt_limits: Any = None,
+    renderer: PromptRenderer | None = None, prompt_limits: Any = None, held_out: list | None = None,
 ) -> dict:
     """Fine-tune ``model`` in place on ``task.demonstration`` completions of training prompts
     (for an environment, on its demonstration episodes, :func:`rllab.rollout.demonstrations.encode_episodes`: the loss covers
@@ -159,9 +161,22 @@ def warm_start(
 
     Its prompts are those ``prompt_limits`` (a checked :class:`rllab.rollout.prompt_limits.PromptLimits`
     of ``task``) keep, when given.
+
+    ``held_out``, a list: when the task's rewards may be called from any thread (a reward
+    service's, :attr:`rllab.rollout.rewards.RewardSet.says_scores`), the held-out evaluation's
+    answers are sampled here but not waited for: a function that scores them and gives
+    ``warm/eval_accuracy`` is appended to the list instead (it touches neither model nor
+    tokenizer, so it may run in another thread while the model is saved and trained).
     """
     with torch_threads(config.num_threads):
-        return _warm_start(model, tokenizer, task, config, progress, renderer or PromptRenderer(tokenizer), prompt_limits)
+        return _warm_start(model, tokenizer, task, config, progress, renderer or PromptRenderer(tokenizer), prompt_limits,
+                           held_out)
+
+
+def scored_anywhere(task: Any) -> bool:
+    """Whether ``task``'s rewards may be called from any thread (a reward service's:
+    :attr:`rllab.rollout.rewards.RewardSet.says_scores`)."""
+    return getattr(getattr(task, "rewards", None), "says_scores", False) is True
 
 
 PROBES_AHEAD = 3
@@ -226,7 +241,7 @@ class TrainAhead:
 
 
 def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool, renderer: PromptRenderer,
-                limits: Any = None) -> dict:
+                limits: Any = None, held_out: list | None = None) -> dict:
     t0 = time.perf_counter()
     draw = task.train_examples if limits is None else limits.draw  # the prompts the run's limits keep
     kind = kind_of(task)  # how its demonstrations are encoded (its probes: greedy_answers)
@@ -309,7 +324,11 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
         metrics["warm/loss"] = sum(tail) / len(tail)
     with bar:
         metrics["warm/train_seconds"] = time.perf_counter() - t0
-        if config.eval_limit > 0:  # while the last probe's slowest answers are still out
+        examples = (task.eval_examples() if limits is None else limits.held_out())[:config.eval_limit]
+        if config.eval_limit > 0 and held_out is not None and examples and kind.one_response and scored_anywhere(task):
+            answers = greedy_answers(model, tokenizer, task, examples, config.eval_max_new_tokens, renderer)
+            held_out.append(lambda: solved_rates(task, examples, [answers], None, renderer)[0])
+        elif config.eval_limit > 0:  # while the last probe's slowest answers are still out
             metrics["warm/eval_accuracy"] = evaluate_greedy(
                 model, tokenizer, task, limit=config.eval_limit, max_new_tokens=config.eval_max_new_tokens, renderer=renderer,
                 examples=None if limits is None else limits.held_out(),
@@ -475,7 +494,9 @@ def get_or_build(
     renderer = PromptRenderer(
         tokenizer, system_prompt=system_prompt, task_name=str(task_config.get("name", "?")), model_name="the tiny model"
     )
-    metrics = warm_start(model, tokenizer, task, warm_config, progress=progress, renderer=renderer, prompt_limits=limits)
+    held_out: list = []  # a reward service: the held-out evaluation's scores, not waited for
+    metrics = warm_start(model, tokenizer, task, warm_config, progress=progress, renderer=renderer, prompt_limits=limits,
+                         held_out=held_out)
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
@@ -496,10 +517,39 @@ def get_or_build(
         except OSError:
             if not (final / METRICS_FILE).is_file():
                 raise
+            held_out = []  # another builder's model is the one cached: its record is its own
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    for score in held_out:
+        _record_later(final, record, score)
     return final
+
+
+def _record_later(model_dir: Path, record: dict, score) -> threading.Thread:
+    """Score the warm start's held-out answers (``score()``: ``warm/eval_accuracy``) in a thread
+    while the run goes on, then add the accuracy to ``model_dir``'s record, replacing the file at
+    once (the model's hash leaves the record out). The process waits for it before it exits. A
+    scoring that fails leaves the record without it: the run's own evaluation asks the same
+    answers and meets the failure under ``rollout.reward_errors``."""
+
+    def run() -> None:
+        try:
+            accuracy = score()
+        except Exception:
+            return
+        done = {**record, "metrics": {**record["metrics"], "warm/eval_accuracy": accuracy}}
+        tmp = model_dir / f".{METRICS_FILE}.{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            tmp.write_text(json.dumps(done, indent=2, sort_keys=True, default=str) + "\n")
+            os.replace(tmp, model_dir / METRICS_FILE)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+
+    context = contextvars.copy_context()  # the run's lab, for reward names resolved while scoring
+    thread = threading.Thread(target=context.run, args=(run,), name="rllab-warm-start-eval")  # not a daemon: it finishes
+    thread.start()
+    return thread
 
 
 class _LongestPrompt:

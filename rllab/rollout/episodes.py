@@ -303,6 +303,35 @@ class EpisodeRunner:
         turn samples with ``params`` (its cap lowered to the token budget), later turns with
         ``n = 1`` and a seed derived from ``params.seed`` and the turn."""
         t_play = time.perf_counter()
+        states, pairs = self._first_turn(examples, params)
+        return self._rest(states, pairs, params, t_play)
+
+    def play_sampled(self, examples: Sequence[Example], params: SamplingParams) -> Callable[[], list[EpisodeResult]]:
+        """:meth:`play` of an environment of one turn in two parts: the answers are sampled and
+        decoded now, in the caller's thread; the returned function steps them (a task: scores
+        them) and gives what :meth:`play` would have, value for value. It touches neither the
+        backend nor the tokenizer, so it may run in another thread while the caller samples on
+        (the environment's ``step`` must allow that, as a reward service's does)."""
+        if self.limits.max_turns != 1:
+            raise RllabError(f"{self.kind} {self.name!r} plays up to {self.limits.max_turns} turns: only an environment of one turn "
+                             f"is sampled before it is stepped")
+        t_play = time.perf_counter()
+        states, pairs = self._first_turn(examples, params)
+        texts = self._turn_texts(pairs, 1)
+        sampled = time.perf_counter() - t_play
+
+        def finish() -> list[EpisodeResult]:
+            t0 = time.perf_counter()
+            answers = self._steps(pairs, texts)
+            self.timings["step"] += time.perf_counter() - t0
+            self._settle_turn(pairs, 1, texts, answers)
+            self.timings["rollout"] = sampled
+            return [self._result(s) for s in states if not s.dropped]
+
+        return finish
+
+    def _first_turn(self, examples: Sequence[Example], params: SamplingParams) -> tuple[list[_State], list[tuple[_State, Completion]]]:
+        """The episodes started and their first turn sampled: (every state, the live ones with their completion)."""
         self.timings = {"generate": 0.0, "step": 0.0}
         self.backend_metrics = {}
         lim = self.limits
@@ -346,6 +375,10 @@ class EpisodeRunner:
         self._collect_metrics()
         pairs = [(s, self._cut(c, self._cap(s)))
                  for s, c in self._match([states[i * G:(i + 1) * G] for i in range(len(examples))], comps) if s.finish is None]
+        return states, pairs
+
+    def _rest(self, states: list[_State], pairs: list[tuple[_State, Completion]], params: SamplingParams, t_play: float) -> list[EpisodeResult]:
+        """Every turn from the first (sampled) on, until no episode is live."""
         turn = 1
         while pairs:
             self._take_turn(pairs, turn)
@@ -418,6 +451,14 @@ class EpisodeRunner:
         return attrs.evolve(c, token_ids=c.token_ids[:cap], log_probs=c.log_probs[:cap], finish_reason="length")
 
     def _take_turn(self, pairs: list[tuple[_State, Completion]], turn: int) -> None:
+        texts = self._turn_texts(pairs, turn)
+        t0 = time.perf_counter()
+        answers = self._steps(pairs, texts)
+        self.timings["step"] += time.perf_counter() - t0
+        self._settle_turn(pairs, turn, texts, answers)
+
+    def _turn_texts(self, pairs: list[tuple[_State, Completion]], turn: int) -> list[str]:
+        """Each live episode's turn recorded (its sampled tokens) and decoded: the texts its step sees."""
         texts = []
         for s, c in pairs:
             if turn == 1:
@@ -428,9 +469,10 @@ class EpisodeRunner:
             text = self.renderer.decode(c.token_ids)
             s.texts.append(text)
             texts.append(text)
-        t0 = time.perf_counter()
-        answers = self._steps(pairs, texts)
-        self.timings["step"] += time.perf_counter() - t0
+        return texts
+
+    def _settle_turn(self, pairs: list[tuple[_State, Completion]], turn: int, texts: list[str], answers: list) -> None:
+        """Each live episode's step taken: its reward, metrics, and whether and how it ends."""
         lim = self.limits
         for (s, c), text, step in zip(pairs, texts, answers):
             s.turns = turn

@@ -223,6 +223,10 @@ class RolloutStage:
     events = None
     """The step's :class:`rllab.algorithm.StepEvents` while the trainer runs a step (:meth:`announcing`), else None."""
 
+    pending_eval = None
+    """An evaluation being scored in another thread (:meth:`evaluate_sampled`), called once this
+    stage's next step has its rewards, to wait for it and log it before the step's events; else None."""
+
     @contextlib.contextmanager
     def announcing(self, events: Any):
         """Within the block, each batch made (:meth:`to_batch`) is announced to ``events``."""
@@ -345,6 +349,9 @@ class RolloutStage:
         step's :class:`~rllab.rollout.phases.StepEpisodes` (:mod:`rllab.rollout.phases`)."""
         s = self.draw_step(step, prompts or self.config.prompts_per_step)
         self.play_step(s, group_size or self.config.group_size)
+        pending, self.pending_eval = self.pending_eval, None
+        if pending is not None:  # the evaluation scored while this step sampled and scored: logged before the step's events
+            pending()
         for shape in self.shapers:
             shape(self, s)
         for keep in self.filters:
@@ -448,10 +455,42 @@ class RolloutStage:
         solved counts, reward sums and per-example pass counts are summed or gathered over the
         ranks, so every rank returns the metrics of the whole set (the sampled draws, seeded per
         request, depend on the split as they do on the batch)."""
+        return self.evaluate_sampled(size, samples=samples, detached=False)()
+
+    def scored_elsewhere(self) -> bool:
+        """Whether an evaluation's answers may be scored in another thread while this stage samples
+        on (:meth:`evaluate_sampled` with ``detached``): a source of one turn whose rewards say they
+        may be called from any thread (:attr:`rllab.rollout.rewards.RewardSet.says_scores`, as a
+        reward service's), in one process (an evaluation's sums are collectives)."""
+        rewards = getattr(self.env, "rewards", None)
+        return (self.limits.max_turns == 1 and self.reducer.world_size == 1 and not self.samples_ahead
+                and getattr(rewards, "says_scores", False) is True)
+
+    def evaluate_sampled(self, size: int, *, samples: int = 0, detached: bool = True):
+        """:meth:`evaluate` in two parts: the answers sampled now (the backend's work, in the
+        caller's thread), and the returned function, which scores them and gives the metrics
+        :meth:`evaluate` gives, value for value. With ``detached`` (a stage that is
+        :meth:`scored_elsewhere`) that function touches neither the backend nor the tokenizer, so
+        it may run in another thread while the caller samples the next step's answers."""
         red = self.reducer
         examples = self.held_out()[:size][red.rank::red.world_size]
         t0 = time.perf_counter()
-        episodes = self.play(examples, self.sampling_params(0, n=1, greedy=True)) if examples else []
+
+        def played(params: SamplingParams):
+            if not examples:
+                return lambda: []
+            if detached:
+                return self.runner().play_sampled(examples, params)
+            return lambda: self.play(examples, params)
+
+        greedy = played(self.sampling_params(0, n=1, greedy=True))
+        if samples > 0 and detached:
+            sampled = played(attrs.evolve(self.sampling_params(0, n=samples), seed=seed_for(self.seed, 0, 5)))
+        return lambda: self._evaluated(examples, greedy, samples, sampled if samples > 0 and detached else None, t0)
+
+    def _evaluated(self, examples: list, greedy, samples: int, sampled, t0: float) -> dict:
+        red = self.reducer
+        episodes = greedy()
         self.eval_episodes = episodes
         """The last evaluation's greedy episodes (this rank's share), for the ``on_eval_samples`` event."""
         rewards = [e.reward for e in episodes]
@@ -470,7 +509,7 @@ class RolloutStage:
         if samples > 0:
             params = attrs.evolve(self.sampling_params(0, n=samples), seed=seed_for(self.seed, 0, 5))
             correct = [0] * len(examples)
-            for e in (self.play(examples, params) if examples else []):
+            for e in (sampled() if sampled is not None else self.play(examples, params) if examples else []):
                 correct[e.completion.prompt_index] += self._solved_episode(e)
             metrics.update(sampled_metrics([k for share in red.gather(correct) for k in share], samples))
         self.eval_problems = {"solved": held_out_order(red.gather(solved)), "reward": held_out_order(red.gather(reward)),

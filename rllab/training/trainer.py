@@ -26,8 +26,10 @@ reproduces the metrics of an uninterrupted one on CPU.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import random
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -283,10 +285,13 @@ class Trainer:
         """One step of the configured algorithm; returns its metrics."""
         t_start = time.perf_counter()
         self._in_step = True
+        if any(e.step == self.step for e in self.cfg.schedule):  # the stage may be rebuilt: the evaluation before it is logged first
+            self._log_pending_eval()
         changed = self._apply_schedule()
         events = StepEvents(hook=self.hook, step=self.step, run_dir=self.run_dir, tokenizer=self.rollout.tokenizer)
         with self.rollout.announcing(events):  # the rollout events, whatever the algorithm
             outcome = self._run_algorithm(attrs.evolve(self.context(), events=events))
+        self._log_pending_eval()  # an algorithm that sampled no step (the stage logs it once the step's rewards are in)
         metrics = outcome.metrics
         for k, v in events.finish().items():  # the samples the algorithm did not report
             metrics[k] = metrics.get(k, 0.0) + v
@@ -339,22 +344,61 @@ class Trainer:
 
     # ------------------------------------------------------------------ eval
 
-    def evaluate(self) -> dict:
+    def evaluate(self, *, overlapped: bool = False) -> dict | None:
         """Greedy accuracy and mean reward on the task's held-out split (and mean@n / pass@k with
-        ``train.eval_samples``); logged and announced."""
+        ``train.eval_samples``); logged and announced.
+
+        ``overlapped`` (the evaluation before the first step): when the stage allows it
+        (:meth:`~rllab.rollout.stage.RolloutStage.scored_elsewhere`: a reward service, one
+        process), the answers are sampled now and scored in a thread while the next step samples
+        and scores its own, so that the service's retries and waits of both overlap; the
+        evaluation is logged and announced, as it was, before anything of that step: once the
+        step's rewards are in (the stage calls :attr:`pending_eval`), at the latest when the step's
+        algorithm returns. Returns None then."""
         rollout = self.rollout
-        metrics = rollout.evaluate(self.cfg.train.eval_size, samples=self.cfg.train.eval_samples)
-        self.history.append({"step": self.step, **metrics})
+        t = self.cfg.train
+        if overlapped and getattr(rollout, "scored_elsewhere", None) is not None and rollout.scored_elsewhere():
+            finish = rollout.evaluate_sampled(t.eval_size, samples=t.eval_samples)
+            self._pending_eval = _Overlapped(finish, lambda metrics, step=self.step: self._evaluated(metrics, step))
+            rollout.pending_eval = self._pending_eval
+            return None
+        return self._evaluated(rollout.evaluate(t.eval_size, samples=t.eval_samples), self.step)
+
+    _pending_eval = None
+    """The evaluation scored in a thread (:meth:`evaluate` ``overlapped``) not yet logged, else None."""
+
+    def _log_pending_eval(self) -> None:
+        """Wait for the evaluation scored in a thread, if any, and log it."""
+        pending, self._pending_eval = self._pending_eval, None
+        if pending is not None:
+            pending()
+
+    def _evaluated(self, metrics: dict, step: int) -> dict:
+        """Log and announce an evaluation of the model after ``step``."""
+        rollout = self.rollout
+        self.history.append({"step": step, **metrics})
         problems = getattr(rollout, "eval_problems", None)
         if problems and self.placement.speaks:  # per held-out problem, for intervals over problems (EVAL_PROBLEMS_FILE)
             with (self.run_dir / EVAL_PROBLEMS_FILE).open("a") as f:
-                f.write(json.dumps({"step": self.step, **problems}) + "\n")
-        self.hook.on_eval_end(step=self.step, metrics=dict(metrics), run_dir=self.run_dir)
+                f.write(json.dumps({"step": step, **problems}) + "\n")
+        self.hook.on_eval_end(step=step, metrics=dict(metrics), run_dir=self.run_dir)
         episodes = getattr(rollout, "eval_episodes", None)
         takers = getattr(getattr(self.hook, "on_eval_samples", None), "get_hookimpls", None)
         if episodes and takers and takers():  # the greedy answers, for per-sample traces
-            self.hook.on_eval_samples(step=self.step, episodes=list(episodes), tokenizer=rollout.tokenizer, run_dir=self.run_dir)
+            self.hook.on_eval_samples(step=step, episodes=list(episodes), tokenizer=rollout.tokenizer, run_dir=self.run_dir)
         return metrics
+
+    def _settle_pending_eval(self, error: BaseException) -> None:
+        """On the way out with ``error``: the evaluation scored in a thread is still logged, as it
+        was before the step that failed (not when interrupted, nor if it failed itself: ``error`` is
+        what the run reports)."""
+        pending, self._pending_eval = self._pending_eval, None
+        if pending is None or not isinstance(error, Exception):
+            return
+        try:
+            pending()
+        except Exception:
+            pass
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -426,7 +470,7 @@ class Trainer:
             self.hook.on_run_start(run_dir=self.run_dir, config=self.cfg, start_step=self.step, total_steps=t.steps, progress=self.progress,
                                    solved_when=self.rollout.solved_rule)
             if self.step == 0:
-                self.evaluate()
+                self.evaluate(overlapped=t.steps > 0)  # a reward service's waits overlap step 1's
             while self.step < t.steps:
                 self.train_step()
                 t = self.cfg.train
@@ -442,6 +486,7 @@ class Trainer:
                 self.save_checkpoint()
             self.policy_handle.save_final(self.run_dir, self.placement, tokenizer=self.tokenizer)  # RUN_DIR/model; LoRA: RUN_DIR/adapter
         except BaseException as e:
+            self._settle_pending_eval(e)
             where = f"at step {self.step + 1}" if getattr(self, "_in_step", False) else f"after step {self.step} (evaluation, checkpoint or export)"
             error = distributed.collective_error(e, reducer=self.placement.reducer, where=where,
                                                  limit_s=getattr(self.cfg.model, "collective_timeout_s", None)) or e
@@ -469,3 +514,32 @@ class Trainer:
         self.close()
         self.hook.on_run_end(run_dir=self.run_dir, metrics=summary, history=list(self.history))
         return summary
+
+
+class _Overlapped:
+    """An evaluation being scored in a thread (:meth:`Trainer.evaluate` ``overlapped``): called,
+    it waits for the scores, then logs the evaluation (``log(metrics)``), once; the scoring's
+    error, if any, is raised then, in the caller's thread."""
+
+    def __init__(self, finish, log):
+        self.log, self.box, self.done = log, {}, False
+        context = contextvars.copy_context()  # the run's lab, for reward names resolved while scoring
+
+        def run() -> None:
+            try:
+                self.box["metrics"] = context.run(finish)
+            except BaseException as e:  # raised in the thread that logs it
+                self.box["error"] = e
+
+        self.thread = threading.Thread(target=run, name="rllab-eval-scores", daemon=True)
+        self.thread.start()
+
+    def __call__(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.thread.join()
+        if "error" in self.box:
+            raise self.box["error"]
+        self.log(self.box["metrics"])
+
