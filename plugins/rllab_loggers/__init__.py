@@ -26,6 +26,7 @@ __all__ = [
     "JsonlConfig", "TensorBoardConfig", "TracesConfig", "jsonl", "read_jsonl", "read_traces", "tensorboard", "trace_panels",
     "traces", "traces_path", "truncate_jsonl",
 ]  # fmt: skip
+from rllab_loggers.trackers import installed
 from rllab_loggers.trackio_logger import TrackioConfig, trackio
 from rllab_loggers.wandb_logger import WandbConfig, wandb
 
@@ -112,6 +113,9 @@ class TensorBoardLogger:
 def tensorboard(*, config: TensorBoardConfig, run_dir) -> TensorBoardLogger:
     """TensorBoard event files (scalars), viewable with `tensorboard --logdir RUN_DIR`."""
     return TensorBoardLogger(Path(run_dir) / config.subdir)
+
+
+tensorboard.check_installed = installed("tensorboard", logger="tensorboard", extra="tensorboard")
 
 
 @rllab.hookimpl

@@ -23,7 +23,7 @@ from pathlib import Path
 import attrs
 
 import rllab
-from rllab_loggers.trackers import final_model, flatten, numbers, require, run_directory, trace_rows, traces_knob
+from rllab_loggers.trackers import final_model, flatten, installed, numbers, require, run_directory, trace_rows, traces_knob
 
 RUN_ID_FILE = "mlflow_run_id"
 """The file in the run directory that keeps the MLflow run id, so a resumed run continues it."""
@@ -134,3 +134,6 @@ class MlflowLogger:
 def mlflow(*, config: MlflowConfig, run_dir) -> MlflowLogger:
     """MLflow: config as parameters, metrics, final summary and checkpoint path; a file store in the run directory by default."""
     return MlflowLogger(config, Path(run_dir))
+
+
+mlflow.check_installed = installed("mlflow", logger="mlflow", extra="mlflow")

@@ -10,6 +10,7 @@ stopped on an error (no ``final.json``).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import math
 from pathlib import Path
@@ -29,6 +30,21 @@ def require(module: str, *, logger: str, extra: str):
             f"the {logger!r} logger needs the {module} package, which is not installed: pip install 'rllab[{extra}]' "
             f"(or remove {logger!r} from loggers)"
         ) from e
+
+
+def installed(module: str, *, logger: str, extra: str):
+    """A function that refuses, as :func:`require` does, when ``module`` is not installed, without
+    importing it: a logger's ``check_installed``, asked before a run creates anything
+    (:func:`rllab.training.parts.check_installed`)."""
+
+    def check() -> None:
+        if importlib.util.find_spec(module) is None:
+            raise rllab.MissingExtraError(
+                f"the {logger!r} logger needs the {module} package, which is not installed: pip install 'rllab[{extra}]' "
+                f"(or remove {logger!r} from loggers)"
+            )
+
+    return check
 
 
 def run_directory(run_dir) -> Path:

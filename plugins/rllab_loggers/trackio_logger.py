@@ -21,7 +21,7 @@ from pathlib import Path
 import attrs
 
 import rllab
-from rllab_loggers.trackers import final_model, flatten, numbers, require, run_directory, trace_rows, traces_knob
+from rllab_loggers.trackers import final_model, flatten, installed, numbers, require, run_directory, trace_rows, traces_knob
 
 RUN_NAME_FILE = "trackio_run"
 """The file in the run directory that keeps the Trackio run's name, so a resumed run continues it."""
@@ -96,3 +96,6 @@ class TrackioLogger:
 def trackio(*, config: TrackioConfig, run_dir) -> TrackioLogger:
     """Trackio: config, metrics, samples, final summary and checkpoint path, in Trackio's local store."""
     return TrackioLogger(config, Path(run_dir))
+
+
+trackio.check_installed = installed("trackio", logger="trackio", extra="trackio")

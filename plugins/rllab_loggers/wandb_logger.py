@@ -20,7 +20,7 @@ from pathlib import Path
 import attrs
 
 import rllab
-from rllab_loggers.trackers import final_model, require, run_directory, trace_rows, traces_knob
+from rllab_loggers.trackers import final_model, installed, require, run_directory, trace_rows, traces_knob
 
 RUN_ID_FILE = "wandb_run_id"
 """The file in the run directory that keeps the wandb run id, so a resumed run continues it."""
@@ -102,3 +102,6 @@ class WandbLogger:
 def wandb(*, config: WandbConfig, run_dir) -> WandbLogger:
     """Weights & Biases: config, metrics, final summary and checkpoint path; offline by default."""
     return WandbLogger(config, Path(run_dir))
+
+
+wandb.check_installed = installed("wandb", logger="wandb", extra="wandb")

@@ -42,6 +42,20 @@ def component(cfg: ExperimentConfig, lab: Lab, section: str) -> Component:
     return Component(spec=lab.spec(COMPONENT_SECTIONS[section][0], ref.name), config=ref.config)
 
 
+def check_installed(cfg: ExperimentConfig, lab: Lab) -> None:
+    """Refuse a run whose components need a package that is not installed, before anything is
+    built or created (a run directory): each configured component and logger whose registered
+    function carries ``check_installed`` (a callable that raises :class:`rllab.MissingExtraError`,
+    naming the ``pip install``) is asked. An environment adapter (gem, openenv, textarena) or a
+    tracker's logger (wandb, mlflow, trackio, tensorboard) declares its package so."""
+    refs = [(COMPONENT_SECTIONS[sec][0], cfg.component(sec).name) for sec in cfg.components]
+    refs += [("logger", ref.name) for ref in cfg.loggers]
+    for kind, name in refs:
+        check = getattr(lab.spec(kind, name).fn, "check_installed", None)
+        if callable(check):
+            check()
+
+
 def build_components(cfg: ExperimentConfig, lab: Lab, *, kl_controller: Any) -> dict[str, Any]:
     """The stateless components by section (not instantiated), and the KL controller (its instance)."""
     components: dict[str, Any] = {sec: component(cfg, lab, sec) for sec in cfg.components if sec not in STATEFUL}

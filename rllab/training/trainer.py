@@ -66,6 +66,8 @@ def run_experiment(cfg: ExperimentConfig, *, lab: Lab | None = None, run_dir: Pa
                    overwrite: bool = False) -> dict:
     """Train from scratch (:class:`Trainer`); returns the summary also written to ``RUN_DIR/final.json``.
     ``run_dir`` (None: a new one), ``overwrite`` and a failure before the first step: see :func:`rllab.training.rundir.start_run`."""
+    lab = lab or Lab()
+    parts.check_installed(cfg, lab)  # a missing package is said before a run directory is claimed
     reducer = placement.start(cfg.model, device_type=resolve_device(cfg.model.device).type)
     return start_run(cfg, reducer, lambda path: Trainer(cfg, lab=lab, run_dir=path, progress=progress), run_dir=run_dir, overwrite=overwrite)
 

@@ -33,6 +33,7 @@ higher/lower hints); the other ids default to ``warm_start.steps = 0``.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import logging
 import random
 import threading
@@ -70,6 +71,16 @@ class GemError(rllab.RllabError):
     """A GEM environment broke the environment protocol (a malformed observation or reward)."""
 
 
+MISSING = "the gem environment needs the gem-llm package: pip install 'rllab[gem]'"
+
+
+def _installed() -> None:
+    """Refuse, naming the ``pip install``, when gem-llm is not installed: asked before a run
+    creates anything (:func:`rllab.training.parts.check_installed`)."""
+    if importlib.util.find_spec("gem") is None:
+        raise rllab.MissingExtraError(MISSING)
+
+
 def _gem():
     """``import gem``, keeping the logging configuration (gem calls ``logging.basicConfig`` on import)."""
     root = logging.getLogger()
@@ -77,7 +88,7 @@ def _gem():
     try:
         import gem
     except ImportError:
-        raise rllab.MissingExtraError("the gem environment needs the gem-llm package: pip install 'rllab[gem]'") from None
+        raise rllab.MissingExtraError(MISSING) from None
     finally:
         root.handlers[:] = handlers
         root.setLevel(level)
@@ -281,3 +292,6 @@ def _demonstration_of(env_id: str):
 def gem_env(*, config: GemConfig) -> GemEnvironment:
     """A GEM hub environment (gem-llm): games, reasoning-gym tasks and data sets by their GEM id."""
     return GemEnvironment(config)
+
+
+gem_env.check_installed = _installed

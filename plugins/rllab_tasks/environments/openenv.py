@@ -30,6 +30,7 @@ check``): a server that puts a list of model turns under ``demonstration_key`` i
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import threading
 import weakref
 
@@ -47,11 +48,21 @@ class OpenEnvError(rllab.RllabError):
     """An OpenEnv server broke the environment protocol (no text in an observation, a bad reward)."""
 
 
+MISSING = "the openenv environment needs the openenv-core package: pip install 'rllab[openenv]'"
+
+
+def _installed() -> None:
+    """Refuse, naming the ``pip install``, when openenv-core is not installed: asked before a run
+    creates anything (:func:`rllab.training.parts.check_installed`)."""
+    if importlib.util.find_spec("openenv") is None:
+        raise rllab.MissingExtraError(MISSING)
+
+
 def _client_class():
     try:
         from openenv.core.generic_client import GenericEnvClient
     except ImportError as e:
-        raise rllab.MissingExtraError(f"the openenv environment needs the openenv-core package: pip install 'rllab[openenv]' ({e})") from None
+        raise rllab.MissingExtraError(f"{MISSING} ({e})") from None
     return GenericEnvClient
 
 
@@ -256,3 +267,6 @@ class OpenEnvEnvironment(SeededExamples, rllab.Environment):
 def openenv_env(*, config: OpenEnvConfig) -> OpenEnvEnvironment:
     """An environment on an OpenEnv server (openenv-core's client), one session per episode."""
     return OpenEnvEnvironment(config)
+
+
+openenv_env.check_installed = _installed

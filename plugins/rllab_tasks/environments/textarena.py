@@ -49,6 +49,7 @@ the character tokenizer encodes as ``<unk>``.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import random
 import threading
@@ -112,11 +113,21 @@ class TextArenaError(rllab.RllabError):
     """A textarena game broke the environment protocol (a malformed observation or reward)."""
 
 
+MISSING = "the textarena environment needs the textarena package: pip install 'rllab[envs]'"
+
+
+def _installed() -> None:
+    """Refuse, naming the ``pip install``, when textarena is not installed: asked before a run
+    creates anything (:func:`rllab.training.parts.check_installed`)."""
+    if importlib.util.find_spec("textarena") is None:
+        raise rllab.MissingExtraError(MISSING)
+
+
 def _textarena():
     try:
         import textarena
     except ImportError:
-        raise rllab.MissingExtraError("the textarena environment needs the textarena package: pip install 'rllab[envs]'") from None
+        raise rllab.MissingExtraError(MISSING) from None
     return textarena
 
 
@@ -328,3 +339,6 @@ DEMONSTRATIONS = {"GuessTheNumber": _guess_the_number, "TowerOfHanoi": _tower_of
 def textarena_env(*, config: TextArenaConfig) -> TextArenaEnvironment:
     """A textarena single-player game (GuessTheNumber, TowerOfHanoi, Minesweeper, ...), one game per episode."""
     return TextArenaEnvironment(config)
+
+
+textarena_env.check_installed = _installed

@@ -1,0 +1,33 @@
+"""A component whose optional package is missing is refused in one line, naming the ``pip
+install``, before ``rllab run`` creates a run directory: every environment adapter and every
+tracker's logger (each is asked with its package hidden, whether or not it is installed here)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from rllab.cli import main
+
+CASES = [
+    (["env=gem"], "gem", "the gem environment needs the gem-llm package: pip install 'rllab[gem]'"),
+    (["env=openenv", "env.url=http://127.0.0.1:9"], "openenv",
+     "the openenv environment needs the openenv-core package: pip install 'rllab[openenv]'"),
+    (["env=textarena"], "textarena", "the textarena environment needs the textarena package: pip install 'rllab[envs]'"),
+    *[([f'loggers=["jsonl", "{name}"]'], name,
+       f"the '{name}' logger needs the {name} package, which is not installed: pip install 'rllab[{name}]' "
+       f"(or remove '{name}' from loggers)") for name in ("wandb", "mlflow", "trackio", "tensorboard")],
+]
+
+
+@pytest.mark.parametrize("settings, module, says", CASES, ids=[c[1] for c in CASES])
+def test_a_missing_package_is_one_line_before_any_run_directory(tmp_path, monkeypatch, capsys, settings, module, says):
+    find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, **k: None if name == module else find(name, *a, **k))
+    run_dir = tmp_path / "run"
+    assert main(["run", *settings, "--steps", "1", "--run-dir", str(run_dir)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {says}"  # one line, nothing after it
+    assert not run_dir.exists() and not list(tmp_path.iterdir())
+
