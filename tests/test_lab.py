@@ -303,3 +303,27 @@ def test_a_named_plugin_that_did_not_load_stops_export_and_eval(tmp_path, capsys
     assert main([*command, "--plugin", str(bad)]) == 1
     err = " ".join(capsys.readouterr().err.split())
     assert "plugin given by name did not load" in err and "syntax_plugin.py" in err
+
+
+@pytest.mark.parametrize("command", [
+    ["suite", "benchmarks/suites/controls.toml", "--dry-run"],
+    ["suite", "report", "no-such-suite-dir"],
+    ["import", "trl", "no-such-config.yaml"],
+    ["traces", "no-such-run"],
+])
+@pytest.mark.parametrize("source, says", [
+    ("def oops(:\n", "SyntaxError"),
+    ("import rllab\n@rllab.hookimpl\ndef register_policy_losses(register):\n    raise RuntimeError('boom in registration')\n",
+     "RuntimeError: boom in registration"),
+])
+def test_a_named_plugin_that_did_not_load_stops_every_command_a_plugin_adds(tmp_path, capsys, command, source, says):
+    """``rllab suite`` (and every command a plugin adds) stops on a plugin given by name that did
+    not load, on import or while registering, naming it, before it looks at its other arguments;
+    it printed a warning and went on without it."""
+    from rllab.cli import main
+
+    bad = tmp_path / "broken_plugin.py"
+    bad.write_text(source)
+    assert main([*command, "--plugin", str(bad)]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"plugin given by name did not load ({bad}: {says}" in err and "drop it from --plugin" in err

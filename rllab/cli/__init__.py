@@ -463,6 +463,9 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser(lab)
         args = _parse(parser, rest)
         args.lab, args.plugin = lab, plugins
+        if plugins and args.command != "plugins":  # a plugin given by name that did not load stops every command, as run's
+            lab.register_components()  # a plugin can also fail while registering
+            lab.refuse_named_failures()
         return int(args.func(args) or 0)
     except RllabError as e:
         err_console.print(f"[red]error:[/] {escape(str(e))}")
