@@ -52,6 +52,7 @@ def test_writes_the_toml_with_a_comment_per_key(capsys, tmp_path):
         ("", ".yaml", "c.yaml is empty: there is nothing to import"),
         ("# only a comment\n\n", ".yaml", "c.yaml sets no knob: there is nothing to import"),
         ("{}", ".json", "c.json is an empty mapping ({}): there is nothing to import"),
+        ("[train]\nlr = 1e-5\n", ".toml", "c.toml is a TOML file; this reads the other framework's config as YAML (or JSON)"),
         ("- 1\n- 2\n", ".yaml", "holds a list"),
         ("{bad json", ".json", "not valid JSON"),
         ("a: [1\n", ".yaml", "not valid YAML"),
@@ -65,6 +66,16 @@ def test_bad_inputs_are_named(capsys, tmp_path, content, suffix, message):
         src.write_text(content)
     code, _, err = run(capsys, "import", "trl", str(src))
     assert code == 1 and message in err.replace("\n", " "), err
+
+
+def test_an_out_that_is_a_directory_is_refused_even_with_force(capsys, tmp_path):
+    src = tmp_path / "grpo.yaml"
+    src.write_text("learning_rate: 1.0e-6\n")
+    for extra in ([], ["--force"]):
+        code, _, err = run(capsys, "import", "trl", str(src), "--out", str(tmp_path), *extra)
+        assert code == 1 and f"--out {tmp_path} is a directory; give the TOML file to write, e.g. --out {tmp_path / 'run.toml'}" \
+            in " ".join(err.split()), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["grpo.yaml"]
 
 
 def test_an_empty_verl_file_is_refused_but_its_overrides_may_carry_the_knobs(capsys, tmp_path):

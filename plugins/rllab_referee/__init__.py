@@ -35,6 +35,8 @@ __all__ = ["read_config_file", "register_commands", "run_import"]
 
 
 def cmd_import(args) -> int:
+    if args.out and Path(args.out).is_dir():  # said before the import: --force cannot replace a directory with a file
+        raise RllabError(f"--out {args.out} is a directory; give the TOML file to write, e.g. --out {Path(args.out) / 'run.toml'}")
     t = run_import(args.framework, args.config, args.overrides, lab=args.lab, processes=args.processes, strict=args.strict)
     header = f"Imported by `rllab import {args.framework}` from {args.config}.\nRun it with: rllab run {args.out or 'THIS.toml'}"
     text = t.toml(header=header)

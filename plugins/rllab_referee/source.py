@@ -19,6 +19,9 @@ def read_config_file(path: str, *, what: str, empty_ok: bool = False) -> dict[st
     p = Path(path)
     if not p.is_file():
         raise RllabError(f"{what}: no file {path!r}" + (" (it is a directory)" if p.is_dir() else ""))
+    if p.suffix.lower() == ".toml":
+        raise ConfigError(f"{what}: {path} is a TOML file; this reads the other framework's config as YAML (or JSON). An rllab "
+                          f"config runs as it is: rllab run {path}")
     text = p.read_text()
     try:
         if p.suffix.lower() == ".json":
