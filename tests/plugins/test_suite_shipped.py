@@ -124,3 +124,27 @@ def test_staleness_k4_rejection_is_arms_differ_from_the_unweighted_rejection_arm
         found = differences(reference, cell)
         found.pop("model.sha256", None)  # staleness_k4_bounds pins the start staleness_k4 recorded
         assert found == {"correction.is_level": ("none", "token")}, variant
+
+
+def test_controls_lowlr_arms_differ_from_controls_only_where_its_comments_say():
+    """controls_lowlr is controls at a 10× lower constant rate and 16 minibatches, from the same
+    three pinned starts; the random reward is Bernoulli(0.5); the no-clip arm differs from the
+    random-reward arm in the clip's bounds alone."""
+    every = lambda name: {(c.variant, c.start, c.seed): c for c in expand(parse_suite(SUITES / f"{name}.toml"))}
+    base, low = every("controls"), every("controls_lowlr")
+    assert {v for v, _, _ in low} == {"grpo", "random_reward", "random_reward_noclip", "no_rl"}
+    assert {s for _, s, _ in low} == {0, 1, 2}
+    for (variant, start, seed), cell in low.items():
+        assert cell.config["model"]["sha256"] == base[("no_rl", start, seed)].config["model"]["sha256"]  # controls' starts
+        if variant == "random_reward_noclip":
+            assert differences(low[("random_reward", start, seed)], cell) == {
+                "policy_loss.clip_low": (0.2, 1.0), "policy_loss.clip_high": (0.2, 1e9)}
+            continue
+        found = differences(base[(variant, start, seed)], cell)
+        if variant == "no_rl":  # the warm start alone: the training settings do not act
+            assert found.keys() <= {"train.lr", "train.lr_schedule", "algorithm.minibatches"}
+            continue
+        assert found == {"train.lr": (2e-4, 2e-5), "train.lr_schedule": ("cosine", "constant"),
+                         "algorithm.minibatches": (1, 16)}, (variant, found)
+        assert cell.config["rollout"]["random_reward"] == ("given" if variant == "random_reward" else "off")
+        assert cell.config["rollout"]["random_reward_p"] == 0.5
