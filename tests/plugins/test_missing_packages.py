@@ -1,6 +1,6 @@
 """A component whose optional package is missing is refused in one line, naming the ``pip
-install``, before ``rllab run`` creates a run directory: every environment adapter and every
-tracker's logger (each is asked with its package hidden, whether or not it is installed here)."""
+install``, before ``rllab run`` creates a run directory: every environment adapter, the tasks that
+read with a package (dataset, reasoning_gym) and every tracker's logger (each is asked with its package hidden, whether or not it is installed here)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,18 @@ CASES = [
     (["env=openenv", "env.url=http://127.0.0.1:9"], "openenv",
      "the openenv environment needs the openenv-core package: pip install 'rllab[openenv]'"),
     (["env=textarena"], "textarena", "the textarena environment needs the textarena package: pip install 'rllab[envs]'"),
+    (["task=reasoning_gym"], "reasoning_gym", "the reasoning_gym task needs the reasoning-gym package: pip install 'rllab[reasoning]'"),
+    (["env=reasoning_gym_retry"], "reasoning_gym",
+     "the reasoning_gym task needs the reasoning-gym package: pip install 'rllab[reasoning]'"),
+    (["task=dataset", "task.path=examples/data/sums_trl.jsonl"], "datasets",
+     "the dataset task reads files through the datasets package: pip install 'rllab[data]'"),
     *[([f'loggers=["jsonl", "{name}"]'], name,
        f"the '{name}' logger needs the {name} package, which is not installed: pip install 'rllab[{name}]' "
        f"(or remove '{name}' from loggers)") for name in ("wandb", "mlflow", "trackio", "tensorboard")],
 ]
 
 
-@pytest.mark.parametrize("settings, module, says", CASES, ids=[c[1] for c in CASES])
+@pytest.mark.parametrize("settings, module, says", CASES, ids=[c[0][0] for c in CASES])
 def test_a_missing_package_is_one_line_before_any_run_directory(tmp_path, monkeypatch, capsys, settings, module, says):
     find = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, **k: None if name == module else find(name, *a, **k))

@@ -13,7 +13,7 @@ import rllab
 from rllab.rollout.environment import Step
 from rllab.types import Example
 
-from ..tasks.reasoning import ReasoningGymConfig, ReasoningGymTask
+from ..tasks.reasoning import ReasoningGymConfig, ReasoningGymTask, installed
 
 
 @attrs.frozen
@@ -91,3 +91,6 @@ class ReasoningGymRetryEnvironment(rllab.Environment):
 def reasoning_gym_retry(*, config: ReasoningGymRetryConfig) -> ReasoningGymRetryEnvironment:
     """A reasoning-gym data set where a wrong answer gets "Incorrect, try again." and another turn."""
     return ReasoningGymRetryEnvironment(config)
+
+
+reasoning_gym_retry.check_installed = installed

@@ -8,6 +8,7 @@ row's values, with errors that name the file, the row (counted from 1) and the c
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -18,11 +19,21 @@ BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "c
 EVAL_SPLITS = ("eval", "test", "validation")
 
 
+MISSING = "the dataset task reads files through the datasets package: pip install 'rllab[data]'"
+
+
+def installed() -> None:
+    """Refuse, naming the ``pip install``, when datasets is not installed: asked before a run
+    creates anything (:func:`rllab.training.parts.check_installed`)."""
+    if importlib.util.find_spec("datasets") is None:
+        raise MissingExtraError(MISSING)
+
+
 def _datasets():
     try:
         import datasets
     except ImportError:
-        raise MissingExtraError("the dataset task reads files through the datasets package: pip install 'rllab[data]'") from None
+        raise MissingExtraError(MISSING) from None
     return datasets
 
 

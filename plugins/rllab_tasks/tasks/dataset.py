@@ -40,7 +40,7 @@ from rllab.rollout.rewards import RewardSet, reward_names
 from rllab.rollout.accuracy import correct_component
 from rllab.types import Example
 
-from .datafiles import EVAL_SPLITS, column, parse_prompt, read_rows, text_value
+from .datafiles import EVAL_SPLITS, column, installed, parse_prompt, read_rows, text_value
 from ..rewards import SHAPING
 
 FORMATS = ("auto", "trl", "verl")
@@ -279,3 +279,6 @@ class DatasetTask(rllab.SingleTurn):
 def dataset(*, config: DatasetConfig) -> DatasetTask:
     """Prompts from a local data set (JSONL/JSON/Parquet/CSV/save_to_disk; TRL or verl format), scored by reward functions."""
     return DatasetTask(config)
+
+
+dataset.check_installed = installed

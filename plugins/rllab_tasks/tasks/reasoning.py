@@ -17,6 +17,7 @@ The tiny model learns ``spell_backward`` with ``{"min_word_len": 3, "max_word_le
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from typing import Any
 
@@ -29,11 +30,21 @@ from rllab.types import Example
 from ..split import eval_fraction_knob, eval_size_knob, in_eval_split, seed_knob
 
 
+MISSING = "the reasoning_gym task needs the reasoning-gym package: pip install 'rllab[reasoning]'"
+
+
+def installed() -> None:
+    """Refuse, naming the ``pip install``, when reasoning-gym is not installed: asked before a run
+    creates anything (:func:`rllab.training.parts.check_installed`)."""
+    if importlib.util.find_spec("reasoning_gym") is None:
+        raise rllab.MissingExtraError(MISSING)
+
+
 def _reasoning_gym():
     try:
         import reasoning_gym
     except ImportError:
-        raise rllab.MissingExtraError("the reasoning_gym task needs the reasoning-gym package: pip install 'rllab[reasoning]'") from None
+        raise rllab.MissingExtraError(MISSING) from None
     return reasoning_gym
 
 
@@ -148,3 +159,6 @@ class ReasoningGymTask(rllab.SingleTurn):
 def reasoning_gym(*, config: ReasoningGymConfig) -> ReasoningGymTask:
     """A reasoning-gym procedural data set by name (leg_counting, chain_sum, ...), scored by its own score_answer."""
     return ReasoningGymTask(config)
+
+
+reasoning_gym.check_installed = installed
