@@ -218,11 +218,12 @@ def fit_all(records, *, tasks: list, arms: list, baseline: str | None = None, n_
                 m, lo, hi = stats.mean_ci([fn(r) for r in rs])
                 d[f"entropy_{name}"] = {"mean": m, "low": lo, "high": hi}
             if fit.ok and len(rs) >= 2:
-                by_seed = {r.seed: r for r in rs}
-                seeds = sorted(by_seed)
+                # runs drawn with replacement: a run is a (start, seed), so with several starts every start's runs count
+                by_run = {(-1 if r.start is None else r.start, r.seed): r for r in rs}
+                keys = sorted(by_run)
                 boot = []
                 for _ in range(n_boot):
-                    f = fit_law(*_pooled([by_seed[s] for s in rng.choice(seeds, size=len(seeds), replace=True)]))
+                    f = fit_law(*_pooled([by_run[keys[i]] for i in rng.integers(0, len(keys), size=len(keys))]))
                     boot.append((f.a, f.b) if f.ok else (math.nan, math.nan))
                 d["a_ci"], d["b_ci"] = _ci(x[0] for x in boot), _ci(x[1] for x in boot)
                 d["boot_failed"] = sum(not math.isfinite(x[0]) for x in boot)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import attrs
 import numpy as np
 import pytest
 
@@ -89,3 +90,19 @@ def test_tracking_entropy_without_the_reward_says_what_to_add():
     got = report.notes(report.summarize(recs, baseline="grpo", track=(entropy_law.ENTROPY,)))
     assert any(n.startswith("NO ENTROPY LAW") and "'rollout/accuracy'" in n for n in got)
     assert not any(n.startswith("NO ENTROPY LAW") for n in report.notes(report.summarize(recs, baseline="grpo", track=())))
+
+
+def test_the_intervals_of_a_and_b_resample_the_runs_of_every_start():
+    # seeds 0-4 from two starts on two laws (a = 0.3 and a = 0.6): each bootstrap draw of runs mixes both,
+    # so the interval of a holds the pooled fit; drawn by seed alone, one start's runs would stand for both
+    H = np.linspace(1.0, 0.2, 40)
+    recs = []
+    for start, a in ((0, 0.3), (1, 0.6)):
+        for s in range(5):
+            r = _run("grpo", s, H - 0.01 * s, entropy_law.law(H - 0.01 * s, a, 1.0))
+            recs.append(attrs.evolve(r, start=start, run_dir=f"/x/grpo-w{start}-s{s}"))
+    out = entropy_law.fit_all(recs, tasks=["addition"], arms=["grpo"], baseline="grpo", n_boot=200)
+    g = out["tasks"]["addition"]["grpo"]
+    assert 0.3 < g["a"] < 0.6
+    assert g["a_ci"]["low"] < g["a"] < g["a_ci"]["high"]
+    assert g["a_ci"]["low"] > 0.3 - 1e-9 and g["a_ci"]["high"] < 0.6 + 1e-9
