@@ -99,7 +99,8 @@ def one_run(service: tuple | None, latency_s: float, work: Path, name: str, *mor
 def scoring_calls(t0: float):
     """Record each scoring call of the remote reward (one ``ask_all``): yields a list of dicts with
     its start (s into the run), requests, seconds, retries waited, and whether the run's main
-    thread waited on it (a warm-start probe scored in a thread of its own overlaps other work)."""
+    thread waited on it (a call in another thread — a warm-start probe, the warm start's held-out
+    scores, the evaluation before step 1 — overlaps other work)."""
     import threading
 
     import rllab_tasks.remote_rewards as rr
@@ -128,7 +129,7 @@ def say_calls(calls: list[dict]) -> str:
     main = [c for c in calls if c["main"]]
     return (f"{len(calls)} scoring calls, {sum(c['seconds'] for c in main):.1f} s waited in the main thread over "
             f"{len(main)} of them, {sum(c['seconds'] for c in calls) - sum(c['seconds'] for c in main):.1f} s in "
-            f"probe threads")
+            f"other threads")
 
 
 @contextlib.contextmanager
@@ -194,7 +195,7 @@ def main() -> None:
                 if args.calls and rep == 0:
                     for c in r["scoring"]:
                         print(f"    at {c['at']:6.2f} s: {c['requests']:4d} requests, {c['seconds']:5.2f} s, "
-                              f"{c['retries']:3d} retries, {'main thread' if c['main'] else 'probe thread'}")
+                              f"{c['retries']:3d} retries, {'main thread' if c['main'] else 'other thread'}")
                 if args.cold_repeats < 1:
                     break  # only the healthy run, which warm-starts the cache for the runs below
         os.environ["RLLAB_CACHE"] = str(work / "models-0-healthy")
