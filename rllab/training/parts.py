@@ -25,6 +25,7 @@ import torch
 from rllab.models import lora
 from rllab.algorithm import RunContext
 from rllab.config import COMPONENT_SECTIONS, ExperimentConfig
+from rllab.errors import RllabError
 from rllab.parallel.reducer import SINGLE, Reducer
 from rllab.training.optimizer import Optimizers
 from rllab.specs import Component
@@ -52,7 +53,10 @@ def check_installed(cfg: ExperimentConfig, lab: Lab) -> None:
     refs += [("logger", ref.name) for ref in cfg.loggers]
     for kind, name in refs:
         check = getattr(lab.spec(kind, name).fn, "check_installed", None)
-        if callable(check):
+        if check is not None and not callable(check):
+            raise RllabError(f"{kind} {name!r}: its check_installed is {check!r}, not a function to call (one that raises "
+                             f"rllab.MissingExtraError when a package is missing)")
+        if check is not None:
             check()
 
 

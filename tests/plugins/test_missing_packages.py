@@ -36,3 +36,35 @@ def test_a_missing_package_is_one_line_before_any_run_directory(tmp_path, monkey
     assert err == f"error: {says}"  # one line, nothing after it
     assert not run_dir.exists() and not list(tmp_path.iterdir())
 
+
+
+PLUGIN = '''
+import rllab
+from rllab_loggers import jsonl, JsonlConfig
+
+
+def my_logger(*, config, run_dir):
+    return jsonl(config=config, run_dir=run_dir)
+
+
+my_logger.check_installed = {check}
+
+
+@rllab.hookimpl
+def register_loggers(register):
+    register("my_logger", my_logger, config=JsonlConfig)
+'''
+
+
+@pytest.mark.parametrize("check, says", [
+    ("lambda: (_ for _ in ()).throw(rllab.MissingExtraError(\"my_logger needs mypkg: pip install mypkg\"))",
+     "error: my_logger needs mypkg: pip install mypkg"),
+    ("'mypkg'", "error: logger 'my_logger': its check_installed is 'mypkg', not a function to call"),
+])
+def test_a_plugins_own_component_declares_its_package_alike(tmp_path, capsys, check, says):
+    plugin = tmp_path / "my_plugin.py"
+    plugin.write_text(PLUGIN.format(check=check))
+    run_dir = tmp_path / "run"
+    assert main(["run", "--plugin", str(plugin), 'loggers=["my_logger"]', "--steps", "1", "--run-dir", str(run_dir)]) == 1
+    assert capsys.readouterr().err.strip().startswith(says)
+    assert not run_dir.exists()
