@@ -311,6 +311,8 @@ def _over_starts(e: dict) -> str:
         return ""
     if e.get("differs"):
         return " over " + f"{len(per)} starts, differing between them (" + ", ".join(p["verdict"] for p in per) + ")"
+    if per[0]["verdict"] != e["verdict"]:  # every start alone agrees, the starts together say more (or less)
+        return f" over {len(per)} starts, {per[0]['verdict']} from each alone"
     return f" from each of {len(per)} starts"
 
 

@@ -336,3 +336,16 @@ def test_a_tracked_metric_over_starts_resamples_the_starts():
     # and 2 with 1/64 (< 2.5%), and 6 with 1/4: the 95% CI is [2.5, 6]
     m, lo, hi = last_ci([run(0, 2.0), run(0, 4.0), run(1, 6.0)], "m")
     assert m == pytest.approx(4.5) and lo == pytest.approx(2.5) and hi == pytest.approx(6.0)
+
+
+def test_the_index_says_when_the_starts_together_decide_what_no_start_alone_does():
+    from rllab_suite.findings import _over_starts
+
+    alone = [{"verdict": NOT_SEPARABLE}] * 3
+    # every start alone not separable, the three together equivalent: "from each" would misstate the starts
+    e = {"verdict": "equivalent within ±2 points", "per_start": alone, "differs": False}
+    assert _over_starts(e) == " over 3 starts, not separable at this budget from each alone"
+    assert _over_starts({"verdict": NOT_SEPARABLE, "per_start": alone, "differs": False}) == " from each of 3 starts"
+    flip = [{"verdict": REPRODUCED}, {"verdict": NOT_SEPARABLE}]
+    assert _over_starts({"verdict": REPRODUCED, "per_start": flip, "differs": True}) == (
+        " over 2 starts, differing between them (reproduced, not separable at this budget)")
