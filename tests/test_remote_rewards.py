@@ -868,7 +868,7 @@ def test_a_warm_start_whose_probe_fails_everywhere_stops_naming_it_and_closes_it
     pytest.importorskip("datasets")
     import contextlib
 
-    import rllab.models.tiny as tiny
+    import rllab.models.warmstart as warmstart
     from rllab.models.tiny import TinyModelConfig, WarmStartConfig, build_tiny_model, warm_start
     from rllab_tasks.tasks.dataset import DatasetConfig, DatasetTask
 
@@ -884,7 +884,7 @@ def test_a_warm_start_whose_probe_fails_everywhere_stops_naming_it_and_closes_it
         else:
             exits.append(None)
 
-    monkeypatch.setattr(tiny, "warm_start_progress", recording)
+    monkeypatch.setattr(warmstart, "warm_start_progress", recording)
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(20)))
     model, tok = build_tiny_model(TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1))
