@@ -131,7 +131,7 @@ def job_of(suite, variant: str, task: str) -> tuple:
 
 def gather(root: Path, pool: Pool, arms: set[str]) -> tuple[list[Folded], list[str]]:
     """Every committed run of ``arms`` in the pool's suites, with its job; and the suites that ran none."""
-    from rllab_suite.findings import read_runs_csv
+    from rllab_suite.committed import read_runs_csv
     from rllab_suite.spec import parse_suite
 
     suites_dir = Path(root) / "benchmarks" / "suites"
