@@ -246,10 +246,12 @@ def compare(results: list[ReplayResult]) -> list[dict]:
         other = differing_sections(a.config, b.config)
         # a batch where every group scored alike gives zero gradients to every loss: no evidence either way
         inconclusive = largest == 0.0
-        identical = same_steps and rel <= RTOL and not inconclusive
+        same_update = same_steps and rel <= RTOL and not inconclusive
+        # one computation only when nothing the replay leaves out differs (a reward, a sampler, …)
         out.append({
             "a": a.name, "b": b.name, "cosine": sum(cos) / len(cos) if cos else math.nan, "max_rel_diff": rel,
-            "identical": identical, "inconclusive": inconclusive, "differs_outside_replay": other,
+            "identical": same_update and not other, "same_update": same_update, "inconclusive": inconclusive,
+            "differs_outside_replay": other,
         })
     return out
 
@@ -263,19 +265,22 @@ def differing_sections(a: dict, b: dict) -> list[str]:
 def identical_messages(pairs: list[dict], *, step: int | None = None) -> list[dict]:
     msgs = []
     for p in pairs:
-        if not p["identical"]:
+        if not p.get("same_update", p["identical"]):
             continue
-        tail = (
-            f"; they still differ in [{'], ['.join(p['differs_outside_replay'])}], which the replay does not exercise"
-            if p["differs_outside_replay"] else ""
-        )
-        msgs.append({**p, "message": (
-            f"IDENTICAL {p['a']} ≡ {p['b']}: the same gradients on "
-            f"{'a recorded batch' if step is None else f'batches recorded after step {step} (the learning rate then: the schedule at that step)'} "
-            f"(relative difference {p['max_rel_diff']:.1e} ≤ {RTOL:g}, cosine {p['cosine']:.6f}): there they are one "
-            f"computation{tail}. Later steps can still part them, once the policy has moved far enough for what "
-            f"differs (clipping, corrections) to act"
-        )})
+        where = "a recorded batch" if step is None else f"batches recorded after step {step} (the learning rate then: the schedule at that step)"
+        same = f"the same gradients on {where} (relative difference {p['max_rel_diff']:.1e} ≤ {RTOL:g}, cosine {p['cosine']:.6f})"
+        if p["differs_outside_replay"]:
+            outside = "], [".join(p["differs_outside_replay"])
+            message = (
+                f"SAME UPDATE ON THE RECORDED BATCH {p['a']}, {p['b']}: {same}, but not one computation: they differ in "
+                f"[{outside}], which the replay does not exercise, so their runs see other batches"
+            )
+        else:
+            message = (
+                f"IDENTICAL {p['a']} ≡ {p['b']}: {same}: there they are one computation. Later steps can still part them, "
+                f"once the policy has moved far enough for what differs (clipping, corrections) to act"
+            )
+        msgs.append({**p, "message": message})
     return msgs
 
 

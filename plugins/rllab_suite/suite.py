@@ -160,7 +160,8 @@ def identical_variants(cells: list[Cell], *, lab, out_dir: Path, console=None) -
             )})
         for m in replay.identical_messages(pairs, step=step):
             m["task"] = task
-            m["message"] = m["message"].replace("IDENTICAL ", f"IDENTICAL (task {task}) ", 1)
+            head = next(h for h in ("IDENTICAL ", "SAME UPDATE ON THE RECORDED BATCH ") if m["message"].startswith(h))
+            m["message"] = m["message"].replace(head, f"{head}(task {task}) ", 1)
             found.append(m)
     return found
 

@@ -385,6 +385,30 @@ def test_replay_finds_identical_losses_on_an_on_policy_step(recording, lab):
     assert any("ppo_dual_clip" in m["message"] and "one computation" in m["message"] for m in msgs)
 
 
+def test_the_same_update_with_a_different_reward_is_not_called_identical():
+    # the replay scores nothing: two arms that differ in the reward (the rollout section) update alike on
+    # the recorded batch, yet their runs see other batches, so they are not one computation
+    same = {"a": "grpo", "b": "random_reward", "cosine": 1.0, "max_rel_diff": 0.0, "inconclusive": False}
+    pairs = [{**same, "identical": True, "same_update": True, "differs_outside_replay": []},
+             {**same, "b": "noclip_random", "identical": False, "same_update": True, "differs_outside_replay": ["rollout"]},
+             {**same, "b": "other", "identical": False, "same_update": False, "differs_outside_replay": []},
+             # a pair saved before same_update was recorded reads alike
+             {**same, "b": "saved", "identical": True, "differs_outside_replay": ["rollout"]}]
+    g = [[torch.tensor([1.0, -2.0])]]
+    a = replay.ReplayResult(name="grpo", config={"rollout": {"random_reward": False}, "policy_loss": {"clip": 0.2}}, metrics={}, grads=g)
+    b = replay.ReplayResult(name="noclip_random", config={"rollout": {"random_reward": True}, "policy_loss": {"clip": 1e9}}, metrics={}, grads=g)
+    c = replay.ReplayResult(name="noclip", config={"rollout": {"random_reward": False}, "policy_loss": {"clip": 1e9}}, metrics={}, grads=g)
+    ab, ac, _ = replay.compare([a, b, c])
+    assert ab["same_update"] and not ab["identical"] and ab["differs_outside_replay"] == ["rollout"]
+    assert ac["same_update"] and ac["identical"] and ac["differs_outside_replay"] == []
+    msgs = [m["message"] for m in replay.identical_messages(pairs, step=0)]
+    assert len(msgs) == 3
+    assert msgs[0].startswith("IDENTICAL grpo ≡ random_reward:") and "one computation" in msgs[0]
+    for m in msgs[1:]:
+        assert m.startswith("SAME UPDATE ON THE RECORDED BATCH grpo, ") and "not one computation" in m and "[rollout]" in m
+        assert "IDENTICAL" not in m
+
+
 def test_replay_with_minibatches_runs_the_whole_update(recording, lab):
     data = replay.load_record(recording)
     # a large learning rate, so that the later minibatches are off-policy enough for clipping to act
