@@ -109,7 +109,7 @@ def test_the_stage_state_holds_the_sampler_and_the_carried_groups(char):  # noqa
 def test_the_trainer_names_none_of_the_rollout_state():
     """The sampler, the carried groups and the batches sampled ahead are the run's rollout's: the
     trainer checkpoints them through its one state_dict and checks nothing itself."""
-    text = (ROOT / "rllab" / "training" / "trainer.py").read_text(encoding="utf-8")
+    text = "".join((ROOT / "rllab" / "training" / f).read_text(encoding="utf-8") for f in ("trainer.py", "evaluation.py"))
     for name in (r"\bprefetch\b", r"\.partial\b", r"self\.sampler\b", r"\bsampling\.", r"\brollout_ahead\b", r"partial_rollouts",
                  r"\bcheck_(settings|algorithm|data_parallel|backend_device)\b", r"AsyncRollout", r"VersionedBackend"):
         assert not re.search(name, text), name

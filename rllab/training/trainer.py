@@ -4,10 +4,10 @@ It is orchestration only. What a step *does* is the algorithm's (a plugin of kin
 ``rl``, ``dpo``, ``online_dpo``, …); generation and scoring are the rollout stage's
 (:mod:`rllab.rollout.stage`); the optimizer step is :mod:`rllab.training.optimizer`'s; checkpoint files are
 :mod:`rllab.parallel.checkpoint`'s; where the models live (one device, or FSDP2 shards under ``torchrun``)
-is :mod:`rllab.placement`'s; the console, loggers (:mod:`rllab.training.listeners`) and plots listen to
-events. The trainer alone owns what changes the run's state: the optimizer steps, the LR
-schedule, the KL controller, the rollout backend's weights, the schedule of component swaps and
-the run directory::
+is :mod:`rllab.placement`'s; the held-out evaluations are :mod:`rllab.training.evaluation`'s; the
+console, loggers (:mod:`rllab.training.listeners`) and plots listen to events. The trainer alone
+owns what changes the run's state: the optimizer steps, the LR schedule, the KL controller, the
+rollout backend's weights, the schedule of component swaps and the run directory::
 
     for step in range(start, steps):
         apply [[schedule]] entries for this step
@@ -26,10 +26,8 @@ reproduces the metrics of an uninterrupted one on CPU.
 
 from __future__ import annotations
 
-import contextvars
 import json
 import random
-import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -50,6 +48,7 @@ from rllab.checks.config import check_change
 from rllab.config import COMPONENT_SECTIONS, ExperimentConfig, apply_schedule, dump_toml, validate
 from rllab.errors import ConfigError, NonFiniteError, RewardError, RllabError  # noqa: F401  (RewardError: re-exported)
 from rllab.lab import Lab
+from rllab.training.evaluation import Evaluations, _Overlapped  # noqa: F401  (_Overlapped: re-exported)
 from rllab.training.listeners import RunLoggers
 from rllab.members import member
 from rllab.training.export import base_model_dir, build_source
@@ -57,7 +56,7 @@ from rllab.models.forward import enable_checkpointing, transformers_progress_bar
 from rllab.training.optimizer import Optimizers, StepOutcome, advance_per_step, lr_factor, lr_scheduler
 from rllab.rollout.prompt_limits import PromptLimits
 from rllab.rollout.stage import RolloutStage
-from rllab.training.rundir import CONFIG_FILE, EVAL_PROBLEMS_FILE, recorded_config, start_run, with_deployment
+from rllab.training.rundir import CONFIG_FILE, EVAL_PROBLEMS_FILE, recorded_config, start_run, with_deployment  # noqa: F401
 from rllab.specs import Component
 from rllab.parallel.distributed import resolve_device  # noqa: F401  (re-exported: where it was)
 
@@ -79,7 +78,7 @@ ASYNC_STEP_PHASES = ("rollout_wait", "batch", "forward", "advantage", "update", 
 overlap the step, which waits ``time/rollout_wait`` for its batch (``time/push_wait`` included)."""
 
 
-class Trainer:
+class Trainer(Evaluations):
     """Owns the models, optimizers, components and run directory of one experiment.
 
     Use :func:`run_experiment` / :func:`rllab.training.runs.resume_run`, or drive it from Python::
@@ -344,64 +343,6 @@ class Trainer:
         """Advance an LR schedule that counts training steps (also a skipped one)."""
         advance_per_step(self.scheduler, self.cfg.train)
 
-    # ------------------------------------------------------------------ eval
-
-    def evaluate(self, *, overlapped: bool = False) -> dict | None:
-        """Greedy accuracy and mean reward on the task's held-out split (and mean@n / pass@k with
-        ``train.eval_samples``); logged and announced.
-
-        ``overlapped`` (the evaluation before the first step): when the stage allows it
-        (:meth:`~rllab.rollout.stage.RolloutStage.scored_elsewhere`: a reward service, one
-        process), the answers are sampled now and scored in a thread while the next step samples
-        and scores its own, so that the service's retries and waits of both overlap; the
-        evaluation is logged and announced, as it was, before anything of that step: once the
-        step's rewards are in (the stage calls :attr:`pending_eval`), at the latest when the step's
-        algorithm returns. Returns None then."""
-        rollout = self.rollout
-        t = self.cfg.train
-        if overlapped and getattr(rollout, "scored_elsewhere", None) is not None and rollout.scored_elsewhere():
-            finish = rollout.evaluate_sampled(t.eval_size, samples=t.eval_samples)
-            self._pending_eval = _Overlapped(finish, lambda metrics, step=self.step: self._evaluated(metrics, step))
-            rollout.pending_eval = self._pending_eval
-            return None
-        return self._evaluated(rollout.evaluate(t.eval_size, samples=t.eval_samples), self.step)
-
-    _pending_eval = None
-    """The evaluation scored in a thread (:meth:`evaluate` ``overlapped``) not yet logged, else None."""
-
-    def _log_pending_eval(self) -> None:
-        """Wait for the evaluation scored in a thread, if any, and log it."""
-        pending, self._pending_eval = self._pending_eval, None
-        if pending is not None:
-            pending()
-
-    def _evaluated(self, metrics: dict, step: int) -> dict:
-        """Log and announce an evaluation of the model after ``step``."""
-        rollout = self.rollout
-        self.history.append({"step": step, **metrics})
-        problems = getattr(rollout, "eval_problems", None)
-        if problems and self.placement.speaks:  # per held-out problem, for intervals over problems (EVAL_PROBLEMS_FILE)
-            with (self.run_dir / EVAL_PROBLEMS_FILE).open("a") as f:
-                f.write(json.dumps({"step": step, **problems}) + "\n")
-        self.hook.on_eval_end(step=step, metrics=dict(metrics), run_dir=self.run_dir)
-        episodes = getattr(rollout, "eval_episodes", None)
-        takers = getattr(getattr(self.hook, "on_eval_samples", None), "get_hookimpls", None)
-        if episodes and takers and takers():  # the greedy answers, for per-sample traces
-            self.hook.on_eval_samples(step=step, episodes=list(episodes), tokenizer=rollout.tokenizer, run_dir=self.run_dir)
-        return metrics
-
-    def _settle_pending_eval(self, error: BaseException) -> None:
-        """On the way out with ``error``: the evaluation scored in a thread is still logged, as it
-        was before the step that failed (not when interrupted, nor if it failed itself: ``error`` is
-        what the run reports)."""
-        pending, self._pending_eval = self._pending_eval, None
-        if pending is None or not isinstance(error, Exception):
-            return
-        try:
-            pending()
-        except Exception:
-            pass
-
     # ------------------------------------------------------------------ checkpoints
 
     def save_checkpoint(self) -> Path:
@@ -516,32 +457,3 @@ class Trainer:
         self.close()
         self.hook.on_run_end(run_dir=self.run_dir, metrics=summary, history=list(self.history))
         return summary
-
-
-class _Overlapped:
-    """An evaluation being scored in a thread (:meth:`Trainer.evaluate` ``overlapped``): called,
-    it waits for the scores, then logs the evaluation (``log(metrics)``), once; the scoring's
-    error, if any, is raised then, in the caller's thread."""
-
-    def __init__(self, finish, log):
-        self.log, self.box, self.done = log, {}, False
-        context = contextvars.copy_context()  # the run's lab, for reward names resolved while scoring
-
-        def run() -> None:
-            try:
-                self.box["metrics"] = context.run(finish)
-            except BaseException as e:  # raised in the thread that logs it
-                self.box["error"] = e
-
-        self.thread = threading.Thread(target=run, name="rllab-eval-scores", daemon=True)
-        self.thread.start()
-
-    def __call__(self) -> None:
-        if self.done:
-            return
-        self.done = True
-        self.thread.join()
-        if "error" in self.box:
-            raise self.box["error"]
-        self.log(self.box["metrics"])
-
