@@ -177,3 +177,93 @@ def test_topk_knobs_are_refused_where_they_cannot_take_effect(tmp_path, extra, n
     teacher = Trainer(_cfg(), run_dir=tmp_path / "teacher", progress=False).model_dir
     with pytest.raises(ConfigError, match=needle):
         _cfg("algorithm=opd", f"algorithm.teacher={teacher}", *extra)
+
+
+# --------------------------------------------------------------------------- the teacher pinned by content
+
+
+def _teacher_dir(tmp_path):
+    """A teacher directory of its own (the warm-started tiny model's files, copied) and the sha256
+    of its files by hand: each file's name, a NUL and its bytes' sha256, one line each in name order,
+    without rllab_warm_start.json (how it was made, not the model)."""
+    import hashlib
+    import shutil
+
+    src = Trainer(_cfg(), run_dir=tmp_path / "warm", progress=False).model_dir
+    teacher = tmp_path / "teacher"
+    shutil.copytree(src, teacher)
+    lines = "".join(f"{p.name}\0{hashlib.sha256(p.read_bytes()).hexdigest()}\n"
+                    for p in sorted(teacher.iterdir()) if p.is_file() and p.name != "rllab_warm_start.json")
+    return teacher, hashlib.sha256(lines.encode()).hexdigest()
+
+
+def test_a_pinned_teacher_that_matches_trains_and_is_recorded_in_provenance(tmp_path):
+    from rllab.records import provenance
+
+    teacher, digest = _teacher_dir(tmp_path)
+    tr = Trainer(_cfg("algorithm=opd", f"algorithm.teacher={teacher}", f"algorithm.teacher_sha256={digest[:12]}"),
+                 run_dir=tmp_path / "s", progress=False)
+    assert "distill/k1" in tr.train_step()
+    record = tr.provenance_record()
+    assert record["hashes"]["inputs"] == [{"setting": "algorithm.teacher", "path": str(teacher), "sha256": digest}]
+    assert provenance.comparable(record)["hashes.inputs"] == [f"algorithm.teacher:{digest}"]
+    # the pin checks the teacher, it does not change the run: same config hash without it
+    unpinned = Trainer(_cfg("algorithm=opd", f"algorithm.teacher={teacher}"), run_dir=tmp_path / "u", progress=False)
+    assert unpinned.provenance_record()["hashes"]["inputs"][0]["sha256"] == digest  # recorded pinned or not
+    assert unpinned.provenance_record()["hashes"]["config"] == record["hashes"]["config"]
+    # a run without a teacher records no other inputs
+    assert "inputs" not in Trainer(_cfg(), run_dir=tmp_path / "g", progress=False).provenance_record()["hashes"]
+
+
+def test_a_pinned_teacher_that_differs_is_refused_naming_the_knob_path_and_both_hashes(tmp_path):
+    teacher, digest = _teacher_dir(tmp_path)
+    (teacher / "notes.txt").write_text("one more file is another teacher\n")
+    import hashlib
+
+    lines = "".join(f"{p.name}\0{hashlib.sha256(p.read_bytes()).hexdigest()}\n"
+                    for p in sorted(teacher.iterdir()) if p.is_file() and p.name != "rllab_warm_start.json")
+    found = hashlib.sha256(lines.encode()).hexdigest()
+    with pytest.raises(ConfigError) as e:
+        Trainer(_cfg("algorithm=opd", f"algorithm.teacher={teacher}", f"algorithm.teacher_sha256={digest}"),
+                run_dir=tmp_path / "s", progress=False)
+    msg = str(e.value)
+    assert "algorithm.teacher_sha256" in msg and str(teacher) in msg and digest in msg and found in msg
+    assert e.value.key == "teacher_sha256"
+    assert not (tmp_path / "s" / "provenance.json").exists()  # refused before the first step
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (("algorithm.teacher=http://127.0.0.1:30000", "rollout.temperature=1", "algorithm.teacher_sha256=" + "ab" * 32),
+     r"teacher_sha256 = 'abab.*is a server, whose weights cannot be hashed here"),
+    (("algorithm.teacher={teacher}", "algorithm.teacher_sha256=xyz"), r"teacher_sha256 = 'xyz' is not a sha256"),
+    (("algorithm.teacher={teacher}", "algorithm.teacher_sha256=abc1234"), r"teacher_sha256 = 'abc1234' is not a sha256"),
+])
+def test_a_teacher_pin_that_cannot_take_effect_is_refused_naming_it(tmp_path, extra, needle):
+    teacher = tmp_path / "t"
+    if any("{teacher}" in x for x in extra):
+        teacher, _ = _teacher_dir(tmp_path)
+    with pytest.raises(ConfigError, match=needle) as e:
+        _cfg("algorithm=opd", *(x.format(teacher=teacher) for x in extra))
+    assert e.value.key == "teacher_sha256"
+
+
+def test_a_suite_result_and_rllab_provenance_show_the_teacher_by_hash(tmp_path):
+    """A suite result lists each cell's other inputs (the teacher) from the cell's record, and
+    ``rllab provenance`` prints them; a cell without one lists none."""
+    import json
+
+    from rllab.records import provenance
+    from rllab_suite.reproduce import _lines
+    from rllab_suite.suite import write_suite_provenance
+
+    digest = "7c" * 32
+    teacher = {"setting": "algorithm.teacher", "path": "/teachers/t", "sha256": digest}
+    for run, inputs in (("opd-s0", [teacher]), ("grpo-s0", [])):
+        record = provenance.collect({"seed": 0}, start={"kind": "warm_start", "path": "/m", "sha256": "ab" * 32}, inputs=inputs)
+        (tmp_path / "runs" / run).mkdir(parents=True)
+        provenance.write(tmp_path / "runs" / run, record)
+    manifest = {"cells": [{"variant": v, "task": "addition", "seed": 0, "run": f"{v}-s0"} for v in ("opd", "grpo")]}
+    cells = provenance.read(write_suite_provenance(tmp_path, manifest))["cells"]
+    assert cells[0]["inputs"] == {"algorithm.teacher": digest} and "inputs" not in cells[1]
+    rows = dict(_lines(provenance.read(tmp_path / "runs" / "opd-s0")))
+    assert rows["hashes.input algorithm.teacher /teachers/t"] == digest

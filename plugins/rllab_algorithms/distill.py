@@ -39,6 +39,11 @@ under each). Every estimate is
 aggregated by the run's ``aggregation`` and weighted by ``kl_coef``. ``with_rl = False`` trains on
 that alone (the task's rewards are still sampled and logged); ``True`` adds it to the RL loss.
 Logged: ``distill/k1`` and ``distill/k3`` (means over the response tokens), ``loss/distill``.
+
+A local teacher is hashed by content (the sha256 of its files, as a starting model is) into the
+run's ``provenance.json`` (``hashes.inputs``); ``teacher_sha256`` pins it: a teacher that hashes
+otherwise is refused before the first step. A server's weights cannot be hashed here, so a URL
+teacher refuses ``teacher_sha256``.
 """
 
 from __future__ import annotations
@@ -84,6 +89,19 @@ def _check_teacher(inst, attribute, value):
         raise ValueError(f"{attribute.name} = {value!r}: {e}") from None
 
 
+def _check_teacher_sha256(inst, attribute, value):
+    import re
+
+    if value is None:
+        return
+    if not re.fullmatch(r"(sha256:)?[0-9a-fA-F]{8,64}", value.strip()):
+        raise ValueError(f"{attribute.name} = {value!r} is not a sha256: give the 64 hex digits of the teacher's "
+                         f"(or a prefix of at least 8), as 'rllab provenance RUN' prints it under hashes.inputs")
+    if is_url(inst.teacher):
+        raise ValueError(f"{attribute.name} = {value!r} pins a local teacher directory's contents, and teacher = {inst.teacher!r} "
+                         f"is a server, whose weights cannot be hashed here: remove {attribute.name} or give the teacher's directory")
+
+
 @attrs.frozen(kw_only=True)
 class OPDConfig(RLConfig):
     """Knobs of on-policy distillation (and those of ``rl``)."""
@@ -104,6 +122,11 @@ class OPDConfig(RLConfig):
     )
     kl_coef: float = rllab.knob(1.0, help="the distillation loss's weight (slime's --opd-kl-coef)", gt=0.0)
     with_rl: bool = rllab.knob(False, help="add the distillation loss to the RL loss (False: the distillation loss alone)")
+    teacher_sha256: str | None = rllab.knob(
+        None, help="pins a local teacher by content: the sha256 of its directory's files (as model.sha256 hashes a start; "
+        "64 hex digits or a prefix of at least 8); a teacher that hashes otherwise is refused before the first step",
+        validator=_check_teacher_sha256,
+    )
 
 
 
@@ -166,12 +189,49 @@ class OPD(RL):
     def policy_loss_coef(self) -> float:
         return 1.0 if self.config.with_rl else 0.0
 
+    _teacher_hash: str | None = None
+
     def needs(self, ctx) -> set[str]:
         if is_url(self.config.teacher):  # refused when the run is built, before any sampling
             from .teacher_server import check_temperature
 
             check_temperature(self.config.teacher, ctx.config.rollout.temperature)
+        else:
+            self.teacher_hash()  # teacher_sha256 checked when the run is built, before the first step
         return super().needs(ctx)
+
+    def teacher_hash(self) -> str | None:
+        """The sha256 of the local teacher's files (:func:`rllab.records.hashing.model_sha256`, as a
+        start is hashed; None for a server), checked against ``teacher_sha256`` when it is set."""
+        if is_url(self.config.teacher):
+            return None
+        if self._teacher_hash is None:
+            from pathlib import Path
+
+            from rllab.records.hashing import model_sha256
+
+            path = Path(self.config.teacher).expanduser()
+            actual = model_sha256(path)
+            pin = self.config.teacher_sha256
+            if pin is not None:
+                want = pin.strip().lower().removeprefix("sha256:")
+                if not actual.startswith(want):
+                    raise rllab.ConfigError(
+                        f"algorithm 'opd': algorithm.teacher_sha256 = {pin!r}, and the teacher {str(path)!r} hashes to {actual}, "
+                        f"not {want}: it is not the pinned teacher. Point algorithm.teacher at the teacher with that hash, "
+                        f"or remove algorithm.teacher_sha256 to accept this one", key="teacher_sha256",
+                    )
+            self._teacher_hash = actual
+        return self._teacher_hash
+
+    def provenance_inputs(self) -> list[dict]:
+        """The local teacher, by the hash of its files (``hashes.inputs`` in provenance.json)."""
+        digest = self.teacher_hash()
+        if digest is None:
+            return []
+        from pathlib import Path
+
+        return [{"setting": "algorithm.teacher", "path": str(Path(self.config.teacher).expanduser()), "sha256": digest}]
 
     def policy_forward(self, ctx, p, rows):
         """With the exact top-k KL: one forward gives the whole distribution, from which the sampled

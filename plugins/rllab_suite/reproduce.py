@@ -177,6 +177,8 @@ def _lines(record: dict) -> list[tuple[str, str]]:
         start = hashes.get("start") or {}
         if start:
             rows.append((f"hashes.start ({start.get('kind')}) {start.get('path')}", str(start.get("sha256"))))
+        for d in hashes.get("inputs", ()):  # other inputs a component read by content (opd's local teacher)
+            rows.append((f"hashes.input {d.get('setting')} {d.get('path')}", str(d.get("sha256"))))
     for sha, runs in (record.get("starts") or {}).items():
         rows.append((f"starts.{sha}", f"{len(runs)} cell(s)"))
     return rows

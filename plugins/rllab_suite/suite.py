@@ -206,6 +206,8 @@ def write_suite_provenance(out: Path, manifest: dict) -> Path:
         start = (hashes.get("start") or {}).get("sha256")
         entry.update(start=start, config=hashes.get("config"), data=[d["sha256"] for d in hashes.get("data", ())],
                      threads=((rec.get("machine") or {}).get("torch") or {}).get("threads"))  # a worker's own, not the suite process's
+        if hashes.get("inputs"):  # the other inputs its components read by content (opd's local teacher)
+            entry["inputs"] = {d.get("setting"): d.get("sha256") for d in hashes["inputs"]}
         cells.append(entry)
         if start:
             starts.setdefault(start, []).append(c["run"])

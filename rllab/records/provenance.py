@@ -157,10 +157,12 @@ def content_keyed(section: Mapping[str, Any], hashes: Mapping[str, str]) -> dict
 
 def config_sha256(config: Mapping[str, Any]) -> str:
     """The sha256 of a resolved config (``ExperimentConfig.to_dict()``), without what does not
-    change a result: its name, output directory, loggers, recorded provenance and ``model.sha256``."""
+    change a result: its name, output directory, loggers, recorded provenance and the pins
+    (``model.sha256``, and any section's setting named ``sha256`` or ``*_sha256``, e.g. ``algorithm.teacher_sha256``)."""
     data = {k: v for k, v in config.items() if k not in ("name", "output_dir", "provenance", "loggers")}
-    if isinstance(data.get("model"), Mapping):  # the pin checks the start; it does not change it
-        data["model"] = {k: v for k, v in data["model"].items() if k != "sha256"}
+    for sec, section in data.items():  # a pin checks an input by content; it does not change it
+        if isinstance(section, Mapping):
+            data[sec] = {k: v for k, v in section.items() if not (isinstance(k, str) and (k == "sha256" or k.endswith("_sha256")))}
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -190,14 +192,28 @@ def plugin_files(lab) -> list[dict]:
     return out
 
 
-def collect(config: Mapping[str, Any], *, lab=None, data: Mapping[str, str] = {}, start: Mapping[str, Any] | None = None) -> dict:
+def component_inputs(components: Iterable[Any]) -> list[dict]:
+    """The other inputs the run's components read (a distillation teacher's weights, …): each
+    component that has a ``provenance_inputs()`` method returns ``[{"setting", "path", "sha256"}]``
+    (the setting that names the input, where it lies and the hash of its contents)."""
+    out = []
+    for component in components:
+        method = getattr(component, "provenance_inputs", None)
+        if callable(method):
+            out.extend(dict(entry) for entry in method() or ())
+    return out
+
+
+def collect(config: Mapping[str, Any], *, lab=None, data: Mapping[str, str] = {}, start: Mapping[str, Any] | None = None,
+            inputs: Iterable[Mapping[str, Any]] = ()) -> dict:
     """A run's provenance record.
 
     :param config: the resolved config (``cfg.to_dict()``).
     :param data: ``{path: sha256}`` of the data files the run read (:func:`data_hashes`).
     :param start: the starting model: ``{"kind": "warm_start" | "model.path", "path", "sha256"}``.
+    :param inputs: the components' other hashed inputs (:func:`component_inputs`).
     """
-    return {
+    record = {
         "format": FORMAT,
         "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **environment(),
@@ -209,6 +225,10 @@ def collect(config: Mapping[str, Any], *, lab=None, data: Mapping[str, str] = {}
         },
         "seeds": seeds({k: v for k, v in config.items() if k != "provenance"}),
     }
+    inputs = [dict(i) for i in inputs]
+    if inputs:  # only where a component read one: the records without stay as they were
+        record["hashes"]["inputs"] = inputs
+    return record
 
 
 def write(directory: str | os.PathLike, record: Mapping[str, Any]) -> Path:
@@ -284,6 +304,8 @@ def comparable(record: Mapping[str, Any]) -> dict[str, Any]:
                                     for d in hashes.get("plugins", ()))
     start = hashes.get("start") or {}
     flat["hashes.start"] = start.get("sha256")
+    if hashes.get("inputs"):
+        flat["hashes.inputs"] = sorted(f"{d.get('setting')}:{d.get('sha256')}" for d in hashes["inputs"])
     return flat
 
 

@@ -390,7 +390,8 @@ class Trainer(Evaluations):
     def provenance_record(self) -> dict:
         """What produced this run (``RUN_DIR/provenance.json``, :mod:`rllab.provenance`)."""
         start = {"kind": "model.path" if self.cfg.model.path else "warm_start", "path": str(self.model_dir), "sha256": self.start_sha256}
-        return provenance.collect(self.cfg.to_dict(), lab=self.lab, data=self.data_files, start=start)
+        inputs = provenance.component_inputs([self.algorithm, self.kl_controller, *self.components.values()])  # e.g. a teacher
+        return provenance.collect(self.cfg.to_dict(), lab=self.lab, data=self.data_files, start=start, inputs=inputs)
 
     def close(self) -> None:
         try:
