@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rllab.records import provenance
+from rllab.records import machine, provenance
 from rllab.config import load_config
 from rllab.training.reproduce import UNCOMPARED
 
@@ -101,7 +101,7 @@ def test_a_suite_cell_reruns_identically_and_the_suite_records_its_starts(tmp_pa
     # the cells ran in worker processes, which read the checkout's git state themselves: record it as this process sees it
     for name in runs:
         rec = provenance.read(out / "runs" / name)
-        rec["code"]["git"] = provenance.git_state()
+        rec["code"]["git"] = machine.git_state()  # as patched by fixed_checkout
         provenance.write(out / "runs" / name, rec)
     capsys.readouterr()
     code = main(["reproduce", str(out), "--cell", "grpo/0", "--run-dir", str(tmp_path / "again"), "-q"])
