@@ -56,7 +56,7 @@ def _candidates(default, typ: str, files) -> list:
     floats = [0.25, 0.5, 0.75, 0.1, 0.9, 1.5, 2.0, 3.0, 5.0, 0.01, 1e-4, -0.5, 10.0]
     if isinstance(default, float):
         floats = [default * 0.5, default + 0.5, default * 2, default - 0.25] + floats
-    strs = ["x", "http://127.0.0.1:9", path, str(files / "model"), '{"a": {"b": 1}}', "a"]
+    strs = ["x", "http://127.0.0.1:9", path, str(files / "model"), '{"a": {"b": 1}}', "a", "0123abcd" * 8]  # … and a sha256
     out: list = []
     if "tuple[str" in typ or "str | tuple" in typ:
         out += [["http://127.0.0.1:9", "http://127.0.0.1:10"], ["a", "b"], ["sigmoid", "sft"], ["a"]]

@@ -201,14 +201,14 @@ class OPD(RL):
         return super().needs(ctx)
 
     def teacher_hash(self) -> str | None:
-        """The sha256 of the local teacher's files (:func:`rllab.records.hashing.model_sha256`, as a
+        """The sha256 of the local teacher's files (:func:`rllab.records.provenance.model_sha256`, as a
         start is hashed; None for a server), checked against ``teacher_sha256`` when it is set."""
         if is_url(self.config.teacher):
             return None
         if self._teacher_hash is None:
             from pathlib import Path
 
-            from rllab.records.hashing import model_sha256
+            from rllab.records.provenance import model_sha256
 
             path = Path(self.config.teacher).expanduser()
             actual = model_sha256(path)
