@@ -320,11 +320,11 @@ def _resampled(d: dict | None, fixed: bool) -> str:
 def markdown_lines(name: str, pool: Pool, entries: list[dict], *, idle: list[str] = (), eval_size: int | None = None) -> list[str]:
     """A pool's block: the headline verdict (its first claim), what was folded in, each claim over
     every comparison and each comparison's own verdict."""
-    from rllab_suite.verdicts import _diff_cells, _decimals, is_track, resolution, scale
+    from rllab_suite.verdicts import _diff_cells, cell_scale, resolution, threshold_cells
 
     lines = []
     head = entries[0]
-    k0 = scale(head["metric"]) if not is_track(head["metric"]) else _decimals(head["margin"])
+    k0 = cell_scale(head)
     if head["diff"] is not None:
         eff, c90, _ = _diff_cells(head["diff"], k0)
         lines += [f"**Over every committed run of the job** ({head['diff']['strata']} comparisons from "
@@ -364,16 +364,16 @@ def markdown_lines(name: str, pool: Pool, entries: list[dict], *, idle: list[str
     lines += ["| claim | arm − against | metric | effect [95% CI] | 90% CI | min effect | margin | resampled | verdict |",
               "|---|---|---|---|---|---|---|---|---|"]
     for e in entries:
-        k = scale(e["metric"]) if not is_track(e["metric"]) else _decimals(e["margin"])
+        k = cell_scale(e)
         eff, c90, _ = _diff_cells(e["diff"], k)
         lines.append(f"| {e['claim']} | {e['arm']} − {e['against']} ({e['direction']}) | {e['metric']} | {eff} | {c90} | "
-                     f"{scale(e['metric']) * e['min_effect']:.3g} | ±{scale(e['metric']) * e['margin']:.3g} | {_resampled(e['diff'], True)} | **{e['verdict']}** |")
+                     f"{threshold_cells(e)} | {_resampled(e['diff'], True)} | **{e['verdict']}** |")
     lines.append("")
     lines += [f"- {e['claim']}: {e['statement']} — {e['verdict']} over every comparison: {e['why']}." for e in entries]
     lines += ["", "Each comparison alone (intervals over its problems and seeds):", "",
               "| claim | comparison | effect [95% CI] | 90% CI | resampled | verdict |", "|---|---|---|---|---|---|"]
     for e in entries:
-        k = scale(e["metric"]) if not is_track(e["metric"]) else _decimals(e["margin"])
+        k = cell_scale(e)
         for label, g in zip(comparison_labels(e["strata"]), e["strata"]):
             eff, c90, _ = _diff_cells(g["diff"], k)
             lines.append(f"| {e['claim']} | {label} | {eff} | {c90} | {_resampled(g['diff'], False)} | **{g['verdict']}** |")

@@ -393,17 +393,17 @@ def markdown_lines(entries: list[dict], *, eval_size: int | None = None, explain
     lines += ["| claim | task | arm − against | metric | effect [95% CI] | 90% CI | min effect | margin | resampled | verdict |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for e in entries:
-        k = scale(e["metric"]) if not is_track(e["metric"]) else _decimals(e["margin"])
+        k = cell_scale(e)
         eff, c90, lev = _diff_cells(e["diff"], k)
         lines.append(f"| {e['claim']} | {e['task']} | {e['arm']} − {e['against']} ({e['direction']}) | {e['metric']} | {eff} | {c90} | "
-                     f"{scale(e['metric']) * e['min_effect']:.3g} | ±{scale(e['metric']) * e['margin']:.3g} | {lev} | **{e['verdict']}** |")
+                     f"{threshold_cells(e)} | {lev} | **{e['verdict']}** |")
     lines.append("")
     lines += [f"- {e['claim']} ({e['task']}): {e['statement']} — {e['verdict']}{' over all starts' if e.get('per_start') else ''}: {e['why']}." for e in entries]
     if several:
         lines += ["", "Per start (each start's runs alone, intervals over its problems and seeds):", "",
                   "| claim | task | start | effect [95% CI] | 90% CI | resampled | verdict |", "|---|---|---|---|---|---|---|"]
         for e in entries:
-            k = scale(e["metric"]) if not is_track(e["metric"]) else _decimals(e["margin"])
+            k = cell_scale(e)
             for p in e.get("per_start") or ():
                 eff, c90, lev = _diff_cells(p["diff"], k)
                 lines.append(f"| {e['claim']} | {e['task']} | {start_label(p['start'], p.get('sha256'))} | {eff} | {c90} | {lev} | **{p['verdict']}** |")
@@ -419,6 +419,16 @@ def flip_line(e: dict) -> str:
         return f"- {e['claim']} ({e['task']}): **{per[0]['verdict']}** from every start ({len(per)})."
     said = "; ".join(f"{start_label(p['start'], p.get('sha256'))} {p['verdict']}" for p in per)
     return f"- **VERDICT DIFFERS BETWEEN STARTS** — {e['claim']} ({e['task']}): {said}; over all starts {e['verdict']}."
+
+
+def cell_scale(e: dict):
+    """How a claim's effects are written: percentage points for accuracy, the margin's decimals for a tracked metric."""
+    return scale(e["metric"]) if not is_track(e["metric"]) else _decimals(e["margin"])
+
+
+def threshold_cells(e: dict) -> str:
+    """A claim's table cells ``min effect | ±margin``, on the metric's scale."""
+    return f"{scale(e['metric']) * e['min_effect']:.3g} | ±{scale(e['metric']) * e['margin']:.3g}"
 
 
 def _diff_cells(d: dict | None, k) -> tuple[str, str, str]:
