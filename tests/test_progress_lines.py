@@ -18,6 +18,14 @@ def test_warm_start_says_why_it_stopped():
     assert stop_reason(600, 600, 0.10, 0.25).startswith(
         "warm start ran all 600 steps (model.warm_start.steps) without reaching the target 25%: probe accuracy 10%")
     assert stop_reason(50, 50, 0.10, None) == "warm start ran all 50 steps (no target accuracy set): probe accuracy 10%"
+    # the last probe's place against the target known before its last scores: said, its value to come
+    later = "; its value goes into the model's record (warm/probe_accuracy) once its last scores are in"
+    assert stop_reason(330, 600, None, 0.25, "reached") == (
+        "warm start stopped at step 330 of 600: probe accuracy reached the target 25% (model.warm_start.target_accuracy)" + later)
+    assert stop_reason(600, 600, None, 0.25, "below") == (
+        "warm start ran all 600 steps (model.warm_start.steps) without reaching the target 25%: probe accuracy under 25%"
+        + later + "; more steps or a lower model.warm_start.target_accuracy would change that")
+    assert stop_reason(330, 600, 0.26, 0.25, "reached").startswith("warm start stopped at step 330 of 600: probe accuracy 26%")
 
 
 def test_bar_text_shows_the_mean_step_time_before_the_metrics():

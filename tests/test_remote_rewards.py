@@ -1090,3 +1090,70 @@ def test_the_warm_starts_held_out_scores_are_not_waited_for_and_reach_the_cached
             t.join(30)
     assert tiny.warm_start_metrics(path)["warm/eval_accuracy"] == want
     assert not [p for p in path.iterdir() if p.name.startswith(".")]  # no file left of the record's replacement
+
+
+def test_a_last_probe_known_to_reach_the_target_is_not_waited_for_and_its_value_reaches_the_cached_record(tmp_path):
+    """The probe that ends the warm start reaches its target without its slowest answer (held
+    back here until released): get_or_build returns while that answer is out, the progress line
+    says the target was reached, and the cached record then gets the probe accuracy warm_start
+    itself gives (and the held-out accuracy, each in its own time)."""
+    pytest.importorskip("datasets")
+    import hashlib
+    import threading
+
+    from rllab.models import tiny
+    from rllab.models.tiny import TinyModelConfig, WarmStartConfig, build_tiny_model, warm_start
+    from rllab_tasks.tasks.dataset import DatasetConfig, DatasetTask
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(40)))
+    model_config = TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1)
+    config = WarmStartConfig(steps=8, batch_size=8, check_every=2, probe_size=16, target_accuracy=0.3, eval_limit=6,
+                             eval_max_new_tokens=3)
+    release, lock = threading.Event(), threading.Lock()
+    held: list = []
+    holding = []
+
+    def answer(path, body):  # about half right, whatever the model says; one probe answer held back
+        with lock:
+            hold = holding and not held and body["prompt"] not in held_out_prompts
+            if hold:
+                held.append(body["prompt"])
+        if hold:
+            release.wait(30)
+        return 200, float(hashlib.md5(json.dumps(body, sort_keys=True).encode()).digest()[0] % 2)
+
+    with RewardStandIn(answer) as s:
+        def task():
+            return DatasetTask(DatasetConfig(path=str(data), rewards=("remote",), eval_fraction=0.2,
+                                             reward_knobs=json.dumps({"remote": {"url": s.url, **FAST}})))
+        held_out_prompts = {e.prompt for e in task().eval_examples()[:6]}
+        model, tok = build_tiny_model(model_config)
+        want = warm_start(model, tok, task(), config)  # the plain warm start, waited for
+        assert want["warm/steps"] == 2  # its first probe reaches 0.3
+        forget()
+        holding.append(True)
+        lines = []
+        import rllab.models.progress as progress
+
+        plain_reason = progress.stop_reason
+        progress.stop_reason = lambda *a: lines.append(plain_reason(*a)) or lines[-1]
+        try:
+            path = tiny.get_or_build(model_config, task(), {"name": "dataset", "path": str(data)}, config,
+                                     cache_dir=tmp_path / "cache", progress=True)
+        finally:
+            progress.stop_reason = plain_reason
+        record = tiny.warm_start_metrics(path)
+        assert held and not release.is_set()  # returned while the probe's held answer is out
+        assert record["warm/steps"] == 2 and "warm/probe_accuracy" not in record
+        assert lines == ["warm start stopped at step 2 of 8: probe accuracy reached the target 30% "
+                         "(model.warm_start.target_accuracy); its value goes into the model's record "
+                         "(warm/probe_accuracy) once its last scores are in"]
+        release.set()
+        for t in [t for t in threading.enumerate() if t.name == "rllab-warm-start-eval"]:
+            t.join(30)
+    record = tiny.warm_start_metrics(path)
+    assert record["warm/probe_accuracy"] == want["warm/probe_accuracy"] >= 0.3
+    assert record["warm/eval_accuracy"] == want["warm/eval_accuracy"]
+    assert {k: v for k, v in record.items() if "seconds" not in k} == {k: v for k, v in want.items() if "seconds" not in k}
+    assert not [p for p in path.iterdir() if p.name.startswith(".")]

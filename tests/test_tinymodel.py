@@ -210,6 +210,43 @@ def test_the_warm_start_trains_on_while_a_probe_is_scored_and_ends_on_the_probed
         assert torch.equal(a, b), name
 
 
+def test_the_steps_trained_ahead_stop_at_once_when_a_probe_ends_the_warm_start():
+    """The probe at step 20 reaches the target while the next interval is being trained: that
+    training stops within a step or so, not at the next probe 100 steps on, and is undone."""
+
+    class SlowJudge(CopyTask):
+        def __init__(self):
+            super().__init__()
+            self.draws = 0
+
+        def train_examples(self, n, rng):
+            self.draws += 1
+            return super().train_examples(n, rng)
+
+        def reward_batch(self, examples, completions, *, completion_ids=None):
+            deadline = time.monotonic() + 30
+            while self.draws < 1 + 20 + 3 and time.monotonic() < deadline:  # the probe's draw, its 20 steps, 3 more
+                time.sleep(0.01)
+            return [1.0] * len(completions)
+
+        def reward(self, example, completion):
+            return 1.0
+
+    cfg = attrs.evolve(FEW, steps=400, check_every=20, target_accuracy=0.5, eval_limit=0, probe_size=8)
+    model, tok = build_tiny_model(SMALL)
+    task = SlowJudge()
+    m = warm_start(model, tok, task, attrs.evolve(cfg, check_every=20))
+    drawn = task.draws
+    time.sleep(0.2)
+    assert task.draws == drawn  # nothing trains after the warm start returns
+    assert 1 + 20 + 3 <= drawn < 1 + 20 + 20  # the next probe (step 40) was never reached
+    plain, tok = build_tiny_model(SMALL)
+    m2 = warm_start(plain, tok, CopyTask(), attrs.evolve(cfg, steps=20, target_accuracy=None))
+    assert m["warm/steps"] == 20 and m2["warm/loss"] == m["warm/loss"]
+    for (name, a), b in zip(model.state_dict().items(), plain.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
 def test_warm_start_restores_thread_count():
     before = torch.get_num_threads()
     model, tok = build_tiny_model(SMALL)

@@ -268,7 +268,7 @@ def get_or_build(
     renderer = PromptRenderer(
         tokenizer, system_prompt=system_prompt, task_name=str(task_config.get("name", "?")), model_name="the tiny model"
     )
-    held_out: list = []  # a reward service: the held-out evaluation's scores, not waited for
+    held_out: list = []  # a reward service: the held-out evaluation's scores (and the last probe's), not waited for
     metrics = warm_start(model, tokenizer, task, warm_config, progress=progress, renderer=renderer, prompt_limits=limits,
                          held_out=held_out)
     root.mkdir(parents=True, exist_ok=True)
@@ -295,35 +295,42 @@ def get_or_build(
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    for score in held_out:
-        _record_later(final, record, score)
+    _record_later(final, record, held_out)
     return final
 
 
-def _record_later(model_dir: Path, record: dict, score) -> threading.Thread:
-    """Score the warm start's held-out answers (``score()``: ``warm/eval_accuracy``) in a thread
-    while the run goes on, then add the accuracy to ``model_dir``'s record, replacing the file at
-    once (the model's hash leaves the record out). The process waits for it before it exits. A
-    scoring that fails leaves the record without it: the run's own evaluation asks the same
-    answers and meets the failure under ``rollout.reward_errors``."""
+def _record_later(model_dir: Path, record: dict, scores: list) -> list[threading.Thread]:
+    """Wait for each of the warm start's scores left out of ``record`` (``score()`` gives metrics,
+    ``{"warm/eval_accuracy": ...}`` of its held-out answers or ``{"warm/probe_accuracy": ...}`` of
+    its last probe) in a thread of its own while the run goes on, then add them to ``model_dir``'s
+    record, replacing the file at once (the model's hash leaves the record out), one thread at a
+    time. The process waits for them before it exits. A scoring that fails leaves the record
+    without it: the run's own evaluation asks the same answers and meets the failure under
+    ``rollout.reward_errors``."""
+    lock = threading.Lock()
+    current = {**record, "metrics": dict(record["metrics"])}
 
-    def run() -> None:
+    def run(score) -> None:
         try:
-            accuracy = score()
+            more = score()
         except Exception:
             return
-        done = {**record, "metrics": {**record["metrics"], "warm/eval_accuracy": accuracy}}
-        tmp = model_dir / f".{METRICS_FILE}.{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        try:
-            tmp.write_text(json.dumps(done, indent=2, sort_keys=True, default=str) + "\n")
-            os.replace(tmp, model_dir / METRICS_FILE)
-        except OSError:
-            tmp.unlink(missing_ok=True)
+        with lock:
+            current["metrics"].update(more)
+            tmp = model_dir / f".{METRICS_FILE}.{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            try:
+                tmp.write_text(json.dumps(current, indent=2, sort_keys=True, default=str) + "\n")
+                os.replace(tmp, model_dir / METRICS_FILE)
+            except OSError:
+                tmp.unlink(missing_ok=True)
 
-    context = contextvars.copy_context()  # the run's lab, for reward names resolved while scoring
-    thread = threading.Thread(target=context.run, args=(run,), name="rllab-warm-start-eval")  # not a daemon: it finishes
-    thread.start()
-    return thread
+    threads = []
+    for score in scores:
+        context = contextvars.copy_context()  # the run's lab, for reward names resolved while scoring
+        thread = threading.Thread(target=context.run, args=(run, score), name="rllab-warm-start-eval")  # not a daemon: it finishes
+        thread.start()
+        threads.append(thread)
+    return threads
 
 
 class _LongestPrompt:

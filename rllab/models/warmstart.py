@@ -7,6 +7,7 @@ model and caches the result; these names are importable from :mod:`rllab.models.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from typing import Any
 
@@ -67,8 +68,11 @@ def warm_start(
     ``held_out``, a list: when the task's rewards may be called from any thread (a reward
     service's, :attr:`rllab.rollout.rewards.RewardSet.says_scores`), the held-out evaluation's
     answers are sampled here but not waited for: a function that scores them and gives
-    ``warm/eval_accuracy`` is appended to the list instead (it touches neither model nor
-    tokenizer, so it may run in another thread while the model is saved and trained).
+    ``{"warm/eval_accuracy": ...}`` is appended to the list instead (it touches neither model nor
+    tokenizer, so it may run in another thread while the model is saved and trained). So is one
+    giving ``{"warm/probe_accuracy": ...}`` when the last probe is known to reach the target (or,
+    at the last step, to stay below it) while some of its answers are still out: the warm start
+    returns without waiting for them, and the progress bar says where the probe stands.
     """
     with torch_threads(config.num_threads):
         return _warm_start(model, tokenizer, task, config, progress, renderer or PromptRenderer(tokenizer), prompt_limits,
@@ -90,15 +94,16 @@ trained ahead, and undone when a probe ends the warm start (their answers are ne
 class TrainAhead:
     """Iterates a generator in a thread of its own, at most ``depth`` items ahead of the
     consumer: the warm start trains on (and takes its next probes' answers) while the caller
-    scores a probe. :meth:`stop` ends the thread at its next item; an error in it is raised to
-    the caller where the item would have come."""
+    scores a probe. :meth:`stop` ends the thread at its next item (or sooner, when the generator
+    watches ``halt``, the event :meth:`stop` sets); an error in it is raised to the caller where
+    the item would have come."""
 
-    def __init__(self, items, depth: int):
+    def __init__(self, items, depth: int, halt=None):
         import queue
         import threading
 
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
-        self.halt = threading.Event()
+        self.halt = threading.Event() if halt is None else halt
 
         def run():
             try:
@@ -152,7 +157,9 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
     probe = draw(config.probe_size, torch.Generator().manual_seed(config.seed + 1))
     losses: list[float] = []
     scores = ProbeScores(task, probe, renderer)  # the probes' rewards: an answer that did not change is not scored again
-    last = None  # the last probe taken: (its step, its ProbeScores.Probe)
+    last = None  # the last probe taken: (its step, its ProbeScores.Probe, its verdict)
+    later = held_out is not None and scored_anywhere(task) and config.target_accuracy is not None
+    """Whether the last probe's value may come after the warm start returns (``held_out``)."""
     bar = contextlib.ExitStack()  # the progress bar, open until the last probe's accuracy is in
     if config.steps > 0:
         model.train()
@@ -173,11 +180,17 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
             sched.step()
             losses.append(loss.item())
 
+        halt = threading.Event()  # set once a probe ends the warm start: what is trained ahead stops at once
+
         def probes():
             """Train, and at each probe step take the probe's greedy answers: yields (step, the
             answers, the weights then, or None at the last step)."""
             for step in range(1, config.steps + 1):
+                if halt.is_set():
+                    return
                 train_step(step)
+                if halt.is_set():
+                    return
                 if step % config.check_every == 0 or step == config.steps:
                     answers = greedy_answers(model, tokenizer, task, probe, config.eval_max_new_tokens, renderer)
                     saved = {k: v.detach().clone() for k, v in model.state_dict().items()} if step < config.steps else None
@@ -185,7 +198,8 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
                 else:
                     advance(step, losses[-1], None)
 
-        advance = bar.enter_context(warm_start_progress(progress, config.steps, config.target_accuracy))
+        shows = warm_start_progress(progress, config.steps, config.target_accuracy)
+        advance = bar.enter_context(shows)
         shown: list = []  # probes taken whose accuracy the bar has not shown: (steps trained then, the loss then, the probe)
 
         def show(every: bool) -> None:
@@ -194,7 +208,7 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
                 at, loss, p = shown.pop(0)
                 advance(at, loss, p.accuracy())
 
-        ahead = TrainAhead(probes(), depth=PROBES_AHEAD)
+        ahead = TrainAhead(probes(), depth=PROBES_AHEAD, halt=halt)
         try:
             for step, answers, saved in ahead:
                 # scored while the next steps train, in a thread of its own once the reward has said a
@@ -202,10 +216,10 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
                 # answers are sent as soon as this one is sure to stay below the target, its slowest
                 # answers still out, and none of a probe after the one that ends the warm start
                 p = scores.submit(answers)
-                last = (step, p)
                 verdict = p.verdict(config.target_accuracy)
                 if verdict == "done" and config.target_accuracy is not None:
                     verdict = "reached" if p.accuracy() >= config.target_accuracy else "below"
+                last = (step, p, verdict)
                 if verdict == "reached":
                     ahead.stop()
                     if saved is not None:  # the steps trained ahead are undone: the model is the one probed
@@ -229,14 +243,21 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
         examples = (task.eval_examples() if limits is None else limits.held_out())[:config.eval_limit]
         if config.eval_limit > 0 and held_out is not None and examples and kind.one_response and scored_anywhere(task):
             answers = greedy_answers(model, tokenizer, task, examples, config.eval_max_new_tokens, renderer)
-            held_out.append(lambda: solved_rates(task, examples, [answers], None, renderer)[0])
+            held_out.append(lambda: {"warm/eval_accuracy": solved_rates(task, examples, [answers], None, renderer)[0]})
         elif config.eval_limit > 0:  # while the last probe's slowest answers are still out
             metrics["warm/eval_accuracy"] = evaluate_greedy(
                 model, tokenizer, task, limit=config.eval_limit, max_new_tokens=config.eval_max_new_tokens, renderer=renderer,
                 examples=None if limits is None else limits.held_out(),
             )
         if last is not None:
-            show(every=True)
-            metrics["warm/steps"], metrics["warm/probe_accuracy"] = last[0], last[1].accuracy()
+            step, p, verdict = last
+            metrics["warm/steps"] = step
+            if later and not p.finished:  # its verdict is known: its value comes with its last scores
+                show(every=False)
+                shows.pending(step, losses[step - 1], verdict)
+                held_out.append(lambda: {"warm/probe_accuracy": p.accuracy()})
+            else:
+                show(every=True)
+                metrics["warm/probe_accuracy"] = p.accuracy()
     metrics["warm/seconds"] = time.perf_counter() - t0
     return metrics
