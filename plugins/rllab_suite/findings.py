@@ -56,6 +56,8 @@ class Findings:
         self._sizes: dict[str, int | None] = {}
         self._pools: dict = {}
         self.decided: dict[str, list[dict]] = {}
+        self.learning: dict[str, list[dict]] = {}
+        """Per suite whose verdicts were decided: whether each start's reference arm learns (:func:`rllab_suite.verdicts.learning_by_start`)."""
 
     def files(self, name: str) -> Path:
         d = self.results / name
@@ -98,10 +100,12 @@ class Findings:
         claims = tuple(c for c in suite.claims if not only or c.name in only)
         runs = read_runs_csv(self.files(name) / "runs.csv")
         tasks = list(dict.fromkeys(r.task for r in runs))
-        entries = verdicts_.evaluate_claims(runs, claims, tasks=tasks)
+        control = next((v.name for v in suite.variants if v.control == verdicts_.NO_LEARNING_CONTROL), None)
+        entries = verdicts_.evaluate_claims(runs, claims, tasks=tasks, control=control)
         entries = [{**self._from_gain(name, suite, e), "suite": name} for e in entries]
         self.decided[key or f"verdicts {name}"] = entries
-        lines = verdicts_.markdown_lines(entries, eval_size=self.eval_size(name), explain=False)
+        self.learning[name] = verdicts_.learning_by_start(runs, [v.name for v in suite.variants if not v.control], control, tasks=tasks)
+        lines = verdicts_.markdown_lines(entries, eval_size=self.eval_size(name), explain=False, learning=self.learning[name])
         lines[0] = f"Verdicts of `{name}.toml`'s claims, decided on `results/{name}/runs.csv`."
         return "\n".join(lines).rstrip() + "\n"
 
@@ -235,7 +239,8 @@ class Findings:
         claims = [c for c in pool.claims if not only or c.name in only]
         try:
             folded, idle = pooled_.gather(self.root, pool, {a for c in claims for a in (c.arm, c.against)})
-            entries = [{**pooled_.decide_pool(folded, c), "suite": "pooled"} for c in claims]
+            controls, _ = pooled_.gather(self.root, pool, {verdicts_.NO_LEARNING_CONTROL})
+            entries = [{**pooled_.decide_pool(folded, c, controls=controls), "suite": "pooled"} for c in claims]
         except pooled_.PoolError as e:
             raise FindingsError(f"pooled {name}: {e}") from None
         self.decided[key or f"pooled {name}"] = entries
@@ -247,23 +252,37 @@ class Findings:
         for num, title, body in sections(text):
             names = block_suites(body, self.root)
             decided = [e for m in BLOCK.finditer(body) for e in self.decided.get(m.group("spec").strip(), [])]
-            said = "; ".join(f"{e['suite'] + '/' if len(names) > 1 else ''}{e['claim']}: **{e['verdict']}**" + _over_starts(e) for e in decided) or "no claim decided here"
+            said = "; ".join(f"{e['suite'] + '/' if len(names) > 1 else ''}{e['claim']}: {verdicts_.verdict_cell(e)}" + _over_starts(e) for e in decided) or "no claim decided here"
+            said += "".join(_learning_note(n, self.learning[n], len(names) > 1) for n in names if self.learning.get(n))
             out.append(f"| {num} | {title} | {', '.join(f'`{n}`' for n in names) or '—'} | {said} |")
         return "\n".join(out) + "\n"
+
+
+def _learning_note(name: str, learning: list[dict], several: bool) -> str:
+    """An index row's note on the starts of suite ``name`` whose reference arm does not learn (or that no control can check)."""
+    where = f" in `{name}`" if several else ""
+    if all(g["learns"] is None for g in learning):
+        return f"; whether each start learns is not checked{where}: {learning[0]['why']}"
+    flat = [g for g in learning if g["learns"] is False]
+    if not flat:
+        return ""
+    said = ", ".join(f"{verdicts_.start_label(g['start'])} ({g['arm']} − {g['control']}, final accuracy {verdicts_.gain_text(g['diff'], g['metric'])})"
+                     for g in flat)
+    return f"; **not shown to learn{where}**: {said}, so no equivalence holds from {'it' if len(flat) == 1 else 'them'}"
 
 
 def _over_starts(e: dict) -> str:
     """How an index entry's verdict stands across starts: "" for one start."""
     if e.get("strata"):
-        said = ", ".join(g["verdict"] for g in e["strata"])
+        said = ", ".join(verdicts_.verdict_text(g) for g in e["strata"])
         return f" over {len(e['strata'])} comparisons" + (f", differing between them ({said})" if e.get("differs") else ", the same in each")
     per = e.get("per_start")
     if not per:
         return ""
     if e.get("differs"):
-        return " over " + f"{len(per)} starts, differing between them (" + ", ".join(p["verdict"] for p in per) + ")"
+        return " over " + f"{len(per)} starts, differing between them (" + ", ".join(verdicts_.verdict_text(p) for p in per) + ")"
     if per[0]["verdict"] != e["verdict"]:  # every start alone agrees, the starts together say more (or less)
-        return f" over {len(per)} starts, {per[0]['verdict']} from each alone"
+        return f" over {len(per)} starts, {verdicts_.verdict_text(per[0])} from each alone"
     return f" from each of {len(per)} starts"
 
 

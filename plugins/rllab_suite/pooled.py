@@ -40,6 +40,9 @@ their ``provenance.json``), never from new runs:
   (a verdict that differs between comparisons says so).
 
 The verdict is decided as a suite's (:func:`rllab_suite.verdicts.decide`), from the same vocabulary.
+An equivalence needs assay sensitivity as a suite's does: each comparison's reference job beats the
+no-learning control (``no_rl``) from the same start, in the suites whose runs of that job the pool
+holds (:func:`comparison_assay`), and the pooled equivalence needs it in every comparison.
 """
 
 from __future__ import annotations
@@ -204,8 +207,40 @@ def strata(folded: list[Folded], claim) -> list[dict]:
     return out
 
 
-def decide_pool(folded: list[Folded], claim, *, n_boot: int = verdicts_.N_BOOT, seed: int = 0) -> dict:
-    """The claim's verdict over every comparison the runs hold, with each comparison's own (see the module docstring)."""
+def comparison_assay(group: dict, controls: list[Folded] | None, claim, *, n_boot: int = verdicts_.N_BOOT, seed: int = 0) -> dict:
+    """The assay-sensitivity check of one comparison (:func:`rllab_suite.verdicts.assay`): its reference
+    job's runs against the no-learning control (``no_rl``: the start evaluated alike, not trained) run
+    from the same start by the suites whose runs of the reference job it holds (a job is the same
+    config, so their evaluations are alike); ``controls``: every folded ``no_rl`` run of the pool."""
+    c = verdicts_.NO_LEARNING_CONTROL
+    out = {"arm": claim.against, "control": c, "metric": claim.metric, "task": group["task"], "diff": None, "learns": None}
+    if claim.arm == c or claim.against == c:
+        return {**out, "why": f"the claim compares with the control {c} itself"}
+    if verdicts_.is_track(claim.metric):
+        return {**out, "why": f"{c} does not train, so it logs no {claim.metric}"}
+    suites = list(dict.fromkeys(f.suite for f in group["against_runs"]))
+    mine = [f for f in controls or () if f.suite in suites and f.task == group["task"] and f.start_sha256 == group["start"]]
+    if not mine:
+        return {**out, "why": f"no suite that ran its {claim.against} runs ({', '.join(suites)}) has a no-learning control ({c})"}
+    ctrl, _ = seed_rows(mine, claim.metric)
+    ref = dict(group["y"])
+    if {len(r) for r in (*ctrl.values(), *ref.values())} != {len(next(iter(ref.values())))}:
+        ctrl = {s: [sum(r) / len(r)] for s, r in ctrl.items()}
+        ref = {s: [sum(r) / len(r)] for s, r in ref.items()}
+    xs, ys = sorted(ref), sorted(ctrl)
+    diff = verdicts_.bootstrap_difference([ref[s] for s in xs], [ctrl[s] for s in ys], x_seeds=xs, y_seeds=ys, n_boot=n_boot, seed=seed)
+    if not math.isfinite(diff["ci95"][0]):
+        return {**out, "diff": diff, "why": f"{claim.against} against {c}: no interval"}
+    learns = diff["ci95"][0] > 0
+    return {**out, "diff": diff, "learns": learns, "why": f"{claim.against} − {c} on {claim.metric}: "
+            f"{verdicts_.gain_text(diff, claim.metric)}, 95% CI {'above' if learns else 'not above'} 0"}
+
+
+def decide_pool(folded: list[Folded], claim, *, n_boot: int = verdicts_.N_BOOT, seed: int = 0, controls: list[Folded] | None = None) -> dict:
+    """The claim's verdict over every comparison the runs hold, with each comparison's own (see the
+    module docstring). An equivalence needs assay sensitivity (:func:`rllab_suite.verdicts.require_assay`):
+    per comparison, its reference against the ``no_rl`` runs of ``controls`` from the same start and
+    suites (:func:`comparison_assay`); over every comparison, in each comparison that enters it."""
     entry = {**claim.to_dict(), "claim": claim.name}
     groups = []
     for st in strata(folded, claim):
@@ -227,18 +262,22 @@ def decide_pool(folded: list[Folded], claim, *, n_boot: int = verdicts_.N_BOOT, 
             g["x"] = {s: [sum(r) / len(r)] for s, r in g["x"].items()}
             g["y"] = {s: [sum(r) / len(r)] for s, r in g["y"].items()}
     P = len(next(iter(groups[0]["x"].values())))
-    for g in groups:  # each comparison alone
+    for g, label in zip(groups, comparison_labels(groups)):  # each comparison alone
         xs, ys = sorted(g["x"]), sorted(g["y"])
         g["diff"] = verdicts_.bootstrap_difference([g["x"][s] for s in xs], [g["y"][s] for s in ys], x_seeds=xs, y_seeds=ys, n_boot=n_boot, seed=seed)
         g["verdict"], g["why"] = verdicts_.decide(claim, g["diff"])
+        g["assay"] = comparison_assay(g, controls, claim, n_boot=n_boot, seed=seed)
+        g["verdict"], g["why"], g["assay_mark"] = verdicts_.require_assay(g["verdict"], g["why"], [("", g["assay"])])
+        g["label"] = label
     diff = pooled_difference(groups, n_boot=n_boot, seed=seed)
     diff["seeds"] = (len({(g["start"], g["arm_job"], s) for g in groups for s in g["x"]}),  # a job compared twice counts once
                      len({(g["start"], g["against_job"], s) for g in groups for s in g["y"]}))
     verdict, why = verdicts_.decide(claim, diff)
     if means_only:
         why += "; compared on run means (not every run recorded the same held-out problems)"
+    verdict, why, mark = verdicts_.require_assay(verdict, why, [(f"in *{g['label']}*", g["assay"]) for g in groups])
     return {**entry, "task": groups[0]["task"], "verdict": verdict, "why": why, "diff": diff, "strata": groups,
-            "differs": len({g["verdict"] for g in groups}) > 1}
+            "differs": len({g["verdict"] for g in groups}) > 1, "assay_mark": mark}
 
 
 def pooled_difference(groups: list[dict], *, n_boot: int = verdicts_.N_BOOT, seed: int = 0) -> dict:
@@ -320,7 +359,7 @@ def _resampled(d: dict | None, fixed: bool) -> str:
 def markdown_lines(name: str, pool: Pool, entries: list[dict], *, idle: list[str] = (), eval_size: int | None = None) -> list[str]:
     """A pool's block: the headline verdict (its first claim), what was folded in, each claim over
     every comparison and each comparison's own verdict."""
-    from rllab_suite.verdicts import _diff_cells, cell_scale, resolution, threshold_cells
+    from rllab_suite.verdicts import _diff_cells, cell_scale, resolution, threshold_cells, verdict_cell, verdict_text
 
     lines = []
     head = entries[0]
@@ -329,7 +368,7 @@ def markdown_lines(name: str, pool: Pool, entries: list[dict], *, idle: list[str
         eff, c90, _ = _diff_cells(head["diff"], k0)
         lines += [f"**Over every committed run of the job** ({head['diff']['strata']} comparisons from "
                   f"{len({s for g in head['strata'] for s in (*(f.suite for f in g['arm_runs']), *(f.suite for f in g['against_runs']))})} suites): "
-                  f"{head['statement']} — **{head['verdict']}**: {head['arm']} − {head['against']}, {head['metric']}, {eff} (90% CI {c90}).", ""]
+                  f"{head['statement']} — {verdict_cell(head)}: {head['arm']} − {head['against']}, {head['metric']}, {eff} (90% CI {c90}).", ""]
     lines += [f"Pooled by `benchmarks/suites/pooled/{name}.toml` over the committed `runs.csv` and `problems.csv` of "
               + ", ".join(f"`{s}`" for s in pool.suites) + ". A comparison is a pair of jobs (a job: a cell's config apart from its seed, "
               "from one starting model) that some suite ran side by side; a suite that ran one of the two lends its runs to that job; "
@@ -367,22 +406,25 @@ def markdown_lines(name: str, pool: Pool, entries: list[dict], *, idle: list[str
         k = cell_scale(e)
         eff, c90, _ = _diff_cells(e["diff"], k)
         lines.append(f"| {e['claim']} | {e['arm']} − {e['against']} ({e['direction']}) | {e['metric']} | {eff} | {c90} | "
-                     f"{threshold_cells(e)} | {_resampled(e['diff'], True)} | **{e['verdict']}** |")
+                     f"{threshold_cells(e)} | {_resampled(e['diff'], True)} | {verdict_cell(e)} |")
     lines.append("")
-    lines += [f"- {e['claim']}: {e['statement']} — {e['verdict']} over every comparison: {e['why']}." for e in entries]
+    lines += [f"- {e['claim']}: {e['statement']} — {verdict_text(e)} over every comparison: {e['why']}." for e in entries]
     lines += ["", "Each comparison alone (intervals over its problems and seeds):", "",
               "| claim | comparison | effect [95% CI] | 90% CI | resampled | verdict |", "|---|---|---|---|---|---|"]
     for e in entries:
         k = cell_scale(e)
         for label, g in zip(comparison_labels(e["strata"]), e["strata"]):
             eff, c90, _ = _diff_cells(g["diff"], k)
-            lines.append(f"| {e['claim']} | {label} | {eff} | {c90} | {_resampled(g['diff'], False)} | **{g['verdict']}** |")
+            lines.append(f"| {e['claim']} | {label} | {eff} | {c90} | {_resampled(g['diff'], False)} | {verdict_cell(g)} |")
     lines.append("")
+    said = [f"- {e['claim']}, *{label}*: {g['verdict']}: {g['why']}." for e in entries
+            for label, g in zip(comparison_labels(e["strata"]), e["strata"]) if "assay sensitivity" in g.get("why", "")]
+    lines += said + [""] if said else []
     for e in entries:
         labels = comparison_labels(e["strata"])
         if e.get("differs"):
-            said = "; ".join(f"*{lab}* {g['verdict']}" for lab, g in zip(labels, e["strata"]))
-            lines.append(f"- **VERDICT DIFFERS BETWEEN COMPARISONS** — {e['claim']}: {said}; over every comparison {e['verdict']}.")
+            said = "; ".join(f"*{lab}* {verdict_text(g)}" for lab, g in zip(labels, e["strata"]))
+            lines.append(f"- **VERDICT DIFFERS BETWEEN COMPARISONS** — {e['claim']}: {said}; over every comparison {verdict_text(e)}.")
         elif e["strata"]:
-            lines.append(f"- {e['claim']}: **{e['strata'][0]['verdict']}** in every comparison ({len(e['strata'])}).")
+            lines.append(f"- {e['claim']}: {verdict_cell(e['strata'][0])} in every comparison ({len(e['strata'])}).")
     return lines + [""]

@@ -89,8 +89,10 @@ def summarize(records: list[RunRecord], *, baseline: str | None = None, variants
               for r in records if r.status == "failed"]
     seeds = [row["runs"] for row in rows if row["runs"]]
     sizes = sorted({r.eval_n for r in records if r.eval_n})
+    control = verdicts_.NO_LEARNING_CONTROL if verdicts_.NO_LEARNING_CONTROL in controls else None
     return {
-        "verdicts": verdicts_.evaluate_claims(records, tuple(claims), tasks=tasks), "eval_size": sizes[0] if len(sizes) == 1 else None,
+        "verdicts": verdicts_.evaluate_claims(records, tuple(claims), tasks=tasks, control=control), "eval_size": sizes[0] if len(sizes) == 1 else None,
+        "learning": verdicts_.learning_by_start(records, [v for v in variants if v not in controls], control, tasks=tasks),
         "controls": list(controls), "vs_controls": controls_.against_controls(records, variants=variants, tasks=tasks, controls=tuple(controls)),
         "fits": fits_.fit_all(records, tasks=tasks, arms=variants, kind=compute, baseline=baseline) if compute else None,
         "entropy_law": entropy_law.fit_all(records, tasks=tasks, arms=variants, baseline=baseline)
@@ -173,6 +175,9 @@ def starts_lines(summary: dict) -> list[str]:
             init = "—" if not math.isfinite(r["initial_accuracy"]) else f"{100 * r['initial_accuracy']:.1f}"
             lines.append(f"| {st_['start']} | {(st_['sha256'] or '—')[:16]} | {r['task']} | {r['variant']} | {r['runs']} | {init} | "
                          f"{format_percent(r['final_accuracy'])} | {format_percent(r['auc_accuracy'])} |")
+    learning = summary.get("learning") or []
+    if learning:
+        lines += [""] + verdicts_.learning_head(learning) + verdicts_.learning_lines(learning)[:-1]
     return lines + [""]
 
 

@@ -34,6 +34,22 @@ models, not only across seeds. With 3 starts the start level has few distinct re
 per-start verdicts are reported beside it, and a claim whose verdict is not the same from every
 start says so (``differs``).
 
+**Assay sensitivity.** An equivalence verdict is only informative where the same runs could have
+shown a difference: two arms that both fail to learn are "equivalent". So an ``equivalent within
+±m`` verdict also needs the claim's reference arm (``against``) to beat the suite's no-learning
+control (the ``no_rl`` arm, the warm start evaluated alike) on the claim's metric, separably (its
+95% CI, :func:`bootstrap_difference` of against − control, above 0) in the same runs
+(:func:`assay`): from that start, for a per-start verdict; from *every* start that enters it, for
+the verdict over starts (a start whose reference does not learn cannot vouch for equivalence, and
+its near-zero effects narrow the pooled interval). Without it the verdict reads ``not separable at
+this budget``, the reason naming the start and the reference's gain over the control with its CI.
+Where it cannot be checked — the suite has no ``no_rl`` arm, the claim compares against the
+control itself, or the metric is a training metric the control never logs — the verdict stands,
+marked :data:`ASSAY_UNCHECKED`, and the reason says why. Reproduced and opposite verdicts do not
+depend on it: a difference that separates is evidence from any start. Per start, whether the
+suite learns at all (:func:`learning_by_start`: some arm's final accuracy above ``no_rl``'s, 95% CI
+above 0) is reported beside the per-start verdicts (:func:`learning_lines`).
+
 Only an ``equal`` claim (and only its ``equivalent`` verdict) may be stated as "recovers",
 "equal", "matches", "parity" or "no cost" (:func:`claims_equivalence`).
 """
@@ -54,6 +70,10 @@ steps, in its own units; no per-problem values)."""
 DIRECTIONS = ("higher", "lower", "equal")
 REPRODUCED, OPPOSITE, EQUIVALENT, NOT_SEPARABLE = "reproduced", "opposite", "equivalent within ±{m}", "not separable at this budget"
 VERDICTS = (REPRODUCED, OPPOSITE, EQUIVALENT, NOT_SEPARABLE)
+NO_LEARNING_CONTROL = "no_rl"
+"""The control arm an equivalence verdict's reference must beat (assay sensitivity): the warm start, not trained, evaluated alike."""
+ASSAY_UNCHECKED = "(no control to check assay sensitivity)"
+"""The mark beside an equivalence verdict whose assay sensitivity could not be checked."""
 CLAIM_KEYS = {"statement", "arm", "against", "metric", "direction", "min_effect", "margin", "paper"}
 EQUIVALENCE_WORDS = re.compile(r"\b(recover(s|ed|ing)?|equal(s|ly)?|no cost|match(es|ed)?|parity)\b", re.IGNORECASE)
 """Wording that claims equivalence: allowed only beside an ``equivalent`` verdict."""
@@ -296,8 +316,12 @@ def starts_of(records) -> list:
 def _claim_rows(records, c: Claim, task: str) -> tuple | str:
     """``(xs, x, ys, y)`` for ``c`` on ``task`` (per-problem rows where both arms have them, else
     run means; a run without the metric dropped with its seed), or why there are none."""
-    xs, x, px = metric_rows(records, c.arm, task, c.metric)
-    ys, y, py = metric_rows(records, c.against, task, c.metric)
+    return _pair_rows(records, c.arm, c.against, task, c.metric)
+
+
+def _pair_rows(records, arm: str, against: str, task: str, metric: str) -> tuple | str:
+    xs, x, px = metric_rows(records, arm, task, metric)
+    ys, y, py = metric_rows(records, against, task, metric)
     if not x or not y:
         return "no finished runs on one side"
     if not (px and py and len(x[0]) == len(y[0])):
@@ -305,14 +329,84 @@ def _claim_rows(records, c: Claim, task: str) -> tuple | str:
     xs, x = _finite_rows(xs, x)
     ys, y = _finite_rows(ys, y)
     if not x or not y:
-        return f"{c.metric} not recorded"
+        return f"{metric} not recorded"
     return xs, x, ys, y
 
 
-def evaluate_claims(records, claims: tuple[Claim, ...], *, tasks: list, n_boot: int = N_BOOT) -> list[dict]:
+# --------------------------------------------------------------------------- assay sensitivity
+
+
+def gain_over_control(records, arm: str, control: str | None, task: str, metric: str, *, n_boot: int = N_BOOT) -> dict:
+    """Whether ``arm`` learns in ``records``: ``arm − control`` on ``metric`` (:func:`bootstrap_difference`,
+    paired by seed) and ``learns`` — True when its 95% CI lies above 0, False when it does not, None
+    when it cannot be told (no control, the metric a training metric the control never logs, no runs),
+    with ``why`` saying which."""
+    out = {"arm": arm, "control": control, "metric": metric, "task": task, "diff": None, "learns": None}
+    if control is None:
+        return {**out, "why": f"the suite has no no-learning control ({NO_LEARNING_CONTROL})"}
+    if arm == control:
+        return {**out, "why": f"the reference is the control {control} itself"}
+    if is_track(metric):
+        return {**out, "why": f"{control} does not train, so it logs no {metric}"}
+    rows = _pair_rows(records, arm, control, task, metric)
+    if isinstance(rows, str):
+        return {**out, "why": f"{arm} against {control}: {rows}"}
+    diff = bootstrap_difference(rows[1], rows[3], x_seeds=rows[0], y_seeds=rows[2], n_boot=n_boot)
+    if not math.isfinite(diff["ci95"][0]):
+        return {**out, "diff": diff, "why": f"{arm} against {control}: no interval (one seed and no per-problem results)"}
+    learns = diff["ci95"][0] > 0
+    return {**out, "diff": diff, "learns": learns,
+            "why": f"{arm} − {control} on {metric}: {gain_text(diff, metric)}, 95% CI {'above' if learns else 'not above'} 0"}
+
+
+def assay(records, c: Claim, task: str, control: str | None, *, n_boot: int = N_BOOT) -> dict:
+    """The assay-sensitivity check of ``c`` in ``records`` (one start's runs, or one start's only):
+    its reference arm (``against``) against the no-learning ``control`` on the claim's metric
+    (:func:`gain_over_control`; the module docstring). A claim against the control itself cannot be
+    checked this way (its reference is what does not learn)."""
+    if control is not None and c.arm == control:
+        return {"arm": c.against, "control": control, "metric": c.metric, "task": task, "diff": None, "learns": None,
+                "why": f"the claim compares with the control {control} itself"}
+    return gain_over_control(records, c.against, control, task, c.metric, n_boot=n_boot)
+
+
+def gain_text(diff: dict, metric: str) -> str:
+    """``+17.6 [+7.6, +27.4] points``: a difference with its 95% CI, in the metric's units."""
+    k = scale(metric)
+    unit = f" ({metric[6:]})" if is_track(metric) else " points"
+    return f"{_pts(diff['effect'], k)} [{_pts(diff['ci95'][0], k)}, {_pts(diff['ci95'][1], k)}]{unit}"
+
+
+def require_assay(verdict: str, why: str, checks: list[tuple[str, dict]]) -> tuple[str, str, str]:
+    """``(verdict, why, mark)`` of an equivalence verdict once its assay sensitivity is asked for:
+    ``checks`` holds ``(where, check)`` (:func:`assay`) for every stratum that enters the verdict
+    (``where``: ``"from start 2"``, or ``""`` for runs of one start). An equivalence with a check that
+    fails is not separable, the reason naming where and the reference's gain; one that some check
+    cannot tell stays, marked :data:`ASSAY_UNCHECKED`; any other verdict is returned as it is."""
+    if not verdict.startswith(EQUIVALENT.split("{")[0]) or not checks:
+        return verdict, why, ""
+    failed = [(w, ch) for w, ch in checks if ch["learns"] is False]
+    if failed:
+        said = "; ".join(f"{ch['why']}{' ' + w if w else ''}" for w, ch in failed)
+        return NOT_SEPARABLE, (f"{why}, but without assay sensitivity: {said} — where the reference does not learn, arms that "
+                               f"both fail to move read as equivalent, so the equivalence is not evidence"), ""
+    unknown = [(w, ch) for w, ch in checks if ch["learns"] is None]
+    if unknown:
+        said = "; ".join(dict.fromkeys(ch["why"] for _, ch in unknown))
+        return verdict, f"{why}; assay sensitivity not checked: {said}", ASSAY_UNCHECKED
+    if len(checks) == 1:
+        return verdict, f"{why}; assay sensitivity: {checks[0][1]['why']}", ""
+    a = checks[0][1]
+    said = ", ".join(f"{gain_text(ch['diff'], ch['metric'])} {w}" for w, ch in checks)
+    return verdict, f"{why}; assay sensitivity from every start that enters it: {a['arm']} − {a['control']} on {a['metric']} {said}", ""
+
+
+def evaluate_claims(records, claims: tuple[Claim, ...], *, tasks: list, n_boot: int = N_BOOT, control: str | None = None) -> list[dict]:
     """Every claim's verdict per task, with the statistics it came from. Runs from several starts
     (``record.start``): the verdict over starts (:func:`bootstrap_over_starts`), with each start's
-    own under ``per_start`` and ``differs`` when they are not all the same."""
+    own under ``per_start`` and ``differs`` when they are not all the same. An equivalence verdict
+    needs assay sensitivity against ``control`` (the suite's ``no_rl`` arm, None when it has none;
+    :func:`require_assay`); ``assay_mark`` holds :data:`ASSAY_UNCHECKED` where it could not be checked."""
     starts = starts_of(records)
     out = []
     for c in claims:
@@ -321,36 +415,85 @@ def evaluate_claims(records, claims: tuple[Claim, ...], *, tasks: list, n_boot: 
             if len(starts) < 2:
                 rows = _claim_rows(records, c, task)
                 if isinstance(rows, str):
-                    out.append({**entry, "verdict": NOT_SEPARABLE, "why": rows, "diff": None})
+                    out.append({**entry, "verdict": NOT_SEPARABLE, "why": rows, "diff": None, "assay_mark": ""})
                     continue
                 diff = bootstrap_difference(rows[1], rows[3], x_seeds=rows[0], y_seeds=rows[2], n_boot=n_boot)
                 verdict, why = decide(c, diff)
-                out.append({**entry, "verdict": verdict, "why": why, "diff": diff})
+                check = assay(records, c, task, control, n_boot=n_boot)
+                verdict, why, mark = require_assay(verdict, why, [("", check)])
+                out.append({**entry, "verdict": verdict, "why": why, "diff": diff, "assay": check, "assay_mark": mark})
                 continue
-            per_start, groups = [], []
+            per_start, groups, checks = [], [], []
             for s in starts:
                 mine = [r for r in records if getattr(r, "start", None) == s]
                 sha = next((r.start_sha256 for r in mine if getattr(r, "start_sha256", None)), None)
                 rows = _claim_rows(mine, c, task)
                 if isinstance(rows, str):
-                    per_start.append({"start": s, "sha256": sha, "verdict": NOT_SEPARABLE, "why": rows, "diff": None})
+                    per_start.append({"start": s, "sha256": sha, "verdict": NOT_SEPARABLE, "why": rows, "diff": None, "assay_mark": ""})
                     continue
                 diff = bootstrap_difference(rows[1], rows[3], x_seeds=rows[0], y_seeds=rows[2], n_boot=n_boot)
                 verdict, why = decide(c, diff)
-                per_start.append({"start": s, "sha256": sha, "verdict": verdict, "why": why, "diff": diff})
+                check = assay(mine, c, task, control, n_boot=n_boot)
+                verdict, why, mark = require_assay(verdict, why, [("", check)])
+                per_start.append({"start": s, "sha256": sha, "verdict": verdict, "why": why, "diff": diff, "assay": check, "assay_mark": mark})
                 groups.append(rows)
+                checks.append((f"from {start_label(s, sha)}", check))
             if len({len(g[1][0]) for g in groups} | {len(g[3][0]) for g in groups}) > 1:  # per problem in some starts only: run means
                 groups = [(xs, [[sum(r) / len(r)] for r in x], ys, [[sum(r) / len(r)] for r in y]) for xs, x, ys, y in groups]
             differs = len({p["verdict"] for p in per_start}) > 1
             if not groups:
-                out.append({**entry, "verdict": NOT_SEPARABLE, "why": per_start[0]["why"], "diff": None, "per_start": per_start, "differs": differs})
+                out.append({**entry, "verdict": NOT_SEPARABLE, "why": per_start[0]["why"], "diff": None, "per_start": per_start, "differs": differs,
+                            "assay_mark": ""})
                 continue
             diff = bootstrap_over_starts([(x, y, xs, ys) for xs, x, ys, y in groups], n_boot=n_boot)
             verdict, why = decide(c, diff)
             if len(groups) < len(starts):
                 why += f"; over the {len(groups)} of {len(starts)} starts with finished runs on both sides"
-            out.append({**entry, "verdict": verdict, "why": why, "diff": diff, "per_start": per_start, "differs": differs})
+            verdict, why, mark = require_assay(verdict, why, checks)
+            out.append({**entry, "verdict": verdict, "why": why, "diff": diff, "per_start": per_start, "differs": differs, "assay_mark": mark})
     return out
+
+
+def learning_by_start(records, arms: list, control: str | None, *, tasks: list, n_boot: int = N_BOOT) -> list[dict]:
+    """Per start (and task), whether anything learns from it: each of ``arms`` (the suite's arms, its
+    controls aside) against the no-learning ``control`` on final held-out accuracy
+    (:func:`gain_over_control`). The start learns when some arm's 95% CI lies above 0; the entry is
+    the arm whose CI's low end is highest (the one that separates most, or comes closest), with the
+    start's seed and hash. [] for runs of one start or without arms."""
+    starts = starts_of(records)
+    if len(starts) < 2 or not arms:
+        return []
+    out = []
+    for s in starts:
+        mine = [r for r in records if getattr(r, "start", None) == s]
+        sha = next((r.start_sha256 for r in mine if getattr(r, "start_sha256", None)), None)
+        for task in tasks:
+            checks = [gain_over_control(mine, a, control, task, "final_accuracy", n_boot=n_boot) for a in arms]
+            told = [g for g in checks if g["learns"] is not None]
+            best = max(told, key=lambda g: g["diff"]["ci95"][0]) if told else checks[0]
+            out.append({"start": s, "sha256": sha, **best})
+    return out
+
+
+def learning_lines(learning: list[dict]) -> list[str]:
+    """Bullets saying, per start, whether the reference arm learns (:func:`learning_by_start`); a start
+    that does not is flagged: its verdicts show only that nothing moved."""
+    if not learning:
+        return []
+    tasks = {g["task"] for g in learning}
+    if all(g["learns"] is None for g in learning):
+        return [f"- Whether each start learns is not checked: {learning[0]['why']}.", ""]
+    lines = []
+    for g in learning:
+        where = start_label(g["start"], g.get("sha256")) + (f", {g['task']}" if len(tasks) > 1 else "")
+        if g["learns"] is False:
+            lines.append(f"- **{where} is not shown to learn**: no arm ends above {g['control']} (closest: {g['why']}); "
+                         "no equivalence holds from it (assay sensitivity).")
+        elif g["learns"]:
+            lines.append(f"- {where} learns: {g['why']}.")
+        else:
+            lines.append(f"- {where}: whether it learns is not told ({g['why']}).")
+    return lines + [""]
 
 
 def start_label(start, sha256: str | None = None) -> str:
@@ -371,16 +514,19 @@ def resolution(problems: int | None) -> str:
     return f"one problem = {pts:.3g} point{'' if pts == 1 else 's'} ({problems} held-out problems)"
 
 
-def markdown_lines(entries: list[dict], *, eval_size: int | None = None, explain: bool = True) -> list[str]:
+def markdown_lines(entries: list[dict], *, eval_size: int | None = None, explain: bool = True, learning: list[dict] = ()) -> list[str]:
     """The ``## verdicts`` section: each claim's verdict beside the numbers it came from (``explain``:
-    with the paragraph that defines the vocabulary)."""
+    with the paragraph that defines the vocabulary); per start, the reasons that involve assay
+    sensitivity and, with ``learning`` (:func:`learning_by_start`), whether each start learns."""
     if not entries:
         return []
     lines = ["## verdicts", ""]
     if explain:
         lines += ["Each claim of the suite file decided by code: the effect is mean(arm) − mean(against) over seeds; *reproduced* when the 95% CI "
              "excludes 0 in the paper's direction with the effect at least the minimum, *opposite* when it excludes 0 the other way "
-             "(at least the minimum), *equivalent within ±m* when the 90% CI lies inside ±m (TOST, α = 0.05), else *not separable at this budget*. "
+             "(at least the minimum), *equivalent within ±m* when the 90% CI lies inside ±m (TOST, α = 0.05) and the reference arm beats the "
+             f"no-learning control ({NO_LEARNING_CONTROL}) on the claim's metric, 95% CI above 0, in the same runs (from every start that enters it: "
+             f"assay sensitivity; marked {ASSAY_UNCHECKED} where the suite cannot tell), else *not separable at this budget*. "
              "Effects, minima and margins in points for held-out fractions, in the metric's own units for track: metrics. "
              f"Intervals: percentile bootstrap over {_levels(entries)}; {resolution(eval_size)}.", ""]
     else:
@@ -396,9 +542,10 @@ def markdown_lines(entries: list[dict], *, eval_size: int | None = None, explain
         k = cell_scale(e)
         eff, c90, lev = _diff_cells(e["diff"], k)
         lines.append(f"| {e['claim']} | {e['task']} | {e['arm']} − {e['against']} ({e['direction']}) | {e['metric']} | {eff} | {c90} | "
-                     f"{threshold_cells(e)} | {lev} | **{e['verdict']}** |")
+                     f"{threshold_cells(e)} | {lev} | {verdict_cell(e)} |")
     lines.append("")
-    lines += [f"- {e['claim']} ({e['task']}): {e['statement']} — {e['verdict']}{' over all starts' if e.get('per_start') else ''}: {e['why']}." for e in entries]
+    lines += [f"- {e['claim']} ({e['task']}): {e['statement']} — {verdict_text(e)}{' over all starts' if e.get('per_start') else ''}: {e['why']}."
+              for e in entries]
     if several:
         lines += ["", "Per start (each start's runs alone, intervals over its problems and seeds):", "",
                   "| claim | task | start | effect [95% CI] | 90% CI | resampled | verdict |", "|---|---|---|---|---|---|---|"]
@@ -406,19 +553,48 @@ def markdown_lines(entries: list[dict], *, eval_size: int | None = None, explain
             k = cell_scale(e)
             for p in e.get("per_start") or ():
                 eff, c90, lev = _diff_cells(p["diff"], k)
-                lines.append(f"| {e['claim']} | {e['task']} | {start_label(p['start'], p.get('sha256'))} | {eff} | {c90} | {lev} | **{p['verdict']}** |")
+                lines.append(f"| {e['claim']} | {e['task']} | {start_label(p['start'], p.get('sha256'))} | {eff} | {c90} | {lev} | {verdict_cell(p)} |")
         lines.append("")
         lines += [flip_line(e) for e in entries if e.get("per_start")]
+        said = [f"- {e['claim']} ({e['task']}), {start_label(p['start'], p.get('sha256'))}: {p['verdict']}: {p['why']}."
+                for e in entries for p in e.get("per_start") or () if _assay_said(p)]
+        lines += [""] + said if said else []
+        if learning:
+            lines += [""] + learning_head(learning) + learning_lines(learning)[:-1]
     return lines + [""]
+
+
+def learning_head(learning: list[dict]) -> list[str]:
+    """The sentence before :func:`learning_lines` (none when no control can tell)."""
+    if all(g["learns"] is None for g in learning):
+        return []
+    return [f"Whether each start learns at all: each arm (controls aside) against {learning[0]['control']} on final held-out accuracy, "
+            "that start's runs alone; a start learns when some arm's 95% CI lies above 0, and the arm named is the one that separates "
+            "most (the highest low end).", ""]
+
+
+def _assay_said(p: dict) -> bool:
+    """Whether a per-start verdict's reason involves assay sensitivity (an equivalence, kept, marked or not separable for want of it)."""
+    return "assay sensitivity" in p.get("why", "")
+
+
+def verdict_text(e: dict) -> str:
+    """A verdict as written: the verdict, and :data:`ASSAY_UNCHECKED` where its assay sensitivity could not be checked."""
+    return e["verdict"] + (f" {e['assay_mark']}" if e.get("assay_mark") else "")
+
+
+def verdict_cell(e: dict) -> str:
+    """A verdict as a table cell: bold, with its mark outside the bold."""
+    return f"**{e['verdict']}**" + (f" {e['assay_mark']}" if e.get("assay_mark") else "")
 
 
 def flip_line(e: dict) -> str:
     """Whether a claim's verdict is the same from every start, as a bullet."""
     per = e["per_start"]
     if not e.get("differs"):
-        return f"- {e['claim']} ({e['task']}): **{per[0]['verdict']}** from every start ({len(per)})."
-    said = "; ".join(f"{start_label(p['start'], p.get('sha256'))} {p['verdict']}" for p in per)
-    return f"- **VERDICT DIFFERS BETWEEN STARTS** — {e['claim']} ({e['task']}): {said}; over all starts {e['verdict']}."
+        return f"- {e['claim']} ({e['task']}): {verdict_cell(per[0])} from every start ({len(per)})."
+    said = "; ".join(f"{start_label(p['start'], p.get('sha256'))} {verdict_text(p)}" for p in per)
+    return f"- **VERDICT DIFFERS BETWEEN STARTS** — {e['claim']} ({e['task']}): {said}; over all starts {verdict_text(e)}."
 
 
 def cell_scale(e: dict):

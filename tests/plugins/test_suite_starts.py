@@ -155,14 +155,16 @@ def test_a_verdict_that_holds_from_every_start():
 def test_a_verdict_that_flips_between_starts_says_so():
     # start 0: +10 points (reproduced); start 1: 0 (the point interval inside ±2: equivalent).
     # Over both: effect +5, the starts resampled give means 0, 5, 10 with probability 1/4, 1/2, 1/4:
-    # the 95% CI [0, +10] does not exclude 0 and reaches beyond ±2, so not separable
+    # the 95% CI [0, +10] does not exclude 0 and reaches beyond ±2, so not separable. The runs hold
+    # no no_rl arm: start 1's equivalence stands, marked as unchecked for assay sensitivity
     (e,) = evaluate_claims(runs({0: 0.10, 1: 0.0}), (CLAIM,), tasks=["addition"])
     assert [p["verdict"] for p in e["per_start"]] == [REPRODUCED, "equivalent within ±2 points"]
+    assert [p["assay_mark"] for p in e["per_start"]] == ["", "(no control to check assay sensitivity)"]
     assert e["differs"] and e["verdict"] == NOT_SEPARABLE
     assert e["diff"]["effect"] == pytest.approx(0.05) and e["diff"]["ci95"] == pytest.approx((0.0, 0.10))
     text = "\n".join(markdown_lines([e], eval_size=4))
     assert ("- **VERDICT DIFFERS BETWEEN STARTS** — b_higher (addition): start 0 (00000000) reproduced; "
-            "start 1 (11111111) equivalent within ±2 points; over all starts not separable at this budget.") in text
+            "start 1 (11111111) equivalent within ±2 points (no control to check assay sensitivity); over all starts not separable at this budget.") in text
 
 
 def test_runs_of_one_start_are_decided_as_before():
@@ -241,7 +243,8 @@ def test_findings_carry_the_verdicts_per_start(tmp_path):
     assert "| b_higher | addition | start 0 (00000000) | +10.0 [+10.0, +10.0] |" in text
     assert "**VERDICT DIFFERS BETWEEN STARTS** — b_higher (addition)" in text
     assert ("| 1 | b against a | `s` | b_higher: **not separable at this budget** over 2 starts, differing between them "
-            "(reproduced, equivalent within ±2 points) |") in text
+            "(reproduced, equivalent within ±2 points (no control to check assay sensitivity)); whether each start learns is not checked: "
+            "the suite has no no-learning control (no_rl) |") in text
     assert "| 0 | 0000000000000000 | b | 3 | 25.0 | 50.0 [50.0, 50.0] | 50.0 [50.0, 50.0] |" in text
     assert "95% percentile-bootstrap CI over starts, held-out problems and seeds (the runs of 2 starting models pooled)" in text
 
