@@ -43,7 +43,7 @@ import rllab
 
 from rllab.rollout.rewards import report_score
 
-from .reward_service import HttpKnobs, RewardServiceError, ask_all, check_url, score_unique
+from .reward_service import HttpKnobs, RewardServiceError, ask_all, check_url, installed, score_unique
 from .rewards import text_of
 
 BATCHING = ("none", "group", "step")
@@ -318,6 +318,7 @@ def llm_judge(*, prompts, completions, ground_truth, config: JudgeConfig, **colu
 
 
 remote.says_scores = llm_judge.says_scores = True  # each row's score said as its answer comes, from any thread
+remote.check_installed = llm_judge.check_installed = installed  # requests, asked before a run creates anything
 
 
 def register(register):

@@ -61,11 +61,24 @@ class RewardServiceError(RuntimeError):
         self.transient = transient
 
 
+MISSING = "the remote and llm_judge rewards need the requests package, which is not installed: pip install 'rllab[remote]'"
+
+
+def installed() -> None:
+    """Refuse, naming the ``pip install``, when requests is not installed, without importing it:
+    the remote and llm_judge rewards' ``check_installed``, asked before a run creates anything
+    (:func:`rllab.training.parts.check_installed`)."""
+    import importlib.util
+
+    if importlib.util.find_spec("requests") is None:
+        raise rllab.MissingExtraError(MISSING)
+
+
 def _requests():
     try:
         import requests
     except ImportError:
-        raise rllab.MissingExtraError("the remote and llm_judge rewards need the requests package: pip install 'rllab[remote]'") from None
+        raise rllab.MissingExtraError(MISSING) from None
     return requests
 
 

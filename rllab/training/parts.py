@@ -48,11 +48,24 @@ def check_installed(cfg: ExperimentConfig, lab: Lab) -> None:
     built or created (a run directory): each configured component and logger whose registered
     function carries ``check_installed`` (a callable that raises :class:`rllab.MissingExtraError`,
     naming the ``pip install``) is asked. An environment adapter (gem, openenv, textarena) or a
-    tracker's logger (wandb, mlflow, trackio, tensorboard) declares its package so."""
+    tracker's logger (wandb, mlflow, trackio, tensorboard) declares its package so, and so does a
+    registered reward function that a component names in its ``rewards`` knob (the dataset
+    task's ``rewards = ["remote"]``: requests)."""
     refs = [(COMPONENT_SECTIONS[sec][0], cfg.component(sec).name) for sec in cfg.components]
     refs += [("logger", ref.name) for ref in cfg.loggers]
+    for sec in cfg.components:
+        named = getattr(cfg.component(sec).config, "rewards", None)
+        for ref in (named,) if isinstance(named, str) else named if isinstance(named, (tuple, list)) else ():
+            if isinstance(ref, str) and ":" not in ref:
+                refs.append(("reward_function", ref))
     for kind, name in refs:
-        check = getattr(lab.spec(kind, name).fn, "check_installed", None)
+        try:
+            spec = lab.spec(kind, name)
+        except KeyError:
+            if kind == "reward_function":  # not a registered name: the task says so when it loads its rewards
+                continue
+            raise
+        check = getattr(spec.fn, "check_installed", None)
         if check is not None and not callable(check):
             raise RllabError(f"{kind} {name!r}: its check_installed is {check!r}, not a function to call (one that raises "
                              f"rllab.MissingExtraError when a package is missing)")

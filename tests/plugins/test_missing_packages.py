@@ -1,6 +1,7 @@
 """A component whose optional package is missing is refused in one line, naming the ``pip
 install``, before ``rllab run`` creates a run directory: every environment adapter, the tasks that
-read with a package (dataset, reasoning_gym) and every tracker's logger (each is asked with its package hidden, whether or not it is installed here)."""
+read with a package (dataset, reasoning_gym), the reward functions that ask a server (remote,
+llm_judge: requests) and every tracker's logger (each is asked with its package hidden, whether or not it is installed here)."""
 
 from __future__ import annotations
 
@@ -20,13 +21,17 @@ CASES = [
      "the reasoning_gym task needs the reasoning-gym package: pip install 'rllab[reasoning]'"),
     (["task=dataset", "task.path=examples/data/sums_trl.jsonl"], "datasets",
      "the dataset task reads files through the datasets package: pip install 'rllab[data]'"),
+    *[(["task=dataset", "task.path=examples/data/sums_trl.jsonl", f"task.rewards={rewards}",
+        f'task.reward_knobs={{"{name}": {{"url": "http://127.0.0.1:9/score"}}}}'], "requests",
+       "the remote and llm_judge rewards need the requests package, which is not installed: pip install 'rllab[remote]'")
+      for name, rewards in (("remote", "remote"), ("llm_judge", '["exact", "llm_judge"]'), ("remote_rm", "remote_rm"))],
     *[([f'loggers=["jsonl", "{name}"]'], name,
        f"the '{name}' logger needs the {name} package, which is not installed: pip install 'rllab[{name}]' "
        f"(or remove '{name}' from loggers)") for name in ("wandb", "mlflow", "trackio", "tensorboard")],
 ]
 
 
-@pytest.mark.parametrize("settings, module, says", CASES, ids=[c[0][0] for c in CASES])
+@pytest.mark.parametrize("settings, module, says", CASES, ids=[c[0][2] if len(c[0]) > 2 else c[0][0] for c in CASES])
 def test_a_missing_package_is_one_line_before_any_run_directory(tmp_path, monkeypatch, capsys, settings, module, says):
     find = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, **k: None if name == module else find(name, *a, **k))
