@@ -39,6 +39,13 @@ def default_answer(path: str, body: Any) -> tuple[int, Any]:
     return 200, grade(body)
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128
+    """Connections waiting to be accepted, as a real server's listen backlog (uvicorn's is 2048):
+    with Python's default of 5, clients connecting at once on a busy machine overflow it, and each
+    connection dropped waits out a 1 s SYN retransmission, a stall no real service shows."""
+
+
 class RewardStandIn:
     """A reward (or judge) server; ``url`` is its base address. Use as a context manager, or call :meth:`close`."""
 
@@ -106,7 +113,7 @@ class RewardStandIn:
                 self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 self.connection.close()
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.server = _Server(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
