@@ -335,7 +335,11 @@ def validate(data: Mapping[str, Any], *, lab: Lab | None = None, text: str = "",
         try:
             refs.append(_component(lab, "loggers", "logger", lg, "jsonl", text, where))
         except ConfigError as e:
-            raise ConfigError(str(e).replace("[loggers]", "loggers"), key="loggers") from None
+            said = str(e).replace("[loggers]", "loggers")
+            if isinstance(lg, Mapping) and SELECTOR_KEY not in lg:  # a table that forgot its name is the default, jsonl
+                said += (f" This table names no logger, so it is read as 'jsonl': name the one meant, e.g. "
+                         f"{{ name = \"wandb\", ... }} (one of {', '.join(lab.names('logger'))})")
+            raise ConfigError(said, key="loggers") from None
     _refuse_repeated_loggers(refs, where)
 
     schedule = []

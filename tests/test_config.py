@@ -174,6 +174,18 @@ def test_digits_for_a_text_knob_are_refused_with_how_to_quote_them():
     assert load_config(None, ['model.sha256="12345678"']).model.sha256 == "12345678"
 
 
+def test_a_logger_table_without_a_name_says_it_was_read_as_jsonl(lab):
+    """Unclear: ``loggers = [{ project = "x" }]`` (the name forgotten) said only that logger
+    'jsonl' has no knob 'project'."""
+    with pytest.raises(ConfigError, match=r"logger 'jsonl' \(plugin rllab_loggers\) has no knob 'project'.* This table names no "
+                       r"logger, so it is read as 'jsonl': name the one meant, e\.g\. \{ name = \"wandb\", \.\.\. \} \(one of .*wandb"):
+        load_config({"loggers": [{"project": "x"}]}, lab=lab)
+    assert load_config({"loggers": [{"filename": "m.jsonl"}]}, lab=lab).loggers[0].name == "jsonl"  # jsonl's own knob: fine
+    with pytest.raises(ConfigError) as named:
+        load_config({"loggers": [{"name": "jsonl", "project": "x"}]}, lab=lab)
+    assert "names no logger" not in str(named.value)
+
+
 @pytest.mark.parametrize(
     "loggers, match",
     [

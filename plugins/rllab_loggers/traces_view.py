@@ -339,7 +339,9 @@ def _filtered(args) -> bool:
 def _nothing_shown(args, recs: list[dict], path: Path) -> str:
     """Why no sample is shown: the filters, or what the file lacks."""
     if _filtered(args):
-        return "no sample passes the filters"
+        given = [f"--{name.replace('_', '-')} {value!r}" for name in ("step", "min_reward", "max_reward", "finish", "grep")
+                 if (value := getattr(args, name)) is not None]
+        return f"no sample passes the filters ({', '.join(given)})"
     if args.html:
         return f"{str(path)!r} holds no sample"
     if args.eval:
@@ -359,6 +361,10 @@ def cmd_traces(args) -> int:
 
     if args.limit is not None and args.limit < 1:
         print(f"rllab traces: --limit {args.limit} must be at least 1", file=sys.stderr)
+        return 2
+    if args.min_reward is not None and args.max_reward is not None and args.min_reward > args.max_reward:
+        print(f"rllab traces: --min-reward {args.min_reward} is above --max-reward {args.max_reward}: no reward passes both",
+              file=sys.stderr)
         return 2
     try:
         path, recs = load(args.run, on_cut=cut)

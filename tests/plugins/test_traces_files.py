@@ -222,9 +222,13 @@ def test_an_empty_file_says_so_and_filters_are_named_only_when_given(tmp_path, c
     assert main(["traces", str(only_train), "--eval"]) == 2
     assert "holds no evaluation answers" in capsys.readouterr().err
     assert main(["traces", str(only_train), "--min-reward", "5"]) == 2
-    assert "no sample passes the filters" in capsys.readouterr().err
+    assert "no sample passes the filters (--min-reward 5.0)" in capsys.readouterr().err
     assert main(["traces", str(only_train), "--min-reward", "5", "--html", str(tmp_path / "p.html")]) == 2
-    assert "no sample passes the filters; no page written" in capsys.readouterr().err
+    assert "no sample passes the filters (--min-reward 5.0); no page written" in capsys.readouterr().err
+    assert main(["traces", str(only_train), "--grep", "zzz", "--finish", "stop"]) == 2
+    assert "no sample passes the filters (--finish 'stop', --grep 'zzz')" in capsys.readouterr().err
+    assert main(["traces", str(only_train), "--min-reward", "2", "--max-reward", "1"]) == 2  # a range nothing passes
+    assert capsys.readouterr().err.strip() == "rllab traces: --min-reward 2.0 is above --max-reward 1.0: no reward passes both"
 
 
 def test_a_step_with_only_the_other_kind_says_how_to_see_it(tmp_path, capsys):
