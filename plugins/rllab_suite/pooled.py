@@ -42,7 +42,8 @@ their ``provenance.json``), never from new runs:
 The verdict is decided as a suite's (:func:`rllab_suite.verdicts.decide`), from the same vocabulary.
 An equivalence needs assay sensitivity as a suite's does: each comparison's reference job beats the
 no-learning control (``no_rl``) from the same start, in the suites whose runs of that job the pool
-holds (:func:`comparison_assay`), and the pooled equivalence needs it in every comparison.
+holds, else its own runs' step-0 evaluations (:func:`comparison_assay`), and the pooled
+equivalence needs it in every comparison.
 """
 
 from __future__ import annotations
@@ -211,7 +212,8 @@ def comparison_assay(group: dict, controls: list[Folded] | None, claim, *, n_boo
     """The assay-sensitivity check of one comparison (:func:`rllab_suite.verdicts.assay`): its reference
     job's runs against the no-learning control (``no_rl``: the start evaluated alike, not trained) run
     from the same start by the suites whose runs of the reference job it holds (a job is the same
-    config, so their evaluations are alike); ``controls``: every folded ``no_rl`` run of the pool."""
+    config, so their evaluations are alike), else against those runs' own step-0 evaluations
+    (``initial_*`` in problems.csv); ``controls``: every folded ``no_rl`` run of the pool."""
     c = verdicts_.NO_LEARNING_CONTROL
     out = {"arm": claim.against, "control": c, "metric": claim.metric, "task": group["task"], "diff": None, "learns": None}
     if claim.arm == c or claim.against == c:
@@ -220,10 +222,16 @@ def comparison_assay(group: dict, controls: list[Folded] | None, claim, *, n_boo
         return {**out, "why": f"{c} does not train, so it logs no {claim.metric}"}
     suites = list(dict.fromkeys(f.suite for f in group["against_runs"]))
     mine = [f for f in controls or () if f.suite in suites and f.task == group["task"] and f.start_sha256 == group["start"]]
-    if not mine:
-        return {**out, "why": f"no suite that ran its {claim.against} runs ({', '.join(suites)}) has a no-learning control ({c})"}
-    ctrl, _ = seed_rows(mine, claim.metric)
     ref = dict(group["y"])
+    if mine:
+        ctrl, _ = seed_rows(mine, claim.metric)
+    else:  # no no_rl run: the reference runs' own step-0 evaluations, where they kept them per problem
+        init = verdicts_.initial_metric(claim.metric)
+        ctrl = seed_rows(group["against_runs"], init)[0] if init else {}
+        if not ctrl or {len(r) for r in (*ctrl.values(), *ref.values())} != {len(next(iter(ref.values())))} or len(next(iter(ref.values()))) < 2:
+            return {**out, "why": f"no suite that ran its {claim.against} runs ({', '.join(suites)}) has a no-learning control ({c})"
+                    + (f", and they kept no step-0 evaluation per problem ({init})" if init else "")}
+        c = out["control"] = verdicts_.STEP0
     if {len(r) for r in (*ctrl.values(), *ref.values())} != {len(next(iter(ref.values())))}:
         ctrl = {s: [sum(r) / len(r)] for s, r in ctrl.items()}
         ref = {s: [sum(r) / len(r)] for s, r in ref.items()}

@@ -80,6 +80,8 @@ class RunRecord:
         key = "solved" if name == "accuracy" else "reward"
         if kind == "final":
             return [float(v) for v in last[key]]
+        if kind == "initial":  # the evaluation before the first step: the starting model, evaluated alike
+            return [float(v) for v in self.problems[0][key]] if self.steps[0] == 0 else None
         rows = [self.problems[s][key] for s in self.steps]
         if len({len(r) for r in rows}) != 1:
             return None
@@ -98,6 +100,11 @@ class RunRecord:
     def final(self, metric: str) -> float:
         vals = getattr(self, metric)
         return float(vals[-1]) if vals and self.status == "done" else math.nan
+
+    def initial(self, metric: str) -> float:
+        """The held-out ``metric`` at the evaluation before the first step (step 0: the starting model); NaN without one."""
+        vals = getattr(self, metric)
+        return float(vals[0]) if vals and self.steps and self.steps[0] == 0 and self.status == "done" else math.nan
 
     def auc(self, metric: str) -> float:
         return stats.auc(self.steps, getattr(self, metric)) if self.status == "done" and self.steps else math.nan

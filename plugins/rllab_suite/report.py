@@ -503,9 +503,10 @@ claim's two-level interval needs, small enough to commit beside ``runs.csv``."""
 
 
 def problem_metrics(r: RunRecord) -> list[str]:
-    """The metrics a run has per-problem values for: final/AUC accuracy and reward, and pass@k of its
-    last sampled evaluation."""
-    names = [f"{k}_{m}" for k in ("final", "auc") for m, _ in METRICS]
+    """The metrics a run has per-problem values for: final/AUC accuracy and reward, those of its
+    step-0 evaluation (``initial_*``: what a suite without a ``no_rl`` arm checks learning against),
+    and pass@k of its last sampled evaluation."""
+    names = [f"{k}_{m}" for k in ("final", "auc", "initial") for m, _ in METRICS]
     last = r.problems.get(r.steps[-1], {}) if r.steps else {}
     if "samples" in last:
         from rllab.rollout.evalmetrics import report_ks

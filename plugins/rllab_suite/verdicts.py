@@ -43,8 +43,11 @@ control (the ``no_rl`` arm, the warm start evaluated alike) on the claim's metri
 the verdict over starts (a start whose reference does not learn cannot vouch for equivalence, and
 its near-zero effects narrow the pooled interval). Without it the verdict reads ``not separable at
 this budget``, the reason naming the start and the reference's gain over the control with its CI.
-Where it cannot be checked — the suite has no ``no_rl`` arm, the claim compares against the
-control itself, or the metric is a training metric the control never logs — the verdict stands,
+A suite without a ``no_rl`` arm checks each run against its own evaluation before the first step
+(:data:`STEP0`, recorded per problem as ``initial_accuracy`` / ``initial_reward``: the same starting
+model, evaluated alike), paired by seed. Where it cannot be checked — neither is recorded, the claim
+compares against the control itself, or the metric is a training metric the control never logs
+(or pass@K, which has no step-0 counterpart) — the verdict stands,
 marked :data:`ASSAY_UNCHECKED`, and the reason says why. Reproduced and opposite verdicts do not
 depend on it: a difference that separates is evidence from any start. Per start, whether the
 suite learns at all (:func:`learning_by_start`: some arm's final accuracy above ``no_rl``'s, 95% CI
@@ -72,6 +75,8 @@ REPRODUCED, OPPOSITE, EQUIVALENT, NOT_SEPARABLE = "reproduced", "opposite", "equ
 VERDICTS = (REPRODUCED, OPPOSITE, EQUIVALENT, NOT_SEPARABLE)
 NO_LEARNING_CONTROL = "no_rl"
 """The control arm an equivalence verdict's reference must beat (assay sensitivity): the warm start, not trained, evaluated alike."""
+STEP0 = "its step-0 evaluation"
+"""The control of a suite without ``no_rl``: each run's own evaluation before its first step (the same starting model, evaluated alike)."""
 ASSAY_UNCHECKED = "(no control to check assay sensitivity)"
 """The mark beside an equivalence verdict whose assay sensitivity could not be checked."""
 CLAIM_KEYS = {"statement", "arm", "against", "metric", "direction", "min_effect", "margin", "paper"}
@@ -319,9 +324,9 @@ def _claim_rows(records, c: Claim, task: str) -> tuple | str:
     return _pair_rows(records, c.arm, c.against, task, c.metric)
 
 
-def _pair_rows(records, arm: str, against: str, task: str, metric: str) -> tuple | str:
+def _pair_rows(records, arm: str, against: str, task: str, metric: str, against_metric: str | None = None) -> tuple | str:
     xs, x, px = metric_rows(records, arm, task, metric)
-    ys, y, py = metric_rows(records, against, task, metric)
+    ys, y, py = metric_rows(records, against, task, against_metric or metric)
     if not x or not y:
         return "no finished runs on one side"
     if not (px and py and len(x[0]) == len(y[0])):
@@ -342,21 +347,34 @@ def gain_over_control(records, arm: str, control: str | None, task: str, metric:
     when it cannot be told (no control, the metric a training metric the control never logs, no runs),
     with ``why`` saying which."""
     out = {"arm": arm, "control": control, "metric": metric, "task": task, "diff": None, "learns": None}
-    if control is None:
-        return {**out, "why": f"the suite has no no-learning control ({NO_LEARNING_CONTROL})"}
-    if arm == control:
+    if control is None:  # no no_rl arm: each run against its own step-0 evaluation, where the runs kept it per problem
+        init = initial_metric(metric)
+        rows = _pair_rows(records, arm, arm, task, metric, against_metric=init) if init else "no step-0 counterpart"
+        if isinstance(rows, str) or len(rows[1][0]) != len(rows[3][0]) or len(rows[1][0]) < 2:
+            return {**out, "why": f"the suite has no no-learning control ({NO_LEARNING_CONTROL})"
+                    + (f" and its runs kept no step-0 evaluation per problem ({init})" if init else "")}
+        control = out["control"] = STEP0
+    elif arm == control:
         return {**out, "why": f"the reference is the control {control} itself"}
-    if is_track(metric):
+    elif is_track(metric):
         return {**out, "why": f"{control} does not train, so it logs no {metric}"}
-    rows = _pair_rows(records, arm, control, task, metric)
-    if isinstance(rows, str):
-        return {**out, "why": f"{arm} against {control}: {rows}"}
+    else:
+        rows = _pair_rows(records, arm, control, task, metric)
+        if isinstance(rows, str):
+            return {**out, "why": f"{arm} against {control}: {rows}"}
     diff = bootstrap_difference(rows[1], rows[3], x_seeds=rows[0], y_seeds=rows[2], n_boot=n_boot)
     if not math.isfinite(diff["ci95"][0]):
         return {**out, "diff": diff, "why": f"{arm} against {control}: no interval (one seed and no per-problem results)"}
     learns = diff["ci95"][0] > 0
     return {**out, "diff": diff, "learns": learns,
             "why": f"{arm} − {control} on {metric}: {gain_text(diff, metric)}, 95% CI {'above' if learns else 'not above'} 0"}
+
+
+def initial_metric(metric: str) -> str | None:
+    """The step-0 counterpart of a held-out metric (``final_accuracy``, ``auc_accuracy`` → ``initial_accuracy``;
+    reward alike): the starting model's value, what a run that does not learn keeps; None for pass@K and track: metrics."""
+    kind, _, name = metric.partition("_")
+    return f"initial_{name}" if kind in ("final", "auc") and name in ("accuracy", "reward") else None
 
 
 def assay(records, c: Claim, task: str, control: str | None, *, n_boot: int = N_BOOT) -> dict:

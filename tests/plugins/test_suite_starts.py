@@ -244,7 +244,7 @@ def test_findings_carry_the_verdicts_per_start(tmp_path):
     assert "**VERDICT DIFFERS BETWEEN STARTS** — b_higher (addition)" in text
     assert ("| 1 | b against a | `s` | b_higher: **not separable at this budget** over 2 starts, differing between them "
             "(reproduced, equivalent within ±2 points (no control to check assay sensitivity)); whether each start learns is not checked: "
-            "the suite has no no-learning control (no_rl) |") in text
+            "the suite has no no-learning control (no_rl) and its runs kept no step-0 evaluation per problem (initial_accuracy) |") in text
     assert "| 0 | 0000000000000000 | b | 3 | 25.0 | 50.0 [50.0, 50.0] | 50.0 [50.0, 50.0] |" in text
     assert "95% percentile-bootstrap CI over starts, held-out problems and seeds (the runs of 2 starting models pooled)" in text
 

@@ -191,6 +191,9 @@ def test_problem_values_from_a_run_directory(tmp_path):
     assert np.mean(r.problem_values("auc_accuracy")) == pytest.approx(r.metric_value("auc_accuracy"))
     assert r.problem_values("pass@2") == pytest.approx([1.0, 0.0, 1 - 1 / 6, 1.0])  # c = 2 of 4: 1 − C(2,2)/C(4,2)
     assert r.problem_values("pass@8") is None  # more than the samples drawn
+    assert r.problem_values("initial_accuracy") == [0.0, 0.0, 1.0, 0.0] and r.metric_value("initial_accuracy") == 0.25  # step 0
+    late = read_run(_run(tmp_path, "late", 0, {5: [0, 1], 10: [1, 1]}), variant="a")  # no evaluation before the first step
+    assert late.problem_values("initial_accuracy") is None and math.isnan(late.metric_value("initial_accuracy"))
 
 
 def test_claims_are_decided_from_runs_and_written_beside_their_numbers(tmp_path):
@@ -266,7 +269,9 @@ def test_the_report_writes_each_runs_per_problem_values(tmp_path):
     assert rows[("0", "final_accuracy")] == "1 0 1"
     assert rows[("1", "auc_accuracy")] == "0.5 0 1"
     assert rows[("0", "pass@1")] == "1 0 0.5" and rows[("0", "pass@4")] == "1 0 1"  # last eval: 4, 0, 2 of 4 solved
-    assert {m for _, m in rows} == {"final_accuracy", "auc_accuracy", "final_reward", "auc_reward", "pass@1", "pass@2", "pass@4"}
+    assert rows[("1", "initial_accuracy")] == "0 0 1"  # step 0: what a suite without no_rl checks learning against
+    assert {m for _, m in rows} == {"final_accuracy", "auc_accuracy", "initial_accuracy", "final_reward", "auc_reward", "initial_reward",
+                                    "pass@1", "pass@2", "pass@4"}
 
 
 def test_a_coarse_evaluation_is_named_in_the_notes(tmp_path):

@@ -79,9 +79,24 @@ def test_a_difference_that_separates_does_not_need_the_control():
 def test_without_a_control_the_equivalence_is_kept_and_marked():
     (e,) = evaluate_claims(runs({None: {"a": flat(0.4), "b": flat(0.4)}}), (CLAIM,), tasks=["addition"], n_boot=300)
     assert e["verdict"] == EQUIV and e["assay_mark"] == ASSAY_UNCHECKED == "(no control to check assay sensitivity)"
-    assert "assay sensitivity not checked: the suite has no no-learning control (no_rl)" in e["why"]
+    assert ("assay sensitivity not checked: the suite has no no-learning control (no_rl) and its runs kept no step-0 evaluation per "
+            "problem (initial_accuracy)") in e["why"]
     text = "\n".join(markdown_lines([e], eval_size=4))
     assert "| **equivalent within ±2 points** (no control to check assay sensitivity) |" in text
+
+
+@pytest.mark.parametrize("initial, verdict, said", [
+    (0.2, EQUIV, "assay sensitivity: a − its step-0 evaluation on final_accuracy: +20.0 [+20.0, +20.0] points, 95% CI above 0"),
+    (0.4, NOT_SEPARABLE, "without assay sensitivity: a − its step-0 evaluation on final_accuracy: +0.0 [+0.0, +0.0] points, 95% CI not above 0"),
+])
+def test_without_no_rl_each_run_is_checked_against_its_own_step_0_evaluation(initial, verdict, said):
+    # no no_rl arm, but every run kept its step-0 evaluation per problem (initial_accuracy): a ends at 0.40 from 0.20 (+20: it learns)
+    # or from 0.40 (+0: it does not), paired by seed; b = a, so the interval alone says equivalent
+    rs = [CsvRun(variant=v, task="addition", seed=s, status="done", values={},
+                 problems={"final_accuracy": flat(0.4), "initial_accuracy": flat(initial)}) for v in ("a", "b") for s in range(3)]
+    (e,) = evaluate_claims(rs, (CLAIM,), tasks=["addition"], n_boot=300)
+    assert e["verdict"] == verdict and e["assay_mark"] == "" and said in e["why"]
+    assert e["assay"]["control"] == "its step-0 evaluation" and e["assay"]["diff"]["seeds"] == (3, 3)
 
 
 def test_a_training_metric_the_control_never_logs_is_marked():
@@ -145,8 +160,9 @@ def test_a_start_that_does_not_learn_is_flagged():
     table = "\n".join(starts_lines({"starts": [{"start": 2, "sha256": "2" * 64, "rows": []}], "learning": learning}))
     assert "**start 2 (22222222) is not shown to learn**" in table and "a start learns when some arm's 95% CI lies above 0" in table
     unchecked = learning_by_start(runs(per), ["a", "b"], None, tasks=["addition"], n_boot=300)
-    assert learning_lines(unchecked) == ["- Whether each start learns is not checked: the suite has no no-learning control (no_rl).", ""]
-    assert _learning_note("s", unchecked, True) == "; whether each start learns is not checked in `s`: the suite has no no-learning control (no_rl)"
+    no_control = "the suite has no no-learning control (no_rl) and its runs kept no step-0 evaluation per problem (initial_accuracy)"
+    assert learning_lines(unchecked) == [f"- Whether each start learns is not checked: {no_control}.", ""]
+    assert _learning_note("s", unchecked, True) == f"; whether each start learns is not checked in `s`: {no_control}"
 
 
 # --------------------------------------------------------------------------- pooled over suites
@@ -177,3 +193,9 @@ def test_pooled_equivalence_needs_each_comparisons_reference_to_learn():
     unmarked = pooled.decide_pool(folded, claim, n_boot=300)  # no control runs at all: kept, marked
     assert unmarked["verdict"] == EQUIV and unmarked["assay_mark"] == ASSAY_UNCHECKED
     assert "no suite that ran its sync runs (s1) has a no-learning control (no_rl)" in unmarked["strata"][0]["why"]
+    # no no_rl runs, but the sync runs kept their step-0 evaluation: 0.20 in s1 (+20, learns), 0.40 in s2 (+0): as with no_rl
+    for f in folded:
+        f.run.problems["initial_accuracy"] = flat(0.2 if f.suite == "s1" else 0.4)
+    step0 = pooled.decide_pool(folded, claim, n_boot=300)
+    assert [g["verdict"] for g in step0["strata"]] == [EQUIV, NOT_SEPARABLE] and step0["verdict"] == NOT_SEPARABLE
+    assert step0["strata"][0]["assay"]["why"] == "sync − its step-0 evaluation on final_accuracy: +20.0 [+20.0, +20.0] points, 95% CI above 0"
