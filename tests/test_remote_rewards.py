@@ -527,6 +527,11 @@ def test_a_run_whose_service_dies_stops_clearly_and_resumes_once_it_is_back(tmp_
     ({"url": "localhost:8000"}, "url"),
     ({"url": "http://h", "timeout_s": -1}, "timeout_s"),
     ({"url": "http://h", "timeout_s": 0}, "timeout_s"),
+    ({"url": "http://h", "timeout_s": math.inf}, "timeout_s"),  # accepted, then every request an OverflowError
+    ({"url": "http://h", "timeout_s": 1e300}, "timeout_s"),
+    ({"url": "http://h", "max_backoff_s": math.inf}, "max_backoff_s"),
+    ({"url": "http://h", "backoff_s": math.inf}, "backoff_s"),
+    ({"url": "http://h", "backoff_s": math.nan}, "backoff_s"),
     ({"url": "http://h", "retries": -1}, "retries"),
     ({"url": "http://h", "backoff_s": -0.5}, "backoff_s"),
     ({"url": "http://h", "rate_limit": 0}, "rate_limit"),
@@ -542,6 +547,7 @@ def test_bad_remote_knobs_are_refused_naming_the_knob(knobs, key):
     with pytest.raises(ConfigError) as e:
         load_reward_function("remote", knobs=knobs)
     assert e.value.key == key and key in str(e.value)
+    assert load_reward_function("remote", knobs={"url": "http://h", "timeout_s": 86_400, "max_backoff_s": 86_400}).config.timeout_s == 86_400
 
 
 def test_a_missing_url_through_the_dataset_task_says_where_knobs_go(tmp_path):

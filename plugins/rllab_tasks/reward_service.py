@@ -102,14 +102,20 @@ def check_headers(inst, attribute, value):
         raise ValueError(f"{attribute.name} = {value!r} is not a JSON object of string values")
 
 
+LONGEST_WAIT_S = 86_400.0
+"""The longest ``timeout_s``, ``backoff_s`` and ``max_backoff_s`` (a day): an infinite one would
+overflow the socket's deadline (OverflowError on the first request), not wait forever."""
+
+
 @attrs.frozen(kw_only=True)
 class HttpKnobs:
     """The knobs every reward server shares (mixed into the functions' configs)."""
 
-    timeout_s: float = rllab.knob(120.0, help="seconds to connect and to wait for each read of the answer", gt=0.0)
+    timeout_s: float = rllab.knob(120.0, help="seconds to connect and to wait for each read of the answer", gt=0.0, le=LONGEST_WAIT_S)
     retries: int = rllab.knob(10, help="attempts after the first on a connection error, a timeout, a 429 or a 5xx", ge=0)
-    backoff_s: float = rllab.knob(0.5, help="the wait before the first retry; each next wait doubles", ge=0.0)
-    max_backoff_s: float = rllab.knob(30.0, help="the longest wait between two attempts (a longer Retry-After included)", ge=0.0)
+    backoff_s: float = rllab.knob(0.5, help="the wait before the first retry; each next wait doubles", ge=0.0, le=LONGEST_WAIT_S)
+    max_backoff_s: float = rllab.knob(30.0, help="the longest wait between two attempts (a longer Retry-After included)", ge=0.0,
+                                      le=LONGEST_WAIT_S)
     jitter: float = rllab.knob(
         0.5, help="each backoff is shortened by a random fraction of up to this (0: exactly backoff_s, 2·backoff_s, …)",
         ge=0.0, le=1.0,
