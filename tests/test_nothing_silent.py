@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import rllab
+from rllab.cli import main as rllab_main
 from rllab.config import ConfigError, load_config
 from rllab.training.trainer import Trainer, run_experiment
 
@@ -57,12 +58,28 @@ def cli(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "rllab.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd, env=dict(os.environ))
 
 
+@pytest.fixture
+def main_cli(capsys):
+    """``rllab ...`` in this process (``rllab.cli.main``, what ``python -m rllab.cli`` exits with): its
+    exit code and what it printed, as ``cli`` gives them, without a new interpreter's imports.
+    ``cli`` (a process of its own) stays where the process itself matters: a resume that finds
+    its plugins with nothing imported, the summary line when piped."""
+
+    def call(*args):
+        capsys.readouterr()
+        code = rllab_main([str(a) for a in args])
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(["rllab", *map(str, args)], code, out.out, out.err)
+
+    return call
+
+
 # 1. a non-finite loss stops the run loudly and saves nothing it broke
 
 
-def test_nan_loss_stops_the_run_naming_component_and_step_without_a_checkpoint(tmp_path, bad_plugin):
+def test_nan_loss_stops_the_run_naming_component_and_step_without_a_checkpoint(tmp_path, bad_plugin, main_cli):
     run = tmp_path / "run"
-    r = cli("run", *SMALL, "policy_loss=nan_loss", "train.checkpoint_every=1", "--plugin", bad_plugin, "--run-dir", run, "-q")
+    r = main_cli("run", *SMALL, "policy_loss=nan_loss", "train.checkpoint_every=1", "--plugin", bad_plugin, "--run-dir", run, "-q")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "policy_loss 'nan_loss'" in r.stderr and "non-finite loss" in r.stderr and "step 1" in r.stderr
     assert not (run / "checkpoints").exists() and not (run / "final.json").exists()
@@ -92,8 +109,8 @@ def test_a_checkpoint_with_nonfinite_weights_is_refused(tmp_path):
 # 2. a loss of the wrong shape is named, not a raw traceback
 
 
-def test_matrix_loss_error_names_plugin_component_and_shape(tmp_path, bad_plugin):
-    r = cli("run", *SMALL, "policy_loss=matrix_loss", "--plugin", bad_plugin, "--run-dir", tmp_path / "run", "-q")
+def test_matrix_loss_error_names_plugin_component_and_shape(tmp_path, bad_plugin, main_cli):
+    r = main_cli("run", *SMALL, "policy_loss=matrix_loss", "--plugin", bad_plugin, "--run-dir", tmp_path / "run", "-q")
     assert r.returncode == 1
     assert "policy_loss 'matrix_loss' (plugin" in r.stderr and "returned a loss of shape (16, " in r.stderr
     assert "Traceback" not in r.stderr
@@ -117,34 +134,34 @@ def test_knob_of_the_replaced_component_is_an_error():
 # 4. --resume with an override extends the run or refuses
 
 
-def test_resume_with_more_steps_extends_the_run(tmp_path):
+def test_resume_with_more_steps_extends_the_run(tmp_path, main_cli):
     run = tmp_path / "run"
-    assert cli("run", *SMALL, "train.steps=2", "--run-dir", run, "-q").returncode == 0
-    r = cli("run", "--resume", run, "train.steps=4", "-q")
+    assert main_cli("run", *SMALL, "train.steps=2", "--run-dir", run, "-q").returncode == 0
+    r = main_cli("run", "--resume", run, "train.steps=4", "-q")
     assert r.returncode == 0, r.stderr
     assert json.loads((run / "final.json").read_text())["steps"] == 4
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in rows if "rollout/reward" in x] == [1, 2, 3, 4]
-    again = cli("run", "--resume", run, "-q")
+    again = main_cli("run", "--resume", run, "-q")
     assert again.returncode == 1 and "already finished its 4 steps" in again.stderr and "train.steps=N" in again.stderr
-    other = cli("run", "--resume", run, "train.lr=0.1", "-q")
+    other = main_cli("run", "--resume", run, "train.lr=0.1", "-q")
     assert other.returncode == 1 and "--resume cannot change train.lr" in other.stderr
 
 
 # 5. --plugin anywhere on the line; a missing file is an error; a resumed run finds its plugins
 
 
-def test_plugin_option_before_the_subcommand(tmp_path, bad_plugin):
-    r = cli("--plugin", bad_plugin, "plugins", "show", "matrix_loss")
+def test_plugin_option_before_the_subcommand(tmp_path, bad_plugin, main_cli):
+    r = main_cli("--plugin", bad_plugin, "plugins", "show", "matrix_loss")
     assert r.returncode == 0 and "A policy loss that forgets to aggregate" in r.stdout
 
 
-def test_missing_plugin_file_is_an_error(tmp_path):
-    r = cli("run", "--plugin", tmp_path / "nope.py", "-q")
+def test_missing_plugin_file_is_an_error(tmp_path, main_cli):
+    r = main_cli("run", "--plugin", tmp_path / "nope.py", "-q")
     assert r.returncode == 1 and "plugin file not found" in r.stderr
 
 
-def test_run_records_its_plugins_and_resume_finds_them(tmp_path):
+def test_run_records_its_plugins_and_resume_finds_them(tmp_path, main_cli):
     plugin = tmp_path / "elsewhere" / "my_adv.py"
     plugin.parent.mkdir()
     plugin.write_text(
@@ -158,15 +175,15 @@ def test_run_records_its_plugins_and_resume_finds_them(tmp_path):
         "    register('flat_adv', flat)\n"
     )
     run = tmp_path / "run"
-    r = cli("run", *SMALL, "advantage=flat_adv", "train.steps=1", "--plugin", plugin, "--run-dir", run, "-q")
+    r = main_cli("run", *SMALL, "advantage=flat_adv", "train.steps=1", "--plugin", plugin, "--run-dir", run, "-q")
     assert r.returncode == 0, r.stderr
     recorded = (run / "config.toml").read_text()
     assert str(plugin.resolve()) in recorded and "[provenance]" in recorded and "torch = " in recorded
-    # from another directory, without --plugin: the recorded plugin is found
+    # from another directory, without --plugin, in a process that has imported nothing: the recorded plugin is found
     again = cli("run", "--resume", run, "train.steps=2", "-q", cwd=tmp_path / "elsewhere")
     assert again.returncode == 0, again.stderr
     # and the recorded config reproduces the run
-    assert cli("run", run / "config.toml", "--run-dir", tmp_path / "rerun", "-q").returncode == 0
+    assert main_cli("run", run / "config.toml", "--run-dir", tmp_path / "rerun", "-q").returncode == 0
 
 
 # 6. a scheduled learning rate takes effect
@@ -200,8 +217,8 @@ def test_plugin_allow_list_keeps_builtins(tmp_path):
 # 8. the same --plugin twice loads once
 
 
-def test_same_plugin_twice_on_the_command_line(bad_plugin):
-    r = cli("--plugin", bad_plugin, "plugins", "--kind", "policy_loss", "--plugin", bad_plugin)
+def test_same_plugin_twice_on_the_command_line(bad_plugin, main_cli):
+    r = main_cli("--plugin", bad_plugin, "plugins", "--kind", "policy_loss", "--plugin", bad_plugin)
     assert r.returncode == 0 and "registered twice" not in r.stdout + r.stderr and r.stdout.count("matrix_loss") == 1
 
 
@@ -268,17 +285,17 @@ def test_missing_pairs_file_fails_at_load(tmp_path):
 # a second run into a directory that already holds one is refused, or replaced with --overwrite
 
 
-def test_a_run_dir_that_holds_a_run_is_refused_unless_resumed_or_overwritten(tmp_path):
+def test_a_run_dir_that_holds_a_run_is_refused_unless_resumed_or_overwritten(tmp_path, main_cli):
     """Mistake: reusing --run-dir D for a new run (it used to mix both runs' metrics and overwrite
     the first run's checkpoints and final.json without a word)."""
     run = tmp_path / "run"
-    assert cli("run", *SMALL, "train.steps=1", "--run-dir", run, "-q").returncode == 0
+    assert main_cli("run", *SMALL, "train.steps=1", "--run-dir", run, "-q").returncode == 0
     first = (run / "final.json").read_text()
-    again = cli("run", *SMALL, "train.steps=1", "--run-dir", run, "-q")
+    again = main_cli("run", *SMALL, "train.steps=1", "--run-dir", run, "-q")
     assert again.returncode == 1 and "already holds a run" in again.stderr and "--resume" in again.stderr and "--overwrite" in again.stderr
     assert (run / "final.json").read_text() == first
     (run / "stale.txt").write_text("from the old run")
-    over = cli("run", *SMALL, "train.steps=2", "--run-dir", run, "--overwrite", "-q")
+    over = main_cli("run", *SMALL, "train.steps=2", "--run-dir", run, "--overwrite", "-q")
     assert over.returncode == 0, over.stderr
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in rows if "rollout/reward" in x] == [1, 2]  # the new run's rows only
@@ -287,7 +304,7 @@ def test_a_run_dir_that_holds_a_run_is_refused_unless_resumed_or_overwritten(tmp
     other = tmp_path / "mine"
     other.mkdir()
     (other / "config.toml").write_text("[train]\nsteps = 1\n")
-    r = cli("run", *SMALL, "train.steps=1", "--run-dir", other, "--overwrite", "-q")
+    r = main_cli("run", *SMALL, "train.steps=1", "--run-dir", other, "--overwrite", "-q")
     assert r.returncode == 1 and "not a config a run recorded" in r.stderr and (other / "config.toml").read_text() == "[train]\nsteps = 1\n"
 
 
@@ -320,11 +337,11 @@ def test_run_dir_checks_in_the_python_api(tmp_path):
     assert len({default_run_dir(cfg), default_run_dir(cfg)}) == 2
 
 
-def test_run_and_resume_flags_that_do_not_combine_are_refused(tmp_path):
+def test_run_and_resume_flags_that_do_not_combine_are_refused(tmp_path, main_cli):
     """Mistake: --overwrite without --run-dir, or with --resume (it would be ignored)."""
-    r = cli("run", *SMALL, "--overwrite", "-q")
+    r = main_cli("run", *SMALL, "--overwrite", "-q")
     assert r.returncode == 1 and "--overwrite replaces the run in --run-dir" in r.stderr
-    r = cli("run", "--resume", tmp_path, "--overwrite", "-q")
+    r = main_cli("run", "--resume", tmp_path, "--overwrite", "-q")
     assert r.returncode == 1 and "--overwrite do not apply" in r.stderr
 
 
@@ -403,15 +420,15 @@ def test_the_summary_names_the_components_a_schedule_switched_to(tmp_path, capsy
     assert components_used("rl", timeline(parts, later, total=8)) == "rl: grpo + ppo_clip → grpo + cispo from step 5"
 
 
-def test_extending_a_run_whose_decay_has_its_own_length_asks_for_the_new_length(tmp_path):
+def test_extending_a_run_whose_decay_has_its_own_length_asks_for_the_new_length(tmp_path, main_cli):
     """More train.steps on --resume would leave the extra steps at the rate a fixed-length decay
     ended on (0): refused until train.lr_schedule_steps says where the decay now ends."""
     run = tmp_path / "run"
     sched = ["train.lr_schedule=linear", "train.warmup_steps=0", "train.lr_schedule_steps=2"]
-    assert cli("run", *SMALL, "train.steps=2", *sched, "--run-dir", run, "-q").returncode == 0
-    r = cli("run", "--resume", run, "train.steps=3", "-q")
+    assert main_cli("run", *SMALL, "train.steps=2", *sched, "--run-dir", run, "-q").returncode == 0
+    r = main_cli("run", "--resume", run, "train.steps=3", "-q")
     assert r.returncode == 1 and "train.lr_schedule_steps = 2" in r.stderr and "give train.lr_schedule_steps=N" in r.stderr
-    r = cli("run", "--resume", run, "train.steps=3", "train.lr_schedule_steps=3", "-q")
+    r = main_cli("run", "--resume", run, "train.steps=3", "train.lr_schedule_steps=3", "-q")
     assert r.returncode == 0, r.stderr
     lrs = [x["optim/lr"] for x in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "optim/lr" in x]
     assert lrs[-1] == pytest.approx(0.0) and lrs[1] == pytest.approx(0.0)  # each decay ends at its length: 2, then 3
