@@ -236,7 +236,7 @@ step <select id="step"><option value="">all</option>{step_options}</select>
 min reward <input id="minr" type="number" step="any">
 finish <select id="finish"><option value="">any</option>{finish_options}</select>
 text <input id="grep" type="search">
-colour <select id="color"><option value="advantage">advantage</option><option value="gap">sampler − trainer gap</option></select>
+colour <select id="color"><option value="advantage"{advantage_selected}>advantage</option><option value="gap"{gap_selected}>sampler − trainer gap</option></select>
 (a token's value shows when the pointer rests on it)
 <span id="count"></span>
 </section>
@@ -302,8 +302,9 @@ def embed_json(value: Any) -> str:
     return text
 
 
-def write_html(path: Path, recs: list[dict], *, title: str, metrics: list[dict]) -> Path:
-    """One self-contained page (no network): the samples with client-side filters, and the run's curves."""
+def write_html(path: Path, recs: list[dict], *, title: str, metrics: list[dict], color: str = "advantage") -> Path:
+    """One self-contained page (no network): the samples with client-side filters, and the run's
+    curves; its tokens coloured by ``color`` (``advantage``, ``gap``) until another is chosen."""
     steps = sorted({r["step"] for r in recs})
     finishes = sorted({r["finish_reason"] for r in recs})
     data = embed_json([{**r, "advantage": sample_advantage(r)} for r in recs])
@@ -311,6 +312,7 @@ def write_html(path: Path, recs: list[dict], *, title: str, metrics: list[dict])
         title=html.escape(title), curves=_curves_svg(metrics, ("rollout/reward", "rollout/accuracy", "eval/accuracy", "actor/entropy")),
         step_options="".join(f'<option value="{s}">{s}</option>' for s in steps),
         finish_options="".join(f'<option value="{html.escape(f)}">{html.escape(f)}</option>' for f in finishes), data=data,
+        advantage_selected=" selected" if color == "advantage" else "", gap_selected=" selected" if color == "gap" else "",
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")
@@ -372,7 +374,7 @@ def cmd_traces(args) -> int:
             raise TracesError(f"rllab traces: {str(path)!r} is empty: the run has traced no sample yet")
         if args.html and Path(args.html).is_dir():
             raise TracesError(f"rllab traces: --html {args.html!r} is a directory; give the page's file name, e.g. {args.html.rstrip('/')}/traces.html")
-        kind = None if args.html else "eval" if args.eval else "train"
+        kind = "eval" if args.eval else None if args.html else "train"  # a page holds both kinds, but with --eval
         shown = select(recs, step=args.step, min_reward=args.min_reward, max_reward=args.max_reward, finish=args.finish,
                        grep=args.grep, limit=args.limit, all_steps=bool(args.html), kind=kind)
         if not shown:
@@ -385,7 +387,7 @@ def cmd_traces(args) -> int:
             except (BadLineError, UnicodeDecodeError) as e:
                 print(f"warning: {metrics_file} is unreadable ({e}); the page has no curves", file=sys.stderr)
                 metrics = []
-            out = write_html(Path(args.html), shown, title=path.parent.name, metrics=metrics)
+            out = write_html(Path(args.html), shown, title=path.parent.name, metrics=metrics, color=args.color)
             print(f"wrote {out} ({len(shown)} samples)")
             return 0
         show(shown, color=args.color)

@@ -231,6 +231,20 @@ def test_an_empty_file_says_so_and_filters_are_named_only_when_given(tmp_path, c
     assert capsys.readouterr().err.strip() == "rllab traces: --min-reward 2.0 is above --max-reward 1.0: no reward passes both"
 
 
+def test_a_page_of_the_evaluations_answers_holds_them_alone(tmp_path, capsys):
+    """Silently ignored: ``--html --eval`` wrote the training samples too."""
+    f = write(tmp_path / "traces.jsonl", [rec(0, kind="eval"), rec(1), rec(1, kind="eval", prompt="2+2=")])
+    for extra, kinds in (([], ["eval", "train", "eval"]), (["--eval"], ["eval", "eval"])):
+        assert main(["traces", str(f), "--html", str(tmp_path / "p.html"), *extra]) == 0
+        data = json.loads(scripts_of((tmp_path / "p.html").read_text())[0][1])
+        assert [d.get("kind", "train") for d in data] == kinds
+    assert "(2 samples)" in capsys.readouterr().out.splitlines()[-1]
+    for color in ("advantage", "gap"):  # --color: the page's colouring until the reader picks another
+        assert main(["traces", str(f), "--html", str(tmp_path / "p.html"), "--color", color]) == 0
+        assert f'<option value="{color}" selected>' in (tmp_path / "p.html").read_text()
+        assert (tmp_path / "p.html").read_text().count(" selected>") == 1
+
+
 def test_a_step_with_only_the_other_kind_says_how_to_see_it(tmp_path, capsys):
     f = write(tmp_path / "traces.jsonl", [rec(0, kind="eval"), rec(1), rec(2)])
     assert main(["traces", str(f), "--step", "0"]) == 2
