@@ -114,12 +114,14 @@ def _strip(rows):
     return [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))} for r in rows]
 
 
-def test_kill_9_then_resume_matches_uninterrupted_run(tmp_path):
+def test_kill_9_then_resume_matches_uninterrupted_run(tmp_path, capsys):
+    from rllab.cli import main
+
     env = dict(os.environ)
     args = [*SMALL, "train.steps=8", "train.checkpoint_every=2", "train.seed=3"]
     cmd = [sys.executable, "-m", "rllab.cli", "run", *args, "-q"]
-    full = subprocess.run([*cmd, "--run-dir", str(tmp_path / "full")], env=env, capture_output=True, text=True)
-    assert full.returncode == 0, full.stderr
+    # the uninterrupted run and the resume in this process (rllab.cli.main); the run killed is a process of its own
+    assert main(["run", *args, "-q", "--run-dir", str(tmp_path / "full")]) == 0, capsys.readouterr().err
 
     run = tmp_path / "killed"
     proc = subprocess.Popen([*cmd, "--run-dir", str(run)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -132,8 +134,7 @@ def test_kill_9_then_resume_matches_uninterrupted_run(tmp_path):
     proc.wait()
     assert not (run / "final.json").exists(), "the run finished before the kill"
 
-    resumed = subprocess.run([sys.executable, "-m", "rllab.cli", "run", "--resume", str(run), "-q"], env=env, capture_output=True, text=True)
-    assert resumed.returncode == 0, resumed.stderr
+    assert main(["run", "--resume", str(run), "-q"]) == 0, capsys.readouterr().err
     a = [json.loads(x) for x in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
     b = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in b] == [r["step"] for r in a]
@@ -263,12 +264,15 @@ def test_empty_completions_train_without_nan(tmp_path, trouble_lab):
     tr.close()
 
 
-def test_bad_config_fails_before_any_model_loads(tmp_path):
-    env = dict(os.environ, RLLAB_CACHE=str(tmp_path / "cache"))
+def test_bad_config_fails_before_any_model_loads(tmp_path, monkeypatch, capsys):
+    from rllab.cli import main
+
+    monkeypatch.setenv("RLLAB_CACHE", str(tmp_path / "cache"))
     for bad in (["advantage=nope"], ["policy_loss.clip_c=0.5"], ["model.tiny.hidden_size=2"], ["train.lr=-1"]):
-        r = subprocess.run([sys.executable, "-m", "rllab.cli", "run", *bad, "--run-dir", str(tmp_path / "r"), "-q"], env=env, capture_output=True, text=True)
-        assert r.returncode == 1, (bad, r.stderr)
-        assert "error:" in r.stderr
+        code = main(["run", *bad, "--run-dir", str(tmp_path / "r"), "-q"])
+        err = capsys.readouterr().err
+        assert code == 1, (bad, err)
+        assert "error:" in err
         assert not (tmp_path / "cache").exists() and not (tmp_path / "r").exists()
 
 
