@@ -184,8 +184,8 @@ def test_overwrite_keeps_the_replacement_locked(tmp_path):
 
 
 def test_a_second_process_on_a_run_directory_is_refused_and_a_killed_holder_does_not_block(tmp_path, model_cache, capsys):
-    """Two real processes: ``rllab run --run-dir D`` runs; a second ``rllab run --run-dir D``, a
-    ``--resume D`` and an ``--overwrite`` are refused naming its pid; after ``kill -9`` of the first,
+    """Two real processes: ``rllab run --run-dir D`` runs in a child; in this one, a second ``rllab run
+    --run-dir D``, a ``--resume D`` and an ``--overwrite`` are refused naming its pid; after ``kill -9`` of the first,
     ``--resume D`` continues it from its last checkpoint (the dead holder's lock file left behind)."""
     run = tmp_path / "run"
     settings = {**TINY, "train.checkpoint_every": 1, "train.eval_every": 0, "train.steps": 400}
@@ -198,10 +198,10 @@ def test_a_second_process_on_a_run_directory_is_refused_and_a_killed_holder_does
             time.sleep(0.2)
         assert latest.is_file(), first.communicate()[0][-3000:] if first.poll() is not None else "no checkpoint in time"
         assert runlock.holder(run)["pid"] == first.pid
-        second = subprocess.run([sys.executable, "-m", "rllab", "run", *overrides(TINY), "--steps", "2", "--run-dir", str(run), "-q"],
-                                env=_env(), capture_output=True, text=True, timeout=120)
-        err = _flat(second.stderr)
-        assert second.returncode == 1 and f"{run} is in use by another rllab process (pid {first.pid}" in err, err[-2000:]
+        # the second taker is this process (rllab.cli.main), as in the loop below
+        code = main(["run", *overrides(TINY), "--steps", "2", "--run-dir", str(run), "-q"])
+        err = _flat(capsys.readouterr().err)
+        assert code == 1 and f"{run} is in use by another rllab process (pid {first.pid}" in err, err[-2000:]
         assert f"kill {first.pid}" in err and f"rllab run --resume {run}" in err
         for args in (["--resume", str(run)], [*overrides(TINY), "--steps", "2", "--run-dir", str(run), "--overwrite"]):
             assert main(["run", *args, "-q"]) == 1
@@ -212,9 +212,7 @@ def test_a_second_process_on_a_run_directory_is_refused_and_a_killed_holder_does
         first.communicate()
     assert runlock.holder(run)["pid"] == first.pid  # its lock file is still there, stale
     step = int(latest.read_text().strip().split("_")[1])
-    resumed = subprocess.run([sys.executable, "-m", "rllab", "run", "--resume", str(run), f"train.steps={step + 1}", "-q"],
-                             env=_env(), capture_output=True, text=True, timeout=240)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert main(["run", "--resume", str(run), f"train.steps={step + 1}", "-q"]) == 0, capsys.readouterr().err[-3000:]
     assert json.loads((run / "final.json").read_text())["steps"] == step + 1
     steps = [r["step"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "rollout/reward" in r]
     assert steps == list(range(1, step + 2))  # each step's row once
