@@ -792,12 +792,19 @@ SMALL = [
 ]
 
 
-def train_both(tmp_path, monkeypatch, *extra):
+@pytest.fixture(scope="module")
+def warm_cache(tmp_path_factory):
+    """A model cache the end-to-end runs below share: their warm start (SMALL's model, 60 steps) is
+    built once, not once per test."""
+    return tmp_path_factory.mktemp("sglang-model-cache")
+
+
+def train_both(tmp_path, monkeypatch, warm_cache, *extra):
     """The same config and seed trained with rollouts from the stand-in and from the hf backend."""
     from rllab.config import load_config
     from rllab.training.trainer import run_experiment
 
-    monkeypatch.setenv("RLLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RLLAB_CACHE", str(warm_cache))
     cfg = [*SMALL, *extra]
     with StandIn(None, lifetime_s=300) as server:
         sg = run_experiment(load_config(None, [*cfg, "backend=sglang", f"backend.urls={server.url}"]),
@@ -848,8 +855,8 @@ def test_random_aborts_resubmit_only_the_aborted_samples(lab, tiny):
         assert b.last_metrics()["sglang/aborted_total"] == flaky.aborted - start  # this backend's two calls
 
 
-def test_short_training_run_through_the_standin(tmp_path, monkeypatch):
-    ours, theirs, versions, generated = train_both(tmp_path, monkeypatch, "model.warm_start.steps=60", "train.steps=3")
+def test_short_training_run_through_the_standin(tmp_path, monkeypatch, warm_cache):
+    ours, theirs, versions, generated = train_both(tmp_path, monkeypatch, warm_cache, "model.warm_start.steps=60", "train.steps=3")
     assert versions == ["1", "2", "3", "4"]  # the first sync, then one per optimizer step
     assert generated >= 3  # every rollout came from the server (4 prompts: one request a step)
     assert len(ours) == len(theirs) == 3
@@ -862,11 +869,11 @@ def test_short_training_run_through_the_standin(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_short_training_run_learns_as_the_hf_backend_does(tmp_path, monkeypatch):
+def test_short_training_run_learns_as_the_hf_backend_does(tmp_path, monkeypatch, warm_cache):
     """A warm-started policy that is sometimes right: with rollouts from the stand-in the run gets
     rewards and makes updates, and its rewards stay close to the hf backend's under the same
     seed (the samples differ: seeds are drawn per sample here)."""
-    ours, theirs, versions, _ = train_both(tmp_path, monkeypatch, "model.warm_start.steps=400", "train.steps=4")
+    ours, theirs, versions, _ = train_both(tmp_path, monkeypatch, warm_cache, "model.warm_start.steps=400", "train.steps=4")
     assert versions == ["1", "2", "3", "4", "5"]
     for rows in (ours, theirs):
         assert any(r["rollout/reward"] > 0 for r in rows) and any(r["loss/policy"] != 0 for r in rows)
@@ -874,14 +881,14 @@ def test_short_training_run_learns_as_the_hf_backend_does(tmp_path, monkeypatch)
     assert abs(mean(ours) - mean(theirs)) < 0.2
 
 
-def test_a_run_with_distributed_weight_sync(tmp_path, monkeypatch):
+def test_a_run_with_distributed_weight_sync(tmp_path, monkeypatch, warm_cache):
     """The trainer's own loop with weight_sync = "distributed" (over gloo, the server a separate
     process the backend launches): the first sync starts the server from a snapshot, every later
     one is a broadcast, and every rollout comes from the weights just pushed."""
     from rllab.config import load_config
     from rllab.training.trainer import run_experiment
 
-    monkeypatch.setenv("RLLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RLLAB_CACHE", str(warm_cache))
     knobs = launch_knobs(weight_sync="distributed", distributed_backend="gloo")
     over = [f"backend.{k}={json.dumps(v)}" for k, v in knobs.items()]
     run_experiment(load_config(None, [*SMALL, "model.warm_start.steps=60", "train.steps=2", "backend=sglang", *over]),
@@ -944,13 +951,13 @@ def test_close_removes_the_snapshot_directory_even_when_closing_connections_fail
     b.close()
 
 
-def test_a_run_survives_a_server_that_aborts_6_percent_of_samples(tmp_path, monkeypatch):
+def test_a_run_survives_a_server_that_aborts_6_percent_of_samples(tmp_path, monkeypatch, warm_cache):
     """What ended runs before: about 6% of samples aborted, so nearly every request held one. The
     run completes; the aborted samples are resubmitted and counted, step by step."""
     from rllab.config import load_config
     from rllab.training.trainer import run_experiment
 
-    monkeypatch.setenv("RLLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RLLAB_CACHE", str(warm_cache))
     with StandIn(None, lifetime_s=300, abort_rate=0.06, abort_seed=3) as server:
         run_experiment(load_config(None, [*SMALL, "model.warm_start.steps=60", "train.steps=3", "rollout.group_size=8",
                                           "train.eval_size=32", "backend=sglang", f"backend.urls={server.url}",
@@ -966,7 +973,7 @@ def test_a_run_survives_a_server_that_aborts_6_percent_of_samples(tmp_path, monk
     assert sum(r["sglang/aborted"] for r in steps) <= totals[-1]
 
 
-def test_a_run_resumes_on_a_server_that_came_back_at_another_address(tmp_path, monkeypatch, capsys):
+def test_a_run_resumes_on_a_server_that_came_back_at_another_address(tmp_path, monkeypatch, warm_cache, capsys):
     """The server died after a checkpoint and came back elsewhere: ``--resume RUN
     backend.urls=NEW`` continues the run from its checkpoint on the new server and records the
     change; the recorded config now names the new address."""
@@ -976,7 +983,7 @@ def test_a_run_resumes_on_a_server_that_came_back_at_another_address(tmp_path, m
     from rllab.training.runs import RESUME_LOG, resume_run
     from rllab.training.trainer import run_experiment
 
-    monkeypatch.setenv("RLLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RLLAB_CACHE", str(warm_cache))
     run = tmp_path / "run"
     with StandIn(None, lifetime_s=300) as first:
         run_experiment(load_config(None, [*SMALL, "model.warm_start.steps=60", "train.steps=1", "backend=sglang",
