@@ -316,15 +316,13 @@ def trackio_store(tmp_path, monkeypatch):
     return trackio, storage.SQLiteStorage
 
 
-def test_a_run_logged_to_trackio_reads_back_from_its_store(tmp_path, trackio_store):
-    import subprocess
+def test_a_run_logged_to_trackio_reads_back_from_its_store(tmp_path, trackio_store, capsys):
+    from rllab.cli import main
 
     _, storage = trackio_store
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "rllab.cli", "run", *overrides(TINY), "train.steps=2", "train.lr=3e-4",
-           'loggers=["jsonl", "trackio"]', "--run-dir", str(run), "-q"]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
+    args = ["run", *overrides(TINY), "train.steps=2", "train.lr=3e-4", 'loggers=["jsonl", "trackio"]', "--run-dir", str(run), "-q"]
+    assert main(args) == 0, capsys.readouterr().err[-2000:]
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     rewards = {r["step"]: r["rollout/reward"] for r in rows if "rollout/reward" in r}
     name = (run / "trackio_run").read_text().strip()
