@@ -317,6 +317,14 @@ def build_config(spec: ComponentSpec, values: Mapping[str, Any], *, section: str
             if isinstance(value, (int, float)) and not isinstance(value, bool) and "str" in _type_name(f.type):
                 # e.g. a hash of digits alone, read as a number on the command line (leading zeros already lost)
                 quote = f"; text of digits alone is read as a number: quote it ({key}='\"...\"' on the command line, \"...\" in TOML)"
+            elif isinstance(value, (Mapping, list, tuple)) and f.type is str:
+                # e.g. a reward service's headers given as an object inside task.reward_knobs: the knob holds JSON text
+                import json
+
+                try:
+                    quote = f"; it takes that as JSON text: {key} = {json.dumps(json.dumps(value))}"
+                except (TypeError, ValueError):
+                    pass
             raise ConfigError(
                 f"{who}: knob {key} = {value!r} has the wrong type: expected {_type_name(f.type)}{extra}"
                 f" [{_flatten(e)}]{quote}",

@@ -550,6 +550,16 @@ def test_bad_remote_knobs_are_refused_naming_the_knob(knobs, key):
     assert load_reward_function("remote", knobs={"url": "http://h", "timeout_s": 86_400, "max_backoff_s": 86_400}).config.timeout_s == 86_400
 
 
+def test_headers_given_as_an_object_say_how_to_write_them_as_json_text():
+    """Unclear: ``"headers": {"A": "b"}`` inside task.reward_knobs said only "expected a string"."""
+    with pytest.raises(ConfigError) as e:
+        load_reward_function("remote", knobs={"url": "http://h", "headers": {"Authorization": "Bearer x"}})
+    assert str(e.value).endswith('; it takes that as JSON text: headers = "{\\"Authorization\\": \\"Bearer x\\"}"')
+    said = str(e.value).rsplit("headers = ", 1)[1]
+    knobs = {"url": "http://h", "headers": json.loads(said)}  # what it says to write is taken
+    assert json.loads(load_reward_function("remote", knobs=knobs).config.headers) == {"Authorization": "Bearer x"}
+
+
 def test_a_missing_url_through_the_dataset_task_says_where_knobs_go(tmp_path):
     pytest.importorskip("datasets")
     from rllab_tasks.tasks.dataset import DatasetConfig, DatasetTask
