@@ -50,8 +50,9 @@ compares against the control itself, or the metric is a training metric the cont
 (or pass@K, which has no step-0 counterpart) — the verdict stands,
 marked :data:`ASSAY_UNCHECKED`, and the reason says why. Reproduced and opposite verdicts do not
 depend on it: a difference that separates is evidence from any start. Per start, whether the
-suite learns at all (:func:`learning_by_start`: some arm's final accuracy above ``no_rl``'s, 95% CI
-above 0) is reported beside the per-start verdicts (:func:`learning_lines`).
+suite learns at all (:func:`learning_by_start`: some arm's final accuracy above ``no_rl``'s, else
+above its own step-0 evaluation, 95% CI above 0) is reported beside the per-start verdicts
+(:func:`learning_lines`).
 
 Only an ``equal`` claim (and only its ``equivalent`` verdict) may be stated as "recovers",
 "equal", "matches", "parity" or "no cost" (:func:`claims_equivalence`).
@@ -494,8 +495,8 @@ def learning_by_start(records, arms: list, control: str | None, *, tasks: list, 
 
 
 def learning_lines(learning: list[dict]) -> list[str]:
-    """Bullets saying, per start, whether the reference arm learns (:func:`learning_by_start`); a start
-    that does not is flagged: its verdicts show only that nothing moved."""
+    """Bullets saying, per start, whether anything learns from it (:func:`learning_by_start`); a start
+    from which no arm is shown to learn is flagged: no equivalence holds from it."""
     if not learning:
         return []
     tasks = {g["task"] for g in learning}
@@ -543,8 +544,9 @@ def markdown_lines(entries: list[dict], *, eval_size: int | None = None, explain
         lines += ["Each claim of the suite file decided by code: the effect is mean(arm) − mean(against) over seeds; *reproduced* when the 95% CI "
              "excludes 0 in the paper's direction with the effect at least the minimum, *opposite* when it excludes 0 the other way "
              "(at least the minimum), *equivalent within ±m* when the 90% CI lies inside ±m (TOST, α = 0.05) and the reference arm beats the "
-             f"no-learning control ({NO_LEARNING_CONTROL}) on the claim's metric, 95% CI above 0, in the same runs (from every start that enters it: "
-             f"assay sensitivity; marked {ASSAY_UNCHECKED} where the suite cannot tell), else *not separable at this budget*. "
+             f"no-learning control ({NO_LEARNING_CONTROL}, else each run's own step-0 evaluation) on the claim's metric, 95% CI above 0, in the "
+             f"same runs (from every start that enters it: assay sensitivity; marked {ASSAY_UNCHECKED} where nothing can tell), else "
+             "*not separable at this budget*. "
              "Effects, minima and margins in points for held-out fractions, in the metric's own units for track: metrics. "
              f"Intervals: percentile bootstrap over {_levels(entries)}; {resolution(eval_size)}.", ""]
     else:
