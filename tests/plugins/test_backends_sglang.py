@@ -793,10 +793,12 @@ SMALL = [
 
 
 @pytest.fixture(scope="module")
-def warm_cache(tmp_path_factory):
-    """A model cache the end-to-end runs below share: their warm start (SMALL's model, 60 steps) is
-    built once, not once per test."""
-    return tmp_path_factory.mktemp("sglang-model-cache")
+def warm_cache(model_cache):
+    """The module's model cache, which the end-to-end runs below share: their warm start (SMALL's
+    model, 60 steps) is built once, not once per test (or copied in, tests/conftest.py)."""
+    import os
+
+    return Path(os.environ["RLLAB_CACHE"])
 
 
 def train_both(tmp_path, monkeypatch, warm_cache, *extra):
