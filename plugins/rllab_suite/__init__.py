@@ -122,13 +122,21 @@ def _warn(text: str) -> None:
     warnings.warn(text, NoLearningSignalWarning, stacklevel=2)
 
 
+def _steps_seen(s: dict) -> str:
+    """The steps a warning speaks of: the run's first ones, or those since it was resumed."""
+    first, last = s.get("start", 0) + 1, s.get("start", 0) + s["steps"]
+    if first == 1:
+        return f"the first {s['steps']} steps"
+    return f"step {first} (the first since the resume)" if first == last else f"steps {first}–{last} (since the resume)"
+
+
 def _nothing(s: dict, who: str) -> str:
     """The no-learning warning: what was empty, and why."""
     if s["zero"] == s["steps"]:
-        what = (f"every rollout of the first {s['steps']} steps scored 0 on {who}, so there is nothing to learn from "
+        what = (f"every rollout of {_steps_seen(s)} scored 0 on {who}, so there is nothing to learn from "
                 "(every group's advantage is 0)")
         return f"{what}; {_cause(s)}"
-    what = f"no step of the first {s['steps']} kept a sample to train on (rollout/kept_frac 0) on {who}, so nothing was learnt"
+    what = f"no step of {_steps_seen(s)} kept a sample to train on (rollout/kept_frac 0) on {who}, so nothing was learnt"
     if s["error_frac"] > 0:
         return f"{what}; {_cause(s)}"
     return f"{what}; rollout.dynamic_sampling drops every group whose rewards are all equal, and every group's were."
@@ -179,7 +187,7 @@ def on_run_start(run_dir, config, start_step, total_steps, progress):
         "kind": COMPONENT_SECTIONS[config.source][0], "task": config.component(config.source).name,
         "total": total_steps - start_step, "policy": config.rollout.reward_errors,
         "budget": getattr(config.rollout, "max_episode_tokens", None), "max_new_tokens": config.rollout.max_new_tokens,
-        "stopped": 0.0, "empty": 0,
+        "stopped": 0.0, "empty": 0, "start": start_step,
     }
 
 
