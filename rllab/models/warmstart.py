@@ -160,7 +160,7 @@ def _warm_start(model, tokenizer, task, config: WarmStartConfig, progress: bool,
     last = None  # the last probe taken: (its step, its ProbeScores.Probe, its verdict)
     later = held_out is not None and scored_anywhere(task) and config.target_accuracy is not None
     """Whether the last probe's value may come after the warm start returns (``held_out``)."""
-    bar = contextlib.ExitStack()  # the progress bar, open until the last probe's accuracy is in
+    bar = contextlib.ExitStack()  # the progress bar, open until the last probe's accuracy (or, not waited for, its verdict) is shown
     if config.steps > 0:
         model.train()
         opt = torch.optim.AdamW(
