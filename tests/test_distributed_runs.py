@@ -50,12 +50,13 @@ def _torchrun(args: list[str], *, timeout: float, env: dict | None = None) -> su
 
 @pytest.fixture(scope="module")
 def warm(model_cache, tmp_path_factory):
-    """The warm start built once, in one process, so the 2-rank runs below load it from the cache."""
+    """The warm start built once, in one process, so the 2-rank runs below load it from the cache
+    (building the trainer builds it; no step is run)."""
     from rllab.config import load_config
-    from rllab.training.trainer import run_experiment
+    from rllab.training.trainer import Trainer
 
     run_dir = tmp_path_factory.mktemp("warm") / "run"
-    run_experiment(load_config(None, [*overrides(TINY), "train.steps=1", "train.eval_size=4"]), run_dir=run_dir, progress=False)
+    Trainer(load_config(None, [*overrides(TINY), "train.steps=1", "train.eval_size=4"]), run_dir=run_dir, progress=False).close()
 
 
 def test_the_readme_shows_the_command_these_tests_run():
