@@ -45,9 +45,13 @@ its near-zero effects narrow the pooled interval). Without it the verdict reads 
 this budget``, the reason naming the start and the reference's gain over the control with its CI.
 A suite without a ``no_rl`` arm checks each run against its own evaluation before the first step
 (:data:`STEP0`, recorded per problem as ``initial_accuracy`` / ``initial_reward``: the same starting
-model, evaluated alike), paired by seed. Where it cannot be checked — neither is recorded, the claim
-compares against the control itself, or the metric is a training metric the control never logs
-(or pass@K, which has no step-0 counterpart) — the verdict stands,
+model, evaluated alike), paired by seed. Where the claim's metric has no control value — a training
+metric the control never logs, or pass@K the control lacks (and which has no step-0 counterpart) —
+the reference must learn at all instead: the same check on final held-out accuracy, in the same
+strata; failing anywhere, not separable as above (the reason says the check was made on final
+accuracy and why), passing, the verdict stands and says it was checked on final accuracy. Where
+nothing can check it — no control is recorded, such a metric's runs recorded no final accuracy
+either, or the claim compares against the control itself — the verdict stands,
 marked :data:`ASSAY_UNCHECKED`, and the reason says why. Reproduced and opposite verdicts do not
 depend on it: a difference that separates is evidence from any start. Per start, whether the
 suite learns at all (:func:`learning_by_start`: some arm's final accuracy above ``no_rl``'s, else
@@ -381,12 +385,22 @@ def initial_metric(metric: str) -> str | None:
 def assay(records, c: Claim, task: str, control: str | None, *, n_boot: int = N_BOOT) -> dict:
     """The assay-sensitivity check of ``c`` in ``records`` (one start's runs, or one start's only):
     its reference arm (``against``) against the no-learning ``control`` on the claim's metric
-    (:func:`gain_over_control`; the module docstring). A claim against the control itself cannot be
-    checked this way (its reference is what does not learn)."""
+    (:func:`gain_over_control`; the module docstring). Where that metric has no control value (a
+    ``track:`` metric the control never logs, pass@K it lacks), the same check on final held-out
+    accuracy: whether the reference learns at all (``no_control`` holds why the metric could not be
+    checked). A claim against the control itself cannot be checked this way (its reference is what
+    does not learn)."""
     if control is not None and c.arm == control:
         return {"arm": c.against, "control": control, "metric": c.metric, "task": task, "diff": None, "learns": None,
                 "why": f"the claim compares with the control {control} itself"}
-    return gain_over_control(records, c.against, control, task, c.metric, n_boot=n_boot)
+    check = gain_over_control(records, c.against, control, task, c.metric, n_boot=n_boot)
+    if check["learns"] is not None or c.metric in METRICS or c.against == control:
+        return check
+    # a training metric the control never logs, or pass@K it lacks: whether the reference learns at all, on final held-out accuracy
+    final = gain_over_control(records, c.against, control, task, "final_accuracy", n_boot=n_boot)
+    if final["learns"] is None:
+        return {**check, "why": f"{check['why']}; nor on final held-out accuracy: {final['why']}"}
+    return {**final, "no_control": check["why"]}
 
 
 def gain_text(diff: dict, metric: str) -> str:
@@ -400,24 +414,33 @@ def require_assay(verdict: str, why: str, checks: list[tuple[str, dict]]) -> tup
     """``(verdict, why, mark)`` of an equivalence verdict once its assay sensitivity is asked for:
     ``checks`` holds ``(where, check)`` (:func:`assay`) for every stratum that enters the verdict
     (``where``: ``"from start 2"``, or ``""`` for runs of one start). An equivalence with a check that
-    fails is not separable, the reason naming where and the reference's gain; one that some check
+    fails is not separable, the reason naming where and the reference's gain (and, for a check made on
+    final accuracy because the metric has no control value, saying so); one that some check
     cannot tell stays, marked :data:`ASSAY_UNCHECKED`; any other verdict is returned as it is."""
     if not verdict.startswith(EQUIVALENT.split("{")[0]) or not checks:
         return verdict, why, ""
     failed = [(w, ch) for w, ch in checks if ch["learns"] is False]
     if failed:
-        said = "; ".join(f"{ch['why']}{' ' + w if w else ''}" for w, ch in failed)
+        said = "; ".join(f"{ch['why']}{' ' + w if w else ''}" + (f" (checked on final held-out accuracy, as the claim's metric has no control "
+                                                                 f"value: {ch['no_control']})" if ch.get("no_control") else "")
+                         for w, ch in failed)
         return NOT_SEPARABLE, (f"{why}, but without assay sensitivity: {said} — where the reference does not learn, arms that "
                                f"both fail to move read as equivalent, so the equivalence is not evidence"), ""
     unknown = [(w, ch) for w, ch in checks if ch["learns"] is None]
     if unknown:
         said = "; ".join(dict.fromkeys(ch["why"] for _, ch in unknown))
         return verdict, f"{why}; assay sensitivity not checked: {said}", ASSAY_UNCHECKED
+    fallback = [ch for _, ch in checks if ch.get("no_control")]
+    head = "assay sensitivity" + ("" if not fallback else " checked on final accuracy (the metric itself has no control value)"
+                                  if len(fallback) == len(checks) else " (checked on final accuracy where the metric itself has no control value)")
     if len(checks) == 1:
-        return verdict, f"{why}; assay sensitivity: {checks[0][1]['why']}", ""
+        return verdict, f"{why}; {head}: {checks[0][1]['why']}", ""
     a = checks[0][1]
+    if len({(ch["control"], ch["metric"]) for _, ch in checks}) > 1:  # checked on different metrics (or controls) in different strata
+        said = ", ".join(f"{ch['arm']} − {ch['control']} on {ch['metric']} {gain_text(ch['diff'], ch['metric'])} {w}" for w, ch in checks)
+        return verdict, f"{why}; {head} from every start that enters it: {said}", ""
     said = ", ".join(f"{gain_text(ch['diff'], ch['metric'])} {w}" for w, ch in checks)
-    return verdict, f"{why}; assay sensitivity from every start that enters it: {a['arm']} − {a['control']} on {a['metric']} {said}", ""
+    return verdict, f"{why}; {head} from every start that enters it: {a['arm']} − {a['control']} on {a['metric']} {said}", ""
 
 
 def evaluate_claims(records, claims: tuple[Claim, ...], *, tasks: list, n_boot: int = N_BOOT, control: str | None = None) -> list[dict]:
@@ -544,7 +567,8 @@ def markdown_lines(entries: list[dict], *, eval_size: int | None = None, explain
         lines += ["Each claim of the suite file decided by code: the effect is mean(arm) − mean(against) over seeds; *reproduced* when the 95% CI "
              "excludes 0 in the paper's direction with the effect at least the minimum, *opposite* when it excludes 0 the other way "
              "(at least the minimum), *equivalent within ±m* when the 90% CI lies inside ±m (TOST, α = 0.05) and the reference arm beats the "
-             f"no-learning control ({NO_LEARNING_CONTROL}, else each run's own step-0 evaluation) on the claim's metric, 95% CI above 0, in the "
+             f"no-learning control ({NO_LEARNING_CONTROL}, else each run's own step-0 evaluation) on the claim's metric (on final held-out accuracy "
+             "where the metric has no control value: a track: metric, pass@k), 95% CI above 0, in the "
              f"same runs (from every start that enters it: assay sensitivity; marked {ASSAY_UNCHECKED} where nothing can tell), else "
              "*not separable at this budget*. "
              "Effects, minima and margins in points for held-out fractions, in the metric's own units for track: metrics. "

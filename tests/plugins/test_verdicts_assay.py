@@ -12,7 +12,7 @@ from rllab_suite.committed import CsvRun
 from rllab_suite.findings import _learning_note
 from rllab_suite.report import starts_lines
 from rllab_suite.verdicts import (
-    ASSAY_UNCHECKED, NOT_SEPARABLE, REPRODUCED, Claim, evaluate_claims, learning_by_start, learning_lines, markdown_lines, require_assay,
+    ASSAY_UNCHECKED, NOT_SEPARABLE, REPRODUCED, Claim, assay, evaluate_claims, learning_by_start, learning_lines, markdown_lines, require_assay,
 )
 
 EQUIV = "equivalent within ±2 points"
@@ -99,13 +99,60 @@ def test_without_no_rl_each_run_is_checked_against_its_own_step_0_evaluation(ini
     assert e["assay"]["control"] == "its step-0 evaluation" and e["assay"]["diff"]["seeds"] == (3, 3)
 
 
-def test_a_training_metric_the_control_never_logs_is_marked():
+def test_a_training_metric_the_control_never_logs_is_marked_when_final_accuracy_is_not_recorded_either():
     track = Claim(**{**CLAIM.to_dict(), "metric": "track:actor/entropy", "margin": 0.5, "min_effect": 1.0})
     rs = [CsvRun(variant=v, task="addition", seed=s, status="done", values={"last actor/entropy": "2.0" if v != "no_rl" else "nan"})
           for v in ("a", "b", "no_rl") for s in range(3)]
     (e,) = evaluate_claims(rs, (track,), tasks=["addition"], control="no_rl", n_boot=300)
     assert e["verdict"].startswith("equivalent within ±0.5") and e["assay_mark"] == ASSAY_UNCHECKED
-    assert "no_rl does not train, so it logs no track:actor/entropy" in e["why"]
+    assert ("assay sensitivity not checked: no_rl does not train, so it logs no track:actor/entropy; nor on final held-out accuracy: "
+            "a against no_rl: final_accuracy not recorded") in e["why"]
+
+
+TRACK = Claim(**{**CLAIM.to_dict(), "metric": "track:actor/entropy", "margin": 0.5, "min_effect": 1.0})
+PASS8 = Claim(**{**CLAIM.to_dict(), "metric": "pass@8"})
+
+
+def tracked(per_start: dict, seeds: int = 3) -> list[CsvRun]:
+    """``per_start``: start -> {arm: per-problem final accuracies}; every trained arm logs entropy 2.0 and pass@8 0.5 on every seed
+    (effect 0, interval [0, 0]), no_rl logs neither (it does not train; its pass@k not recorded)."""
+    out = runs(per_start, seeds)
+    for r in out:
+        r.values.update({"last actor/entropy": "2.0", "pass@8": "0.5"} if r.variant != "no_rl" else {})
+    return out
+
+
+@pytest.mark.parametrize("claim", [TRACK, PASS8], ids=["track", "pass@k"])
+def test_a_metric_the_control_lacks_is_checked_on_final_accuracy(claim):
+    # a = b on the claim's metric (effect 0, [0, 0]): equivalent by the interval. no_rl has no value of it, so the reference a is
+    # checked on final held-out accuracy: 0.40 − 0.20 = +20 points [+20, +20], above 0 — the equivalence stands, unmarked
+    (e,) = evaluate_claims(tracked({None: {"a": flat(0.4), "b": flat(0.4), "no_rl": flat(0.2)}}), (claim,), tasks=["addition"],
+                           control="no_rl", n_boot=300)
+    assert e["verdict"].startswith("equivalent within ±") and e["assay_mark"] == ""
+    assert e["assay"]["metric"] == "final_accuracy" and e["assay"]["diff"]["effect"] == pytest.approx(0.2)
+    assert ("; assay sensitivity checked on final accuracy (the metric itself has no control value): a − no_rl on final_accuracy: "
+            "+20.0 [+20.0, +20.0] points, 95% CI above 0") in e["why"]
+    # the same with no_rl level with a on final accuracy (0.40: +0 [+0, +0]): not separable, saying why it was checked there
+    (e,) = evaluate_claims(tracked({None: {"a": flat(0.4), "b": flat(0.4), "no_rl": flat(0.4)}}), (claim,), tasks=["addition"],
+                           control="no_rl", n_boot=300)
+    assert e["verdict"] == NOT_SEPARABLE and e["assay_mark"] == ""
+    assert ("without assay sensitivity: a − no_rl on final_accuracy: +0.0 [+0.0, +0.0] points, 95% CI not above 0 (checked on final "
+            "held-out accuracy, as the claim's metric has no control value: ") in e["why"]
+    # a claim against the control itself is not checked on final accuracy instead: kept, marked
+    rs = tracked({None: {"a": flat(0.4), "b": flat(0.4), "no_rl": flat(0.2)}})
+    for against_control in (Claim(**{**claim.to_dict(), "arm": "no_rl"}), Claim(**{**claim.to_dict(), "against": "no_rl"})):
+        check = assay(rs, against_control, "addition", "no_rl", n_boot=300)
+        assert check["learns"] is None and check["metric"] == claim.metric and "no_rl itself" in check["why"]
+
+
+def test_without_no_rl_a_training_metric_is_checked_on_final_accuracy_against_step_0():
+    # no no_rl: a's final accuracy 0.40 against its own step-0 evaluation 0.20 (+20, paired by seed): the equivalence stands
+    rs = [CsvRun(variant=v, task="addition", seed=s, status="done", values={"last actor/entropy": "2.0"},
+                 problems={"final_accuracy": flat(0.4), "initial_accuracy": flat(0.2)}) for v in ("a", "b") for s in range(3)]
+    (e,) = evaluate_claims(rs, (TRACK,), tasks=["addition"], n_boot=300)
+    assert e["verdict"] == "equivalent within ±0.5 (actor/entropy)" and e["assay_mark"] == ""
+    assert ("assay sensitivity checked on final accuracy (the metric itself has no control value): a − its step-0 evaluation on "
+            "final_accuracy: +20.0 [+20.0, +20.0] points, 95% CI above 0") in e["why"]
 
 
 def test_require_assay_leaves_other_verdicts_alone():
@@ -139,6 +186,29 @@ def test_over_starts_equivalence_that_every_start_supports():
     assert e["verdict"] == EQUIV and not e["differs"]
     assert ("assay sensitivity from every start that enters it: a − no_rl on final_accuracy +20.0 [+20.0, +20.0] points from start 0 "
             "(00000000), +15.0 [+15.0, +15.0] points from start 1 (11111111), +10.0 [+10.0, +10.0] points from start 2 (22222222)") in e["why"]
+
+
+def test_over_starts_a_training_metric_needs_the_reference_to_learn_on_final_accuracy_from_every_start():
+    # entropy alike in a and b from every start (effect 0, intervals [0, 0]); no_rl logs no entropy. On final accuracy a − no_rl is
+    # +20 from starts 0 and 1 (0.40 − 0.20) and +0 from start 2 (0.40 − 0.40): start 2's equivalence is vacuous, and so is the one
+    # over starts it enters, naming start 2, its gain, and that the check was made on final accuracy
+    per = {s: {"a": flat(0.4), "b": flat(0.4), "no_rl": flat(0.2 if s < 2 else 0.4)} for s in (0, 1, 2)}
+    (e,) = evaluate_claims(tracked(per), (TRACK,), tasks=["addition"], control="no_rl", n_boot=300)
+    ok = "equivalent within ±0.5 (actor/entropy)"
+    assert [(p["verdict"], p["assay_mark"]) for p in e["per_start"]] == [(ok, ""), (ok, ""), (NOT_SEPARABLE, "")]
+    assert e["diff"]["ci90"] == pytest.approx((0.0, 0.0)) and (e["verdict"], e["assay_mark"]) == (NOT_SEPARABLE, "")
+    assert ("but without assay sensitivity: a − no_rl on final_accuracy: +0.0 [+0.0, +0.0] points, 95% CI not above 0 from start 2 "
+            "(22222222) (checked on final held-out accuracy, as the claim's metric has no control value: no_rl does not train, so it "
+            "logs no track:actor/entropy)") in e["why"] and "start 0" not in e["why"]
+    # no_rl at 0.20, 0.25, 0.30: a learns from every start (+20, +15, +10): the equivalence over starts stands, unmarked
+    per = {s: {"a": flat(0.4), "b": flat(0.4), "no_rl": flat(0.2 + 0.05 * s)} for s in (0, 1, 2)}
+    (e,) = evaluate_claims(tracked(per), (TRACK,), tasks=["addition"], control="no_rl", n_boot=300)
+    assert (e["verdict"], e["assay_mark"]) == (ok, "")
+    assert ("assay sensitivity checked on final accuracy (the metric itself has no control value) from every start that enters it: "
+            "a − no_rl on final_accuracy +20.0 [+20.0, +20.0] points from start 0 (00000000), +15.0 [+15.0, +15.0] points from start 1 "
+            "(11111111), +10.0 [+10.0, +10.0] points from start 2 (22222222)") in e["why"]
+    text = "\n".join(markdown_lines([e], eval_size=4))
+    assert "| **equivalent within ±0.5 (actor/entropy)** |" in text and ASSAY_UNCHECKED not in text.split("| verdict |")[1]
 
 
 def test_a_start_that_does_not_learn_is_flagged():
