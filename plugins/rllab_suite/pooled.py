@@ -42,8 +42,9 @@ their ``provenance.json``), never from new runs:
 The verdict is decided as a suite's (:func:`rllab_suite.verdicts.decide`), from the same vocabulary.
 An equivalence needs assay sensitivity as a suite's does: each comparison's reference job beats the
 no-learning control (``no_rl``) from the same start, in the suites whose runs of that job the pool
-holds, else its own runs' step-0 evaluations (:func:`comparison_assay`), and the pooled
-equivalence needs it in every comparison.
+holds, else its own runs' step-0 evaluations (:func:`comparison_assay`; on final held-out accuracy
+where the claim's metric has no control value), and the pooled equivalence needs it in every
+comparison.
 """
 
 from __future__ import annotations
@@ -213,20 +214,38 @@ def comparison_assay(group: dict, controls: list[Folded] | None, claim, *, n_boo
     job's runs against the no-learning control (``no_rl``: the start evaluated alike, not trained) run
     from the same start by the suites whose runs of the reference job it holds (a job is the same
     config, so their evaluations are alike), else against those runs' own step-0 evaluations
-    (``initial_*`` in problems.csv); ``controls``: every folded ``no_rl`` run of the pool."""
+    (``initial_*`` in problems.csv); ``controls``: every folded ``no_rl`` run of the pool. Where the
+    claim's metric has no control value (a ``track:`` metric, pass@K the control lacks), the same
+    check on final held-out accuracy (:func:`rllab_suite.verdicts.assay`)."""
     c = verdicts_.NO_LEARNING_CONTROL
-    out = {"arm": claim.against, "control": c, "metric": claim.metric, "task": group["task"], "diff": None, "learns": None}
     if claim.arm == c or claim.against == c:
-        return {**out, "why": f"the claim compares with the control {c} itself"}
-    if verdicts_.is_track(claim.metric):
-        return {**out, "why": f"{c} does not train, so it logs no {claim.metric}"}
+        return {"arm": claim.against, "control": c, "metric": claim.metric, "task": group["task"], "diff": None, "learns": None,
+                "why": f"the claim compares with the control {c} itself"}
+    check = _comparison_gain(group, controls, claim, claim.metric, dict(group["y"]), n_boot=n_boot, seed=seed)
+    if check["learns"] is not None or claim.metric in verdicts_.METRICS:
+        return check
+    ref, _ = seed_rows(group["against_runs"], "final_accuracy")
+    final = (_comparison_gain(group, controls, claim, "final_accuracy", ref, n_boot=n_boot, seed=seed) if ref else
+             {"learns": None, "why": f"{claim.against}: final_accuracy not recorded"})
+    if final["learns"] is None:
+        return {**check, "why": f"{check['why']}; nor on final held-out accuracy: {final['why']}"}
+    return {**final, "no_control": check["why"]}
+
+
+def _comparison_gain(group: dict, controls: list[Folded] | None, claim, metric: str, ref: dict, *, n_boot: int, seed: int) -> dict:
+    """:func:`comparison_assay` on ``metric``, the reference job's rows ``ref`` ({seed: row})."""
+    c = verdicts_.NO_LEARNING_CONTROL
+    out = {"arm": claim.against, "control": c, "metric": metric, "task": group["task"], "diff": None, "learns": None}
+    if verdicts_.is_track(metric):
+        return {**out, "why": f"{c} does not train, so it logs no {metric}"}
     suites = list(dict.fromkeys(f.suite for f in group["against_runs"]))
     mine = [f for f in controls or () if f.suite in suites and f.task == group["task"] and f.start_sha256 == group["start"]]
-    ref = dict(group["y"])
     if mine:
-        ctrl, _ = seed_rows(mine, claim.metric)
+        ctrl, _ = seed_rows(mine, metric)
+        if not ctrl:
+            return {**out, "why": f"{claim.against} against {c}: {metric} not recorded"}
     else:  # no no_rl run: the reference runs' own step-0 evaluations, where they kept them per problem
-        init = verdicts_.initial_metric(claim.metric)
+        init = verdicts_.initial_metric(metric)
         ctrl = seed_rows(group["against_runs"], init)[0] if init else {}
         if not ctrl or {len(r) for r in (*ctrl.values(), *ref.values())} != {len(next(iter(ref.values())))} or len(next(iter(ref.values()))) < 2:
             return {**out, "why": f"no suite that ran its {claim.against} runs ({', '.join(suites)}) has a no-learning control ({c})"
@@ -240,8 +259,8 @@ def comparison_assay(group: dict, controls: list[Folded] | None, claim, *, n_boo
     if not math.isfinite(diff["ci95"][0]):
         return {**out, "diff": diff, "why": f"{claim.against} against {c}: no interval"}
     learns = diff["ci95"][0] > 0
-    return {**out, "diff": diff, "learns": learns, "why": f"{claim.against} − {c} on {claim.metric}: "
-            f"{verdicts_.gain_text(diff, claim.metric)}, 95% CI {'above' if learns else 'not above'} 0"}
+    return {**out, "diff": diff, "learns": learns, "why": f"{claim.against} − {c} on {metric}: "
+            f"{verdicts_.gain_text(diff, metric)}, 95% CI {'above' if learns else 'not above'} 0"}
 
 
 def decide_pool(folded: list[Folded], claim, *, n_boot: int = verdicts_.N_BOOT, seed: int = 0, controls: list[Folded] | None = None) -> dict:

@@ -1,6 +1,7 @@
 """Assay sensitivity (rllab_suite.verdicts): an equivalence verdict holds only where the reference arm
 beats the no-learning control (no_rl) separably, per start and from every start over starts; a start
-whose reference does not learn is flagged. Every value below is computed by hand: constant
+whose reference does not learn is flagged; a metric the control has no value of (track:, pass@k) is checked on final
+held-out accuracy instead. Every value below is computed by hand: constant
 per-problem values give point intervals, and one case resamples 4 problems whose law is known."""
 
 from __future__ import annotations
@@ -269,3 +270,33 @@ def test_pooled_equivalence_needs_each_comparisons_reference_to_learn():
     step0 = pooled.decide_pool(folded, claim, n_boot=300)
     assert [g["verdict"] for g in step0["strata"]] == [EQUIV, NOT_SEPARABLE] and step0["verdict"] == NOT_SEPARABLE
     assert step0["strata"][0]["assay"]["why"] == "sync − its step-0 evaluation on final_accuracy: +20.0 [+20.0, +20.0] points, 95% CI above 0"
+
+
+def test_pooled_equivalence_on_a_training_metric_checks_each_comparisons_reference_on_final_accuracy():
+    # tis and sync log entropy 2.0 on every seed in both suites (effect 0, [0, 0]); no_rl logs none. On final accuracy sync ends at
+    # 0.40: +20 over s1's no_rl (0.20), +0 over s2's (0.40): s2's comparison and the pool are not separable, saying the check was made
+    # on final accuracy; with s2's no_rl at 0.20 too, the pool is equivalent, unmarked
+    claim = Claim(name="tis_entropy", statement="TIS keeps sync's entropy", arm="tis", against="sync", metric="track:actor/entropy",
+                  direction="equal", min_effect=1.0, margin=0.5)
+
+    def pool(s2_control):
+        folded, controls = [], []
+        for suite, ctrl, start in (("s1", 0.2, "ab" * 32), ("s2", s2_control, "cd" * 32)):
+            for seed in range(3):
+                for v in ("tis", "sync"):
+                    f = _folded(suite, v, seed, flat(0.4), start)
+                    f.run.values["last actor/entropy"] = "2.0"
+                    folded.append(f)
+                controls.append(_folded(suite, "no_rl", seed, flat(ctrl), start))
+        return pooled.decide_pool(folded, claim, n_boot=300, controls=controls)
+
+    ok = "equivalent within ±0.5 (actor/entropy)"
+    e = pool(0.4)
+    assert [g["verdict"] for g in e["strata"]] == [ok, NOT_SEPARABLE] and (e["verdict"], e["assay_mark"]) == (NOT_SEPARABLE, "")
+    assert e["strata"][0]["assay"]["why"] == "sync − no_rl on final_accuracy: +20.0 [+20.0, +20.0] points, 95% CI above 0"
+    assert ("sync − no_rl on final_accuracy: +0.0 [+0.0, +0.0] points, 95% CI not above 0 in *" in e["why"] and "start cdcdcdcd" in e["why"]
+            and "(checked on final held-out accuracy, as the claim's metric has no control value: no_rl does not train, so it logs no "
+            "track:actor/entropy)" in e["why"])
+    e = pool(0.2)
+    assert (e["verdict"], e["assay_mark"]) == (ok, "")
+    assert "assay sensitivity checked on final accuracy (the metric itself has no control value) from every start that enters it: sync − no_rl on final_accuracy +20.0 [+20.0, +20.0] points in *" in e["why"]
