@@ -117,10 +117,20 @@ def _strip(rows):
 def test_kill_9_then_resume_matches_uninterrupted_run(tmp_path, capsys):
     from rllab.cli import main
 
-    env = dict(os.environ)
+    # the uninterrupted run and the resume in this process (rllab.cli.main); the run killed is a process
+    # of its own. One thread in both (OMP_NUM_THREADS=1 is the child's): the same arithmetic.
+    env = dict(os.environ, OMP_NUM_THREADS="1")
     args = [*SMALL, "train.steps=8", "train.checkpoint_every=2", "train.seed=3"]
     cmd = [sys.executable, "-m", "rllab.cli", "run", *args, "-q"]
-    # the uninterrupted run and the resume in this process (rllab.cli.main); the run killed is a process of its own
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _kill_9_then_resume(tmp_path, args, cmd, env, capsys, main)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _kill_9_then_resume(tmp_path, args, cmd, env, capsys, main):
     assert main(["run", *args, "-q", "--run-dir", str(tmp_path / "full")]) == 0, capsys.readouterr().err
 
     run = tmp_path / "killed"
