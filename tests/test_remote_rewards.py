@@ -743,6 +743,51 @@ def test_a_request_another_thread_is_asking_is_waited_for_not_sent_again():
     assert sorted(s.calls.values()) == [1] * 8
 
 
+
+def test_a_request_another_call_is_asking_is_heard_as_soon_as_its_answer_comes():
+    """A call waiting for a request another call is asking hears it when that call has it, not
+    when that call's slowest request (one in a long chain of retries) is answered too."""
+    import threading
+    from dataclasses import dataclass
+
+    from rllab_tasks.reward_service import score_unique
+
+    @dataclass(frozen=True)
+    class Config:
+        cache_size: int = 16
+
+    config = Config()
+    told, release, asked = threading.Event(), threading.Event(), []
+    out: dict = {}
+
+    def slow_ask(indices, answered):  # "x" answered at once, "slow" only once released
+        asked.append(("a", list(indices)))
+        answered(0, 1.0)
+        told.set()
+        assert release.wait(10)
+        answered(1, 2.0)
+        return [1.0, 2.0]
+
+    def never(indices, answered):
+        raise AssertionError(f"asked again: {indices}")
+
+    a = threading.Thread(target=lambda: out.setdefault("a", score_unique(["x", "slow"], slow_ask, config)))
+    a.start()
+    try:
+        assert told.wait(10)
+        b = threading.Thread(target=lambda: out.setdefault("b", score_unique(["x", "x"], never, config, report=lambda i, v: asked.append(("b", i, v)))))
+        b.start()
+        b.join(5)
+        assert not b.is_alive() and out["b"] == [1.0, 1.0]  # not held back by "slow"
+        assert ("b", 0, 1.0) in asked and ("b", 1, 1.0) in asked
+    finally:
+        release.set()
+        a.join(10)
+    assert out["a"] == [1.0, 2.0]
+    assert score_unique(["slow", "x"], never, config) == [2.0, 1.0]  # both remembered
+    assert asked[0] == ("a", [0, 1])
+
+
 class SlowTask:
     """Answers right when equal to the example's; says each score as it goes, the answers in
     ``slow`` only once ``release`` is set (a reward service's slowest answers)."""

@@ -478,7 +478,9 @@ def score_unique(keys: Sequence[str], ask: Callable[[list[int], Callable[[int, A
     as soon as the k-th is known — and those the process remembers (``config.cache_size``; a
     transient error is not remembered) not at all. With ``cache_size`` > 0 a request that another
     call is asking at this moment (another thread) is not sent again: this call waits for that
-    answer, whatever it is, as it would have found it remembered had the other call ended first.
+    answer, whatever it is, as it would have found it remembered had the other call ended first;
+    it hears it as soon as the other call's ``ask`` says it (``answered``), not once that call's
+    slowest request (a long chain of retries, say) is answered too.
     ``report(i, result)``, when given, hears each row's result as soon as it is known (in the
     calling thread), once."""
     cache = cache_for(config)
@@ -489,6 +491,7 @@ def score_unique(keys: Sequence[str], ask: Callable[[list[int], Callable[[int, A
     known: dict[bytes, Any] = {}
     todo: list[bytes] = []
     elsewhere: dict[bytes, Asking] = {}  # asked by another call now
+    mine: dict[bytes, Asking] = {}  # asked by this call, not yet settled: what another call waits for
     with cache.lock:
         for k in rows:
             if k in cache.data:
@@ -499,7 +502,7 @@ def score_unique(keys: Sequence[str], ask: Callable[[list[int], Callable[[int, A
             else:
                 todo.append(k)
                 if cache.size > 0:
-                    cache.pending[k] = Asking()
+                    cache.pending[k] = mine[k] = Asking()
     told: set[bytes] = set()
 
     def tell(k: bytes, value: Any) -> None:
@@ -508,11 +511,27 @@ def score_unique(keys: Sequence[str], ask: Callable[[list[int], Callable[[int, A
             for i in rows[k]:
                 report(i, value)
 
+    def settle(k: bytes, value: Any) -> None:
+        """Request ``k``'s result is known: remembered, and heard at once by a call waiting for it
+        (not only once this call's slowest request is answered)."""
+        if not (isinstance(value, RewardServiceError) and value.transient):
+            cache.put(k, value)
+        with cache.lock:
+            asking = mine.pop(k, None)
+            if asking is not None:
+                del cache.pending[k]
+        if asking is not None:
+            asking.settle(value)
+
+    def answered(j: int, value: Any) -> None:
+        settle(todo[j], value)
+        tell(todo[j], value)
+
     for k, value in known.items():
         tell(k, value)
     got: list[Any] = []
     try:
-        got = ask([rows[k][0] for k in todo], lambda j, value: tell(todo[j], value)) if todo else []
+        got = ask([rows[k][0] for k in todo], answered) if todo else []
     finally:
         for k, value in zip(todo, got):
             known[k] = value
@@ -520,8 +539,9 @@ def score_unique(keys: Sequence[str], ask: Callable[[list[int], Callable[[int, A
                 cache.put(k, value)
         with cache.lock:
             for j, k in enumerate(todo):
-                asking = cache.pending.pop(k, None)
+                asking = mine.pop(k, None)  # None: settled already (or no cache)
                 if asking is not None:  # a call waiting for it hears the answer, or why there is none
+                    del cache.pending[k]
                     asking.settle(got[j] if j < len(got) else RewardServiceError(
                         "the call that was asking this request stopped before its answer", transient=True))
     for k in todo:
