@@ -48,21 +48,26 @@ def check_installed(cfg: ExperimentConfig, lab: Lab) -> None:
     built or created (a run directory): each configured component and logger whose registered
     function carries ``check_installed`` (a callable that raises :class:`rllab.MissingExtraError`,
     naming the ``pip install``) is asked. An environment adapter (gem, openenv, textarena) or a
-    tracker's logger (wandb, mlflow, trackio, tensorboard) declares its package so, and so does a
-    registered reward function that a component names in its ``rewards`` knob (the dataset
-    task's ``rewards = ["remote"]``: requests)."""
+    tracker's logger (wandb, mlflow, trackio, tensorboard) declares its package so. A component
+    whose registered function carries ``needs`` (a callable given the component's config, returning
+    the ``(kind, name)`` of the other registered components that config uses) has those asked too:
+    the dataset task names the reward functions of its ``rewards`` knob (``rewards = ["remote"]``:
+    requests)."""
     refs = [(COMPONENT_SECTIONS[sec][0], cfg.component(sec).name) for sec in cfg.components]
     refs += [("logger", ref.name) for ref in cfg.loggers]
+    needed: list[tuple[str, str]] = []
     for sec in cfg.components:
-        named = getattr(cfg.component(sec).config, "rewards", None)
-        for ref in (named,) if isinstance(named, str) else named if isinstance(named, (tuple, list)) else ():
-            if isinstance(ref, str) and ":" not in ref:
-                refs.append(("reward_function", ref))
-    for kind, name in refs:
+        ref = cfg.component(sec)
+        needs = getattr(lab.spec(COMPONENT_SECTIONS[sec][0], ref.name).fn, "needs", None)
+        if needs is not None and not callable(needs):
+            raise RllabError(f"{COMPONENT_SECTIONS[sec][0]} {ref.name!r}: its needs is {needs!r}, not a function to call (one "
+                             f"given the component's config, returning (kind, name) pairs)")
+        needed += list(needs(ref.config)) if needs is not None else []
+    for kind, name in refs + needed:
         try:
             spec = lab.spec(kind, name)
         except KeyError:
-            if kind == "reward_function":  # not a registered name: the task says so when it loads its rewards
+            if (kind, name) in needed:  # not a registered name: the component says so when it loads it
                 continue
             raise
         check = getattr(spec.fn, "check_installed", None)

@@ -6,6 +6,7 @@ llm_judge: requests) and every tracker's logger (each is asked with its package 
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 
@@ -72,4 +73,53 @@ def test_a_plugins_own_component_declares_its_package_alike(tmp_path, capsys, ch
     run_dir = tmp_path / "run"
     assert main(["run", "--plugin", str(plugin), 'loggers=["my_logger"]', "--steps", "1", "--run-dir", str(run_dir)]) == 1
     assert capsys.readouterr().err.strip().startswith(says)
+    assert not run_dir.exists()
+
+
+NEEDS_PLUGIN = '''
+import rllab
+from rllab_tasks.tasks.dataset import DatasetConfig, dataset
+
+
+def my_dataset(*, config):
+    return dataset(config=config)
+
+
+my_dataset.needs = {needs}
+
+
+def my_reward(*, prompts, completions, config, **columns):
+    return [0.0] * len(completions)
+
+
+my_reward.check_installed = lambda: (_ for _ in ()).throw(rllab.MissingExtraError("my_reward needs mypkg: pip install mypkg"))
+
+
+@rllab.hookimpl
+def register_tasks(register):
+    register("my_dataset", my_dataset, config=DatasetConfig)
+
+
+@rllab.hookimpl
+def register_reward_functions(register):
+    register("my_reward", my_reward)
+'''
+
+
+@pytest.mark.parametrize("needs, says", [
+    ("lambda config: [('reward_function', name) for name in config.rewards]", "error: my_reward needs mypkg: pip install mypkg"),
+    ("'my_reward'", "error: task 'my_dataset': its needs is 'my_reward', not a function to call"),
+])
+def test_a_component_declares_the_components_its_config_uses(tmp_path, capsys, needs, says):
+    """A task's ``needs`` names the registered components its config uses (here a reward function),
+    whose ``check_installed`` is then asked before the run creates anything."""
+    plugin = tmp_path / "needs_plugin.py"
+    plugin.write_text(NEEDS_PLUGIN.format(needs=needs))
+    run_dir = tmp_path / "run"
+    data = Path(__file__).resolve().parents[2] / "examples" / "data" / "sums_trl.jsonl"
+    args = ["run", "--plugin", str(plugin), "task=my_dataset", f"task.path={data}", 'task.rewards=["my_reward"]',
+            "--steps", "1", "--run-dir", str(run_dir)]
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(says), err
     assert not run_dir.exists()

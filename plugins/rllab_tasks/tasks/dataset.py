@@ -282,3 +282,14 @@ def dataset(*, config: DatasetConfig) -> DatasetTask:
 
 
 dataset.check_installed = installed
+
+
+def _needs(config: DatasetConfig) -> list[tuple[str, str]]:
+    """The registered reward functions this config's ``rewards`` names (``module:function`` paths
+    aside), whose packages a run asks for before it creates anything
+    (:func:`rllab.training.parts.check_installed`)."""
+    named = (config.rewards,) if isinstance(config.rewards, str) else tuple(config.rewards or ())
+    return [("reward_function", name) for name in named if isinstance(name, str) and ":" not in name]
+
+
+dataset.needs = _needs
