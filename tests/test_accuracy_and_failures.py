@@ -381,7 +381,7 @@ def test_rllab_run_where_half_the_samples_fail_goes_on_and_skip_dropping_every_g
                "train.steps=5") == 0
     err = " ".join(capsys.readouterr().err.split())
     assert err.count("drops a failed sample's whole group, so the step trained on nothing") == 1
-    assert err.count("no step of the first 5 kept a sample to train on") == 1 and "50% of the samples failed" in err
+    assert err.count("no step of the first 5 steps kept a sample to train on") == 1 and "50% of the samples failed" in err
     assert run(plugin, tmp_path, "task=flaky", "task.fail=2", "rollout.reward_errors=zero", "train.steps=2", "--overwrite") == 0
 
 

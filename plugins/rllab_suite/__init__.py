@@ -126,7 +126,7 @@ def _steps_seen(s: dict) -> str:
     """The steps a warning speaks of: the run's first ones, or those since it was resumed."""
     first, last = s.get("start", 0) + 1, s.get("start", 0) + s["steps"]
     if first == 1:
-        return f"the first {s['steps']} steps"
+        return "the first step" if s["steps"] == 1 else f"the first {s['steps']} steps"
     return f"step {first} (the first since the resume)" if first == last else f"steps {first}–{last} (since the resume)"
 
 

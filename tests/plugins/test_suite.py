@@ -501,7 +501,7 @@ def test_the_no_learning_warning_names_the_steps_since_a_resume():
 
     base = {"zero": 1, "steps": 1, "error_frac": 0.0, "overflow_frac": 0.0, "stopped": 0.0, "max_new_tokens": 6, "empty": 0,
             "kind": "task", "task": "addition", "budget": None, "policy": "raise"}
-    assert _nothing({**base, "start": 0}, "task 'addition'").startswith("every rollout of the first 1 steps scored 0")
+    assert _nothing({**base, "start": 0}, "task 'addition'").startswith("every rollout of the first step scored 0")
     assert _nothing({**base, "start": 3}, "task 'addition'").startswith(
         "every rollout of step 4 (the first since the resume) scored 0")
     assert _nothing({**base, "zero": 3, "steps": 3, "start": 3}, "task 'addition'").startswith(
