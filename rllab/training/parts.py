@@ -25,7 +25,7 @@ import torch
 from rllab.models import lora
 from rllab.algorithm import RunContext
 from rllab.config import COMPONENT_SECTIONS, ExperimentConfig
-from rllab.errors import RllabError
+from rllab.errors import RllabError, UnknownComponentError
 from rllab.parallel.reducer import SINGLE, Reducer
 from rllab.training.optimizer import Optimizers
 from rllab.specs import Component
@@ -62,11 +62,15 @@ def check_installed(cfg: ExperimentConfig, lab: Lab) -> None:
         if needs is not None and not callable(needs):
             raise RllabError(f"{COMPONENT_SECTIONS[sec][0]} {ref.name!r}: its needs is {needs!r}, not a function to call (one "
                              f"given the component's config, returning (kind, name) pairs)")
-        needed += list(needs(ref.config)) if needs is not None else []
+        for pair in needs(ref.config) if needs is not None else ():
+            if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+                raise RllabError(f"{COMPONENT_SECTIONS[sec][0]} {ref.name!r}: its needs gave {pair!r}, not a (kind, name) "
+                                 f"pair of strings such as ('reward_function', 'remote')")
+            needed.append(tuple(pair))
     for kind, name in refs + needed:
         try:
             spec = lab.spec(kind, name)
-        except KeyError:
+        except UnknownComponentError:
             if (kind, name) in needed:  # not a registered name: the component says so when it loads it
                 continue
             raise

@@ -109,6 +109,8 @@ def register_reward_functions(register):
 @pytest.mark.parametrize("needs, says", [
     ("lambda config: [('reward_function', name) for name in config.rewards]", "error: my_reward needs mypkg: pip install mypkg"),
     ("'my_reward'", "error: task 'my_dataset': its needs is 'my_reward', not a function to call"),
+    ("lambda config: 'my_reward'", "error: task 'my_dataset': its needs gave 'm', not a (kind, name) pair"),
+    ("lambda config: [('reward_fn', 'my_reward')]", "error: unknown component kind 'reward_fn'"),
 ])
 def test_a_component_declares_the_components_its_config_uses(tmp_path, capsys, needs, says):
     """A task's ``needs`` names the registered components its config uses (here a reward function),
