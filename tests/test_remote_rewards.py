@@ -33,6 +33,14 @@ def _forget():
     forget()
 
 
+def _remote_dataset(data, url):
+    """The data set task scored by the remote reward at ``url`` (a fifth of its prompts held out)."""
+    from rllab_tasks.tasks.dataset import DatasetConfig, DatasetTask
+
+    return DatasetTask(DatasetConfig(path=str(data), rewards=("remote",), eval_fraction=0.2,
+                                     reward_knobs=json.dumps({"remote": {"url": url, **FAST}})))
+
+
 @pytest.fixture
 def server():
     with RewardStandIn() as s:
@@ -1131,8 +1139,7 @@ def test_the_warm_starts_held_out_scores_are_not_waited_for_and_reach_the_cached
 
     with RewardStandIn(answer) as s:
         def task():
-            return DatasetTask(DatasetConfig(path=str(data), rewards=("remote",), eval_fraction=0.2,
-                                             reward_knobs=json.dumps({"remote": {"url": s.url, **FAST}})))
+            return _remote_dataset(data, s.url)
         held_out_prompts = {e.prompt for e in task().eval_examples()[:6]}
         model, tok = build_tiny_model(model_config)
         want = warm_start(model, tok, task(), config)["warm/eval_accuracy"]  # the plain warm start, waited for
@@ -1195,8 +1202,7 @@ def test_a_last_probe_known_to_reach_the_target_is_not_waited_for_and_its_value_
 
     with RewardStandIn(answer) as s:
         def task():
-            return DatasetTask(DatasetConfig(path=str(data), rewards=("remote",), eval_fraction=0.2,
-                                             reward_knobs=json.dumps({"remote": {"url": s.url, **FAST}})))
+            return _remote_dataset(data, s.url)
         held_out_prompts = {e.prompt for e in task().eval_examples()[:6]}
         model, tok = build_tiny_model(model_config)
         want = warm_start(model, tok, task(), config)  # the plain warm start, waited for

@@ -535,15 +535,11 @@ def score_unique(keys: Sequence[str], ask: Callable[[list[int], Callable[[int, A
     finally:
         for k, value in zip(todo, got):
             known[k] = value
-            if not (isinstance(value, RewardServiceError) and value.transient):
-                cache.put(k, value)
         with cache.lock:
-            for j, k in enumerate(todo):
-                asking = mine.pop(k, None)  # None: settled already (or no cache)
-                if asking is not None:  # a call waiting for it hears the answer, or why there is none
-                    del cache.pending[k]
-                    asking.settle(got[j] if j < len(got) else RewardServiceError(
-                        "the call that was asking this request stopped before its answer", transient=True))
+            unsettled = [(j, k) for j, k in enumerate(todo) if k in mine]  # the others were settled as they came
+        for j, k in unsettled:  # remembered, and a call waiting for it hears the answer, or why there is none
+            settle(k, got[j] if j < len(got) else RewardServiceError(
+                "the call that was asking this request stopped before its answer", transient=True))
     for k in todo:
         tell(k, known[k])
     for k, asking in elsewhere.items():
