@@ -297,10 +297,12 @@ def _dry_run(target: Path, args, console) -> int:
     from rich.table import Table
 
     from rllab_suite.spec import parse_suite
-    from rllab_suite.suite import plan, shrink
+    from rllab_suite.suite import check_directory, plan, shrink
 
     suite = shrink(parse_suite(target), steps=args.steps, seeds=args.seeds)
     cells, out, done = plan(suite, args.dir, lab=args.lab)
+    if not getattr(args, "replace", False):  # what the run would refuse, the dry run refuses too (--replace changes nothing yet)
+        check_directory(suite, out)
     starts = f"{len(suite.starts)} starts × " if suite.starts else ""
     t = Table(box=box.SIMPLE_HEAVY, title=escape(f"suite {suite.name}: {len(suite.variants)} variants × {len(suite.tasks)} tasks × "
                                                    f"{starts}{len(suite.seeds)} seeds = {len(cells)} runs → {out}"))

@@ -171,3 +171,14 @@ def test_replay_refuses_a_repeated_variant_or_key(tmp_path, capsys):
     assert "sets policy_loss twice" in " ".join(capsys.readouterr().err.split())
     assert main(["replay", rec, "algorithm.minibatches=2,algorithm.minibatches=4"]) == 1
     assert "sets algorithm.minibatches twice" in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_dry_run_into_a_directory_holding_another_suite_is_refused_as_the_run_would_be(tmp_path, capsys):
+    from pathlib import Path
+
+    shipped = Path(__file__).resolve().parents[2] / "benchmarks" / "suites" / "controls.toml"
+    (tmp_path / "suite.json").write_text(json.dumps({"name": "other"}))
+    assert main(["suite", str(shipped), "--dir", str(tmp_path), "--dry-run"]) == 1
+    assert f"{tmp_path} holds suite 'other', not 'controls'" in capsys.readouterr().err
+    assert main(["suite", str(shipped), "--dir", str(tmp_path), "--dry-run", "--replace"]) == 0  # listed; nothing forgotten yet
+    assert (tmp_path / "suite.json").is_file() and json.loads((tmp_path / "suite.json").read_text()) == {"name": "other"}
